@@ -1,0 +1,270 @@
+"""Engine: ``dp_size`` ranks composed behind one contract (attention data parallelism).
+
+Follows aisimulate-engine.md §2.4 (``GeneralizedMockerEngine``): one group pass in flight,
+every ready rank commits at the same ``now``, all siblings (idle ones too) share the slowest
+rank's boundary, commands are error-atomic and never poison, and a failure inside a grouped
+operation (execute, complete, internal work) poisons the engine because earlier ranks may
+already have committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from attrs import define, frozen
+
+from servesim.contract import (
+    Command,
+    CommandEffects,
+    PassCompletionEffects,
+    PassStartEffects,
+    validate_time,
+)
+from servesim.errors import EngineError, EnginePoisoned
+from servesim.rank import NO_RETRY_HINT, CommandContext, Rank, RankIdentity, RetryHint
+
+
+@frozen(slots=True)
+class RankPassStarted:
+    dp_rank: int
+    rank_end_ms: float
+    effects: PassStartEffects
+
+
+@frozen(slots=True)
+class EnginePassStarted:
+    """``by_rank`` lists only ranks that executed, in rank order."""
+
+    pass_id: int
+    started_at_ms: float
+    end_ms: float
+    participating_ranks: int
+    retry: RetryHint
+    by_rank: tuple[RankPassStarted, ...]
+
+
+@frozen(slots=True)
+class RankCompletion:
+    dp_rank: int
+    effects: PassCompletionEffects
+
+
+@frozen(slots=True)
+class EnginePassCompleted:
+    """Effects of executed ranks and of idle siblings that reported any, in rank order."""
+
+    pass_id: int
+    end_ms: float
+    by_rank: tuple[RankCompletion, ...]
+
+
+@define(slots=True)
+class _PendingGroupPass:
+    pass_id: int
+    started_at_ms: float
+    end_ms: float
+    by_rank: dict[int, Any]
+
+
+class Engine:
+    """One logical worker made of ``dp_size`` ranks."""
+
+    def __init__(self, worker_id: int, ranks: Sequence[Rank]) -> None:
+        if not ranks:
+            raise EngineError("an engine needs at least one rank")
+        self.worker_id = worker_id
+        self.ranks: list[Rank] = list(ranks)
+        self.dp_size = len(self.ranks)
+        self._next_pass_id = 0
+        self._wave_step = 0
+        self._pending: _PendingGroupPass | None = None
+        self._poisoned: str | None = None
+
+    @classmethod
+    def build(
+        cls, worker_id: int, dp_size: int, make_rank: Callable[[RankIdentity], Rank]
+    ) -> Engine:
+        """The provider-injection seam: ``make_rank`` may close over shared objects."""
+        ranks = []
+        for dp_rank in range(dp_size):
+            identity = RankIdentity(worker_id, dp_rank, dp_size)
+            try:
+                ranks.append(make_rank(identity))
+            except Exception as exc:
+                raise EngineError(f"building rank {dp_rank} of worker {worker_id}: {exc}") from exc
+        return cls(worker_id, ranks)
+
+    # -- state --------------------------------------------------------------------------
+
+    @property
+    def poisoned(self) -> str | None:
+        return self._poisoned
+
+    @property
+    def pass_in_flight(self) -> bool:
+        return self._pending is not None
+
+    @property
+    def pending_end_ms(self) -> float | None:
+        return self._pending.end_ms if self._pending is not None else None
+
+    def _check_alive(self) -> None:
+        if self._poisoned is not None:
+            raise EnginePoisoned(f"engine {self.worker_id} is poisoned: {self._poisoned}")
+
+    def _poison(self, what: str, exc: BaseException) -> EnginePoisoned:
+        self._poisoned = f"{what} failed: {exc}"
+        return EnginePoisoned(f"engine {self.worker_id} is now poisoned: {self._poisoned}")
+
+    def _ready_unblocked(self) -> list[int]:
+        return [
+            i
+            for i, r in enumerate(self.ranks)
+            if r.is_ready() and not r.waiting_for_external_command()
+        ]
+
+    def is_ready(self) -> bool:
+        if self._poisoned is not None or self._pending is not None:
+            return False
+        return any(r.is_ready() and not r.waiting_for_external_command() for r in self.ranks)
+
+    def waiting_for_external_command(self) -> bool:
+        if self._poisoned is not None or self._pending is not None:
+            return False
+        ready = [r for r in self.ranks if r.is_ready()]
+        return bool(ready) and all(r.waiting_for_external_command() for r in ready)
+
+    def is_drained(self) -> bool:
+        if self._poisoned is not None or self._pending is not None:
+            return False
+        return all(r.is_drained() for r in self.ranks)
+
+    def _reset_wave_if_drained(self) -> None:
+        if self._pending is None and all(r.is_drained() for r in self.ranks):
+            self._wave_step = 0
+
+    # -- commands -----------------------------------------------------------------------
+
+    def apply(self, dp_rank: int, command: Command, now_ms: float) -> CommandEffects:
+        """Apply a command to one rank. Errors never poison (reference §2.4)."""
+        self._check_alive()
+        validate_time("now_ms", now_ms)
+        if not 0 <= dp_rank < self.dp_size:
+            raise EngineError(f"DP rank {dp_rank} out of range for dp_size {self.dp_size}")
+        if self._pending is None:
+            deadline = self.next_internal_deadline_ms()
+            if deadline is not None and deadline <= now_ms:
+                raise EngineError(
+                    f"internal work is due at {deadline} <= {now_ms}: "
+                    "process internal work and retry the command"
+                )
+        ctx = CommandContext(now_ms, self._pending is not None)
+        pending = self._pending.by_rank.get(dp_rank) if self._pending is not None else None
+        effects = self.ranks[dp_rank].apply(command, ctx, pending)
+        self._reset_wave_if_drained()
+        return effects
+
+    # -- passes -------------------------------------------------------------------------
+
+    def execute_pass(self, now_ms: float) -> EnginePassStarted | None:
+        """Start a group pass; None (and no pass id consumed) if no rank can run."""
+        self._check_alive()
+        validate_time("now_ms", now_ms)
+        if self._pending is not None:
+            raise EngineError(f"engine {self.worker_id}: a pass is already in flight")
+        runnable = self._ready_unblocked()
+        if not runnable:
+            return None
+        pass_id = self._next_pass_id
+        wave = self._wave_step
+        ranks = self.ranks
+        for r in ranks:
+            r.prepare_group_pass(wave, self.dp_size)
+        end_ms = now_ms
+        retry = NO_RETRY_HINT
+        started: list[RankPassStarted] = []
+        pendings: dict[int, Any] = {}
+        for i in runnable:
+            try:
+                rp = ranks[i].execute_pass(now_ms)
+                if not rp.end_ms >= now_ms or rp.end_ms == float("inf"):
+                    raise EngineError(f"rank {i} returned end_ms {rp.end_ms} before now {now_ms}")
+            except Exception as exc:
+                raise self._poison(f"execute_pass on rank {i}", exc) from exc
+            if rp.end_ms > end_ms:
+                end_ms = rp.end_ms
+            retry = retry.fold(rp.retry)
+            started.append(RankPassStarted(i, rp.end_ms, rp.start_effects))
+            pendings[i] = rp.pending
+        any_prefill = any(r.prefill_in_pass() for r in ranks)
+        any_model = any(r.model_work_in_pass() for r in ranks)
+        for r in ranks:
+            r.finish_group_pass(any_prefill, any_model)
+        self._next_pass_id += 1
+        self._wave_step += 1
+        self._pending = _PendingGroupPass(pass_id, now_ms, end_ms, pendings)
+        return EnginePassStarted(pass_id, now_ms, end_ms, self.dp_size, retry, tuple(started))
+
+    def complete_pass(self, pass_id: int, end_ms: float) -> EnginePassCompleted:
+        """Release the in-flight pass; ranks see the modelled boundary even if ``end_ms`` is late."""
+        self._check_alive()
+        validate_time("end_ms", end_ms)
+        pending = self._pending
+        if pending is None:
+            raise EngineError(f"engine {self.worker_id}: no pass in flight")
+        if pass_id != pending.pass_id:
+            raise EngineError(
+                f"engine {self.worker_id}: pass id {pass_id} does not match in-flight pass "
+                f"{pending.pass_id}"
+            )
+        if end_ms < pending.end_ms:
+            raise EngineError(
+                f"engine {self.worker_id}: end_ms {end_ms} is before the modelled end "
+                f"{pending.end_ms}"
+            )
+        self._pending = None
+        modelled = pending.end_ms
+        out: list[RankCompletion] = []
+        for i, rank in enumerate(self.ranks):
+            try:
+                if i in pending.by_rank:
+                    out.append(RankCompletion(i, rank.complete_pass(pending.by_rank[i], modelled)))
+                else:
+                    idle = rank.complete_idle_group_pass(pending.started_at_ms, modelled)
+                    if idle is not None:
+                        out.append(RankCompletion(i, idle))
+            except Exception as exc:
+                raise self._poison(f"complete_pass on rank {i}", exc) from exc
+        self._reset_wave_if_drained()
+        return EnginePassCompleted(pending.pass_id, modelled, tuple(out))
+
+    # -- internal work ------------------------------------------------------------------
+
+    def next_internal_deadline_ms(self) -> float | None:
+        """Masked (None) while a pass is in flight or when poisoned."""
+        if self._poisoned is not None or self._pending is not None:
+            return None
+        best: float | None = None
+        for r in self.ranks:
+            d = r.next_internal_deadline_ms()
+            if d is not None and d != float("inf") and (best is None or d < best):
+                best = d
+        return best
+
+    def process_internal_work(self, now_ms: float) -> list[tuple[int, PassStartEffects]]:
+        self._check_alive()
+        validate_time("now_ms", now_ms)
+        if self._pending is not None:
+            return []
+        out = []
+        for i, r in enumerate(self.ranks):
+            d = r.next_internal_deadline_ms()
+            if d is None or d > now_ms:
+                continue
+            try:
+                out.append((i, r.process_internal_work(now_ms, False)))
+            except Exception as exc:
+                raise self._poison(f"process_internal_work on rank {i}", exc) from exc
+        self._reset_wave_if_drained()
+        return out

@@ -1,0 +1,112 @@
+"""Every servesim hook, typed and documented (style-anchors.md rule 1).
+
+Each hook receives a :class:`servesim.registry.Registry` and registers named implementations
+into it; names are what YAML selects. Hook arguments only ever grow: a new argument is added
+at the end, and implementations may accept a subset (pluggy allows it), so old plugins keep
+working. Each hook is called once per plugin manager, on every registered plugin.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from servesim._markers import hookspec
+
+if TYPE_CHECKING:
+    from servesim.registry import Registry
+
+
+@hookspec
+def servesim_register_backends(registry: Registry) -> None:
+    """Register scheduler backends: ``registry.add(name, RankSubclass)``.
+
+    :param registry: the ``backend`` registry. The name is what ``engine.backend`` selects and
+        also the key of the backend's own config section (``engine.<name>:``), validated by
+        the rank class's ``config_class``.
+    """
+
+
+@hookspec
+def servesim_register_timing_models(registry: Registry) -> None:
+    """Register timing models: ``registry.add(name, TimingModelSubclass)``.
+
+    :param registry: the ``timing_model`` registry; ``engine.timing_model.type`` selects one,
+        and the other keys of ``engine.timing_model`` are structured into its ``config_class``.
+    """
+
+
+@hookspec
+def servesim_register_eviction_policies(registry: Registry) -> None:
+    """Register KV-block eviction policies: ``registry.add(name, EvictionPolicySubclass)``.
+
+    :param registry: the ``eviction_policy`` registry; ``engine.eviction_policy`` selects one.
+    """
+
+
+@hookspec
+def servesim_register_kv_event_sinks(registry: Registry) -> None:
+    """Register KV-event sinks: ``registry.add(name, KvEventSinkSubclass)``.
+
+    :param registry: the ``kv_event_sink`` registry; entries of ``sinks.kv_events`` select one
+        by ``type`` and configure it with the remaining keys.
+    """
+
+
+@hookspec
+def servesim_register_fpm_sinks(registry: Registry) -> None:
+    """Register forward-pass-metric sinks: ``registry.add(name, FpmSinkSubclass)``.
+
+    :param registry: the ``fpm_sink`` registry; entries of ``sinks.fpm`` select one by ``type``.
+    """
+
+
+@hookspec
+def servesim_register_trace_formats(registry: Registry) -> None:
+    """Register workload trace readers: ``registry.add(name, reader)``.
+
+    :param registry: the ``trace_format`` registry; ``workload.trace.format`` selects one
+        (``mooncake`` is built in).
+    """
+
+
+@hookspec
+def servesim_register_routers(registry: Registry) -> None:
+    """Register request routers for multi-worker clusters: ``registry.add(name, RouterClass)``.
+
+    :param registry: the ``router`` registry; ``cluster.router`` selects one (``round_robin``
+        and ``kv`` are built in).
+    """
+
+
+@hookspec
+def servesim_register_schedule_policies(registry: Registry) -> None:
+    """Register waiting-queue ordering policies for backends that take one (SGLang's
+    ``engine.sglang.schedule_policy``): ``registry.add(name, policy)``.
+
+    :param registry: the ``schedule_policy`` registry.
+    """
+
+
+HOOK_KINDS: dict[str, str] = {
+    "servesim_register_backends": "backend",
+    "servesim_register_timing_models": "timing_model",
+    "servesim_register_eviction_policies": "eviction_policy",
+    "servesim_register_kv_event_sinks": "kv_event_sink",
+    "servesim_register_fpm_sinks": "fpm_sink",
+    "servesim_register_trace_formats": "trace_format",
+    "servesim_register_routers": "router",
+    "servesim_register_schedule_policies": "schedule_policy",
+}
+"""Hook name → registry kind, in the order ``servesim plugins`` lists them."""
+
+__all__ = [
+    "HOOK_KINDS",
+    "servesim_register_backends",
+    "servesim_register_eviction_policies",
+    "servesim_register_fpm_sinks",
+    "servesim_register_kv_event_sinks",
+    "servesim_register_routers",
+    "servesim_register_schedule_policies",
+    "servesim_register_timing_models",
+    "servesim_register_trace_formats",
+]

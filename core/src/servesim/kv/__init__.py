@@ -1,0 +1,1 @@
+"""KV-cache mechanics shared by block-based backends: hashing, block pool, eviction."""

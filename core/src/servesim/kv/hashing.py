@@ -1,0 +1,57 @@
+"""Chained block hashes, as Dynamo's mocker and KV router compute them.
+
+dynamo-mocker.md §3.1: a block's local hash is ``xxh3_64(LE u32 tokens, seed=1337)``; block 0's
+sequence hash is its local hash, block i's is ``xxh3_64(LE u64 [parent_seq_hash, local_hash],
+seed=1337)``. Two sequences share block i only when blocks 0..i hold equal tokens, so a router
+indexing these hashes sees the same identities the reference emits.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections.abc import Sequence
+
+from xxhash import xxh3_64_intdigest
+
+SEED = 1337
+_PAIR = struct.Struct("<QQ")
+_MASK32 = 0xFFFFFFFF
+_repeat_cache: dict[tuple[int, int], int] = {}
+
+
+def local_block_hash(tokens: Sequence[int]) -> int:
+    """Token-only hash of one block's tokens."""
+    data = array("I", [t & _MASK32 for t in tokens])
+    if data.itemsize != 4:  # pragma: no cover - exotic platforms
+        raise RuntimeError("array('I') is not 32-bit on this platform")
+    if struct.pack("=I", 1) != struct.pack("<I", 1):  # pragma: no cover - big endian
+        data.byteswap()
+    return xxh3_64_intdigest(data.tobytes(), seed=SEED)
+
+
+def repeated_token_hash(token: int, count: int) -> int:
+    """Local hash of a block made of ``count`` copies of one token (memoised)."""
+    key = (token, count)
+    h = _repeat_cache.get(key)
+    if h is None:
+        h = local_block_hash([token] * count)
+        if len(_repeat_cache) < 4_000_000:
+            _repeat_cache[key] = h
+    return h
+
+
+def chain_hash(parent: int | None, local: int) -> int:
+    """Sequence hash of a block given its parent's sequence hash (None for block 0)."""
+    if parent is None:
+        return local
+    return xxh3_64_intdigest(_PAIR.pack(parent, local), seed=SEED)
+
+
+def sequence_hashes(local_hashes: Sequence[int], parent: int | None = None) -> list[int]:
+    """Chain a run of local hashes after ``parent``."""
+    out = []
+    for local in local_hashes:
+        parent = chain_hash(parent, local)
+        out.append(parent)
+    return out

@@ -1,0 +1,209 @@
+"""The backend plugin boundary: one scheduler rank behind the neutral contract.
+
+Mirrors ``RankEngine`` in aisimulate-engine.md §2.3. A backend plugin subclasses
+:class:`Rank`; :class:`servesim.engine.Engine` composes ``dp_size`` ranks (attention data
+parallelism) behind the same contract. A rank never reads a clock: every time it sees is an
+argument from the driver.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from attrs import frozen
+
+from servesim.contract import (
+    EMPTY_START,
+    Command,
+    CommandEffects,
+    PassCompletionEffects,
+    PassStartEffects,
+)
+
+if TYPE_CHECKING:
+    from servesim.config.engine import EngineConfig
+    from servesim.kv.eviction import EvictionPolicy
+    from servesim.timing.base import TimingModel
+
+
+@frozen(slots=True)
+class RankIdentity:
+    """``worker_id`` is the logical worker; ``dp_rank`` is zero-based within ``dp_size``."""
+
+    worker_id: int
+    dp_rank: int
+    dp_size: int
+
+    @property
+    def seed_offset(self) -> int:
+        """Distinct, deterministic per-rank seed offset (aisimulate-engine.md §3)."""
+        return self.worker_id * self.dp_size + self.dp_rank
+
+
+@frozen(slots=True)
+class CommandContext:
+    """``pass_in_flight`` is group-wide: true for an idle sibling while another rank runs."""
+
+    now_ms: float
+    pass_in_flight: bool
+
+    @property
+    def allow_immediate_admission(self) -> bool:
+        return not self.pass_in_flight
+
+
+class SameTimestampRetry(enum.Enum):
+    """Driver hint after an effect-free, zero-duration pass (aisimulate-engine.md §2.2)."""
+
+    NOT_APPLICABLE = "not_applicable"
+    RETRY = "retry"
+    COUNTDOWN = "countdown"
+    EXHAUSTED = "exhausted"
+
+
+@frozen(slots=True)
+class RetryHint:
+    kind: SameTimestampRetry = SameTimestampRetry.NOT_APPLICABLE
+    remaining: int = 0
+
+    def fold(self, new: RetryHint) -> RetryHint:
+        """Group aggregation over executed ranks (reference §2.2)."""
+        C, R, E = SameTimestampRetry.COUNTDOWN, SameTimestampRetry.RETRY, SameTimestampRetry.EXHAUSTED
+        if self.kind is C and new.kind is C:
+            return RetryHint(C, max(self.remaining, new.remaining))
+        if self.kind is C:
+            return self
+        if new.kind is C:
+            return new
+        if R in (self.kind, new.kind):
+            return RetryHint(R)
+        if new.kind is E:
+            return new
+        return self
+
+
+NO_RETRY_HINT = RetryHint()
+
+
+@frozen(slots=True)
+class RankPass:
+    """What a rank returns when it eagerly commits a pass.
+
+    ``pending`` is opaque to the engine and handed back to ``complete_pass``; a command
+    applied mid-pass receives it and may mutate it (e.g. suppress a cancelled request's
+    outputs).
+    """
+
+    end_ms: float
+    start_effects: PassStartEffects
+    pending: Any
+    retry: RetryHint = NO_RETRY_HINT
+
+
+@frozen(slots=True)
+class RankServices:
+    """Process-local collaborators injected into every rank by the EngineFactory."""
+
+    timing: TimingModel
+    make_eviction_policy: Any  # Callable[[], EvictionPolicy]
+    emit_kv_events: bool = False
+    emit_forward_pass_metrics: bool = True
+
+    def new_eviction_policy(self) -> EvictionPolicy:
+        return self.make_eviction_policy()
+
+
+class Rank(ABC):
+    """One scheduler rank. Subclass it in a backend plugin and register it by name.
+
+    Class attributes a backend sets:
+
+    * ``config_class``: attrs class for the backend's own YAML section (``engine.<name>:``),
+      or None if it has none.
+    * ``default_block_size``: block/page size when ``engine.block_size`` is unset.
+    """
+
+    config_class: ClassVar[type | None] = None
+    default_block_size: ClassVar[int] = 16
+
+    def __init__(
+        self,
+        identity: RankIdentity,
+        config: EngineConfig,
+        backend_config: Any,
+        services: RankServices,
+    ) -> None:
+        self.identity = identity
+        self.config = config
+        self.backend_config = backend_config
+        self.services = services
+
+    @classmethod
+    def validate_config(cls, config: EngineConfig, backend_config: Any) -> list[tuple[str, str]]:
+        """Return ``(key_path, message)`` problems with a config, checked before any rank is
+        built (e.g. ``("engine.max_model_len", "not supported by sglang")``)."""
+        return []
+
+    # -- commands -------------------------------------------------------------------------
+
+    @abstractmethod
+    def apply(self, command: Command, ctx: CommandContext, pending: Any | None) -> CommandEffects:
+        """Apply one command. Must be error-atomic: on an exception nothing changed.
+
+        ``pending`` is this rank's retained pass if it executed in the in-flight group pass.
+        Raise :class:`servesim.errors.CommandRejected` for recoverable rejections.
+        """
+
+    # -- readiness ------------------------------------------------------------------------
+
+    @abstractmethod
+    def is_ready(self) -> bool:
+        """Whether the rank can commit a pass now."""
+
+    def waiting_for_external_command(self) -> bool:
+        """True only when ready work is blocked solely on a held source/reserved destination."""
+        return False
+
+    @abstractmethod
+    def is_drained(self) -> bool:
+        """The rank owns no request, pass or internal work."""
+
+    # -- group pass hooks ---------------------------------------------------------------
+
+    def prepare_group_pass(self, wave_step: int, dp_size: int) -> None:
+        """Called on every rank before a group pass."""
+
+    def prefill_in_pass(self) -> bool:
+        return False
+
+    def model_work_in_pass(self) -> bool:
+        return self.prefill_in_pass()
+
+    def finish_group_pass(self, any_rank_prefilled: bool, any_rank_ran_model: bool) -> None:
+        """Called on every rank after all ranks selected work."""
+
+    # -- passes ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def execute_pass(self, now_ms: float) -> RankPass:
+        """Eagerly commit one batch; completion effects stay inside ``pending``."""
+
+    @abstractmethod
+    def complete_pass(self, pending: Any, end_ms: float) -> PassCompletionEffects:
+        """Release a pass's effects at the shared (modelled) group boundary ``end_ms``."""
+
+    def complete_idle_group_pass(
+        self, started_at_ms: float, end_ms: float
+    ) -> PassCompletionEffects | None:
+        """For a rank held idle by the DP barrier; None means no boundary effects."""
+        return None
+
+    # -- internal work --------------------------------------------------------------------
+
+    def next_internal_deadline_ms(self) -> float | None:
+        return None
+
+    def process_internal_work(self, now_ms: float, pass_in_flight: bool) -> PassStartEffects:
+        return EMPTY_START

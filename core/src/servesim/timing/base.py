@@ -1,0 +1,49 @@
+"""The TimingModel hook: batch shape in, simulated milliseconds out.
+
+Matches the AISimulate ``TimingModel`` trait (aisimulate-engine.md §6.2-§6.3): one instance is
+shared by every rank of an engine, and it is pure (no clock, no hidden state that changes
+results). Ranks call it with the batch composition described in §6.3 and apply speed-up
+ratios themselves through :func:`scaled_ms`.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+
+class TimingModel(ABC):
+    """Predicts forward-pass durations. Register subclasses through
+    ``servesim_register_timing_models``; ``config_class`` (an attrs class or None) validates
+    the model's parameters from ``engine.timing_model``."""
+
+    config_class: ClassVar[type | None] = None
+
+    @classmethod
+    def from_config(cls, config: Any) -> TimingModel:
+        """Build from the structured ``config_class`` instance (None when there is none)."""
+        return cls() if config is None else cls(config)  # type: ignore[call-arg]
+
+    @abstractmethod
+    def predict_prefill_ms(self, batch_size: int, mean_isl: int, mean_prefix: int) -> float:
+        """Prefill time of ``batch_size`` requests whose mean input length after this pass is
+        ``mean_isl`` and whose mean already-computed/cached prefix is ``mean_prefix``."""
+
+    @abstractmethod
+    def predict_decode_ms(
+        self, batch_size: int, active_kv_tokens: int, mean_context_length: int, total_kv_tokens: int
+    ) -> float:
+        """Decode time of one forward over ``batch_size`` decoding requests."""
+
+
+def scaled_ms(raw_ms: float, speedup: float) -> float:
+    """``raw / speedup`` when both are positive, else ``raw`` (reference §6.3 "Scaling").
+
+    A non-finite or negative raw value is an error.
+    """
+    if not math.isfinite(raw_ms) or raw_ms < 0:
+        raise ValueError(f"timing model returned an invalid duration {raw_ms!r}")
+    if speedup > 0 and raw_ms > 0:
+        return raw_ms / speedup
+    return raw_ms

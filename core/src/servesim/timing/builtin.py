@@ -1,0 +1,71 @@
+"""Built-in timing models: ``polynomial`` (the reference default) and ``fixed``."""
+
+from __future__ import annotations
+
+import math
+
+from attrs import field, frozen, validators
+
+from servesim.timing.base import TimingModel
+
+# dynamo-mocker.md §4.1 / aisimulate-engine.md §6.3: the default polynomial coefficients.
+PREFILL_A = 4.209989e-07
+PREFILL_B = 1.518344e-02
+PREFILL_C = 1.650142e01
+DECODE_A = -25.74
+DECODE_B = 54.01
+DECODE_C = 5.74
+
+
+class PolynomialTiming(TimingModel):
+    """Prefill is quadratic in the batch's new tokens; decode is quadratic in KV usage.
+
+    ``T = batch * (isl - prefix)``; prefill = ``4.209989e-7 T² + 1.518344e-2 T + 16.50142``
+    (0 when T is 0). Decode with ``u = min(active/total, 1)`` (1 if total is 0) is
+    ``max(1, -25.74 u² + 54.01 u + 5.74)`` ms (0 for an empty batch).
+    """
+
+    def predict_prefill_ms(self, batch_size: int, mean_isl: int, mean_prefix: int) -> float:
+        t = batch_size * max(mean_isl - mean_prefix, 0)
+        if batch_size <= 0 or t <= 0:
+            return 0.0
+        return max(0.0, PREFILL_A * t * t + PREFILL_B * t + PREFILL_C)
+
+    def predict_decode_ms(
+        self, batch_size: int, active_kv_tokens: int, mean_context_length: int, total_kv_tokens: int
+    ) -> float:
+        if batch_size <= 0:
+            return 0.0
+        u = min(active_kv_tokens / total_kv_tokens, 1.0) if total_kv_tokens > 0 else 1.0
+        return max(1.0, DECODE_A * u * u + DECODE_B * u + DECODE_C)
+
+
+def _finite_non_negative(_inst: object, attribute: object, value: float) -> None:
+    if not math.isfinite(value) or value < 0:
+        name = getattr(attribute, "name", "value")
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+
+
+@frozen
+class FixedTimingConfig:
+    prefill_ms: float = field(default=10.0, validator=[validators.instance_of(float), _finite_non_negative])
+    decode_ms: float = field(default=1.0, validator=[validators.instance_of(float), _finite_non_negative])
+
+
+class FixedTiming(TimingModel):
+    """Constant latencies for parity fixtures; 0 for an empty batch (reference §6.1)."""
+
+    config_class = FixedTimingConfig
+
+    def __init__(self, config: FixedTimingConfig | None = None) -> None:
+        self.cfg = config or FixedTimingConfig()
+
+    def predict_prefill_ms(self, batch_size: int, mean_isl: int, mean_prefix: int) -> float:
+        if batch_size <= 0 or mean_isl - mean_prefix <= 0:
+            return 0.0
+        return self.cfg.prefill_ms
+
+    def predict_decode_ms(
+        self, batch_size: int, active_kv_tokens: int, mean_context_length: int, total_kv_tokens: int
+    ) -> float:
+        return self.cfg.decode_ms if batch_size > 0 else 0.0

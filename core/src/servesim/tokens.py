@@ -1,0 +1,113 @@
+"""Token sequences that can be hashed into blocks without being materialised.
+
+A replayed Mooncake trace names its prompt by hash ids (one per ``trace_block_size`` tokens);
+:class:`RepeatedBlockTokens` keeps just those ids, yields tokens on demand, and computes block
+hashes through a memoised fast path when every engine block lies inside one trace block
+(dynamo-mocker.md §9.1, "Token synthesis": hash id ``h`` becomes ``trace_block_size`` copies
+of token ``h``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from servesim.kv.hashing import chain_hash, local_block_hash, repeated_token_hash
+
+_MASK32 = 0xFFFFFFFF
+
+
+class TokenSeq(ABC):
+    """A prompt: a length, tokens on demand, and cached per-block-size hashes."""
+
+    __slots__ = ("_hash_cache",)
+
+    def __init__(self) -> None:
+        self._hash_cache: dict[int, tuple[list[int], list[int]]] = {}
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def tokens(self, start: int = 0, end: int | None = None) -> list[int]:
+        """Tokens ``[start, end)`` as a list."""
+
+    def _local_hashes(self, block_size: int) -> list[int]:
+        n = len(self) // block_size
+        return [
+            local_block_hash(self.tokens(i * block_size, (i + 1) * block_size)) for i in range(n)
+        ]
+
+    def block_hashes(self, block_size: int) -> tuple[list[int], list[int]]:
+        """``(sequence_hashes, local_hashes)`` of every *full* block, cached per block size."""
+        cached = self._hash_cache.get(block_size)
+        if cached is None:
+            local = self._local_hashes(block_size)
+            seq: list[int] = []
+            parent = None
+            for h in local:
+                parent = chain_hash(parent, h)
+                seq.append(parent)
+            cached = (seq, local)
+            self._hash_cache[block_size] = cached
+        return cached
+
+
+class Tokens(TokenSeq):
+    """An explicit token list."""
+
+    __slots__ = ("_tokens",)
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        super().__init__()
+        self._tokens = [int(t) for t in tokens]
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    def tokens(self, start: int = 0, end: int | None = None) -> list[int]:
+        return self._tokens[start:end]
+
+    def __repr__(self) -> str:
+        return f"Tokens(len={len(self._tokens)})"
+
+
+class RepeatedBlockTokens(TokenSeq):
+    """Hash id ``h`` stands for ``trace_block_size`` copies of token ``h``; cut to ``length``."""
+
+    __slots__ = ("hash_ids", "trace_block_size", "_len")
+
+    def __init__(self, hash_ids: Sequence[int], trace_block_size: int, length: int | None = None):
+        super().__init__()
+        if trace_block_size <= 0:
+            raise ValueError("trace_block_size must be > 0")
+        self.hash_ids = tuple(int(h) for h in hash_ids)
+        self.trace_block_size = trace_block_size
+        full = len(self.hash_ids) * trace_block_size
+        self._len = full if length is None else max(0, min(int(length), full))
+
+    def __len__(self) -> int:
+        return self._len
+
+    def tokens(self, start: int = 0, end: int | None = None) -> list[int]:
+        end = self._len if end is None else min(end, self._len)
+        out: list[int] = []
+        tb = self.trace_block_size
+        pos = max(0, start)
+        while pos < end:
+            idx = pos // tb
+            stop = min(end, (idx + 1) * tb)
+            out.extend([self.hash_ids[idx] & _MASK32] * (stop - pos))
+            pos = stop
+        return out
+
+    def _local_hashes(self, block_size: int) -> list[int]:
+        tb = self.trace_block_size
+        if tb % block_size != 0:
+            return super()._local_hashes(block_size)
+        n = self._len // block_size
+        per = tb // block_size
+        return [repeated_token_hash(self.hash_ids[i // per] & _MASK32, block_size) for i in range(n)]
+
+    def __repr__(self) -> str:
+        return f"RepeatedBlockTokens(blocks={len(self.hash_ids)}, len={self._len})"

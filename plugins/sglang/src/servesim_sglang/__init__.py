@@ -1,0 +1,1 @@
+"""servesim-sglang: the `sglang` scheduler backend for servesim."""

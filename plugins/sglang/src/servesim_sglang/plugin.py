@@ -1,0 +1,15 @@
+"""Entry-point module of servesim-sglang: hook implementations only; machinery loads lazily."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from servesim import hookimpl
+
+if TYPE_CHECKING:
+    from servesim.registry import Registry
+
+
+@hookimpl
+def servesim_register_backends(registry: Registry) -> None:
+    """Nothing registered yet: the rank lands with the backend issue."""

@@ -1,0 +1,1 @@
+"""servesim-trtllm: the `trtllm` scheduler backend for servesim."""

@@ -1,0 +1,1 @@
+"""servesim-vllm: the `vllm` scheduler backend for servesim."""
