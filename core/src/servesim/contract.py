@@ -531,6 +531,28 @@ class CommandEffects:
 
 
 @attrs.define(slots=True)
+class ScheduleRecord:
+    """What one pass scheduled, for pass logs and step-by-step conformance (issue 9).
+
+    Filled only when the rank was built with ``RankServices.record_schedule``. ``scheduled``
+    maps request id → tokens computed this pass, in batch order; ``new_hits`` maps request id
+    → prefix-cache hit tokens for requests admitted from waiting this pass; ``resumed`` are
+    previously preempted requests readmitted this pass; ``preempted`` and ``finished`` are
+    requests preempted / finished in this pass; ``running``, ``waiting`` and ``free_blocks``
+    are the counts after the pass.
+    """
+
+    scheduled: dict[RequestId, int] = field(factory=dict)
+    new_hits: dict[RequestId, int] = field(factory=dict)
+    resumed: list[RequestId] = field(factory=list)
+    preempted: list[RequestId] = field(factory=list)
+    finished: list[RequestId] = field(factory=list)
+    running: int = 0
+    waiting: int = 0
+    free_blocks: int = 0
+
+
+@attrs.define(slots=True)
 class PassCompletionEffects:
     """Released at the modelled completion boundary (reference §4.3).
 
@@ -545,6 +567,7 @@ class PassCompletionEffects:
     metrics: Metrics | None = None
     forward_pass_metrics: ForwardPassMetrics | None = None
     decode_acceptance: DecodeAcceptance = DecodeAcceptance()
+    schedule: ScheduleRecord | None = None
 
 
 # --------------------------------------------------------------------------- helpers
@@ -668,6 +691,7 @@ __all__ = [
     "ReleaseSource",
     "RemovedBlocks",
     "Request",
+    "ScheduleRecord",
     "RequestId",
     "ReserveDestination",
     "ResultKind",

@@ -30,6 +30,7 @@ class EngineFactory:
         make_eviction_policy: Callable[[], EvictionPolicy] = LruEviction,
         emit_kv_events: bool = False,
         emit_forward_pass_metrics: bool = True,
+        record_schedule: bool = False,
     ) -> None:
         self.config = resolve_block_size(config, rank_class.default_block_size)
         self.rank_class = rank_class
@@ -41,6 +42,7 @@ class EngineFactory:
             make_eviction_policy=make_eviction_policy,
             emit_kv_events=emit_kv_events,
             emit_forward_pass_metrics=emit_forward_pass_metrics,
+            record_schedule=record_schedule,
         )
 
     def build_rank(self, identity: RankIdentity) -> Rank:

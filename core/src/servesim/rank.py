@@ -110,6 +110,7 @@ class RankServices:
     make_eviction_policy: Any  # Callable[[], EvictionPolicy]
     emit_kv_events: bool = False
     emit_forward_pass_metrics: bool = True
+    record_schedule: bool = False
 
     def new_eviction_policy(self) -> EvictionPolicy:
         return self.make_eviction_policy()
