@@ -179,8 +179,11 @@ class Engine:
         pass_id = self._next_pass_id
         wave = self._wave_step
         ranks = self.ranks
-        for r in ranks:
-            r.prepare_group_pass(wave, self.dp_size)
+        try:
+            for r in ranks:
+                r.prepare_group_pass(wave, self.dp_size)
+        except Exception as exc:
+            raise self._poison("prepare_group_pass", exc) from exc
         end_ms = now_ms
         retry = NO_RETRY_HINT
         started: list[RankPassStarted] = []
@@ -197,10 +200,14 @@ class Engine:
             retry = retry.fold(rp.retry)
             started.append(RankPassStarted(i, rp.end_ms, rp.start_effects))
             pendings[i] = rp.pending
-        any_prefill = any(r.prefill_in_pass() for r in ranks)
-        any_model = any(r.model_work_in_pass() for r in ranks)
-        for r in ranks:
-            r.finish_group_pass(any_prefill, any_model)
+        # Ranks have committed by now: a failure here must poison, not silently drop the pass.
+        try:
+            any_prefill = any(r.prefill_in_pass() for r in ranks)
+            any_model = any(r.model_work_in_pass() for r in ranks)
+            for r in ranks:
+                r.finish_group_pass(any_prefill, any_model)
+        except Exception as exc:
+            raise self._poison("finish_group_pass", exc) from exc
         self._next_pass_id += 1
         self._wave_step += 1
         self._pending = _PendingGroupPass(pass_id, now_ms, end_ms, pendings)
