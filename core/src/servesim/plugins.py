@@ -1,0 +1,300 @@
+"""Plugin discovery and the typed facade core code uses instead of ``pm.hook``.
+
+:func:`make_plugin_manager` builds a fresh pluggy manager (no import-time side effects,
+style-anchors.md rule 6, after tox's ``Plugin.load_plugins`` and pytest's
+``PytestPluginManager``):
+
+1. add :mod:`servesim.hookspecs`;
+2. block the names in ``SERVESIM_DISABLE_PLUGINS=a,b`` (like pytest's ``-p no:name``);
+3. register every module of the :mod:`servesim.builtins` package, sorted by name, as plugin
+   ``servesim.builtins.<module>`` — core's defaults go through the same hooks as anyone's;
+4. unless ``SERVESIM_DISABLE_PLUGIN_AUTOLOAD`` is set, load the entry points of group
+   ``servesim`` (the entry-point name is the plugin name);
+5. ``check_pending()``, so a misspelt hook implementation is an error, not silently ignored.
+
+:class:`Plugins` wraps the manager: :meth:`Plugins.registries` calls each ``servesim_register_*``
+hook one plugin at a time so every registration knows which distribution made it (a duplicate
+name then names both distributions), and caches the result.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import pkgutil
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import pluggy
+from attrs import frozen
+
+from servesim import hookspecs
+from servesim._markers import PROJECT
+from servesim.errors import PluginError
+from servesim.hookspecs import HOOK_KINDS
+from servesim.registry import Registry
+
+ENTRY_POINT_GROUP = "servesim"
+BUILTIN_PREFIX = "servesim.builtins."
+DISABLE_ENV = "SERVESIM_DISABLE_PLUGINS"
+DISABLE_AUTOLOAD_ENV = "SERVESIM_DISABLE_PLUGIN_AUTOLOAD"
+TRACE_ENV = "SERVESIM_TRACE_PLUGINS"
+DIRECT = "<direct>"
+"""Distribution reported for plugins registered by hand (``pm.register(obj, name)``)."""
+
+
+@frozen
+class DistInfo:
+    """The distribution a plugin came from."""
+
+    name: str
+    version: str
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.version}"
+
+
+class ServesimPluginManager(pluggy.PluginManager):
+    """A pluggy manager that remembers each plugin's distribution and turns plugin failures
+    into :class:`PluginError` naming the entry point and its distribution."""
+
+    def __init__(self) -> None:
+        super().__init__(PROJECT)
+        self.distributions: dict[str, DistInfo] = {}
+
+    def load_setuptools_entrypoints(self, group: str, name: str | None = None) -> int:
+        """Load the entry points of ``group`` like pluggy does, with servesim's errors.
+
+        Two *different* distributions exporting the same entry-point name is an error (pluggy
+        would silently keep the first); the same distribution seen twice on ``sys.path`` is not.
+        """
+        count = 0
+        seen: dict[str, DistInfo] = {}
+        for dist in list(importlib.metadata.distributions()):
+            info = _dist_info(dist)
+            for ep in dist.entry_points:
+                if ep.group != group or (name is not None and ep.name != name):
+                    continue
+                if self.is_blocked(ep.name):
+                    continue
+                prev = seen.get(ep.name) or self.distributions.get(ep.name)
+                if prev is not None and prev.name != info.name:
+                    raise PluginError(
+                        f"plugin name {ep.name!r} is claimed by two distributions: {prev} and {info}"
+                    )
+                if self.has_plugin(ep.name):
+                    continue
+                seen[ep.name] = info
+                plugin = _load_entry_point(ep, info)
+                self._register_checked(plugin, ep.name, f"entry point {ep.name!r} of {info}")
+                self.distributions[ep.name] = info
+                count += 1
+        return count
+
+    def _register_checked(self, plugin: object, name: str, what: str) -> None:
+        try:
+            self.register(plugin, name=name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"plugin {what} is invalid: {exc}") from None
+
+    def distribution_of(self, plugin_name: str) -> DistInfo:
+        """Where ``plugin_name`` came from (``<direct>`` for hand-registered plugins)."""
+        return self.distributions.get(plugin_name, DistInfo(DIRECT, ""))
+
+
+def _dist_info(dist: importlib.metadata.Distribution) -> DistInfo:
+    meta = dist.metadata
+    name = (meta["Name"] if meta is not None else None) or "<unknown>"
+    return DistInfo(name, dist.version or "?")
+
+
+def _load_entry_point(ep: importlib.metadata.EntryPoint, info: DistInfo) -> object:
+    try:
+        return ep.load()
+    except Exception as exc:  # any import-time failure of third-party code
+        raise PluginError(
+            f"plugin {ep.name!r} (entry point {ep.value!r} of distribution {info}) failed to "
+            f"load: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _split_names(value: str | None) -> list[str]:
+    return [n.strip() for n in (value or "").split(",") if n.strip()]
+
+
+def builtin_modules() -> Iterator[tuple[str, ModuleType]]:
+    """``(plugin_name, module)`` for every module of :mod:`servesim.builtins`, by name."""
+    import servesim.builtins as package
+
+    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
+    for mod in names:
+        full = BUILTIN_PREFIX + mod
+        yield full, importlib.import_module(full)
+
+
+def servesim_version() -> str:
+    try:
+        return importlib.metadata.version("servesim")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a tree
+        return "0+unknown"
+
+
+def make_plugin_manager(*, autoload: bool = True) -> ServesimPluginManager:
+    """A fresh manager with hookspecs, built-ins and (unless disabled) installed plugins.
+
+    :param autoload: load ``servesim`` entry points; tests pass False to register their own
+        plugins on a clean manager. ``SERVESIM_DISABLE_PLUGIN_AUTOLOAD`` also turns it off.
+    """
+    pm = ServesimPluginManager()
+    pm.add_hookspecs(hookspecs)
+    for name in _split_names(os.environ.get(DISABLE_ENV)):
+        pm.set_blocked(name)
+    builtin_dist = DistInfo("servesim", servesim_version())
+    for name, module in builtin_modules():
+        if pm.is_blocked(name):
+            continue
+        pm._register_checked(module, name, f"built-in {name!r}")
+        pm.distributions[name] = builtin_dist
+    if autoload and not os.environ.get(DISABLE_AUTOLOAD_ENV):
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        plugin = exc.plugin
+        pname = pm.get_name(plugin) if plugin is not None else None
+        where = f"plugin {pname!r} ({pm.distribution_of(pname)})" if pname else "a plugin"
+        raise PluginError(f"{where} implements an unknown hook: {exc}") from None
+    if os.environ.get(TRACE_ENV) not in (None, "", "0"):
+        pm.trace.root.setwriter(sys.stderr.write)
+        pm.enable_tracing()
+    return pm
+
+
+@frozen
+class PluginInfo:
+    """One registered plugin, for ``servesim plugins``."""
+
+    name: str
+    distribution: str
+    version: str
+    hooks: tuple[str, ...]
+
+
+class Plugins:
+    """Typed facade over the plugin manager (style-anchors.md rule 7).
+
+    Core code asks this object for registries; only this module touches ``pm.hook``.
+    Built registries are cached, so repeated lookups do not call hooks again.
+    """
+
+    def __init__(self, pm: ServesimPluginManager | None = None, *, autoload: bool = True) -> None:
+        self._pm = pm
+        self._autoload = autoload
+        self._registries: dict[str, Registry] | None = None
+
+    @property
+    def pm(self) -> ServesimPluginManager:
+        """The underlying manager, built on first use."""
+        if self._pm is None:
+            self._pm = make_plugin_manager(autoload=self._autoload)
+        return self._pm
+
+    def registries(self) -> dict[str, Registry]:
+        """kind → :class:`Registry`, in :data:`servesim.hookspecs.HOOK_KINDS` order."""
+        if self._registries is None:
+            built: dict[str, Registry] = {}
+            for hook_name, kind in HOOK_KINDS.items():
+                registry = Registry(kind)
+                self._fill(hook_name, registry)
+                built[kind] = registry
+            self._registries = built
+        return self._registries
+
+    def registry(self, kind: str) -> Registry:
+        """The registry of one kind (``backend``, ``timing_model``, ...)."""
+        try:
+            return self.registries()[kind]
+        except KeyError:
+            raise PluginError(f"unknown plugin kind {kind!r}; kinds: {', '.join(HOOK_KINDS.values())}") from None
+
+    # One typed accessor per hook, so call sites are checked (tox ``plugin/manager.py``).
+    def backends(self) -> Registry:
+        return self.registry("backend")
+
+    def timing_models(self) -> Registry:
+        return self.registry("timing_model")
+
+    def eviction_policies(self) -> Registry:
+        return self.registry("eviction_policy")
+
+    def kv_event_sinks(self) -> Registry:
+        return self.registry("kv_event_sink")
+
+    def fpm_sinks(self) -> Registry:
+        return self.registry("fpm_sink")
+
+    def trace_formats(self) -> Registry:
+        return self.registry("trace_format")
+
+    def routers(self) -> Registry:
+        return self.registry("router")
+
+    def schedule_policies(self) -> Registry:
+        return self.registry("schedule_policy")
+
+    def _ordered_plugins(self, hook_name: str) -> list[tuple[str, Any]]:
+        """Plugins implementing ``hook_name``: built-ins first, then the rest by name, so
+        registration order (and thus duplicate messages) never depends on ``sys.path``."""
+        pm = self.pm
+        caller = getattr(pm.hook, hook_name)
+        named = {}
+        for impl in caller.get_hookimpls():
+            named[impl.plugin_name] = impl.plugin
+        return sorted(named.items(), key=lambda kv: (not kv[0].startswith(BUILTIN_PREFIX), kv[0]))
+
+    def _fill(self, hook_name: str, registry: Registry) -> None:
+        pm = self.pm
+        implementers = self._ordered_plugins(hook_name)
+        for name, plugin in implementers:
+            others = [p for n, p in implementers if n != name]
+            registry._set_source(name, str(pm.distribution_of(name)))
+            caller = pm.subset_hook_caller(hook_name, remove_plugins=others)
+            try:
+                caller(registry=registry)
+            except PluginError:
+                raise
+            except Exception as exc:
+                raise PluginError(
+                    f"plugin {name!r} ({pm.distribution_of(name)}) failed in {hook_name}: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+
+    def plugin_infos(self) -> list[PluginInfo]:
+        """Every registered plugin with its distribution and implemented hooks, by name."""
+        pm = self.pm
+        out = []
+        for name, plugin in pm.list_name_plugin():
+            if plugin is None:  # blocked
+                continue
+            callers = pm.get_hookcallers(plugin) or []
+            hooks = tuple(sorted(c.name for c in callers))
+            info = pm.distribution_of(name)
+            out.append(PluginInfo(name, info.name, info.version, hooks))
+        return sorted(out, key=lambda p: p.name)
+
+
+__all__ = [
+    "DISABLE_AUTOLOAD_ENV",
+    "DISABLE_ENV",
+    "ENTRY_POINT_GROUP",
+    "TRACE_ENV",
+    "DistInfo",
+    "PluginInfo",
+    "Plugins",
+    "ServesimPluginManager",
+    "builtin_modules",
+    "make_plugin_manager",
+]
