@@ -1,0 +1,305 @@
+"""A paged KV block pool with prefix caching, reference counts and KV events.
+
+Backend-neutral: vLLM-style and TRT-LLM-style ranks both keep one :class:`BlockPool` per
+rank and one :class:`BlockTable` per request. The model follows dynamo-mocker.md §3:
+
+* **Identity.** A full block is named by its chained sequence hash (§3.1,
+  :mod:`servesim.kv.hashing`). A block the request is still filling (or one whose hash the
+  caller never publishes) is *private*: it can never be shared.
+* **Copies.** A hash may have several physical copies (two requests computed the same block
+  before either was cache-visible, or the prefix-recompute rule recomputed a cached block).
+  Lookups use the oldest resident copy (the *primary*). ``Stored`` is published when a hash
+  becomes visible (0 → 1 copies) and ``Removed`` only when its last copy is evicted (§3.3,
+  aisimulate-engine.md §4.6), so an index that applies the events holds exactly the set of
+  cached hashes.
+* **Reference counts.** A cached block whose count drops to 0 moves to the inactive pool,
+  ordered by an injected :class:`~servesim.kv.eviction.EvictionPolicy`; a private block goes
+  straight back to the free list. Releasing walks a table tail first, so with LRU a
+  sequence's leaf blocks are evicted before its root blocks.
+* **Allocation** is all or nothing (§3.3): free blocks are used first and inactive blocks
+  are evicted only for the shortfall; on failure nothing changes. Evictions publish their
+  ``Removed`` events before the ``Stored`` batch of the same operation (§3.4).
+* **Finalisation.** Blocks become cache-visible only when the caller finalises them, i.e.
+  when the computed boundary passes their end (§3.3, vLLM's ``cache_full_blocks``). Newly
+  visible blocks are published as ``Stored`` batches of contiguous runs, each with the
+  sequence hash of the block before the run as ``parent_hash``.
+
+With prefix caching off nothing is ever hashed, shared or published (§3.4 rule 5). Every
+operation costs time proportional to the blocks it touches, never to the pool size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from servesim.contract import KvBlock, KvEvent, RemovedBlocks, StoredBlocks
+from servesim.kv.eviction import EvictionPolicy, LruEviction
+
+
+class BlockTable:
+    """One request's physical blocks, in sequence order.
+
+    ``ids[:num_cached]`` are cache-visible (hashed); the rest are private to the request.
+    Owned by the request, mutated only through :class:`BlockPool`.
+    """
+
+    __slots__ = ("ids", "num_cached")
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.num_cached = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __repr__(self) -> str:
+        return f"BlockTable(blocks={len(self.ids)}, cached={self.num_cached})"
+
+
+class BlockPool:
+    """``num_blocks`` physical blocks shared by the requests of one rank."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        *,
+        eviction: EvictionPolicy | None = None,
+        enable_prefix_caching: bool = True,
+        emit_events: bool = False,
+        dp_rank: int = 0,
+    ) -> None:
+        if num_blocks <= 0:
+            raise ValueError(f"num_blocks must be > 0, got {num_blocks}")
+        self.capacity = num_blocks
+        self.prefix_caching = enable_prefix_caching
+        self.dp_rank = dp_rank
+        self._evict = eviction if eviction is not None else LruEviction()
+        # Pop from the end: block 0 is handed out first, which keeps traces readable.
+        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+        self._ref: list[int] = [0] * num_blocks
+        self._hash: list[int | None] = [None] * num_blocks
+        self._primary: dict[int, int] = {}
+        self._dups: dict[int, list[int]] = {}
+        self._events: list[KvEvent] | None = [] if (emit_events and enable_prefix_caching) else None
+        self._next_event_id = 0
+
+    # -- occupancy ----------------------------------------------------------------------
+
+    @property
+    def num_free(self) -> int:
+        """Blocks holding nothing (never cached or private and released)."""
+        return len(self._free)
+
+    @property
+    def num_inactive(self) -> int:
+        """Cached blocks no request references: reusable as prefix, evictable."""
+        return len(self._evict)
+
+    @property
+    def num_active(self) -> int:
+        """Blocks referenced by at least one request."""
+        return self.capacity - len(self._free) - len(self._evict)
+
+    def refcount(self, block_id: int) -> int:
+        return self._ref[block_id]
+
+    def block_hash(self, block_id: int) -> int | None:
+        return self._hash[block_id]
+
+    def cached_hashes(self) -> set[int]:
+        """Every hash with at least one resident copy (test and debugging aid: O(cache))."""
+        return set(self._primary)
+
+    def is_cached(self, seq_hash: int) -> bool:
+        return seq_hash in self._primary
+
+    # -- lookup ---------------------------------------------------------------------------
+
+    def lookup(self, seq_hashes: Sequence[int], max_blocks: int | None = None) -> tuple[int, int]:
+        """``(cached, active)``: the length of the cached prefix of ``seq_hashes`` (stopping at
+        the first miss, at most ``max_blocks``) and how many of those blocks are referenced
+        by some request (dynamo-mocker.md §1.6 ``active_cached_tokens``)."""
+        if not self.prefix_caching:
+            return 0, 0
+        primary = self._primary
+        ref = self._ref
+        limit = len(seq_hashes) if max_blocks is None else min(max_blocks, len(seq_hashes))
+        active = 0
+        for i in range(limit):
+            b = primary.get(seq_hashes[i])
+            if b is None:
+                return i, active
+            if ref[b]:
+                active += 1
+        return limit, active
+
+    # -- allocation -----------------------------------------------------------------------
+
+    def can_allocate(self, table: BlockTable, target: int, prefix: Sequence[int] = ()) -> bool:
+        """Whether :meth:`allocate` with the same arguments would succeed."""
+        return self._plan(table, target, prefix) is not None
+
+    def allocate(self, table: BlockTable, target: int, prefix: Sequence[int] = ()) -> bool:
+        """Grow ``table`` to ``target`` blocks, all or nothing.
+
+        Positions ``len(table) .. len(prefix)-1`` reuse the cached blocks named by
+        ``prefix`` (sequence hashes the caller found with :meth:`lookup` in this same
+        operation); the rest are fresh private blocks, taken from the free list first and
+        then by evicting inactive blocks. Returns False, changing nothing, when the pool
+        cannot supply them.
+        """
+        plan = self._plan(table, target, prefix)
+        if plan is None:
+            return False
+        reuse, fresh = plan
+        ids = table.ids
+        ref = self._ref
+        primary = self._primary
+        evict = self._evict
+        for i in range(len(ids), len(ids) + reuse):
+            b = primary[prefix[i]]
+            if ref[b] == 0:
+                evict.remove(b)
+            ref[b] += 1
+            ids.append(b)
+        if reuse:
+            table.num_cached = len(ids)
+        free = self._free
+        for _ in range(fresh):
+            b = free.pop() if free else self._evict_one()
+            ref[b] = 1
+            ids.append(b)
+        return True
+
+    def _plan(self, table: BlockTable, target: int, prefix: Sequence[int]) -> tuple[int, int] | None:
+        have = len(table.ids)
+        if target <= have:
+            return 0, 0
+        reuse = 0
+        inactive_hits = 0
+        if prefix and self.prefix_caching:
+            if table.num_cached != have:
+                raise ValueError("cannot reuse cached blocks after private blocks")
+            stop = min(len(prefix), target)
+            primary = self._primary
+            ref = self._ref
+            for i in range(have, stop):
+                b = primary.get(prefix[i])
+                if b is None:
+                    raise KeyError(f"prefix block {i} (hash {prefix[i]:#x}) is not cached")
+                if ref[b] == 0:
+                    inactive_hits += 1
+            reuse = max(0, stop - have)
+        fresh = target - have - reuse
+        if fresh > len(self._free) + len(self._evict) - inactive_hits:
+            return None
+        return reuse, fresh
+
+    def _evict_one(self) -> int:
+        b = self._evict.pop()
+        h = self._hash[b]
+        self._hash[b] = None
+        if h is not None and self._drop_copy(h, b) and self._events is not None:
+            self._publish(RemovedBlocks((h,)))
+        return b
+
+    def _drop_copy(self, h: int, b: int) -> bool:
+        """Forget copy ``b`` of hash ``h``; True when it was the last one."""
+        dups = self._dups.get(h)
+        if self._primary.get(h) == b:
+            if dups is None:
+                del self._primary[h]
+                return True
+            self._primary[h] = dups.pop(0)
+        elif dups is not None:
+            dups.remove(b)
+        if dups is not None and not dups:
+            del self._dups[h]
+        return False
+
+    # -- finalisation ---------------------------------------------------------------------
+
+    def finalize(
+        self,
+        table: BlockTable,
+        upto: int,
+        seq_hashes: Sequence[int],
+        local_hashes: Sequence[int],
+    ) -> None:
+        """Make ``table.ids[num_cached:upto]`` cache-visible under ``seq_hashes[i]``.
+
+        ``local_hashes`` are the token-only hashes carried in ``Stored`` events. A hash
+        that already has a resident copy gains a duplicate copy and no event.
+        """
+        if not self.prefix_caching:
+            return
+        start = table.num_cached
+        upto = min(upto, len(table.ids))
+        if upto <= start:
+            return
+        ids = table.ids
+        primary = self._primary
+        events = self._events
+        run: list[KvBlock] = []
+        run_parent: int | None = None
+        for i in range(start, upto):
+            b = ids[i]
+            h = seq_hashes[i]
+            self._hash[b] = h
+            if h not in primary:
+                primary[h] = b
+                if events is not None:
+                    if not run:
+                        run_parent = seq_hashes[i - 1] if i > 0 else None
+                    run.append(KvBlock(h, local_hashes[i]))
+            else:
+                self._dups.setdefault(h, []).append(b)
+                if run:
+                    self._publish(StoredBlocks(run_parent, tuple(run)))
+                    run = []
+        if run:
+            self._publish(StoredBlocks(run_parent, tuple(run)))
+        table.num_cached = upto
+
+    # -- release --------------------------------------------------------------------------
+
+    def release(self, table: BlockTable) -> None:
+        """Drop the table's references, tail first, and empty it."""
+        ref = self._ref
+        hashes = self._hash
+        evict = self._evict
+        free = self._free
+        for b in reversed(table.ids):
+            r = ref[b] - 1
+            if r < 0:
+                raise RuntimeError(f"block {b} released more often than referenced")
+            ref[b] = r
+            if r == 0:
+                if hashes[b] is None:
+                    free.append(b)
+                else:
+                    evict.push(b)
+        table.ids = []
+        table.num_cached = 0
+
+    # -- events ---------------------------------------------------------------------------
+
+    @property
+    def events_enabled(self) -> bool:
+        return self._events is not None
+
+    def _publish(self, data: StoredBlocks | RemovedBlocks) -> None:
+        assert self._events is not None
+        self._events.append(KvEvent(self._next_event_id, self.dp_rank, data))
+        self._next_event_id += 1
+
+    def drain_events(self) -> list[KvEvent]:
+        """Events published since the last drain, oldest first (empty when disabled)."""
+        events = self._events
+        if not events:
+            return []
+        self._events = []
+        return events
+
+
+__all__ = ["BlockPool", "BlockTable"]
