@@ -1,0 +1,254 @@
+"""The pass log: one JSON line per engine pass (issue 9 item 1).
+
+Each line says what one rank's pass did::
+
+    {"worker":0,"dp_rank":0,"pass":3,"start_ms":12.5,"end_ms":14.0,
+     "scheduled":{"7":1,"9":256},"new_hits":{"9":64},"resumed":[],"preempted":[],
+     "finished":["7"],"running":1,"waiting":4,"free_blocks":88}
+
+``scheduled`` maps request id → tokens computed in the pass, in batch order; ``new_hits`` the
+prefix-cache hit (tokens) of requests admitted for the first time; ``resumed`` requests
+readmitted after a preemption; ``preempted`` / ``finished`` requests preempted / finished in
+the pass; ``running``, ``waiting`` and ``free_blocks`` are the counts after the pass. Request ids
+are strings — the trace's 0-based line index by default — so the log compares directly with
+the vLLM oracle's step lines (``servesim.testing.vllm_conformance``).
+
+Lines are written with a fixed key order and compact separators, so the same run gives the same
+bytes. The source is :class:`servesim.contract.ScheduleRecord`, filled by ranks built with
+``RankServices.record_schedule``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from attrs import frozen
+
+from servesim.contract import RequestId, ScheduleRecord
+from servesim.errors import TraceError
+
+#: The keys of a pass-log line, in the order they are written.
+FIELDS = (
+    "worker",
+    "dp_rank",
+    "pass",
+    "start_ms",
+    "end_ms",
+    "scheduled",
+    "new_hits",
+    "resumed",
+    "preempted",
+    "finished",
+    "running",
+    "waiting",
+    "free_blocks",
+)
+
+IdMap = Mapping[RequestId, str] | Callable[[RequestId], str]
+
+
+@frozen(slots=True)
+class PassLogLine:
+    """One parsed pass-log line (request ids as strings)."""
+
+    worker: int
+    dp_rank: int
+    pass_index: int
+    start_ms: float
+    end_ms: float
+    scheduled: dict[str, int]
+    new_hits: dict[str, int]
+    resumed: list[str]
+    preempted: list[str]
+    finished: list[str]
+    running: int
+    waiting: int
+    free_blocks: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The line as a dict in :data:`FIELDS` order (``pass`` for ``pass_index``)."""
+        return {
+            "worker": self.worker,
+            "dp_rank": self.dp_rank,
+            "pass": self.pass_index,
+            "start_ms": self.start_ms,
+            "end_ms": self.end_ms,
+            "scheduled": dict(self.scheduled),
+            "new_hits": dict(self.new_hits),
+            "resumed": list(self.resumed),
+            "preempted": list(self.preempted),
+            "finished": list(self.finished),
+            "running": self.running,
+            "waiting": self.waiting,
+            "free_blocks": self.free_blocks,
+        }
+
+
+def _id_fn(ids: IdMap | None) -> Callable[[RequestId], str]:
+    if ids is None:
+        return str
+    if callable(ids):
+        return ids
+    mapping = ids
+    return lambda rid: mapping[rid]
+
+
+def make_line(
+    worker: int,
+    dp_rank: int,
+    pass_index: int,
+    start_ms: float,
+    end_ms: float,
+    record: ScheduleRecord,
+    ids: IdMap | None = None,
+) -> PassLogLine:
+    """Build a line from a rank's record; ``ids`` maps servesim request ids to log ids."""
+    f = _id_fn(ids)
+    return PassLogLine(
+        worker=int(worker),
+        dp_rank=int(dp_rank),
+        pass_index=int(pass_index),
+        start_ms=float(start_ms),
+        end_ms=float(end_ms),
+        scheduled={f(r): int(t) for r, t in record.scheduled.items()},
+        new_hits={f(r): int(t) for r, t in record.new_hits.items()},
+        resumed=[f(r) for r in record.resumed],
+        preempted=[f(r) for r in record.preempted],
+        finished=[f(r) for r in record.finished],
+        running=int(record.running),
+        waiting=int(record.waiting),
+        free_blocks=int(record.free_blocks),
+    )
+
+
+def dumps(line: PassLogLine) -> str:
+    """One JSON line (no trailing newline); floats in Python's shortest round-trip form."""
+    return json.dumps(line.to_json(), separators=(",", ":"), allow_nan=False)
+
+
+class PassLogWriter:
+    """Writes pass-log lines to a path or an open text stream, in the order given.
+
+    The driver calls :meth:`write` once per rank that reported a ``ScheduleRecord`` for a
+    completed pass. ``ids`` (a mapping or a function) turns servesim request ids into the
+    log's ids; the default is ``str(request_id)``, which is the trace line index when the
+    replay numbers requests by line.
+    """
+
+    def __init__(self, target: str | Path | IO[str], ids: IdMap | None = None) -> None:
+        if isinstance(target, (str, Path)):
+            self._f: IO[str] = open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            self._owned = True
+        else:
+            self._f = target
+            self._owned = False
+        self._ids = _id_fn(ids)
+        self.lines_written = 0
+
+    def write(
+        self,
+        worker: int,
+        dp_rank: int,
+        pass_index: int,
+        start_ms: float,
+        end_ms: float,
+        record: ScheduleRecord,
+        ids: IdMap | None = None,
+    ) -> PassLogLine:
+        """Append one line; ``ids`` overrides the writer's mapping for this line."""
+        if not (math.isfinite(start_ms) and math.isfinite(end_ms)):
+            raise ValueError(f"pass {pass_index}: non-finite time {start_ms!r}..{end_ms!r}")
+        line = make_line(worker, dp_rank, pass_index, start_ms, end_ms, record, ids or self._ids)
+        self._f.write(dumps(line) + "\n")
+        self.lines_written += 1
+        return line
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def close(self) -> None:
+        if self._owned:
+            self._f.close()
+        else:
+            self._f.flush()
+
+    def __enter__(self) -> PassLogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _expect(cond: bool, msg: str, file: str, lineno: int) -> None:
+    if not cond:
+        raise TraceError(msg, file=file, line=lineno)
+
+
+def _int_map(v: Any, key: str, file: str, lineno: int) -> dict[str, int]:
+    _expect(isinstance(v, dict), f"'{key}' must be an object of request id → int", file, lineno)
+    for k, t in v.items():
+        _expect(isinstance(t, int) and not isinstance(t, bool), f"'{key}'[{k!r}] must be an int", file, lineno)
+    return {str(k): int(t) for k, t in v.items()}
+
+
+def _id_list(v: Any, key: str, file: str, lineno: int) -> list[str]:
+    _expect(isinstance(v, list), f"'{key}' must be a list of request ids", file, lineno)
+    return [str(x) for x in v]
+
+
+def parse_line(obj: Any, file: str = "<pass log>", lineno: int = 1) -> PassLogLine:
+    """Validate one decoded line; errors name ``file:line`` (TraceError)."""
+    _expect(isinstance(obj, dict), "a pass-log line must be a JSON object", file, lineno)
+    missing = [k for k in FIELDS if k not in obj]
+    _expect(not missing, f"missing key(s) {', '.join(missing)}", file, lineno)
+    unknown = sorted(set(obj) - set(FIELDS))
+    _expect(not unknown, f"unknown key(s) {', '.join(unknown)}", file, lineno)
+    for k in ("worker", "dp_rank", "pass", "running", "waiting", "free_blocks"):
+        v = obj[k]
+        _expect(isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                f"'{k}' must be a non-negative int, got {v!r}", file, lineno)
+    for k in ("start_ms", "end_ms"):
+        v = obj[k]
+        _expect(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+                f"'{k}' must be a finite number, got {v!r}", file, lineno)
+    _expect(obj["end_ms"] >= obj["start_ms"], "'end_ms' is before 'start_ms'", file, lineno)
+    return PassLogLine(
+        worker=obj["worker"],
+        dp_rank=obj["dp_rank"],
+        pass_index=obj["pass"],
+        start_ms=float(obj["start_ms"]),
+        end_ms=float(obj["end_ms"]),
+        scheduled=_int_map(obj["scheduled"], "scheduled", file, lineno),
+        new_hits=_int_map(obj["new_hits"], "new_hits", file, lineno),
+        resumed=_id_list(obj["resumed"], "resumed", file, lineno),
+        preempted=_id_list(obj["preempted"], "preempted", file, lineno),
+        finished=_id_list(obj["finished"], "finished", file, lineno),
+        running=obj["running"],
+        waiting=obj["waiting"],
+        free_blocks=obj["free_blocks"],
+    )
+
+
+def iter_pass_log(path: str | Path) -> Iterator[PassLogLine]:
+    """Parse a pass log lazily; blank lines are skipped, bad lines raise TraceError."""
+    name = str(path)
+    with open(path, encoding="utf-8") as f:
+        for lineno, text in enumerate(f, 1):
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise TraceError(f"invalid JSON: {exc.msg}", file=name, line=lineno) from None
+            yield parse_line(obj, name, lineno)
+
+
+def read_pass_log(path: str | Path) -> list[PassLogLine]:
+    return list(iter_pass_log(path))
