@@ -1,0 +1,26 @@
+"""Built-in replay plugins: the ``mooncake`` trace format and the ``round_robin`` and ``kv``
+routers (dynamo-mocker.md §9.1-§9.2)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from servesim._markers import hookimpl
+
+if TYPE_CHECKING:
+    from servesim.registry import Registry
+
+
+@hookimpl
+def servesim_register_trace_formats(registry: Registry) -> None:
+    from servesim.replay.mooncake import MooncakeTrace
+
+    registry.add("mooncake", MooncakeTrace)
+
+
+@hookimpl
+def servesim_register_routers(registry: Registry) -> None:
+    from servesim.replay.routers import KvRouter, RoundRobinRouter
+
+    registry.add("round_robin", RoundRobinRouter)
+    registry.add("kv", KvRouter)

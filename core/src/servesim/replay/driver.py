@@ -1,0 +1,348 @@
+"""The Replayer: a discrete-event driver that owns simulated time.
+
+It follows the canonical loop of aisimulate-engine.md §12 across N workers: a heap keyed by
+``(time, sequence)`` holds arrivals, turn releases, pass ends and internal-work deadlines. At
+each distinct time the driver (1) completes the passes that end then, in worker order, (2)
+runs due internal work on idle engines, (3) delivers arrivals and releases, routing each
+request to a worker, and (4) starts a pass on every idle ready engine. Outputs are consumed in
+their columnar form (:class:`servesim.contract.OutputBatch`); per-request times go to a
+:class:`servesim.replay.stats.RequestLog`.
+
+Arrivals (dynamo-mocker.md §9.2): in timestamp mode a session's first turn arrives at its
+timestamp rebased to the earliest session and divided by ``arrival_speedup_ratio``; in
+concurrency mode (``concurrency=N``) timestamps are ignored and at most N requests are in
+flight. Either way a later turn is released only after the previous turn of its session
+finishes, plus its delay. In concurrency mode released later turns go before new sessions,
+so conversations finish rather than starve, and a turn's arrival (its TTFT origin) is its
+actual dispatch.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from servesim.contract import KvEvent, PassStartEffects, Request, Submit
+from servesim.engine import Engine, EnginePassStarted
+from servesim.errors import CommandRejected, SimError
+from servesim.rank import NO_RETRY_HINT, SameTimestampRetry
+from servesim.replay.cluster import ClusterState
+from servesim.replay.routers import RoundRobinRouter, Router
+from servesim.replay.stats import RequestLog
+from servesim.replay.workload import Workload
+from servesim.sinks import FpmSink, KvEventSink, SinkError
+
+_PASS_END, _ARRIVAL, _RELEASE, _DEADLINE = 0, 1, 2, 3
+MAX_SAME_TIME_RETRIES = 64
+
+ProgressFn = Callable[[int, int, float], None]
+
+
+class ReplayError(SimError):
+    """The simulation cannot make progress (a stalled or livelocked engine)."""
+
+
+class Replayer:
+    """Replays ``workload`` through ``engines`` behind ``router``; :meth:`run` returns the log."""
+
+    def __init__(
+        self,
+        engines: Sequence[Engine],
+        workload: Workload,
+        *,
+        router: Router | None = None,
+        block_size: int = 16,
+        concurrency: int | None = None,
+        arrival_speedup_ratio: float = 1.0,
+        kv_sinks: Sequence[KvEventSink] = (),
+        fpm_sinks: Sequence[FpmSink] = (),
+        record_token_times: bool = False,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        if not engines:
+            raise ValueError("a replay needs at least one engine")
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if not arrival_speedup_ratio > 0:
+            raise ValueError(f"arrival_speedup_ratio must be > 0, got {arrival_speedup_ratio}")
+        self.engines = list(engines)
+        self.workload = workload
+        dp = self.engines[0].dp_size
+        self.router = router or RoundRobinRouter(len(self.engines), dp, block_size)
+        self.block_size = block_size
+        self.state = ClusterState(len(self.engines), dp)
+        self.concurrency = concurrency
+        self.speedup = arrival_speedup_ratio
+        self.kv_sinks = list(kv_sinks)
+        self.fpm_sinks = list(fpm_sinks)
+        self.progress = progress
+        self.turns = workload.turns()
+        self.log = RequestLog([t.input_length for t in self.turns],
+                              record_token_times=record_token_times)
+        self.session_of = [""] * len(self.turns)
+        self.next_turn = [-1] * len(self.turns)
+        for s in workload.sessions:
+            for a, b in zip(s.turns, s.turns[1:]):
+                self.next_turn[a.request_id] = b.request_id
+            for t in s.turns:
+                self.session_of[t.request_id] = s.session_id
+        self._heap: list[tuple[float, int, int, int, int]] = []
+        self._seq = 0
+        self._next_session = 0
+        self._ready: deque[int] = deque()
+        self._in_flight = 0
+        self._finished = 0
+        self._deadline_at: list[float | None] = [None] * len(self.engines)
+        self._zero_streak = [0] * len(self.engines)
+        self._countdown = [None] * len(self.engines)  # type: list[int | None]
+        self._start_busy = [False] * len(self.engines)
+        self._last_zero = [False] * len(self.engines)
+        self._last_retry = [NO_RETRY_HINT] * len(self.engines)
+        self.passes = 0
+        self.now = 0.0
+
+    # -- event queue --------------------------------------------------------------------
+
+    def _push(self, at: float, kind: int, a: int, b: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (at, self._seq, kind, a, b))
+
+    def _push_next_session(self) -> None:
+        sessions = self.workload.sessions
+        if self._next_session < len(sessions):
+            s = sessions[self._next_session]
+            at = (s.start_ms - sessions[0].start_ms) / self.speedup
+            self._next_session += 1
+            self._push(at, _ARRIVAL, s.turns[0].request_id, 1)
+
+    # -- main loop ----------------------------------------------------------------------
+
+    def run(self) -> RequestLog:
+        if self.concurrency is None:
+            self._push_next_session()
+        else:
+            self._fill(0.0)
+            self._start_passes(0.0)
+        heap = self._heap
+        total = len(self.turns)
+        reported = -1
+        steps = 0
+        while heap:
+            now = heap[0][0]
+            self.now = now
+            batch = []
+            while heap and heap[0][0] == now:
+                batch.append(heapq.heappop(heap))
+            for ev in batch:
+                if ev[2] == _PASS_END:
+                    self._complete(ev[3], ev[4], now)
+            self._internal_work(now)
+            for ev in batch:
+                kind = ev[2]
+                if kind == _ARRIVAL:
+                    if ev[4]:  # a session's first turn: queue the next session's
+                        self._push_next_session()
+                    self._submit(ev[3], now)
+                elif kind == _RELEASE:
+                    self._ready.append(ev[3])
+            if self.concurrency is not None:
+                self._fill(now)
+            self._start_passes(now)
+            steps += 1
+            if self.progress is not None and steps % 64 == 0 and self._finished != reported:
+                reported = self._finished
+                self.progress(self._finished, total, now)
+        self._check_drained()
+        if self.progress is not None:
+            self.progress(self._finished, total, self.now)
+        return self.log
+
+    def _check_drained(self) -> None:
+        stuck = [e.worker_id for e in self.engines if not e.is_drained()]
+        if stuck or self._finished != len(self.turns):
+            raise ReplayError(
+                f"simulation stalled at {self.now} ms: {len(self.turns) - self._finished} "
+                f"requests unfinished, workers not drained: {stuck}"
+            )
+
+    # -- arrivals -----------------------------------------------------------------------
+
+    def _fill(self, now: float) -> None:
+        assert self.concurrency is not None
+        sessions = self.workload.sessions
+        while self._in_flight < self.concurrency:
+            if self._ready:
+                self._submit(self._ready.popleft(), now)
+            elif self._next_session < len(sessions):
+                rid = sessions[self._next_session].turns[0].request_id
+                self._next_session += 1
+                self._submit(rid, now)
+            else:
+                return
+
+    def _submit(self, rid: int, now: float) -> None:
+        turn = self.turns[rid]
+        req = Request(rid, turn.prompt, turn.output_length)
+        router = self.router
+        hashes = turn.prompt.block_hashes(self.block_size)[0] if router.wants_block_hashes else ()
+        worker, dp = router.select(req, hashes, self.state)
+        router.routed(req, worker, dp, self.state)
+        log = self.log
+        log.arrival[rid] = now
+        log.worker[rid] = worker
+        log.dp_rank[rid] = dp
+        self._in_flight += 1
+        if self._in_flight > log.max_in_flight:
+            log.max_in_flight = self._in_flight
+        engine = self.engines[worker]
+        if not engine.pass_in_flight:
+            d = engine.next_internal_deadline_ms()
+            if d is not None and d <= now:
+                self._run_internal(worker, now)
+        try:
+            effects = engine.apply(dp, Submit(req), now)
+        except CommandRejected:
+            log.rejected[rid] = True
+            self._terminal(rid, now)
+            return
+        if effects.kv_events:
+            self._kv(worker, now, effects.kv_events)
+
+    # -- passes -------------------------------------------------------------------------
+
+    def _start_passes(self, now: float) -> None:
+        for w, engine in enumerate(self.engines):
+            if engine.pass_in_flight:
+                continue
+            d = engine.next_internal_deadline_ms()
+            if d is not None:
+                if d <= now:
+                    self._run_internal(w, now)
+                elif self._deadline_at[w] != d:
+                    self._deadline_at[w] = d
+                    self._push(d, _DEADLINE, w)
+            if not engine.is_ready():
+                continue
+            started = engine.execute_pass(now)
+            if started is None:
+                continue
+            self.passes += 1
+            self._start_busy[w] = self._start_effects(w, started, now)
+            self._last_zero[w] = started.end_ms == now
+            self._last_retry[w] = started.retry
+            self._push(started.end_ms, _PASS_END, w, started.pass_id)
+
+    def _start_effects(self, w: int, started: EnginePassStarted, now: float) -> bool:
+        busy = False
+        log = self.log
+        for rs in started.by_rank:
+            eff = rs.effects
+            for adm in eff.admissions:
+                log.admission(adm.request_id, adm.reused_input_tokens)
+            if eff.pressure_events:
+                log.num_preemptions += len(eff.pressure_events)
+            if eff.kv_events:
+                self._kv(w, now, eff.kv_events)
+            busy = busy or bool(eff.admissions or eff.pressure_events or eff.kv_events)
+        return busy
+
+    def _complete(self, w: int, pass_id: int, now: float) -> None:
+        done = self.engines[w].complete_pass(pass_id, now)
+        log, state = self.log, self.state
+        busy = self._start_busy[w]
+        for rc in done.by_rank:
+            eff = rc.effects
+            out = eff.outputs
+            if out.token_request_ids:
+                busy = True
+                for rid in log.tokens(out.token_request_ids, now):
+                    state.prefill_done(rid)
+            for rid, cached in out.cached_tokens.items():
+                if log.cached[rid] is None:
+                    log.cached[rid] = cached
+            for rid in out.rejected:
+                log.rejected[rid] = True
+            for rid in out.completed:
+                busy = True
+                self._terminal(rid, now)
+            if eff.kv_events:
+                busy = True
+                self._kv(w, now, eff.kv_events)
+            if eff.forward_pass_metrics is not None:
+                for sink in self.fpm_sinks:
+                    _publish(sink, w, now, eff.forward_pass_metrics)
+            if eff.lifecycle_events:
+                raise ReplayError(
+                    f"worker {w} emitted handoff lifecycle events; disaggregated replay is not "
+                    "supported by the aggregated driver"
+                )
+        self._livelock_guard(w, now, busy)
+
+    def _livelock_guard(self, w: int, now: float, busy: bool) -> None:
+        """aisimulate-engine.md §12 step 6: an effect-free zero-duration pass must be explained."""
+        engine = self.engines[w]
+        if busy or not self._last_zero[w]:
+            self._zero_streak[w] = 0
+            self._countdown[w] = None
+            return
+        self._zero_streak[w] += 1
+        hint = self._last_retry[w]
+        if hint.kind is SameTimestampRetry.RETRY and self._zero_streak[w] <= MAX_SAME_TIME_RETRIES:
+            return
+        if hint.kind is SameTimestampRetry.COUNTDOWN:
+            prev = self._countdown[w]
+            if prev is None or hint.remaining < prev:
+                self._countdown[w] = hint.remaining
+                return
+        if engine.waiting_for_external_command() or not engine.is_ready():
+            return
+        raise ReplayError(
+            f"worker {w}: effect-free zero-duration pass at {now} ms with "
+            f"{self._in_flight} in-flight requests remaining"
+        )
+
+    def _terminal(self, rid: int, now: float) -> None:
+        self.log.done[rid] = now
+        self.state.finish(rid)
+        self._in_flight -= 1
+        self._finished += 1
+        nxt = self.next_turn[rid]
+        if nxt >= 0:
+            at = now + self.turns[nxt].delay_ms
+            self._push(at, _ARRIVAL if self.concurrency is None else _RELEASE, nxt)
+
+    # -- internal work and events ---------------------------------------------------------
+
+    def _internal_work(self, now: float) -> None:
+        for w, engine in enumerate(self.engines):
+            if engine.pass_in_flight:
+                continue
+            d = engine.next_internal_deadline_ms()
+            if d is not None and d <= now:
+                self._run_internal(w, now)
+
+    def _run_internal(self, w: int, now: float) -> None:
+        self._deadline_at[w] = None
+        for _rank, eff in self.engines[w].process_internal_work(now):
+            self._absorb(w, eff, now)
+
+    def _absorb(self, w: int, eff: PassStartEffects, now: float) -> None:
+        for adm in eff.admissions:
+            self.log.admission(adm.request_id, adm.reused_input_tokens)
+        self.log.num_preemptions += len(eff.pressure_events)
+        if eff.kv_events:
+            self._kv(w, now, eff.kv_events)
+
+    def _kv(self, w: int, now: float, events: Sequence[KvEvent]) -> None:
+        if self.router.wants_kv_events:
+            self.router.on_kv_events(w, events)
+        for sink in self.kv_sinks:
+            _publish(sink, w, now, events)
+
+
+def _publish(sink: KvEventSink | FpmSink, w: int, now: float, payload: object) -> None:
+    try:
+        sink.publish(w, now, payload)  # type: ignore[arg-type]
+    except Exception as exc:
+        raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc

@@ -1,0 +1,164 @@
+"""The built-in ``mooncake`` trace format (Mooncake JSONL plus Dynamo's extensions).
+
+Fields (dynamo-mocker.md §9.1, ecosystem.md §1): ``timestamp`` (ms; alias ``created_time``),
+``input_length`` (alias ``input_tokens``; optional, defaults to and is clamped to
+``len(hash_ids) * trace_block_size``), ``output_length`` (alias ``output_tokens``; required),
+``hash_ids`` (required list of non-negative ints), ``session_id`` (optional; default
+``request_<line>``), ``delay`` / ``delay_ms`` (a later turn's wait after the previous turn
+finishes; forbidden on a session's first turn). A later turn without an explicit delay waits
+``timestamp - previous timestamp`` of its session when both are given, else 0. Unknown keys are
+ignored so AIPerf's superset (``messages``, ``extra``...) still loads. Blank lines are skipped.
+
+servesim requires a ``timestamp`` on every session's first turn: the reference's behaviour for
+a missing one is not specified (dynamo-mocker.md §11), and silently arriving at 0 would turn a
+typo into a burst.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from servesim.errors import TraceError
+from servesim.replay.workload import Session, Turn, Workload, make_workload
+from servesim.tokens import RepeatedBlockTokens
+
+_ALIASES = {
+    "timestamp": ("timestamp", "created_time"),
+    "input_length": ("input_length", "input_tokens"),
+    "output_length": ("output_length", "output_tokens"),
+}
+
+
+def _pick(obj: dict[str, Any], name: str) -> tuple[str, Any] | None:
+    found = [(k, obj[k]) for k in _ALIASES.get(name, (name,)) if k in obj]
+    if len(found) > 1:
+        raise ValueError(f"both {found[0][0]!r} and {found[1][0]!r} are given; use one")
+    return found[0] if found else None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _non_negative_int(key: str, v: Any) -> int:
+    if not _is_int(v) or v < 0:
+        raise ValueError(f"{key!r} must be a non-negative integer, got {v!r}")
+    return int(v)
+
+
+def _finite(key: str, v: Any, *, non_negative: bool) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{key!r} must be a finite number, got {v!r}")
+    if non_negative and v < 0:
+        raise ValueError(f"{key!r} must be >= 0, got {v!r}")
+    return float(v)
+
+
+def _hash_ids(v: Any) -> list[int]:
+    if not isinstance(v, list):
+        raise ValueError(f"'hash_ids' must be a list of integers, got {type(v).__name__}")
+    for i, h in enumerate(v):
+        if not _is_int(h) or h < 0:
+            raise ValueError(f"'hash_ids[{i}]' must be a non-negative integer, got {h!r}")
+    return v
+
+
+class _Record:
+    __slots__ = ("line", "timestamp", "input_length", "output_length", "hash_ids", "session", "delay")
+
+    def __init__(self, obj: Any, line: int) -> None:
+        if not isinstance(obj, dict):
+            raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+        self.line = line
+        hid = obj.get("hash_ids")
+        if hid is None:
+            raise ValueError("missing required field 'hash_ids'")
+        self.hash_ids = _hash_ids(hid)
+        out = _pick(obj, "output_length")
+        if out is None:
+            raise ValueError("missing required field 'output_length'")
+        self.output_length = _non_negative_int(*out)
+        inp = _pick(obj, "input_length")
+        self.input_length = None if inp is None else _non_negative_int(*inp)
+        ts = _pick(obj, "timestamp")
+        self.timestamp = None if ts is None else _finite(*ts, non_negative=False)
+        sid = obj.get("session_id")
+        if sid is not None and (isinstance(sid, bool) or not isinstance(sid, (str, int))):
+            raise ValueError(f"'session_id' must be a string or an integer, got {sid!r}")
+        self.session = None if sid is None else str(sid)
+        delays = [k for k in ("delay", "delay_ms") if k in obj]
+        if len(delays) > 1:
+            raise ValueError("both 'delay' and 'delay_ms' are given; use one")
+        self.delay = _finite(delays[0], obj[delays[0]], non_negative=True) if delays else None
+
+
+class MooncakeTrace:
+    """Reader registered as the ``mooncake`` trace format."""
+
+    @classmethod
+    def read(
+        cls, path: str, *, trace_block_size: int = 512, options: dict[str, Any] | None = None
+    ) -> Workload:
+        if trace_block_size <= 0:
+            raise TraceError(f"trace_block_size must be > 0, got {trace_block_size}", file=path)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                lines = fh.read().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TraceError(f"cannot read trace: {exc}", file=path) from None
+        return cls.parse_lines(lines, path, trace_block_size)
+
+    @classmethod
+    def parse_lines(cls, lines: list[str], path: str, trace_block_size: int) -> Workload:
+        sessions: dict[str, Session] = {}
+        last_ts: dict[str, float | None] = {}
+        rid = 0
+        for lineno, text in enumerate(lines, start=1):
+            if not text.strip():
+                continue
+            try:
+                rec = _Record(json.loads(text), lineno)
+            except json.JSONDecodeError as exc:
+                raise TraceError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path,
+                                 line=lineno) from None
+            except ValueError as exc:
+                raise TraceError(str(exc), file=path, line=lineno) from None
+            sid = rec.session if rec.session is not None else f"request_{lineno}"
+            session = sessions.get(sid)
+            try:
+                delay = _turn_delay(rec, session is None, last_ts.get(sid))
+            except ValueError as exc:
+                raise TraceError(str(exc), file=path, line=lineno) from None
+            full = len(rec.hash_ids) * trace_block_size
+            length = full if rec.input_length is None else min(rec.input_length, full)
+            prompt = RepeatedBlockTokens(rec.hash_ids, trace_block_size, length)
+            turn = Turn(rid, prompt, rec.output_length, delay, lineno)
+            rid += 1
+            if session is None:
+                session = sessions[sid] = Session(sid, rec.timestamp or 0.0)
+            session.turns.append(turn)
+            if rec.timestamp is not None:
+                last_ts[sid] = rec.timestamp
+        return make_workload(list(sessions.values()), path)
+
+
+def _turn_delay(rec: _Record, first: bool, prev_ts: float | None) -> float:
+    if first:
+        if rec.delay is not None:
+            raise ValueError("'delay' is not allowed on a session's first turn")
+        if rec.timestamp is None:
+            raise ValueError("missing required field 'timestamp' on a session's first turn")
+        return 0.0
+    if rec.delay is not None:
+        return rec.delay
+    if rec.timestamp is not None and prev_ts is not None:
+        gap = rec.timestamp - prev_ts
+        if gap < 0:
+            raise ValueError(
+                f"timestamp {rec.timestamp:g} is before the previous turn's {prev_ts:g} "
+                "and no 'delay' is given"
+            )
+        return gap
+    return 0.0

@@ -1,0 +1,205 @@
+"""The serving report: vLLM ``bench serve`` key names plus simulator extras.
+
+Definitions (dynamo-mocker.md §9.3; names per ecosystem.md §2): only admitted-and-completed
+requests count. ``ttft = first token - arrival``; ``e2el = last token - arrival``;
+``tpot = (last - first) / (n - 1)`` per request with ``n >= 2``; ``itl`` pools every gap between
+consecutive tokens of those requests. ``duration`` is the largest completion time of a
+completed request in simulated seconds (at least 1e-9). A completed request with no output
+token counts in ``completed`` but contributes no latency sample.
+
+The JSON holds no wall-clock value, so two runs of the same inputs produce identical bytes;
+wall time appears only in the printed table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from servesim.config.sections import ReportConfig
+from servesim.replay.stats import RequestLog, distribution, percentile_key
+
+_DIGITS = 6
+
+
+def _clean(value: Any) -> Any:
+    """Round floats so tiny representation noise never reaches the JSON."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        r = round(value, _DIGITS)
+        return 0.0 if r == 0 else r
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _per_request_arrays(log: RequestLog, mask: np.ndarray) -> dict[str, np.ndarray]:
+    arrival = np.asarray(log.arrival)[mask]
+    first = np.asarray(log.first)[mask]
+    last = np.asarray(log.last)[mask]
+    done = np.asarray(log.done)[mask]
+    ntok = np.asarray(log.ntok, dtype=np.int64)[mask]
+    return {"arrival": arrival, "first": first, "last": last, "done": done, "ntok": ntok}
+
+
+def _goodput(a: dict[str, np.ndarray], cfg: ReportConfig) -> np.ndarray:
+    """Per-request SLA verdicts. A request without tokens is judged by its completion time."""
+    has = a["ntok"] >= 1
+    ttft = np.where(has, a["first"] - a["arrival"], a["done"] - a["arrival"])
+    e2e = np.where(has, a["last"] - a["arrival"], a["done"] - a["arrival"])
+    good = np.ones(len(ttft), dtype=bool)
+    if cfg.sla_ttft_ms is not None:
+        good &= ttft <= cfg.sla_ttft_ms
+    if cfg.sla_e2e_ms is not None:
+        good &= e2e <= cfg.sla_e2e_ms
+    if cfg.sla_tpot_ms is not None:
+        multi = a["ntok"] >= 2
+        tpot = np.where(multi, (e2e - ttft) / np.maximum(a["ntok"] - 1, 1), 0.0)
+        good &= ~multi | (tpot <= cfg.sla_tpot_ms)
+    return good
+
+
+def build_report(
+    log: RequestLog, cfg: ReportConfig, resolved_config: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The report dict (floats rounded to 6 decimals; keys are sorted when written)."""
+    mask = log.completed_mask()
+    a = _per_request_arrays(log, mask)
+    completed = int(mask.sum())
+    n_in = int(np.asarray(log.input_length, dtype=np.int64)[mask].sum())
+    n_out = int(a["ntok"].sum())
+    duration_ms = float(a["done"].max()) if completed else 0.0
+    dur_s = max(duration_ms / 1000.0, 1e-9)
+    has = a["ntok"] >= 1
+    multi = a["ntok"] >= 2
+    ttft = (a["first"] - a["arrival"])[has]
+    e2e = (a["last"] - a["arrival"])[has]
+    tpot = ((a["last"] - a["first"])[multi]) / (a["ntok"][multi] - 1)
+    itl = np.frombuffer(log.itl, dtype=np.float64) if len(log.itl) else np.zeros(0)
+    if len(itl):
+        itl = itl[mask[np.frombuffer(log.itl_rid, dtype=np.int64)]]
+    reused = np.asarray(log.reused, dtype=np.int64)[mask].sum()
+    first_reused = np.asarray([x or 0 for x in log.first_reused], dtype=np.int64)[mask].sum()
+    pcts = list(cfg.percentiles)
+    rep: dict[str, Any] = {
+        "num_requests": log.n,
+        "completed": completed,
+        "failed": int(sum(log.rejected)),
+        "total_input_tokens": n_in,
+        "total_output_tokens": n_out,
+        "duration": duration_ms / 1000.0,
+        "duration_ms": duration_ms,
+        "request_throughput": completed / dur_s,
+        "input_throughput": n_in / dur_s,
+        "output_throughput": n_out / dur_s,
+        "total_token_throughput": (n_in + n_out) / dur_s,
+        "max_concurrent_requests": log.max_in_flight,
+        "prefix_cache_hit_rate": float(reused / n_in) if n_in else 0.0,
+        "first_admission_prefix_cache_hit_rate": float(first_reused / n_in) if n_in else 0.0,
+        "num_preemptions": log.num_preemptions,
+        "percentiles": pcts,
+    }
+    for name, vals in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2e)):
+        rep.update(distribution(name, vals, pcts))
+    rep.update(_goodput_keys(a, cfg, dur_s))
+    rep["config"] = resolved_config if resolved_config is not None else {}
+    return _clean(rep)
+
+
+def _goodput_keys(a: dict[str, np.ndarray], cfg: ReportConfig, dur_s: float) -> dict[str, Any]:
+    slas = {"ttft_ms": cfg.sla_ttft_ms, "tpot_ms": cfg.sla_tpot_ms, "e2el_ms": cfg.sla_e2e_ms}
+    if all(v is None for v in slas.values()):
+        return {"request_goodput": None, "goodput_completed": None,
+                "goodput_output_throughput": None, "sla": None}
+    good = _goodput(a, cfg)
+    return {
+        "request_goodput": int(good.sum()) / dur_s,
+        "goodput_completed": int(good.sum()),
+        "goodput_output_throughput": int(a["ntok"][good].sum()) / dur_s,
+        "sla": {k: v for k, v in slas.items() if v is not None},
+    }
+
+
+def dumps(report: dict[str, Any]) -> str:
+    """Deterministic JSON text: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(report, sort_keys=True, indent=2, allow_nan=False) + "\n"
+
+
+def per_request_lines(log: RequestLog, session_ids: Sequence[str] | None = None) -> Iterable[str]:
+    """One JSON object per request, sorted by (arrival, request id)."""
+    order = sorted(range(log.n), key=lambda r: (log.arrival[r], r))
+    for rid in order:
+        first = log.first[rid]
+        rec: dict[str, Any] = {
+            "request_id": rid,
+            "arrival_ms": log.arrival[rid],
+            "first_token_ms": first if first >= 0 else None,
+            "completion_ms": log.done[rid] if log.done[rid] >= 0 else None,
+            "num_output_tokens": log.ntok[rid],
+            "input_length": log.input_length[rid],
+            "worker": log.worker[rid],
+            "dp_rank": log.dp_rank[rid],
+            "cached_tokens": log.cached_tokens(rid),
+            "reused_input_tokens": log.reused[rid],
+            "rejected": log.rejected[rid],
+            "ttft_ms": first - log.arrival[rid] if first >= 0 else None,
+            "e2el_ms": log.last[rid] - log.arrival[rid] if first >= 0 else None,
+        }
+        if session_ids is not None:
+            rec["session_id"] = session_ids[rid]
+        if log.token_times is not None:
+            rec["token_times_ms"] = log.token_times[rid]
+        yield json.dumps(_clean(rec), sort_keys=True)
+
+
+def format_table(report: dict[str, Any], wall_s: float | None = None) -> str:
+    """An aligned plain-text table in the layout of ``vllm bench serve``'s console summary."""
+    rows: list[tuple[str, Any]] = [
+        ("Successful requests", report["completed"]),
+        ("Failed (rejected) requests", report["failed"]),
+        ("Simulated duration (s)", report["duration"]),
+    ]
+    if wall_s is not None:
+        rows.append(("Wall time (s)", wall_s))
+    rows += [
+        ("Total input tokens", report["total_input_tokens"]),
+        ("Total generated tokens", report["total_output_tokens"]),
+        ("Request throughput (req/s)", report["request_throughput"]),
+        ("Output token throughput (tok/s)", report["output_throughput"]),
+        ("Total token throughput (tok/s)", report["total_token_throughput"]),
+        ("Prefix cache hit rate", report["prefix_cache_hit_rate"]),
+        ("Preemptions", report["num_preemptions"]),
+    ]
+    if report.get("goodput_completed") is not None:
+        rows.append(("Good requests (SLA)", report["goodput_completed"]))
+        rows.append(("Request goodput (req/s)", report["request_goodput"]))
+    titles = {"ttft": "Time to First Token", "tpot": "Time per Output Token (excl. 1st token)",
+              "itl": "Inter-token Latency", "e2el": "End-to-end Latency"}
+    sections: list[tuple[str, list[tuple[str, Any]]]] = [("Serving Benchmark Result", rows)]
+    for m, title in titles.items():
+        sec = [(f"Mean {m.upper()} (ms)", report[f"mean_{m}_ms"]),
+               (f"Median {m.upper()} (ms)", report[f"median_{m}_ms"])]
+        for p in report.get("percentiles", []):
+            k = percentile_key(p)
+            sec.append((f"{k.upper()} {m.upper()} (ms)", report[f"{k}_{m}_ms"]))
+        sections.append((title, sec))
+    return _render(sections)
+
+
+def _render(sections: list[tuple[str, list[tuple[str, Any]]]]) -> str:
+    width = 60
+    lines: list[str] = []
+    for title, rows in sections:
+        lines.append(f"{' ' + title + ' ':=^{width}}" if not lines else f"{title:-^{width}}")
+        for label, value in rows:
+            text = f"{value:.2f}" if isinstance(value, float) else str(value)
+            lines.append(f"{label + ':':<{width - 14}}{text:>14}")
+    lines.append("=" * width)
+    return "\n".join(lines) + "\n"

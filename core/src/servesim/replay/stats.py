@@ -1,0 +1,120 @@
+"""Per-request records and the statistics the report is built from.
+
+The collector keeps one slot per request in flat lists indexed by request id (request ids are
+dense) and pools inter-token gaps in compact ``array('d')`` buffers, so recording a token is a
+few list stores, never an object (DESIGN.md §7). Full per-request token-time lists exist only
+when the per-request report is asked for.
+
+Definitions follow dynamo-mocker.md §9.3: percentiles are the element at rank
+``round((n-1)*p/100)`` of the sorted values (nearest rank, half away from zero, no
+interpolation); ``std`` is the population standard deviation.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+
+def nearest_rank_index(n: int, p: float) -> int:
+    """Index into ``n`` sorted values for percentile ``p`` (0..100)."""
+    return min(n - 1, max(0, math.floor((n - 1) * p / 100.0 + 0.5)))
+
+
+def percentile(sorted_values: Sequence[float] | np.ndarray, p: float) -> float:
+    n = len(sorted_values)
+    if n == 0:
+        return 0.0
+    return float(sorted_values[nearest_rank_index(n, p)])
+
+
+def percentile_key(p: float) -> str:
+    """``99`` → ``p99``, ``99.9`` → ``p99.9`` (vLLM's key formatting, ecosystem.md §2)."""
+    return f"p{int(p)}" if float(p).is_integer() else f"p{p:g}"
+
+
+def distribution(name: str, values: np.ndarray, percentiles: Iterable[float]) -> dict[str, float]:
+    """``mean_/median_/std_/max_/pNN_<name>_ms``; zeros when there is no sample (vLLM)."""
+    vals = np.sort(np.asarray(values, dtype=np.float64))
+    n = len(vals)
+    out = {
+        f"mean_{name}_ms": float(vals.mean()) if n else 0.0,
+        f"median_{name}_ms": percentile(vals, 50.0),
+        f"std_{name}_ms": float(vals.std()) if n else 0.0,
+        f"max_{name}_ms": float(vals[-1]) if n else 0.0,
+    }
+    for p in percentiles:
+        out[f"{percentile_key(p)}_{name}_ms"] = percentile(vals, p)
+    return out
+
+
+class RequestLog:
+    """What every request saw. Times are simulated ms; ``-1.0`` means "not yet"."""
+
+    def __init__(
+        self, input_lengths: Sequence[int], *, record_token_times: bool = False
+    ) -> None:
+        n = len(input_lengths)
+        self.n = n
+        self.input_length = list(input_lengths)
+        self.arrival = [-1.0] * n
+        self.first = [-1.0] * n
+        self.last = [-1.0] * n
+        self.ntok = [0] * n
+        self.done = [-1.0] * n
+        self.worker = [-1] * n
+        self.dp_rank = [-1] * n
+        self.cached: list[int | None] = [None] * n
+        self.reused = [0] * n
+        self.first_reused: list[int | None] = [None] * n
+        self.rejected = [False] * n
+        self.itl = array("d")
+        self.itl_rid = array("q")
+        self.token_times: list[list[float]] | None = (
+            [[] for _ in range(n)] if record_token_times else None
+        )
+        self.num_preemptions = 0
+        self.max_in_flight = 0
+
+    # -- recording (hot path) ----------------------------------------------------------
+
+    def tokens(self, rids: Sequence[int], now: float) -> list[int]:
+        """Record one pass's emitted tokens at ``now``; returns ids that got their first token."""
+        first, last, ntok = self.first, self.last, self.ntok
+        itl_append, rid_append = self.itl.append, self.itl_rid.append
+        firsts = []
+        for rid in rids:
+            if first[rid] < 0.0:
+                first[rid] = now
+                firsts.append(rid)
+            else:
+                itl_append(now - last[rid])
+                rid_append(rid)
+            last[rid] = now
+            ntok[rid] += 1
+        if self.token_times is not None:
+            tt = self.token_times
+            for rid in rids:
+                tt[rid].append(now)
+        return firsts
+
+    def admission(self, rid: int, reused: int) -> None:
+        self.reused[rid] += reused
+        if self.first_reused[rid] is None:
+            self.first_reused[rid] = reused
+
+    # -- views -------------------------------------------------------------------------
+
+    def completed_mask(self) -> np.ndarray:
+        """Admitted-and-completed requests: finished and not rejected (reference §9.3)."""
+        done = np.asarray(self.done)
+        return (done >= 0.0) & ~np.asarray(self.rejected, dtype=bool)
+
+    def cached_tokens(self, rid: int) -> int:
+        c = self.cached[rid]
+        if c is None:
+            c = self.first_reused[rid]
+        return 0 if c is None else c

@@ -1,0 +1,82 @@
+"""The workload model every trace reader and generator produces.
+
+A workload is a list of *sessions*; each session is one or more *turns* (requests). The first
+turn of a session arrives at its timestamp; a later turn is released only after the previous
+turn of its session finishes, plus that turn's delay (dynamo-mocker.md §9.1-§9.2). Requests
+carry lazy prompts (:class:`servesim.tokens.TokenSeq`) so a 100k-request trace never
+materialises its tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from attrs import define, field, frozen
+
+from servesim.tokens import TokenSeq
+
+
+@define(slots=True)
+class Turn:
+    """One request of a session. ``delay_ms`` is 0 for a first turn."""
+
+    request_id: int
+    prompt: TokenSeq
+    output_length: int
+    delay_ms: float = 0.0
+    line: int | None = None
+
+    @property
+    def input_length(self) -> int:
+        return len(self.prompt)
+
+
+@define(slots=True)
+class Session:
+    """Turns in order; ``start_ms`` is the first turn's raw (not yet rebased) timestamp."""
+
+    session_id: str
+    start_ms: float
+    turns: list[Turn] = field(factory=list)
+
+
+@frozen
+class Workload:
+    """Sessions sorted by ``(start_ms, first request id)``; request ids are dense ``0..n-1``."""
+
+    sessions: tuple[Session, ...]
+    source: str = "<workload>"
+
+    @property
+    def num_requests(self) -> int:
+        return sum(len(s.turns) for s in self.sessions)
+
+    def turns(self) -> list[Turn]:
+        """Every turn, indexed by request id."""
+        out: list[Turn | None] = [None] * self.num_requests
+        for s in self.sessions:
+            for t in s.turns:
+                out[t.request_id] = t
+        return out  # type: ignore[return-value]
+
+
+def make_workload(sessions: Sequence[Session], source: str) -> Workload:
+    """Sort sessions by first-turn time, then by first request id (file order)."""
+    ordered = sorted(
+        (s for s in sessions if s.turns), key=lambda s: (s.start_ms, s.turns[0].request_id)
+    )
+    return Workload(tuple(ordered), source)
+
+
+class TraceFormat(Protocol):
+    """What a ``trace_format`` plugin registers: a class with ``read``.
+
+    ``read(path, trace_block_size=..., options=...)`` returns a :class:`Workload` and raises
+    :class:`servesim.errors.TraceError` naming the file and line of any malformed record.
+    """
+
+    @classmethod
+    def read(
+        cls, path: str, *, trace_block_size: int, options: dict[str, Any] | None = None
+    ) -> Workload: ...

@@ -1,0 +1,196 @@
+"""The Replayer against the toy rank (FixedTiming prefill 10 ms, decode 1 ms)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from replay_toy import ToyRank, make_factory
+
+from servesim.config.sections import ReportConfig
+from servesim.contract import EMPTY_START, CommandEffects, CommandResult, OutputBatch, PassCompletionEffects
+from servesim.rank import RankPass
+from servesim.replay.cluster import build_engines
+from servesim.replay.driver import Replayer, ReplayError
+from servesim.replay.mooncake import MooncakeTrace
+from servesim.replay.report import build_report, dumps, per_request_lines
+from servesim.replay.routers import KvRouter
+from servesim.sinks import FpmSink, KvEventSink
+
+
+def trace(*records: dict) -> object:
+    return MooncakeTrace.parse_lines([json.dumps(r) for r in records], "t.jsonl", 4)
+
+
+def rec(ts, hash_ids, out, **kw) -> dict:
+    return {"timestamp": ts, "hash_ids": hash_ids, "output_length": out, **kw}
+
+
+def replay(workload, workers=1, factory=None, **kw) -> Replayer:
+    factory = factory or make_factory()
+    r = Replayer(build_engines(factory.build, workers), workload, block_size=4, **kw)
+    r.run()
+    return r
+
+
+def test_single_request_token_times():
+    r = replay(trace(rec(0, [1, 2], 3)))
+    log = r.log
+    # prefill pass 0→10 emits token 1; decode passes end at 11 and 12.
+    assert (log.arrival[0], log.first[0], log.last[0], log.done[0]) == (0.0, 10.0, 12.0, 12.0)
+    assert log.ntok[0] == 3
+    assert list(log.itl) == [1.0, 1.0]
+    assert r.passes == 3
+
+
+def test_arrival_mid_pass_waits_for_boundary():
+    r = replay(trace(rec(0, [1], 2), rec(5, [2], 1)))
+    log = r.log
+    # request 1 arrives during request 0's prefill (0→10); its prefill runs 10→20.
+    assert log.first[1] == 20.0 and log.done[1] == 20.0
+    # request 0 decodes in the same pass as request 1's prefill.
+    assert log.last[0] == 20.0
+
+
+def test_arrival_speedup_divides_rebased_timestamps():
+    wl = trace(rec(1000, [1], 1), rec(3000, [2], 1), rec(5000, [3], 1))
+    r = replay(wl, arrival_speedup_ratio=2.0)
+    assert r.log.arrival == [0.0, 1000.0, 2000.0]
+
+
+def test_session_turn_released_after_completion_plus_delay():
+    wl = trace(
+        rec(0, [1], 2, session_id="a"),
+        {"hash_ids": [1, 2], "output_length": 1, "session_id": "a", "delay": 7},
+        rec(100, [9], 1),
+    )
+    r = replay(wl)
+    log = r.log
+    assert log.done[0] == 11.0  # prefill 0→10, decode 10→11
+    assert log.arrival[1] == 18.0
+    # a turn without explicit delay uses the timestamp gap to the previous turn
+    wl2 = trace(rec(0, [1], 1, session_id="s"), rec(30, [1, 2], 1, session_id="s"))
+    r2 = replay(wl2)
+    assert r2.log.arrival[1] == r2.log.done[0] + 30.0
+
+
+def test_concurrency_mode_keeps_n_in_flight():
+    wl = trace(rec(0, [1], 2), rec(0, [2], 2), rec(500, [3], 2))
+    r = replay(wl, concurrency=1)
+    log = r.log
+    # timestamps are ignored; each request starts when the previous finishes
+    assert log.arrival == [0.0, 11.0, 22.0]
+    assert log.max_in_flight == 1
+    r2 = replay(wl, concurrency=2)
+    assert r2.log.arrival[:2] == [0.0, 0.0] and r2.log.max_in_flight == 2
+
+
+def test_round_robin_order_across_workers():
+    wl = trace(*[rec(i, [i + 1], 1) for i in range(5)])
+    r = replay(wl, workers=2)
+    assert r.log.worker == [0, 1, 0, 1, 0]
+
+
+def test_kv_router_picks_worker_holding_prefix_and_balances_when_equal():
+    f = make_factory(kv_events=True)
+    engines = build_engines(f.build, 3)
+    wl = trace(
+        rec(0, [1, 2, 3], 1),        # -> worker 0 (all equal, rotation starts at 0)
+        rec(100, [7, 8], 1),         # -> worker 1 (equal, rotation moved on)
+        rec(200, [9], 1),            # -> worker 2
+        rec(300, [1, 2, 3, 4], 1),   # shares 3 blocks with request 0 -> worker 0
+        rec(400, [7, 8, 5], 1),      # shares 2 blocks with request 1 -> worker 1
+    )
+    router = KvRouter(3, 1, 4)
+    r = Replayer(engines, wl, router=router, block_size=4)
+    r.run()
+    assert r.log.worker == [0, 1, 2, 0, 1]
+    assert r.log.reused[3] == 12 and r.log.reused[4] == 8
+
+
+def test_kv_router_prefers_less_loaded_worker_without_overlap():
+    f = make_factory(prefill_ms=50.0, kv_events=True)
+    engines = build_engines(f.build, 2)
+    wl = trace(rec(0, [1, 2, 3, 4], 5), rec(1, [5], 5), rec(2, [6, 7], 5))
+    r = Replayer(engines, wl, router=KvRouter(2, 1, 4), block_size=4)
+    r.run()
+    # request 2 arrives while 0 (4 blocks) and 1 (1 block) are prefilling: worker 1 is cheaper
+    assert r.log.worker == [0, 1, 1]
+
+
+def test_kv_router_forgets_removed_blocks():
+    f = make_factory(kv_events=True)
+    engines = build_engines(f.build, 2)
+    router = KvRouter(2, 1, 4)
+    wl = trace(rec(0, [1, 2], 1))
+    Replayer(engines, wl, router=router, block_size=4).run()
+    assert len(router.index) == 2
+    router.on_kv_events(0, [engines[0].ranks[0].evict()])
+    assert len(router.index) == 0
+
+
+class _Collect(KvEventSink, FpmSink):
+    def __init__(self) -> None:
+        self.kv: list = []
+        self.fpm: list = []
+
+    def publish(self, worker_id, at_ms, payload) -> None:
+        if isinstance(payload, (list, tuple)):
+            self.kv.append((worker_id, at_ms, [e.event_id for e in payload]))
+        else:
+            self.fpm.append((worker_id, at_ms, payload.num_prefill_requests))
+
+
+def test_sinks_receive_kv_events_and_fpms_in_order():
+    sink = _Collect()
+    f = make_factory(kv_events=True, fpm=True)
+    wl = trace(rec(0, [1, 2], 2), rec(50, [3], 1))
+    r = Replayer(build_engines(f.build, 1), wl, block_size=4, kv_sinks=[sink], fpm_sinks=[sink])
+    r.run()
+    assert sink.kv == [(0, 10.0, [0]), (0, 60.0, [1])]
+    assert sink.fpm == [(0, 10.0, 1), (0, 11.0, 0), (0, 60.0, 1)]
+
+
+def test_rejected_requests_count_as_failed_and_release_next_turn():
+    f = make_factory(max_model_len=8)
+    wl = trace(rec(0, [1, 2, 3], 2, session_id="s"), {"hash_ids": [1], "output_length": 1,
+                                                       "session_id": "s", "delay": 1})
+    r = replay(wl, factory=f)
+    assert r.log.rejected == [True, False]
+    assert r.log.arrival[1] == 1.0  # rejected at the first boundary (0 ms), then +1 ms delay
+    rep = build_report(r.log, ReportConfig())
+    assert rep["failed"] == 1 and rep["completed"] == 1
+
+
+def test_determinism_identical_json_bytes():
+    def once() -> str:
+        wl = trace(*[rec(i * 3, [i % 3, 10 + i], 1 + i % 4) for i in range(30)])
+        r = Replayer(build_engines(make_factory(kv_events=True).build, 3), wl,
+                     router=KvRouter(3, 1, 4), block_size=4, record_token_times=True)
+        r.run()
+        return dumps(build_report(r.log, ReportConfig(), {"x": 1})) + "".join(per_request_lines(r.log))
+
+    assert once() == once()
+
+
+class _Spinner(ToyRank):
+    """Ready forever, but every pass is zero-duration and effect-free."""
+
+    def is_ready(self) -> bool:
+        return True
+
+    def execute_pass(self, now_ms):
+        return RankPass(now_ms, EMPTY_START, None)
+
+    def complete_pass(self, pending, end_ms):
+        return PassCompletionEffects(outputs=OutputBatch())
+
+    def apply(self, command, ctx, pending):
+        return CommandEffects(CommandResult.submitted(0))
+
+
+def test_livelock_guard_names_in_flight_requests():
+    f = make_factory(rank_class=_Spinner)
+    r = Replayer(build_engines(f.build, 1), trace(rec(0, [1], 1)), block_size=4)
+    with pytest.raises(ReplayError, match="effect-free zero-duration pass .* 1 in-flight"):
+        r.run()
