@@ -1,0 +1,215 @@
+"""Built-in sinks: ``memory`` (keeps everything in lists, for tests and notebooks) and
+``jsonl`` (one JSON object per line), each for KV events and for forward-pass metrics.
+
+JSONL shapes (one object per event; keys in this order):
+
+KV events — the identity of the event, then its data in a vLLM/Dynamo-like shape::
+
+    {"worker": 0, "dp_rank": 0, "at_ms": 12.5, "event_id": 3, "type": "BlockStored",
+     "block_hashes": [..], "parent_block_hash": 123 | null, "tokens_hashes": [..],
+     "token_ids": [..] (only when the rank materialised block tokens; flattened like vLLM),
+     "start_position": 0 (only when the rank reported one)}
+    {"worker": 0, "dp_rank": 0, "at_ms": 12.5, "event_id": 4, "type": "BlockRemoved",
+     "block_hashes": [..]}
+    {"worker": 0, "dp_rank": 0, "at_ms": 12.5, "event_id": 5, "type": "AllBlocksCleared"}
+
+``block_hashes`` are sequence-aware (chained) hashes and ``tokens_hashes`` the token-only
+local hashes (dynamo-mocker.md §3.1), so a router can index either.
+
+Forward-pass metrics — ``{"worker", "dp_rank", "at_ms", "type": "ForwardPassMetrics"}``
+followed by every :class:`~servesim.contract.ForwardPassMetrics` field except the two
+identity fields already given.
+
+Errors never pass silently (sinks.py): any failure while opening, writing or closing is a
+:class:`~servesim.sinks.SinkError` naming the sink and its file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import attrs
+from attrs import field, frozen, validators
+
+from servesim.contract import (
+    ClearedBlocks,
+    ForwardPassMetrics,
+    KvEvent,
+    RemovedBlocks,
+    StoredBlocks,
+)
+from servesim.sinks import FpmSink, KvEventSink, SinkError
+
+
+@frozen
+class JsonlSinkConfig:
+    """``path``: the file to write (created or truncated; parent folders are created)."""
+
+    path: str = field(validator=validators.instance_of(str))
+
+
+# --------------------------------------------------------------------------- memory
+
+
+class MemoryKvEventSink(KvEventSink):
+    """Keeps ``(worker_id, at_ms, event)`` in :attr:`events`, in publication order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[int, float, KvEvent]] = []
+        self.closed = False
+
+    def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
+        if self.closed:
+            raise SinkError("memory kv-event sink: publish after close")
+        self.events.extend((worker_id, at_ms, e) for e in events)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class MemoryFpmSink(FpmSink):
+    """Keeps ``(worker_id, at_ms, metrics)`` in :attr:`metrics`, in publication order."""
+
+    def __init__(self) -> None:
+        self.metrics: list[tuple[int, float, ForwardPassMetrics]] = []
+        self.closed = False
+
+    def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
+        if self.closed:
+            raise SinkError("memory fpm sink: publish after close")
+        self.metrics.append((worker_id, at_ms, metrics))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+# --------------------------------------------------------------------------- jsonl
+
+
+class _JsonlWriter:
+    """A buffered line writer whose every failure is a SinkError naming ``label``."""
+
+    def __init__(self, label: str, config: JsonlSinkConfig) -> None:
+        self.name = f"jsonl {label} sink {config.path!r}"
+        self._fh: IO[str] | None = None
+        try:
+            path = Path(config.path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = path.open("w", encoding="utf-8")
+        except OSError as exc:
+            raise SinkError(f"{self.name}: cannot open: {exc}") from exc
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        if self._fh is None:
+            raise SinkError(f"{self.name}: publish after close")
+        try:
+            self._fh.write("".join(json.dumps(r, allow_nan=False) + "\n" for r in records))
+        except (OSError, ValueError, TypeError) as exc:
+            raise SinkError(f"{self.name}: cannot write: {exc}") from exc
+
+    def close(self) -> None:
+        fh, self._fh = self._fh, None
+        if fh is None:
+            return
+        try:
+            fh.close()
+        except OSError as exc:
+            raise SinkError(f"{self.name}: cannot close: {exc}") from exc
+
+
+def kv_event_record(worker_id: int, at_ms: float, event: KvEvent) -> dict[str, Any]:
+    """The JSON object written for one KV event (see the module docs)."""
+    rec: dict[str, Any] = {
+        "worker": worker_id,
+        "dp_rank": event.dp_rank,
+        "at_ms": at_ms,
+        "event_id": event.event_id,
+    }
+    data = event.data
+    if isinstance(data, StoredBlocks):
+        rec["type"] = "BlockStored"
+        rec["block_hashes"] = [b.block_hash for b in data.blocks]
+        rec["parent_block_hash"] = data.parent_hash
+        rec["tokens_hashes"] = [b.tokens_hash for b in data.blocks]
+        if data.blocks and all(b.token_ids is not None for b in data.blocks):
+            rec["token_ids"] = [t for b in data.blocks for t in b.token_ids]  # type: ignore[union-attr]
+        if data.start_position is not None:
+            rec["start_position"] = data.start_position
+    elif isinstance(data, RemovedBlocks):
+        rec["type"] = "BlockRemoved"
+        rec["block_hashes"] = list(data.block_hashes)
+    elif isinstance(data, ClearedBlocks):
+        rec["type"] = "AllBlocksCleared"
+    else:
+        raise TypeError(f"unknown KV event data {type(data).__name__}")
+    return rec
+
+
+_FPM_FIELDS = tuple(
+    f.name for f in attrs.fields(ForwardPassMetrics) if f.name not in ("worker_id", "dp_rank")
+)
+
+
+def fpm_record(worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> dict[str, Any]:
+    """The JSON object written for one forward pass (see the module docs)."""
+    rec: dict[str, Any] = {
+        "worker": worker_id,
+        "dp_rank": metrics.dp_rank,
+        "at_ms": at_ms,
+        "type": "ForwardPassMetrics",
+    }
+    for name in _FPM_FIELDS:
+        rec[name] = getattr(metrics, name)
+    return rec
+
+
+class JsonlKvEventSink(KvEventSink):
+    """Writes each KV event as one JSON line."""
+
+    config_class = JsonlSinkConfig
+
+    def __init__(self, config: JsonlSinkConfig) -> None:
+        self._out = _JsonlWriter("kv-event", config)
+
+    def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
+        try:
+            records = [kv_event_record(worker_id, at_ms, e) for e in events]
+        except (TypeError, AttributeError) as exc:
+            raise SinkError(f"{self._out.name}: {exc}") from exc
+        self._out.write(records)
+
+    def close(self) -> None:
+        self._out.close()
+
+
+class JsonlFpmSink(FpmSink):
+    """Writes each forward pass's metrics as one JSON line."""
+
+    config_class = JsonlSinkConfig
+
+    def __init__(self, config: JsonlSinkConfig) -> None:
+        self._out = _JsonlWriter("fpm", config)
+
+    def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
+        try:
+            record = fpm_record(worker_id, at_ms, metrics)
+        except AttributeError as exc:
+            raise SinkError(f"{self._out.name}: {exc}") from exc
+        self._out.write([record])
+
+    def close(self) -> None:
+        self._out.close()
+
+
+__all__ = [
+    "JsonlFpmSink",
+    "JsonlKvEventSink",
+    "JsonlSinkConfig",
+    "MemoryFpmSink",
+    "MemoryKvEventSink",
+    "fpm_record",
+    "kv_event_record",
+]
