@@ -1,0 +1,124 @@
+"""Report math on hand-computed cases (dynamo-mocker.md §9.3 definitions)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from servesim.config.sections import ReportConfig
+from servesim.replay.report import build_report, dumps, format_table, per_request_lines
+from servesim.replay.stats import RequestLog, percentile, percentile_key
+
+
+def small_log(record_token_times: bool = False) -> RequestLog:
+    log = RequestLog([100, 50, 30, 70], record_token_times=record_token_times)
+    log.arrival[:] = [0.0, 5.0, 10.0, 1.0]
+    log.tokens([0], 10.0)
+    log.tokens([0], 12.0)
+    log.tokens([1], 25.0)
+    log.tokens([0], 16.0)
+    log.tokens([2], 30.0)
+    log.tokens([2], 31.0)
+    log.done[:] = [16.0, 25.0, 40.0, 3.0]
+    log.rejected[3] = True
+    log.admission(0, 50)
+    log.admission(2, 10)
+    log.admission(2, 4)  # re-admission after a preemption adds to the reused total
+    log.num_preemptions = 1
+    return log
+
+
+def test_counts_throughput_and_duration():
+    rep = build_report(small_log(), ReportConfig())
+    assert rep["completed"] == 3 and rep["failed"] == 1 and rep["num_requests"] == 4
+    assert rep["total_input_tokens"] == 180 and rep["total_output_tokens"] == 6
+    assert rep["duration"] == 0.04 and rep["duration_ms"] == 40.0
+    assert rep["request_throughput"] == pytest.approx(75.0)
+    assert rep["output_throughput"] == pytest.approx(150.0)
+    assert rep["total_token_throughput"] == pytest.approx(4650.0)
+    assert rep["prefix_cache_hit_rate"] == round(64 / 180, 6)
+    assert rep["first_admission_prefix_cache_hit_rate"] == round(60 / 180, 6)
+    assert rep["num_preemptions"] == 1
+
+
+def test_latency_distributions():
+    rep = build_report(small_log(), ReportConfig())
+    # ttft = [10, 20, 20]
+    assert rep["mean_ttft_ms"] == round(50 / 3, 6)
+    assert rep["median_ttft_ms"] == 20.0 and rep["p90_ttft_ms"] == 20.0
+    assert rep["std_ttft_ms"] == round(math.sqrt(200 / 9), 6)
+    # tpot per request with >= 2 tokens: r0 (16-10)/2 = 3, r2 (31-30)/1 = 1
+    assert rep["mean_tpot_ms"] == 2.0 and rep["std_tpot_ms"] == 1.0
+    assert rep["median_tpot_ms"] == 3.0  # rank round(0.5) = 1, half away from zero
+    # itl pooled gaps: r0 [2, 4], r2 [1]
+    assert rep["mean_itl_ms"] == round(7 / 3, 6)
+    assert rep["median_itl_ms"] == 2.0 and rep["p99_itl_ms"] == 4.0 and rep["max_itl_ms"] == 4.0
+    assert rep["std_itl_ms"] == round(math.sqrt(14 / 9), 6)
+    # e2el = last token - arrival: [16, 20, 21]
+    assert rep["mean_e2el_ms"] == 19.0 and rep["p50_e2el_ms"] == 20.0
+    assert rep["request_goodput"] is None and rep["goodput_completed"] is None
+
+
+@pytest.mark.parametrize(
+    ("sla", "good"),
+    [
+        ({"sla_ttft_ms": 15.0}, 1),
+        ({"sla_tpot_ms": 2.0}, 2),  # r0 fails (3 ms); r1 has one token so tpot is skipped
+        ({"sla_e2e_ms": 20.0}, 2),  # r2 fails (21 ms)
+        ({"sla_ttft_ms": 25.0, "sla_tpot_ms": 2.0, "sla_e2e_ms": 20.0}, 1),
+    ],
+)
+def test_goodput(sla, good):
+    rep = build_report(small_log(), ReportConfig(**sla))
+    assert rep["goodput_completed"] == good
+    assert rep["request_goodput"] == pytest.approx(good / 0.04)
+
+
+def test_nearest_rank_percentiles():
+    vals = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert percentile(vals, 50) == 4.0  # (6-1)*0.5 = 2.5 rounds up, not to even
+    assert percentile(vals, 0) == 1.0 and percentile(vals, 100) == 6.0
+    assert percentile(list(range(101)), 99) == 99
+    assert percentile([], 99) == 0.0
+    assert percentile_key(99) == "p99" and percentile_key(99.9) == "p99.9"
+    rep = build_report(small_log(), ReportConfig(percentiles=(99.9, 25.0)))
+    assert rep["p99.9_ttft_ms"] == 20.0 and rep["p25_ttft_ms"] == 20.0  # rank round(0.5)=1
+    assert "p99_ttft_ms" not in rep
+
+
+def test_zero_output_request_counts_without_samples():
+    log = RequestLog([10])
+    log.arrival[0] = 0.0
+    log.done[0] = 5.0
+    rep = build_report(log, ReportConfig())
+    assert rep["completed"] == 1 and rep["total_output_tokens"] == 0
+    assert rep["mean_ttft_ms"] == 0.0 and rep["duration_ms"] == 5.0
+
+
+def test_json_is_sorted_and_stable():
+    rep = build_report(small_log(), ReportConfig(), {"engine": {"backend": "toy"}})
+    text = dumps(rep)
+    assert text == dumps(json.loads(text))
+    assert list(json.loads(text)) == sorted(json.loads(text))
+    assert json.loads(text)["config"] == {"engine": {"backend": "toy"}}
+
+
+def test_per_request_lines_sorted_by_arrival_with_token_times():
+    log = small_log(record_token_times=True)
+    log.worker[:] = [0, 1, 0, 1]
+    lines = [json.loads(x) for x in per_request_lines(log, ["a", "b", "c", "d"])]
+    assert [x["request_id"] for x in lines] == [0, 3, 1, 2]
+    assert lines[0]["token_times_ms"] == [10.0, 12.0, 16.0]
+    assert lines[0]["ttft_ms"] == 10.0 and lines[0]["session_id"] == "a"
+    assert lines[1]["rejected"] is True and lines[1]["first_token_ms"] is None
+
+
+def test_table_has_every_section():
+    table = format_table(build_report(small_log(), ReportConfig(sla_ttft_ms=15.0)), wall_s=1.5)
+    for label in ("Successful requests:", "Mean TTFT (ms):", "P99 ITL (ms):", "Median E2EL (ms):",
+                  "Good requests (SLA):", "Wall time (s):"):
+        assert label in table
+    widths = {len(line) for line in table.splitlines()}
+    assert widths == {60}
