@@ -218,7 +218,9 @@ class Plugins:
         try:
             return self.registries()[kind]
         except KeyError:
-            raise PluginError(f"unknown plugin kind {kind!r}; kinds: {', '.join(HOOK_KINDS.values())}") from None
+            raise PluginError(
+                f"unknown plugin kind {kind!r}; kinds: {', '.join(HOOK_KINDS.values())}"
+            ) from None
 
     # One typed accessor per hook, so call sites are checked (tox ``plugin/manager.py``).
     def backends(self) -> Registry:
@@ -258,7 +260,7 @@ class Plugins:
     def _fill(self, hook_name: str, registry: Registry) -> None:
         pm = self.pm
         implementers = self._ordered_plugins(hook_name)
-        for name, plugin in implementers:
+        for name, _plugin in implementers:
             others = [p for n, p in implementers if n != name]
             registry._set_source(name, str(pm.distribution_of(name)))
             caller = pm.subset_hook_caller(hook_name, remove_plugins=others)

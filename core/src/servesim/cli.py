@@ -1,0 +1,177 @@
+"""The ``servesim`` command: ``run`` (the default), ``validate`` and ``plugins``.
+
+Every :class:`~servesim.errors.UserError` is caught here, at the edge, and printed as one line
+``servesim: error: <message>`` with exit status 2 and no traceback (style-anchors.md rule 10,
+after pytest's ``UsageError`` → ``ExitCode.USAGE_ERROR``). Anything else is a bug and keeps
+its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from servesim.errors import UserError
+
+PROG = "servesim"
+
+
+def _version() -> str:
+    from servesim.plugins import servesim_version
+
+    return servesim_version()
+
+
+def _cli_run() -> ModuleType | None:
+    """The replay command's module, or None while it is not installed."""
+    try:
+        import servesim.cli_run as module
+    except ModuleNotFoundError as exc:
+        if exc.name != "servesim.cli_run":
+            raise
+        return None
+    return module
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="GPU-free simulator of LLM-serving engines. With no command, runs the "
+        "built-in default scenario ('servesim run').",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="replay a workload and print a serving report")
+    module = _cli_run()
+    if module is not None:
+        module.add_arguments(run)
+    else:
+        run.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    validate = sub.add_parser("validate", help="check a config file without running it")
+    validate.add_argument("config", metavar="CONFIG.yaml")
+    validate.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. engine.max_num_seqs=64 (repeatable)",
+    )
+
+    plugins = sub.add_parser("plugins", help="list discovered plugins grouped by kind")
+    plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    module = _cli_run()
+    if module is None:
+        print(
+            f"{PROG}: 'servesim run' is not available in this installation (the replay "
+            "command, servesim.cli_run, is missing); 'servesim plugins' lists what is installed",
+            file=sys.stderr,
+        )
+        return 2
+    return int(module.run(args))
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from servesim.config.loader import load_config
+
+    loaded = load_config(args.config, args.sets)
+    loaded.timing_model()  # a timing model may reject its options only when built
+    sim = loaded.sim
+    workload = "trace" if sim.workload.trace is not None else "synthetic"
+    print(
+        f"OK: {args.config}: backend {sim.engine.backend} (block_size {sim.engine.block_size}, "
+        f"dp_size {sim.engine.dp_size}), timing {loaded.engine.timing_type}, "
+        f"{_workers(sim.cluster)}, router {sim.cluster.router}, workload {workload}"
+    )
+    return 0
+
+
+def _workers(cluster: Any) -> str:
+    prefill = getattr(cluster, "prefill_workers", 0)
+    if prefill:
+        return f"{prefill} prefill + {cluster.decode_workers} decode workers"
+    return f"{cluster.workers} worker" + ("s" if cluster.workers != 1 else "")
+
+
+def plugins_listing() -> dict[str, Any]:
+    """What ``servesim plugins --json`` prints: registrations by kind, then every plugin."""
+    from servesim.plugins import Plugins
+
+    plugins = Plugins()
+    registries = plugins.registries()
+    pm = plugins.pm
+    kinds: dict[str, list[dict[str, str]]] = {}
+    for kind, registry in registries.items():
+        rows = []
+        for entry in registry:
+            info = pm.distribution_of(entry.plugin)
+            rows.append(
+                {
+                    "name": entry.name,
+                    "plugin": entry.plugin,
+                    "distribution": info.name,
+                    "version": info.version,
+                }
+            )
+        kinds[kind] = rows
+    listed = [
+        {"name": p.name, "distribution": p.distribution, "version": p.version, "hooks": list(p.hooks)}
+        for p in plugins.plugin_infos()
+    ]
+    return {"kinds": kinds, "plugins": listed}
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    listing = plugins_listing()
+    if args.json:
+        print(json.dumps(listing, indent=2))
+        return 0
+    for kind, rows in listing["kinds"].items():
+        print(f"{kind}:")
+        if not rows:
+            print("  (none)")
+        width = max((len(r["name"]) for r in rows), default=0)
+        for r in rows:
+            print(f"  {r['name']:<{width}}  plugin {r['plugin']}  ({r['distribution']} {r['version']})")
+    print("plugins:")
+    for p in listing["plugins"]:
+        hooks = ", ".join(h.removeprefix("servesim_") for h in p["hooks"]) or "no hooks"
+        print(f"  {p['name']}  ({p['distribution']} {p['version']}): {hooks}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plugins": cmd_plugins}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``servesim`` console script; returns the exit status."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if not args_list:
+        args_list = ["run"]
+    try:
+        parser = build_parser()
+        args = parser.parse_args(args_list)
+        return COMMANDS[args.command](args)
+    except UserError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except SystemExit as exc:  # argparse: --help, --version, usage errors
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 2)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

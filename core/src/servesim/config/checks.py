@@ -1,0 +1,146 @@
+"""Range checks on structured config sections, each problem naming its key path.
+
+Types are checked by the converter; these rules check values (``num_gpu_blocks >= 1``,
+finite non-negative speed-up ratios ...). A rule whose field a section no longer has is
+skipped, so the section owners can reshape their classes without breaking loading.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from servesim.config.converter import Problem, show
+from servesim.contract import normalize_conditional_accept_rates
+
+Predicate = Callable[[Any], bool]
+
+
+def _int_ge(n: int) -> Predicate:
+    return lambda v: isinstance(v, int) and v >= n
+
+
+def _finite_ge(x: float) -> Predicate:
+    return lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v >= x
+
+
+def _finite_gt(x: float) -> Predicate:
+    return lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > x
+
+
+def _unit(v: Any) -> bool:
+    return isinstance(v, (int, float)) and 0.0 <= v <= 1.0
+
+
+# (field, predicate, expectation, null allowed)
+Rule = tuple[str, Predicate, str, bool]
+
+ENGINE_RULES: tuple[Rule, ...] = (
+    ("num_gpu_blocks", _int_ge(1), "an integer >= 1", False),
+    ("block_size", _int_ge(1), "an integer >= 1, or null for the backend's default", True),
+    ("max_model_len", _int_ge(1), "an integer >= 1 or null", True),
+    ("max_num_seqs", _int_ge(1), "an integer >= 1 or null", True),
+    ("max_num_batched_tokens", _int_ge(1), "an integer >= 1 or null", True),
+    ("speedup_ratio", _finite_ge(0), "a finite number >= 0", False),
+    ("decode_speedup_ratio", _finite_ge(0), "a finite number >= 0", False),
+    ("dp_size", _int_ge(1), "an integer >= 1", False),
+    ("prefill_schedule_interval", _int_ge(1), "an integer >= 1", False),
+    ("kv_bytes_per_token", _finite_gt(0), "a finite number > 0 or null", True),
+    ("kv_transfer_bandwidth", _finite_gt(0), "a finite number > 0 (GB/s) or null", True),
+    ("aic_nextn", _int_ge(1), "an integer >= 1 or null", True),
+    ("backend", lambda v: bool(v), "a backend name", False),
+    ("eviction_policy", lambda v: bool(v), "an eviction policy name", False),
+)
+
+CLUSTER_RULES: tuple[Rule, ...] = (
+    ("workers", _int_ge(0), "an integer >= 0", False),
+    ("prefill_workers", _int_ge(0), "an integer >= 0", False),
+    ("decode_workers", _int_ge(0), "an integer >= 0", False),
+)
+
+WORKLOAD_RULES: tuple[Rule, ...] = (
+    ("concurrency", _int_ge(1), "an integer >= 1 or null", True),
+    ("arrival_speedup_ratio", _finite_gt(0), "a finite number > 0", False),
+)
+
+TRACE_RULES: tuple[Rule, ...] = (("trace_block_size", _int_ge(1), "an integer >= 1", False),)
+
+SYNTHETIC_RULES: tuple[Rule, ...] = (
+    ("num_requests", _int_ge(1), "an integer >= 1", False),
+    ("rate", _finite_gt(0), "a finite number > 0 (requests per second)", False),
+    ("prefix_groups", _int_ge(0), "an integer >= 0", False),
+    ("prefix_ratio", _unit, "a number in [0, 1]", False),
+    ("turns_per_session", _int_ge(1), "an integer >= 1", False),
+    ("inter_turn_delay_ms", _finite_ge(0), "a finite number >= 0", False),
+    ("block_size", _int_ge(1), "an integer >= 1", False),
+)
+
+REPORT_RULES: tuple[Rule, ...] = (
+    ("sla_ttft_ms", _finite_gt(0), "a finite number > 0 or null", True),
+    ("sla_tpot_ms", _finite_gt(0), "a finite number > 0 or null", True),
+    ("sla_e2e_ms", _finite_gt(0), "a finite number > 0 or null", True),
+)
+
+
+def apply_rules(obj: Any, prefix: str, rules: tuple[Rule, ...]) -> list[Problem]:
+    out: list[Problem] = []
+    for name, ok, expected, nullable in rules:
+        if not hasattr(obj, name):
+            continue
+        value = getattr(obj, name)
+        if value is None and nullable:
+            continue
+        if not ok(value):
+            out.append((f"{prefix}.{name}", f"expected {expected}, got {show(value)}"))
+    return out
+
+
+def check_engine(engine: Any, prefix: str = "engine") -> list[Problem]:
+    problems = apply_rules(engine, prefix, ENGINE_RULES)
+    nextn = getattr(engine, "aic_nextn", None)
+    if isinstance(nextn, int) and nextn >= 1:
+        try:
+            normalize_conditional_accept_rates(nextn, engine.aic_nextn_accept_rates)
+        except ValueError as exc:
+            problems.append((f"{prefix}.aic_nextn_accept_rates", str(exc)))
+    return problems
+
+
+def check_sections(cluster: Any, workload: Any, report: Any) -> list[Problem]:
+    """Range problems of the cluster, workload and report sections."""
+    problems = apply_rules(cluster, "cluster", CLUSTER_RULES)
+    problems += _check_worker_counts(cluster)
+    problems += apply_rules(workload, "workload", WORKLOAD_RULES)
+    trace = getattr(workload, "trace", None)
+    synthetic = getattr(workload, "synthetic", None)
+    if trace is not None:
+        problems += apply_rules(trace, "workload.trace", TRACE_RULES)
+    if synthetic is not None:
+        problems += apply_rules(synthetic, "workload.synthetic", SYNTHETIC_RULES)
+    if trace is not None and synthetic is not None:
+        problems.append(("workload", "expected either 'trace' or 'synthetic', got both"))
+    problems += apply_rules(report, "report", REPORT_RULES)
+    for i, p in enumerate(getattr(report, "percentiles", ())):
+        if not (math.isfinite(p) and 0.0 <= p <= 100.0):
+            problems.append((f"report.percentiles[{i}]", f"expected a number in [0, 100], got {show(p)}"))
+    return problems
+
+
+def _check_worker_counts(cluster: Any) -> list[Problem]:
+    workers = getattr(cluster, "workers", 1)
+    prefill = getattr(cluster, "prefill_workers", 0)
+    decode = getattr(cluster, "decode_workers", 0)
+    if not all(isinstance(n, int) and n >= 0 for n in (workers, prefill, decode)):
+        return []  # already reported by the rules
+    if (prefill > 0) != (decode > 0):
+        return [
+            (
+                "cluster.prefill_workers" if prefill == 0 else "cluster.decode_workers",
+                f"a prefill/decode split needs both prefill_workers and decode_workers >= 1, "
+                f"got prefill_workers={prefill}, decode_workers={decode}",
+            )
+        ]
+    if workers + prefill + decode < 1:
+        return [("cluster.workers", "expected at least one worker in the cluster, got 0")]
+    return []

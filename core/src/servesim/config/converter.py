@@ -1,0 +1,178 @@
+"""The one cattrs converter servesim configs go through, and its error flattening.
+
+style-anchors.md rule 9: a converter built by a factory (never ``cattrs.global_converter``)
+with ``forbid_extra_keys=True`` and ``detailed_validation=True``. Scalars are structured
+strictly: cattrs' defaults call ``int(x)``/``float(x)``/``str(x)``, which would quietly turn
+``max_num_seqs: 2.7`` into 2 or ``enable_prefix_caching: "no"`` into True; a config typo
+should be an error instead. Enums are structured by value.
+
+:func:`flatten_errors` walks cattrs' validation exception groups the way
+``cattrs.transform_error`` does, but keeps each path as data (``engine.max_num_seqs`` rather
+than ``$.engine.max_num_seqs``) and renders an unknown key as its own path.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import cattrs
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+from cattrs.gen import make_dict_structure_fn
+from cattrs.v import format_exception
+
+Problem = tuple[str, str]
+"""``(key_path, message)``; the message names the bad value and what was expected."""
+
+
+class InvalidValue(ValueError):
+    """Raised by servesim's structure hooks; the message is already user-facing."""
+
+
+def show(value: Any) -> str:
+    """A short rendering of a config value for error messages."""
+    if value is None:
+        return "null"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _int(value: Any, _t: type) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidValue(f"expected an integer, got {show(value)}")
+    return value
+
+
+def _float(value: Any, _t: type) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidValue(f"expected a number, got {show(value)}")
+    return float(value)
+
+
+def _bool(value: Any, _t: type) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidValue(f"expected true or false, got {show(value)}")
+    return value
+
+
+def _str(value: Any, _t: type) -> str:
+    if not isinstance(value, str):
+        raise InvalidValue(f"expected a string, got {show(value)}")
+    return value
+
+
+def _mapping(value: Any, _t: type) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidValue(f"expected a mapping, got {show(value)}")
+    bad = [k for k in value if not isinstance(k, str)]
+    if bad:
+        raise InvalidValue(f"expected string keys, got {show(bad[0])}")
+    return dict(value)
+
+
+def _enum_factory(cl: type[enum.Enum]) -> Callable[[Any, type], enum.Enum]:
+    values = [m.value for m in cl]
+
+    def structure(value: Any, _t: type) -> enum.Enum:
+        for member in cl:
+            if member.value == value and type(member.value) is type(value):
+                return member
+        choices = ", ".join(repr(v) for v in values)
+        raise InvalidValue(f"expected one of {choices}, got {show(value)}")
+
+    return structure
+
+
+def make_converter() -> cattrs.Converter:
+    """A fresh converter: unknown keys forbidden, detailed validation, strict scalars."""
+    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    conv.register_structure_hook(int, _int)
+    conv.register_structure_hook(float, _float)
+    conv.register_structure_hook(bool, _bool)
+    conv.register_structure_hook(str, _str)
+    conv.register_structure_hook_func(lambda t: t == dict[str, Any], _mapping)
+    conv.register_structure_hook_factory(
+        lambda t: isinstance(t, type) and issubclass(t, enum.Enum), _enum_factory
+    )
+    conv.register_unstructure_hook_factory(
+        lambda t: isinstance(t, type) and issubclass(t, enum.Enum), lambda _t: lambda e: e.value
+    )
+
+    def attrs_factory(cl: type) -> Callable[[Any, type], Any]:
+        inner = make_dict_structure_fn(cl, conv, _cattrs_forbid_extra_keys=True)
+
+        def structure(value: Any, t: type) -> Any:
+            if not isinstance(value, Mapping):
+                raise InvalidValue(f"expected a mapping, got {show(value)}")
+            try:
+                return inner(value, t)
+            except (ValueError, TypeError) as exc:
+                # Raised by the class's own attrs validators, after every field structured.
+                raise InvalidValue(str(exc)) from None
+
+        return structure
+
+    conv.register_structure_hook_factory(attrs.has, attrs_factory)
+    return conv
+
+
+def join_path(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
+
+
+def unknown_key_message(key: str, allowed: list[str], extra: str = "") -> str:
+    """``unknown key; did you mean 'x'? expected one of: ...``."""
+    close = difflib.get_close_matches(str(key), allowed, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    expected = f"; expected one of: {', '.join(allowed)}" if allowed else ""
+    return f"unknown key{hint}{expected}{extra}"
+
+
+def _describe(exc: BaseException, typ: type | None) -> str:
+    if isinstance(exc, InvalidValue):
+        return str(exc)
+    if isinstance(exc, KeyError):
+        return "required key missing"
+    if typ is None and isinstance(exc, (ValueError, TypeError)) and str(exc):
+        # An attrs validator of the class itself: its message is the best description.
+        return str(exc)
+    return format_exception(exc, typ)
+
+
+def flatten_errors(exc: BaseException, path: str = "") -> list[Problem]:
+    """Every leaf problem of a cattrs structuring error, with plain dotted paths."""
+    if isinstance(exc, ForbiddenExtraKeysError):
+        allowed = sorted(a.name for a in attrs.fields(exc.cl)) if attrs.has(exc.cl) else []
+        return [(join_path(path, k), unknown_key_message(k, allowed)) for k in sorted(exc.extra_fields)]
+    if isinstance(exc, (ClassValidationError, IterableValidationError)):
+        with_notes, without = exc.group_exceptions()
+        out: list[Problem] = []
+        for sub, note in with_notes:
+            key = note.name if isinstance(exc, ClassValidationError) else note.index
+            sub_path = join_path(path, key)
+            if isinstance(sub, (ClassValidationError, IterableValidationError, ForbiddenExtraKeysError)):
+                out.extend(flatten_errors(sub, sub_path))
+            else:
+                out.append((sub_path, _describe(sub, note.type)))
+        for sub in without:
+            out.extend(flatten_errors(sub, path))
+        return out
+    return [(path, _describe(exc, None))]
+
+
+def structure_at(conv: cattrs.Converter, data: Any, cl: type, path: str) -> tuple[Any, list[Problem]]:
+    """Structure ``data`` as ``cl``; on failure return ``(None, problems)`` under ``path``."""
+    try:
+        return conv.structure(data, cl), []
+    except (ClassValidationError, IterableValidationError, ForbiddenExtraKeysError, InvalidValue) as exc:
+        return None, flatten_errors(exc, path)
+
+
+def is_finite(value: float) -> bool:
+    return math.isfinite(value)

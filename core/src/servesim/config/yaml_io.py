@@ -1,0 +1,100 @@
+"""Reading config YAML and applying ``--set a.b=value`` overrides to the raw data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from servesim.config.converter import show
+from servesim.errors import ConfigError
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` semantics, except a key repeated in one mapping is an error
+    (PyYAML silently keeps the last one, which hides typos in long configs)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        if isinstance(key, (str, int, float, bool)) and key in seen:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"found duplicate key {key!r}",
+                key_node.start_mark,
+            )
+        seen.add(key) if isinstance(key, (str, int, float, bool)) else None
+    return loader.construct_mapping(node, deep=deep)  # type: ignore[no-untyped-call,no-any-return]
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parse YAML text; syntax errors name ``source:line``."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        detail = " ".join(p for p in (exc.context, exc.problem) if p)
+        col = f" (column {mark.column + 1})" if mark is not None else ""
+        raise ConfigError(f"invalid YAML: {detail}{col}", source=where) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML: {exc}", source=source) from None
+
+
+def read_yaml(path: str) -> Any:
+    """The parsed contents of a YAML file (an empty file is ``{}``)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file: {exc.strerror or exc}", source=path) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file is not UTF-8 text: {exc.reason}", source=path) from None
+    data = parse_yaml(text, path)
+    return {} if data is None else data
+
+
+def parse_set(item: str) -> tuple[list[str], Any]:
+    """``"a.b=value"`` → ``(["a", "b"], value)``; the value is parsed as YAML (``64`` is an
+    int, ``null`` is None, ``fifo`` a string); an empty value is null."""
+    source = f"--set {item}"
+    key, sep, text = item.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not key.strip() or any(not p.strip() for p in parts):
+        raise ConfigError(
+            f"expected KEY=VALUE with a dotted key like engine.max_num_seqs=64, got {item!r}", source="--set"
+        )
+    value = parse_yaml(text, source) if text.strip() else None
+    return [p.strip() for p in parts], value
+
+
+def apply_sets(raw: dict[str, Any], sets: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """Apply ``--set`` items to ``raw`` in order, creating intermediate mappings.
+
+    Returns key path → the ``--set`` item that set it, so errors can name the flag.
+    """
+    origins: dict[str, str] = {}
+    for item in sets:
+        parts, value = parse_set(item)
+        node = raw
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif not isinstance(child, dict):
+                where = ".".join(parts[: depth + 1])
+                raise ConfigError(
+                    f"cannot set {'.'.join(parts)}: {where} is {show(child)}, not a mapping",
+                    path=where,
+                    source=f"--set {item}",
+                )
+            node = child
+        node[parts[-1]] = value
+        origins[".".join(parts)] = f"--set {item}"
+    return origins
