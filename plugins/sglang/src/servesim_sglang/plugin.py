@@ -12,4 +12,13 @@ if TYPE_CHECKING:
 
 @hookimpl
 def servesim_register_backends(registry: Registry) -> None:
-    """Nothing registered yet: the rank lands with the backend issue."""
+    from servesim_sglang.rank import SglangRank
+
+    registry.add("sglang", SglangRank)
+
+
+@hookimpl
+def servesim_register_schedule_policies(registry: Registry) -> None:
+    from servesim_sglang.policies import register_builtin_policies
+
+    register_builtin_policies(registry)

@@ -1,0 +1,347 @@
+"""``SglangRank``: the SGLang scheduler behind servesim's rank contract.
+
+Contract behaviour follows aisimulate-engine.md §3 (``SchedulerRank`` with its SGLang core):
+passes are committed eagerly and their outputs, KV events (``PassEnd`` visibility), metrics
+and forward-pass metrics are released only by ``complete_pass``; admissions and retraction
+pressure events are pass-start effects; a duplicate ``Submit`` is rejected without change;
+``CancelRequest`` frees the request's KV and suppresses its retained outputs. Metrics follow
+§4.9: ``active_blocks`` counts every occupied page (radix-resident ones included),
+``inactive_blocks`` is 0, and the SGLang hit/total token counts are pass-local.
+
+Deliberate differences from the reference:
+
+* ``preemptions_total`` counts retractions (the reference reports 0 for SGLang), so a user can
+  see memory pressure in the metrics without capturing pressure events.
+* A request that can never be admitted even by an empty rank (``ceil_to_page(prompt) +
+  min(max_output, clip) >= total tokens``) is rejected (``Output.rejected``) at the next pass
+  instead of livelocking the scheduler (the reference reports a livelock error).
+* Disaggregated handoff commands are not supported yet: ``SubmitHandoffPrefill`` and
+  ``ReserveDestination`` are rejected; the other handoff commands address no owned state and
+  are no-ops.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from attrs import define, field
+
+from servesim.config.engine import EngineConfig
+from servesim.contract import (
+    APPLIED,
+    NOOP,
+    ActivateDestination,
+    CancelDestination,
+    CancelRequest,
+    CancelSource,
+    Command,
+    CommandEffects,
+    CommandResult,
+    DecodeAcceptance,
+    ForwardPassMetrics,
+    Metrics,
+    OutputBatch,
+    PassCompletionEffects,
+    PassStartEffects,
+    ReleaseSource,
+    ReserveDestination,
+    ScheduleRecord,
+    Submit,
+    SubmitHandoffPrefill,
+    Welford,
+)
+from servesim.errors import CommandRejected
+from servesim.rank import (
+    CommandContext,
+    Rank,
+    RankIdentity,
+    RankPass,
+    RankServices,
+    RetryHint,
+    SameTimestampRetry,
+)
+
+from servesim_sglang.config import SglangConfig, scheduler_params, validate
+from servesim_sglang.policies import resolve_policy
+from servesim_sglang.radix_cache import RadixCache
+from servesim_sglang.request import SglangRequest
+from servesim_sglang.scheduler import PassOutcome, SglangScheduler
+
+
+@define
+class _Pending:
+    started_at_ms: float
+    effects: PassCompletionEffects
+    hit_tokens: int = 0
+    total_tokens: int = 0
+
+
+@define
+class _Counters:
+    passes: int = 0
+    rejected: list[int] = field(factory=list)
+
+
+class SglangRank(Rank):
+    """One SGLang scheduler rank (radix cache, new-token-ratio admission, retraction)."""
+
+    config_class = SglangConfig
+    default_block_size = 1
+
+    def __init__(
+        self,
+        identity: RankIdentity,
+        config: EngineConfig,
+        backend_config: Any,
+        services: RankServices,
+        *,
+        policy_registry: Any = None,
+    ) -> None:
+        sg = backend_config if backend_config is not None else SglangConfig()
+        super().__init__(identity, config, sg, services)
+        self.params = scheduler_params(config, sg, identity.dp_size)
+        policy_cls = resolve_policy(sg.schedule_policy, policy_registry)
+        cache = RadixCache(
+            self.params.total_tokens,
+            self.params.page_size,
+            enable_prefix_caching=config.enable_prefix_caching,
+            emit_kv_events=services.emit_kv_events and config.enable_prefix_caching,
+            emit_token_ids=config.emit_kv_token_ids,
+            dp_rank=identity.dp_rank,
+        )
+        self.sched = SglangScheduler(
+            self.params,
+            cache,
+            policy_cls(seed=identity.seed_offset),
+            services.timing,
+            speedup=config.speedup_ratio,
+            decode_speedup=config.decode_speedup_ratio,
+            worker_type=config.worker_type,
+        )
+        self.cache = cache
+        self.requests: dict[int, SglangRequest] = {}
+        self._c = _Counters()
+        self._prefilled = False
+        self._model_work = False
+
+    @classmethod
+    def validate_config(cls, config: EngineConfig, backend_config: Any) -> list[tuple[str, str]]:
+        sg = backend_config if backend_config is not None else SglangConfig()
+        problems = validate(config, sg)
+        if config.dp_size > 1 and sg.chunked_prefill_size // config.dp_size == 0:
+            problems.append(
+                (
+                    "engine.sglang.chunked_prefill_size",
+                    f"{sg.chunked_prefill_size} divided by dp_size {config.dp_size} is 0",
+                )
+            )
+        return problems
+
+    # -- commands -----------------------------------------------------------------------
+
+    def apply(self, command: Command, ctx: CommandContext, pending: Any | None) -> CommandEffects:
+        if isinstance(command, Submit):
+            return self._submit(command, ctx)
+        if isinstance(command, CancelRequest):
+            return self._cancel(command, ctx, pending)
+        if isinstance(command, (SubmitHandoffPrefill, ReserveDestination)):
+            raise CommandRejected("the sglang backend does not support disaggregated handoff yet")
+        if isinstance(command, (ActivateDestination, ReleaseSource, CancelSource, CancelDestination)):
+            return self._effects(NOOP, ctx)
+        raise CommandRejected(f"unknown command {type(command).__name__}")
+
+    def _submit(self, command: Submit, ctx: CommandContext) -> CommandEffects:
+        request = command.request
+        rid = request.request_id
+        if rid in self.requests:
+            raise CommandRejected(f"request {rid} is already active")
+        req = SglangRequest(request)
+        self.requests[rid] = req
+        p = self.params
+        need = self.cache.pages_for(req.prompt_len) * p.page_size
+        if need + min(req.max_out, p.clip_max_new_tokens) >= p.total_tokens:
+            self._c.rejected.append(rid)
+        else:
+            self.sched.waiting.append(req)
+        return self._effects(CommandResult.submitted(rid), ctx)
+
+    def _cancel(self, command: CancelRequest, ctx: CommandContext, pending: Any | None) -> CommandEffects:
+        rid = command.request_id
+        removed = False
+        if rid in self.requests:
+            if rid in self._c.rejected:
+                self._c.rejected.remove(rid)
+            else:
+                self.sched.remove(rid)
+            del self.requests[rid]
+            removed = True
+        suppressed = False
+        if isinstance(pending, _Pending) and (removed or command.discard_pending_output):
+            suppressed = pending.effects.outputs.remove_request(rid)
+        retired = (rid,) if removed or suppressed else ()
+        result = APPLIED if removed else NOOP
+        return self._effects(result, ctx, retired=retired, suppressed=suppressed)
+
+    def _effects(
+        self,
+        result: CommandResult,
+        ctx: CommandContext,
+        *,
+        retired: tuple[int, ...] = (),
+        suppressed: bool = False,
+    ) -> CommandEffects:
+        kv = () if ctx.pass_in_flight else tuple(self.cache.drain_events())
+        return CommandEffects(
+            result=result,
+            kv_events=kv,
+            retired_requests=retired,
+            metrics=self.metrics(),
+            suppressed_pending_output=suppressed,
+        )
+
+    # -- readiness ------------------------------------------------------------------------
+
+    def is_ready(self) -> bool:
+        return bool(self.sched.waiting or self.sched.running or self._c.rejected)
+
+    def is_drained(self) -> bool:
+        return not self.is_ready()
+
+    def prepare_group_pass(self, wave_step: int, dp_size: int) -> None:
+        self._prefilled = False
+        self._model_work = False
+
+    def prefill_in_pass(self) -> bool:
+        return self._prefilled
+
+    def model_work_in_pass(self) -> bool:
+        return self._model_work
+
+    # -- passes ---------------------------------------------------------------------------
+
+    def execute_pass(self, now_ms: float) -> RankPass:
+        ratio_before = self.sched.ratio
+        out = self.sched.run_pass(now_ms)
+        self._c.passes += 1
+        self._prefilled = out.prefill_pass and out.model_work
+        self._model_work = out.model_work
+        for rid in out.completed:
+            self.requests.pop(rid, None)
+        batch = OutputBatch(
+            token_request_ids=out.token_rids,
+            token_ids=out.token_ids,
+            completed=out.completed,
+            cached_tokens=out.cached_tokens,
+        )
+        if self._c.rejected:
+            for rid in self._c.rejected:
+                self.requests.pop(rid, None)
+                batch.completed.append(rid)
+                batch.rejected.append(rid)
+            self._c.rejected = []
+        hit = sum(item[3] for item in out.prefill_items)
+        total = sum(item[3] + item[1] for item in out.prefill_items)
+        effects = PassCompletionEffects(
+            outputs=batch,
+            forward_pass_metrics=self._fpm(out) if self.services.emit_forward_pass_metrics else None,
+            decode_acceptance=DecodeAcceptance(out.decode_forwards, out.decode_forwards),
+            schedule=self._schedule_record(out) if self.services.record_schedule else None,
+        )
+        start = PassStartEffects(admissions=tuple(out.admissions), pressure_events=tuple(out.pressure))
+        if self.sched.ratio != ratio_before:
+            hint = RetryHint(SameTimestampRetry.RETRY)
+        else:
+            hint = RetryHint(SameTimestampRetry.EXHAUSTED)
+        pending = _Pending(now_ms, effects, hit, total)
+        return RankPass(end_ms=out.end_ms, start_effects=start, pending=pending, retry=hint)
+
+    def complete_pass(self, pending: Any, end_ms: float) -> PassCompletionEffects:
+        assert isinstance(pending, _Pending)
+        effects = pending.effects
+        effects.kv_events = self.cache.drain_events()
+        effects.metrics = self.metrics(pending.hit_tokens, pending.total_tokens)
+        fpm = effects.forward_pass_metrics
+        if fpm is not None:
+            effects.forward_pass_metrics = _with_duration(fpm, max(0.0, end_ms - pending.started_at_ms))
+        return effects
+
+    def complete_idle_group_pass(self, started_at_ms: float, end_ms: float) -> PassCompletionEffects:
+        fpm = None
+        if self.services.emit_forward_pass_metrics:
+            fpm = ForwardPassMetrics(
+                worker_id=self.identity.worker_id,
+                dp_rank=self.identity.dp_rank,
+                duration_ms=max(0.0, end_ms - started_at_ms),
+            )
+        return PassCompletionEffects(
+            kv_events=self.cache.drain_events(), metrics=self.metrics(), forward_pass_metrics=fpm
+        )
+
+    # -- observation ----------------------------------------------------------------------
+
+    def metrics(self, hit_tokens: int = 0, total_tokens: int = 0) -> Metrics:
+        return Metrics(
+            dp_rank=self.identity.dp_rank,
+            active_blocks=self.cache.used_pages,
+            inactive_blocks=0,
+            total_blocks=self.cache.total_pages,
+            running_requests=len(self.sched.running),
+            waiting_requests=len(self.sched.waiting),
+            preemptions_total=self.sched.retractions_total,
+            sglang_cache_hit_tokens=hit_tokens,
+            sglang_cache_total_tokens=total_tokens,
+        )
+
+    def _fpm(self, out: PassOutcome) -> ForwardPassMetrics:
+        pre, dec, qp, qd = Welford(), Welford(), Welford(), Welford()
+        sum_pre = sum_kv = 0
+        for prompt_len, computed, prefix, _ in out.prefill_items:
+            if computed > 0:
+                pre.add(prompt_len)
+                sum_pre += computed
+                sum_kv += prefix
+        for n in out.decode_lens:
+            dec.add(n)
+        for req in self.sched.waiting:
+            if req.output_len == 0:
+                qp.add(req.prompt_len)
+            else:
+                qd.add(req.seq_len)
+        return ForwardPassMetrics(
+            worker_id=self.identity.worker_id,
+            dp_rank=self.identity.dp_rank,
+            counter_id=self._c.passes,
+            num_prefill_requests=pre.n,
+            sum_prefill_tokens=sum_pre,
+            var_prefill_length=pre.variance(),
+            sum_prefill_kv_tokens=sum_kv,
+            num_decode_requests=dec.n,
+            sum_decode_kv_tokens=int(dec.total),
+            var_decode_kv_tokens=dec.variance(),
+            num_queued_prefill=qp.n,
+            sum_queued_prefill_tokens=int(qp.total),
+            var_queued_prefill_length=qp.variance(),
+            num_queued_decode=qd.n,
+            sum_queued_decode_kv_tokens=int(qd.total),
+            var_queued_decode_kv_tokens=qd.variance(),
+        )
+
+    def _schedule_record(self, out: PassOutcome) -> ScheduleRecord:
+        return ScheduleRecord(
+            scheduled=dict(out.scheduled),
+            new_hits={a.request_id: a.reused_input_tokens for a in out.admissions},
+            resumed=list(out.resumed),
+            preempted=list(out.retracted),
+            finished=list(out.completed),
+            running=len(self.sched.running),
+            waiting=len(self.sched.waiting),
+            free_blocks=self.cache.free_pages,
+        )
+
+
+def _with_duration(fpm: ForwardPassMetrics, duration_ms: float) -> ForwardPassMetrics:
+    return attrs.evolve(fpm, duration_ms=duration_ms)
+
+
+__all__ = ["SglangRank"]

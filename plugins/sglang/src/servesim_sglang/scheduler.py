@@ -1,0 +1,409 @@
+"""One pass of the SGLang scheduler loop: policy, prefill admission, prefill-or-decode step.
+
+Follows dynamo-mocker.md §5 and the newest reference core (aisimulate-engine.md §6.4), which
+is what the reference implementation shipped with Dynamo 1.6.1 does (checked against its
+output, see ``tests/golden/sglang``):
+
+* **Prefill first.** A pass that forms a prefill batch runs only that batch (SGLang without
+  ``--enable-mixed-chunk``): requests already running do not decode in it; each request whose
+  last chunk completes gets its first token at the end of the prefill forward, with no decode
+  time. A pass without a prefill batch is a decode pass over every running request.
+* **Admission** (``get_new_batch_prefill``): ``rem_total = available + evictable −
+  Σ_running min(remaining output, clip) × new_token_ratio``; ``max_prefill_tokens`` and
+  ``chunked_prefill_size`` budgets charge page-rounded *computed* tokens; a waiting request
+  matches its sequence against the radix cache once, capped at ``len − 1`` so at least one
+  token is computed; long prompts are cut into page-aligned chunks; a chunked request caches
+  its page-aligned prefix and goes back to the front of the queue. An allocation failure
+  (OOM) resets ``new_token_ratio`` to its initial value.
+* **Decode** (``check_decode_mem``): while ``available + evictable`` cannot cover every
+  running request's next page and more than one request runs, retract the request with the
+  fewest output tokens (its private KV is freed; its cached pages stay, unlocked), with a
+  ``SGLANG_RETRACTION`` pressure event at the pass start. Decode time uses
+  ``active_kv_tokens = min(Σ len, total)`` and the mean context. Decode tokens enter the radix
+  cache as they are generated; finished requests cache ``floor_to_page(len)`` tokens.
+* **After a retraction** (``engine.sglang.retraction_requeue`` / ``retraction_ratio``): by
+  default the retracted requests go to the *back* of the waiting queue (SGLang
+  ``_add_request_to_queue``) and ``new_token_ratio`` is re-estimated from the survivors as
+  SGLang's ``retract_decode`` does, ``min(1, (Σ decoded + 20·n) / (Σ max_new + 1))``; the ratio
+  decays by ``decay_step`` on decode passes only. This is what the reference implementation
+  shipped with Dynamo 1.6.1 does (the golden traces pin it; with ``front``/``reset`` they
+  differ by up to 43 %). dynamo-mocker.md §5 describes the older Gen-2 rule — re-queue at the
+  front, reset the ratio to its initial value — available as ``front`` and ``reset``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from attrs import define, field
+
+from servesim.contract import Admission, PressureEvent, PressureKind, PressureState, WorkerType
+from servesim.timing.base import scaled_ms
+
+from servesim_sglang.radix_cache import RadixCache
+from servesim_sglang.request import SglangRequest
+
+if TYPE_CHECKING:
+    from servesim.timing.base import TimingModel
+
+    from servesim_sglang.config import SchedulerParams
+    from servesim_sglang.policies import SchedulePolicy
+
+RETRACT_DECODE_STEPS = 20
+"""SGLang ``SGLANG_RETRACT_DECODE_STEPS``: decode steps of KV kept per survivor when
+``retract_decode`` re-estimates the ratio."""
+
+@define
+class PassOutcome:
+    """Everything one pass produced; the rank turns it into contract effects."""
+
+    end_ms: float
+    admissions: list[Admission] = field(factory=list)
+    pressure: list[PressureEvent] = field(factory=list)
+    token_rids: list[int] = field(factory=list)
+    token_ids: list[int] = field(factory=list)
+    completed: list[int] = field(factory=list)
+    cached_tokens: dict[int, int] = field(factory=dict)
+    # (prompt_len, tokens computed, prefix before the chunk, radix reuse credited)
+    prefill_items: list[tuple[int, int, int, int]] = field(factory=list)
+    decode_lens: list[int] = field(factory=list)
+    scheduled: dict[int, int] = field(factory=dict)
+    retracted: list[int] = field(factory=list)
+    resumed: list[int] = field(factory=list)
+    prefill_pass: bool = False
+    model_work: bool = False
+    decode_forwards: int = 0
+
+
+class SglangScheduler:
+    """Queues, radix cache and ``new_token_ratio`` of one rank."""
+
+    def __init__(
+        self,
+        params: SchedulerParams,
+        cache: RadixCache,
+        policy: SchedulePolicy,
+        timing: TimingModel,
+        *,
+        speedup: float,
+        decode_speedup: float,
+        worker_type: WorkerType,
+    ) -> None:
+        self.p = params
+        self.cache = cache
+        self.policy = policy
+        self.timing = timing
+        self.speedup = speedup
+        self.decode_speedup = decode_speedup
+        self.worker_type = worker_type
+        self.waiting: deque[SglangRequest] = deque()
+        self.running: list[SglangRequest] = []
+        self.ratio = params.init_new_token_ratio
+        self.retractions_total = 0
+        self._retracted_ids: set[int] = set()
+
+    # -- policy context (read-only view for SchedulePolicy) ------------------------------
+
+    @property
+    def page_size(self) -> int:
+        return self.p.page_size
+
+    @property
+    def lpm_fallback_threshold(self) -> int:
+        return self.p.lpm_fallback_threshold
+
+    @property
+    def check_threshold(self) -> int:
+        return self.p.check_threshold
+
+    @property
+    def deprioritize_threshold(self) -> int:
+        return self.p.deprioritize_threshold
+
+    def prefix_match_len(self, request: SglangRequest) -> int:
+        return self.cache.match_len(request.tokens, request.seq_len)
+
+    # -- the pass -------------------------------------------------------------------------
+
+    def run_pass(self, now: float) -> PassOutcome:
+        out = PassOutcome(end_ms=now)
+        if self.waiting:
+            order = self.policy.order(list(self.waiting), self)
+            if order is not None:
+                self.waiting = deque(order)
+        can_run, total_isl, total_prefix = self._admit(out)
+        batch = len(can_run)
+        for req in can_run:
+            if req.materialized < req.seq_len:
+                assert req.lease is not None
+                self.cache.cache_prefix(req.lease, req.tokens, req.materialized)
+                self.waiting.appendleft(req)
+        if batch:
+            out.prefill_pass = True
+            out.model_work = any(item[1] > 0 for item in out.prefill_items)
+            fresh = [r for r in can_run if r.materialized >= r.seq_len]
+            out.end_ms = now + self._prefill_ms(batch, total_isl // batch, total_prefix // batch)
+            self._first_tokens(fresh, out)
+            self.running.extend(r for r in fresh if r.lease is not None)
+        elif not self._decode(now, out):
+            # SGLang decays the ratio in ``update_running_batch``: on decode passes only.
+            self.ratio = max(self.ratio - self.p.decay_step, self.p.min_new_token_ratio)
+        return out
+
+    def _prefill_ms(self, batch: int, mean_isl: int, mean_prefix: int) -> float:
+        if batch == 0 or mean_isl <= mean_prefix or self.worker_type is WorkerType.DECODE:
+            return 0.0
+        raw = self.timing.predict_prefill_ms(batch, mean_isl, mean_prefix)
+        return scaled_ms(raw, self.speedup)
+
+    # -- admission ------------------------------------------------------------------------
+
+    def _admit(self, out: PassOutcome) -> tuple[list[SglangRequest], int, int]:
+        p, cache, ps = self.p, self.cache, self.p.page_size
+        clip, ratio = p.clip_max_new_tokens, self.ratio
+        reserved = sum(min(r.remaining_output, clip) for r in self.running) * ratio
+        rem_total = float(cache.available_tokens + cache.evictable_size) - reserved
+        rem_input = float(p.max_prefill_tokens)
+        rem_chunk = float(p.chunked_prefill_size)
+        slots = p.max_running_requests - len(self.running)
+        can_run: list[SglangRequest] = []
+        total_isl = total_prefix = 0
+        waiting = self.waiting
+        oom = False
+        while len(can_run) < slots and waiting:
+            req = waiting[0]
+            first = req.materialized == 0
+            limit = req.seq_len if req.max_out == 0 else req.seq_len - 1
+            start = cache.match_len(req.tokens, limit) if first else req.materialized
+            extend = req.seq_len - start
+            if extend == 0 and not first:
+                break
+            if extend <= p.chunked_prefill_size:
+                chunk = extend
+            else:
+                chunk = min(int(rem_chunk) // ps * ps, extend)
+                if chunk == 0:
+                    break
+            charged = -(-chunk // ps) * ps
+            reserve = 0 if chunk < extend else min(req.remaining_output, clip)
+            if charged + reserve >= rem_total or charged > rem_input or charged > rem_chunk:
+                break
+            chunk_end = start + chunk
+            if first:
+                got = cache.acquire(req.tokens, start, chunk_end)
+                if got is None:
+                    oom = True
+                    break
+                req.lease, prefix = got
+            else:
+                assert req.lease is not None
+                if not cache.extend(req.lease, chunk_end):
+                    oom = True
+                    break
+                prefix = req.materialized
+            waiting.popleft()
+            req.materialized = chunk_end
+            computed = chunk_end - prefix
+            out.scheduled[req.rid] = computed
+            if first:
+                out.admissions.append(Admission(req.rid, prefix))
+                if req.cached_tokens is None:
+                    req.cached_tokens = prefix
+                if req.rid in self._retracted_ids:
+                    self._retracted_ids.discard(req.rid)
+                    out.resumed.append(req.rid)
+            out.prefill_items.append((req.prompt_len, computed, prefix, prefix if first else 0))
+            total_isl += chunk_end
+            total_prefix += prefix
+            rem_total -= charged + reserve
+            rem_input -= charged
+            rem_chunk -= charged
+            can_run.append(req)
+            if rem_chunk <= 0:
+                break
+        if oom:
+            self.ratio = p.init_new_token_ratio
+        return can_run, total_isl, total_prefix
+
+    # -- token emission -------------------------------------------------------------------
+
+    def _emit(self, req: SglangRequest, out: PassOutcome) -> None:
+        tok = req.next_token()
+        req.tokens.append(tok)
+        out.token_rids.append(req.rid)
+        out.token_ids.append(tok)
+        if not req.first_output_sent:
+            req.first_output_sent = True
+            if req.cached_tokens is not None:
+                out.cached_tokens[req.rid] = req.cached_tokens
+
+    def _complete(self, req: SglangRequest, out: PassOutcome) -> None:
+        if not req.first_output_sent:
+            req.first_output_sent = True
+            if req.cached_tokens is not None:
+                out.cached_tokens[req.rid] = req.cached_tokens
+        out.completed.append(req.rid)
+        if req.lease is not None:
+            self.cache.finish(req.lease, req.tokens, min(req.seq_len, req.materialized))
+            req.lease = None
+
+    def _settle_done(self, reqs: list[SglangRequest], out: PassOutcome) -> list[SglangRequest]:
+        """Complete requests with no output left (terminal without a token); keep the rest."""
+        keep = []
+        for r in reqs:
+            if r.remaining_output == 0:
+                self._complete(r, out)
+            else:
+                keep.append(r)
+        return keep
+
+    def _first_tokens(self, fresh: list[SglangRequest], out: PassOutcome) -> None:
+        """The prefill forward samples each freshly prefilled request's first token.
+
+        A request whose first token is its last finishes without a KV slot for it; the others
+        take one slot (evicting cached pages if needed, never retracting). If even that does
+        not fit, they get their token at the next decode step (reference behaviour).
+        """
+        fresh = self._settle_done(fresh, out)
+        cont = []
+        for r in fresh:
+            if r.remaining_output == 1:
+                self._emit(r, out)
+                self._complete(r, out)
+            else:
+                cont.append(r)
+        need = sum(self.cache.pages_for(r.seq_len + 1) - r.allocated_pages for r in cont)
+        if not self._reserve(need):
+            return
+        for r in cont:
+            self._grow_and_emit(r, out)
+            assert r.lease is not None
+            self.cache.cache_prefix(r.lease, r.tokens, r.materialized)
+
+    def _reserve(self, pages: int) -> bool:
+        cache = self.cache
+        if cache.free_pages < pages:
+            cache.evict((pages - cache.free_pages) * cache.page_size)
+        return cache.free_pages >= pages
+
+    def _grow_and_emit(self, r: SglangRequest, out: PassOutcome) -> None:
+        lease = r.lease
+        assert lease is not None
+        if r.seq_len + 1 > lease.pages * self.cache.page_size:
+            self.cache.grow(lease, 1)
+        self._emit(r, out)
+        r.materialized += 1
+
+    # -- decode -----------------------------------------------------------------------------
+
+    def _decode(self, now: float, out: PassOutcome) -> bool:
+        """A decode pass; True when it retracted (the ratio is then re-set, not decayed)."""
+        running = self._settle_done(self.running, out)
+        self.running = running
+        out.decode_lens = [r.seq_len for r in running]
+        if not running:
+            return False
+        retracted = self._check_decode_mem(now, out)
+        if retracted:
+            self._requeue(retracted)
+            self.ratio = self._ratio_after_retraction()
+        running = self.running
+        if not running:
+            return bool(retracted)
+        total_ctx = sum(r.seq_len for r in running)
+        n = len(running)
+        raw = self.timing.predict_decode_ms(
+            n, min(total_ctx, self.p.total_tokens), total_ctx // n, self.p.total_tokens
+        )
+        decode_ms = scaled_ms(raw, self.speedup * self.decode_speedup)
+        if not self._reserve(self._growth_pages(running)):
+            return bool(retracted)
+        out.model_work = True
+        out.decode_forwards = n
+        out.end_ms = now + decode_ms
+        keep = []
+        cache = self.cache
+        for r in running:
+            self._grow_and_emit(r, out)
+            out.scheduled[r.rid] = 1
+            if r.remaining_output == 0:
+                self._complete(r, out)
+            else:
+                assert r.lease is not None
+                cache.cache_prefix(r.lease, r.tokens, r.materialized)
+                keep.append(r)
+        self.running = keep
+        return bool(retracted)
+
+    def _growth_pages(self, running: list[SglangRequest]) -> int:
+        pages_for = self.cache.pages_for
+        return sum(pages_for(r.seq_len + 1) - r.allocated_pages for r in running)
+
+    def _check_decode_mem(self, now: float, out: PassOutcome) -> list[SglangRequest]:
+        cache, ps = self.cache, self.p.page_size
+        retracted: list[SglangRequest] = []
+        running = self.running
+        while True:
+            logical = cache.available_tokens + cache.evictable_size
+            needed = self._growth_pages(running) * ps
+            if logical >= needed or len(running) <= 1:
+                break
+            victim = min(running, key=lambda r: r.output_len)
+            before = PressureState(len(running), None, cache.used_pages)
+            victim_blocks = victim.allocated_pages
+            running.remove(victim)
+            assert victim.lease is not None
+            cache.release(victim.lease)
+            victim.lease = None
+            victim.materialized = 0
+            self.retractions_total += 1
+            self._retracted_ids.add(victim.rid)
+            out.retracted.append(victim.rid)
+            out.pressure.append(
+                PressureEvent(
+                    at_ms=now,
+                    kind=PressureKind.SGLANG_RETRACTION,
+                    request_id=victim.rid,
+                    state_before=before,
+                    state_after=PressureState(len(running), None, cache.used_pages),
+                    request_active_blocks_before=victim_blocks,
+                    logical_available_blocks_before=logical // ps,
+                    required_blocks_before=-(-needed // ps),
+                )
+            )
+            retracted.append(victim)
+        needed = self._growth_pages(running) * ps
+        if cache.available_tokens < needed:
+            cache.evict(needed - cache.available_tokens)
+        return retracted
+
+    def _requeue(self, retracted: list[SglangRequest]) -> None:
+        if self.p.requeue_front:
+            self.waiting.extendleft(reversed(retracted))
+        else:
+            self.waiting.extend(retracted)
+
+    def _ratio_after_retraction(self) -> float:
+        if not self.p.ratio_estimate:
+            return self.p.init_new_token_ratio
+        running = self.running
+        decoded = sum(r.output_len for r in running)
+        max_new = sum(r.max_out for r in running)
+        return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(running)) / (max_new + 1))
+
+    # -- bookkeeping for commands -----------------------------------------------------------
+
+    def remove(self, rid: int) -> SglangRequest | None:
+        """Cancel: drop a waiting or running request and free its KV."""
+        for queue in (self.waiting, self.running):
+            for req in queue:
+                if req.rid == rid:
+                    queue.remove(req)
+                    if req.lease is not None:
+                        self.cache.release(req.lease)
+                        req.lease = None
+                    self._retracted_ids.discard(rid)
+                    return req
+        return None
+
