@@ -54,7 +54,7 @@ class DistInfo:
     version: str
 
     def __str__(self) -> str:
-        return f"{self.name} {self.version}"
+        return f"{self.name} {self.version}" if self.version else self.name
 
 
 class ServesimPluginManager(pluggy.PluginManager):
@@ -98,11 +98,16 @@ class ServesimPluginManager(pluggy.PluginManager):
         try:
             self.register(plugin, name=name)
         except pluggy.PluginValidationError as exc:
-            raise PluginError(f"plugin {what} is invalid: {exc}") from None
+            raise PluginError(f"plugin {what} is invalid: {_one_line(exc)}") from None
 
     def distribution_of(self, plugin_name: str) -> DistInfo:
         """Where ``plugin_name`` came from (``<direct>`` for hand-registered plugins)."""
         return self.distributions.get(plugin_name, DistInfo(DIRECT, ""))
+
+
+def _one_line(exc: BaseException) -> str:
+    """pluggy's validation messages span lines; the CLI prints errors as one line."""
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
 def _dist_info(dist: importlib.metadata.Distribution) -> DistInfo:
@@ -166,7 +171,7 @@ def make_plugin_manager(*, autoload: bool = True) -> ServesimPluginManager:
         plugin = exc.plugin
         pname = pm.get_name(plugin) if plugin is not None else None
         where = f"plugin {pname!r} ({pm.distribution_of(pname)})" if pname else "a plugin"
-        raise PluginError(f"{where} implements an unknown hook: {exc}") from None
+        raise PluginError(f"{where} implements an unknown hook: {_one_line(exc)}") from None
     if os.environ.get(TRACE_ENV) not in (None, "", "0"):
         pm.trace.root.setwriter(sys.stderr.write)
         pm.enable_tracing()
