@@ -1,24 +1,106 @@
-"""``servesim run``: replay a workload through a simulated deployment and print a report."""
+"""``servesim run``: replay a workload through a simulated deployment and print a report.
+
+``servesim run [CONFIG.yaml] [--trace PATH] [--set key=value ...] [--output-json PATH]
+[--per-request PATH] [--quiet]``. With no config and no trace it runs the built-in default
+scenario (a seeded synthetic workload with shared prefixes on one worker). The report table
+goes to stdout; a progress line goes to stderr only when stderr is a terminal and the run has
+taken more than a second. Wall-clock time is read only here, never inside the simulation.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+import time
+from typing import TextIO
+
+from servesim.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``servesim run`` arguments to ``parser``."""
     parser.add_argument("config", nargs="?", default=None, metavar="CONFIG.yaml",
                         help="YAML config (engine/cluster/workload/report/sinks); optional")
-    parser.add_argument("--trace", default=None, metavar="PATH", help="sets workload.trace.path")
+    parser.add_argument("--trace", default=None, metavar="PATH",
+                        help="replay this Mooncake JSONL trace (sets workload.trace.path)")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. engine.max_num_seqs=64 (repeatable)")
     parser.add_argument("--output-json", default=None, metavar="PATH",
-                        help="write the report JSON here (report.output_json)")
+                        help="write the report JSON here (overrides report.output_json)")
     parser.add_argument("--per-request", default=None, metavar="PATH",
-                        help="write one JSON line per request here (report.per_request)")
-    parser.add_argument("--quiet", action="store_true", help="no table, no progress")
+                        help="write one JSON line per request here (overrides report.per_request)")
+    parser.add_argument("--quiet", action="store_true", help="print neither table nor progress")
+
+
+class Progress:
+    """``completed/total requests, simulated time`` on one rewritten stderr line."""
+
+    def __init__(self, stream: TextIO, delay_s: float = 1.0) -> None:
+        self.stream = stream
+        self.start = time.monotonic()
+        self.delay_s = delay_s
+        self.shown = False
+
+    def __call__(self, completed: int, total: int, now_ms: float) -> None:
+        if not self.shown and time.monotonic() - self.start < self.delay_s:
+            return
+        self.shown = True
+        width = 30
+        filled = width * completed // total if total else width
+        bar = "#" * filled + "." * (width - filled)
+        self.stream.write(f"\r[{bar}] {completed}/{total} requests  sim {now_ms / 1000.0:,.1f} s")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``servesim run``; returns the exit status."""
-    raise NotImplementedError("servesim run is not implemented yet")
+    """Run ``servesim run``; returns the exit status (UserErrors propagate to the CLI edge)."""
+    from servesim.config.loader import load_config
+    from servesim.replay.report import dumps, format_table, per_request_lines
+    from servesim.replay.runner import simulate
+
+    sets = list(getattr(args, "sets", None) or [])
+    if args.trace is not None:
+        sets.append(f"workload.trace.path={json.dumps(args.trace)}")
+    loaded = load_config(args.config, sets)
+    report_cfg = loaded.sim.report
+    json_path = args.output_json or report_cfg.output_json
+    per_request_path = args.per_request or report_cfg.per_request
+    progress = None
+    if not args.quiet and sys.stderr.isatty():
+        progress = Progress(sys.stderr)
+    started = time.monotonic()
+    try:
+        result = simulate(loaded, record_token_times=per_request_path is not None, progress=progress)
+    finally:
+        if progress is not None:
+            progress.finish()
+    wall_s = time.monotonic() - started
+    if json_path:
+        _write(json_path, dumps(result.report))
+    if per_request_path:
+        lines = per_request_lines(result.log, result.session_ids)
+        _write(per_request_path, "".join(line + "\n" for line in lines))
+    if not args.quiet:
+        sys.stdout.write(format_table(result.report, wall_s))
+        for label, path in (("report", json_path), ("per-request records", per_request_path)):
+            if path:
+                sys.stdout.write(f"{label} written to {path}\n")
+    return 0

@@ -187,6 +187,8 @@ def format_table(report: dict[str, Any], wall_s: float | None = None) -> str:
         sec = [(f"Mean {m.upper()} (ms)", report[f"mean_{m}_ms"]),
                (f"Median {m.upper()} (ms)", report[f"median_{m}_ms"])]
         for p in report.get("percentiles", []):
+            if p == 50:
+                continue  # the median row already shows it
             k = percentile_key(p)
             sec.append((f"{k.upper()} {m.upper()} (ms)", report[f"{k}_{m}_ms"]))
         sections.append((title, sec))

@@ -1,0 +1,100 @@
+"""From a validated configuration to a finished replay: workload, cluster, router, sinks.
+
+:func:`simulate` is what ``servesim run`` calls; tests and notebooks can call it too.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from attrs import define
+
+from servesim.config.sections import SyntheticConfig, WorkloadConfig
+from servesim.errors import ConfigError
+from servesim.replay.cluster import build_engines
+from servesim.replay.driver import ProgressFn, Replayer
+from servesim.replay.report import build_report
+from servesim.replay.routers import Router
+from servesim.replay.stats import RequestLog
+from servesim.replay.synthetic import generate
+from servesim.replay.workload import Workload
+from servesim.sinks import build_sink
+
+if TYPE_CHECKING:
+    from servesim.config.loader import LoadedConfig
+    from servesim.plugins import Plugins
+
+
+@define
+class SimResult:
+    """The run's report dict, the per-request log and the session id of every request."""
+
+    report: dict[str, Any]
+    log: RequestLog
+    session_ids: list[str]
+    passes: int
+
+
+def load_workload(workload: WorkloadConfig, plugins: Plugins) -> Workload:
+    """The configured trace (through its ``trace_format`` plugin) or synthetic workload.
+
+    With neither ``trace`` nor ``synthetic`` set, the default :class:`SyntheticConfig`
+    (the built-in default scenario) is used.
+    """
+    if workload.trace is not None:
+        reader = plugins.trace_formats().get(workload.trace.format)
+        return reader.read(workload.trace.path, trace_block_size=workload.trace.trace_block_size)
+    return generate(workload.synthetic or SyntheticConfig(), workload.seed)
+
+
+def _check_supported(loaded: LoadedConfig) -> None:
+    cluster = loaded.sim.cluster
+    if cluster.prefill_workers or cluster.decode_workers:
+        raise ConfigError(
+            "a prefill/decode split is not supported by the aggregated replay yet; "
+            "use cluster.workers", path="cluster.prefill_workers", source=loaded.source,
+        )
+
+
+def simulate(
+    loaded: LoadedConfig,
+    *,
+    record_token_times: bool = False,
+    progress: ProgressFn | None = None,
+) -> SimResult:
+    """Replay ``loaded``'s workload on its cluster; sinks are closed afterwards."""
+    _check_supported(loaded)
+    sim = loaded.sim
+    plugins = loaded.plugins
+    workload = load_workload(sim.workload, plugins)
+    router_class = plugins.routers().get(sim.cluster.router)
+    block_size = sim.engine.bs
+    router: Router = router_class(
+        sim.cluster.workers, sim.engine.dp_size, block_size, loaded.router_config
+    )
+    kv_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("kv_events", [])]
+    fpm_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("fpm", [])]
+    factory = loaded.engine_factory(
+        emit_kv_events=bool(kv_sinks) or router.wants_kv_events,
+        emit_forward_pass_metrics=bool(fpm_sinks),
+    )
+    engines = build_engines(factory.build, sim.cluster.workers)
+    replayer = Replayer(
+        engines,
+        workload,
+        router=router,
+        block_size=block_size,
+        concurrency=sim.workload.concurrency,
+        arrival_speedup_ratio=sim.workload.arrival_speedup_ratio,
+        kv_sinks=kv_sinks,
+        fpm_sinks=fpm_sinks,
+        record_token_times=record_token_times,
+        progress=progress,
+    )
+    try:
+        log = replayer.run()
+    finally:
+        for sink in [*kv_sinks, *fpm_sinks]:
+            sink.close()
+    report = build_report(log, sim.report, loaded.resolved())
+    return SimResult(report, log, replayer.session_of, replayer.passes)
