@@ -1,0 +1,37 @@
+"""Test helpers for servesim and for third-party backends.
+
+* :func:`drive` — a minimal single-engine driver returning per-request traces;
+* :func:`check_rank_conformance` / :class:`RankConformance` — the contract's invariants,
+  checked against any rank class (see :mod:`servesim.testing.conformance`);
+* the ``servesim`` pytest plugin (:mod:`servesim.testing.pytest_plugin`) adds fixtures.
+"""
+
+from servesim.testing.conformance import (
+    CHECKS,
+    ConformanceOptions,
+    ConformanceReport,
+    RankConformance,
+    Trace,
+    check_rank_conformance,
+    default_workload,
+    engine_maker,
+    kv_event_problems,
+    run_trace,
+)
+from servesim.testing.driver import DriveResult, RequestTrace, drive
+
+__all__ = [
+    "CHECKS",
+    "ConformanceOptions",
+    "ConformanceReport",
+    "DriveResult",
+    "RankConformance",
+    "RequestTrace",
+    "Trace",
+    "check_rank_conformance",
+    "default_workload",
+    "drive",
+    "engine_maker",
+    "kv_event_problems",
+    "run_trace",
+]

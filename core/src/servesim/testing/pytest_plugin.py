@@ -3,7 +3,12 @@
 Fixtures:
 
 * ``plugin_manager`` — a fresh servesim plugin manager with entry-point autoloading off, so a
-  test registers exactly the plugins it names (skips if the plugin system is unavailable).
+  test registers exactly the plugins it names on top of core's built-ins;
+* ``plugins`` — a :class:`servesim.plugins.Plugins` facade over that manager (registries by
+  kind: ``plugins.backends().get("mine")``).
+
+Use :func:`servesim.testing.check_rank_conformance` or subclass
+:class:`servesim.testing.RankConformance` to run the contract's invariants on a rank.
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ import pytest
 
 @pytest.fixture
 def plugin_manager() -> Iterator[Any]:
-    try:
-        from servesim.plugins import make_plugin_manager  # type: ignore[attr-defined]
-    except ImportError:  # pragma: no cover - the plugin system lands separately
-        pytest.skip("servesim.plugins.make_plugin_manager is not available")
-    try:
-        pm = make_plugin_manager(autoload=False)
-    except TypeError:  # pragma: no cover - older signature without the switch
-        pm = make_plugin_manager()
-    yield pm
+    from servesim.plugins import make_plugin_manager
+
+    yield make_plugin_manager(autoload=False)
+
+
+@pytest.fixture
+def plugins(plugin_manager: Any) -> Any:
+    from servesim.plugins import Plugins
+
+    return Plugins(plugin_manager)

@@ -1,0 +1,614 @@
+"""A conformance kit: the contract's invariants, checked against any rank class.
+
+A backend author calls :func:`check_rank_conformance` with a zero-argument callable that
+builds a fresh :class:`~servesim.engine.Engine` of their rank (see :func:`engine_maker`), or
+subclasses :class:`RankConformance` in a pytest module to get one test per check::
+
+    from servesim.testing import RankConformance, engine_maker
+
+    class TestMyRank(RankConformance):
+        make_engine = staticmethod(engine_maker(MyRank, emit_kv_events=True))
+
+Every check drives the engine through the canonical loop of aisimulate-engine.md §12 and
+asserts what the contract promises (§2.4, §4):
+
+* every submitted request gets exactly one terminal output; an accepted one emits exactly
+  ``planned_output_tokens`` tokens (``output_token_ids`` length if given), a rejected one none;
+* tokens appear only in the completion of a pass that started after the request was
+  submitted, stamped with that pass's end, so per-request times never decrease;
+* a command applied mid-pass never exposes the pass's completion effects early, and a
+  ``CancelRequest(discard_pending_output=True)`` suppresses the in-flight pass's outputs;
+* ``execute_pass`` returns None on an idle engine; a duplicate ``Submit`` raises and changes
+  nothing; cancelling a waiting request retires it once, later cancels are ``Noop``;
+* the engine drains, and reports no running/waiting requests (and, unless told otherwise,
+  no active blocks) once drained;
+* two fresh engines given the same inputs produce identical traces;
+* replaying the KV events onto an empty set never removes an unknown hash nor stores a hash
+  that is already live, and event ids rise per rank;
+* time arguments that are NaN, infinite or negative are rejected without poisoning.
+
+Failures are collected in a :class:`ConformanceReport`; :func:`check_rank_conformance`
+raises ``AssertionError`` listing all of them unless ``raise_on_failure=False``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+from attrs import define, field, frozen
+
+from servesim.contract import (
+    NOOP,
+    CancelRequest,
+    ClearedBlocks,
+    Command,
+    KvEvent,
+    Metrics,
+    PassCompletionEffects,
+    RemovedBlocks,
+    Request,
+    ResultKind,
+    StoredBlocks,
+    Submit,
+)
+from servesim.engine import Engine
+from servesim.tokens import Tokens
+
+MakeEngine = Callable[[], Engine]
+
+__all__ = [
+    "CHECKS",
+    "ConformanceOptions",
+    "ConformanceReport",
+    "RankConformance",
+    "Trace",
+    "check_rank_conformance",
+    "default_workload",
+    "engine_maker",
+    "kv_event_problems",
+    "run_trace",
+]
+
+
+@frozen(kw_only=True)
+class ConformanceOptions:
+    """Workload shape and expectations. Defaults suit a block-based aggregated backend.
+
+    * ``num_requests`` requests with prompts of about ``prompt_len`` tokens (the first half
+      shared, so prefix caching is exercised) and 1..``max_output_tokens`` outputs, arriving
+      every ``arrival_gap_ms`` (so some arrive while a pass is in flight);
+    * ``expect_empty_pool_after_drain``: check ``Metrics.active_blocks == 0`` once drained
+      (set False for backends that count cached pages as active, e.g. SGLang's radix cache);
+    * ``max_passes`` bounds a run so a livelocked rank fails instead of hanging.
+    """
+
+    num_requests: int = 8
+    prompt_len: int = 48
+    max_output_tokens: int = 6
+    arrival_gap_ms: float = 1.5
+    expect_empty_pool_after_drain: bool = True
+    max_passes: int = 100_000
+
+
+@define
+class ConformanceReport:
+    """What ran and what failed; ``ok`` when nothing failed."""
+
+    checks: list[str] = field(factory=list)
+    failures: list[str] = field(factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def raise_if_failed(self) -> None:
+        if self.failures:
+            lines = "\n  - ".join(self.failures)
+            raise AssertionError(f"rank conformance failed ({len(self.failures)}):\n  - {lines}")
+
+
+@define
+class Trace:
+    """Everything a run made visible, in order; two identical runs give equal traces."""
+
+    tokens: dict[int, list[float]] = field(factory=dict)
+    token_ids: dict[int, list[int]] = field(factory=dict)
+    terminals: dict[int, list[tuple[float, bool]]] = field(factory=dict)
+    passes: list[tuple[int, float, float]] = field(factory=list)
+    admissions: list[tuple[float, int, int]] = field(factory=list)
+    kv_events: list[tuple[int, float, KvEvent]] = field(factory=list)
+    metrics: dict[int, Metrics] = field(factory=dict)
+    drained: bool = False
+    end_ms: float = 0.0
+    failures: list[str] = field(factory=list)
+
+
+# --------------------------------------------------------------------------- workload
+
+
+def default_workload(options: ConformanceOptions) -> list[tuple[float, Request]]:
+    """Deterministic arrivals: shared half-prefix prompts, varied lengths and outputs."""
+    out = []
+    shared = list(range(1000, 1000 + options.prompt_len // 2))
+    for i in range(options.num_requests):
+        n = max(1, options.prompt_len - (i % 3) * (options.prompt_len // 4))
+        tail = [20_000 + 97 * i + k for k in range(max(0, n - len(shared)))]
+        prompt = Tokens((shared + tail)[:n])
+        max_out = 1 + (i * 5) % max(1, options.max_output_tokens)
+        out.append((i * options.arrival_gap_ms, Request(i, prompt, max_out)))
+    return out
+
+
+def engine_maker(
+    rank_class: type,
+    *,
+    config: Any = None,
+    timing: Any = None,
+    backend_config: Any = None,
+    emit_kv_events: bool = True,
+    worker_id: int = 0,
+) -> MakeEngine:
+    """A ``make_engine`` for the kit: an :class:`EngineFactory` with fixed 10/1 ms timing by
+    default (so pass boundaries are easy to read in failure messages)."""
+    from servesim.config.engine import EngineConfig
+    from servesim.factory import EngineFactory
+    from servesim.timing.builtin import FixedTiming, FixedTimingConfig
+
+    def make() -> Engine:
+        factory = EngineFactory(
+            config or EngineConfig(),
+            rank_class,
+            timing or FixedTiming(FixedTimingConfig(prefill_ms=10.0, decode_ms=1.0)),
+            backend_config=backend_config,
+            emit_kv_events=emit_kv_events,
+        )
+        return factory.build(worker_id)
+
+    return make
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def run_trace(
+    engine: Engine,
+    arrivals: Iterable[tuple[float, Request]],
+    *,
+    max_passes: int = 100_000,
+    mid_pass: Callable[[Engine, float, Trace], None] | None = None,
+    already_submitted: Iterable[int] = (),
+) -> Trace:
+    """Drive ``engine`` until it drains, checking per-pass invariants into ``trace.failures``.
+
+    Requests go to DP rank ``request_id % dp_size``. ``mid_pass(engine, now, trace)`` runs
+    at the start time of each pass while it is in flight, before mid-pass arrivals.
+    ``already_submitted`` names requests the caller submitted at 0 ms before the run.
+    """
+    trace = Trace()
+    queue = sorted(((at, i, r) for i, (at, r) in enumerate(arrivals)), key=lambda e: e[:2])
+    submitted: dict[int, float] = {}
+    for rid in already_submitted:
+        submitted[rid] = 0.0
+        trace.tokens[rid] = []
+        trace.terminals[rid] = []
+    now, i = 0.0, 0
+    for _ in range(max_passes):
+        i = _deliver(engine, queue, i, now, float("inf"), submitted, trace)
+        _settle_internal(engine, now, trace)
+        started = engine.execute_pass(now) if engine.is_ready() else None
+        if started is None:
+            if i < len(queue) or _next_deadline(engine) is not None:
+                now = max(now, min(_pending_times(queue, i, engine)))
+                continue
+            trace.drained = engine.is_drained()
+            trace.end_ms = now
+            if not trace.drained:
+                trace.failures.append(f"engine stalled at {now} ms: not ready, not drained, nothing due")
+            return trace
+        _record_start(started, submitted, trace)
+        if mid_pass is not None:
+            mid_pass(engine, now, trace)
+        i = _deliver(engine, queue, i, now, started.end_ms, submitted, trace, in_flight=True)
+        now = started.end_ms
+        done = engine.complete_pass(started.pass_id, now)
+        if done.end_ms != started.end_ms:
+            trace.failures.append(f"pass {started.pass_id} completed at {done.end_ms}, not {started.end_ms}")
+        for rc in done.by_rank:
+            _record_completion(rc.dp_rank, rc.effects, started.started_at_ms, now, submitted, trace)
+    trace.failures.append(f"no drain after {max_passes} passes (livelock?)")
+    return trace
+
+
+def _pending_times(queue: list, i: int, engine: Engine) -> list[float]:
+    times = [queue[i][0]] if i < len(queue) else []
+    deadline = _next_deadline(engine)
+    if deadline is not None:
+        times.append(deadline)
+    return times
+
+
+def _next_deadline(engine: Engine) -> float | None:
+    return engine.next_internal_deadline_ms()
+
+
+def _settle_internal(engine: Engine, now: float, trace: Trace) -> None:
+    deadline = engine.next_internal_deadline_ms()
+    if deadline is not None and deadline <= now:
+        for dp_rank, eff in engine.process_internal_work(now):
+            trace.kv_events.extend((dp_rank, now, e) for e in eff.kv_events)
+
+
+def _deliver(
+    engine: Engine,
+    queue: list,
+    i: int,
+    now: float,
+    before: float,
+    submitted: dict[int, float],
+    trace: Trace,
+    *,
+    in_flight: bool = False,
+) -> int:
+    """Submit arrivals due by ``now`` (idle) or before ``before`` (mid-pass)."""
+    while i < len(queue) and (queue[i][0] <= now if not in_flight else queue[i][0] < before):
+        at, _, req = queue[i]
+        t = max(at, now)
+        eff = engine.apply(req.request_id % engine.dp_size, Submit(req), t)
+        submitted[req.request_id] = t
+        trace.tokens.setdefault(req.request_id, [])
+        trace.terminals.setdefault(req.request_id, [])
+        leaked = [r for r in eff.retired_requests if r != req.request_id]
+        if in_flight and leaked:
+            trace.failures.append(
+                f"Submit of request {req.request_id} mid-pass retired {leaked}: "
+                "completion effects must stay hidden until complete_pass"
+            )
+        trace.kv_events.extend((e.dp_rank, t, e) for e in eff.kv_events)
+        if eff.metrics is not None and not in_flight:
+            trace.metrics[eff.metrics.dp_rank] = eff.metrics
+        i += 1
+    return i
+
+
+def _record_start(started: Any, submitted: dict[int, float], trace: Trace) -> None:
+    trace.passes.append((started.pass_id, started.started_at_ms, started.end_ms))
+    for rs in started.by_rank:
+        if not rs.rank_end_ms >= started.started_at_ms:
+            trace.failures.append(f"rank {rs.dp_rank} pass ends at {rs.rank_end_ms} before its start")
+        for adm in rs.effects.admissions:
+            if adm.request_id not in submitted:
+                trace.failures.append(f"pass {started.pass_id} admitted unknown request {adm.request_id}")
+            trace.admissions.append((started.started_at_ms, adm.request_id, adm.reused_input_tokens))
+        trace.kv_events.extend((rs.dp_rank, started.started_at_ms, e) for e in rs.effects.kv_events)
+
+
+def _record_completion(
+    dp_rank: int,
+    eff: PassCompletionEffects,
+    start: float,
+    end: float,
+    submitted: dict[int, float],
+    trace: Trace,
+) -> None:
+    batch = eff.outputs
+    ids = batch.token_ids
+    if ids is not None and len(ids) != len(batch.token_request_ids):
+        trace.failures.append(f"rank {dp_rank}: token_ids and token_request_ids differ in length")
+    for k, rid in enumerate(batch.token_request_ids):
+        if rid not in submitted:
+            trace.failures.append(f"rank {dp_rank} emitted a token for unknown request {rid}")
+            continue
+        if submitted[rid] > start:
+            trace.failures.append(
+                f"request {rid} submitted at {submitted[rid]} got a token from the pass started at {start}"
+            )
+        if trace.terminals[rid]:
+            trace.failures.append(f"request {rid} emitted a token at {end} after its terminal output")
+        trace.tokens[rid].append(end)
+        if ids is not None:
+            trace.token_ids.setdefault(rid, []).append(ids[k])
+    for rid in batch.completed:
+        if rid not in submitted:
+            trace.failures.append(f"rank {dp_rank} completed unknown request {rid}")
+            continue
+        trace.terminals[rid].append((end, rid in batch.rejected))
+    for rid in batch.rejected:
+        if rid not in batch.completed:
+            trace.failures.append(f"request {rid} is rejected but not completed")
+    trace.kv_events.extend((dp_rank, end, e) for e in eff.kv_events)
+    if eff.metrics is not None:
+        trace.metrics[dp_rank] = eff.metrics
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_requests(trace: Trace, requests: dict[int, Request], options: ConformanceOptions) -> list[str]:
+    out = list(trace.failures)
+    for rid, req in requests.items():
+        terms = trace.terminals.get(rid, [])
+        times = trace.tokens.get(rid, [])
+        if len(terms) != 1:
+            out.append(f"request {rid} got {len(terms)} terminal outputs, expected exactly 1")
+            continue
+        _, rejected = terms[0]
+        want = 0 if rejected else req.planned_output_tokens
+        if len(times) != want:
+            kind = "rejected " if rejected else ""
+            out.append(f"{kind}request {rid} emitted {len(times)} tokens, expected {want}")
+        if any(b < a for a, b in zip(times, times[1:])):
+            out.append(f"request {rid} token times decrease: {times}")
+        if req.output_token_ids is not None and rid in trace.token_ids and not rejected:
+            if tuple(trace.token_ids[rid]) != req.output_token_ids:
+                out.append(f"request {rid} emitted {trace.token_ids[rid]}, not its output_token_ids")
+    if not trace.drained:
+        out.append("engine is not drained after every request finished")
+    for dp_rank, m in sorted(trace.metrics.items()):
+        if m.running_requests or m.waiting_requests:
+            out.append(f"rank {dp_rank} reports {m.running_requests} running/{m.waiting_requests} "
+                       "waiting requests after drain")
+        if options.expect_empty_pool_after_drain and m.active_blocks:
+            out.append(f"rank {dp_rank} reports {m.active_blocks} active blocks after drain")
+    return out
+
+
+def check_completions(make_engine: MakeEngine, options: ConformanceOptions) -> list[str]:
+    """Exactly one terminal per request, exact token counts, ordered times, clean drain."""
+    work = default_workload(options)
+    trace = run_trace(make_engine(), work, max_passes=options.max_passes)
+    return _check_requests(trace, {r.request_id: r for _, r in work}, options)
+
+
+def check_exact_output_tokens(make_engine: MakeEngine, options: ConformanceOptions) -> list[str]:
+    """``output_token_ids`` fixes the outputs; its length overrides ``max_output_tokens``."""
+    req = Request(0, Tokens(list(range(7, 7 + options.prompt_len))), 1, output_token_ids=(5, 6, 7))
+    trace = run_trace(make_engine(), [(0.0, req)], max_passes=options.max_passes)
+    return _check_requests(trace, {0: req}, options)
+
+
+def check_idle_engine(make_engine: MakeEngine, options: ConformanceOptions) -> list[str]:
+    """A fresh engine is drained, not ready, and ``execute_pass`` returns None."""
+    engine = make_engine()
+    out = []
+    if not engine.is_drained():
+        out.append("a fresh engine is not drained")
+    if engine.is_ready():
+        out.append("a fresh engine is ready with no work")
+    if engine.execute_pass(0.0) is not None:
+        out.append("execute_pass on an idle engine did not return None")
+    return out
+
+
+def check_duplicate_submit(make_engine: MakeEngine, options: ConformanceOptions) -> list[str]:
+    """A second Submit of an active id raises and leaves the engine as it was."""
+    first = default_workload(options)[0][1]
+    twin = Request(first.request_id, first.prompt, first.max_output_tokens + 3)
+    reference = run_trace(make_engine(), [(0.0, first)], max_passes=options.max_passes)
+    engine = make_engine()
+    engine.apply(0, Submit(first), 0.0)
+    out = []
+    try:
+        engine.apply(0, Submit(twin), 0.0)
+        out.append(f"a duplicate Submit of active request {first.request_id} was accepted")
+    except Exception:
+        pass
+    if engine.poisoned is not None:
+        out.append("a rejected duplicate Submit poisoned the engine")
+        return out
+    after = run_trace(engine, [], max_passes=options.max_passes, already_submitted=[first.request_id])
+    rid = first.request_id
+    if (after.tokens[rid], after.terminals[rid], after.passes) != (
+        reference.tokens[rid], reference.terminals[rid], reference.passes
+    ):
+        out.append("the rejected duplicate Submit changed what the engine did afterwards")
+    out.extend(after.failures)
+    return out
+
+
+def check_cancel_waiting(make_engine: MakeEngine, options: ConformanceOptions) -> list[str]:
+    """Cancelling a waiting request retires it once; a second cancel is a Noop."""
+    engine = make_engine()
+    req = default_workload(options)[0][1]
+    engine.apply(0, Submit(req), 0.0)
+    eff = engine.apply(0, CancelRequest(req.request_id), 0.0)
+    out = []
+    if eff.result.kind is not ResultKind.APPLIED or tuple(eff.retired_requests) != (req.request_id,):
+        out.append(f"CancelRequest of a waiting request gave {eff.result.kind.value} retiring "
+                   f"{list(eff.retired_requests)}, expected applied retiring [{req.request_id}]")
+    again = engine.apply(0, CancelRequest(req.request_id), 0.0)
+    if again.result != NOOP or again.retired_requests:
+        out.append(f"a second CancelRequest gave {again.result.kind.value}, expected noop")
+    if engine.execute_pass(0.0) is not None:
+        out.append("the engine started a pass for a cancelled request")
+    if not engine.is_drained():
+        out.append("the engine is not drained after its only request was cancelled")
+    return out
+
+
+def check_mid_pass_cancel(make_engine: MakeEngine, options: ConformanceOptions) -> list[str]:
+    """A cancel mid-pass suppresses that request's retained outputs (reference §2.3, §4.2)."""
+    work = default_workload(options)
+    victim = work[0][1].request_id
+    state = {"cancelled": False}
+
+    def cancel(engine: Engine, now: float, trace: Trace) -> None:
+        if state["cancelled"]:
+            return
+        state["cancelled"] = True
+        cmd: Command = CancelRequest(victim, discard_pending_output=True)
+        eff = engine.apply(victim % engine.dp_size, cmd, now)
+        if eff.retired_requests not in ((), (victim,)):
+            trace.failures.append(f"the cancel of {victim} retired {list(eff.retired_requests)}")
+
+    trace = run_trace(make_engine(), [(0.0, work[0][1])], max_passes=options.max_passes, mid_pass=cancel)
+    out = list(trace.failures)
+    if trace.tokens.get(victim) or trace.terminals.get(victim):
+        out.append(f"request {victim}, cancelled while its pass was in flight, still emitted "
+                   f"{len(trace.tokens[victim])} tokens / {len(trace.terminals[victim])} terminals: "
+                   "outputs must stay in the retained pass until complete_pass")
+    if not trace.drained:
+        out.append("the engine is not drained after its only request was cancelled mid-pass")
+    return out
+
+
+def check_determinism(make_engine: MakeEngine, options: ConformanceOptions) -> list[str]:
+    """Two fresh engines given the same inputs produce identical traces."""
+    work = default_workload(options)
+    a = run_trace(make_engine(), work, max_passes=options.max_passes)
+    b = run_trace(make_engine(), work, max_passes=options.max_passes)
+    if a != b:
+        return ["two fresh engines given the same requests produced different traces"]
+    return []
+
+
+def check_kv_events(make_engine: MakeEngine, options: ConformanceOptions) -> list[str]:
+    """KV events replay cleanly: no unknown removals, no duplicate stores, rising ids."""
+    trace = run_trace(make_engine(), default_workload(options), max_passes=options.max_passes)
+    return kv_event_problems(trace.kv_events)
+
+
+def kv_event_problems(events: Iterable[tuple[int, float, KvEvent]]) -> list[str]:
+    """Replay ``(dp_rank, at_ms, event)`` onto empty per-rank sets and report violations."""
+    live: dict[int, set[int]] = {}
+    last_id: dict[int, int] = {}
+    out = []
+    for dp_rank, at, ev in events:
+        cached = live.setdefault(ev.dp_rank, set())
+        if ev.dp_rank != dp_rank:
+            out.append(f"event {ev.event_id} from rank {dp_rank} says dp_rank {ev.dp_rank}")
+        if ev.dp_rank in last_id and ev.event_id <= last_id[ev.dp_rank]:
+            out.append(f"rank {ev.dp_rank} event id {ev.event_id} at {at} ms does not rise "
+                       f"after {last_id[ev.dp_rank]}")
+        last_id[ev.dp_rank] = ev.event_id
+        data = ev.data
+        if isinstance(data, StoredBlocks):
+            for b in data.blocks:
+                if b.block_hash in cached:
+                    out.append(f"rank {ev.dp_rank} stored block {b.block_hash} at {at} ms while it is live")
+                cached.add(b.block_hash)
+        elif isinstance(data, RemovedBlocks):
+            for h in data.block_hashes:
+                if h not in cached:
+                    out.append(f"rank {ev.dp_rank} removed unknown block {h} at {at} ms")
+                cached.discard(h)
+        elif isinstance(data, ClearedBlocks):
+            cached.clear()
+    return out
+
+
+_BAD_TIMES = (float("nan"), float("inf"), -1.0)
+
+
+def check_time_validation(make_engine: MakeEngine, options: ConformanceOptions) -> list[str]:
+    """NaN, infinite and negative times are rejected without poisoning."""
+    engine = make_engine()
+    req = default_workload(options)[0][1]
+    out = []
+    calls: list[tuple[str, Callable[[float], Any]]] = [
+        ("apply", lambda t: engine.apply(0, Submit(req), t)),
+        ("execute_pass", engine.execute_pass),
+        ("process_internal_work", engine.process_internal_work),
+    ]
+    for name, call in calls:
+        for bad in _BAD_TIMES:
+            try:
+                call(bad)
+                out.append(f"{name}({bad}) was accepted")
+            except Exception:
+                pass
+    if engine.poisoned is not None:
+        out.append(f"invalid times poisoned the engine: {engine.poisoned}")
+    trace = run_trace(engine, [(0.0, req)], max_passes=options.max_passes)
+    return out + _check_requests(trace, {req.request_id: req}, options)
+
+
+CHECKS: dict[str, Callable[[MakeEngine, ConformanceOptions], list[str]]] = {
+    "idle_engine": check_idle_engine,
+    "completions": check_completions,
+    "exact_output_tokens": check_exact_output_tokens,
+    "duplicate_submit": check_duplicate_submit,
+    "cancel_waiting": check_cancel_waiting,
+    "mid_pass_cancel": check_mid_pass_cancel,
+    "determinism": check_determinism,
+    "kv_events": check_kv_events,
+    "time_validation": check_time_validation,
+}
+"""Every check by name, in the order :func:`check_rank_conformance` runs them."""
+
+
+def check_rank_conformance(
+    make_engine: MakeEngine,
+    *,
+    options: ConformanceOptions | None = None,
+    skip: Iterable[str] = (),
+    raise_on_failure: bool = True,
+) -> ConformanceReport:
+    """Run every check (minus ``skip``) against engines from ``make_engine``.
+
+    An exception escaping a check counts as that check's failure, named with the check.
+    """
+    options = options or ConformanceOptions()
+    skipped = set(skip)
+    unknown = skipped - set(CHECKS)
+    if unknown:
+        raise ValueError(f"unknown checks {sorted(unknown)}; known: {', '.join(CHECKS)}")
+    report = ConformanceReport()
+    for name, check in CHECKS.items():
+        if name in skipped:
+            continue
+        report.checks.append(name)
+        try:
+            problems = check(make_engine, options)
+        except Exception as exc:  # a crashing rank is a conformance failure, not a kit bug
+            problems = [f"raised {type(exc).__name__}: {exc}"]
+        report.failures.extend(f"{name}: {p}" for p in problems)
+    if raise_on_failure:
+        report.raise_if_failed()
+    return report
+
+
+class RankConformance:
+    """Subclass as ``TestXxx`` and set ``make_engine`` (a staticmethod) to get one pytest
+    test per check. Override ``conformance_options`` or list names in ``skip_checks``."""
+
+    conformance_options: ClassVar[ConformanceOptions] = ConformanceOptions()
+    skip_checks: ClassVar[tuple[str, ...]] = ()
+
+    def make_engine(self) -> Engine:  # pragma: no cover - always overridden
+        raise NotImplementedError("set make_engine = staticmethod(engine_maker(MyRank))")
+
+    def _run(self, name: str) -> None:
+        if name in self.skip_checks:
+            import pytest
+
+            pytest.skip(f"{name} skipped by {type(self).__name__}.skip_checks")
+        problems = CHECKS[name](self.make_engine, self.conformance_options)
+        ConformanceReport([name], [f"{name}: {p}" for p in problems]).raise_if_failed()
+
+    def test_idle_engine(self) -> None:
+        self._run("idle_engine")
+
+    def test_completions(self) -> None:
+        self._run("completions")
+
+    def test_exact_output_tokens(self) -> None:
+        self._run("exact_output_tokens")
+
+    def test_duplicate_submit(self) -> None:
+        self._run("duplicate_submit")
+
+    def test_cancel_waiting(self) -> None:
+        self._run("cancel_waiting")
+
+    def test_mid_pass_cancel(self) -> None:
+        self._run("mid_pass_cancel")
+
+    def test_determinism(self) -> None:
+        self._run("determinism")
+
+    def test_kv_events(self) -> None:
+        self._run("kv_events")
+
+    def test_time_validation(self) -> None:
+        self._run("time_validation")
