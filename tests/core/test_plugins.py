@@ -13,7 +13,6 @@ import types
 from typing import Any
 
 import pytest
-
 from servesim import hookimpl
 from servesim.errors import PluginError
 from servesim.hookspecs import HOOK_KINDS
@@ -70,7 +69,9 @@ def test_fake_distribution_is_discovered_with_its_distribution(monkeypatch: pyte
 def test_duplicate_name_names_both_distributions(monkeypatch: pytest.MonkeyPatch) -> None:
     _module(monkeypatch, "fake_a", servesim_register_backends=_backend("same"))
     _module(monkeypatch, "fake_b", servesim_register_backends=_backend("same"))
-    _install(monkeypatch, FakeDist("dist-b", "2.0", {"pb": "fake_b"}), FakeDist("dist-a", "1.0", {"pa": "fake_a"}))
+    _install(
+        monkeypatch, FakeDist("dist-b", "2.0", {"pb": "fake_b"}), FakeDist("dist-a", "1.0", {"pa": "fake_a"})
+    )
     with pytest.raises(PluginError) as exc:
         Plugins().registries()
     msg = str(exc.value)
@@ -87,16 +88,25 @@ def test_duplicate_with_builtin_names_servesim(monkeypatch: pytest.MonkeyPatch) 
 
     _module(monkeypatch, "fake_lru", servesim_register_eviction_policies=evict)
     _install(monkeypatch, FakeDist("lru-clone", "0.3", {"clone": "fake_lru"}))
-    with pytest.raises(PluginError, match=r"plugin 'servesim.builtins.kv' \(distribution servesim [^)]+\) "
-                       r"and by plugin 'clone' \(distribution lru-clone 0.3\)"):
+    with pytest.raises(
+        PluginError,
+        match=r"plugin 'servesim.builtins.kv' \(distribution servesim [^)]+\) "
+        r"and by plugin 'clone' \(distribution lru-clone 0.3\)",
+    ):
         Plugins().registries()
 
 
 def test_same_entry_point_name_in_two_distributions(monkeypatch: pytest.MonkeyPatch) -> None:
     _module(monkeypatch, "fake_a", servesim_register_backends=_backend("a"))
     _module(monkeypatch, "fake_b", servesim_register_backends=_backend("b"))
-    _install(monkeypatch, FakeDist("dist-a", "1.0", {"dup": "fake_a"}), FakeDist("dist-b", "2.0", {"dup": "fake_b"}))
-    with pytest.raises(PluginError, match=r"'dup' is claimed by two distributions: dist-a 1.0 and dist-b 2.0"):
+    _install(
+        monkeypatch,
+        FakeDist("dist-a", "1.0", {"dup": "fake_a"}),
+        FakeDist("dist-b", "2.0", {"dup": "fake_b"}),
+    )
+    with pytest.raises(
+        PluginError, match=r"'dup' is claimed by two distributions: dist-a 1.0 and dist-b 2.0"
+    ):
         make_plugin_manager()
 
 
@@ -180,8 +190,11 @@ def test_failing_hook_names_plugin_and_distribution(monkeypatch: pytest.MonkeyPa
 
     _module(monkeypatch, "fake_boom", servesim_register_routers=servesim_register_routers)
     _install(monkeypatch, FakeDist("boom-dist", "3.1", {"boom": "fake_boom"}))
-    with pytest.raises(PluginError, match=r"^plugin 'boom' \(boom-dist 3.1\) failed in servesim_register_routers: "
-                       r"RuntimeError: boom$"):
+    with pytest.raises(
+        PluginError,
+        match=r"^plugin 'boom' \(boom-dist 3.1\) failed in servesim_register_routers: "
+        r"RuntimeError: boom$",
+    ):
         Plugins().registries()
 
 
@@ -193,7 +206,9 @@ def test_registries_are_built_once(monkeypatch: pytest.MonkeyPatch) -> None:
         registry.add("counted", object)
 
     pm = make_plugin_manager(autoload=False)
-    pm.register(types.SimpleNamespace(servesim_register_backends=hookimpl(servesim_register_backends)), "inline")
+    pm.register(
+        types.SimpleNamespace(servesim_register_backends=hookimpl(servesim_register_backends)), "inline"
+    )
     plugins = Plugins(pm)
     first = plugins.registries()
     assert plugins.registries() is first and plugins.backends() is first["backend"]
@@ -229,7 +244,9 @@ def test_unknown_name_lists_installed_names() -> None:
     with pytest.raises(PluginError) as exc:
         registry.get("polynomal")
     installed = ", ".join(registry.names())
-    assert str(exc.value) == f"unknown timing_model 'polynomal'; installed: {installed} (see 'servesim plugins')"
+    assert (
+        str(exc.value) == f"unknown timing_model 'polynomal'; installed: {installed} (see 'servesim plugins')"
+    )
     assert {"polynomial", "fixed"} <= set(registry.names())
 
 
@@ -240,8 +257,12 @@ def test_real_entry_points_are_discovered() -> None:
     """The installed distributions (editable, from requirements-dev.txt) are found."""
     plugins = Plugins()
     infos = {p.name: p for p in plugins.plugin_infos()}
-    for name, dist in [("vllm", "servesim-vllm"), ("sglang", "servesim-sglang"),
-                       ("trtllm", "servesim-trtllm"), ("toy", "servesim-toy")]:
+    for name, dist in [
+        ("vllm", "servesim-vllm"),
+        ("sglang", "servesim-sglang"),
+        ("trtllm", "servesim-trtllm"),
+        ("toy", "servesim-toy"),
+    ]:
         assert infos[name].distribution == dist
         assert infos[name].version == importlib.metadata.version(dist)
     toy = plugins.backends().entry("toy")

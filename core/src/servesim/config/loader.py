@@ -244,11 +244,11 @@ def build(raw: Any, ctx: _Ctx) -> LoadedConfig:
     """Validate raw YAML data (after ``--set``) into a :class:`LoadedConfig`."""
     if not isinstance(raw, Mapping):
         raise ctx.fail([("", f"expected a mapping of sections ({', '.join(SECTIONS)}), got {show(raw)}")])
-    sections, problems = _structure_sections(ctx, raw)
+    sections, section_problems = _structure_sections(ctx, raw)
     engine_raw = raw.get("engine")
-    engine, found = _resolve(ctx, engine_raw, "engine")
-    problems += found
-    if problems or engine is None:
+    engine, problems = _resolve(ctx, engine_raw, "engine")
+    problems += section_problems
+    if any(v is None for v in sections.values()):
         raise ctx.fail(problems)
     problems += check_sections(sections["cluster"], sections["workload"], sections["report"])
     router_config, sink_specs, found = _check_plugins(
@@ -258,9 +258,9 @@ def build(raw: Any, ctx: _Ctx) -> LoadedConfig:
     engine_section = dict(engine_raw) if isinstance(engine_raw, Mapping) else {}
     for role in ("prefill_engine", "decode_engine"):
         overrides = getattr(sections["cluster"], role, None)
-        if overrides:
+        if overrides and engine is not None:
             problems += _resolve(ctx, merge_engine(engine_section, overrides), f"cluster.{role}")[1]
-    if problems:
+    if problems or engine is None:
         raise ctx.fail(problems)
     sim = SimConfig(engine=engine.config, **sections)
     return LoadedConfig(sim, engine, engine_section, ctx, router_config, sink_specs)

@@ -33,15 +33,15 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def parse_yaml(text: str, source: str) -> Any:
-    """Parse YAML text; syntax errors name ``source:line``."""
+def parse_yaml(text: str, source: str, *, lines: bool = True) -> Any:
+    """Parse YAML text; syntax errors name ``source:line`` (``lines=False``: ``source``)."""
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        where = f"{source}:{mark.line + 1}" if mark is not None and lines else source
         detail = " ".join(p for p in (exc.context, exc.problem) if p)
-        col = f" (column {mark.column + 1})" if mark is not None else ""
+        col = f" (column {mark.column + 1})" if mark is not None and lines else ""
         raise ConfigError(f"invalid YAML: {detail}{col}", source=where) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", source=source) from None
@@ -70,7 +70,7 @@ def parse_set(item: str) -> tuple[list[str], Any]:
         raise ConfigError(
             f"expected KEY=VALUE with a dotted key like engine.max_num_seqs=64, got {item!r}", source="--set"
         )
-    value = parse_yaml(text, source) if text.strip() else None
+    value = parse_yaml(text, source, lines=False) if text.strip() else None
     return [p.strip() for p in parts], value
 
 
