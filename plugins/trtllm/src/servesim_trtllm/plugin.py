@@ -12,4 +12,7 @@ if TYPE_CHECKING:
 
 @hookimpl
 def servesim_register_backends(registry: Registry) -> None:
-    """Nothing registered yet: the rank lands with the backend issue."""
+    """Register the ``trtllm`` rank (TensorRT-LLM capacity + micro-batch scheduling)."""
+    from servesim_trtllm.rank import TrtllmRank
+
+    registry.add("trtllm", TrtllmRank)

@@ -1,0 +1,325 @@
+"""The trtllm scheduler state and the mechanics every capacity policy shares.
+
+:class:`TrtCore` owns the requests of one rank, the KV block pool (core's
+:class:`~servesim.kv.pool.BlockPool`, so prefix caching — TensorRT-LLM's "KV-cache reuse" —
+and KV events are shared with the other block backends) and one step's execution:
+allocation, context/decode pricing and token emission. Which requests run in a step is the
+capacity policy's decision (:mod:`servesim_trtllm.policies`).
+
+Reference semantics (dynamo-mocker.md §6, reusing the vLLM-style core of §2.2-§2.6):
+
+* enqueue normalisation: ``capacity = num_gpu_blocks × block_size``; a prompt ≥ capacity is
+  rejected when it reaches admission; ``max_output`` is clamped to ``capacity − prompt`` and,
+  with ``max_model_len``, to ``max_model_len − prompt``;
+* a step prices one prefill call over the requests that computed context tokens
+  (``mean_isl``/``mean_prefix`` integer means, §2.2 step 5) and one decode call over the
+  requests that were already decoding (logical sequence lengths, aisimulate-engine.md §6.3);
+  everything the step emits shares its end time (§2.5);
+* the sampled token is dangling until the next step computes it (§2.3); blocks become
+  cache-visible as the computed boundary passes them (§2.3, §3.3); a finished request
+  releases its blocks tail first (§2.5).
+"""
+
+from __future__ import annotations
+
+from servesim.config.engine import EngineConfig
+from servesim.contract import (
+    Admission,
+    CacheTierAttribution,
+    OutputBatch,
+    PressureEvent,
+    PressureKind,
+    PressureState,
+    Request,
+    RequestId,
+)
+from servesim.kv.pool import BlockPool
+from servesim.timing.base import TimingModel, scaled_ms
+
+from servesim_trtllm.config import CapacitySchedulerPolicy, Limits, TrtllmConfig
+from servesim_trtllm.request import TrtRequest
+from servesim_trtllm.work import StepWork
+
+_MASK64 = 0xFFFFFFFFFFFFFFFF
+
+
+class _Sums:
+    """Exact count / Σx / Σx² of a multiset of ints, for FPM queue statistics without a scan."""
+
+    __slots__ = ("n", "s1", "s2")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.s1 = 0
+        self.s2 = 0
+
+    def add(self, x: int, sign: int = 1) -> None:
+        self.n += sign
+        self.s1 += sign * x
+        self.s2 += sign * x * x
+
+    def variance(self) -> float:
+        """Population variance, computed exactly on integers (0 for n ≤ 1)."""
+        if self.n <= 1:
+            return 0.0
+        return (self.n * self.s2 - self.s1 * self.s1) / (self.n * self.n)
+
+
+class TrtCore:
+    """Requests, pool and step mechanics of one trtllm rank."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        trt: TrtllmConfig,
+        limits: Limits,
+        pool: BlockPool,
+        timing: TimingModel,
+        salt: int,
+    ) -> None:
+        self.config = config
+        self.trt = trt
+        self.policy = trt.capacity_scheduler_policy
+        self.limits = limits
+        self.pool = pool
+        self.timing = timing
+        self.bs = config.bs
+        self.num_blocks = config.num_gpu_blocks
+        self.capacity_tokens = self.num_blocks * self.bs
+        self.native = self.policy is not CapacitySchedulerPolicy.GUARANTEED_NO_EVICT
+        self.reqs: dict[RequestId, TrtRequest] = {}  # submission order (TRT-LLM's active list)
+        self.waiting: dict[RequestId, TrtRequest] = {}  # FIFO
+        self.running: dict[RequestId, TrtRequest] = {}  # admission order
+        self.queued_prefill = _Sums()
+        self.queued_decode = _Sums()
+        self.pauses_total = 0
+        self._order = 0
+        self._salt = salt
+
+    # -- commands -----------------------------------------------------------------------
+
+    def submit(self, request: Request) -> TrtRequest:
+        """Enqueue with the reference's normalisation (dynamo-mocker.md §6)."""
+        r = TrtRequest(request, self._order, self.bs, (self._salt ^ request.request_id) & _MASK64)
+        self._order += 1
+        prompt = r.prompt_len
+        limit = self.limits.max_num_tokens
+        if prompt >= self.capacity_tokens:
+            r.reject = True
+        elif self.config.max_model_len is not None and prompt >= self.config.max_model_len:
+            r.reject = True
+        elif not self.limits.chunked_context and limit is not None and prompt > limit:
+            # servesim rejects instead of stalling forever: without chunking a context
+            # longer than the step budget can never be scheduled (TensorRT-LLM refuses it).
+            r.reject = True
+        else:
+            r.max_output = min(r.max_output, self.capacity_tokens - prompt)
+            if self.config.max_model_len is not None:
+                r.max_output = min(r.max_output, self.config.max_model_len - prompt)
+        r.set_total_blocks(self.bs)
+        self.reqs[r.rid] = r
+        self.waiting[r.rid] = r
+        self.queued_prefill.add(prompt)
+        return r
+
+    def remove(self, r: TrtRequest) -> None:
+        """Drop all scheduler and KV state of ``r`` (completion, rejection, cancellation)."""
+        if r.started:
+            self.pool.release(r.table)
+            r.started = False
+        self.reqs.pop(r.rid, None)
+        self.running.pop(r.rid, None)
+        if self.waiting.pop(r.rid, None) is not None:
+            self._unqueue(r)
+
+    def _unqueue(self, r: TrtRequest) -> None:
+        if r.paused:
+            self.queued_decode.add(r.seq_len, -1)
+        else:
+            self.queued_prefill.add(r.prompt_len, -1)
+
+    # -- capacity arithmetic ------------------------------------------------------------
+
+    def lookup(self, r: TrtRequest) -> tuple[int, int]:
+        """``(cached_blocks, active_blocks)`` of the sequence's cached prefix.
+
+        Native policies keep at least one context token to compute, as TensorRT-LLM does
+        when it reuses a whole prompt (it recomputes the last token to get logits); the
+        reference's GNE path applies no such adjustment (dynamo-mocker.md §6).
+        """
+        if not self.pool.prefix_caching:
+            return 0, 0
+        n = r.seq_len // self.bs
+        if self.native:
+            n = min(n, (r.ctx_len - 1) // self.bs)
+        if n <= 0:
+            return 0, 0
+        seq, _ = r.hashes(n, self.bs)
+        return self.pool.lookup(seq, n)
+
+    def blocks_to_finish(self, r: TrtRequest) -> int:
+        """dynamo-mocker.md §6 ``blocks_needed_to_finish`` of a request holding blocks."""
+        return r.total_blocks - len(r.table)
+
+    def fresh_blocks_needed(self, r: TrtRequest) -> tuple[int, int, int]:
+        """``(needed, cached_blocks, active_blocks)`` for a request not holding blocks:
+        ``ceil((prompt + max_output)/bs) − floor(active_cached_tokens/bs)``."""
+        cached, active = self.lookup(r)
+        cached_tokens = min(cached * self.bs, r.seq_len)
+        active_tokens = min(active * self.bs, cached_tokens)
+        return r.total_blocks - active_tokens // self.bs, cached, active
+
+    def reserved_available(self) -> int:
+        """``(num_gpu_blocks − active_blocks) − Σ_running blocks_needed_to_finish``."""
+        reserved = 0
+        for r in self.running.values():
+            reserved += r.total_blocks - len(r.table)
+        return self.num_blocks - self.pool.num_active - reserved
+
+    # -- step mechanics -----------------------------------------------------------------
+
+    def set_cached(self, r: TrtRequest, cached_blocks: int) -> None:
+        """Fix the prefix-cache hit of a request about to be admitted."""
+        r.cached_tokens = min(cached_blocks * self.bs, r.seq_len)
+
+    def advance(self, r: TrtRequest, desired: int, work: StepWork) -> bool:
+        """Compute ``desired`` more tokens of ``r`` this step (dynamo-mocker.md §2.3).
+
+        Allocates KV all or nothing, admits a waiting request (Admission event), finalises
+        blocks the computed boundary passed and records the work. False (nothing changed)
+        when the pool cannot supply the blocks.
+        """
+        bs = self.bs
+        fresh = not r.started
+        before = r.cached_tokens if fresh else r.num_computed
+        target = before + desired
+        alloc = target
+        if fresh and self.native:
+            alloc = max(target, r.ctx_len)  # TensorRT-LLM's addSequence allocates the context
+        prefix: list[int] = []
+        if fresh and r.cached_tokens:
+            n_cached = r.cached_tokens // bs
+            seq, _ = r.hashes(n_cached, bs)
+            prefix = seq[:n_cached]
+        if not self.pool.allocate(r.table, -(-alloc // bs), prefix):
+            work.allocation_failures += 1
+            return False
+        if fresh:
+            self._admit(r, work)
+        prompt_before = min(before, r.ctx_len)
+        decoding = prompt_before >= r.ctx_len and not fresh
+        r.num_computed = target
+        prompt_tokens = min(target, r.ctx_len) - prompt_before
+        full = target // bs
+        if self.pool.prefix_caching and full > r.table.num_cached:
+            seq, local = r.hashes(full, bs)
+            self.pool.finalize(r.table, full, seq, local)
+        work.record(r, desired, prompt_before, prompt_tokens, decoding)
+        return True
+
+    def _admit(self, r: TrtRequest, work: StepWork) -> None:
+        r.started = True
+        del self.waiting[r.rid]
+        self._unqueue(r)
+        self.running[r.rid] = r
+        if r.paused:
+            work.resumed.append(r.rid)
+            r.paused = False
+        tier = None
+        if r.first_cached is None:
+            r.first_cached = r.cached_tokens
+            tier = CacheTierAttribution(r.cached_tokens, 0)
+        work.admissions.append(Admission(r.rid, r.cached_tokens, tier))
+        work.new_hits[r.rid] = r.cached_tokens
+
+    def reject(self, r: TrtRequest, work: StepWork) -> None:
+        self.remove(r)
+        work.rejected.append(r)
+
+    def pressure_state(self) -> PressureState:
+        return PressureState(len(self.running), len(self.waiting), self.pool.num_active)
+
+    def pause(self, r: TrtRequest, work: StepWork, now_ms: float) -> None:
+        """MAX_UTILIZATION pause: free the request's KV and send it back to waiting.
+
+        TensorRT-LLM's ``LlmRequest::pause`` folds the generated tokens into the prompt and
+        resets the context position; the request keeps its place in the active list and
+        its released blocks stay reusable through the prefix cache.
+        """
+        before = self.pressure_state()
+        held = len(r.table)
+        self.pool.release(r.table)
+        r.started = False
+        r.paused = True
+        r.num_computed = 0
+        r.cached_tokens = 0
+        r.ctx_len = r.seq_len
+        del self.running[r.rid]
+        self.waiting[r.rid] = r
+        self.queued_decode.add(r.seq_len)
+        self.pauses_total += 1
+        work.paused.append(r.rid)
+        work.pressure.append(
+            PressureEvent(now_ms, PressureKind.TRTLLM_PAUSE, r.rid, before, self.pressure_state(), held)
+        )
+
+    # -- pricing and emission -----------------------------------------------------------
+
+    def prefill_ms(self, work: StepWork) -> float:
+        """One batched prefill call over requests that computed context tokens (§2.2.5)."""
+        count = isl = prefix = 0
+        for pb, pt in zip(work.prompt_before, work.prompt_tokens, strict=True):
+            if pt > 0:
+                count += 1
+                isl += pb + pt
+                prefix += pb
+        if count == 0:
+            return 0.0
+        mean_isl, mean_prefix = isl // count, prefix // count
+        if mean_isl - mean_prefix == 0:
+            return 0.0
+        raw = self.timing.predict_prefill_ms(count, mean_isl, mean_prefix)
+        return scaled_ms(raw, self.config.speedup_ratio)
+
+    def decode_ms(self, priced: list[TrtRequest]) -> float:
+        if not priced:
+            return 0.0
+        kv = 0
+        for r in priced:
+            kv += r.seq_len
+        n = len(priced)
+        raw = self.timing.predict_decode_ms(n, kv, kv // n, self.capacity_tokens)
+        return scaled_ms(raw, self.config.decode_speedup)
+
+    def ready_and_priced(self, work: StepWork) -> tuple[list[TrtRequest], list[TrtRequest]]:
+        """Requests that sample this step, and those the decode call prices.
+
+        Only requests that were decoding before the step are priced (the context forward
+        samples the first token: aisimulate-engine.md §6.4, as the installed reference
+        behaves); ``first_token_decode_call`` prices the new ones too.
+        """
+        ready: list[TrtRequest] = []
+        priced: list[TrtRequest] = []
+        all_ready = self.trt.first_token_decode_call
+        for r, decoding in zip(work.scheduled, work.was_decoding, strict=True):
+            if r.num_computed >= r.seq_len:
+                ready.append(r)
+                if r.remaining_output > 0 and (decoding or all_ready):
+                    priced.append(r)
+        return ready, priced
+
+    def emit(self, ready: list[TrtRequest], out: OutputBatch) -> list[RequestId]:
+        """Sample one token per ready request; finished requests release their KV."""
+        finished: list[RequestId] = []
+        for r in ready:
+            if not r.first_output_sent:
+                r.first_output_sent = True
+                out.cached_tokens[r.rid] = r.first_cached or 0
+            if r.remaining_output > 0:
+                r.generated += 1
+                out.token_request_ids.append(r.rid)
+            if r.remaining_output <= 0:
+                self.remove(r)
+                out.completed.append(r.rid)
+                finished.append(r.rid)
+        return finished

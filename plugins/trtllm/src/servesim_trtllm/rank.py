@@ -1,0 +1,295 @@
+"""``TrtllmRank``: one TensorRT-LLM scheduler rank behind servesim's neutral contract.
+
+The contract side follows aisimulate-engine.md §3 (``SchedulerRank``) and §4: a pass is
+committed eagerly at its start (admissions and pause pressure events are visible then);
+outputs, KV events, metrics and forward-pass metrics are retained and released at
+``complete_pass``. KV events produced by a command while a pass is in flight stay buffered
+in the pool until that boundary (§4.6 "PassEnd" visibility). ``CancelRequest`` removes the
+request's state and suppresses its retained outputs (§3 "Suppression"); a duplicate
+``Submit`` of an active request is refused without mutation (§4.2).
+
+Disaggregated handoff is not modelled by this backend: handoff submissions are refused and
+cancelling an unknown handoff is a no-op.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from attrs import define
+from servesim.config.engine import EngineConfig
+from servesim.contract import (
+    APPLIED,
+    NOOP,
+    ActivateDestination,
+    CancelDestination,
+    CancelRequest,
+    CancelSource,
+    Command,
+    CommandEffects,
+    CommandResult,
+    DecodeAcceptance,
+    ForwardPassMetrics,
+    Metrics,
+    OutputBatch,
+    PassCompletionEffects,
+    PassStartEffects,
+    ReleaseSource,
+    ReserveDestination,
+    ScheduleRecord,
+    Submit,
+    SubmitHandoffPrefill,
+    Welford,
+)
+from servesim.errors import CommandRejected, ConfigError
+from servesim.kv.pool import BlockPool
+from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
+
+from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig, effective_limits, validate
+from servesim_trtllm.core import TrtCore
+from servesim_trtllm.policies import (
+    schedule_max_utilization,
+    schedule_reference,
+    schedule_static_batch,
+)
+from servesim_trtllm.work import StepWork
+
+
+@define(slots=True)
+class TrtllmPending:
+    """A committed pass's retained completion effects."""
+
+    started_at_ms: float
+    effects: PassCompletionEffects
+
+
+class TrtllmRank(Rank):
+    """The ``trtllm`` backend (capacity policy from ``engine.trtllm.capacity_scheduler_policy``)."""
+
+    config_class = TrtllmConfig
+    default_block_size = 32
+
+    def __init__(
+        self,
+        identity: RankIdentity,
+        config: EngineConfig,
+        backend_config: Any,
+        services: RankServices,
+    ) -> None:
+        trt = backend_config if backend_config is not None else TrtllmConfig()
+        super().__init__(identity, config, trt, services)
+        problems = self.validate_config(config, trt)
+        if problems:
+            path, message = problems[0]
+            raise ConfigError(message, path=path)
+        pool = BlockPool(
+            config.num_gpu_blocks,
+            eviction=services.new_eviction_policy(),
+            enable_prefix_caching=config.enable_prefix_caching,
+            emit_events=services.emit_kv_events,
+            dp_rank=identity.dp_rank,
+        )
+        self.core = TrtCore(
+            config, trt, effective_limits(config, trt), pool, services.timing, identity.seed_offset
+        )
+        self.policy = trt.capacity_scheduler_policy
+        self._fpm_counter = 0
+        self._prefilled = False
+        self._model_work = False
+
+    @classmethod
+    def validate_config(cls, config: EngineConfig, backend_config: Any) -> list[tuple[str, str]]:
+        trt = backend_config if backend_config is not None else TrtllmConfig()
+        problems = validate(config, trt)
+        limits = effective_limits(config, trt)
+        native = trt.capacity_scheduler_policy is not CapacitySchedulerPolicy.GUARANTEED_NO_EVICT
+        bs = config.block_size if config.block_size is not None else cls.default_block_size
+        tokens = limits.max_num_tokens
+        if native and limits.chunked_context and tokens is not None and tokens < bs:
+            key = (
+                "engine.trtllm.max_num_tokens"
+                if trt.max_num_tokens is not None
+                else ("engine.max_num_batched_tokens")
+            )
+            problems.append((key, f"must be >= the block size ({bs}) with chunked context"))
+        return problems
+
+    # -- commands -----------------------------------------------------------------------
+
+    def apply(self, command: Command, ctx: CommandContext, pending: Any | None) -> CommandEffects:
+        core = self.core
+        if isinstance(command, Submit):
+            rid = command.request.request_id
+            if rid in core.reqs:
+                raise CommandRejected(f"request {rid} is already active")
+            core.submit(command.request)
+            return self._command_effects(CommandResult.submitted(rid), ctx, ())
+        if isinstance(command, CancelRequest):
+            return self._cancel(command, ctx, pending)
+        if isinstance(command, (CancelSource, CancelDestination)):
+            return self._command_effects(NOOP, ctx, ())
+        if isinstance(command, (SubmitHandoffPrefill, ReserveDestination)):
+            raise CommandRejected("the trtllm backend does not model disaggregated handoff")
+        if isinstance(command, (ActivateDestination, ReleaseSource)):
+            raise CommandRejected(f"unknown handoff {command.handoff_id.value}")
+        raise CommandRejected(f"unsupported command {type(command).__name__}")
+
+    def _cancel(
+        self, command: CancelRequest, ctx: CommandContext, pending: TrtllmPending | None
+    ) -> CommandEffects:
+        core = self.core
+        r = core.reqs.get(command.request_id)
+        retired: tuple[int, ...] = ()
+        if r is not None:
+            core.remove(r)
+            retired = (r.rid,)
+        suppressed = False
+        if pending is not None and (r is not None or command.discard_pending_output):
+            suppressed = pending.effects.outputs.remove_request(command.request_id)
+            if suppressed and not retired:
+                retired = (command.request_id,)
+        effects = self._command_effects(NOOP if r is None else APPLIED, ctx, retired)
+        return attrs.evolve(effects, suppressed_pending_output=suppressed)
+
+    def _command_effects(
+        self, result: CommandResult, ctx: CommandContext, retired: tuple[int, ...]
+    ) -> CommandEffects:
+        kv = () if ctx.pass_in_flight else tuple(self.core.pool.drain_events())
+        return CommandEffects(result=result, kv_events=kv, retired_requests=retired, metrics=self.metrics())
+
+    # -- readiness ----------------------------------------------------------------------
+
+    def is_ready(self) -> bool:
+        return bool(self.core.running) or bool(self.core.waiting)
+
+    def is_drained(self) -> bool:
+        return not self.core.reqs
+
+    def prefill_in_pass(self) -> bool:
+        return self._prefilled
+
+    def model_work_in_pass(self) -> bool:
+        return self._model_work
+
+    # -- passes -------------------------------------------------------------------------
+
+    def execute_pass(self, now_ms: float) -> RankPass:
+        core = self.core
+        work = StepWork()
+        if self.policy is CapacitySchedulerPolicy.GUARANTEED_NO_EVICT:
+            schedule_reference(core, work)
+        elif self.policy is CapacitySchedulerPolicy.STATIC_BATCH:
+            schedule_static_batch(core, work)
+        else:
+            schedule_max_utilization(core, work, now_ms)
+        prefill_ms = core.prefill_ms(work)
+        ready, priced = core.ready_and_priced(work)
+        decode_ms = core.decode_ms(priced)
+        outputs = OutputBatch()
+        for r in work.rejected:
+            outputs.completed.append(r.rid)
+            outputs.rejected.append(r.rid)
+        fpm = self._forward_pass_metrics(work)  # scheduled shape, before emission
+        finished = core.emit(ready, outputs)
+        self._prefilled = any(pt > 0 for pt in work.prompt_tokens)
+        self._model_work = bool(work.scheduled)
+        effects = PassCompletionEffects(
+            outputs=outputs,
+            kv_events=core.pool.drain_events(),
+            forward_pass_metrics=fpm,
+            decode_acceptance=DecodeAcceptance(len(priced), len(priced)),
+            schedule=self._schedule_record(work, finished),
+        )
+        start = PassStartEffects(admissions=tuple(work.admissions), pressure_events=tuple(work.pressure))
+        end_ms = now_ms + prefill_ms + decode_ms
+        return RankPass(end_ms, start, TrtllmPending(now_ms, effects))
+
+    def complete_pass(self, pending: TrtllmPending, end_ms: float) -> PassCompletionEffects:
+        effects = pending.effects
+        effects.kv_events.extend(self.core.pool.drain_events())
+        effects.metrics = self.metrics()
+        if effects.forward_pass_metrics is not None:
+            effects.forward_pass_metrics = attrs.evolve(
+                effects.forward_pass_metrics, duration_ms=max(0.0, end_ms - pending.started_at_ms)
+            )
+        return effects
+
+    def complete_idle_group_pass(self, started_at_ms: float, end_ms: float) -> PassCompletionEffects:
+        fpm = None
+        if self.services.emit_forward_pass_metrics:
+            fpm = ForwardPassMetrics(
+                worker_id=self.identity.worker_id,
+                dp_rank=self.identity.dp_rank,
+                duration_ms=max(0.0, end_ms - started_at_ms),
+            )
+        return PassCompletionEffects(
+            kv_events=self.core.pool.drain_events(), metrics=self.metrics(), forward_pass_metrics=fpm
+        )
+
+    # -- telemetry ----------------------------------------------------------------------
+
+    def metrics(self) -> Metrics:
+        core = self.core
+        return Metrics(
+            dp_rank=self.identity.dp_rank,
+            active_blocks=core.pool.num_active,
+            inactive_blocks=core.pool.num_inactive,
+            total_blocks=core.num_blocks,
+            running_requests=len(core.running),
+            waiting_requests=len(core.waiting),
+            preemptions_total=core.pauses_total,
+        )
+
+    def _forward_pass_metrics(self, work: StepWork) -> ForwardPassMetrics | None:
+        """dynamo-mocker.md §4.5 / aisimulate-engine.md §4.9; queued decodes are paused
+        requests (prompt + generated), the analogue of vLLM's preempted ones."""
+        if not self.services.emit_forward_pass_metrics:
+            return None
+        prefill = Welford()
+        prefill_tokens = prefill_kv = 0
+        decode = Welford()
+        for r, tokens, pb, pt, seq in zip(
+            work.scheduled, work.tokens, work.prompt_before, work.prompt_tokens, work.seq_len, strict=False
+        ):
+            if pt > 0:
+                prefill.add(r.ctx_len)
+                prefill_tokens += tokens
+                prefill_kv += pb
+            elif r.remaining_output > 0:
+                decode.add(seq)
+        qp, qd = self.core.queued_prefill, self.core.queued_decode
+        self._fpm_counter += 1
+        return ForwardPassMetrics(
+            worker_id=self.identity.worker_id,
+            dp_rank=self.identity.dp_rank,
+            counter_id=self._fpm_counter,
+            num_prefill_requests=prefill.n,
+            sum_prefill_tokens=prefill_tokens,
+            var_prefill_length=prefill.variance(),
+            sum_prefill_kv_tokens=prefill_kv,
+            num_decode_requests=decode.n,
+            sum_decode_kv_tokens=int(decode.total),
+            var_decode_kv_tokens=decode.variance(),
+            num_queued_prefill=qp.n,
+            sum_queued_prefill_tokens=qp.s1,
+            var_queued_prefill_length=qp.variance(),
+            num_queued_decode=qd.n,
+            sum_queued_decode_kv_tokens=qd.s1,
+            var_queued_decode_kv_tokens=qd.variance(),
+        )
+
+    def _schedule_record(self, work: StepWork, finished: list[int]) -> ScheduleRecord | None:
+        if not self.services.record_schedule:
+            return None
+        core = self.core
+        return ScheduleRecord(
+            scheduled={r.rid: t for r, t in zip(work.scheduled, work.tokens, strict=True)},
+            new_hits=dict(work.new_hits),
+            resumed=list(work.resumed),
+            preempted=list(work.paused),
+            finished=finished,
+            running=len(core.running),
+            waiting=len(core.waiting),
+            free_blocks=core.num_blocks - core.pool.num_active,
+        )
