@@ -12,4 +12,7 @@ if TYPE_CHECKING:
 
 @hookimpl
 def servesim_register_backends(registry: Registry) -> None:
-    """Nothing registered yet: the rank lands with the backend issue."""
+    """``vllm``: a rank that schedules like vLLM's v1 scheduler (servesim_vllm.rank)."""
+    from servesim_vllm.rank import VllmRank
+
+    registry.add("vllm", VllmRank)

@@ -1,0 +1,264 @@
+"""``VllmRank``: the vLLM v1 scheduler behind servesim's neutral rank contract.
+
+Contract behaviour follows aisimulate-engine.md §3 (``SchedulerRank``): a pass is committed
+eagerly at ``execute_pass`` and its completion effects (outputs, KV events, metrics,
+forward-pass metrics) stay hidden in the returned pending object until ``complete_pass``.
+Admissions and preemption pressure events are visible at pass start; KV events produced by
+a pass are published at pass end (``KvEventVisibility::PassEnd``, §4.6).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import attrs
+
+from servesim.config.engine import EngineConfig
+from servesim.contract import (
+    APPLIED,
+    NOOP,
+    ActivateDestination,
+    CancelDestination,
+    CancelRequest,
+    CancelSource,
+    Command,
+    CommandEffects,
+    CommandResult,
+    ForwardPassMetrics,
+    Metrics,
+    OutputBatch,
+    PassCompletionEffects,
+    PassStartEffects,
+    ReleaseSource,
+    ReserveDestination,
+    ScheduleRecord,
+    Submit,
+    SubmitHandoffPrefill,
+    Welford,
+    WorkerType,
+)
+from servesim.errors import CommandRejected
+from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
+from servesim.timing.base import scaled_ms
+
+from servesim_vllm.config import VllmConfig
+from servesim_vllm.scheduler import PassResult, VllmScheduler
+
+
+@attrs.define(slots=True)
+class VllmPendingPass:
+    """A committed pass whose completion effects are not yet visible."""
+
+    started_at_ms: float
+    effects: PassCompletionEffects
+
+
+class VllmRank(Rank):
+    """One vLLM scheduler rank with its own KV block pool."""
+
+    config_class: ClassVar[type | None] = VllmConfig
+    default_block_size: ClassVar[int] = 64
+
+    def __init__(
+        self,
+        identity: RankIdentity,
+        config: EngineConfig,
+        backend_config: Any,
+        services: RankServices,
+    ) -> None:
+        super().__init__(identity, config, backend_config, services)
+        self.sched = VllmScheduler(config, services, identity.dp_rank)
+        self._pass_counter = 0
+        self._prefilled = False
+        self._worked = False
+        self._speedup = config.speedup_ratio
+        self._decode_speedup = config.decode_speedup
+
+    @classmethod
+    def validate_config(cls, config: EngineConfig, backend_config: Any) -> list[tuple[str, str]]:
+        problems = []
+        if config.block_size is not None and config.block_size <= 0:
+            problems.append(("engine.block_size", f"must be > 0, got {config.block_size}"))
+        if config.num_gpu_blocks <= 0:
+            problems.append(("engine.num_gpu_blocks", f"must be > 0, got {config.num_gpu_blocks}"))
+        if config.aic_nextn is not None:
+            problems.append(("engine.aic_nextn", "speculative decoding is not supported by vllm yet"))
+        return problems
+
+    # -- commands -------------------------------------------------------------------------
+
+    def apply(self, command: Command, ctx: CommandContext, pending: Any | None) -> CommandEffects:
+        if isinstance(command, Submit):
+            return self._submit(command)
+        if isinstance(command, CancelRequest):
+            return self._cancel(command, pending)
+        if isinstance(command, (ReleaseSource, CancelSource, CancelDestination)):
+            return CommandEffects(NOOP, metrics=self.metrics())
+        if isinstance(command, (SubmitHandoffPrefill, ReserveDestination, ActivateDestination)):
+            raise CommandRejected(
+                f"{type(command).__name__} is not supported by the vllm rank yet (disaggregation)"
+            )
+        raise CommandRejected(f"unknown command {command!r}")
+
+    def _submit(self, command: Submit) -> CommandEffects:
+        request = command.request
+        rid = request.request_id
+        if rid in self.sched.requests:
+            raise CommandRejected(f"request {rid} is already active")
+        if request.max_output_tokens < 0:
+            raise CommandRejected(f"request {rid}: max_output_tokens must be >= 0")
+        self.sched.submit(request)
+        return CommandEffects(CommandResult.submitted(rid), metrics=self.metrics())
+
+    def _cancel(self, command: CancelRequest, pending: VllmPendingPass | None) -> CommandEffects:
+        """Cancel a waiting or running request; mid-pass, also drop its retained outputs
+        (aisimulate-engine.md §3, "Suppression")."""
+        rid = command.request_id
+        removed = self.sched.cancel(rid)
+        retired: tuple[int, ...] = (rid,) if removed else ()
+        suppressed = False
+        if pending is not None and (removed or command.discard_pending_output):
+            suppressed = pending.effects.outputs.remove_request(rid)
+            if suppressed and not removed:
+                retired = (rid,)
+        return CommandEffects(
+            APPLIED if removed else NOOP,
+            retired_requests=retired,
+            metrics=self.metrics(),
+            suppressed_pending_output=suppressed,
+        )
+
+    # -- readiness ------------------------------------------------------------------------
+
+    def is_ready(self) -> bool:
+        s = self.sched
+        return bool(s.running or s.waiting)
+
+    def is_drained(self) -> bool:
+        return not self.sched.requests
+
+    def prefill_in_pass(self) -> bool:
+        return self._prefilled
+
+    def model_work_in_pass(self) -> bool:
+        return self._worked
+
+    # -- passes ---------------------------------------------------------------------------
+
+    def execute_pass(self, now_ms: float) -> RankPass:
+        res = self.sched.run_pass(now_ms)
+        worker = self.config.worker_type
+        prefill_ms = 0.0 if worker is WorkerType.DECODE else res.prefill_ms
+        # A prefill worker's first token comes out of the prefill forward (§7.2).
+        decode_ms = 0.0 if worker is WorkerType.PREFILL else res.decode_ms
+        end = now_ms + scaled_ms(prefill_ms, self._speedup) + scaled_ms(decode_ms, self._decode_speedup)
+        self._prefilled = prefill_ms > 0
+        self._worked = bool(res.work)
+        outputs = OutputBatch(
+            token_request_ids=res.token_rids,
+            completed=res.completed,
+            rejected=res.rejected,
+            cached_tokens=res.cached_tokens,
+        )
+        effects = PassCompletionEffects(outputs=outputs, kv_events=self.sched.pool.drain_events())
+        if self.services.emit_forward_pass_metrics:
+            effects.forward_pass_metrics = self._fpm(res)
+        if self.services.record_schedule:
+            effects.schedule = self._record(res)
+        self._pass_counter += 1
+        start = PassStartEffects(tuple(res.admissions), tuple(res.pressure))
+        return RankPass(end, start, VllmPendingPass(now_ms, effects))
+
+    def complete_pass(self, pending: VllmPendingPass, end_ms: float) -> PassCompletionEffects:
+        effects = pending.effects
+        effects.kv_events.extend(self.sched.pool.drain_events())
+        effects.metrics = self.metrics()
+        fpm = effects.forward_pass_metrics
+        if fpm is not None:
+            effects.forward_pass_metrics = attrs.evolve(
+                fpm, duration_ms=max(0.0, end_ms - pending.started_at_ms)
+            )
+        return effects
+
+    def complete_idle_group_pass(
+        self, started_at_ms: float, end_ms: float
+    ) -> PassCompletionEffects | None:
+        effects = PassCompletionEffects(
+            kv_events=self.sched.pool.drain_events(), metrics=self.metrics()
+        )
+        if self.services.emit_forward_pass_metrics:
+            effects.forward_pass_metrics = ForwardPassMetrics(
+                worker_id=self.identity.worker_id,
+                dp_rank=self.identity.dp_rank,
+                duration_ms=max(0.0, end_ms - started_at_ms),
+            )
+        return effects
+
+    # -- observability --------------------------------------------------------------------
+
+    def metrics(self) -> Metrics:
+        s = self.sched
+        pool = s.pool
+        return Metrics(
+            dp_rank=self.identity.dp_rank,
+            active_blocks=pool.num_active,
+            inactive_blocks=pool.num_inactive,
+            total_blocks=pool.capacity,
+            running_requests=len(s.running),
+            waiting_requests=len(s.waiting),
+            preemptions_total=s.preemptions_total,
+        )
+
+    def _fpm(self, res: PassResult) -> ForwardPassMetrics:
+        """dynamo-mocker.md §4.5: scheduled prefills and decodes, queued prefills and
+        (preempted) decodes, population variances; ``duration_ms`` is set at completion."""
+        pre, dec = Welford(), Welford()
+        pre_tokens = pre_kv = 0
+        for w in res.work.values():
+            if w.prompt_tokens > 0:
+                pre.add(w.req.prompt_len)
+                pre_tokens += w.tokens
+                pre_kv += w.prefix_tokens
+            elif not w.terminal:
+                dec.add(w.seq_len)
+        queued = self.sched.waiting_stats()
+        qp, qd = Welford(), Welford()
+        for x in queued["prefill"]:
+            qp.add(x)
+        for x in queued["decode"]:
+            qd.add(x)
+        return ForwardPassMetrics(
+            worker_id=self.identity.worker_id,
+            dp_rank=self.identity.dp_rank,
+            counter_id=self._pass_counter,
+            num_prefill_requests=pre.n,
+            sum_prefill_tokens=pre_tokens,
+            var_prefill_length=pre.variance(),
+            sum_prefill_kv_tokens=pre_kv,
+            num_decode_requests=dec.n,
+            sum_decode_kv_tokens=int(dec.total),
+            var_decode_kv_tokens=dec.variance(),
+            num_queued_prefill=qp.n,
+            sum_queued_prefill_tokens=int(qp.total),
+            var_queued_prefill_length=qp.variance(),
+            num_queued_decode=qd.n,
+            sum_queued_decode_kv_tokens=int(qd.total),
+            var_queued_decode_kv_tokens=qd.variance(),
+        )
+
+    def _record(self, res: PassResult) -> ScheduleRecord:
+        s = self.sched
+        done = set(res.completed) - set(res.rejected)
+        return ScheduleRecord(
+            scheduled={rid: w.tokens for rid, w in res.work.items()},
+            new_hits=dict(res.new_hits),
+            resumed=list(res.resumed),
+            preempted=[p.request_id for p in res.pressure],
+            finished=[rid for rid in res.completed if rid in done],
+            running=len(s.running),
+            waiting=len(s.waiting),
+            free_blocks=s.pool.num_free + s.pool.num_inactive,
+        )
+
+
+__all__ = ["VllmPendingPass", "VllmRank"]

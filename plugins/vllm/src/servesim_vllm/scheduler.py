@@ -1,0 +1,386 @@
+"""The vLLM v1 scheduling pass, as Dynamo's Gen-2 ``VllmCore`` models it.
+
+One call of :meth:`VllmScheduler.run_pass` is one scheduler step plus its forward pass
+(dynamo-mocker.md §2.2-§2.5, with the newest first-token timing of aisimulate-engine.md
+§6.4):
+
+1. running requests first, in queue order, while the token budget lasts; a decoding
+   request costs one token (its sampled, not yet computed token);
+2. then the waiting queue in FIFO order while no preemption happened in this pass and
+   ``max_num_seqs`` allows, stopping at the first request that cannot be admitted;
+3. KV blocks are allocated all or nothing; a running request that cannot get its blocks
+   preempts the newest (LIFO) or oldest (FIFO) running request, which drops its blocks into
+   the prefix cache, keeps its generated tokens and goes back to the front of the queue;
+4. blocks whose tokens are now computed become cache-visible at once, so a later request of
+   the same pass can hit them;
+5. every request whose known tokens are all computed samples one token. Requests that
+   prefilled this pass get their first token from the prefill forward; only the ongoing
+   decoders are priced by the decode call, and everything finishes at the shared end
+   ``now + prefill + decode``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from servesim.config.engine import EngineConfig, PreemptionMode
+from servesim.contract import (
+    Admission,
+    PressureEvent,
+    PressureKind,
+    PressureState,
+    Request,
+    RequestId,
+)
+from servesim.kv.pool import BlockPool
+from servesim.rank import RankServices
+
+from servesim_vllm.request import Status, VllmRequest
+
+_BLOCKED = -1
+_CURRENT_PREEMPTED = -2
+_UNBOUNDED = 1 << 62
+
+
+class _Work:
+    """What one request did in this pass (the reference's ``ScheduledWork``)."""
+
+    __slots__ = ("req", "tokens", "prompt_tokens", "prefix_tokens", "seq_len", "terminal")
+
+    def __init__(self, req: VllmRequest, tokens: int, prompt_tokens: int, prefix: int) -> None:
+        self.req = req
+        self.tokens = tokens
+        self.prompt_tokens = prompt_tokens
+        self.prefix_tokens = prefix
+        self.seq_len = req.length
+        self.terminal = False  # finished without sampling (nothing left to generate)
+
+
+class PassResult:
+    """Everything one pass produced; the rank turns it into contract effects."""
+
+    __slots__ = (
+        "work",
+        "admissions",
+        "new_hits",
+        "resumed",
+        "pressure",
+        "token_rids",
+        "completed",
+        "rejected",
+        "cached_tokens",
+        "prefill_ms",
+        "decode_ms",
+        "decoders",
+    )
+
+    def __init__(self) -> None:
+        self.work: dict[RequestId, _Work] = {}
+        self.admissions: list[Admission] = []
+        self.new_hits: dict[RequestId, int] = {}
+        self.resumed: list[RequestId] = []
+        self.pressure: list[PressureEvent] = []
+        self.token_rids: list[RequestId] = []
+        self.completed: list[RequestId] = []
+        self.rejected: list[RequestId] = []
+        self.cached_tokens: dict[RequestId, int] = {}
+        self.prefill_ms = 0.0
+        self.decode_ms = 0.0
+        self.decoders = 0
+
+
+class VllmScheduler:
+    """Queues, the block pool and the pass algorithm of one rank."""
+
+    def __init__(self, config: EngineConfig, services: RankServices, dp_rank: int) -> None:
+        self.cfg = config
+        self.bs = config.bs
+        self.timing = services.timing
+        self.pool = BlockPool(
+            config.num_gpu_blocks,
+            eviction=services.new_eviction_policy(),
+            enable_prefix_caching=config.enable_prefix_caching,
+            emit_events=services.emit_kv_events,
+            dp_rank=dp_rank,
+        )
+        self.caching = config.enable_prefix_caching
+        self.lifo = config.preemption_mode is PreemptionMode.LIFO
+        self.max_seqs = config.max_num_seqs if config.max_num_seqs is not None else _UNBOUNDED
+        self.max_tokens = (
+            config.max_num_batched_tokens if config.max_num_batched_tokens is not None else _UNBOUNDED
+        )
+        self.requests: dict[RequestId, VllmRequest] = {}
+        self.waiting: deque[VllmRequest] = deque()
+        self.running: list[VllmRequest] = []
+        self.preemptions_total = 0
+        # Pass-local state (valid only inside run_pass).
+        self._now = 0.0
+        self._budget = 0
+        self._cursor = 0
+        self._res = PassResult()
+        self._preempted_in_pass = False
+
+    # -- commands -------------------------------------------------------------------------
+
+    def submit(self, request: Request) -> VllmRequest:
+        req = VllmRequest(request, self.cfg.max_model_len)
+        if self.caching:
+            req.load_prompt_hashes(self.bs)
+        self.requests[req.rid] = req
+        self.waiting.append(req)
+        return req
+
+    def cancel(self, rid: RequestId) -> bool:
+        """Drop a waiting or running request and free its blocks; False if unknown."""
+        req = self.requests.pop(rid, None)
+        if req is None:
+            return False
+        if req.status is Status.RUNNING:
+            self.running.remove(req)
+        else:
+            self.waiting.remove(req)
+        self.pool.release(req.table)
+        return True
+
+    # -- the pass -------------------------------------------------------------------------
+
+    def run_pass(self, now: float) -> PassResult:
+        self._now = now
+        self._budget = self.max_tokens
+        self._cursor = 0
+        self._res = res = PassResult()
+        self._preempted_in_pass = False
+        self._schedule_running()
+        self._admit_waiting()
+        self._prefill_time(res)
+        self._emit(res)
+        return res
+
+    def _schedule_running(self) -> None:
+        running = self.running
+        while self._cursor < len(running) and self._budget > 0:
+            used = self._schedule(running[self._cursor], 0, from_waiting=False)
+            if used == _BLOCKED:
+                break
+            if used != _CURRENT_PREEMPTED:
+                self._cursor += 1
+
+    def _admit_waiting(self) -> None:
+        waiting = self.waiting
+        running = self.running
+        cfg = self.cfg
+        bs = self.bs
+        pool = self.pool
+        self._cursor = _UNBOUNDED  # no running request is scheduled from here on
+        while waiting and not self._preempted_in_pass and len(running) < self.max_seqs:
+            req = waiting[0]
+            if self._impossible(req):
+                waiting.popleft()
+                self._reject(req)
+                continue
+            cached, active_cached = self._prefill_cost(req)
+            needed = -(-req.length // bs) - active_cached // bs
+            if needed > cfg.num_gpu_blocks - pool.num_active:
+                break
+            used = self._schedule(req, cached, from_waiting=True)
+            if used < 0:
+                break
+            waiting.popleft()
+            resumed = req.status is Status.PREEMPTED
+            req.status = Status.RUNNING
+            running.append(req)
+            if req.cached_prefix is None:
+                req.cached_prefix = cached
+            res = self._res
+            res.admissions.append(Admission(req.rid, cached))
+            res.new_hits[req.rid] = cached
+            if resumed:
+                res.resumed.append(req.rid)
+            if used == 0 and self._budget == 0:
+                break
+
+    def _impossible(self, req: VllmRequest) -> bool:
+        """Requests that could never run are rejected instead of blocking the queue forever.
+
+        The reference rejects a prompt at or over ``max_model_len`` and a fresh prompt larger
+        than the pool (dynamo-mocker.md §2.2). servesim applies the pool rule to readmitted
+        requests too (their known tokens grew while generating), and rejects a prompt larger
+        than the token budget when chunked prefill is off (vLLM refuses that configuration at
+        start-up), so no request can hang.
+        """
+        cfg = self.cfg
+        if cfg.max_model_len is not None and req.prompt_len >= cfg.max_model_len:
+            return True
+        if -(-req.length // self.bs) > cfg.num_gpu_blocks:
+            return True
+        return not cfg.enable_chunked_prefill and req.prompt_len > self.max_tokens
+
+    def _prefill_cost(self, req: VllmRequest) -> tuple[int, int]:
+        """``(cached_tokens, active_cached_tokens)`` after the prefix-recompute rule (§2.3)."""
+        if not self.caching:
+            return 0, 0
+        bs = self.bs
+        full = req.length // bs
+        req.ensure_hashes(full, bs)
+        blocks, active = self.pool.lookup(req.seq, full)
+        cached = blocks * bs
+        if not req.finished_generating:
+            # The last known token must be recomputed to produce logits.
+            max_cached = (req.length - 1) // bs * bs
+            if cached > max_cached:
+                cached = max_cached
+        return cached, min(active * bs, cached)
+
+    def _schedule(self, req: VllmRequest, cached_prefix: int, from_waiting: bool) -> int:
+        """Schedule ``req`` within the budget: tokens used, ``_BLOCKED`` or
+        ``_CURRENT_PREEMPTED`` (dynamo-mocker.md §2.3)."""
+        budget = self._budget
+        eff = req.computed + cached_prefix
+        plen = req.prompt_len
+        prompt_before = eff if eff < plen else plen
+        remaining = req.length - eff
+        if not self.cfg.enable_chunked_prefill and plen - prompt_before > budget:
+            return _BLOCKED
+        desired = remaining if remaining < budget else budget
+        if desired <= 0 < remaining:
+            return _BLOCKED
+        new_computed = eff + desired
+        bs = self.bs
+        target = -(-new_computed // bs)
+        table = req.table
+        if target > len(table.ids):
+            prefix = req.seq[: cached_prefix // bs] if cached_prefix else ()
+            while not self.pool.allocate(table, target, prefix):
+                if from_waiting:
+                    return _BLOCKED
+                victim = self._victim()
+                if victim is None:
+                    return _BLOCKED
+                self._preempt(victim)
+                if victim is req:
+                    return _CURRENT_PREEMPTED
+        req.computed = new_computed
+        if self.caching:
+            full = new_computed // bs
+            if full > table.num_cached:
+                req.ensure_hashes(full, bs)
+                self.pool.finalize(table, full, req.seq, req.loc)
+        prompt_tokens = (new_computed if new_computed < plen else plen) - prompt_before
+        self._res.work[req.rid] = _Work(req, desired, prompt_tokens, prompt_before)
+        self._budget = budget - desired
+        return desired
+
+    # -- preemption -----------------------------------------------------------------------
+
+    def _victim(self) -> VllmRequest | None:
+        running = self.running
+        if not running:
+            return None
+        return running[-1] if self.lifo else running[0]
+
+    def _preempt(self, victim: VllmRequest) -> None:
+        """Return the victim's blocks to the cache and requeue it at the front (§2.4)."""
+        running = self.running
+        pool = self.pool
+        before = PressureState(len(running), len(self.waiting), pool.num_active)
+        held = len(victim.table)
+        idx = len(running) - 1 if running[-1] is victim else running.index(victim)
+        del running[idx]
+        if idx < self._cursor:
+            self._cursor -= 1
+        undone = self._res.work.pop(victim.rid, None)
+        if undone is not None:
+            self._budget += undone.tokens
+        pool.release(victim.table)
+        victim.computed = 0
+        victim.status = Status.PREEMPTED
+        victim.preemptions += 1
+        self.preemptions_total += 1
+        self.waiting.appendleft(victim)
+        self._preempted_in_pass = True
+        after = PressureState(len(running), len(self.waiting), pool.num_active)
+        self._res.pressure.append(
+            PressureEvent(self._now, PressureKind.VLLM_PREEMPTION, victim.rid, before, after, held)
+        )
+
+    # -- timing and tokens ----------------------------------------------------------------
+
+    def _prefill_time(self, res: PassResult) -> None:
+        """Mean input and prefix lengths over requests that advanced prompt tokens, by
+        integer division (aisimulate-engine.md §6.3)."""
+        count = isl = prefix = 0
+        for w in res.work.values():
+            if w.prompt_tokens > 0:
+                count += 1
+                isl += w.prefix_tokens + w.prompt_tokens
+                prefix += w.prefix_tokens
+        if count:
+            res.prefill_ms = self.timing.predict_prefill_ms(count, isl // count, prefix // count)
+
+    def _emit(self, res: PassResult) -> None:
+        """Sample one token for every request whose known tokens are computed (§2.5)."""
+        tokens = res.token_rids
+        completed = res.completed
+        decoders = kv_sum = 0
+        finished = False
+        for w in res.work.values():
+            req = w.req
+            if req.computed < req.length:
+                continue  # still prefilling
+            if req.generated >= req.max_out:
+                completed.append(req.rid)  # terminal after prefill: no token
+                w.terminal = True
+                self._finish(req, res)
+                finished = True
+                continue
+            if req.generated:
+                # Only a first token comes out of the prefill forward; a readmitted request
+                # that already generated is priced by the decode call even in the pass that
+                # re-prefilled it (matches the reference peer's timings).
+                decoders += 1
+                kv_sum += req.length
+            tokens.append(req.rid)
+            if not req.cached_signaled:
+                req.cached_signaled = True
+                res.cached_tokens[req.rid] = req.cached_prefix or 0
+            req.generated += 1
+            req.length += 1
+            if req.generated >= req.max_out:
+                completed.append(req.rid)
+                self._finish(req, res)
+                finished = True
+        if finished:
+            self.running = [r for r in self.running if r.status is Status.RUNNING]
+        res.decoders = decoders
+        if decoders:
+            total = self.cfg.num_gpu_blocks * self.bs
+            # active_kv_tokens is the sum of the decoders' logical lengths, not physical
+            # blocks: the reference peer's decode times match this (aisimulate-engine.md §6.3).
+            res.decode_ms = self.timing.predict_decode_ms(decoders, kv_sum, kv_sum // decoders, total)
+
+    def _finish(self, req: VllmRequest, res: PassResult) -> None:
+        if not req.cached_signaled:
+            req.cached_signaled = True
+            res.cached_tokens[req.rid] = req.cached_prefix or 0
+        self.pool.release(req.table)
+        req.status = Status.FINISHED  # dropped from the running list at the end of _emit
+        del self.requests[req.rid]
+
+    def _reject(self, req: VllmRequest) -> None:
+        res = self._res
+        res.completed.append(req.rid)
+        res.rejected.append(req.rid)
+        self.pool.release(req.table)
+        del self.requests[req.rid]
+
+    # -- inspection -----------------------------------------------------------------------
+
+    def waiting_stats(self) -> dict[str, Any]:
+        """Queued prefill (never admitted) and queued decode (preempted) lengths for FPM."""
+        fresh = [r.prompt_len for r in self.waiting if r.status is Status.WAITING]
+        pre = [r.length for r in self.waiting if r.status is Status.PREEMPTED]
+        return {"prefill": fresh, "decode": pre}
+
+
+__all__ = ["PassResult", "VllmScheduler"]
