@@ -10,9 +10,10 @@ output, see ``tests/golden/sglang``):
   time. A pass without a prefill batch is a decode pass over every running request.
 * **Admission** (``get_new_batch_prefill``): ``rem_total = available + evictable −
   Σ_running min(remaining output, clip) × new_token_ratio``; ``max_prefill_tokens`` and
-  ``chunked_prefill_size`` budgets charge page-rounded *computed* tokens; a waiting request
+  ``chunked_prefill_size`` budgets charge page-rounded *computed* tokens (a request that does
+  not fit the pass's remaining chunk budget is cut to it, page-aligned); a waiting request
   matches its sequence against the radix cache once, capped at ``len − 1`` so at least one
-  token is computed; long prompts are cut into page-aligned chunks; a chunked request caches
+  token is computed; a chunked request caches
   its page-aligned prefix and goes back to the front of the queue. An allocation failure
   (OOM) resets ``new_token_ratio`` to its initial value.
 * **Decode** (``check_decode_mem``): while ``available + evictable`` cannot cover every
@@ -179,9 +180,9 @@ class SglangScheduler:
             extend = req.seq_len - start
             if extend == 0 and not first:
                 break
-            if extend <= p.chunked_prefill_size:
+            if extend <= rem_chunk:
                 chunk = extend
-            else:
+            else:  # SGLang ``add_one_req``: truncate to the pass's remaining chunk budget
                 chunk = min(int(rem_chunk) // ps * ps, extend)
                 if chunk == 0:
                     break
