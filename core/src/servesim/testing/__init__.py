@@ -11,14 +11,12 @@ from servesim.testing.conformance import (
     ConformanceOptions,
     ConformanceReport,
     RankConformance,
-    Trace,
     check_rank_conformance,
     default_workload,
     engine_maker,
-    kv_event_problems,
-    run_trace,
 )
 from servesim.testing.driver import DriveResult, RequestTrace, drive
+from servesim.testing.trace import Trace, kv_event_problems, run_trace
 
 __all__ = [
     "CHECKS",
