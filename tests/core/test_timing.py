@@ -327,3 +327,19 @@ def test_built_in_timing_models_are_registered_by_name(tmp_path: Path) -> None:
     assert isinstance(interp.tables, ProfileTables)
     assert interp.predict_prefill_ms(1, 300, 0) == pytest.approx(25.0)
     assert registry.entry("interpolated").distribution.startswith("servesim")
+
+
+def test_interpolated_is_chosen_by_name_in_yaml(tmp_path: Path) -> None:
+    from servesim.config.loader import load_config
+
+    profile = tmp_path / "p.json"
+    profile.write_text(json.dumps(ARRAYS))
+    cfg = tmp_path / "sim.yaml"
+    cfg.write_text(f"engine:\n  timing_model:\n    type: interpolated\n    profile: {profile}\n")
+    model = load_config(str(cfg)).timing_model()
+    assert isinstance(model, InterpolatedTiming)
+    assert model.predict_decode_ms(1, 1500, 150, 1) == pytest.approx(8.5)
+    missing = tmp_path / "missing.npz"
+    loaded = load_config(str(cfg), [f"engine.timing_model.profile={missing}"])
+    with pytest.raises(ConfigError, match=rf"engine.timing_model.profile: .*{missing.name}'?: file not found"):
+        loaded.timing_model()
