@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from servesim.contract import KvEvent, PassStartEffects, Request, Submit
 from servesim.engine import Engine, EnginePassStarted
 from servesim.errors import CommandRejected, SimError
-from servesim.rank import NO_RETRY_HINT, SameTimestampRetry
+from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
 from servesim.replay.routers import RoundRobinRouter, Router
 from servesim.replay.stats import RequestLog
@@ -101,6 +101,13 @@ class Replayer:
         self._last_retry = [NO_RETRY_HINT] * len(self.engines)
         self.passes = 0
         self.now = 0.0
+        # Engines whose state changed at the current time: only they can become ready.
+        self._dirty: set[int] = set()
+        self._has_deadlines = any(
+            type(r).next_internal_deadline_ms is not Rank.next_internal_deadline_ms
+            for e in self.engines
+            for r in e.ranks
+        )
 
     # -- event queue --------------------------------------------------------------------
 
@@ -124,6 +131,7 @@ class Replayer:
         else:
             self._fill(0.0)
             self._start_passes(0.0)
+        has_deadlines = self._has_deadlines
         heap = self._heap
         total = len(self.turns)
         reported = -1
@@ -137,10 +145,13 @@ class Replayer:
             for ev in batch:
                 if ev[2] == _PASS_END:
                     self._complete(ev[3], ev[4], now)
-            self._internal_work(now)
+            if has_deadlines:
+                self._internal_work(now)
             for ev in batch:
                 kind = ev[2]
-                if kind == _ARRIVAL:
+                if kind == _DEADLINE:
+                    self._dirty.add(ev[3])
+                elif kind == _ARRIVAL:
                     if ev[4]:  # a session's first turn: queue the next session's
                         self._push_next_session()
                     self._submit(ev[3], now)
@@ -196,7 +207,8 @@ class Replayer:
         if self._in_flight > log.max_in_flight:
             log.max_in_flight = self._in_flight
         engine = self.engines[worker]
-        if not engine.pass_in_flight:
+        self._dirty.add(worker)
+        if self._has_deadlines and not engine.pass_in_flight:
             d = engine.next_internal_deadline_ms()
             if d is not None and d <= now:
                 self._run_internal(worker, now)
@@ -212,16 +224,22 @@ class Replayer:
     # -- passes -------------------------------------------------------------------------
 
     def _start_passes(self, now: float) -> None:
-        for w, engine in enumerate(self.engines):
+        if not self._dirty:
+            return
+        dirty = sorted(self._dirty)
+        self._dirty.clear()
+        for w in dirty:
+            engine = self.engines[w]
             if engine.pass_in_flight:
                 continue
-            d = engine.next_internal_deadline_ms()
-            if d is not None:
-                if d <= now:
-                    self._run_internal(w, now)
-                elif self._deadline_at[w] != d:
-                    self._deadline_at[w] = d
-                    self._push(d, _DEADLINE, w)
+            if self._has_deadlines:
+                d = engine.next_internal_deadline_ms()
+                if d is not None:
+                    if d <= now:
+                        self._run_internal(w, now)
+                    elif self._deadline_at[w] != d:
+                        self._deadline_at[w] = d
+                        self._push(d, _DEADLINE, w)
             if not engine.is_ready():
                 continue
             started = engine.execute_pass(now)
@@ -249,6 +267,7 @@ class Replayer:
 
     def _complete(self, w: int, pass_id: int, now: float) -> None:
         done = self.engines[w].complete_pass(pass_id, now)
+        self._dirty.add(w)
         log, state = self.log, self.state
         busy = self._start_busy[w]
         for rc in done.by_rank:
@@ -324,6 +343,7 @@ class Replayer:
 
     def _run_internal(self, w: int, now: float) -> None:
         self._deadline_at[w] = None
+        self._dirty.add(w)
         for _rank, eff in self.engines[w].process_internal_work(now):
             self._absorb(w, eff, now)
 
