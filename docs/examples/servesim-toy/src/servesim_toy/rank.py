@@ -26,7 +26,9 @@ from servesim import (
     PassCompletionEffects,
     PassStartEffects,
     Rank,
+    RankIdentity,
     RankPass,
+    RankServices,
     Request,
     Submit,
 )
@@ -61,10 +63,13 @@ class ToyRank(Rank):
     config_class = ToyConfig
     default_block_size = 16
 
-    def __init__(self, identity: Any, config: EngineConfig, backend_config: Any, services: Any) -> None:
+    def __init__(
+        self, identity: RankIdentity, config: EngineConfig, backend_config: ToyConfig, services: RankServices
+    ) -> None:
         super().__init__(identity, config, backend_config, services)
         self.waiting: deque[Request] = deque()
         self.running: list[_Running] = []
+        self.owned: set[int] = set()  # submitted and not yet finished or cancelled
         self.in_flight = False
         self.passes = 0
 
@@ -76,6 +81,10 @@ class ToyRank(Rank):
 
     def apply(self, command: Command, ctx: CommandContext, pending: Any | None) -> CommandEffects:
         if isinstance(command, Submit):
+            rid = command.request.request_id
+            if rid in self.owned:
+                raise CommandRejected(f"request {rid} is already active on this rank")
+            self.owned.add(rid)
             self.waiting.append(command.request)
             return CommandEffects(CommandResult.submitted(command.request.request_id))
         if isinstance(command, CancelRequest):
@@ -84,16 +93,16 @@ class ToyRank(Rank):
 
     def _cancel(self, command: CancelRequest, pending: _Pending | None) -> CommandEffects:
         rid = command.request_id
-        owned = any(r.request_id == rid for r in self.waiting) or any(
-            r.request.request_id == rid for r in self.running
-        )
+        owned = rid in self.owned
+        self.owned.discard(rid)
         self.waiting = deque(r for r in self.waiting if r.request_id != rid)
         self.running = [r for r in self.running if r.request.request_id != rid]
         suppressed = False
         if pending is not None and (owned or command.discard_pending_output or rid in pending.finished):
             suppressed = pending.outputs.remove_request(rid)
         result = APPLIED if owned or suppressed else NOOP
-        return CommandEffects(result, suppressed_pending_output=suppressed)
+        retired = (rid,) if owned else ()
+        return CommandEffects(result, retired_requests=retired, suppressed_pending_output=suppressed)
 
     def is_ready(self) -> bool:
         return not self.in_flight and bool(self.waiting or self.running)
@@ -118,6 +127,7 @@ class ToyRank(Rank):
                 run.emitted += 1
             if run.emitted >= run.request.planned_output_tokens:
                 outputs.completed.append(rid)
+                self.owned.discard(rid)
             else:
                 still_running.append(run)
         decoding = len(self.running) - len(admitted)

@@ -1,0 +1,106 @@
+"""Docs stay true: every hook documented with its exact signature, the README's two commands,
+``.ci/run`` running the test command, and the example plugin matching its page and passing
+the conformance kit (style-anchors.md rule 12, after datasette's ``tests/test_docs.py``)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+from pathlib import Path
+
+import pytest
+from servesim import hookspecs
+from servesim.cli import main
+from servesim.hookspecs import HOOK_KINDS
+from servesim.plugins import make_plugin_manager
+
+ROOT = Path(__file__).resolve().parents[2]
+HOOKS_DOC = (ROOT / "docs" / "plugin-hooks.md").read_text()
+PLUGIN_DOC = (ROOT / "docs" / "writing-a-plugin.md").read_text()
+README = (ROOT / "README.md").read_text()
+TOY = ROOT / "docs" / "examples" / "servesim-toy"
+
+INSTALL_AND_RUN = "pip install ./core ./plugins/vllm ./plugins/sglang ./plugins/trtllm && servesim run"
+TEST_COMMAND = "pip install -r requirements-dev.txt && python -m pytest -q"
+
+
+def code_blocks(markdown: str) -> list[tuple[str, str]]:
+    """``(language, body)`` of every fenced code block."""
+    return [(m.group(1), m.group(2)) for m in re.finditer(r"^```(\w*)\n(.*?)^```$", markdown, re.M | re.S)]
+
+
+def spec_hooks() -> dict[str, str]:
+    """Hook name → ``name(arg, ...)`` from the hookspec module itself."""
+    out = {}
+    for name, fn in inspect.getmembers(hookspecs, inspect.isfunction):
+        if name.startswith("servesim_"):
+            out[name] = f"{name}({', '.join(inspect.signature(fn).parameters)})"
+    return out
+
+
+def test_spec_module_and_plugin_manager_agree() -> None:
+    pm_hooks = {n for n in dir(make_plugin_manager(autoload=False).hook) if n.startswith("servesim_")}
+    assert pm_hooks == set(spec_hooks()) == set(HOOK_KINDS)
+
+
+@pytest.mark.parametrize("hook", sorted(spec_hooks()))
+def test_hook_has_heading_with_exact_signature(hook: str) -> None:
+    signature = spec_hooks()[hook]
+    assert f"\n## `{signature}`\n" in HOOKS_DOC
+
+
+def test_no_heading_for_a_hook_that_does_not_exist() -> None:
+    documented = re.findall(r"^## `(\w+)\(", HOOKS_DOC, re.M)
+    assert sorted(documented) == sorted(spec_hooks())
+
+
+def test_readme_has_exactly_the_two_commands() -> None:
+    blocks = code_blocks(README)
+    assert blocks == [("sh", INSTALL_AND_RUN + "\n"), ("sh", TEST_COMMAND + "\n")]
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    script = ROOT / ".ci" / "run"
+    assert os.access(script, os.X_OK)
+    lines = [ln for ln in script.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert lines == ["set -euo pipefail", 'cd "$(dirname "${BASH_SOURCE[0]}")/.."', TEST_COMMAND]
+    assert script.read_text().startswith("#!/usr/bin/env bash\n")
+
+
+def test_requirements_install_the_example_plugin() -> None:
+    reqs = (ROOT / "requirements-dev.txt").read_text().splitlines()
+    assert any(line.split("#")[0].strip() == "-e ./docs/examples/servesim-toy" for line in reqs)
+
+
+def test_plugin_page_shows_the_real_example_files() -> None:
+    """The code on the page is the example's code, so the two cannot drift apart."""
+    plugin_py = (TOY / "src" / "servesim_toy" / "plugin.py").read_text()
+    blocks = code_blocks(PLUGIN_DOC)
+    assert ("python", plugin_py) in blocks
+    pyproject = (TOY / "pyproject.toml").read_text()
+    toml = [body for lang, body in blocks if lang == "toml"]
+    assert toml == ['[project.entry-points.servesim]\ntoy = "servesim_toy.plugin"\n']
+    assert toml[0] in pyproject
+
+
+def test_plugin_page_config_example_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (yaml_block,) = [body for lang, body in code_blocks(PLUGIN_DOC) if lang == "yaml"]
+    path = tmp_path / "sim.yaml"
+    path.write_text(yaml_block)
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().out.startswith(
+        f"OK: {path}: backend toy (block_size 16, dp_size 1), timing toy_constant"
+    )
+    (shown_error,) = [body for lang, body in code_blocks(PLUGIN_DOC) if lang == "text" and "error" in body]
+    path.write_text(yaml_block.replace("max_running: 2", "max_running: two"))
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err == shown_error.replace("sim.yaml", str(path))
+
+
+def test_example_plugin_passes_the_conformance_kit() -> None:
+    from servesim.testing import check_rank_conformance, engine_maker
+    from servesim_toy import ToyRank
+
+    report = check_rank_conformance(engine_maker(ToyRank))
+    assert report.failures == [] and len(report.checks) >= 9
