@@ -279,6 +279,23 @@ class CancelIgnoresWaiting(ToyRank):
         return super()._cancel(command, pending)
 
 
+class NoAdmissions(ToyRank):
+    """Never reports admissions at pass start."""
+
+    def execute_pass(self, now_ms: float) -> RankPass:
+        rp = super().execute_pass(now_ms)
+        return RankPass(rp.end_ms, PassStartEffects(), rp.pending)
+
+
+class CancelIgnoresRunning(ToyRank):
+    """Treats a cancel of a running request as a Noop and keeps decoding it."""
+
+    def _cancel(self, command: CancelRequest, pending: _Pending | None) -> CommandEffects:
+        if command.request_id in self.running:
+            return CommandEffects(NOOP)
+        return super()._cancel(command, pending)
+
+
 class ExplodesOnSecondPass(ToyRank):
     """Raises from execute_pass once it has work in flight."""
 
@@ -311,6 +328,10 @@ def test_kit_passes_without_kv_events() -> None:
         (DoubleCompletes, "completions", "got 2 terminal outputs"),
         (OffByOneTokens, "completions", "request 0 emitted 2 tokens, expected 1"),
         (OffByOneTokens, "exact_output_tokens", "request 0 emitted 4 tokens, expected 3"),
+        (OffByOneTokens, "zero_output", "request 0 emitted 1 tokens, expected 0"),
+        (NoAdmissions, "completions", "request 0 emitted a token at 10.0 without an Admission"),
+        (CancelIgnoresRunning, "cancel_running", "gave noop retiring [], expected applied retiring [0]"),
+        (CancelIgnoresRunning, "cancel_running", "the cancelled request still emitted 3 tokens / 1 terminals"),
         (JoinsInFlightPass, "completions", "got a token from the pass started at"),
         (Nondeterministic, "determinism", "produced different traces"),
         (DuplicateStores, "kv_events", "while it is live"),

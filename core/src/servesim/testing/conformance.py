@@ -13,13 +13,16 @@ Every check drives the engine through the canonical loop of aisimulate-engine.md
 asserts what the contract promises (§2.4, §4):
 
 * every submitted request gets exactly one terminal output; an accepted one emits exactly
-  ``planned_output_tokens`` tokens (``output_token_ids`` length if given), a rejected one none;
+  ``planned_output_tokens`` tokens (``output_token_ids`` length if given; none for
+  ``max_output_tokens = 0``), a rejected one none; a request is admitted (``Admission`` in a
+  pass start) no later than the pass of its first token;
 * tokens appear only in the completion of a pass that started after the request was
   submitted, stamped with that pass's end, so per-request times never decrease;
 * a command applied mid-pass never exposes the pass's completion effects early, and a
   ``CancelRequest(discard_pending_output=True)`` suppresses the in-flight pass's outputs;
 * ``execute_pass`` returns None on an idle engine; a duplicate ``Submit`` raises and changes
   nothing; cancelling a waiting request retires it once, later cancels are ``Noop``;
+  cancelling a running request between passes retires it with no further output;
 * the engine drains, and reports no running/waiting requests (and, unless told otherwise,
   no active blocks) once drained;
 * two fresh engines given the same inputs produce identical traces;
@@ -145,22 +148,11 @@ def engine_maker(
 
 def _check_requests(trace: Trace, requests: dict[int, Request], options: ConformanceOptions) -> list[str]:
     out = list(trace.failures)
+    admitted: dict[int, float] = {}
+    for at, rid, _ in trace.admissions:
+        admitted.setdefault(rid, at)
     for rid, req in requests.items():
-        terms = trace.terminals.get(rid, [])
-        times = trace.tokens.get(rid, [])
-        if len(terms) != 1:
-            out.append(f"request {rid} got {len(terms)} terminal outputs, expected exactly 1")
-            continue
-        _, rejected = terms[0]
-        want = 0 if rejected else req.planned_output_tokens
-        if len(times) != want:
-            kind = "rejected " if rejected else ""
-            out.append(f"{kind}request {rid} emitted {len(times)} tokens, expected {want}")
-        if any(b < a for a, b in zip(times, times[1:])):
-            out.append(f"request {rid} token times decrease: {times}")
-        if req.output_token_ids is not None and rid in trace.token_ids and not rejected:
-            if tuple(trace.token_ids[rid]) != req.output_token_ids:
-                out.append(f"request {rid} emitted {trace.token_ids[rid]}, not its output_token_ids")
+        out.extend(_request_problems(trace, rid, req, admitted.get(rid)))
     if not trace.drained:
         out.append("engine is not drained after every request finished")
     for dp_rank, m in sorted(trace.metrics.items()):
@@ -169,6 +161,28 @@ def _check_requests(trace: Trace, requests: dict[int, Request], options: Conform
                        "waiting requests after drain")
         if options.expect_empty_pool_after_drain and m.active_blocks:
             out.append(f"rank {dp_rank} reports {m.active_blocks} active blocks after drain")
+    return out
+
+
+def _request_problems(trace: Trace, rid: int, req: Request, first_admission: float | None) -> list[str]:
+    terms = trace.terminals.get(rid, [])
+    times = trace.tokens.get(rid, [])
+    if len(terms) != 1:
+        return [f"request {rid} got {len(terms)} terminal outputs, expected exactly 1"]
+    out = []
+    _, rejected = terms[0]
+    want = 0 if rejected else req.planned_output_tokens
+    if len(times) != want:
+        kind = "rejected " if rejected else ""
+        out.append(f"{kind}request {rid} emitted {len(times)} tokens, expected {want}")
+    if any(b < a for a, b in zip(times, times[1:])):
+        out.append(f"request {rid} token times decrease: {times}")
+    if times and not rejected and (first_admission is None or first_admission > times[0]):
+        out.append(f"request {rid} emitted a token at {times[0]} without an Admission in an earlier "
+                   "pass start (reference §4.4)")
+    if req.output_token_ids is not None and rid in trace.token_ids and not rejected:
+        if tuple(trace.token_ids[rid]) != req.output_token_ids:
+            out.append(f"request {rid} emitted {trace.token_ids[rid]}, not its output_token_ids")
     return out
 
 
@@ -184,6 +198,44 @@ def check_exact_output_tokens(make_engine: MakeEngine, options: ConformanceOptio
     req = Request(0, Tokens(list(range(7, 7 + options.prompt_len))), 1, output_token_ids=(5, 6, 7))
     trace = run_trace(make_engine(), [(0.0, req)], max_passes=options.max_passes)
     return _check_requests(trace, {0: req}, options)
+
+
+def check_zero_output(make_engine: MakeEngine, options: ConformanceOptions) -> list[str]:
+    """``max_output_tokens = 0`` ends with one terminal output carrying no token (§4.5)."""
+    req = Request(0, Tokens(list(range(11, 11 + options.prompt_len))), 0)
+    trace = run_trace(make_engine(), [(0.0, req)], max_passes=options.max_passes)
+    return _check_requests(trace, {0: req}, options)
+
+
+def check_cancel_running(make_engine: MakeEngine, options: ConformanceOptions) -> list[str]:
+    """Cancelling a request between passes, once it has emitted a token, retires it at once:
+    no later token or terminal output, and the engine drains."""
+    req = Request(0, Tokens(list(range(3, 3 + options.prompt_len))), 4)
+    engine = make_engine()
+    engine.apply(0, Submit(req), 0.0)
+    now, emitted, passes = 0.0, 0, 0
+    while emitted == 0:
+        passes += 1
+        started = engine.execute_pass(now) if passes <= options.max_passes else None
+        if started is None:
+            return ["the engine stopped before the request emitted a token"]
+        now = started.end_ms
+        done = engine.complete_pass(started.pass_id, now)
+        emitted += sum(rc.effects.outputs.token_request_ids.count(0) for rc in done.by_rank)
+        if any(0 in rc.effects.outputs.completed for rc in done.by_rank):
+            return [f"request 0 completed after {emitted} of 4 tokens"]
+    eff = engine.apply(0, CancelRequest(0), now)
+    out = []
+    if eff.result.kind is not ResultKind.APPLIED or tuple(eff.retired_requests) != (0,):
+        out.append(f"CancelRequest of a running request gave {eff.result.kind.value} retiring "
+                   f"{list(eff.retired_requests)}, expected applied retiring [0]")
+    after = run_trace(engine, [], max_passes=options.max_passes, already_submitted=[0])
+    if after.tokens[0] or after.terminals[0]:
+        out.append(f"the cancelled request still emitted {len(after.tokens[0])} tokens / "
+                   f"{len(after.terminals[0])} terminals")
+    if not after.drained:
+        out.append("the engine is not drained after its only request was cancelled")
+    return out + after.failures
 
 
 def check_idle_engine(make_engine: MakeEngine, options: ConformanceOptions) -> list[str]:
@@ -317,8 +369,10 @@ CHECKS: dict[str, Callable[[MakeEngine, ConformanceOptions], list[str]]] = {
     "idle_engine": check_idle_engine,
     "completions": check_completions,
     "exact_output_tokens": check_exact_output_tokens,
+    "zero_output": check_zero_output,
     "duplicate_submit": check_duplicate_submit,
     "cancel_waiting": check_cancel_waiting,
+    "cancel_running": check_cancel_running,
     "mid_pass_cancel": check_mid_pass_cancel,
     "determinism": check_determinism,
     "kv_events": check_kv_events,
@@ -388,8 +442,14 @@ class RankConformance:
     def test_duplicate_submit(self) -> None:
         self._run("duplicate_submit")
 
+    def test_zero_output(self) -> None:
+        self._run("zero_output")
+
     def test_cancel_waiting(self) -> None:
         self._run("cancel_waiting")
+
+    def test_cancel_running(self) -> None:
+        self._run("cancel_running")
 
     def test_mid_pass_cancel(self) -> None:
         self._run("mid_pass_cancel")
