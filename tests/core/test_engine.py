@@ -280,13 +280,6 @@ def test_single_rank_uses_the_generalized_contract() -> None:
         engine.complete_pass(2, 20.0)
 
 
-def test_zero_duration_pass_ends_at_now() -> None:
-    engine, _ = make(1, (0.0,))
-    engine.apply(0, Submit(req(1)), 3.0)
-    started = engine.execute_pass(3.0)
-    assert started is not None and started.end_ms == 3.0
-
-
 # --------------------------------------------------------------------------- retry hints
 
 
@@ -617,6 +610,22 @@ def test_build_names_the_failing_rank() -> None:
 class FinishFailsRank(FakeRank):
     def finish_group_pass(self, any_rank_prefilled: bool, any_rank_ran_model: bool) -> None:
         raise RuntimeError("group bookkeeping broke")
+
+
+class PrepareFailsRank(FakeRank):
+    def prepare_group_pass(self, wave_step: int, dp_size: int) -> None:
+        raise RuntimeError("cannot reset pass flags")
+
+
+def test_prepare_group_pass_failure_poisons() -> None:
+    """Siblings prepared before the failing rank already reset their per-pass state."""
+    ranks = [FakeRank(0, 2), PrepareFailsRank(1, 2)]
+    engine = Engine(7, ranks)
+    engine.apply(0, Submit(req(1)), 0.0)
+    with pytest.raises(EnginePoisoned, match="now poisoned.*cannot reset pass flags"):
+        engine.execute_pass(0.0)
+    assert ranks[0].waves == [0] and ("execute", 0.0) not in ranks[0].log
+    _assert_poisoned(engine)
 
 
 def test_finish_group_pass_failure_after_ranks_committed_poisons() -> None:
