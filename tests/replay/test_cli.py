@@ -1,0 +1,96 @@
+"""``servesim run`` end to end with the vLLM backend, and fidelity against the reference.
+
+``data/peer_rr2_report.json`` was produced once by the reference implementation (Dynamo's
+mocker, through ``/work/shared/tools/peer_dynamo.py``; the exact command is stored in the file)
+on ``data/peer_rr2_trace.jsonl``: 200 requests, 2 workers, round robin, default vLLM engine
+arguments, polynomial timing. With deterministic routing every request's first-token and
+completion times are comparable one to one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servesim.cli import main
+
+DATA = Path(__file__).parent / "data"
+pytest.importorskip("servesim_vllm")
+
+
+def run_cli(*args: str) -> int:
+    return main(["run", *args])
+
+
+def test_default_scenario_prints_table_and_writes_identical_json(tmp_path, capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "Serving Benchmark Result" in out and "Successful requests:" in out
+    assert run_cli("--quiet", "--output-json", str(tmp_path / "a.json")) == 0
+    assert run_cli("--quiet", "--output-json", str(tmp_path / "b.json")) == 0
+    assert capsys.readouterr().out == ""
+    a = (tmp_path / "a.json").read_bytes()
+    assert a == (tmp_path / "b.json").read_bytes()
+    rep = json.loads(a)
+    assert rep["completed"] == 200 and rep["failed"] == 0
+    assert rep["config"]["engine"]["backend"] == "vllm"
+    assert rep["config"]["cluster"]["workers"] == 1
+    assert rep["prefix_cache_hit_rate"] > 0.2  # the default scenario shares prefixes
+
+
+def test_trace_run_matches_reference_per_request(tmp_path):
+    out, per = tmp_path / "r.json", tmp_path / "req.jsonl"
+    code = run_cli("--trace", str(DATA / "peer_rr2_trace.jsonl"), "--set", "cluster.workers=2",
+                   "--set", "workload.trace.trace_block_size=64", "--quiet",
+                   "--output-json", str(out), "--per-request", str(per))
+    assert code == 0
+    peer = json.loads((DATA / "peer_rr2_report.json").read_text())
+    fields = peer["request_fields"]
+    ref = [dict(zip(fields, r)) for r in peer["requests"]]
+    ours = [json.loads(line) for line in per.read_text().splitlines()]
+    assert len(ours) == len(ref) == 200
+    for a, b in zip(ours, ref):  # both sorted by arrival, then first token
+        assert a["arrival_ms"] == pytest.approx(b["arrival_time_ms"], abs=1e-6)
+        assert a["first_token_ms"] == pytest.approx(b["first_token_ms"], abs=1e-3)
+        assert a["completion_ms"] == pytest.approx(b["terminal_time_ms"], abs=1e-3)
+        assert a["num_output_tokens"] == b["output_length"] == len(a["token_times_ms"])
+        assert a["reused_input_tokens"] == b["reused_input_tokens"]
+        assert a["worker"] == b["decode_worker_idx"]
+    rep, s = json.loads(out.read_text()), peer["summary"]
+    assert rep["completed"] == s["completed_requests"]
+    assert rep["total_input_tokens"] == s["total_input_tokens"]
+    assert rep["total_output_tokens"] == s["total_output_tokens"]
+    assert rep["duration"] == pytest.approx(s["sim_duration_s"], rel=1e-6)
+    assert rep["prefix_cache_hit_rate"] == pytest.approx(s["prefix_cache_hit_rate"], abs=1e-6)
+    for ours_name, ref_name in (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("e2el", "e2e_ms")):
+        for stat in ("mean", "median", "p90", "p99", "std"):
+            assert rep[f"{stat}_{ours_name}_ms"] == pytest.approx(s[ref_name][stat], abs=1e-3)
+    # the reference sketches ITL percentiles (DDSketch, 0.1% relative accuracy); the mean is exact
+    assert rep["mean_itl_ms"] == pytest.approx(s["itl_ms"]["mean"], abs=1e-3)
+    assert rep["p99_itl_ms"] == pytest.approx(s["itl_ms"]["p99"], rel=2e-3)
+
+
+def test_bad_trace_line_is_one_line_error(tmp_path, capsys):
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"timestamp": 0, "output_length": 2, "hash_ids": [1]}\n{"timestamp": 1}\n')
+    assert run_cli("--trace", str(trace), "--quiet") == 2
+    err = capsys.readouterr().err
+    assert err == f"servesim: error: {trace}:2: missing required field 'hash_ids'\n"
+
+
+def test_config_file_report_paths_and_unwritable_output(tmp_path, capsys):
+    cfg = tmp_path / "sim.yaml"
+    cfg.write_text(
+        "workload:\n  synthetic: {num_requests: 20, rate: 50.0}\n"
+        f"report:\n  output_json: {tmp_path / 'out' / 'r.json'}\n  percentiles: [50, 99.9]\n"
+    )
+    assert run_cli(str(cfg)) == 0
+    printed = capsys.readouterr().out
+    assert "P99.9 TTFT (ms):" in printed and "report written to" in printed
+    rep = json.loads((tmp_path / "out" / "r.json").read_text())
+    assert rep["completed"] == 20 and "p99.9_ttft_ms" in rep and "p90_ttft_ms" not in rep
+    (tmp_path / "file").write_text("")
+    assert run_cli(str(cfg), "--quiet", "--output-json", str(tmp_path / "file" / "x.json")) == 2
+    assert "cannot write" in capsys.readouterr().err
