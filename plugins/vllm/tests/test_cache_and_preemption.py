@@ -130,3 +130,21 @@ def test_kv_events_order_and_visibility() -> None:
     assert [type(e.data) for e in ev] == [RemovedBlocks, StoredBlocks]
     assert ev[0].data.block_hashes == (first_two[1],)
     assert [e.event_id for e in ev] == [1, 2]
+
+
+def test_fifo_victim_before_the_cursor_makes_the_next_request_sit_out_the_pass() -> None:
+    """Reference-peer quirk mirrored on purpose (golden preempt_fifo): request 2 needs a
+    block, the FIFO victim is request 1 (already scheduled this pass, so it is undone), and
+    the scan position is not shifted back, so request 3 gets no token in that pass."""
+    from servesim.config.engine import PreemptionMode
+
+    eng = make_engine(RecordingTiming(), block_size=4, num_gpu_blocks=3,
+                      preemption_mode=PreemptionMode.FIFO, record_schedule=True)
+    r = drive(eng, [(0.0, req(1, 1, 4)), (0.0, req(2, 3, 4)), (0.0, req(3, 1, 4))])
+    sched = [c.by_rank[0].effects.schedule.scheduled for c in r.completions]
+    assert sched[:5] == [{1: 1, 2: 3, 3: 1}, {1: 1, 2: 1, 3: 1}, {2: 1}, {2: 1, 3: 1}, {3: 1, 1: 3}]
+    assert r.requests[2].token_times == [10.0, 12.0, 14.0, 16.0]
+    assert r.requests[3].token_times == [10.0, 12.0, 16.0, 28.0]
+    # Request 1 re-prefills its 1-token prompt (+2 generated) beside request 3's decode:
+    # 16 + 10 + 2; it is priced as a decoder because it already generated.
+    assert r.requests[1].token_times == [10.0, 12.0, 28.0, 30.0]

@@ -286,9 +286,12 @@ class VllmScheduler:
         before = PressureState(len(running), len(self.waiting), pool.num_active)
         held = len(victim.table)
         idx = len(running) - 1 if running[-1] is victim else running.index(victim)
+        # The scan position is deliberately left alone: when a FIFO victim sits before the
+        # request being scheduled, the reference peer's index then points one past it, so
+        # the next running request sits this pass out. Matching that keeps FIFO replays
+        # identical to the peer (the golden preempt_fifo case); LIFO victims sit at or after
+        # the cursor, where nothing shifts.
         del running[idx]
-        if idx < self._cursor:
-            self._cursor -= 1
         undone = self._res.work.pop(victim.rid, None)
         if undone is not None:
             self._budget += undone.tokens

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Regenerate the vllm golden data from the reference peer (not run by CI).
+
+    python tests/golden/vllm/make_golden.py
+
+For each case: make a trace with ``make_trace.py``, run Dynamo's mocker through
+``peer_dynamo.py`` with ``report_jsonl_path`` and ``trace_block_size``, and keep the
+per-request fields the golden test compares, as ``<case>.expected.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).parent
+TOOLS = Path("/work/shared/tools")
+TRACE_BLOCK_SIZE = 64
+
+COMMON = ["--isl", "uniform:200:1500", "--osl", "uniform:20:200", "--block-size", "64",
+          "--prefix-groups", "3", "--prefix-frac", "0.6", "--prefix-ratio", "0.5"]
+CASES = {
+    "prefix": (["-n", "40", "--rate", "20", "--seed", "7"], {"num_gpu_blocks": 1000}),
+    "preempt_lifo": (["-n", "40", "--rate", "20", "--seed", "7"], {"num_gpu_blocks": 60}),
+    "preempt_fifo": (["-n", "30", "--rate", "20", "--seed", "11"],
+                     {"num_gpu_blocks": 50, "preemption_mode": "fifo"}),
+    "no_chunking": (["-n", "40", "--rate", "20", "--seed", "3"],
+                    {"num_gpu_blocks": 400, "enable_chunked_prefill": False,
+                     "max_num_batched_tokens": 2048}),
+    "seq_and_budget_limits": (["-n", "50", "--rate", "30", "--seed", "6"],
+                              {"num_gpu_blocks": 400, "max_num_seqs": 4,
+                               "max_num_batched_tokens": 512}),
+}
+KEPT = ("arrival_time_ms", "first_token_ms", "terminal_time_ms", "output_length",
+        "reused_input_tokens")
+
+
+def main() -> None:
+    for name, (trace_args, engine) in CASES.items():
+        trace = HERE / f"{name}.trace.jsonl"
+        subprocess.run([sys.executable, str(TOOLS / "make_trace.py"), *trace_args, *COMMON,
+                        "-o", str(trace)], check=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            report = Path(tmp) / "report.jsonl"
+            subprocess.run(
+                [sys.executable, str(TOOLS / "peer_dynamo.py"), str(trace),
+                 "--set", f"trace_block_size={TRACE_BLOCK_SIZE}",
+                 "--set", f"report_jsonl_path={report}",
+                 "--set", "engine=" + json.dumps(engine)],
+                check=True, stdout=subprocess.DEVNULL)
+            rows = [json.loads(line) for line in report.read_text().splitlines() if line.strip()]
+        rows.sort(key=lambda r: r["arrival_time_ms"])
+        out = {
+            "peer": "dynamo-mocker 1.6.1 (peer_dynamo.py)",
+            "trace_block_size": TRACE_BLOCK_SIZE,
+            "engine": engine,
+            "requests": [
+                {**{k: r[k] for k in KEPT},
+                 "first_admission_reused_tokens": r["admission_history"][0]["reused_input_tokens"],
+                 "admissions": len(r["admission_history"])}
+                for r in rows
+            ],
+        }
+        (HERE / f"{name}.expected.json").write_text(json.dumps(out, indent=None, separators=(",", ":")) + "\n")
+        print(name, len(rows), "requests,", sum(r["admissions"] - 1 for r in out["requests"]), "readmissions")
+
+
+if __name__ == "__main__":
+    main()
