@@ -254,7 +254,10 @@ def _npz(tmp_path: Path, **changes: object) -> Path:
     ("changes", "fragment"),
     [
         ({"decode_itl": None}, "missing decode_itl"),
-        ({"decode_itl": [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]}, "decode_itl has shape 2×3 but the axes need 2×2"),
+        (
+            {"decode_itl": [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]},
+            "decode_itl has shape 2×3 but the axes need 2×2",
+        ),
         ({"prefill_ttft_ms": [1.0, 2.0]}, "prefill_isl has 3 entries but prefill_ttft_ms has 2"),
         ({"prefill_isl": [100, 100, 400]}, "prefill_isl repeats the value 100"),
         ({"decode_itl": [[1.0, math.nan], [1.0, 2.0]]}, "decode_itl holds a non-finite value"),
@@ -301,7 +304,10 @@ def test_json_load_errors(tmp_path: Path) -> None:
         ("kind,tokens,context_length,ms\nprefil,10,,1\n", "line 2: kind must be 'prefill' or 'decode'"),
         ("kind,tokens,context_length,ms\nprefill,ten,,1\n", "line 2: tokens, context_length and ms"),
         ("kind,tokens,context_length,ms\nprefill,10,1\n", "line 2: expected 4 columns, got 3"),
-        ("kind,tokens,context_length,ms\n\nprefill,10,,1\nprefill,10,,2\n", "line 4: prefill tokens=10 given twice"),
+        (
+            "kind,tokens,context_length,ms\n\nprefill,10,,1\nprefill,10,,2\n",
+            "line 4: prefill tokens=10 given twice",
+        ),
         ("kind,tokens,context_length,ms\ndecode,10,,1\n", "line 2: decode rows need a context_length"),
         ("kind,tokens,context_length,ms\nprefill,10,,inf\n", "line 2: non-finite value"),
     ],
@@ -341,5 +347,6 @@ def test_interpolated_is_chosen_by_name_in_yaml(tmp_path: Path) -> None:
     assert model.predict_decode_ms(1, 1500, 150, 1) == pytest.approx(8.5)
     missing = tmp_path / "missing.npz"
     loaded = load_config(str(cfg), [f"engine.timing_model.profile={missing}"])
-    with pytest.raises(ConfigError, match=rf"engine.timing_model.profile: .*{missing.name}'?: file not found"):
+    expected = rf"engine.timing_model.profile: .*{missing.name}'?: file not found"
+    with pytest.raises(ConfigError, match=expected):
         loaded.timing_model()

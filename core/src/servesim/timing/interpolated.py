@@ -148,7 +148,8 @@ def load_profile(path: str | os.PathLike[str]) -> ProfileTables:
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in (".npz", ".json", ".csv"):
-        raise _error(p, f"unknown profile format {suffix or '(no extension)'!r}; expected .npz, .json or .csv")
+        fmt = suffix or "(no extension)"
+        raise _error(p, f"unknown profile format {fmt!r}; expected .npz, .json or .csv")
     if not p.is_file():
         raise _error(p, "file not found")
     try:
@@ -165,7 +166,9 @@ def load_profile(path: str | os.PathLike[str]) -> ProfileTables:
     return tables_from_arrays(arrays, source=p)
 
 
-def tables_from_arrays(arrays: dict[str, Any], *, source: str | os.PathLike[str] = "<profile>") -> ProfileTables:
+def tables_from_arrays(
+    arrays: dict[str, Any], *, source: str | os.PathLike[str] = "<profile>"
+) -> ProfileTables:
     """Validate the five reference arrays and sort every axis (grid rows/columns follow)."""
     p = Path(source)
     missing = [k for k in KEYS if k not in arrays]
