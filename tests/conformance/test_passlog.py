@@ -34,7 +34,7 @@ def test_line_has_issue_keys_in_fixed_order_and_batch_order() -> None:
     text = buf.getvalue()
     assert text == (
         '{"worker":0,"dp_rank":1,"pass":7,"start_ms":10.0,"end_ms":12.5,'
-        '"scheduled":{"12":1,"3":240},"new_hits":{"3":64},"resumed":[],"preempted":["5"],'
+        '"scheduled":{"12":1,"3":240},"new_hits":{"3":64},"resumed":{},"preempted":["5"],'
         '"finished":["12"],"running":1,"waiting":2,"free_blocks":17}\n'
     )
     assert list(json.loads(text)) == list(FIELDS)
@@ -88,6 +88,7 @@ def test_non_finite_time_is_refused() -> None:
         (lambda d: d.update(running=-1), "'running' must be a non-negative int"),
         (lambda d: d.update(scheduled={"1": "x"}), "'scheduled'\\['1'\\] must be an int"),
         (lambda d: d.update(preempted="5"), "'preempted' must be a list"),
+        (lambda d: d.update(resumed=["5"]), "'resumed' must be an object"),
         (lambda d: d.update(end_ms=-1.0), "'end_ms' is before 'start_ms'"),
     ],
 )
@@ -107,6 +108,16 @@ def test_reader_reports_invalid_json(tmp_path: Path) -> None:
     path.write_text("{not json\n")
     with pytest.raises(TraceError, match=":1: invalid JSON"):
         read_pass_log(path)
+
+
+def test_readmissions_move_from_new_hits_to_resumed_with_their_hit() -> None:
+    rec = ScheduleRecord(scheduled={4: 1, 8: 25, 9: 145}, new_hits={8: 224, 9: 64}, resumed=[8, 6])
+    line = make_line(0, 0, 0, 0.0, 1.0, rec)
+    assert line.new_hits == {"9": 64}
+    # 6 was reported resumed without a hit: the log says null rather than inventing 0.
+    assert line.resumed == {"8": 224, "6": None}
+    assert '"resumed":{"8":224,"6":null}' in dumps(line)
+    assert parse_line(json.loads(dumps(line))) == line
 
 
 def test_parse_line_accepts_dumps_output() -> None:

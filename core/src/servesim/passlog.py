@@ -3,12 +3,13 @@
 Each line says what one rank's pass did::
 
     {"worker":0,"dp_rank":0,"pass":3,"start_ms":12.5,"end_ms":14.0,
-     "scheduled":{"7":1,"9":256},"new_hits":{"9":64},"resumed":[],"preempted":[],
+     "scheduled":{"7":1,"9":256},"new_hits":{"9":64},"resumed":{},"preempted":[],
      "finished":["7"],"running":1,"waiting":4,"free_blocks":88}
 
 ``scheduled`` maps request id → tokens computed in the pass, in batch order; ``new_hits`` the
-prefix-cache hit (tokens) of requests admitted for the first time; ``resumed`` requests
-readmitted after a preemption; ``preempted`` / ``finished`` requests preempted / finished in
+prefix-cache hit (tokens) of requests admitted for the first time; ``resumed`` maps requests
+readmitted after a preemption to their hit on readmission (the vLLM oracle's shape; ``null``
+when the rank did not report it); ``preempted`` / ``finished`` requests preempted / finished in
 the pass; ``running``, ``waiting`` and ``free_blocks`` are the counts after the pass. Request ids
 are strings — the trace's 0-based line index by default — so the log compares directly with
 the vLLM oracle's step lines (``servesim.testing.vllm_conformance``).
@@ -62,7 +63,7 @@ class PassLogLine:
     end_ms: float
     scheduled: dict[str, int]
     new_hits: dict[str, int]
-    resumed: list[str]
+    resumed: dict[str, int | None]
     preempted: list[str]
     finished: list[str]
     running: int
@@ -79,7 +80,7 @@ class PassLogLine:
             "end_ms": self.end_ms,
             "scheduled": dict(self.scheduled),
             "new_hits": dict(self.new_hits),
-            "resumed": list(self.resumed),
+            "resumed": dict(self.resumed),
             "preempted": list(self.preempted),
             "finished": list(self.finished),
             "running": self.running,
@@ -106,8 +107,15 @@ def make_line(
     record: ScheduleRecord,
     ids: IdMap | None = None,
 ) -> PassLogLine:
-    """Build a line from a rank's record; ``ids`` maps servesim request ids to log ids."""
+    """Build a line from a rank's record; ``ids`` maps servesim request ids to log ids.
+
+    ``ScheduleRecord.new_hits`` covers every admission from the waiting queue; the log splits
+    it: first admissions go to ``new_hits``, readmissions (ids in ``record.resumed``) carry
+    their hit in ``resumed``.
+    """
     f = _id_fn(ids)
+    resumed = set(record.resumed)
+    hits = record.new_hits
     return PassLogLine(
         worker=int(worker),
         dp_rank=int(dp_rank),
@@ -115,8 +123,8 @@ def make_line(
         start_ms=float(start_ms),
         end_ms=float(end_ms),
         scheduled={f(r): int(t) for r, t in record.scheduled.items()},
-        new_hits={f(r): int(t) for r, t in record.new_hits.items()},
-        resumed=[f(r) for r in record.resumed],
+        new_hits={f(r): int(t) for r, t in hits.items() if r not in resumed},
+        resumed={f(r): (int(hits[r]) if r in hits else None) for r in record.resumed},
         preempted=[f(r) for r in record.preempted],
         finished=[f(r) for r in record.finished],
         running=int(record.running),
@@ -198,6 +206,14 @@ def _int_map(v: Any, key: str, file: str, lineno: int) -> dict[str, int]:
     return {str(k): int(t) for k, t in v.items()}
 
 
+def _hit_map(v: Any, key: str, file: str, lineno: int) -> dict[str, int | None]:
+    _expect(isinstance(v, dict), f"'{key}' must be an object of request id → int or null", file, lineno)
+    for k, t in v.items():
+        ok = t is None or (isinstance(t, int) and not isinstance(t, bool))
+        _expect(ok, f"'{key}'[{k!r}] must be an int or null", file, lineno)
+    return {str(k): (None if t is None else int(t)) for k, t in v.items()}
+
+
 def _id_list(v: Any, key: str, file: str, lineno: int) -> list[str]:
     _expect(isinstance(v, list), f"'{key}' must be a list of request ids", file, lineno)
     return [str(x) for x in v]
@@ -227,7 +243,7 @@ def parse_line(obj: Any, file: str = "<pass log>", lineno: int = 1) -> PassLogLi
         end_ms=float(obj["end_ms"]),
         scheduled=_int_map(obj["scheduled"], "scheduled", file, lineno),
         new_hits=_int_map(obj["new_hits"], "new_hits", file, lineno),
-        resumed=_id_list(obj["resumed"], "resumed", file, lineno),
+        resumed=_hit_map(obj["resumed"], "resumed", file, lineno),
         preempted=_id_list(obj["preempted"], "preempted", file, lineno),
         finished=_id_list(obj["finished"], "finished", file, lineno),
         running=obj["running"],

@@ -1,0 +1,53 @@
+"""Regenerate ``tests/golden/vllm_oracle/<scenario>/`` from the vLLM oracle.
+
+    python benchmarks/conformance/make_golden.py [--only NAME ...]
+
+Writes per scenario: ``trace.jsonl`` (the generated trace), ``options.json`` (the oracle
+settings, vLLM version and the oracle's summary) and ``steps.jsonl`` (the oracle's step lines,
+cut to the compared fields). Needs the oracle venv; CI only reads the files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from oracle import oracle_available, run_oracle  # noqa: E402
+from scenarios import GOLDEN  # noqa: E402
+
+from servesim.testing.vllm_conformance import make_trace, write_jsonl  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "vllm_oracle"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", nargs="*", default=None)
+    p.add_argument("--out", type=Path, default=ROOT)
+    a = p.parse_args(argv)
+    if not oracle_available():
+        print("the vLLM oracle venv is not installed (setup_vllm_oracle.sh)", file=sys.stderr)
+        return 2
+    for spec in GOLDEN:
+        if a.only and spec.name not in a.only:
+            continue
+        rows = make_trace(spec)
+        steps, summary = run_oracle(rows, spec.options)
+        d = a.out / spec.name
+        d.mkdir(parents=True, exist_ok=True)
+        write_jsonl(d / "trace.jsonl", rows)
+        write_jsonl(d / "steps.jsonl", steps)
+        meta = {"scenario": spec.name, "note": spec.note, "oracle": spec.options.to_json(),
+                "vllm_version": summary.get("vllm_version"), "summary": summary}
+        (d / "options.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        print(f"{spec.name}: {summary['steps']} steps, {summary['preemptions']} preemptions, "
+              f"hit rate {summary['prefix_hit_rate']:.3f}, aborted {len(summary['aborted'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Running the vLLM scheduler oracle (``vllm_sched_trace.py``) from its own virtual env.
+
+vLLM is never a dependency of servesim or its CI: the oracle lives in a separate venv
+(``setup_vllm_oracle.sh``), and its step logs are checked in under ``tests/golden/vllm_oracle``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from servesim.testing.vllm_conformance import KEPT_FIELDS, OracleOptions, read_jsonl, write_jsonl
+
+DEFAULT_PYTHON = Path.home() / ".cache" / "servesim-vllm-oracle" / "bin" / "python"
+DEFAULT_SCRIPT = Path(os.environ.get("SERVESIM_SHARED", "/work/shared")) / "tools" / "vllm_sched_trace.py"
+
+
+def oracle_available(python: Path = DEFAULT_PYTHON, script: Path = DEFAULT_SCRIPT) -> bool:
+    return python.is_file() and script.is_file()
+
+
+def run_oracle(
+    rows: list[dict[str, Any]],
+    options: OracleOptions,
+    *,
+    python: Path = DEFAULT_PYTHON,
+    script: Path = DEFAULT_SCRIPT,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``(compact step lines, summary without per_request)`` of one oracle run."""
+    with tempfile.TemporaryDirectory(prefix="servesim_oracle_") as tmp:
+        d = Path(tmp)
+        write_jsonl(d / "trace.jsonl", rows)
+        cmd = [str(python), str(script), str(d / "trace.jsonl"), "--out", str(d / "steps.jsonl"),
+               "--summary", str(d / "summary.json"), *options.argv()]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"oracle failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        steps = [{k: s[k] for k in KEPT_FIELDS} for s in read_jsonl(d / "steps.jsonl")]
+        summary = json.loads((d / "summary.json").read_text())
+    summary.pop("per_request", None)
+    summary.pop("timing_s", None)
+    summary.pop("steps_per_s", None)
+    return steps, summary

@@ -1,0 +1,169 @@
+"""Step-by-step conformance runner: servesim's ``vllm`` rank against vLLM 0.32's scheduler.
+
+    # the checked-in golden scenarios (no vLLM needed)
+    python benchmarks/conformance/run.py golden --profile vllm-0.32
+    # fresh random 300-request scenarios, run through the oracle too
+    python benchmarks/conformance/run.py random --count 10 --start-seed 0 --profile vllm-0.32
+    # a golden scenario's spec re-run through the oracle
+    python benchmarks/conformance/run.py oracle --only preempt_small_pool
+
+For every scenario it prints the identical-step percentage and, where the two logs part, the
+first divergence with both sides' lines. ``--save DIR`` keeps both step logs per scenario.
+Exit status 1 when a scenario is below ``--min-percent``.
+
+``--emulate-null-block`` and ``--ignore-trailing-empty`` isolate the two structural vLLM
+differences when the rank under test lacks the ``vllm-0.32`` settings: the first gives
+servesim one block less (vLLM keeps one of ``num_gpu_blocks`` as its null block), the second
+drops the oracle's final empty ``schedule()`` call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from oracle import oracle_available, run_oracle  # noqa: E402
+from scenarios import GOLDEN, random_scenario  # noqa: E402
+
+from servesim.testing.vllm_conformance import (  # noqa: E402
+    Comparison,
+    OracleOptions,
+    ScenarioSpec,
+    build_engine,
+    compare_steps,
+    golden_dirs,
+    load_golden,
+    make_trace,
+    run_servesim,
+    write_jsonl,
+)
+
+GOLDEN_ROOT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "vllm_oracle"
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def backend_settings(a: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if a.profile:
+        out["profile"] = a.profile
+    for item in a.set or []:
+        key, _, value = item.partition("=")
+        out[key] = _parse_value(value)
+    return out
+
+
+def rank_class(name: str) -> type:
+    from servesim.plugins import Plugins
+
+    return Plugins().backends().get(name)
+
+
+def run_one(
+    name: str,
+    rows: list[dict[str, Any]],
+    opts: OracleOptions,
+    oracle_steps: list[dict[str, Any]],
+    a: argparse.Namespace,
+) -> tuple[Comparison, float]:
+    served = attrs.evolve(opts, num_gpu_blocks=opts.num_gpu_blocks - 1) if a.emulate_null_block else opts
+    t0 = time.perf_counter()
+    engine = build_engine(rank_class(a.backend), rows, served, backend_settings(a))
+    mine = run_servesim(engine, rows, opts)
+    wall = time.perf_counter() - t0
+    if a.ignore_trailing_empty and oracle_steps and not oracle_steps[-1]["scheduled"]:
+        oracle_steps = oracle_steps[:-1]
+    if a.save:
+        d = Path(a.save) / name
+        d.mkdir(parents=True, exist_ok=True)
+        write_jsonl(d / "trace.jsonl", rows)
+        write_jsonl(d / "oracle_steps.jsonl", oracle_steps)
+        write_jsonl(d / "servesim_steps.jsonl", mine)
+        (d / "options.json").write_text(json.dumps(opts.to_json(), indent=1, sort_keys=True) + "\n")
+    return compare_steps(oracle_steps, mine), wall
+
+
+def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], OracleOptions, Any]]:
+    """``(name, rows, options, oracle steps or a spec still to run)`` per selected scenario."""
+    if a.mode == "golden":
+        out = []
+        for d in golden_dirs(GOLDEN_ROOT):
+            if a.only and d.name not in a.only:
+                continue
+            rows, opts, steps = load_golden(d)
+            out.append((d.name, rows, opts, steps))
+        return out
+    specs: list[ScenarioSpec]
+    if a.mode == "random":
+        specs = [random_scenario(s, a.n) for s in range(a.start_seed, a.start_seed + a.count)]
+    else:
+        specs = [s for s in GOLDEN if not a.only or s.name in a.only]
+    return [(s.name, make_trace(s), s.options, s) for s in specs]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("mode", choices=["golden", "random", "oracle"])
+    p.add_argument("--only", nargs="*", default=None, help="scenario names (golden/oracle)")
+    p.add_argument("--count", type=int, default=5, help="random scenarios")
+    p.add_argument("--start-seed", type=int, default=0)
+    p.add_argument("-n", type=int, default=300, help="requests per random scenario")
+    p.add_argument("--backend", default="vllm")
+    p.add_argument("--profile", default=None, help="engine.vllm.profile, e.g. vllm-0.32")
+    p.add_argument("--set", action="append", help="engine.vllm.KEY=VALUE (JSON values)")
+    p.add_argument("--emulate-null-block", action="store_true")
+    p.add_argument("--ignore-trailing-empty", action="store_true")
+    p.add_argument("--save", default=None, help="directory for both step logs per scenario")
+    p.add_argument("--json", default=None, help="write the results table as JSON")
+    p.add_argument("--min-percent", type=float, default=0.0)
+    a = p.parse_args(argv)
+
+    if a.mode != "golden" and not oracle_available():
+        print("the vLLM oracle venv is not installed (setup_vllm_oracle.sh)", file=sys.stderr)
+        return 2
+    results = []
+    worst = 100.0
+    print(f"{'scenario':24} {'steps':>6} {'same':>6} {'%':>8}  first divergence")
+    for name, rows, opts, src in scenarios(a):
+        if isinstance(src, ScenarioSpec):
+            steps, _summary = run_oracle(rows, opts)
+        else:
+            steps = src
+        cmp, wall = run_one(name, rows, opts, steps, a)
+        worst = min(worst, cmp.percent)
+        where = "-" if cmp.first_divergence is None else (
+            f"step {cmp.first_divergence} ({', '.join(cmp.differing_fields)})")
+        print(f"{name:24} {cmp.total:6d} {cmp.identical:6d} {cmp.percent:8.2f}  {where}")
+        if cmp.first_divergence is not None:
+            print(f"    oracle:   {json.dumps(cmp.oracle_line)}")
+            print(f"    servesim: {json.dumps(cmp.servesim_line)}")
+        results.append({"scenario": name, "options": opts.to_json(), "steps": cmp.total,
+                        "identical": cmp.identical, "percent": round(cmp.percent, 4),
+                        "first_divergence": cmp.first_divergence,
+                        "differing_fields": cmp.differing_fields,
+                        "oracle_line": cmp.oracle_line, "servesim_line": cmp.servesim_line,
+                        "servesim_wall_s": round(wall, 3)})
+    total = sum(r["steps"] for r in results)
+    same = sum(r["identical"] for r in results)
+    if total:
+        print(f"{'all':24} {total:6d} {same:6d} {100.0 * same / total:8.2f}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1) + "\n")
+    return 1 if worst < a.min_percent else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

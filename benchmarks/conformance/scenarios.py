@@ -1,0 +1,128 @@
+"""The golden conformance scenarios (issue 9 item 4) and the random ones of the runner.
+
+Each golden scenario is small (a few hundred scheduler steps) and aims at one part of vLLM's
+v1 scheduler: chunked prefill on/off, prefix caching on/off, pools small enough to preempt,
+``max_num_seqs`` and token-budget limits, stepwise arrivals. Block size 16 is vLLM's own
+default; hash blocks of 64 tokens give four engine blocks per shared trace block.
+"""
+
+from __future__ import annotations
+
+from servesim.testing.vllm_conformance import OracleOptions, ScenarioSpec
+
+O = OracleOptions
+
+GOLDEN: list[ScenarioSpec] = [
+    ScenarioSpec(
+        name="prefix_chunked",
+        note="shared prefixes, chunked prefill, ample pool: hits and budget-split chunks",
+        n=40, isl=(100, 400), osl=(20, 150), prefix_groups=3, prefix_frac=0.8, prefix_ratio=0.6,
+        seed=1, options=O(num_gpu_blocks=400, max_num_seqs=8, max_num_batched_tokens=512),
+    ),
+    ScenarioSpec(
+        name="preempt_small_pool",
+        note="pool of 60 blocks for ~17-block prompts: decode growth preempts (LIFO)",
+        n=30, isl=(150, 300), osl=(20, 60), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=2, options=O(num_gpu_blocks=60, max_num_seqs=32, max_num_batched_tokens=1024),
+    ),
+    ScenarioSpec(
+        name="no_chunked_prefill",
+        note="chunked prefill off: a prompt larger than the remaining budget waits",
+        n=40, isl=(60, 500), osl=(10, 80), prefix_groups=2, prefix_frac=0.6, prefix_ratio=0.5,
+        seed=3, options=O(num_gpu_blocks=300, max_num_seqs=8, max_num_batched_tokens=600,
+                          chunked_prefill=False),
+    ),
+    ScenarioSpec(
+        name="no_prefix_caching",
+        note="prefix caching off with shared prefixes in the trace, small pool: no hits, preemption",
+        n=30, isl=(100, 300), osl=(10, 50), prefix_groups=2, prefix_frac=0.8, prefix_ratio=0.7,
+        seed=4, options=O(num_gpu_blocks=70, max_num_seqs=32, max_num_batched_tokens=1024,
+                          prefix_caching=False),
+    ),
+    ScenarioSpec(
+        name="max_num_seqs_limit",
+        note="max_num_seqs 4 with many short requests: admission limited by sequences",
+        n=60, isl=(20, 120), osl=(5, 25), prefix_groups=4, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=5, options=O(num_gpu_blocks=500, max_num_seqs=4, max_num_batched_tokens=2048,
+                          hash_block_tokens=32),
+    ),
+    ScenarioSpec(
+        name="tight_token_budget",
+        note="budget 96 tokens: long prompts in many chunks beside decodes",
+        n=40, isl=(50, 400), osl=(5, 40), prefix_groups=2, prefix_frac=0.6, prefix_ratio=0.5,
+        seed=6, options=O(num_gpu_blocks=400, max_num_seqs=64, max_num_batched_tokens=96),
+    ),
+    ScenarioSpec(
+        name="stepwise_arrivals",
+        note="one request added before each step: prefix hits on blocks computed in flight",
+        n=120, isl=(80, 300), osl=(10, 60), prefix_groups=3, prefix_frac=0.9, prefix_ratio=0.7,
+        seed=7, options=O(num_gpu_blocks=200, max_num_seqs=32, max_num_batched_tokens=512,
+                          admit="stepwise", per_step=1),
+    ),
+    ScenarioSpec(
+        name="shared_prefix_preempt",
+        note="long shared prefixes, tight pool: preemption, resume hits, eviction order",
+        n=30, isl=(200, 400), osl=(20, 60), prefix_groups=2, prefix_frac=0.9, prefix_ratio=0.8,
+        seed=8, options=O(num_gpu_blocks=80, max_num_seqs=16, max_num_batched_tokens=512),
+    ),
+    ScenarioSpec(
+        name="no_chunk_preempt",
+        note="chunked prefill off with a tight pool: whole-prompt admission and preemption",
+        n=30, isl=(100, 300), osl=(20, 50), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=9, options=O(num_gpu_blocks=64, max_num_seqs=16, max_num_batched_tokens=512,
+                          chunked_prefill=False),
+    ),
+    ScenarioSpec(
+        name="single_token_outputs",
+        note="outputs of 1-3 tokens: requests finish in their prefill step; one added per step",
+        n=150, isl=(30, 200), osl=(1, 3), prefix_groups=3, prefix_frac=0.7, prefix_ratio=0.6,
+        seed=10, options=O(num_gpu_blocks=120, max_num_seqs=8, max_num_batched_tokens=128,
+                           admit="stepwise", per_step=1, hash_block_tokens=32),
+    ),
+    ScenarioSpec(
+        name="eviction_order",
+        note="pool cycled by many prefix groups: which cached block an allocation evicts",
+        n=100, isl=(120, 380), osl=(5, 20), prefix_groups=8, prefix_frac=0.9, prefix_ratio=0.7,
+        seed=11, options=O(num_gpu_blocks=100, max_num_seqs=4, max_num_batched_tokens=512),
+    ),
+    ScenarioSpec(
+        name="no_chunk_resume",
+        note="chunked prefill and prefix caching off, budget = max_model_len: a resumed "
+             "request's prompt+output must fit the remaining budget whole",
+        n=24, isl=(150, 300), osl=(60, 120), seed=12,
+        options=O(num_gpu_blocks=48, max_num_seqs=16, max_num_batched_tokens=420,
+                  chunked_prefill=False, prefix_caching=False, max_model_len=420),
+    ),
+]
+
+
+def random_scenario(seed: int, n: int = 300) -> ScenarioSpec:
+    """A random 300-request scenario: settings and lengths drawn from ``seed``."""
+    import random
+
+    rng = random.Random(f"conformance:{seed}")
+    bs = 16
+    isl_hi = rng.choice([256, 512, 1024])
+    isl = (rng.randint(16, isl_hi // 4), isl_hi)
+    osl = (1, rng.choice([16, 64, 128]))
+    mean_blocks = (isl[0] + isl[1]) // 2 // bs + 1
+    chunked = rng.random() < 0.7
+    budget = rng.choice([256, 512, 1024, 2048])
+    if not chunked:
+        budget = max(budget, isl_hi + osl[1])
+    opts = O(
+        block_size=bs,
+        num_gpu_blocks=int(mean_blocks * rng.choice([3, 6, 12, 40])) + isl_hi // bs + 2,
+        max_num_seqs=rng.choice([4, 16, 64, 256]),
+        max_num_batched_tokens=budget,
+        chunked_prefill=chunked,
+        prefix_caching=rng.random() < 0.8,
+        hash_block_tokens=rng.choice([16, 32, 64]),
+        admit=rng.choice(["all", "stepwise"]),
+        per_step=rng.choice([1, 2, 4]),
+    )
+    return ScenarioSpec(
+        name=f"random_{seed}", n=n, isl=isl, osl=osl,
+        prefix_groups=rng.choice([0, 2, 5, 20]), prefix_frac=rng.random(),
+        prefix_ratio=rng.uniform(0.2, 0.9), seed=seed, options=opts,
+    )
