@@ -388,9 +388,14 @@ class TestToyRankThroughTheBaseClass(RankConformance):
     make_engine = staticmethod(engine_maker(ToyRank, config=EngineConfig(dp_size=2)))
 
 
-class TestBaseClassSkips(RankConformance):
-    make_engine = staticmethod(engine_maker(DuplicateStores))
-    skip_checks = ("kv_events",)
+def test_base_class_skip_checks_skip_only_the_named_checks() -> None:
+    class Skips(RankConformance):
+        make_engine = staticmethod(engine_maker(DuplicateStores))
+        skip_checks = ("kv_events",)
+
+    with pytest.raises(pytest.skip.Exception, match="kv_events skipped by Skips.skip_checks"):
+        Skips().test_kv_events()
+    Skips().test_completions()  # the other checks still run (and pass)
 
 
 def test_base_class_raises_on_a_broken_rank() -> None:
