@@ -12,6 +12,7 @@ import sys
 import types
 from typing import Any
 
+import pluggy
 import pytest
 from servesim import hookimpl
 from servesim.errors import PluginError
@@ -228,10 +229,25 @@ def test_trace_env_writes_hook_calls_to_stderr(
     err = capsys.readouterr().err
     implemented = {h for p in plugins.plugin_infos() for h in p.hooks}
     assert "servesim_register_eviction_policies" in implemented
+    lines = [line.strip() for line in err.splitlines()]
     for hook_name in HOOK_KINDS:
-        # One trace line per call: each implementing plugin is called on its own.
+        # One trace entry per call: each implementing plugin is called on its own.
         calls = sum(hook_name in p.hooks for p in plugins.plugin_infos())
-        assert err.count(f"  {hook_name} [hook]") == calls
+        assert lines.count(f"{hook_name} [hook]") == calls
+    assert "plugin: servesim.builtins.kv" in lines and "registry: eviction_policy" in lines
+
+
+def test_registration_hooks_cannot_be_wrappers() -> None:
+    def servesim_register_backends(registry: Any) -> Any:
+        yield
+
+    pm = make_plugin_manager(autoload=False)
+    impl = pluggy.HookimplMarker("servesim")(wrapper=True)(servesim_register_backends)
+    pm.register(types.SimpleNamespace(servesim_register_backends=impl), "wrapping")
+    with pytest.raises(
+        PluginError, match="plugin 'wrapping': servesim_register_backends cannot be a hook wrapper"
+    ):
+        Plugins(pm).registries()
 
 
 def test_no_trace_by_default(capsys: pytest.CaptureFixture[str]) -> None:

@@ -26,7 +26,6 @@ import pkgutil
 import sys
 from collections.abc import Iterator
 from types import ModuleType
-from typing import Any
 
 import pluggy
 from attrs import frozen
@@ -174,7 +173,7 @@ def make_plugin_manager(*, autoload: bool = True) -> ServesimPluginManager:
         raise PluginError(f"{where} implements an unknown hook: {_one_line(exc)}") from None
     if os.environ.get(TRACE_ENV) not in (None, "", "0"):
         pm.trace.root.setwriter(sys.stderr.write)
-        pm.enable_tracing()
+        pm.enable_tracing()  # any pm.hook call; registration calls trace themselves (Plugins._fill)
     return pm
 
 
@@ -252,25 +251,30 @@ class Plugins:
     def schedule_policies(self) -> Registry:
         return self.registry("schedule_policy")
 
-    def _ordered_plugins(self, hook_name: str) -> list[tuple[str, Any]]:
-        """Plugins implementing ``hook_name``: built-ins first, then the rest by name, so
+    def _ordered_impls(self, hook_name: str) -> list[pluggy.HookImpl]:
+        """Implementations of ``hook_name``: built-ins first, then the rest by plugin name, so
         registration order (and thus duplicate messages) never depends on ``sys.path``."""
-        pm = self.pm
-        caller = getattr(pm.hook, hook_name)
-        named = {}
-        for impl in caller.get_hookimpls():
-            named[impl.plugin_name] = impl.plugin
-        return sorted(named.items(), key=lambda kv: (not kv[0].startswith(BUILTIN_PREFIX), kv[0]))
+        impls = getattr(self.pm.hook, hook_name).get_hookimpls()
+        return sorted(impls, key=lambda i: (not i.plugin_name.startswith(BUILTIN_PREFIX), i.plugin_name))
 
     def _fill(self, hook_name: str, registry: Registry) -> None:
+        """Call each implementation on its own so the registry knows who registers what.
+
+        The calls bypass pluggy's multi-call loop on purpose: pluggy's ``subset_hook_caller``
+        needs hashable plugin objects, and registration hooks have no results to combine.
+        They are traced like pluggy's own calls when ``SERVESIM_TRACE_PLUGINS`` is set.
+        """
         pm = self.pm
-        implementers = self._ordered_plugins(hook_name)
-        for name, _plugin in implementers:
-            others = [p for n, p in implementers if n != name]
+        hooktrace = pm.trace.root.get("hook")
+        for impl in self._ordered_impls(hook_name):
+            name = impl.plugin_name
+            if impl.hookwrapper or impl.wrapper:
+                raise PluginError(f"plugin {name!r}: {hook_name} cannot be a hook wrapper")
             registry._set_source(name, str(pm.distribution_of(name)))
-            caller = pm.subset_hook_caller(hook_name, remove_plugins=others)
+            hooktrace(hook_name, {"plugin": name, "registry": registry.kind})
+            kwargs = {"registry": registry}
             try:
-                caller(registry=registry)
+                impl.function(*(kwargs[arg] for arg in impl.argnames))
             except PluginError:
                 raise
             except Exception as exc:
