@@ -16,6 +16,7 @@ from xxhash import xxh3_64_intdigest
 
 SEED = 1337
 _PAIR = struct.Struct("<QQ")
+_U32 = struct.Struct("<I")
 _MASK32 = 0xFFFFFFFF
 _repeat_cache: dict[tuple[int, int], int] = {}
 
@@ -35,7 +36,8 @@ def repeated_token_hash(token: int, count: int) -> int:
     key = (token, count)
     h = _repeat_cache.get(key)
     if h is None:
-        h = local_block_hash([token] * count)
+        # Same bytes as local_block_hash([token] * count), built without a per-token list.
+        h = xxh3_64_intdigest(_U32.pack(token & _MASK32) * count, seed=SEED)
         if len(_repeat_cache) < 4_000_000:
             _repeat_cache[key] = h
     return h

@@ -153,7 +153,7 @@ class VllmRank(Rank):
         decode_ms = 0.0 if worker is WorkerType.PREFILL else res.decode_ms
         end = now_ms + scaled_ms(prefill_ms, self._speedup) + scaled_ms(decode_ms, self._decode_speedup)
         self._prefilled = prefill_ms > 0
-        self._worked = bool(res.work)
+        self._worked = bool(res.order)
         outputs = OutputBatch(
             token_request_ids=res.token_rids,
             completed=res.completed,
@@ -212,21 +212,16 @@ class VllmRank(Rank):
     def _fpm(self, res: PassResult) -> ForwardPassMetrics:
         """dynamo-mocker.md §4.5: scheduled prefills and decodes, queued prefills and
         (preempted) decodes, population variances; ``duration_ms`` is set at completion."""
-        pre, dec = Welford(), Welford()
+        pre = Welford()
         pre_tokens = pre_kv = 0
         for w in res.work.values():
             if w.prompt_tokens > 0:
                 pre.add(w.req.prompt_len)
                 pre_tokens += w.tokens
                 pre_kv += w.prefix_tokens
-            elif not w.terminal:
-                dec.add(w.seq_len)
-        queued = self.sched.waiting_stats()
-        qp, qd = Welford(), Welford()
-        for x in queued["prefill"]:
-            qp.add(x)
-        for x in queued["decode"]:
-            qd.add(x)
+        dn, dsum, dsq = res.decode_stats
+        qp = self.sched.queued_prefill
+        qd = self.sched.queued_decode
         return ForwardPassMetrics(
             worker_id=self.identity.worker_id,
             dp_rank=self.identity.dp_rank,
@@ -235,22 +230,22 @@ class VllmRank(Rank):
             sum_prefill_tokens=pre_tokens,
             var_prefill_length=pre.variance(),
             sum_prefill_kv_tokens=pre_kv,
-            num_decode_requests=dec.n,
-            sum_decode_kv_tokens=int(dec.total),
-            var_decode_kv_tokens=dec.variance(),
-            num_queued_prefill=qp.n,
-            sum_queued_prefill_tokens=int(qp.total),
-            var_queued_prefill_length=qp.variance(),
-            num_queued_decode=qd.n,
-            sum_queued_decode_kv_tokens=int(qd.total),
-            var_queued_decode_kv_tokens=qd.variance(),
+            num_decode_requests=dn,
+            sum_decode_kv_tokens=dsum,
+            var_decode_kv_tokens=_population_variance(dn, dsum, dsq),
+            num_queued_prefill=qp[0],
+            sum_queued_prefill_tokens=qp[1],
+            var_queued_prefill_length=_population_variance(*qp),
+            num_queued_decode=qd[0],
+            sum_queued_decode_kv_tokens=qd[1],
+            var_queued_decode_kv_tokens=_population_variance(*qd),
         )
 
     def _record(self, res: PassResult) -> ScheduleRecord:
         s = self.sched
         done = set(res.completed) - set(res.rejected)
         return ScheduleRecord(
-            scheduled={rid: w.tokens for rid, w in res.work.items()},
+            scheduled={rid: (r.work.tokens if r.work is not None else 1) for rid, r in res.order.items()},
             new_hits=dict(res.new_hits),
             resumed=list(res.resumed),
             preempted=[p.request_id for p in res.pressure],
@@ -259,6 +254,14 @@ class VllmRank(Rank):
             waiting=len(s.waiting),
             free_blocks=s.pool.num_free + s.pool.num_inactive,
         )
+
+
+def _population_variance(n: int, total: int, sum_sq: int) -> float:
+    """Population variance from integer sums (exact for the integer lengths involved);
+    0 for fewer than two samples, like the reference's Welford accumulators."""
+    if n < 2:
+        return 0.0
+    return max(0.0, (sum_sq * n - total * total) / (n * n))
 
 
 __all__ = ["VllmPendingPass", "VllmRank"]

@@ -47,6 +47,7 @@ class VllmRequest:
         "loc",
         "_own_hashes",
         "_tok_base",
+        "work",
     )
 
     def __init__(self, request: Request, max_model_len: int | None) -> None:
@@ -69,6 +70,7 @@ class VllmRequest:
         self.seq: list[int] = []
         self.loc: list[int] = []
         self._own_hashes = False
+        self.work: object | None = None  # this pass's scheduling details (scheduler-owned)
         self._tok_base = ((self.rid * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & _MASK64) >> 32
 
     @property

@@ -61,6 +61,7 @@ class PassResult:
     """Everything one pass produced; the rank turns it into contract effects."""
 
     __slots__ = (
+        "order",
         "work",
         "admissions",
         "new_hits",
@@ -73,9 +74,14 @@ class PassResult:
         "prefill_ms",
         "decode_ms",
         "decoders",
+        "decode_stats",
     )
 
     def __init__(self) -> None:
+        # Every request scheduled this pass, in batch order; ``work`` holds the details of
+        # those that did more than a plain one-token decode step (prefill chunks,
+        # recomputation after preemption, block allocation or finalisation).
+        self.order: dict[RequestId, VllmRequest] = {}
         self.work: dict[RequestId, _Work] = {}
         self.admissions: list[Admission] = []
         self.new_hits: dict[RequestId, int] = {}
@@ -88,6 +94,8 @@ class PassResult:
         self.prefill_ms = 0.0
         self.decode_ms = 0.0
         self.decoders = 0
+        # (count, sum, sum of squares) of scheduled decode lengths, for forward-pass metrics.
+        self.decode_stats = (0, 0, 0)
 
 
 class VllmScheduler:
@@ -114,6 +122,11 @@ class VllmScheduler:
         self.waiting: deque[VllmRequest] = deque()
         self.running: list[VllmRequest] = []
         self.preemptions_total = 0
+        # Queued-request statistics for forward-pass metrics, kept incrementally so a pass
+        # never scans the waiting queue: [count, sum, sum of squares] of the prompt lengths
+        # of never-admitted requests and of the known lengths of preempted ones.
+        self.queued_prefill = [0, 0, 0]
+        self.queued_decode = [0, 0, 0]
         # Pass-local state (valid only inside run_pass).
         self._now = 0.0
         self._budget = 0
@@ -129,7 +142,17 @@ class VllmScheduler:
             req.load_prompt_hashes(self.bs)
         self.requests[req.rid] = req
         self.waiting.append(req)
+        self._queue_stats(req, +1)
         return req
+
+    def _queue_stats(self, req: VllmRequest, sign: int) -> None:
+        if req.status is Status.WAITING:
+            acc, x = self.queued_prefill, req.prompt_len
+        else:
+            acc, x = self.queued_decode, req.length
+        acc[0] += sign
+        acc[1] += sign * x
+        acc[2] += sign * x * x
 
     def cancel(self, rid: RequestId) -> bool:
         """Drop a waiting or running request and free its blocks; False if unknown."""
@@ -140,6 +163,7 @@ class VllmScheduler:
             self.running.remove(req)
         else:
             self.waiting.remove(req)
+            self._queue_stats(req, -1)
         self.pool.release(req.table)
         return True
 
@@ -159,8 +183,21 @@ class VllmScheduler:
 
     def _schedule_running(self) -> None:
         running = self.running
+        order = self._res.order
+        bs = self.bs
         while self._cursor < len(running) and self._budget > 0:
-            used = self._schedule(running[self._cursor], 0, from_waiting=False)
+            req = running[self._cursor]
+            length = req.length
+            # Fast path: a plain decode step that stays inside its last allocated block and
+            # completes no block (the per-pass cost of steady decoding).
+            if req.computed == length - 1 and (length - 1) % bs and length % bs:
+                req.computed = length
+                req.work = None
+                order[req.rid] = req
+                self._budget -= 1
+                self._cursor += 1
+                continue
+            used = self._schedule(req, 0, from_waiting=False)
             if used == _BLOCKED:
                 break
             if used != _CURRENT_PREEMPTED:
@@ -177,6 +214,7 @@ class VllmScheduler:
             req = waiting[0]
             if self._impossible(req):
                 waiting.popleft()
+                self._queue_stats(req, -1)
                 self._reject(req)
                 continue
             cached, active_cached = self._prefill_cost(req)
@@ -187,6 +225,7 @@ class VllmScheduler:
             if used < 0:
                 break
             waiting.popleft()
+            self._queue_stats(req, -1)
             resumed = req.status is Status.PREEMPTED
             req.status = Status.RUNNING
             running.append(req)
@@ -267,7 +306,10 @@ class VllmScheduler:
                 req.ensure_hashes(full, bs)
                 self.pool.finalize(table, full, req.seq, req.loc)
         prompt_tokens = (new_computed if new_computed < plen else plen) - prompt_before
-        self._res.work[req.rid] = _Work(req, desired, prompt_tokens, prompt_before)
+        work = _Work(req, desired, prompt_tokens, prompt_before)
+        req.work = work
+        self._res.work[req.rid] = work
+        self._res.order[req.rid] = req
         self._budget = budget - desired
         return desired
 
@@ -292,15 +334,16 @@ class VllmScheduler:
         # identical to the peer (the golden preempt_fifo case); LIFO victims sit at or after
         # the cursor, where nothing shifts.
         del running[idx]
-        undone = self._res.work.pop(victim.rid, None)
-        if undone is not None:
-            self._budget += undone.tokens
+        if self._res.order.pop(victim.rid, None) is not None:
+            undone = self._res.work.pop(victim.rid, None)
+            self._budget += undone.tokens if undone is not None else 1
         pool.release(victim.table)
         victim.computed = 0
         victim.status = Status.PREEMPTED
         victim.preemptions += 1
         self.preemptions_total += 1
         self.waiting.appendleft(victim)
+        self._queue_stats(victim, +1)
         self._preempted_in_pass = True
         after = PressureState(len(running), len(self.waiting), pool.num_active)
         self._res.pressure.append(
@@ -326,14 +369,25 @@ class VllmScheduler:
         tokens = res.token_rids
         completed = res.completed
         decoders = kv_sum = 0
+        fpm_n = fpm_sum = fpm_sq = 0
         finished = False
-        for w in res.work.values():
-            req = w.req
-            if req.computed < req.length:
+        for req in res.order.values():
+            length = req.length
+            w = req.work
+            if w is None or w.prompt_tokens == 0:
+                fpm_n += 1
+                fpm_sum += length
+                fpm_sq += length * length
+            if req.computed < length:
                 continue  # still prefilling
             if req.generated >= req.max_out:
                 completed.append(req.rid)  # terminal after prefill: no token
-                w.terminal = True
+                if w is not None:
+                    w.terminal = True
+                    if w.prompt_tokens == 0:
+                        fpm_n -= 1
+                        fpm_sum -= length
+                        fpm_sq -= length * length
                 self._finish(req, res)
                 finished = True
                 continue
@@ -342,13 +396,13 @@ class VllmScheduler:
                 # that already generated is priced by the decode call even in the pass that
                 # re-prefilled it (matches the reference peer's timings).
                 decoders += 1
-                kv_sum += req.length
+                kv_sum += length
             tokens.append(req.rid)
             if not req.cached_signaled:
                 req.cached_signaled = True
                 res.cached_tokens[req.rid] = req.cached_prefix or 0
             req.generated += 1
-            req.length += 1
+            req.length = length + 1
             if req.generated >= req.max_out:
                 completed.append(req.rid)
                 self._finish(req, res)
@@ -356,6 +410,7 @@ class VllmScheduler:
         if finished:
             self.running = [r for r in self.running if r.status is Status.RUNNING]
         res.decoders = decoders
+        res.decode_stats = (fpm_n, fpm_sum, fpm_sq)
         if decoders:
             total = self.cfg.num_gpu_blocks * self.bs
             # active_kv_tokens is the sum of the decoders' logical lengths, not physical
@@ -376,14 +431,5 @@ class VllmScheduler:
         res.rejected.append(req.rid)
         self.pool.release(req.table)
         del self.requests[req.rid]
-
-    # -- inspection -----------------------------------------------------------------------
-
-    def waiting_stats(self) -> dict[str, Any]:
-        """Queued prefill (never admitted) and queued decode (preempted) lengths for FPM."""
-        fresh = [r.prompt_len for r in self.waiting if r.status is Status.WAITING]
-        pre = [r.length for r in self.waiting if r.status is Status.PREEMPTED]
-        return {"prefill": fresh, "decode": pre}
-
 
 __all__ = ["PassResult", "VllmScheduler"]
