@@ -6,6 +6,8 @@
     python benchmarks/conformance/run.py random --count 10 --start-seed 0 --profile vllm-0.32
     # a golden scenario's spec re-run through the oracle
     python benchmarks/conformance/run.py oracle --only preempt_small_pool
+    # servesim again against oracle logs kept earlier with --save DIR (no vLLM needed)
+    python benchmarks/conformance/run.py saved --dir DIR --profile vllm-0.32
 
 For every scenario it prints the identical-step percentage and, where the two logs part, the
 first divergence with both sides' lines. ``--save DIR`` keeps both step logs per scenario.
@@ -42,6 +44,7 @@ from servesim.testing.vllm_conformance import (  # noqa: E402
     golden_dirs,
     load_golden,
     make_trace,
+    read_jsonl,
     run_servesim,
     write_jsonl,
 )
@@ -84,8 +87,6 @@ def run_one(
     engine = build_engine(rank_class(a.backend), rows, served, backend_settings(a))
     mine = run_servesim(engine, rows, opts)
     wall = time.perf_counter() - t0
-    if a.ignore_trailing_empty and oracle_steps and not oracle_steps[-1]["scheduled"]:
-        oracle_steps = oracle_steps[:-1]
     if a.save:
         d = Path(a.save) / name
         d.mkdir(parents=True, exist_ok=True)
@@ -93,11 +94,21 @@ def run_one(
         write_jsonl(d / "oracle_steps.jsonl", oracle_steps)
         write_jsonl(d / "servesim_steps.jsonl", mine)
         (d / "options.json").write_text(json.dumps(opts.to_json(), indent=1, sort_keys=True) + "\n")
+    if a.ignore_trailing_empty and oracle_steps and not oracle_steps[-1]["scheduled"]:
+        oracle_steps = oracle_steps[:-1]
     return compare_steps(oracle_steps, mine), wall
 
 
 def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], OracleOptions, Any]]:
     """``(name, rows, options, oracle steps or a spec still to run)`` per selected scenario."""
+    if a.mode == "saved":
+        out = []
+        for d in sorted(Path(a.dir).iterdir()):
+            if not (d / "oracle_steps.jsonl").is_file() or (a.only and d.name not in a.only):
+                continue
+            opts = OracleOptions.from_json(json.loads((d / "options.json").read_text()))
+            out.append((d.name, read_jsonl(d / "trace.jsonl"), opts, read_jsonl(d / "oracle_steps.jsonl")))
+        return out
     if a.mode == "golden":
         out = []
         for d in golden_dirs(GOLDEN_ROOT):
@@ -116,7 +127,8 @@ def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], Or
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("mode", choices=["golden", "random", "oracle"])
+    p.add_argument("mode", choices=["golden", "random", "oracle", "saved"])
+    p.add_argument("--dir", default=None, help="with 'saved': a --save directory")
     p.add_argument("--only", nargs="*", default=None, help="scenario names (golden/oracle)")
     p.add_argument("--count", type=int, default=5, help="random scenarios")
     p.add_argument("--start-seed", type=int, default=0)
@@ -131,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-percent", type=float, default=0.0)
     a = p.parse_args(argv)
 
-    if a.mode != "golden" and not oracle_available():
+    if a.mode in ("random", "oracle") and not oracle_available():
         print("the vLLM oracle venv is not installed (setup_vllm_oracle.sh)", file=sys.stderr)
         return 2
     results = []

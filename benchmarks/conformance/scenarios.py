@@ -93,6 +93,15 @@ GOLDEN: list[ScenarioSpec] = [
         options=O(num_gpu_blocks=48, max_num_seqs=16, max_num_batched_tokens=420,
                   chunked_prefill=False, prefix_caching=False, max_model_len=420),
     ),
+    ScenarioSpec(
+        name="no_chunk_readmit_budget",
+        note="chunked prefill off, many decoders: a readmitted request whose prompt fits the "
+             "remaining budget but prompt+output does not must wait (vLLM) - found by search",
+        n=20, isl=(25, 61), osl=(4, 85), seed=284,
+        options=O(num_gpu_blocks=29, max_num_seqs=32, max_num_batched_tokens=128,
+                  chunked_prefill=False, prefix_caching=False, max_model_len=128,
+                  admit="stepwise", per_step=1),
+    ),
 ]
 
 
