@@ -194,3 +194,44 @@ def test_livelock_guard_names_in_flight_requests():
     r = Replayer(build_engines(f.build, 1), trace(rec(0, [1], 1)), block_size=4)
     with pytest.raises(ReplayError, match="effect-free zero-duration pass .* 1 in-flight"):
         r.run()
+
+
+def test_round_robin_and_kv_router_cover_dp_ranks():
+    f = make_factory(dp_size=2)
+    wl = trace(*[rec(100 * i, [i + 1], 1) for i in range(5)])
+    r = Replayer(build_engines(f.build, 2), wl, block_size=4)
+    r.run()
+    assert list(zip(r.log.worker, r.log.dp_rank)) == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 0)]
+    f = make_factory(dp_size=2, kv_events=True)
+    wl = trace(rec(0, [1, 2], 1), rec(100, [3], 1), rec(200, [1, 2, 5], 1))
+    r = Replayer(build_engines(f.build, 2), wl, router=KvRouter(2, 2, 4), block_size=4)
+    r.run()
+    # slots are worker * dp_size + dp_rank; request 2 returns to request 0's rank
+    assert list(zip(r.log.worker, r.log.dp_rank)) == [(0, 0), (0, 1), (0, 0)]
+    assert r.log.reused[2] == 8
+
+
+def test_progress_reports_completed_and_simulated_time():
+    seen = []
+    wl = trace(*[rec(10 * i, [i + 1], 2) for i in range(200)])
+    r = Replayer(build_engines(make_factory().build, 1), wl, block_size=4,
+                 progress=lambda done, total, now: seen.append((done, total, now)))
+    r.run()
+    assert seen[-1] == (200, 200, r.log.done[-1])
+    assert len(seen) > 2 and all(a[0] <= b[0] and a[2] <= b[2] for a, b in zip(seen, seen[1:]))
+
+
+def test_progress_line_renders_only_after_delay():
+    import io
+
+    from servesim.cli_run import Progress
+
+    stream = io.StringIO()
+    p = Progress(stream, delay_s=3600.0)
+    p(1, 10, 500.0)
+    p.finish()
+    assert stream.getvalue() == ""
+    p = Progress(stream, delay_s=0.0)
+    p(5, 10, 1500.0)
+    p.finish()
+    assert stream.getvalue() == "\r[###############...............] 5/10 requests  sim 1.5 s\n"

@@ -136,38 +136,57 @@ class Replayer:
         total = len(self.turns)
         reported = -1
         steps = 0
+        pop = heapq.heappop
+        complete = self._complete
+        closed_loop = self.concurrency is not None
         while heap:
-            now = heap[0][0]
+            ev = pop(heap)
+            now = ev[0]
             self.now = now
-            batch = []
-            while heap and heap[0][0] == now:
-                batch.append(heapq.heappop(heap))
-            for ev in batch:
-                if ev[2] == _PASS_END:
-                    self._complete(ev[3], ev[4], now)
-            if has_deadlines:
-                self._internal_work(now)
-            for ev in batch:
-                kind = ev[2]
-                if kind == _DEADLINE:
-                    self._dirty.add(ev[3])
-                elif kind == _ARRIVAL:
-                    if ev[4]:  # a session's first turn: queue the next session's
-                        self._push_next_session()
-                    self._submit(ev[3], now)
-                elif kind == _RELEASE:
-                    self._ready.append(ev[3])
-            if self.concurrency is not None:
-                self._fill(now)
-            self._start_passes(now)
+            if ev[2] == _PASS_END and (not heap or heap[0][0] != now):
+                # The common step: one pass ends and nothing else happens at this time.
+                complete(ev[3], ev[4], now)
+                if has_deadlines:
+                    self._internal_work(now)
+                if closed_loop:
+                    self._fill(now)
+                self._start_passes(now)
+            else:
+                self._step(ev, now, has_deadlines)
             steps += 1
-            if self.progress is not None and steps % 64 == 0 and self._finished != reported:
+            if self.progress is not None and steps & 63 == 0 and self._finished != reported:
                 reported = self._finished
                 self.progress(self._finished, total, now)
         self._check_drained()
         if self.progress is not None:
             self.progress(self._finished, total, self.now)
         return self.log
+
+    def _step(self, ev: tuple[float, int, int, int, int], now: float, has_deadlines: bool) -> None:
+        """Every event at ``now``: pass ends, internal work, arrivals and releases, new passes."""
+        heap = self._heap
+        pop = heapq.heappop
+        batch = [ev]
+        while heap and heap[0][0] == now:
+            batch.append(pop(heap))
+        for ev in batch:
+            if ev[2] == _PASS_END:
+                self._complete(ev[3], ev[4], now)
+        if has_deadlines:
+            self._internal_work(now)
+        for ev in batch:
+            kind = ev[2]
+            if kind == _DEADLINE:
+                self._dirty.add(ev[3])
+            elif kind == _ARRIVAL:
+                if ev[4]:  # a session's first turn: queue the next session's
+                    self._push_next_session()
+                self._submit(ev[3], now)
+            elif kind == _RELEASE:
+                self._ready.append(ev[3])
+        if self.concurrency is not None:
+            self._fill(now)
+        self._start_passes(now)
 
     def _check_drained(self) -> None:
         stuck = [e.worker_id for e in self.engines if not e.is_drained()]
@@ -226,7 +245,7 @@ class Replayer:
     def _start_passes(self, now: float) -> None:
         if not self._dirty:
             return
-        dirty = sorted(self._dirty)
+        dirty = sorted(self._dirty) if len(self._dirty) > 1 else list(self._dirty)
         self._dirty.clear()
         for w in dirty:
             engine = self.engines[w]
@@ -296,15 +315,16 @@ class Replayer:
                     f"worker {w} emitted handoff lifecycle events; disaggregated replay is not "
                     "supported by the aggregated driver"
                 )
-        self._livelock_guard(w, now, busy)
+        if busy or not self._last_zero[w]:
+            if self._zero_streak[w]:
+                self._zero_streak[w] = 0
+                self._countdown[w] = None
+            return
+        self._livelock_guard(w, now)
 
-    def _livelock_guard(self, w: int, now: float, busy: bool) -> None:
+    def _livelock_guard(self, w: int, now: float) -> None:
         """aisimulate-engine.md §12 step 6: an effect-free zero-duration pass must be explained."""
         engine = self.engines[w]
-        if busy or not self._last_zero[w]:
-            self._zero_streak[w] = 0
-            self._countdown[w] = None
-            return
         self._zero_streak[w] += 1
         hint = self._last_retry[w]
         if hint.kind is SameTimestampRetry.RETRY and self._zero_streak[w] <= MAX_SAME_TIME_RETRIES:
