@@ -148,3 +148,36 @@ def test_fifo_victim_before_the_cursor_makes_the_next_request_sit_out_the_pass()
     # Request 1 re-prefills its 1-token prompt (+2 generated) beside request 3's decode:
     # 16 + 10 + 2; it is priced as a decoder because it already generated.
     assert r.requests[1].token_times == [10.0, 12.0, 28.0, 30.0]
+
+
+def test_generated_blocks_are_hashed_stored_and_restored_identically() -> None:
+    """Generated tokens are deterministic, so a block a preempted request recomputes gets
+    the same hash it had before; events replay onto an index as the pool's cached set."""
+    eng = make_engine(RecordingTiming(), block_size=4, num_gpu_blocks=5, emit_kv_events=True)
+    r = drive(eng, [(0.0, req(1, 4, 12)), (0.0, req(2, 4, 12))])
+    events = [(c.end_ms, ev) for c in r.completions for ev in c.by_rank[0].effects.kv_events]
+    assert [ev.event_id for _, ev in events] == list(range(len(events)))
+    kinds = [(at, type(ev.data).__name__) for at, ev in events]
+    assert kinds == [(10.0, "StoredBlocks"), (10.0, "StoredBlocks"), (18.0, "StoredBlocks"),
+                     (18.0, "StoredBlocks"), (26.0, "StoredBlocks"), (28.0, "RemovedBlocks"),
+                     (34.0, "RemovedBlocks"), (34.0, "StoredBlocks"), (40.0, "StoredBlocks"),
+                     (42.0, "RemovedBlocks")]
+    a0, b0, a1, b1, a2 = (events[i][1].data.blocks[0].block_hash for i in range(5))
+    # Generated block 1 of each request is chained after its prompt block.
+    assert events[2][1].data.parent_hash == a0 and events[3][1].data.parent_hash == b0
+    assert events[4][1].data.parent_hash == a1
+    # Request 2 lost its generated block to eviction while preempted, was readmitted at 32
+    # reusing only its prompt block, and recomputed that block under the same hash.
+    assert events[5][1].data.block_hashes == (b1,)
+    assert events[7][1].data.parent_hash == b0 and events[7][1].data.blocks[0].block_hash == b1
+    adm = [(p.started_at_ms, a.request_id, a.reused_input_tokens)
+           for p in r.passes for a in p.by_rank[0].effects.admissions]
+    assert adm == [(0.0, 1, 0), (0.0, 2, 0), (32.0, 2, 4)]
+    index: set[int] = set()
+    for _, ev in events:
+        if isinstance(ev.data, StoredBlocks):
+            index.update(b.block_hash for b in ev.data.blocks)
+        else:
+            index.difference_update(ev.data.block_hashes)
+    assert index == eng.ranks[0].sched.pool.cached_hashes()
+    assert len(r.requests[2].token_times) == 12
