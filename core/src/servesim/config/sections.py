@@ -1,7 +1,7 @@
 """The ``cluster:``, ``workload:``, ``report:`` and ``sinks:`` sections (issue 4's YAML shape).
 
 Owned by the replay package; the loader in :mod:`servesim.config.loader` structures them with
-the one converter that forbids unknown keys.
+the one converter that forbids unknown keys, and ``docs/configuration.md`` documents every key.
 """
 
 from __future__ import annotations
@@ -13,7 +13,15 @@ from attrs import field, frozen
 
 @frozen(kw_only=True)
 class ClusterConfig:
-    """Aggregated workers behind a router; later also the prefill/decode split."""
+    """Aggregated workers behind a router.
+
+    * ``workers``: number of aggregated workers (engines), each with ``engine.dp_size`` ranks.
+    * ``router``: a registered router (``round_robin`` default, ``kv``).
+    * ``router_config``: options of the router's ``config_class`` (``kv``:
+      ``overlap_score_weight``).
+    * ``prefill_workers`` / ``decode_workers`` / ``prefill_engine`` / ``decode_engine``: the
+      prefill/decode split (validated by the loader; the aggregated replay refuses it).
+    """
 
     workers: int = 1
     router: str = "round_robin"
@@ -26,6 +34,10 @@ class ClusterConfig:
 
 @frozen(kw_only=True)
 class TraceConfig:
+    """A trace file: ``path``, its ``format`` (a registered trace format) and
+    ``trace_block_size`` (tokens per trace hash id; 512 for public Mooncake traces; separate
+    from ``engine.block_size``)."""
+
     path: str
     format: str = "mooncake"
     trace_block_size: int = 512
@@ -33,7 +45,14 @@ class TraceConfig:
 
 @frozen(kw_only=True)
 class SyntheticConfig:
-    """A generated workload (lengths are distribution specs like ``uniform:1024:4096``)."""
+    """A generated workload (lengths are distribution specs like ``uniform:1024:4096``).
+
+    ``num_requests`` counts requests (turns); ``arrival`` is ``poisson``, ``constant`` or
+    ``burst`` at ``rate`` sessions per second; ``prefix_groups`` groups share the first
+    ``prefix_ratio`` of their first turn's prompt (whole ``block_size``-token blocks);
+    ``turns_per_session`` turns per session, each later turn released
+    ``inter_turn_delay_ms`` after the previous one finishes.
+    """
 
     num_requests: int = 200
     input_length: str = "uniform:512:2048"
@@ -49,6 +68,11 @@ class SyntheticConfig:
 
 @frozen(kw_only=True)
 class WorkloadConfig:
+    """``trace`` or ``synthetic`` (neither: the default synthetic scenario); ``concurrency``
+    switches to closed-loop mode (N requests in flight, timestamps ignored);
+    ``arrival_speedup_ratio`` divides rebased first-turn timestamps; ``seed`` seeds synthetic
+    generation."""
+
     trace: TraceConfig | None = None
     synthetic: SyntheticConfig | None = None
     concurrency: int | None = None
@@ -58,6 +82,9 @@ class WorkloadConfig:
 
 @frozen(kw_only=True)
 class ReportConfig:
+    """SLAs for goodput (ms; unset ones are not checked), the percentiles reported for every
+    latency metric, and optional output paths (``--output-json`` / ``--per-request`` win)."""
+
     sla_ttft_ms: float | None = None
     sla_tpot_ms: float | None = None
     sla_e2e_ms: float | None = None
@@ -67,14 +94,8 @@ class ReportConfig:
 
 
 @frozen(kw_only=True)
-class SinkSpec:
-    """``type`` names a registered sink; other keys configure it."""
-
-    type: str
-    options: dict[str, Any] = field(factory=dict)
-
-
-@frozen(kw_only=True)
 class SinksConfig:
+    """Lists of sinks, each ``{type: <registered sink>, <its options>...}``."""
+
     kv_events: tuple[dict[str, Any], ...] = ()
     fpm: tuple[dict[str, Any], ...] = ()
