@@ -177,3 +177,12 @@ def test_release_twice_is_an_error_and_reuse_of_missing_prefix_raises() -> None:
         pool.release(t)
     with pytest.raises(KeyError):
         pool.allocate(BlockTable(), 1, hashes(9))
+
+
+def test_stored_events_carry_token_ids_when_asked() -> None:
+    pool = BlockPool(4, emit_events=True)
+    t = BlockTable()
+    assert pool.allocate(t, 2)
+    pool.finalize(t, 2, hashes(0, 1), local(0, 1), lambda i: [10 * i, 10 * i + 1])
+    (ev,) = pool.drain_events()
+    assert [b.token_ids for b in ev.data.blocks] == [(0, 1), (10, 11)]

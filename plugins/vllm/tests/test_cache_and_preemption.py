@@ -181,3 +181,16 @@ def test_generated_blocks_are_hashed_stored_and_restored_identically() -> None:
             index.difference_update(ev.data.block_hashes)
     assert index == eng.ranks[0].sched.pool.cached_hashes()
     assert len(r.requests[2].token_times) == 12
+
+
+def test_emit_kv_token_ids_puts_prompt_and_generated_tokens_in_stored_events() -> None:
+    eng = make_engine(RecordingTiming(), block_size=4, emit_kv_events=True, emit_kv_token_ids=True)
+    r = drive(eng, [(0.0, req(1, [1, 2, 3, 4, 5, 6], 4, output_token_ids=(7, 8, 9, 10)))])
+    blocks = [b for c in r.completions for ev in c.by_rank[0].effects.kv_events for b in ev.data.blocks]
+    # Block 1 fills when generated tokens 7 and 8 are computed (the last token never is).
+    assert [b.token_ids for b in blocks] == [(1, 2, 3, 4), (5, 6, 7, 8)]
+    plain = make_engine(RecordingTiming(), block_size=4, emit_kv_events=True)
+    r2 = drive(plain, [(0.0, req(1, [1, 2, 3, 4, 5, 6], 4, output_token_ids=(7, 8, 9, 10)))])
+    same = [b for c in r2.completions for ev in c.by_rank[0].effects.kv_events for b in ev.data.blocks]
+    assert [b.token_ids for b in same] == [None, None]
+    assert [b.block_hash for b in same] == [b.block_hash for b in blocks]

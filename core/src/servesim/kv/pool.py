@@ -30,7 +30,7 @@ operation costs time proportional to the blocks it touches, never to the pool si
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from servesim.contract import KvBlock, KvEvent, RemovedBlocks, StoredBlocks
 from servesim.kv.eviction import EvictionPolicy, LruEviction
@@ -225,11 +225,14 @@ class BlockPool:
         upto: int,
         seq_hashes: Sequence[int],
         local_hashes: Sequence[int],
+        block_tokens: Callable[[int], Sequence[int]] | None = None,
     ) -> None:
         """Make ``table.ids[num_cached:upto]`` cache-visible under ``seq_hashes[i]``.
 
-        ``local_hashes`` are the token-only hashes carried in ``Stored`` events. A hash
-        that already has a resident copy gains a duplicate copy and no event.
+        ``local_hashes`` are the token-only hashes carried in ``Stored`` events;
+        ``block_tokens(i)``, when given, supplies block i's token ids for them
+        (``emit_kv_token_ids``). A hash that already has a resident copy gains a duplicate
+        copy and no event.
         """
         if not self.prefix_caching:
             return
@@ -251,7 +254,8 @@ class BlockPool:
                 if events is not None:
                     if not run:
                         run_parent = seq_hashes[i - 1] if i > 0 else None
-                    run.append(KvBlock(h, local_hashes[i]))
+                    ids_i = tuple(block_tokens(i)) if block_tokens is not None else None
+                    run.append(KvBlock(h, local_hashes[i], ids_i))
             else:
                 self._dups.setdefault(h, []).append(b)
                 if run:

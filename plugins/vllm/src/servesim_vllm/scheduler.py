@@ -113,6 +113,7 @@ class VllmScheduler:
             dp_rank=dp_rank,
         )
         self.caching = config.enable_prefix_caching
+        self.token_ids_in_events = config.emit_kv_token_ids and services.emit_kv_events
         self.lifo = config.preemption_mode is PreemptionMode.LIFO
         self.max_seqs = config.max_num_seqs if config.max_num_seqs is not None else _UNBOUNDED
         self.max_tokens = (
@@ -304,7 +305,10 @@ class VllmScheduler:
             full = new_computed // bs
             if full > table.num_cached:
                 req.ensure_hashes(full, bs)
-                self.pool.finalize(table, full, req.seq, req.loc)
+                tokens = None
+                if self.token_ids_in_events:
+                    tokens = lambda i: req.tokens(i * bs, (i + 1) * bs)  # noqa: E731
+                self.pool.finalize(table, full, req.seq, req.loc, tokens)
         prompt_tokens = (new_computed if new_computed < plen else plen) - prompt_before
         work = _Work(req, desired, prompt_tokens, prompt_before)
         req.work = work
