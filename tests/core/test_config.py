@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import textwrap
+import types
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 import yaml
-from servesim import ConfigError, Engine, LruEviction, Request, Tokens
+from servesim import ConfigError, Engine, LruEviction, Request, Tokens, hookimpl
 from servesim.config.loader import default_config, load_config, merge_engine
 from servesim.config.yaml_io import parse_set
-from servesim.plugins import Plugins
+from servesim.plugins import Plugins, make_plugin_manager
 from servesim.testing.driver import drive
 from servesim.timing import FixedTiming, PolynomialTiming
 
@@ -378,4 +381,34 @@ def test_timing_model_rejecting_options_is_a_config_error(tmp_path: Path, plugin
     assert str(exc.value) == (
         f"{tmp_path / 'sim.yaml'}: engine.timing_model: timing model 'toy_constant' rejected its "
         "options: pass_ms must be > 0, got 0.0"
+    )
+
+
+def test_attrs_validator_errors_name_the_field(tmp_path: Path) -> None:
+    """A plugin's config class may use attrs validators; their errors get the field's path."""
+
+    @attrs.frozen
+    class PickyConfig:
+        mode: str = attrs.field(default="a", validator=attrs.validators.in_(("a", "b")))
+
+    class PickyTiming(FixedTiming):
+        config_class = PickyConfig  # type: ignore[assignment]
+
+    def servesim_register_timing_models(registry: Any) -> None:
+        registry.add("picky", PickyTiming)
+
+    pm = make_plugin_manager()
+    pm.register(
+        types.SimpleNamespace(servesim_register_timing_models=hookimpl(servesim_register_timing_models)),
+        "picky",
+    )
+    plugins = Plugins(pm)
+    assert (
+        load_config(None, ["engine.timing_model={type: picky, mode: b}"], plugins).engine.timing_config.mode
+        == "b"
+    )
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, ["engine.timing_model.type=picky", "engine.timing_model.mode=c"], plugins)
+    assert str(exc.value) == (
+        "--set engine.timing_model.mode=c: engine.timing_model.mode: 'mode' must be in ('a', 'b') (got 'c')"
     )

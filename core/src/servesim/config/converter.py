@@ -30,7 +30,30 @@ Problem = tuple[str, str]
 
 
 class InvalidValue(ValueError):
-    """Raised by servesim's structure hooks; the message is already user-facing."""
+    """Raised by servesim's structure hooks; the message is already user-facing.
+
+    ``field`` names the attribute of the class being structured that the problem is about,
+    when a class-level validator reported it (the key path then ends in that field).
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _validator_error(cl: type, exc: Exception) -> InvalidValue:
+    """A user-facing error from an exception raised by a class's attrs validators.
+
+    attrs' own validators pass ``(message, Attribute, ...)``; hand-written ones usually
+    start their message with the field name. Either way the field joins the key path.
+    """
+    args = exc.args
+    names = {a.name for a in attrs.fields(cl)}
+    if len(args) >= 2 and isinstance(args[1], attrs.Attribute):
+        return InvalidValue(str(args[0]), args[1].name)
+    message = str(exc)
+    first = message.split(" ", 1)[0].strip("'\"`:")
+    return InvalidValue(message, first if first in names else None)
 
 
 def show(value: Any) -> str:
@@ -112,7 +135,7 @@ def make_converter() -> cattrs.Converter:
                 return inner(value, t)
             except (ValueError, TypeError) as exc:
                 # Raised by the class's own attrs validators, after every field structured.
-                raise InvalidValue(str(exc)) from None
+                raise _validator_error(cl, exc) from None
 
         return structure
 
@@ -158,11 +181,18 @@ def flatten_errors(exc: BaseException, path: str = "") -> list[Problem]:
             sub_path = join_path(path, key)
             if isinstance(sub, (ClassValidationError, IterableValidationError, ForbiddenExtraKeysError)):
                 out.extend(flatten_errors(sub, sub_path))
+            elif isinstance(sub, InvalidValue) and sub.field:
+                out.append((join_path(sub_path, sub.field), str(sub)))
             else:
                 out.append((sub_path, _describe(sub, note.type)))
         for sub in without:
+            if isinstance(exc, ClassValidationError) and isinstance(sub, (ValueError, TypeError)):
+                if not isinstance(sub, InvalidValue) and attrs.has(exc.cl):
+                    sub = _validator_error(exc.cl, sub)
             out.extend(flatten_errors(sub, path))
         return out
+    if isinstance(exc, InvalidValue) and exc.field:
+        return [(join_path(path, exc.field), str(exc))]
     return [(path, _describe(exc, None))]
 
 

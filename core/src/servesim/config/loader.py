@@ -59,10 +59,17 @@ def config_error(problems: list[Problem], source: str | None, set_origins: Mappi
     """One :class:`ConfigError` for all ``problems``, attributing ``--set`` keys to their flag."""
 
     def origin(path: str) -> str | None:
+        # The most specific --set wins: the key itself, then the closest enclosing or
+        # enclosed key (a class-level problem at engine.timing_model set by ...prefill_ms).
+        best: tuple[int, str] | None = None
         for key, item in set_origins.items():
-            if path == key or path.startswith((key + ".", key + "[")) or key.startswith(path + "."):
+            if path == key:
                 return item
-        return None
+            if path.startswith((key + ".", key + "[")) or key.startswith(path + "."):
+                score = -abs(len(key) - len(path))
+                if best is None or score > best[0]:
+                    best = (score, item)
+        return best[1] if best else None
 
     if len(problems) == 1:
         path, msg = problems[0]
