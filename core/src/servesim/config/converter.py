@@ -21,7 +21,12 @@ from typing import Any
 
 import attrs
 import cattrs
-from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+from cattrs.errors import (
+    AttributeValidationNote,
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+)
 from cattrs.gen import make_dict_structure_fn
 from cattrs.v import format_exception
 
@@ -126,7 +131,7 @@ def make_converter() -> cattrs.Converter:
     )
 
     def attrs_factory(cl: type) -> Callable[[Any, type], Any]:
-        inner = make_dict_structure_fn(cl, conv, _cattrs_forbid_extra_keys=True)
+        inner: Callable[[Any, Any], Any] = make_dict_structure_fn(cl, conv, _cattrs_forbid_extra_keys=True)
 
         def structure(value: Any, t: type) -> Any:
             if not isinstance(value, Mapping):
@@ -177,7 +182,7 @@ def flatten_errors(exc: BaseException, path: str = "") -> list[Problem]:
         with_notes, without = exc.group_exceptions()
         out: list[Problem] = []
         for sub, note in with_notes:
-            key = note.name if isinstance(exc, ClassValidationError) else note.index
+            key: str | int = note.name if isinstance(note, AttributeValidationNote) else note.index
             sub_path = join_path(path, key)
             if isinstance(sub, (ClassValidationError, IterableValidationError, ForbiddenExtraKeysError)):
                 out.extend(flatten_errors(sub, sub_path))

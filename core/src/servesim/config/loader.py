@@ -39,7 +39,7 @@ class EngineResolution:
     rank_class: type
     backend_config: Any
     timing_type: str
-    timing_class: type
+    timing_class: type[TimingModel]
     timing_config: Any
     eviction_class: Callable[[], Any]
 
@@ -131,7 +131,7 @@ def _explain_unknown(problems: list[Problem], rest: Mapping[str, Any], path: str
     """An unknown key holding a mapping was most likely meant as a backend's section."""
     installed = ", ".join(ctx.plugins.backends().names()) or "(none)"
     for i, (p, msg) in enumerate(problems):
-        key = p[len(path) + 1 :] if p.startswith(path + ".") else None
+        key = p[len(path) + 1 :] if p.startswith(path + ".") else ""
         if msg.startswith("unknown key") and key in rest and isinstance(rest[key], Mapping):
             problems[i] = (
                 p,
@@ -368,7 +368,7 @@ class LoadedConfig:
 
 def _build_timing(engine: EngineResolution, path: str, source: str | None) -> TimingModel:
     try:
-        return engine.timing_class.from_config(engine.timing_config)  # type: ignore[no-any-return]
+        return engine.timing_class.from_config(engine.timing_config)
     except ConfigError:
         raise
     except (OSError, ValueError, TypeError) as exc:

@@ -18,7 +18,7 @@ class _StrictLoader(yaml.SafeLoader):
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
         if isinstance(key, (str, int, float, bool)) and key in seen:
             raise yaml.constructor.ConstructorError(
                 "while constructing a mapping",
@@ -27,7 +27,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
                 key_node.start_mark,
             )
         seen.add(key) if isinstance(key, (str, int, float, bool)) else None
-    return loader.construct_mapping(node, deep=deep)  # type: ignore[no-untyped-call,no-any-return]
+    return loader.construct_mapping(node, deep=deep)
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
