@@ -1,0 +1,80 @@
+"""Driver invariants over random small workloads (toy rank, hypothesis, derandomized)."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from replay_toy import make_factory
+
+from servesim.config.sections import ReportConfig
+from servesim.replay.cluster import build_engines
+from servesim.replay.driver import Replayer
+from servesim.replay.mooncake import MooncakeTrace
+from servesim.replay.report import build_report, dumps
+from servesim.replay.routers import KvRouter
+
+turn = st.tuples(
+    st.lists(st.integers(0, 6), min_size=0, max_size=4),  # hash ids (small alphabet: sharing)
+    st.integers(0, 5),  # output length
+    st.one_of(st.none(), st.floats(0, 30, allow_nan=False)),  # delay of a later turn
+)
+session = st.tuples(st.integers(0, 200), st.lists(turn, min_size=1, max_size=3))
+
+
+def to_lines(sessions) -> list[str]:
+    lines = []
+    for s, (ts, turns) in enumerate(sessions):
+        for k, (ids, out, delay) in enumerate(turns):
+            rec = {"hash_ids": ids, "output_length": out, "session_id": s}
+            if k == 0:
+                rec["timestamp"] = ts
+            elif delay is not None:
+                rec["delay"] = delay
+            lines.append(json.dumps(rec))
+    return lines
+
+
+def run(lines, workers, kv, concurrency):
+    wl = MooncakeTrace.parse_lines(lines, "p.jsonl", 4)
+    f = make_factory(kv_events=kv)
+    router = KvRouter(workers, 1, 4) if kv else None
+    r = Replayer(build_engines(f.build, workers), wl, router=router, block_size=4,
+                 concurrency=concurrency)
+    r.run()
+    return wl, r
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    sessions=st.lists(session, min_size=1, max_size=8),
+    workers=st.integers(1, 3),
+    kv=st.booleans(),
+    concurrency=st.one_of(st.none(), st.integers(1, 3)),
+)
+def test_replay_invariants(sessions, workers, kv, concurrency):
+    lines = to_lines(sessions)
+    wl, r = run(lines, workers, kv, concurrency)
+    log = r.log
+    turns = wl.turns()
+    for t in turns:
+        rid = t.request_id
+        assert log.done[rid] >= log.arrival[rid] >= 0.0
+        assert log.ntok[rid] == t.output_length
+        if t.output_length:
+            assert log.arrival[rid] <= log.first[rid] <= log.last[rid] == log.done[rid]
+    assert len(log.itl) == sum(max(t.output_length - 1, 0) for t in turns)
+    assert all(g >= 0 for g in log.itl)
+    for s in wl.sessions:
+        for a, b in zip(s.turns, s.turns[1:]):
+            if concurrency is None:
+                assert log.arrival[b.request_id] == log.done[a.request_id] + b.delay_ms
+            else:
+                assert log.arrival[b.request_id] >= log.done[a.request_id] + b.delay_ms
+    if concurrency is not None:
+        assert log.max_in_flight <= concurrency
+    rep = build_report(log, ReportConfig())
+    assert rep["completed"] == len(turns)
+    assert rep["total_output_tokens"] == sum(t.output_length for t in turns)
+    assert dumps(rep) == dumps(build_report(run(lines, workers, kv, concurrency)[1].log, ReportConfig()))
