@@ -1,0 +1,45 @@
+"""One servesim replay in its own process, timed like the reference times itself.
+
+    python benchmarks/perf_child.py OUT.json TRACE.jsonl [KEY=VALUE ...]
+
+The ``KEY=VALUE`` items are ``servesim run --set`` overrides. The wall time covers
+:func:`servesim.replay.runner.simulate` only (reading the trace, building the cluster and
+replaying it), which is what the reference's ``run_trace_replay`` call covers in
+``peer_dynamo.py``; interpreter start-up and imports are left out on both sides. The report
+(``vllm bench serve`` key names) and the timing go to ``OUT.json``. Peak memory is measured by
+the parent from this process's rusage, so nothing here allocates beyond the run itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        sys.stderr.write(__doc__ or "")
+        return 2
+    out_path, trace, *sets = argv
+    import servesim
+    from servesim.config.loader import load_config
+    from servesim.errors import UserError
+    from servesim.replay.runner import simulate
+
+    try:
+        loaded = load_config(None, [*sets, f"workload.trace.path={json.dumps(trace)}"])
+        started = time.perf_counter()
+        result = simulate(loaded)
+        wall_s = time.perf_counter() - started
+    except UserError as exc:
+        sys.stderr.write(f"servesim: {exc}\n")
+        return 2
+    with open(out_path, "w", encoding="utf-8") as fh:
+        json.dump({"wall_s": wall_s, "passes": result.passes, "report": result.report,
+                   "source": servesim.__file__}, fh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
