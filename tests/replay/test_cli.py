@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from servesim.cli import main
 
 DATA = Path(__file__).parent / "data"
@@ -48,10 +47,10 @@ def test_trace_run_matches_reference_per_request(tmp_path):
     assert code == 0
     peer = json.loads((DATA / "peer_rr2_report.json").read_text())
     fields = peer["request_fields"]
-    ref = [dict(zip(fields, r)) for r in peer["requests"]]
+    ref = [dict(zip(fields, r, strict=True)) for r in peer["requests"]]
     ours = [json.loads(line) for line in per.read_text().splitlines()]
     assert len(ours) == len(ref) == 200
-    for a, b in zip(ours, ref):  # both sorted by arrival, then first token
+    for a, b in zip(ours, ref, strict=True):  # both sorted by arrival, then first token
         assert a["arrival_ms"] == pytest.approx(b["arrival_time_ms"], abs=1e-6)
         assert a["first_token_ms"] == pytest.approx(b["first_token_ms"], abs=1e-3)
         assert a["completion_ms"] == pytest.approx(b["terminal_time_ms"], abs=1e-3)

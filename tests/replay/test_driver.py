@@ -6,7 +6,6 @@ import json
 
 import pytest
 from replay_toy import ToyRank, make_factory
-
 from servesim.config.sections import ReportConfig
 from servesim.contract import EMPTY_START, CommandEffects, CommandResult, OutputBatch, PassCompletionEffects
 from servesim.rank import RankPass
@@ -201,13 +200,13 @@ def test_round_robin_and_kv_router_cover_dp_ranks():
     wl = trace(*[rec(100 * i, [i + 1], 1) for i in range(5)])
     r = Replayer(build_engines(f.build, 2), wl, block_size=4)
     r.run()
-    assert list(zip(r.log.worker, r.log.dp_rank)) == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 0)]
+    assert list(zip(r.log.worker, r.log.dp_rank, strict=False)) == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 0)]
     f = make_factory(dp_size=2, kv_events=True)
     wl = trace(rec(0, [1, 2], 1), rec(100, [3], 1), rec(200, [1, 2, 5], 1))
     r = Replayer(build_engines(f.build, 2), wl, router=KvRouter(2, 2, 4), block_size=4)
     r.run()
     # slots are worker * dp_size + dp_rank; request 2 returns to request 0's rank
-    assert list(zip(r.log.worker, r.log.dp_rank)) == [(0, 0), (0, 1), (0, 0)]
+    assert list(zip(r.log.worker, r.log.dp_rank, strict=False)) == [(0, 0), (0, 1), (0, 0)]
     assert r.log.reused[2] == 8
 
 
@@ -218,7 +217,7 @@ def test_progress_reports_completed_and_simulated_time():
                  progress=lambda done, total, now: seen.append((done, total, now)))
     r.run()
     assert seen[-1] == (200, 200, r.log.done[-1])
-    assert len(seen) > 2 and all(a[0] <= b[0] and a[2] <= b[2] for a, b in zip(seen, seen[1:]))
+    assert len(seen) > 2 and all(a[0] <= b[0] and a[2] <= b[2] for a, b in zip(seen, seen[1:], strict=False))
 
 
 def test_progress_line_renders_only_after_delay():

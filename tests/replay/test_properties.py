@@ -7,7 +7,6 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from replay_toy import make_factory
-
 from servesim.config.sections import ReportConfig
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
@@ -67,7 +66,7 @@ def test_replay_invariants(sessions, workers, kv, concurrency):
     assert len(log.itl) == sum(max(t.output_length - 1, 0) for t in turns)
     assert all(g >= 0 for g in log.itl)
     for s in wl.sessions:
-        for a, b in zip(s.turns, s.turns[1:]):
+        for a, b in zip(s.turns, s.turns[1:], strict=False):
             if concurrency is None:
                 assert log.arrival[b.request_id] == log.done[a.request_id] + b.delay_ms
             else:

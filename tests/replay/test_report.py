@@ -6,7 +6,6 @@ import json
 import math
 
 import pytest
-
 from servesim.config.sections import ReportConfig
 from servesim.replay.report import build_report, dumps, format_table, per_request_lines
 from servesim.replay.stats import RequestLog, percentile, percentile_key

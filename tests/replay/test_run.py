@@ -6,7 +6,6 @@ import json
 
 import pytest
 from replay_toy import ToyRank
-
 from servesim._markers import hookimpl
 from servesim.config.loader import load_config
 from servesim.errors import ConfigError

@@ -83,7 +83,7 @@ class Replayer:
         self.session_of = [""] * len(self.turns)
         self.next_turn = [-1] * len(self.turns)
         for s in workload.sessions:
-            for a, b in zip(s.turns, s.turns[1:]):
+            for a, b in zip(s.turns, s.turns[1:], strict=False):
                 self.next_turn[a.request_id] = b.request_id
             for t in s.turns:
                 self.session_of[t.request_id] = s.session_id

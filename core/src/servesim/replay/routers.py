@@ -59,8 +59,8 @@ class Router(ABC):
         blocks = -(-isl // self.block_size)
         state.add(request.request_id, state.slot(worker, dp_rank), isl, blocks)
 
-    def on_kv_events(self, worker: int, events: Sequence[KvEvent]) -> None:
-        """KV events of one worker, in order."""
+    def on_kv_events(self, worker: int, events: Sequence[KvEvent]) -> None:  # noqa: B027
+        """KV events of one worker, in order (ignored unless ``wants_kv_events``)."""
 
 
 class RoundRobinRouter(Router):
