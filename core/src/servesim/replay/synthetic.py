@@ -44,12 +44,14 @@ def parse_length_spec(spec: str, key: str = "length") -> LengthSampler:
         (n,) = _floats(parts, spec, key)
         if n < 0 or n != int(n):
             raise ConfigError(f"bad length spec {spec!r}: N must be a non-negative integer", path=key)
-        return lambda rng, n=int(n): n
+        value = int(n)
+        return lambda rng: value
     if kind == "uniform" and len(parts) == 2:
         lo, hi = _floats(parts, spec, key)
         if lo < 0 or hi < lo or lo != int(lo) or hi != int(hi):
             raise ConfigError(f"bad length spec {spec!r}: need integers 0 <= LO <= HI", path=key)
-        return lambda rng, lo=int(lo), hi=int(hi): int(rng.integers(lo, hi + 1))
+        low, high = int(lo), int(hi) + 1
+        return lambda rng: int(rng.integers(low, high))
     if kind in ("normal", "lognormal") and len(parts) in (2, 4):
         vals = _floats(parts, spec, key)
         lo, hi = (vals[2], vals[3]) if len(parts) == 4 else (1.0, math.inf)
