@@ -245,7 +245,7 @@ class VllmRank(Rank):
         s = self.sched
         done = set(res.completed) - set(res.rejected)
         return ScheduleRecord(
-            scheduled={rid: (r.work.tokens if r.work is not None else 1) for rid, r in res.order.items()},
+            scheduled={r.rid: (r.work.tokens if r.work is not None else 1) for r in res.order},
             new_hits=dict(res.new_hits),
             resumed=list(res.resumed),
             preempted=[p.request_id for p in res.pressure],

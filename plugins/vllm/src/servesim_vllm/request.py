@@ -13,11 +13,24 @@ from __future__ import annotations
 import enum
 
 from servesim.contract import Request
-from servesim.kv.hashing import chain_hash, local_block_hash
+import sys
+from array import array
+
+from xxhash import xxh3_64_intdigest
+
+from servesim.kv.hashing import SEED, chain_hash, local_block_hash
 from servesim.kv.pool import BlockTable
 
 _MASK32 = 0xFFFFFFFF
 _MASK64 = 0xFFFFFFFFFFFFFFFF
+
+
+def _pseudo_bytes(lo: int, hi: int) -> bytes:
+    """Little-endian u32 bytes of tokens ``lo .. hi-1`` (the layout local_block_hash hashes)."""
+    data = array("I", range(lo, hi))
+    if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
+        data.byteswap()
+    return data.tobytes()
 
 
 class Status(enum.Enum):
@@ -71,7 +84,9 @@ class VllmRequest:
         self.loc: list[int] = []
         self._own_hashes = False
         self.work: object | None = None  # this pass's scheduling details (scheduler-owned)
-        self._tok_base = ((self.rid * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & _MASK64) >> 32
+        # Pseudo token g is ``_tok_base + g``: a per-request base below 2**31 keeps every
+        # token a u32 and makes generated blocks of different requests differ.
+        self._tok_base = ((self.rid * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & _MASK64) >> 33
 
     @property
     def finished_generating(self) -> bool:
@@ -95,8 +110,16 @@ class VllmRequest:
             self._own_hashes = True
         loc = self.loc
         parent = seq[-1] if seq else None
+        plen = self.prompt_len
+        pseudo = self.request.output_token_ids is None
         for k in range(len(seq), nblocks):
-            h = local_block_hash(self.tokens(k * block_size, (k + 1) * block_size))
+            start = k * block_size
+            if pseudo and start >= plen:
+                # A block of pseudo tokens only: hash its bytes straight from a range.
+                g0 = self._tok_base + start - plen
+                h = xxh3_64_intdigest(_pseudo_bytes(g0, g0 + block_size), seed=SEED)
+            else:
+                h = local_block_hash(self.tokens(start, start + block_size))
             parent = chain_hash(parent, h)
             seq.append(parent)
             loc.append(h)
@@ -113,7 +136,7 @@ class VllmRequest:
                 out.extend(t & _MASK32 for t in fixed[g0:g1])
             else:
                 base = self._tok_base
-                out.extend(((base + g * 0x9E3779B1) & _MASK32) for g in range(g0, g1))
+                out.extend(range(base + g0, base + g1))
         return out
 
     def __repr__(self) -> str:

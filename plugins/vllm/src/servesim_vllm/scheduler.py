@@ -81,7 +81,7 @@ class PassResult:
         # Every request scheduled this pass, in batch order; ``work`` holds the details of
         # those that did more than a plain one-token decode step (prefill chunks,
         # recomputation after preemption, block allocation or finalisation).
-        self.order: dict[RequestId, VllmRequest] = {}
+        self.order: list[VllmRequest] = []
         self.work: dict[RequestId, _Work] = {}
         self.admissions: list[Admission] = []
         self.new_hits: dict[RequestId, int] = {}
@@ -186,23 +186,29 @@ class VllmScheduler:
         running = self.running
         order = self._res.order
         bs = self.bs
-        while self._cursor < len(running) and self._budget > 0:
-            req = running[self._cursor]
+        i = 0
+        budget = self._budget
+        while i < len(running) and budget > 0:
+            req = running[i]
             length = req.length
-            # Fast path: a plain decode step that stays inside its last allocated block and
-            # completes no block (the per-pass cost of steady decoding).
-            if req.computed == length - 1 and (length - 1) % bs and length % bs:
+            # Fast path: a plain decode step (the prompt is done, one sampled token to
+            # compute) that stays inside its last allocated block and completes no block.
+            # This is the per-pass cost of steady decoding, so it avoids every call.
+            if req.computed == length - 1 and req.generated and (length - 1) % bs and length % bs:
                 req.computed = length
                 req.work = None
-                order[req.rid] = req
-                self._budget -= 1
-                self._cursor += 1
+                order.append(req)
+                budget -= 1
+                i += 1
                 continue
+            self._cursor, self._budget = i, budget
             used = self._schedule(req, 0, from_waiting=False)
+            i, budget = self._cursor, self._budget
             if used == _BLOCKED:
                 break
             if used != _CURRENT_PREEMPTED:
-                self._cursor += 1
+                i += 1
+        self._budget = budget
 
     def _admit_waiting(self) -> None:
         waiting = self.waiting
@@ -313,7 +319,7 @@ class VllmScheduler:
         work = _Work(req, desired, prompt_tokens, prompt_before)
         req.work = work
         self._res.work[req.rid] = work
-        self._res.order[req.rid] = req
+        self._res.order.append(req)
         self._budget = budget - desired
         return desired
 
@@ -338,7 +344,9 @@ class VllmScheduler:
         # identical to the peer (the golden preempt_fifo case); LIFO victims sit at or after
         # the cursor, where nothing shifts.
         del running[idx]
-        if self._res.order.pop(victim.rid, None) is not None:
+        order = self._res.order
+        if victim in order:  # scheduled earlier in this pass: undo it (O(batch), rare)
+            order.remove(victim)
             undone = self._res.work.pop(victim.rid, None)
             self._budget += undone.tokens if undone is not None else 1
         pool.release(victim.table)
@@ -369,38 +377,53 @@ class VllmScheduler:
             res.prefill_ms = self.timing.predict_prefill_ms(count, isl // count, prefix // count)
 
     def _emit(self, res: PassResult) -> None:
-        """Sample one token for every request whose known tokens are computed (§2.5)."""
+        """Sample one token for every request whose known tokens are computed (§2.5).
+
+        Two tallies: the decode call prices every sampling request that already generated
+        (a first token comes out of the prefill forward), and forward-pass metrics count
+        every scheduled request without prompt tokens that is not terminal (§4.5).
+        """
         tokens = res.token_rids
         completed = res.completed
-        decoders = kv_sum = 0
+        plain = plain_sum = plain_sq = 0
+        priced = priced_sum = 0
         fpm_n = fpm_sum = fpm_sq = 0
         finished = False
-        for req in res.order.values():
+        for req in res.order:
             length = req.length
             w = req.work
-            if w is None or w.prompt_tokens == 0:
+            if w is None:
+                # Plain decode step: ready, already generated, not yet terminal.
+                plain += 1
+                plain_sum += length
+                plain_sq += length * length
+                tokens.append(req.rid)
+                g = req.generated + 1
+                req.generated = g
+                req.length = length + 1
+                if g >= req.max_out:
+                    completed.append(req.rid)
+                    self._finish(req, res)
+                    finished = True
+                continue
+            terminal = req.generated >= req.max_out
+            if w.prompt_tokens == 0 and not terminal:
                 fpm_n += 1
                 fpm_sum += length
                 fpm_sq += length * length
             if req.computed < length:
                 continue  # still prefilling
-            if req.generated >= req.max_out:
+            if terminal:
                 completed.append(req.rid)  # terminal after prefill: no token
-                if w is not None:
-                    w.terminal = True
-                    if w.prompt_tokens == 0:
-                        fpm_n -= 1
-                        fpm_sum -= length
-                        fpm_sq -= length * length
+                w.terminal = True
                 self._finish(req, res)
                 finished = True
                 continue
             if req.generated:
-                # Only a first token comes out of the prefill forward; a readmitted request
-                # that already generated is priced by the decode call even in the pass that
-                # re-prefilled it (matches the reference peer's timings).
-                decoders += 1
-                kv_sum += length
+                # A readmitted request that already generated is priced by the decode call
+                # even in the pass that re-prefilled it (matches the reference peer).
+                priced += 1
+                priced_sum += length
             tokens.append(req.rid)
             if not req.cached_signaled:
                 req.cached_signaled = True
@@ -413,8 +436,10 @@ class VllmScheduler:
                 finished = True
         if finished:
             self.running = [r for r in self.running if r.status is Status.RUNNING]
+        decoders = plain + priced
+        kv_sum = plain_sum + priced_sum
         res.decoders = decoders
-        res.decode_stats = (fpm_n, fpm_sum, fpm_sq)
+        res.decode_stats = (plain + fpm_n, plain_sum + fpm_sum, plain_sq + fpm_sq)
         if decoders:
             total = self.cfg.num_gpu_blocks * self.bs
             # active_kv_tokens is the sum of the decoders' logical lengths, not physical
