@@ -237,6 +237,12 @@ ERRORS = [
         "engine.timing_model.prefill_ms",
         "expected a number, got 'fast'",
     ),
+    (
+        "engine: {timing_model: {type: fixed, prefill_ms: -1}}",
+        [],
+        "engine.timing_model.prefill_ms",
+        "prefill_ms must be finite and >= 0, got -1.0",
+    ),
     ("engine: {timing_model: fixed}", [], "engine.timing_model", "expected a mapping, got 'fixed'"),
     (
         "engine: {eviction_policy: mru}",
@@ -291,6 +297,18 @@ ERRORS = [
         [],
         "workload.synthetic.prefix_ratio",
         "expected a number in [0, 1], got 1.5",
+    ),
+    (
+        "workload: {synthetic: {arrival: bursty}}",
+        [],
+        "workload.synthetic.arrival",
+        "expected one of poisson, constant, burst, got 'bursty'",
+    ),
+    (
+        "workload: {synthetic: {output_length: 'uniform:9'}}",
+        [],
+        "workload.synthetic.output_length",
+        "bad length spec 'uniform:9': expected fixed:N, uniform:LO:HI",
     ),
     ("report: {sla_ttft_ms: 0}", [], "report.sla_ttft_ms", "expected a finite number > 0 or null, got 0.0"),
     (

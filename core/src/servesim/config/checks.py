@@ -66,10 +66,18 @@ WORKLOAD_RULES: tuple[Rule, ...] = (
 
 TRACE_RULES: tuple[Rule, ...] = (("trace_block_size", _int_ge(1), "an integer >= 1", False),)
 
+# Bounds agree with the generator's own checks (servesim.replay.synthetic), so that
+# ``servesim validate`` accepts exactly what ``servesim run`` can generate.
 SYNTHETIC_RULES: tuple[Rule, ...] = (
-    ("num_requests", _int_ge(1), "an integer >= 1", False),
-    ("rate", _finite_gt(0), "a finite number > 0 (requests per second)", False),
-    ("prefix_groups", _int_ge(0), "an integer >= 0", False),
+    ("num_requests", _int_ge(0), "an integer >= 0", False),
+    ("rate", _finite_ge(0), "a finite number >= 0 (sessions per second; 0 is a burst)", False),
+    ("arrival", lambda v: v in ("poisson", "constant", "burst"), "one of poisson, constant, burst", False),
+    (
+        "prefix_groups",
+        lambda v: isinstance(v, int) and 0 <= v < (1 << 17),
+        "an integer in [0, 131072)",
+        False,
+    ),
     ("prefix_ratio", _unit, "a number in [0, 1]", False),
     ("turns_per_session", _int_ge(1), "an integer >= 1", False),
     ("inter_turn_delay_ms", _finite_ge(0), "a finite number >= 0", False),
@@ -118,6 +126,7 @@ def check_sections(cluster: Any, workload: Any, report: Any) -> list[Problem]:
         problems += apply_rules(trace, "workload.trace", TRACE_RULES)
     if synthetic is not None:
         problems += apply_rules(synthetic, "workload.synthetic", SYNTHETIC_RULES)
+        problems += _check_length_specs(synthetic)
     if trace is not None and synthetic is not None:
         problems.append(("workload", "expected either 'trace' or 'synthetic', got both"))
     problems += apply_rules(report, "report", REPORT_RULES)
@@ -144,3 +153,22 @@ def _check_worker_counts(cluster: Any) -> list[Problem]:
     if workers + prefill + decode < 1:
         return [("cluster.workers", "expected at least one worker in the cluster, got 0")]
     return []
+
+
+def _check_length_specs(synthetic: Any) -> list[Problem]:
+    """Length specs (``uniform:512:2048`` ...) parse as the generator will parse them."""
+    from servesim.errors import ConfigError
+    from servesim.replay.synthetic import parse_length_spec
+
+    out: list[Problem] = []
+    for name in ("input_length", "output_length"):
+        key = f"workload.synthetic.{name}"
+        spec = getattr(synthetic, name, None)
+        if spec is None:
+            continue
+        try:
+            parse_length_spec(spec, key)
+        except ConfigError as exc:
+            message = str(exc)
+            out.append((key, message[len(key) + 2 :] if message.startswith(key + ": ") else message))
+    return out
