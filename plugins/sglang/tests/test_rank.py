@@ -383,3 +383,25 @@ def test_metrics_and_forward_pass_metrics() -> None:
     # radix-resident pages count as active once everything finished: 103 tokens each
     # (the last token has a KV slot too), 64 of them shared
     assert eff.metrics.active_blocks == 103 + 39 and eff.metrics.running_requests == 0
+
+
+@pytest.mark.parametrize(("resets", "ratio_after"), [(False, 0.3), (True, 0.7)])
+def test_oom_after_a_shared_prefix_is_locked(resets: bool, ratio_after: float) -> None:
+    """Admitting X locks the cached prefix P, so it stops being evictable and Y's allocation
+    fails although the pass's budget (computed before) allowed it: admission stops there. The
+    reference keeps ``new_token_ratio``; Gen-2 (``oom_resets_ratio``) resets it."""
+    engine = make_engine({"num_gpu_blocks": 100}, {"oom_resets_ratio": resets})
+    rank = rank_of(engine)
+    prefix = list(range(1000, 1040))
+    held = rank.cache.acquire([999] * 30, 0, 30)  # 30 pages pinned by someone else
+    cached = rank.cache.acquire(prefix, 0, 40)
+    assert held is not None and cached is not None
+    rank.cache.finish(cached[0], prefix, 40)  # P: 40 evictable tokens, 30 free pages left
+    rank.sched.ratio = 0.3
+    engine.apply(0, Submit(req(1, prefix + list(range(10)), 1)), 0.0)
+    engine.apply(0, Submit(req(2, list(range(2000, 2045)), 1)), 0.0)
+    started = engine.execute_pass(0.0)
+    assert started is not None
+    assert [(a.request_id, a.reused_input_tokens) for a in started.by_rank[0].effects.admissions] == [(1, 40)]
+    assert rank.sched.ratio == pytest.approx(ratio_after)
+    assert [r.rid for r in rank.sched.waiting] == [2]

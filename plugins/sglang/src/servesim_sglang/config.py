@@ -8,9 +8,9 @@ Names and defaults follow dynamo-mocker.md §5 (table) and aisimulate-engine.md 
 in-batch prefix thresholds. ``max_running_requests`` comes from ``engine.max_num_seqs``.
 
 servesim extensions (not reference names): ``retraction_requeue`` (``back`` default, or
-``front``) and ``retraction_ratio`` (``estimate`` default, or ``reset``) choose between the
-retraction rule of the reference implementation and the older one of dynamo-mocker.md §5 (see
-:mod:`servesim_sglang.scheduler`); the ``lpm_*``/``in_batch_*`` thresholds are SGLang's
+``front``), ``retraction_ratio`` (``estimate`` default, or ``reset``) and ``oom_resets_ratio``
+(false) choose between the rules of the reference implementation and the older ones of
+dynamo-mocker.md §5 (see :mod:`servesim_sglang.scheduler`); the ``lpm_*``/``in_batch_*`` thresholds are SGLang's
 constants, exposed for experiments.
 
 Attention DP (aisimulate-engine.md §3, §7, §13.2): with ``dp_size > 1`` every rank divides
@@ -52,6 +52,7 @@ class SglangConfig:
     in_batch_prefix_deprioritize_threshold: int = 32
     retraction_requeue: str = field(default="back", validator=validators.in_(("back", "front")))
     retraction_ratio: str = field(default="estimate", validator=validators.in_(("estimate", "reset")))
+    oom_resets_ratio: bool = False
 
 
 @frozen
@@ -74,6 +75,7 @@ class SchedulerParams:
     deprioritize_threshold: int
     requeue_front: bool = False
     ratio_estimate: bool = True
+    oom_resets_ratio: bool = False
 
 
 def canonical_policy(name: str) -> str:
@@ -118,6 +120,7 @@ def scheduler_params(config: EngineConfig, sg: SglangConfig, dp_size: int) -> Sc
         deprioritize_threshold=sg.in_batch_prefix_deprioritize_threshold,
         requeue_front=sg.retraction_requeue == "front",
         ratio_estimate=sg.retraction_ratio == "estimate",
+        oom_resets_ratio=sg.oom_resets_ratio,
     )
 
 

@@ -122,8 +122,13 @@ def resolve_policy(name: str, registry: Registry | None = None) -> type[Schedule
     """Look ``name`` up (``fifo`` → ``fcfs``); raises PluginError listing what exists."""
     from servesim_sglang.config import canonical_policy
 
+    key = canonical_policy(name)
+    if registry is None and key in BUILTIN_POLICIES:
+        # Registries refuse duplicate names, so a built-in name always means the built-in:
+        # no need to load every installed plugin to find it.
+        return BUILTIN_POLICIES[key]
     reg = registry if registry is not None else default_policy_registry()
-    cls = reg.get(canonical_policy(name))
+    cls = reg.get(key)
     if not (isinstance(cls, type) and issubclass(cls, SchedulePolicy)):
         from servesim.errors import PluginError
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
 from attrs import define, field
 
 from servesim.config.engine import EngineConfig
@@ -75,6 +74,7 @@ class _Pending:
     effects: PassCompletionEffects
     hit_tokens: int = 0
     total_tokens: int = 0
+    fpm: dict[str, Any] | None = None  # ForwardPassMetrics fields; duration set at completion
 
 
 @define
@@ -124,6 +124,7 @@ class SglangRank(Rank):
         self._c = _Counters()
         self._prefilled = False
         self._model_work = False
+        self._queued: tuple[int, tuple[int, int, float], tuple[int, int, float]] = (-1, (0, 0, 0.0), (0, 0, 0.0))
 
     @classmethod
     def validate_config(cls, config: EngineConfig, backend_config: Any) -> list[tuple[str, str]]:
@@ -163,7 +164,7 @@ class SglangRank(Rank):
         if need + min(req.max_out, p.clip_max_new_tokens) >= p.total_tokens:
             self._c.rejected.append(rid)
         else:
-            self.sched.waiting.append(req)
+            self.sched.enqueue(req)
         return self._effects(CommandResult.submitted(rid), ctx)
 
     def _cancel(self, command: CancelRequest, ctx: CommandContext, pending: Any | None) -> CommandEffects:
@@ -244,16 +245,13 @@ class SglangRank(Rank):
         total = sum(item[3] + item[1] for item in out.prefill_items)
         effects = PassCompletionEffects(
             outputs=batch,
-            forward_pass_metrics=self._fpm(out) if self.services.emit_forward_pass_metrics else None,
             decode_acceptance=DecodeAcceptance(out.decode_forwards, out.decode_forwards),
             schedule=self._schedule_record(out) if self.services.record_schedule else None,
         )
         start = PassStartEffects(admissions=tuple(out.admissions), pressure_events=tuple(out.pressure))
-        if self.sched.ratio != ratio_before:
-            hint = RetryHint(SameTimestampRetry.RETRY)
-        else:
-            hint = RetryHint(SameTimestampRetry.EXHAUSTED)
-        pending = _Pending(now_ms, effects, hit, total)
+        hint = _RETRY if self.sched.ratio != ratio_before else _EXHAUSTED
+        fpm = self._fpm(out) if self.services.emit_forward_pass_metrics else None
+        pending = _Pending(now_ms, effects, hit, total, fpm)
         return RankPass(end_ms=out.end_ms, start_effects=start, pending=pending, retry=hint)
 
     def complete_pass(self, pending: Any, end_ms: float) -> PassCompletionEffects:
@@ -261,9 +259,9 @@ class SglangRank(Rank):
         effects = pending.effects
         effects.kv_events = self.cache.drain_events()
         effects.metrics = self.metrics(pending.hit_tokens, pending.total_tokens)
-        fpm = effects.forward_pass_metrics
-        if fpm is not None:
-            effects.forward_pass_metrics = _with_duration(fpm, max(0.0, end_ms - pending.started_at_ms))
+        if pending.fpm is not None:
+            duration = max(0.0, end_ms - pending.started_at_ms)
+            effects.forward_pass_metrics = ForwardPassMetrics(**pending.fpm, duration_ms=duration)
         return effects
 
     def complete_idle_group_pass(self, started_at_ms: float, end_ms: float) -> PassCompletionEffects:
@@ -293,22 +291,17 @@ class SglangRank(Rank):
             sglang_cache_total_tokens=total_tokens,
         )
 
-    def _fpm(self, out: PassOutcome) -> ForwardPassMetrics:
-        pre, dec, qp, qd = Welford(), Welford(), Welford(), Welford()
+    def _fpm(self, out: PassOutcome) -> dict[str, Any]:
+        pre = Welford()
         sum_pre = sum_kv = 0
         for prompt_len, computed, prefix, _ in out.prefill_items:
             if computed > 0:
                 pre.add(prompt_len)
                 sum_pre += computed
                 sum_kv += prefix
-        for n in out.decode_lens:
-            dec.add(n)
-        for req in self.sched.waiting:
-            if req.output_len == 0:
-                qp.add(req.prompt_len)
-            else:
-                qd.add(req.seq_len)
-        return ForwardPassMetrics(
+        dec = _moments(out.decode_lens)
+        qp, qd = self._queued_stats()
+        return dict(
             worker_id=self.identity.worker_id,
             dp_rank=self.identity.dp_rank,
             counter_id=self._c.passes,
@@ -316,16 +309,27 @@ class SglangRank(Rank):
             sum_prefill_tokens=sum_pre,
             var_prefill_length=pre.variance(),
             sum_prefill_kv_tokens=sum_kv,
-            num_decode_requests=dec.n,
-            sum_decode_kv_tokens=int(dec.total),
-            var_decode_kv_tokens=dec.variance(),
-            num_queued_prefill=qp.n,
-            sum_queued_prefill_tokens=int(qp.total),
-            var_queued_prefill_length=qp.variance(),
-            num_queued_decode=qd.n,
-            sum_queued_decode_kv_tokens=int(qd.total),
-            var_queued_decode_kv_tokens=qd.variance(),
+            num_decode_requests=dec[0],
+            sum_decode_kv_tokens=dec[1],
+            var_decode_kv_tokens=dec[2],
+            num_queued_prefill=qp[0],
+            sum_queued_prefill_tokens=qp[1],
+            var_queued_prefill_length=qp[2],
+            num_queued_decode=qd[0],
+            sum_queued_decode_kv_tokens=qd[1],
+            var_queued_decode_kv_tokens=qd[2],
         )
+
+    def _queued_stats(self) -> tuple[tuple[int, int, float], tuple[int, int, float]]:
+        """(count, sum, population variance) of queued prefills (prompt lengths) and queued
+        decodes (retracted requests' sequence lengths), recomputed only when the waiting
+        queue's membership changed (a long queue is otherwise rescanned every pass)."""
+        version = self.sched.waiting_version
+        if self._queued[0] != version:
+            prefill = [r.prompt_len for r in self.sched.waiting if r.output_len == 0]
+            decode = [r.seq_len for r in self.sched.waiting if r.output_len > 0]
+            self._queued = (version, _moments(prefill), _moments(decode))
+        return self._queued[1], self._queued[2]
 
     def _schedule_record(self, out: PassOutcome) -> ScheduleRecord:
         return ScheduleRecord(
@@ -340,8 +344,17 @@ class SglangRank(Rank):
         )
 
 
-def _with_duration(fpm: ForwardPassMetrics, duration_ms: float) -> ForwardPassMetrics:
-    return attrs.evolve(fpm, duration_ms=duration_ms)
+_RETRY = RetryHint(SameTimestampRetry.RETRY)
+_EXHAUSTED = RetryHint(SameTimestampRetry.EXHAUSTED)
+
+
+def _moments(values: list[int]) -> tuple[int, int, float]:
+    n = len(values)
+    if n < 2:
+        return n, sum(values), 0.0
+    total = sum(values)
+    mean = total / n
+    return n, total, sum((v - mean) ** 2 for v in values) / n
 
 
 __all__ = ["SglangRank"]

@@ -33,6 +33,8 @@ class SglangRequest:
         "lease",
         "cached_tokens",
         "first_output_sent",
+        "output_len",
+        "remaining_output",
     )
 
     def __init__(self, request: Request) -> None:
@@ -46,23 +48,23 @@ class SglangRequest:
         self.lease: KvLease | None = None
         self.cached_tokens: int | None = None
         self.first_output_sent = False
+        # plain attributes, kept by append_token: read on every pass for every request
+        self.output_len = 0
+        self.remaining_output = self.max_out
 
     @property
     def seq_len(self) -> int:
         return len(self.tokens)
 
     @property
-    def output_len(self) -> int:
-        return len(self.tokens) - self.prompt_len
-
-    @property
-    def remaining_output(self) -> int:
-        return max(0, self.max_out - self.output_len)
-
-    @property
     def allocated_pages(self) -> int:
         """Pages of KV the request references (0 when it holds none)."""
         return self.lease.pages if self.lease is not None else 0
+
+    def append_token(self, token: int) -> None:
+        self.tokens.append(token)
+        self.output_len += 1
+        self.remaining_output -= 1
 
     def next_token(self) -> int:
         i = self.output_len

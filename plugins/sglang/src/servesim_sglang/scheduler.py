@@ -15,7 +15,10 @@ output, see ``tests/golden/sglang``):
   matches its sequence against the radix cache once, capped at ``len − 1`` so at least one
   token is computed; a chunked request caches
   its page-aligned prefix and goes back to the front of the queue. An allocation failure
-  (OOM) resets ``new_token_ratio`` to its initial value.
+  (OOM: the prefixes locked by earlier admissions in the same pass are no longer evictable)
+  stops admission; only with ``engine.sglang.oom_resets_ratio`` (dynamo-mocker.md §5, Gen-2)
+  does it also reset ``new_token_ratio`` — the reference implementation does not, and with
+  the reset its 1000-request overload trace drifts from the reference after ~200 s.
 * **Decode** (``check_decode_mem``): while ``available + evictable`` cannot cover every
   running request's next page and more than one request runs, retract the request with the
   fewest output tokens (its private KV is freed; its cached pages stay, unlocked), with a
@@ -37,8 +40,6 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from attrs import define, field
-
 from servesim.contract import Admission, PressureEvent, PressureKind, PressureState, WorkerType
 from servesim.timing.base import scaled_ms
 
@@ -55,26 +56,47 @@ RETRACT_DECODE_STEPS = 20
 """SGLang ``SGLANG_RETRACT_DECODE_STEPS``: decode steps of KV kept per survivor when
 ``retract_decode`` re-estimates the ratio."""
 
-@define
 class PassOutcome:
-    """Everything one pass produced; the rank turns it into contract effects."""
+    """Everything one pass produced; the rank turns it into contract effects.
 
-    end_ms: float
-    admissions: list[Admission] = field(factory=list)
-    pressure: list[PressureEvent] = field(factory=list)
-    token_rids: list[int] = field(factory=list)
-    token_ids: list[int] = field(factory=list)
-    completed: list[int] = field(factory=list)
-    cached_tokens: dict[int, int] = field(factory=dict)
-    # (prompt_len, tokens computed, prefix before the chunk, radix reuse credited)
-    prefill_items: list[tuple[int, int, int, int]] = field(factory=list)
-    decode_lens: list[int] = field(factory=list)
-    scheduled: dict[int, int] = field(factory=dict)
-    retracted: list[int] = field(factory=list)
-    resumed: list[int] = field(factory=list)
-    prefill_pass: bool = False
-    model_work: bool = False
-    decode_forwards: int = 0
+    ``prefill_items`` rows are ``(prompt_len, tokens computed, prefix before the chunk, radix
+    reuse credited)``. A plain slots class: one is built per pass.
+    """
+
+    __slots__ = (
+        "end_ms",
+        "admissions",
+        "pressure",
+        "token_rids",
+        "token_ids",
+        "completed",
+        "cached_tokens",
+        "prefill_items",
+        "decode_lens",
+        "scheduled",
+        "retracted",
+        "resumed",
+        "prefill_pass",
+        "model_work",
+        "decode_forwards",
+    )
+
+    def __init__(self, end_ms: float) -> None:
+        self.end_ms = end_ms
+        self.admissions: list[Admission] = []
+        self.pressure: list[PressureEvent] = []
+        self.token_rids: list[int] = []
+        self.token_ids: list[int] = []
+        self.completed: list[int] = []
+        self.cached_tokens: dict[int, int] = {}
+        self.prefill_items: list[tuple[int, int, int, int]] = []
+        self.decode_lens: list[int] = []
+        self.scheduled: dict[int, int] = {}
+        self.retracted: list[int] = []
+        self.resumed: list[int] = []
+        self.prefill_pass = False
+        self.model_work = False
+        self.decode_forwards = 0
 
 
 class SglangScheduler:
@@ -99,6 +121,7 @@ class SglangScheduler:
         self.decode_speedup = decode_speedup
         self.worker_type = worker_type
         self.waiting: deque[SglangRequest] = deque()
+        self.waiting_version = 0  # bumped whenever membership of ``waiting`` changes
         self.running: list[SglangRequest] = []
         self.ratio = params.init_new_token_ratio
         self.retractions_total = 0
@@ -140,6 +163,7 @@ class SglangScheduler:
                 assert req.lease is not None
                 self.cache.cache_prefix(req.lease, req.tokens, req.materialized)
                 self.waiting.appendleft(req)
+                self.waiting_version += 1
         if batch:
             out.prefill_pass = True
             out.model_work = any(item[1] > 0 for item in out.prefill_items)
@@ -204,6 +228,7 @@ class SglangScheduler:
                     break
                 prefix = req.materialized
             waiting.popleft()
+            self.waiting_version += 1
             req.materialized = chunk_end
             computed = chunk_end - prefix
             out.scheduled[req.rid] = computed
@@ -223,7 +248,7 @@ class SglangScheduler:
             can_run.append(req)
             if rem_chunk <= 0:
                 break
-        if oom:
+        if oom and p.oom_resets_ratio:
             self.ratio = p.init_new_token_ratio
         return can_run, total_isl, total_prefix
 
@@ -231,7 +256,7 @@ class SglangScheduler:
 
     def _emit(self, req: SglangRequest, out: PassOutcome) -> None:
         tok = req.next_token()
-        req.tokens.append(tok)
+        req.append_token(tok)
         out.token_rids.append(req.rid)
         out.token_ids.append(tok)
         if not req.first_output_sent:
@@ -302,7 +327,7 @@ class SglangScheduler:
         """A decode pass; True when it retracted (the ratio is then re-set, not decayed)."""
         running = self._settle_done(self.running, out)
         self.running = running
-        out.decode_lens = [r.seq_len for r in running]
+        out.decode_lens = [len(r.tokens) for r in running]
         if not running:
             return False
         retracted = self._check_decode_mem(now, out)
@@ -312,7 +337,7 @@ class SglangScheduler:
         running = self.running
         if not running:
             return bool(retracted)
-        total_ctx = sum(r.seq_len for r in running)
+        total_ctx = sum([len(r.tokens) for r in running])
         n = len(running)
         raw = self.timing.predict_decode_ms(
             n, min(total_ctx, self.p.total_tokens), total_ctx // n, self.p.total_tokens
@@ -323,23 +348,46 @@ class SglangScheduler:
         out.model_work = True
         out.decode_forwards = n
         out.end_ms = now + decode_ms
-        keep = []
+        self.running = self._emit_decode_tokens(running, out)
+        return bool(retracted)
+
+    def _emit_decode_tokens(self, running: list[SglangRequest], out: PassOutcome) -> list[SglangRequest]:
+        """One token per running request (pages already reserved); the hot loop, inlined."""
         cache = self.cache
+        ps = cache.page_size
+        rids, ids, scheduled = out.token_rids, out.token_ids, out.scheduled
+        keep = []
         for r in running:
-            self._grow_and_emit(r, out)
-            out.scheduled[r.rid] = 1
+            lease = r.lease
+            assert lease is not None
+            toks = r.tokens
+            if len(toks) + 1 > lease.pages * ps:
+                cache.free_pages -= 1
+                lease.pages += 1
+            tok = r.next_token()
+            toks.append(tok)
+            r.output_len += 1
+            r.remaining_output -= 1
+            r.materialized += 1
+            rids.append(r.rid)
+            ids.append(tok)
+            scheduled[r.rid] = 1
+            if not r.first_output_sent:
+                r.first_output_sent = True
+                if r.cached_tokens is not None:
+                    out.cached_tokens[r.rid] = r.cached_tokens
             if r.remaining_output == 0:
                 self._complete(r, out)
             else:
-                assert r.lease is not None
-                cache.cache_prefix(r.lease, r.tokens, r.materialized)
+                cache.cache_prefix(lease, toks, r.materialized)
                 keep.append(r)
-        self.running = keep
-        return bool(retracted)
+        return keep
 
     def _growth_pages(self, running: list[SglangRequest]) -> int:
-        pages_for = self.cache.pages_for
-        return sum(pages_for(r.seq_len + 1) - r.allocated_pages for r in running)
+        ps = self.cache.page_size
+        if ps == 1:
+            return sum([len(r.tokens) + 1 - r.lease.pages for r in running])  # type: ignore[union-attr]
+        return sum([-(-(len(r.tokens) + 1) // ps) - r.lease.pages for r in running])  # type: ignore[union-attr]
 
     def _check_decode_mem(self, now: float, out: PassOutcome) -> list[SglangRequest]:
         cache, ps = self.cache, self.p.page_size
@@ -380,6 +428,7 @@ class SglangScheduler:
         return retracted
 
     def _requeue(self, retracted: list[SglangRequest]) -> None:
+        self.waiting_version += 1
         if self.p.requeue_front:
             self.waiting.extendleft(reversed(retracted))
         else:
@@ -395,8 +444,13 @@ class SglangScheduler:
 
     # -- bookkeeping for commands -----------------------------------------------------------
 
+    def enqueue(self, req: SglangRequest) -> None:
+        self.waiting.append(req)
+        self.waiting_version += 1
+
     def remove(self, rid: int) -> SglangRequest | None:
         """Cancel: drop a waiting or running request and free its KV."""
+        self.waiting_version += 1
         for queue in (self.waiting, self.running):
             for req in queue:
                 if req.rid == rid:
