@@ -123,3 +123,11 @@ def test_drain_leaves_no_active_blocks_and_one_terminal_per_request() -> None:
     assert all(len(r.requests[i].token_times) == 2 + i % 4 for i in range(12))
     m = r.completions[-1].by_rank[0].effects.metrics
     assert m.active_blocks == 0 and m.running_requests == 0 and m.waiting_requests == 0
+
+
+def test_a_one_token_last_chunk_is_still_a_prefill(timing: RecordingTiming) -> None:
+    """The plain-decode fast path must not swallow a prompt's final 1-token chunk."""
+    r = drive(make_engine(timing, block_size=16, max_num_batched_tokens=4), [(0.0, req(1, 9, 2))])
+    assert timing.prefill_calls == [(1, 4, 0), (1, 8, 4), (1, 9, 8)]
+    assert r.requests[1].token_times == [30.0, 32.0]
+    assert timing.decode_calls == [(1, 10, 10, 16 * 16384)]

@@ -436,14 +436,15 @@ class VllmScheduler:
                 finished = True
         if finished:
             self.running = [r for r in self.running if r.status is Status.RUNNING]
-        decoders = plain + priced
-        kv_sum = plain_sum + priced_sum
-        res.decoders = decoders
         res.decode_stats = (plain + fpm_n, plain_sum + fpm_sum, plain_sq + fpm_sq)
+        self._decode_time(res, plain + priced, plain_sum + priced_sum)
+
+    def _decode_time(self, res: PassResult, decoders: int, kv_sum: int) -> None:
+        """active_kv_tokens is the sum of the decoders' logical lengths, not physical blocks:
+        the reference peer's decode times match this (aisimulate-engine.md §6.3)."""
+        res.decoders = decoders
         if decoders:
             total = self.cfg.num_gpu_blocks * self.bs
-            # active_kv_tokens is the sum of the decoders' logical lengths, not physical
-            # blocks: the reference peer's decode times match this (aisimulate-engine.md §6.3).
             res.decode_ms = self.timing.predict_decode_ms(decoders, kv_sum, kv_sum // decoders, total)
 
     def _finish(self, req: VllmRequest, res: PassResult) -> None:
