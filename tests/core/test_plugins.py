@@ -293,3 +293,20 @@ def test_real_plugin_blocked_by_env(monkeypatch: pytest.MonkeyPatch) -> None:
     plugins = Plugins()
     assert "toy" not in plugins.backends() and "toy_constant" not in plugins.timing_models()
     assert "toy" not in {p.name for p in plugins.plugin_infos()}
+
+
+@pytest.mark.parametrize(("hook_name", "kind"), sorted(HOOK_KINDS.items()))
+def test_each_hook_fills_its_own_registry(hook_name: str, kind: str) -> None:
+    """Every hook in the spec reaches exactly the registry of its kind."""
+    marker = object()
+
+    def impl(registry: Any) -> None:
+        registry.add(f"probe-{registry.kind}", marker)
+
+    pm = make_plugin_manager(autoload=False)
+    pm.register(types.SimpleNamespace(**{hook_name: hookimpl(impl)}), "probe")
+    registries = Plugins(pm).registries()
+    for other_kind, registry in registries.items():
+        names = {e.name for e in registry if e.plugin == "probe"}
+        assert names == ({f"probe-{kind}"} if other_kind == kind else set())
+    assert registries[kind].get(f"probe-{kind}") is marker
