@@ -29,13 +29,14 @@ TRACE_BLOCK_SIZE = 64
 CASES = sorted(p.name[: -len(".json")] for p in GOLDEN.glob("*.json"))
 
 
-def read_trace(path: Path) -> list[tuple[float, Request]]:
-    """Mooncake JSONL → ``(arrival_ms, Request)``; prompts are lazy repeated-block tokens."""
+def read_trace(path: Path, dp_size: int = 1) -> list[tuple[float, Request, int]]:
+    """Mooncake JSONL → ``(arrival_ms, Request, dp_rank)``; prompts are lazy repeated-block
+    tokens; ranks alternate like the reference's round-robin placement."""
     out = []
     for i, line in enumerate(path.read_text().splitlines()):
         row = json.loads(line)
         prompt = RepeatedBlockTokens(row["hash_ids"], TRACE_BLOCK_SIZE, row["input_length"])
-        out.append((float(row["timestamp"]), Request(i, prompt, row["output_length"])))
+        out.append((float(row["timestamp"]), Request(i, prompt, row["output_length"]), i % dp_size))
     return out
 
 
@@ -57,18 +58,18 @@ def max_reuse(result) -> dict[int, int]:
 
 
 def test_golden_cases_present() -> None:
-    assert CASES == ["lpm_queue", "page16_chunked", "prefix_fcfs", "retraction"]
+    assert CASES == ["dp2_retraction", "lpm_queue", "page16_chunked", "prefix_fcfs", "retraction"]
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_matches_reference(case: str) -> None:
     doc = json.loads((GOLDEN / f"{case}.json").read_text())
-    arrivals = read_trace(GOLDEN / f"{case}.trace.jsonl")
+    arrivals = read_trace(GOLDEN / f"{case}.trace.jsonl", doc["config"].get("dp_size", 1))
     result = drive(build_engine(doc["config"]), arrivals)
     reuse = max_reuse(result)
     assert len(doc["expected"]) == len(arrivals)
     mismatches = []
-    for (arrival, req), (exp_arrival, first, terminal, n_out, reused) in zip(
+    for (arrival, req, _), (exp_arrival, first, terminal, n_out, reused) in zip(
         arrivals, doc["expected"], strict=True
     ):
         assert arrival == exp_arrival

@@ -32,6 +32,9 @@ CASES: dict[str, dict] = {
     # Page size 16, a 9600-token pool and 512-token chunks: chunk packing, page rounding,
     # retraction with pages.
     "page16_chunked": {"block_size": 16, "num_gpu_blocks": 600, "sglang": {"chunked_prefill_size": 512}},
+    # Attention DP 2 (requests alternate between ranks, as the reference's round robin does):
+    # per-rank chunk and conservativeness normalisation, shared pass boundaries, retraction.
+    "dp2_retraction": {"dp_size": 2, "num_gpu_blocks": 3000},
     # A queue builds (max 16 running, 2048 prefill tokens per pass) and LPM reorders it.
     "lpm_queue": {"max_num_seqs": 16, "sglang": {"schedule_policy": "lpm", "max_prefill_tokens": 2048}},
 }
