@@ -5,7 +5,8 @@
   for prompts ≥ capacity or, without chunked context, longer than the step budget;
 * no step schedules more than ``max_batch_size`` requests or ``max_num_tokens`` tokens,
   except a lone context without chunking (a resumed one may exceed the budget);
-* only MAX_UTILIZATION pauses; the pool is empty once drained; runs are deterministic.
+* only MAX_UTILIZATION pauses; the pool is empty once drained; runs are deterministic;
+* after every step the rank's incremental bookkeeping matches a recomputation.
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ def _run(make_engine: MakeEngine, sc: dict[str, Any]) -> Any:
         record=True,
         trt={"max_num_tokens": sc["max_num_tokens"], "max_batch_size": sc["max_batch_size"]},
     )
+    rank = engine.ranks[0]
+    execute = rank.execute_pass
+
+    def checked(now_ms: float) -> Any:
+        rp = execute(now_ms)
+        rank.core.check_invariants()  # incremental reservations, queues, allocation bounds
+        return rp
+
+    rank.execute_pass = checked  # type: ignore[method-assign]
     arrivals = [(t, Request(i, Tokens(p), out)) for i, (t, p, out) in enumerate(sc["reqs"])]
     return drive(engine, arrivals, max_passes=20_000)
 

@@ -93,6 +93,7 @@ class TrtCore:
         self.queued_prefill = _Sums()
         self.queued_decode = _Sums()
         self.pauses_total = 0
+        self.reserved = 0  # Σ_running blocks_needed_to_finish, kept incrementally
         self._order = 0
         self._salt = salt
 
@@ -124,11 +125,12 @@ class TrtCore:
 
     def remove(self, r: TrtRequest) -> None:
         """Drop all scheduler and KV state of ``r`` (completion, rejection, cancellation)."""
+        if self.running.pop(r.rid, None) is not None:
+            self.reserved -= r.total_blocks - len(r.table.ids)
         if r.started:
             self.pool.release(r.table)
             r.started = False
         self.reqs.pop(r.rid, None)
-        self.running.pop(r.rid, None)
         if self.waiting.pop(r.rid, None) is not None:
             self._unqueue(r)
 
@@ -171,10 +173,20 @@ class TrtCore:
 
     def reserved_available(self) -> int:
         """``(num_gpu_blocks − active_blocks) − Σ_running blocks_needed_to_finish``."""
-        reserved = 0
+        return self.num_blocks - self.pool.num_active - self.reserved
+
+    def check_invariants(self) -> None:
+        """Test aid: incremental bookkeeping equals recomputation; no request is in both
+        queues; computed ≤ allocated ≤ sequence (dynamo-mocker.md §10)."""
+        reserved = sum(r.total_blocks - len(r.table) for r in self.running.values())
+        assert reserved == self.reserved, (reserved, self.reserved)
+        assert not (self.running.keys() & self.waiting.keys())
+        assert set(self.reqs) == self.running.keys() | self.waiting.keys()
         for r in self.running.values():
-            reserved += r.total_blocks - len(r.table)
-        return self.num_blocks - self.pool.num_active - reserved
+            assert r.started and r.num_computed <= len(r.table) * self.bs
+            assert len(r.table) <= -(-max(r.seq_len, r.ctx_len) // self.bs)
+        for r in self.waiting.values():
+            assert not r.started and not r.table.ids
 
     # -- step mechanics -----------------------------------------------------------------
 
@@ -189,8 +201,15 @@ class TrtCore:
         blocks the computed boundary passed and records the work. False (nothing changed)
         when the pool cannot supply the blocks.
         """
+        if r.started and r.num_computed >= r.ctx_len:
+            return self.decode_step(r, work)
         bs = self.bs
         fresh = not r.started
+        if fresh and self.native and r.cached_tokens:
+            # An earlier allocation of this step may have evicted part of the prefix found
+            # when the micro-batch sized the chunk; never count on more than is still there.
+            cached, _ = self.lookup(r)
+            r.cached_tokens = min(r.cached_tokens, cached * bs)
         before = r.cached_tokens if fresh else r.num_computed
         target = before + desired
         alloc = target
@@ -201,20 +220,39 @@ class TrtCore:
             n_cached = r.cached_tokens // bs
             seq, _ = r.hashes(n_cached, bs)
             prefix = seq[:n_cached]
+        held = len(r.table.ids)
         if not self.pool.allocate(r.table, -(-alloc // bs), prefix):
             work.allocation_failures += 1
             return False
         if fresh:
             self._admit(r, work)
+        else:
+            self.reserved -= len(r.table.ids) - held
         prompt_before = min(before, r.ctx_len)
-        decoding = prompt_before >= r.ctx_len and not fresh
         r.num_computed = target
-        prompt_tokens = min(target, r.ctx_len) - prompt_before
         full = target // bs
         if self.pool.prefix_caching and full > r.table.num_cached:
             seq, local = r.hashes(full, bs)
             self.pool.finalize(r.table, full, seq, local)
-        work.record(r, desired, prompt_before, prompt_tokens, decoding)
+        work.record_context(r, desired, prompt_before, min(target, r.ctx_len) - prompt_before)
+        return True
+
+    def decode_step(self, r: TrtRequest, work: StepWork) -> bool:
+        """The hot path: compute a decoding request's dangling token (one budget token)."""
+        target = r.num_computed + 1
+        table = r.table
+        bs = self.bs
+        if target > len(table.ids) * bs:
+            if not self.pool.allocate(table, len(table.ids) + 1):
+                work.allocation_failures += 1
+                return False
+            self.reserved -= 1
+        r.num_computed = target
+        if target % bs == 0 and self.pool.prefix_caching:
+            seq, local = r.hashes(target // bs, bs)
+            self.pool.finalize(table, target // bs, seq, local)
+        work.scheduled.append(r)
+        work.tokens.append(1)
         return True
 
     def _admit(self, r: TrtRequest, work: StepWork) -> None:
@@ -222,6 +260,7 @@ class TrtCore:
         del self.waiting[r.rid]
         self._unqueue(r)
         self.running[r.rid] = r
+        self.reserved += r.total_blocks - len(r.table.ids)
         if r.paused:
             work.resumed.append(r.rid)
             r.paused = False
@@ -248,6 +287,7 @@ class TrtCore:
         """
         before = self.pressure_state()
         held = len(r.table)
+        self.reserved -= r.total_blocks - held
         self.pool.release(r.table)
         r.started = False
         r.paused = True
@@ -268,7 +308,7 @@ class TrtCore:
     def prefill_ms(self, work: StepWork) -> float:
         """One batched prefill call over requests that computed context tokens (§2.2.5)."""
         count = isl = prefix = 0
-        for pb, pt in zip(work.prompt_before, work.prompt_tokens, strict=True):
+        for _, pb, pt, _ in work.contexts:
             if pt > 0:
                 count += 1
                 isl += pb + pt
@@ -300,11 +340,11 @@ class TrtCore:
         """
         ready: list[TrtRequest] = []
         priced: list[TrtRequest] = []
-        all_ready = self.trt.first_token_decode_call
-        for r, decoding in zip(work.scheduled, work.was_decoding, strict=True):
-            if r.num_computed >= r.seq_len:
+        contexts = () if self.trt.first_token_decode_call else work.context_ids
+        for r in work.scheduled:
+            if r.num_computed >= r.prompt_len + r.generated:
                 ready.append(r)
-                if r.remaining_output > 0 and (decoding or all_ready):
+                if r.max_output > r.generated and r.rid not in contexts:
                     priced.append(r)
         return ready, priced
 

@@ -44,6 +44,7 @@ from servesim_trtllm.request import TrtRequest
 from servesim_trtllm.work import StepWork
 
 INF = math.inf
+_NO_END = 1 << 62  # list positions are submission counters, always smaller
 
 
 def _budget(core: TrtCore) -> float:
@@ -79,6 +80,11 @@ def schedule_reference(core: TrtCore, work: StepWork) -> None:
     for r in list(core.running.values()):
         if budget <= 0:
             break
+        if r.num_computed >= r.ctx_len:  # decoding: its dangling token (the hot path)
+            if not core.decode_step(r, work):
+                break
+            budget -= 1
+            continue
         used = _schedule_request(core, r, budget, work)
         if used is None:
             break
@@ -114,17 +120,20 @@ def schedule_static_batch(core: TrtCore, work: StepWork) -> None:
         fitting.append(r)
     if not core.running:
         available = core.reserved_available()
-        for r in list(core.waiting.values()):
+        rejects: list[TrtRequest] = []
+        for r in core.waiting.values():
             if len(fitting) >= max_batch:
                 break
             if r.reject or r.total_blocks > core.num_blocks:
-                core.reject(r, work)
+                rejects.append(r)
                 continue
-            needed, cached, _ = core.fresh_blocks_needed(r)
+            needed, _, _ = core.fresh_blocks_needed(r)
             if needed > available:
                 break
             available -= needed
             fitting.append(r)
+        for r in rejects:
+            core.reject(r, work)
     micro_batch(core, fitting, work)
 
 
@@ -147,31 +156,54 @@ def _one_step_blocks(core: TrtCore, r: TrtRequest) -> int:
     return max(0, -(-r.ctx_len // bs) - active)
 
 
+def _last_started(core: TrtCore, first: int, end: int) -> TrtRequest | None:
+    """The started request with the largest list position in ``[first, end)``."""
+    best: TrtRequest | None = None
+    for r in core.running.values():
+        if first <= r.order < end and (best is None or r.order > best.order):
+            best = r
+    return best
+
+
 def schedule_max_utilization(core: TrtCore, work: StepWork, now_ms: float) -> None:
+    """Walks the active list lazily: it stops at ``max_batch_size`` or at the first request
+    that cannot fit once no started request is left behind it, so a long waiting queue
+    costs nothing per step. The victim search scans the running requests only."""
     max_batch = _max_batch(core)
-    order = list(core.reqs.values())
-    for r in order:
-        if r.reject:
-            core.reject(r, work)
-    order = [r for r in order if not r.reject]
+    bs = core.bs
     fitting: list[TrtRequest] = []
+    rejects: list[TrtRequest] = []
     scheduled_blocks = 0
-    end = len(order)
-    i = 0
-    while i < end:
-        r = order[i]
-        need = _one_step_blocks(core, r)
-        free = core.num_blocks - core.pool.num_active
-        if len(fitting) < max_batch and scheduled_blocks + need <= free:
-            fitting.append(r)
-            scheduled_blocks += need
-            i += 1
-            continue
-        victim = next((j for j in range(end - 1, i - 1, -1) if order[j].started), None)
-        if victim is None:
+    free = core.num_blocks - core.pool.num_active
+    end = _NO_END
+    stop = False
+    for r in core.reqs.values():
+        if stop or r.order >= end:
             break
-        core.pause(order[victim], work, now_ms)
-        end = victim
+        if r.reject:
+            rejects.append(r)
+            continue
+        while True:
+            if r.started and r.num_computed >= r.ctx_len:  # decoding: inline for speed
+                need = (r.prompt_len + r.generated + bs - 1) // bs - len(r.table.ids)
+            else:
+                need = _one_step_blocks(core, r)
+            if len(fitting) < max_batch and scheduled_blocks + need <= free:
+                fitting.append(r)
+                scheduled_blocks += need
+                break
+            victim = _last_started(core, r.order, end)
+            if victim is None:
+                stop = True
+                break
+            core.pause(victim, work, now_ms)
+            free = core.num_blocks - core.pool.num_active
+            end = victim.order
+            if victim is r:
+                stop = True
+                break
+    for r in rejects:
+        core.reject(r, work)
     micro_batch(core, fitting, work)
 
 
@@ -256,4 +288,4 @@ def micro_batch(core: TrtCore, fitting: list[TrtRequest], work: StepWork) -> Non
         elif not r.started:
             r.cached_tokens = 0
     for r in generation:
-        core.advance(r, 1, work)
+        core.decode_step(r, work)

@@ -192,7 +192,7 @@ class TrtllmRank(Rank):
             outputs.rejected.append(r.rid)
         fpm = self._forward_pass_metrics(work)  # scheduled shape, before emission
         finished = core.emit(ready, outputs)
-        self._prefilled = any(pt > 0 for pt in work.prompt_tokens)
+        self._prefilled = work.prefilled
         self._model_work = bool(work.scheduled)
         effects = PassCompletionEffects(
             outputs=outputs,
@@ -248,16 +248,21 @@ class TrtllmRank(Rank):
             return None
         prefill = Welford()
         prefill_tokens = prefill_kv = 0
-        decode = Welford()
-        for r, tokens, pb, pt, seq in zip(
-            work.scheduled, work.tokens, work.prompt_before, work.prompt_tokens, work.seq_len, strict=False
-        ):
+        n = s1 = s2 = 0  # decodes: exact integer sums instead of a per-item Welford
+        decodes = [r for r in work.scheduled if r.rid not in work.context_ids]
+        for r, pb, pt, tokens in work.contexts:
             if pt > 0:
                 prefill.add(r.ctx_len)
                 prefill_tokens += tokens
                 prefill_kv += pb
-            elif r.remaining_output > 0:
-                decode.add(seq)
+            else:
+                decodes.append(r)  # admitted fully cached: a decode for the reference
+        for r in decodes:
+            if r.max_output > r.generated:
+                x = r.prompt_len + r.generated
+                n += 1
+                s1 += x
+                s2 += x * x
         qp, qd = self.core.queued_prefill, self.core.queued_decode
         self._fpm_counter += 1
         return ForwardPassMetrics(
@@ -268,9 +273,9 @@ class TrtllmRank(Rank):
             sum_prefill_tokens=prefill_tokens,
             var_prefill_length=prefill.variance(),
             sum_prefill_kv_tokens=prefill_kv,
-            num_decode_requests=decode.n,
-            sum_decode_kv_tokens=int(decode.total),
-            var_decode_kv_tokens=decode.variance(),
+            num_decode_requests=n,
+            sum_decode_kv_tokens=s1,
+            var_decode_kv_tokens=(n * s2 - s1 * s1) / (n * n) if n > 1 else 0.0,
             num_queued_prefill=qp.n,
             sum_queued_prefill_tokens=qp.s1,
             var_queued_prefill_length=qp.variance(),

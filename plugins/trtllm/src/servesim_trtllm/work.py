@@ -10,19 +10,19 @@ from servesim_trtllm.request import TrtRequest
 
 @define(slots=True)
 class StepWork:
-    """Scheduled requests in execution order, with their context-prefill accounting.
+    """Scheduled requests in execution order, with context-prefill accounting.
 
-    ``prompt_before`` / ``prompt_tokens`` follow dynamo-mocker.md §2.3 ``ScheduledWork``:
-    context tokens already computed or cached before this step, and context tokens computed
-    in it. A request with ``prompt_tokens == 0`` is a decode.
+    ``contexts`` holds ``(request, prompt_before, prompt_tokens, tokens)`` for every request that
+    computed context tokens or was admitted this step, after dynamo-mocker.md §2.3
+    ``ScheduledWork``: context tokens already computed or cached before this step, and
+    context tokens computed in it. Every other scheduled request is a one-token decode
+    (kept as bare list entries: this is the hot path).
     """
 
     scheduled: list[TrtRequest] = field(factory=list)
     tokens: list[int] = field(factory=list)
-    prompt_before: list[int] = field(factory=list)
-    prompt_tokens: list[int] = field(factory=list)
-    was_decoding: list[bool] = field(factory=list)
-    seq_len: list[int] = field(factory=list)
+    contexts: list[tuple[TrtRequest, int, int, int]] = field(factory=list)
+    context_ids: set[RequestId] = field(factory=set)
     admissions: list[Admission] = field(factory=list)
     new_hits: dict[RequestId, int] = field(factory=dict)
     resumed: list[RequestId] = field(factory=list)
@@ -31,12 +31,12 @@ class StepWork:
     rejected: list[TrtRequest] = field(factory=list)
     allocation_failures: int = 0
 
-    def record(
-        self, r: TrtRequest, tokens: int, prompt_before: int, prompt_tokens: int, decoding: bool
-    ) -> None:
+    def record_context(self, r: TrtRequest, tokens: int, prompt_before: int, prompt_tokens: int) -> None:
         self.scheduled.append(r)
         self.tokens.append(tokens)
-        self.prompt_before.append(prompt_before)
-        self.prompt_tokens.append(prompt_tokens)
-        self.was_decoding.append(decoding)
-        self.seq_len.append(r.seq_len)
+        self.contexts.append((r, prompt_before, prompt_tokens, tokens))
+        self.context_ids.add(r.rid)
+
+    @property
+    def prefilled(self) -> bool:
+        return any(pt > 0 for _, _, pt, _ in self.contexts)
