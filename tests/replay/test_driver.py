@@ -73,6 +73,19 @@ def test_session_turn_released_after_completion_plus_delay():
     assert r2.log.arrival[1] == r2.log.done[0] + 30.0
 
 
+def test_zero_delay_turn_joins_the_pass_starting_at_previous_completion():
+    wl = trace(
+        rec(0, [1], 1, session_id="a"),
+        {"hash_ids": [1, 2], "output_length": 1, "session_id": "a", "delay": 0},
+        rec(0, [5], 5),
+    )
+    log = replay(wl).log
+    # turn 0 ends at 10 while request 2 keeps the engine busy; turn 1 must be in the pass
+    # that starts at 10 (a prefill pass, 10 ms), not wait for a decode pass to end at 11.
+    assert log.done[0] == 10.0 and log.arrival[1] == 10.0
+    assert log.first[1] == 20.0
+
+
 def test_concurrency_mode_keeps_n_in_flight():
     wl = trace(rec(0, [1], 2), rec(0, [2], 2), rec(500, [3], 2))
     r = replay(wl, concurrency=1)

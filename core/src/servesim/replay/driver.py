@@ -144,13 +144,17 @@ class Replayer:
             now = ev[0]
             self.now = now
             if ev[2] == _PASS_END and (not heap or heap[0][0] != now):
-                # The common step: one pass ends and nothing else happens at this time.
+                # The common step: one pass ends and nothing else is due at this time.
                 complete(ev[3], ev[4], now)
-                if has_deadlines:
-                    self._internal_work(now)
-                if closed_loop:
-                    self._fill(now)
-                self._start_passes(now)
+                if heap and heap[0][0] == now:
+                    # The pass released a session's next turn with no delay: deliver it first.
+                    self._step(None, now, has_deadlines)
+                else:
+                    if has_deadlines:
+                        self._internal_work(now)
+                    if closed_loop:
+                        self._fill(now)
+                    self._start_passes(now)
             else:
                 self._step(ev, now, has_deadlines)
             steps += 1
@@ -162,28 +166,33 @@ class Replayer:
             self.progress(self._finished, total, self.now)
         return self.log
 
-    def _step(self, ev: tuple[float, int, int, int, int], now: float, has_deadlines: bool) -> None:
-        """Every event at ``now``: pass ends, internal work, arrivals and releases, new passes."""
+    def _step(self, ev: tuple[float, int, int, int, int] | None, now: float, has_deadlines: bool) -> None:
+        """Every event at ``now`` (pass ends, internal work, arrivals and releases, including
+        zero-delay releases those create), then new passes."""
         heap = self._heap
         pop = heapq.heappop
-        batch = [ev]
-        while heap and heap[0][0] == now:
-            batch.append(pop(heap))
-        for ev in batch:
-            if ev[2] == _PASS_END:
-                self._complete(ev[3], ev[4], now)
-        if has_deadlines:
-            self._internal_work(now)
-        for ev in batch:
-            kind = ev[2]
-            if kind == _DEADLINE:
-                self._dirty.add(ev[3])
-            elif kind == _ARRIVAL:
-                if ev[4]:  # a session's first turn: queue the next session's
-                    self._push_next_session()
-                self._submit(ev[3], now)
-            elif kind == _RELEASE:
-                self._ready.append(ev[3])
+        batch = [] if ev is None else [ev]
+        while True:
+            while heap and heap[0][0] == now:
+                batch.append(pop(heap))
+            if not batch:
+                break
+            for item in batch:
+                if item[2] == _PASS_END:
+                    self._complete(item[3], item[4], now)
+            if has_deadlines:
+                self._internal_work(now)
+            for item in batch:
+                kind = item[2]
+                if kind == _DEADLINE:
+                    self._dirty.add(item[3])
+                elif kind == _ARRIVAL:
+                    if item[4]:  # a session's first turn: queue the next session's
+                        self._push_next_session()
+                    self._submit(item[3], now)
+                elif kind == _RELEASE:
+                    self._ready.append(item[3])
+            batch = []
         if self.concurrency is not None:
             self._fill(now)
         self._start_passes(now)
