@@ -119,3 +119,24 @@ def test_generation_tokens_come_off_the_budget_first(make_engine: MakeEngine) ->
     # t=10: A decodes (1 token); B's 40-token context gets 32 (two 16-token units).
     assert schedules[1] == {1: 32, 0: 1}
     assert schedules[2] == {1: 8, 0: 1}
+
+
+def test_a_hit_evicted_earlier_in_the_same_step_is_recomputed(make_engine: MakeEngine) -> None:
+    """6 blocks of 4. X's two prompt blocks, then Y's three, become cached (LRU: X oldest);
+    one block stays free. A (new, 3 blocks) and B (X's 8 tokens + 4, so 2 cached blocks)
+    arrive together; the capacity check counts cached blocks as free, so both fit. A's
+    allocation evicts X's blocks before B allocates: B must not count on them."""
+    engine = make_engine("max_utilization", block_size=4, num_gpu_blocks=6, record=True)
+    x = list(range(8))
+    reqs = [
+        (0.0, Request(0, Tokens(x), 1)),
+        (20.0, Request(1, Tokens(range(100, 112)), 1)),
+        (40.0, Request(2, Tokens(range(200, 212)), 2)),
+        (40.0, Request(3, Tokens(x + [300, 301, 302, 303]), 2)),
+    ]
+    result = drive(engine, reqs)
+    first = next(p for p in result.passes if p.started_at_ms == 40.0).by_rank[0].effects
+    assert [(a.request_id, a.reused_input_tokens) for a in first.admissions] == [(2, 0), (3, 0)]
+    schedule = next(c for c in result.completions if c.end_ms == 50.0).by_rank[0].effects.schedule
+    assert schedule.scheduled == {2: 12, 3: 4}  # B's chunk was sized for an 8-token hit
+    assert [len(result.requests[i].token_times) for i in range(4)] == [1, 1, 2, 2]
