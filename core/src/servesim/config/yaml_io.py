@@ -18,15 +18,18 @@ class _StrictLoader(yaml.SafeLoader):
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
+        # Merge keys (``<<: *anchor``) may legitimately repeat keys; only explicit ones count.
+        if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+            continue
         key = loader.construct_object(key_node, deep=deep)
-        if isinstance(key, (str, int, float, bool)) and key in seen:
+        if key in seen:
             raise yaml.constructor.ConstructorError(
                 "while constructing a mapping",
                 node.start_mark,
                 f"found duplicate key {key!r}",
                 key_node.start_mark,
             )
-        seen.add(key) if isinstance(key, (str, int, float, bool)) else None
+        seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
 
