@@ -369,7 +369,9 @@ def test_duplicate_yaml_key_is_an_error(tmp_path: Path, plugins: Plugins) -> Non
 def test_yaml_merge_keys_may_override(tmp_path: Path, plugins: Plugins) -> None:
     """``<<: *anchor`` merges are not duplicates; explicit keys win over merged ones."""
     text = "engine: &e {dp_size: 2, num_gpu_blocks: 9}\ncluster:\n  prefill_engine: {<<: *e, dp_size: 1}\n"
-    cfg = load_config(write(tmp_path, text), ["cluster.prefill_workers=1", "cluster.decode_workers=1"], plugins)
+    cfg = load_config(
+        write(tmp_path, text), ["cluster.prefill_workers=1", "cluster.decode_workers=1"], plugins
+    )
     assert cfg.sim.cluster.prefill_engine == {"dp_size": 1, "num_gpu_blocks": 9}
     assert cfg.engine_factory(cfg.sim.cluster.prefill_engine).config.dp_size == 1
 
