@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oracle import oracle_available, run_oracle  # noqa: E402
+from oracle import oracle_available, run_oracle_batch  # noqa: E402
 from scenarios import GOLDEN  # noqa: E402
 
 from servesim.testing.vllm_conformance import make_trace, write_jsonl  # noqa: E402
@@ -32,11 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     if not oracle_available():
         print("the vLLM oracle venv is not installed (setup_vllm_oracle.sh)", file=sys.stderr)
         return 2
-    for spec in GOLDEN:
-        if a.only and spec.name not in a.only:
-            continue
-        rows = make_trace(spec)
-        steps, summary = run_oracle(rows, spec.options)
+    specs = [s for s in GOLDEN if not a.only or s.name in a.only]
+    traces = [make_trace(s) for s in specs]
+    results = run_oracle_batch([(rows, s.options) for rows, s in zip(traces, specs, strict=True)])
+    for spec, rows, (steps, summary) in zip(specs, traces, results, strict=True):
         d = a.out / spec.name
         d.mkdir(parents=True, exist_ok=True)
         write_jsonl(d / "trace.jsonl", rows)

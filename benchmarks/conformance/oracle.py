@@ -45,3 +45,33 @@ def run_oracle(
     summary.pop("timing_s", None)
     summary.pop("steps_per_s", None)
     return steps, summary
+
+
+def run_oracle_batch(
+    jobs: list[tuple[list[dict[str, Any]], OracleOptions]],
+    *,
+    python: Path = DEFAULT_PYTHON,
+    script: Path = DEFAULT_SCRIPT,
+) -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """Like :func:`run_oracle` for many scenarios, in one oracle process (vLLM imported once)."""
+    helper = Path(__file__).resolve().parent / "oracle_batch.py"
+    with tempfile.TemporaryDirectory(prefix="servesim_oracle_") as tmp:
+        d = Path(tmp)
+        argvs = []
+        for i, (rows, options) in enumerate(jobs):
+            write_jsonl(d / f"trace{i}.jsonl", rows)
+            argvs.append([str(d / f"trace{i}.jsonl"), "--out", str(d / f"steps{i}.jsonl"),
+                          "--summary", str(d / f"summary{i}.json"), *options.argv()])
+        (d / "jobs.json").write_text(json.dumps(argvs))
+        proc = subprocess.run([str(python), str(helper), str(script), str(d / "jobs.json")],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"oracle batch failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        out = []
+        for i in range(len(jobs)):
+            steps = [{k: s[k] for k in KEPT_FIELDS} for s in read_jsonl(d / f"steps{i}.jsonl")]
+            summary = json.loads((d / f"summary{i}.json").read_text())
+            for k in ("per_request", "timing_s", "steps_per_s"):
+                summary.pop(k, None)
+            out.append((steps, summary))
+    return out

@@ -32,7 +32,7 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oracle import oracle_available, run_oracle  # noqa: E402
+from oracle import oracle_available, run_oracle_batch  # noqa: E402
 from scenarios import GOLDEN, random_scenario  # noqa: E402
 
 from servesim.testing.vllm_conformance import (  # noqa: E402
@@ -149,11 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     worst = 100.0
     print(f"{'scenario':24} {'steps':>6} {'same':>6} {'%':>8}  first divergence")
-    for name, rows, opts, src in scenarios(a):
-        if isinstance(src, ScenarioSpec):
-            steps, _summary = run_oracle(rows, opts)
-        else:
-            steps = src
+    todo = scenarios(a)
+    pending = [(rows, opts) for _n, rows, opts, src in todo if isinstance(src, ScenarioSpec)]
+    oracle_runs = iter(run_oracle_batch(pending)) if pending else iter(())
+    for name, rows, opts, src in todo:
+        steps = next(oracle_runs)[0] if isinstance(src, ScenarioSpec) else src
         cmp, wall = run_one(name, rows, opts, steps, a)
         worst = min(worst, cmp.percent)
         where = "-" if cmp.first_divergence is None else (
