@@ -127,6 +127,16 @@ def test_validate_errors_exit_2_with_one_line(
     assert_user_error(capsys, cli.main(argv), expected.format(file=path))
 
 
+def test_validate_checks_the_trace_file_exists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "workload: {trace: {path: nowhere.jsonl}}")
+    rc = cli.main(["validate", path])
+    assert_user_error(capsys, rc, f"{path}: workload.trace.path: no such trace file 'nowhere.jsonl'")
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("")
+    assert cli.main(["validate", path, "--set", f"workload.trace.path={trace}"]) == 0
+    assert capsys.readouterr().out.endswith("workload trace\n")
+
+
 def test_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = str(tmp_path / "missing.yaml")
     assert_user_error(capsys, cli.main(["validate", missing]), f"{missing}: cannot read config file")

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from servesim.errors import UserError
+from servesim.errors import ConfigError, UserError
 
 PROG = "servesim"
 
@@ -87,6 +88,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     loaded = load_config(args.config, args.sets)
     loaded.timing_model()  # a timing model may reject its options only when built
     sim = loaded.sim
+    trace = sim.workload.trace
+    if trace is not None and not os.path.isfile(trace.path):
+        raise ConfigError(
+            f"no such trace file {trace.path!r}", path="workload.trace.path", source=args.config
+        )
     workload = "trace" if sim.workload.trace is not None else "synthetic"
     print(
         f"OK: {args.config}: backend {sim.engine.backend} (block_size {sim.engine.block_size}, "
