@@ -32,11 +32,11 @@ class EngineFactory:
         emit_forward_pass_metrics: bool = True,
         record_schedule: bool = False,
     ) -> None:
-        self.config = resolve_block_size(config, rank_class.default_block_size)
         self.rank_class = rank_class
         if backend_config is None and rank_class.config_class is not None:
             backend_config = rank_class.config_class()
         self.backend_config = backend_config
+        self.config = resolve_block_size(config, rank_class.default_block_size_for(backend_config))
         self.services = RankServices(
             timing=timing,
             make_eviction_policy=make_eviction_policy,

@@ -142,6 +142,12 @@ class Rank(ABC):
         self.services = services
 
     @classmethod
+    def default_block_size_for(cls, backend_config: Any) -> int:
+        """The block size used when ``engine.block_size`` is unset. A backend whose own section
+        can set it (SGLang's ``page_size``) overrides this; by default ``default_block_size``."""
+        return cls.default_block_size
+
+    @classmethod
     def validate_config(cls, config: EngineConfig, backend_config: Any) -> list[tuple[str, str]]:
         """Return ``(key_path, message)`` problems with a config, checked before any rank is
         built (e.g. ``("engine.max_model_len", "not supported by sglang")``)."""

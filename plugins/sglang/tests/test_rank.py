@@ -113,6 +113,23 @@ def test_validate_config_names_key_paths() -> None:
 def test_page_size_sets_the_block_size_when_block_size_is_unset() -> None:
     p = scheduler_params(EngineConfig(backend="sglang", num_gpu_blocks=10), SglangConfig(page_size=4), 1)
     assert p.page_size == 4 and p.total_tokens == 40
+    assert SglangRank.default_block_size_for(SglangConfig(page_size=4)) == 4
+    assert SglangRank.default_block_size_for(SglangConfig()) == 1
+    factory = EngineFactory(
+        EngineConfig(backend="sglang", num_gpu_blocks=10),
+        SglangRank,
+        FixedTiming(),
+        backend_config=SglangConfig(page_size=4),
+    )
+    assert factory.config.block_size == 4
+    rank = rank_of(factory.build(0))
+    assert (rank.cache.page_size, rank.cache.total_pages) == (4, 10)
+
+
+def test_unknown_schedule_policy_is_a_config_problem() -> None:
+    problems = SglangRank.validate_config(EngineConfig(backend="sglang"), SglangConfig(schedule_policy="dfs"))
+    assert [p for p, _ in problems] == ["engine.sglang.schedule_policy"]
+    assert "unknown schedule_policy 'dfs'" in problems[0][1] and "lpm" in problems[0][1]
 
 
 def test_attention_dp_normalisation() -> None:

@@ -173,7 +173,7 @@ def _resolve(ctx: _Ctx, raw: Any, path: str) -> tuple[EngineResolution | None, l
     backend_config = backend_configs.get(config.backend)
     if backend_config is None and rank_class.config_class is not None:
         backend_config = rank_class.config_class()
-    resolved = resolve_block_size(config, rank_class.default_block_size)
+    resolved = resolve_block_size(config, rank_class.default_block_size_for(backend_config))
     for key, msg in rank_class.validate_config(resolved, backend_config):
         problems.append((path + key[len("engine") :] if key.startswith("engine") else key, msg))
     if problems:

@@ -50,7 +50,7 @@ from servesim.contract import (
     SubmitHandoffPrefill,
     Welford,
 )
-from servesim.errors import CommandRejected
+from servesim.errors import CommandRejected, PluginError
 from servesim.rank import (
     CommandContext,
     Rank,
@@ -127,9 +127,19 @@ class SglangRank(Rank):
         self._queued: tuple[int, tuple[int, int, float], tuple[int, int, float]] = (-1, (0, 0, 0.0), (0, 0, 0.0))
 
     @classmethod
+    def default_block_size_for(cls, backend_config: Any) -> int:
+        """``engine.sglang.page_size`` when set, else 1 (dynamo-mocker.md §1.1)."""
+        page = getattr(backend_config, "page_size", None)
+        return page if isinstance(page, int) and page > 0 else cls.default_block_size
+
+    @classmethod
     def validate_config(cls, config: EngineConfig, backend_config: Any) -> list[tuple[str, str]]:
         sg = backend_config if backend_config is not None else SglangConfig()
         problems = validate(config, sg)
+        try:
+            resolve_policy(sg.schedule_policy)
+        except PluginError as exc:
+            problems.append(("engine.sglang.schedule_policy", str(exc)))
         if config.dp_size > 1 and sg.chunked_prefill_size // config.dp_size == 0:
             problems.append(
                 (
