@@ -118,6 +118,15 @@ def test_same_distribution_seen_twice_loads_once(monkeypatch: pytest.MonkeyPatch
     assert Plugins().backends().names() == ["a"]
 
 
+def test_one_module_under_two_entry_points_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    _module(monkeypatch, "fake_a", servesim_register_backends=_backend("a"))
+    _install(monkeypatch, FakeDist("dist-a", "1.0", {"first": "fake_a", "second": "fake_a"}))
+    with pytest.raises(
+        PluginError, match=r"^plugin entry point 'second' of dist-a 1.0 cannot be registered: "
+    ):
+        make_plugin_manager()
+
+
 def test_import_failure_names_entry_point_and_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
     _install(monkeypatch, FakeDist("broken-dist", "0.9", {"broken": "servesim_no_such_module_xyz"}))
     with pytest.raises(PluginError) as exc:

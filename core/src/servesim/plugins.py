@@ -98,6 +98,8 @@ class ServesimPluginManager(pluggy.PluginManager):
             self.register(plugin, name=name)
         except pluggy.PluginValidationError as exc:
             raise PluginError(f"plugin {what} is invalid: {_one_line(exc)}") from None
+        except ValueError as exc:  # pluggy: the same object under two names
+            raise PluginError(f"plugin {what} cannot be registered: {_one_line(exc)}") from None
 
     def distribution_of(self, plugin_name: str) -> DistInfo:
         """Where ``plugin_name`` came from (``<direct>`` for hand-registered plugins)."""
