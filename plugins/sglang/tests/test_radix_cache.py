@@ -193,3 +193,42 @@ def test_match_equals_longest_common_page_prefix(stored: list[list[int]], probe:
 
     best = max((min(common(s, probe), len(s) - len(s) % page) for s in stored), default=0)
     assert cache.match_len(probe, len(probe)) == best - best % page
+
+
+def _pool_stored(seqs: list[list[int]], page: int) -> list[tuple[int | None, tuple[int, ...]]]:
+    """Stored events of core's block pool caching the same sequences (full blocks only)."""
+    from servesim.kv.pool import BlockPool, BlockTable
+
+    pool = BlockPool(64, emit_events=True)
+    tables = []
+    for seq in seqs:
+        hashes, local = Tokens(seq).block_hashes(page)
+        table = BlockTable()
+        cached, _ = pool.lookup(hashes)
+        assert pool.allocate(table, len(hashes), hashes[:cached])
+        pool.finalize(table, len(hashes), hashes, local)
+        tables.append(table)
+    return [
+        (e.data.parent_hash, tuple(b.block_hash for b in e.data.blocks))
+        for e in pool.drain_events()
+        if isinstance(e.data, StoredBlocks)
+    ]
+
+
+def test_stored_events_equal_core_block_pool_events() -> None:
+    """A router indexing either backend sees the same (parent, blocks) batches."""
+    page = 4
+    a = list(range(1, 15))  # 3 full pages + 2 tokens
+    b = a[:8] + [77] * 9  # shares 2 pages, then 2 full pages of its own
+    c = a[:12] + [5, 6, 7, 8]  # shares all 3 of a's full pages, adds one
+    cache = RadixCache(64, page, emit_kv_events=True)
+    for seq in (a, b, c):
+        lease, _ = cache.acquire(seq, len(seq), len(seq))  # type: ignore[misc]
+        cache.finish(lease, seq, len(seq))
+    ours = [
+        (e.data.parent_hash, tuple(blk.block_hash for blk in e.data.blocks))
+        for e in cache.drain_events()
+        if isinstance(e.data, StoredBlocks)
+    ]
+    assert ours == _pool_stored([a, b, c], page)
+    assert [len(blocks) for _, blocks in ours] == [3, 2, 1]
