@@ -31,12 +31,14 @@ ABS_TOL_MS = 2e-3
 
 
 def load_trace(path: Path, trace_block_size: int) -> list[tuple[float, Request]]:
-    """Mooncake rows → (arrival, request); small on purpose (servesim.replay owns the full parser)."""
+    """Mooncake rows → (arrival, request); small on purpose (servesim.replay owns the full
+    parser). Arrivals are shifted so the first is at 0 ms, as the peer reports them."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    t0 = rows[0]["timestamp"] if rows else 0
     out = []
-    for i, line in enumerate(path.read_text().splitlines()):
-        row = json.loads(line)
+    for i, row in enumerate(rows):
         prompt = RepeatedBlockTokens(row["hash_ids"], trace_block_size, row["input_length"])
-        out.append((float(row["timestamp"]), Request(i, prompt, int(row["output_length"]))))
+        out.append((float(row["timestamp"] - t0), Request(i, prompt, int(row["output_length"]))))
     return out
 
 
