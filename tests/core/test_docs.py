@@ -104,3 +104,12 @@ def test_example_plugin_passes_the_conformance_kit() -> None:
 
     report = check_rank_conformance(engine_maker(ToyRank))
     assert report.failures == [] and len(report.checks) >= 9
+
+
+def test_readme_links_resolve() -> None:
+    """Every relative link in the README points at a file or folder in the repository."""
+    links = re.findall(r"\]\(([^)#]+)\)", README)
+    assert links
+    for link in links:
+        if "://" not in link:
+            assert (ROOT / link).exists(), link
