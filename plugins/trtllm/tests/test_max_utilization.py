@@ -140,3 +140,31 @@ def test_a_hit_evicted_earlier_in_the_same_step_is_recomputed(make_engine: MakeE
     schedule = next(c for c in result.completions if c.end_ms == 50.0).by_rank[0].effects.schedule
     assert schedule.scheduled == {2: 12, 3: 4}  # B's chunk was sized for an 8-token hit
     assert [len(result.requests[i].token_times) for i in range(4)] == [1, 1, 2, 2]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        # beneficialToSkip: B would compute the same first block as A, so it waits one
+        # step and then reuses A's whole 64-token prefix.
+        ("max_utilization", [(0.0, 0, 0), (10.0, 1, 64)]),
+        # The reference's GNE has no such delay, and its pass makes A's blocks visible as
+        # they are scheduled (dynamo-mocker.md §2.3), so B hits them in the same step.
+        ("guaranteed_no_evict", [(0.0, 0, 0), (0.0, 1, 64)]),
+    ],
+)
+def test_contexts_sharing_a_new_prefix(
+    make_engine: MakeEngine, policy: str, expected: list[tuple[float, int, int]]
+) -> None:
+    shared = list(range(64))
+    reqs = [
+        (0.0, Request(0, Tokens(shared + [500, 501]), 2)),
+        (0.0, Request(1, Tokens(shared + [600, 601, 602]), 2)),
+    ]
+    result = drive(make_engine(policy, block_size=16), reqs)
+    admitted = [
+        (p.started_at_ms, a.request_id, a.reused_input_tokens)
+        for p in result.passes
+        for a in p.by_rank[0].effects.admissions
+    ]
+    assert admitted == expected

@@ -16,7 +16,8 @@ Reference semantics (dynamo-mocker.md §6, reusing the vLLM-style core of §2.2-
   requests that were already decoding (logical sequence lengths, aisimulate-engine.md §6.3);
   everything the step emits shares its end time (§2.5);
 * the sampled token is dangling until the next step computes it (§2.3); blocks become
-  cache-visible as the computed boundary passes them (§2.3, §3.3); a finished request
+  cache-visible as the computed boundary passes them (§2.3, §3.3) — for the native
+  policies at the end of the step (:meth:`TrtCore.flush_finalize`); a finished request
   releases its blocks tail first (§2.5).
 """
 
@@ -159,6 +160,16 @@ class TrtCore:
         seq, _ = r.hashes(n, self.bs)
         return self.pool.lookup(seq, n)
 
+    def first_new_block(self, r: TrtRequest) -> int | None:
+        """Sequence hash of the first full context block not in the cache, if any
+        (TensorRT-LLM's ``findNewContextBlock``)."""
+        n = r.ctx_len // self.bs
+        if n == 0 or not self.pool.prefix_caching:
+            return None
+        seq, _ = r.hashes(n, self.bs)
+        cached, _ = self.pool.lookup(seq, n)
+        return seq[cached] if cached < n else None
+
     def blocks_to_finish(self, r: TrtRequest) -> int:
         """dynamo-mocker.md §6 ``blocks_needed_to_finish`` of a request holding blocks."""
         return r.total_blocks - len(r.table)
@@ -230,10 +241,12 @@ class TrtCore:
             self.reserved -= len(r.table.ids) - held
         prompt_before = min(before, r.ctx_len)
         r.num_computed = target
-        full = target // bs
-        if self.pool.prefix_caching and full > r.table.num_cached:
-            seq, local = r.hashes(full, bs)
-            self.pool.finalize(r.table, full, seq, local)
+        if self.pool.prefix_caching and target // bs > r.table.num_cached:
+            if self.native:
+                work.to_finalize.append(r)
+            else:
+                seq, local = r.hashes(target // bs, bs)
+                self.pool.finalize(r.table, target // bs, seq, local)
         work.record_context(r, desired, prompt_before, min(target, r.ctx_len) - prompt_before)
         return True
 
@@ -249,11 +262,26 @@ class TrtCore:
             self.reserved -= 1
         r.num_computed = target
         if target % bs == 0 and self.pool.prefix_caching:
-            seq, local = r.hashes(target // bs, bs)
-            self.pool.finalize(table, target // bs, seq, local)
+            if self.native:
+                work.to_finalize.append(r)
+            else:
+                seq, local = r.hashes(target // bs, bs)
+                self.pool.finalize(table, target // bs, seq, local)
         work.scheduled.append(r)
         work.tokens.append(1)
         return True
+
+    def flush_finalize(self, work: StepWork) -> None:
+        """Native policies publish a step's computed blocks after the step, like
+        TensorRT-LLM storing context blocks for reuse once the forward ran: contexts of the
+        same step cannot hit each other's new blocks (the reference's vLLM-style pass makes
+        them visible in scheduling order instead, dynamo-mocker.md §2.3)."""
+        bs = self.bs
+        for r in work.to_finalize:
+            full = r.num_computed // bs
+            if r.started and full > r.table.num_cached:
+                seq, local = r.hashes(full, bs)
+                self.pool.finalize(r.table, full, seq, local)
 
     def _admit(self, r: TrtRequest, work: StepWork) -> None:
         r.started = True

@@ -30,8 +30,13 @@ fit after the generation tokens, chunked by ``first_come_first_served`` (a trunc
 rounded down to the chunk unit = block size) or ``equal_progress``. Every scheduled request
 counts against ``max_batch_size``. Contexts run before generations (``sortRequests``).
 
-Not modelled: ``beneficialToSkip`` (delaying a context whose first new block another
-context of the same step is about to contribute), LoRA/PEFT pages, beams, draft tokens.
+``max_utilization`` also applies ``beneficialToSkip``: a context not yet started is skipped
+for this step when the first block it would have to compute is the first new block of a
+context already in flight or scheduled earlier in the walk, so that it reuses that block
+next step instead of computing it twice. (TensorRT-LLM's GNE applies it too; servesim's GNE
+does not, to stay exact with the reference; the static batch never does, as in the source.)
+
+Not modelled: LoRA/PEFT pages, beams, draft tokens.
 """
 
 from __future__ import annotations
@@ -156,6 +161,20 @@ def _one_step_blocks(core: TrtCore, r: TrtRequest) -> int:
     return max(0, -(-r.ctx_len // bs) - active)
 
 
+def _contexts_in_flight(core: TrtCore) -> set[int] | None:
+    """First not-yet-cached block of every context still being computed
+    (``prefillWithChunkedContextsAlreadyExecuting``); None when nothing is reusable."""
+    if not core.pool.prefix_caching:
+        return None
+    out: set[int] = set()
+    for r in core.running.values():
+        if r.num_computed < r.ctx_len:
+            h = core.first_new_block(r)
+            if h is not None:
+                out.add(h)
+    return out
+
+
 def _last_started(core: TrtCore, first: int, end: int) -> TrtRequest | None:
     """The started request with the largest list position in ``[first, end)``."""
     best: TrtRequest | None = None
@@ -177,12 +196,19 @@ def schedule_max_utilization(core: TrtCore, work: StepWork, now_ms: float) -> No
     free = core.num_blocks - core.pool.num_active
     end = _NO_END
     stop = False
+    contributed = _contexts_in_flight(core)
     for r in core.reqs.values():
         if stop or r.order >= end:
             break
         if r.reject:
             rejects.append(r)
             continue
+        if not r.started and contributed is not None:
+            h = core.first_new_block(r)
+            if h is not None:
+                if h in contributed:
+                    continue  # beneficialToSkip: reuse the block next step instead
+                contributed.add(h)
         while True:
             if r.started and r.num_computed >= r.ctx_len:  # decoding: inline for speed
                 need = (r.prompt_len + r.generated + bs - 1) // bs - len(r.table.ids)
@@ -289,3 +315,4 @@ def micro_batch(core: TrtCore, fitting: list[TrtRequest], work: StepWork) -> Non
             r.cached_tokens = 0
     for r in generation:
         core.decode_step(r, work)
+    core.flush_finalize(work)
