@@ -111,6 +111,23 @@ def test_set_values_are_yaml_scalars_and_later_wins(plugins: Plugins) -> None:
     assert (cfg.sim.workload.trace.path, cfg.sim.workload.trace.trace_block_size) == ("t.jsonl", 64)
 
 
+def test_set_indexes_existing_lists(tmp_path: Path, plugins: Plugins) -> None:
+    path = write(tmp_path, "sinks: {kv_events: [{type: memory}, {type: jsonl, path: a.jsonl}]}\n")
+    cfg = load_config(path, ["sinks.kv_events.1.path=b.jsonl"], plugins)
+    assert cfg.sim.sinks.kv_events[1] == {"type": "jsonl", "path": "b.jsonl"}
+    with pytest.raises(ConfigError) as exc:
+        load_config(path, ["sinks.kv_events.2.path=c.jsonl"], plugins)
+    assert str(exc.value) == (
+        "--set sinks.kv_events.2.path=c.jsonl: sinks.kv_events: cannot set sinks.kv_events.2.path: "
+        "sinks.kv_events is a list of 2; use an index below 2 or set the whole list"
+    )
+    with pytest.raises(ConfigError) as exc:
+        load_config(path, ["sinks.kv_events.0.type=kafka"], plugins)
+    assert str(exc.value).startswith(
+        "--set sinks.kv_events.0.type=kafka: sinks.kv_events[0].type: unknown kv_event_sink 'kafka'"
+    )
+
+
 def test_set_overrides_yaml(tmp_path: Path, plugins: Plugins) -> None:
     path = write(tmp_path, "engine: {num_gpu_blocks: 100, dp_size: 2}\n")
     cfg = load_config(path, ["engine.num_gpu_blocks=7"], plugins)

@@ -77,27 +77,46 @@ def parse_set(item: str) -> tuple[list[str], Any]:
     return [p.strip() for p in parts], value
 
 
+def _index(container: Any, part: str, parts: list[str], path: str, item: str) -> str | int:
+    """``part`` as a key of a mapping or an in-range index of a list."""
+    if isinstance(container, dict):
+        return part
+    if part.isdigit() and int(part) < len(container):
+        return int(part)
+    raise ConfigError(
+        f"cannot set {'.'.join(parts)}: {path} is a list of {len(container)}; "
+        f"use an index below {len(container)} or set the whole list",
+        path=path,
+        source=f"--set {item}",
+    )
+
+
 def apply_sets(raw: dict[str, Any], sets: list[str] | tuple[str, ...]) -> dict[str, str]:
     """Apply ``--set`` items to ``raw`` in order, creating intermediate mappings.
 
-    Returns key path → the ``--set`` item that set it, so errors can name the flag.
+    A numeric part indexes an existing list (``sinks.kv_events.0.path=...``). Returns key
+    path → the ``--set`` item that set it, so errors can name the flag.
     """
     origins: dict[str, str] = {}
     for item in sets:
         parts, value = parse_set(item)
-        node = raw
-        for depth, part in enumerate(parts[:-1]):
-            child = node.get(part)
+        node: Any = raw
+        path = ""
+        for part in parts[:-1]:
+            key = _index(node, part, parts, path, item)
+            path = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else key)
+            child = node[key] if isinstance(key, int) else node.get(key)
             if child is None:
-                child = node[part] = {}
-            elif not isinstance(child, dict):
-                where = ".".join(parts[: depth + 1])
+                child = node[key] = {}
+            elif not isinstance(child, (dict, list)):
                 raise ConfigError(
-                    f"cannot set {'.'.join(parts)}: {where} is {show(child)}, not a mapping",
-                    path=where,
+                    f"cannot set {'.'.join(parts)}: {path} is {show(child)}, not a mapping",
+                    path=path,
                     source=f"--set {item}",
                 )
             node = child
-        node[parts[-1]] = value
-        origins[".".join(parts)] = f"--set {item}"
+        key = _index(node, parts[-1], parts, path, item)
+        node[key] = value
+        full = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else key)
+        origins[full] = f"--set {item}"
     return origins
