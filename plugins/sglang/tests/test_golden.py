@@ -5,7 +5,8 @@ reference's per-request report, produced by ``regenerate.py`` there. The trace i
 through servesim with :func:`servesim.testing.driver.drive` and the default polynomial timing;
 per request the TTFT and the completion time must agree within 1 %, the token count and the
 largest prompt reuse over the request's admissions exactly (the reference report's
-``reused_input_tokens`` of a retracted, readmitted request is the larger of its admissions'). (Today they agree to ~1e-8 ms.)
+``reused_input_tokens`` of a retracted, readmitted request is the larger of its admissions').
+Today they agree to ~1e-8 ms.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from servesim.config.engine import EngineConfig
 from servesim.contract import Request
 from servesim.factory import EngineFactory

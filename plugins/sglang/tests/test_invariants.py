@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from servesim.config.engine import EngineConfig
 from servesim.contract import Request, Submit
 from servesim.factory import EngineFactory
@@ -85,7 +84,9 @@ request = st.tuples(st.integers(0, 200), prompt, st.integers(0, 30))
     policy=st.sampled_from(["fcfs", "lpm", "lof", "random"]),
     seqs=st.integers(1, 6),
 )
-def test_random_workloads_finish_exactly_and_keep_the_books(workload, page, blocks, chunk, policy, seqs) -> None:
+def test_random_workloads_finish_exactly_and_keep_the_books(
+    workload, page, blocks, chunk, policy, seqs
+) -> None:
     reqs = [(float(t), Request(i, Tokens(p), out)) for i, (t, p, out) in enumerate(workload)]
     tokens, done, rank = run(reqs, page, blocks, chunk, policy, seqs)
     again, done_again, _ = run(reqs, page, blocks, chunk, policy, seqs)

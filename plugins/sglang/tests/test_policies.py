@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from servesim import hookimpl
 from servesim.config.engine import EngineConfig
 from servesim.contract import Request
@@ -42,7 +41,14 @@ def sreq(rid: int, tokens: list[int], out: int = 4) -> SglangRequest:
 
 def test_lpm_orders_by_hit_and_deprioritises_in_batch_duplicates() -> None:
     x, y = [7] * 40, [8] * 40
-    waiting = [sreq(0, x), sreq(1, y + [1]), sreq(2, x + [2]), sreq(3, [9] * 40), sreq(4, y), sreq(5, [5] * 10)]
+    waiting = [
+        sreq(0, x),
+        sreq(1, y + [1]),
+        sreq(2, x + [2]),
+        sreq(3, [9] * 40),
+        sreq(4, y),
+        sreq(5, [5] * 10),
+    ]
     ctx = FakeContext({1: 40, 4: 33})
     order = LpmPolicy().order(waiting, ctx)
     assert order is not None
@@ -85,7 +91,9 @@ def _engine(policy: str, registry: Any = None, *, max_num_seqs: int = 1) -> Engi
     )
 
     def make_rank(identity):  # the provider-injection seam, with an explicit registry
-        return SglangRank(identity, factory.config, factory.backend_config, factory.services, policy_registry=registry)
+        return SglangRank(
+            identity, factory.config, factory.backend_config, factory.services, policy_registry=registry
+        )
 
     return Engine.build(0, 1, make_rank)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from servesim.contract import RemovedBlocks, StoredBlocks
 from servesim.kv.hashing import local_block_hash, sequence_hashes
 from servesim.tokens import Tokens
@@ -182,7 +181,9 @@ def test_random_operations_keep_the_books(ops: list[tuple[int, list[int]]], page
 
 @settings(max_examples=60, derandomize=True, deadline=None)
 @given(stored=st.lists(seqs, max_size=8), probe=seqs, page=st.sampled_from([1, 2, 3]))
-def test_match_equals_longest_common_page_prefix(stored: list[list[int]], probe: list[int], page: int) -> None:
+def test_match_equals_longest_common_page_prefix(
+    stored: list[list[int]], probe: list[int], page: int
+) -> None:
     cache = cache_with(stored, total=1000, page=page)
 
     def common(a: list[int], b: list[int]) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from servesim.config.engine import EngineConfig
 from servesim.contract import (
     CancelRequest,
@@ -105,7 +104,10 @@ def test_validate_config_names_key_paths() -> None:
         "engine.sglang.page_size",
         "engine.sglang.chunked_prefill_size",
     ]
-    assert SglangRank.validate_config(EngineConfig(backend="sglang", block_size=4), SglangConfig(page_size=4)) == []
+    assert (
+        SglangRank.validate_config(EngineConfig(backend="sglang", block_size=4), SglangConfig(page_size=4))
+        == []
+    )
     with pytest.raises(EngineError, match="engine.sglang.page_size: 2 differs"):
         make_engine({"block_size": 4}, {"page_size": 2})
 
@@ -134,7 +136,10 @@ def test_unknown_schedule_policy_is_a_config_problem() -> None:
 
 def test_attention_dp_normalisation() -> None:
     """aisimulate-engine.md §13.2: DP1 keeps (16, 2.0); DP4 gives chunk 4, conservativeness 0.6."""
-    cfg, sg = EngineConfig(backend="sglang"), SglangConfig(chunked_prefill_size=16, schedule_conservativeness=2.0)
+    cfg, sg = (
+        EngineConfig(backend="sglang"),
+        SglangConfig(chunked_prefill_size=16, schedule_conservativeness=2.0),
+    )
     one, four = scheduler_params(cfg, sg, 1), scheduler_params(cfg, sg, 4)
     assert (one.chunked_prefill_size, one.conservativeness) == (16, 2.0)
     assert four.chunked_prefill_size == 4 and four.conservativeness == pytest.approx(0.6)
@@ -159,8 +164,16 @@ def test_dp4_lower_conservativeness_admits_under_memory_pressure() -> None:
 
     def second_admitted_at(dp: int) -> float:
         engine = make_engine({"dp_size": dp, "num_gpu_blocks": 1000})
-        result = drive(engine, [(0.0, req(1, list(range(100)), 600)), (1.0, req(2, list(range(500, 600)), 450))])
-        return next(p.started_at_ms for p in result.passes for r in p.by_rank for a in r.effects.admissions if a.request_id == 2)
+        result = drive(
+            engine, [(0.0, req(1, list(range(100)), 600)), (1.0, req(2, list(range(500, 600)), 450))]
+        )
+        return next(
+            p.started_at_ms
+            for p in result.passes
+            for r in p.by_rank
+            for a in r.effects.admissions
+            if a.request_id == 2
+        )
 
     assert second_admitted_at(4) == 10.0  # the pass right after the first prefill
     assert second_admitted_at(1) > 100.0  # waits until the decode reservation shrinks
@@ -378,7 +391,11 @@ def test_metrics_and_forward_pass_metrics() -> None:
     done = engine.complete_pass(first.pass_id, first.end_ms).by_rank[0].effects
     assert done.metrics is not None and done.metrics.sglang_cache_hit_tokens == 0
     assert done.metrics.sglang_cache_total_tokens == 100
-    assert (done.metrics.active_blocks, done.metrics.inactive_blocks, done.metrics.total_blocks) == (101, 0, 1000)
+    assert (done.metrics.active_blocks, done.metrics.inactive_blocks, done.metrics.total_blocks) == (
+        101,
+        0,
+        1000,
+    )
     second = engine.execute_pass(10.0)
     assert second is not None
     eff = engine.complete_pass(second.pass_id, second.end_ms).by_rank[0].effects
@@ -422,3 +439,48 @@ def test_oom_after_a_shared_prefix_is_locked(resets: bool, ratio_after: float) -
     assert [(a.request_id, a.reused_input_tokens) for a in started.by_rank[0].effects.admissions] == [(1, 40)]
     assert rank.sched.ratio == pytest.approx(ratio_after)
     assert [r.rid for r in rank.sched.waiting] == [2]
+
+
+def test_schedule_record_of_prefill_decode_and_retraction() -> None:
+    factory = EngineFactory(
+        EngineConfig(backend="sglang", num_gpu_blocks=44),
+        SglangRank,
+        FixedTiming(FixedTimingConfig(prefill_ms=10.0, decode_ms=1.0)),
+        record_schedule=True,
+    )
+    arrivals = [
+        (0.0, req(0, list(range(100, 108)), 20)),
+        (15.0, req(1, list(range(200, 208)), 12)),
+        (16.0, req(2, list(range(300, 304)), 3)),
+    ]
+    result = drive(factory.build(0), arrivals)
+    records = [c.by_rank[0].effects.schedule for c in result.completions]
+    assert all(r is not None for r in records)
+    first, second = records[0], records[1]
+    assert (first.scheduled, first.new_hits, first.running, first.waiting) == ({0: 8}, {0: 0}, 1, 0)
+    assert (second.scheduled, second.new_hits) == ({0: 1}, {})
+    starts = [p.started_at_ms for p in result.passes]
+    retract = records[starts.index(35.0)]
+    assert retract.preempted == [1] and retract.scheduled == {0: 1}
+    assert (retract.running, retract.waiting) == (1, 2)
+    resume = records[starts.index(49.0)]
+    assert resume.resumed == [1] and resume.new_hits == {1: 10} and resume.scheduled == {1: 9}
+    finished = [rid for r in records for rid in r.finished]
+    assert sorted(finished) == [0, 1, 2] and finished == [2, 0, 1]
+
+
+def test_planned_output_token_ids_are_emitted_and_cached() -> None:
+    engine = make_engine({"num_gpu_blocks": 64})
+    planned = Request(1, Tokens([4, 4, 4, 4]), 99, output_token_ids=(7, 8, 9))
+    engine.apply(0, Submit(planned), 0.0)
+    emitted: list[int] = []
+    now = 0.0
+    while not engine.is_drained():
+        started = engine.execute_pass(now)
+        assert started is not None
+        now = started.end_ms
+        out = engine.complete_pass(started.pass_id, now).by_rank[0].effects.outputs
+        emitted += out.token_ids or []
+    assert emitted == [7, 8, 9]
+    # the finished sequence (prompt + outputs) is in the radix cache
+    assert rank_of(engine).cache.match_len([4, 4, 4, 4, 7, 8, 9], 7) == 7

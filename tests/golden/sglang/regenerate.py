@@ -43,7 +43,15 @@ CASES: dict[str, dict] = {
 def run_peer(peer: str, trace: Path, config: dict) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.jsonl"
-        args = [sys.executable, peer, str(trace), "--set", "engine_type=sglang", "--set", "trace_block_size=64"]
+        args = [
+            sys.executable,
+            peer,
+            str(trace),
+            "--set",
+            "engine_type=sglang",
+            "--set",
+            "trace_block_size=64",
+        ]
         args += ["--set", f"report_jsonl_path={report}"]
         for key, value in config.items():
             args += ["--set", f"{key}={json.dumps(value)}"]

@@ -10,8 +10,8 @@ in-batch prefix thresholds. ``max_running_requests`` comes from ``engine.max_num
 servesim extensions (not reference names): ``retraction_requeue`` (``back`` default, or
 ``front``), ``retraction_ratio`` (``estimate`` default, or ``reset``) and ``oom_resets_ratio``
 (false) choose between the rules of the reference implementation and the older ones of
-dynamo-mocker.md §5 (see :mod:`servesim_sglang.scheduler`); the ``lpm_*``/``in_batch_*`` thresholds are SGLang's
-constants, exposed for experiments.
+dynamo-mocker.md §5 (see :mod:`servesim_sglang.scheduler`); the ``lpm_*``/``in_batch_*``
+thresholds are SGLang's constants, exposed for experiments.
 
 Attention DP (aisimulate-engine.md §3, §7, §13.2): with ``dp_size > 1`` every rank divides
 ``chunked_prefill_size`` by ``dp_size`` (an error if it reaches 0) and scales
@@ -24,7 +24,6 @@ import math
 from typing import TYPE_CHECKING
 
 from attrs import field, frozen, validators
-
 from servesim.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -140,9 +139,7 @@ def validate(config: EngineConfig, sg: SglangConfig) -> list[tuple[str, str]]:
         out.append(("engine.enable_chunked_prefill", "must be true for the sglang backend"))
     if sg.page_size is not None and sg.page_size <= 0:
         out.append((f"{SECTION}.page_size", f"must be > 0, got {sg.page_size}"))
-    elif (
-        sg.page_size is not None and config.block_size is not None and sg.page_size != config.block_size
-    ):
+    elif sg.page_size is not None and config.block_size is not None and sg.page_size != config.block_size:
         out.append(
             (
                 f"{SECTION}.page_size",

@@ -296,9 +296,7 @@ class RadixCache:
         upper.children[self._child_key(child.key, 0)] = child
         return upper
 
-    def insert(
-        self, start: RadixNode, tokens: Sequence[int], begin: int, end: int
-    ) -> tuple[RadixNode, int]:
+    def insert(self, start: RadixNode, tokens: Sequence[int], begin: int, end: int) -> tuple[RadixNode, int]:
         """Insert ``tokens[begin:end]`` below ``start`` (whose path covers ``tokens[:begin]``).
 
         Returns the deepest node of the inserted path and how many of those tokens were already
@@ -310,8 +308,10 @@ class RadixCache:
         self._touch_path(start, stamp)
         cur, off, dup = start, begin, 0
         while off < end:
-            extendable = cur is not self.root and not cur.children and (
-                cur.lock == 0 or (cur is start and cur.lock == 1)
+            extendable = (
+                cur is not self.root
+                and not cur.children
+                and (cur.lock == 0 or (cur is start and cur.lock == 1))
             )
             if extendable:
                 self._extend_leaf(cur, tokens, off, end, stamp)
@@ -332,9 +332,7 @@ class RadixCache:
             return upper, dup
         return cur, dup
 
-    def _extend_leaf(
-        self, node: RadixNode, tokens: Sequence[int], off: int, end: int, stamp: int
-    ) -> None:
+    def _extend_leaf(self, node: RadixNode, tokens: Sequence[int], off: int, end: int, stamp: int) -> None:
         parent_hash = node.hashes[-1] if node.hashes else None
         node.key.extend(tokens[off:end])
         node.stamp = stamp

@@ -25,7 +25,6 @@ from __future__ import annotations
 from typing import Any
 
 from attrs import define, field
-
 from servesim.config.engine import EngineConfig
 from servesim.contract import (
     APPLIED,
@@ -124,7 +123,11 @@ class SglangRank(Rank):
         self._c = _Counters()
         self._prefilled = False
         self._model_work = False
-        self._queued: tuple[int, tuple[int, int, float], tuple[int, int, float]] = (-1, (0, 0, 0.0), (0, 0, 0.0))
+        self._queued: tuple[int, tuple[int, int, float], tuple[int, int, float]] = (
+            -1,
+            (0, 0, 0.0),
+            (0, 0, 0.0),
+        )
 
     @classmethod
     def default_block_size_for(cls, backend_config: Any) -> int:

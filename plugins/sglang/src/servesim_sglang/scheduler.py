@@ -56,6 +56,7 @@ RETRACT_DECODE_STEPS = 20
 """SGLang ``SGLANG_RETRACT_DECODE_STEPS``: decode steps of KV kept per survivor when
 ``retract_decode`` re-estimates the ratio."""
 
+
 class PassOutcome:
     """Everything one pass produced; the rank turns it into contract effects.
 
@@ -461,4 +462,3 @@ class SglangScheduler:
                     self._retracted_ids.discard(rid)
                     return req
         return None
-
