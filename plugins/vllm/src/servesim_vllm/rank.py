@@ -51,6 +51,9 @@ class VllmPendingPass:
 
     started_at_ms: float
     effects: PassCompletionEffects
+    # Forward-pass metric fields, turned into ForwardPassMetrics (with the pass duration)
+    # at completion: one object per pass instead of building and then evolving one.
+    fpm_fields: dict[str, Any] | None = None
 
 
 class VllmRank(Rank):
@@ -161,22 +164,20 @@ class VllmRank(Rank):
             cached_tokens=res.cached_tokens,
         )
         effects = PassCompletionEffects(outputs=outputs, kv_events=self.sched.pool.drain_events())
-        if self.services.emit_forward_pass_metrics:
-            effects.forward_pass_metrics = self._fpm(res)
+        fpm = self._fpm(res) if self.services.emit_forward_pass_metrics else None
         if self.services.record_schedule:
             effects.schedule = self._record(res)
         self._pass_counter += 1
         start = PassStartEffects(tuple(res.admissions), tuple(res.pressure))
-        return RankPass(end, start, VllmPendingPass(now_ms, effects))
+        return RankPass(end, start, VllmPendingPass(now_ms, effects, fpm))
 
     def complete_pass(self, pending: VllmPendingPass, end_ms: float) -> PassCompletionEffects:
         effects = pending.effects
         effects.kv_events.extend(self.sched.pool.drain_events())
         effects.metrics = self.metrics()
-        fpm = effects.forward_pass_metrics
-        if fpm is not None:
-            effects.forward_pass_metrics = attrs.evolve(
-                fpm, duration_ms=max(0.0, end_ms - pending.started_at_ms)
+        if pending.fpm_fields is not None:
+            effects.forward_pass_metrics = ForwardPassMetrics(
+                **pending.fpm_fields, duration_ms=max(0.0, end_ms - pending.started_at_ms)
             )
         return effects
 
@@ -209,7 +210,7 @@ class VllmRank(Rank):
             preemptions_total=s.preemptions_total,
         )
 
-    def _fpm(self, res: PassResult) -> ForwardPassMetrics:
+    def _fpm(self, res: PassResult) -> dict[str, Any]:
         """dynamo-mocker.md §4.5: scheduled prefills and decodes, queued prefills and
         (preempted) decodes, population variances; ``duration_ms`` is set at completion."""
         pre = Welford()
@@ -222,7 +223,7 @@ class VllmRank(Rank):
         dn, dsum, dsq = res.decode_stats
         qp = self.sched.queued_prefill
         qd = self.sched.queued_decode
-        return ForwardPassMetrics(
+        return dict(
             worker_id=self.identity.worker_id,
             dp_rank=self.identity.dp_rank,
             counter_id=self._pass_counter,
