@@ -62,7 +62,8 @@ def admissions_by_request(result: DriveResult) -> dict[int, list[int]]:
 
 
 def test_golden_cases_exist() -> None:
-    assert {"prefix", "preempt_lifo", "preempt_fifo", "no_chunking", "seq_and_budget_limits"} <= set(CASES)
+    assert {"prefix", "preempt_lifo", "preempt_fifo", "no_chunking", "seq_and_budget_limits",
+            "max_model_len"} <= set(CASES)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -74,8 +75,13 @@ def test_matches_reference_peer(case: str) -> None:
         got = result.requests[i]
         arrival = want["arrival_time_ms"]
         assert got.arrival_ms == arrival
-        assert not got.rejected
+        assert got.rejected is want["rejected"], f"request {i}"
         assert len(got.token_times) == want["output_length"], f"request {i}"
+        if want["rejected"]:
+            # Rejected at admission: no token, terminal at the end of that pass.
+            assert got.completed_ms == pytest.approx(want["terminal_time_ms"], rel=0, abs=ABS_TOL_MS)
+            assert admissions.get(i) is None and want["admissions"] == 0
+            continue
         ttft = want["first_token_ms"] - arrival
         e2e = want["terminal_time_ms"] - arrival
         assert got.first_token_ms - arrival == pytest.approx(ttft, rel=0, abs=ABS_TOL_MS), f"request {i}"

@@ -33,6 +33,9 @@ CASES = {
     "seq_and_budget_limits": (["-n", "50", "--rate", "30", "--seed", "6"],
                               {"num_gpu_blocks": 400, "max_num_seqs": 4,
                                "max_num_batched_tokens": 512}),
+    # Prompts at or over max_model_len are rejected; the others stop at the model length.
+    "max_model_len": (["-n", "40", "--rate", "20", "--seed", "7"],
+                      {"num_gpu_blocks": 300, "max_model_len": 1200}),
 }
 KEPT = ("arrival_time_ms", "first_token_ms", "terminal_time_ms", "output_length",
         "reused_input_tokens")
@@ -59,13 +62,17 @@ def main() -> None:
             "engine": engine,
             "requests": [
                 {**{k: r[k] for k in KEPT},
-                 "first_admission_reused_tokens": r["admission_history"][0]["reused_input_tokens"],
+                 "rejected": r["terminal_status"] == "rejected",
+                 "first_admission_reused_tokens": (
+                     r["admission_history"][0]["reused_input_tokens"]
+                     if r["admission_history"] else None),
                  "admissions": len(r["admission_history"])}
                 for r in rows
             ],
         }
         (HERE / f"{name}.expected.json").write_text(json.dumps(out, indent=None, separators=(",", ":")) + "\n")
-        print(name, len(rows), "requests,", sum(r["admissions"] - 1 for r in out["requests"]), "readmissions")
+        print(name, len(rows), "requests,", sum(max(0, r["admissions"] - 1) for r in out["requests"]), "readmissions,",
+              sum(r["rejected"] for r in out["requests"]), "rejected")
 
 
 if __name__ == "__main__":
