@@ -32,10 +32,17 @@ if TYPE_CHECKING:
 class PolicyContext(Protocol):
     """What a policy may read from the rank (read-only)."""
 
-    page_size: int
-    lpm_fallback_threshold: int
-    check_threshold: int
-    deprioritize_threshold: int
+    @property
+    def page_size(self) -> int: ...
+
+    @property
+    def lpm_fallback_threshold(self) -> int: ...
+
+    @property
+    def check_threshold(self) -> int: ...
+
+    @property
+    def deprioritize_threshold(self) -> int: ...
 
     def prefix_match_len(self, request: SglangRequest) -> int:
         """Tokens of the request's sequence currently in the radix cache (read-only)."""

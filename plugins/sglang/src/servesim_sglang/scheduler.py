@@ -385,10 +385,11 @@ class SglangScheduler:
         return keep
 
     def _growth_pages(self, running: list[SglangRequest]) -> int:
+        """Pages every running request needs for its next token (``ceil(len+1) - held``)."""
         ps = self.cache.page_size
         if ps == 1:
-            return sum([len(r.tokens) + 1 - r.lease.pages for r in running])  # type: ignore[union-attr]
-        return sum([-(-(len(r.tokens) + 1) // ps) - r.lease.pages for r in running])  # type: ignore[union-attr]
+            return sum([len(r.tokens) + 1 - r.allocated_pages for r in running])
+        return sum([-(-(len(r.tokens) + 1) // ps) - r.allocated_pages for r in running])
 
     def _check_decode_mem(self, now: float, out: PassOutcome) -> list[SglangRequest]:
         cache, ps = self.cache, self.p.page_size
