@@ -23,6 +23,7 @@ from servesim.contract import (
 )
 from servesim.engine import Engine
 from servesim.errors import CommandRejected
+from servesim.kv.hashing import chain_hash, local_block_hash
 from servesim.testing.driver import drive
 from servesim.timing.base import TimingModel
 from servesim.tokens import Tokens
@@ -204,3 +205,23 @@ def test_without_chunked_context_a_prompt_waits_for_a_whole_budget(make_engine: 
     assert records[0].scheduled == {0: 16}
     assert records[1].scheduled == {0: 1, 1: 16}
     assert result.requests[9].rejected
+
+
+def test_kv_token_ids_and_planned_outputs(make_engine: MakeEngine) -> None:
+    """With ``emit_kv_token_ids`` Stored blocks carry their tokens; a block of planned
+    outputs hashes those tokens, so equal histories share it (dynamo-mocker.md §2.6)."""
+    engine = make_engine(block_size=4, kv_events=True, emit_kv_token_ids=True)
+    planned = (7, 8, 9, 10, 11)
+    result = drive(engine, [(0.0, Request(0, tokens(4), 5, planned))])
+    assert len(result.requests[0].token_times) == 5
+    blocks = [
+        b
+        for done in result.completions
+        for e in done.by_rank[0].effects.kv_events
+        if isinstance(e.data, StoredBlocks)
+        for b in e.data.blocks
+    ]
+    # Prompt block, then the block of generated tokens 7..10 (11 is the dangling token).
+    assert [b.token_ids for b in blocks] == [(0, 1, 2, 3), (7, 8, 9, 10)]
+    assert blocks[1].tokens_hash == local_block_hash([7, 8, 9, 10])
+    assert blocks[1].block_hash == chain_hash(blocks[0].block_hash, blocks[1].tokens_hash)

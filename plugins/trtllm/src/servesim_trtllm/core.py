@@ -97,12 +97,13 @@ class TrtCore:
         self.reserved = 0  # Σ_running blocks_needed_to_finish, kept incrementally
         self._order = 0
         self._salt = salt
+        self.token_ids_in_events = False  # engine.emit_kv_token_ids, when events are on
 
     # -- commands -----------------------------------------------------------------------
 
     def submit(self, request: Request) -> TrtRequest:
         """Enqueue with the reference's normalisation (dynamo-mocker.md §6)."""
-        r = TrtRequest(request, self._order, self.bs, (self._salt ^ request.request_id) & _MASK64)
+        r = TrtRequest(request, self._order, self.bs, self._salt)
         self._order += 1
         prompt = r.prompt_len
         limit = self.limits.max_num_tokens
@@ -245,8 +246,7 @@ class TrtCore:
             if self.native:
                 work.to_finalize.append(r)
             else:
-                seq, local = r.hashes(target // bs, bs)
-                self.pool.finalize(r.table, target // bs, seq, local)
+                self._finalize(r, target // bs)
         work.record_context(r, desired, prompt_before, min(target, r.ctx_len) - prompt_before)
         return True
 
@@ -265,8 +265,7 @@ class TrtCore:
             if self.native:
                 work.to_finalize.append(r)
             else:
-                seq, local = r.hashes(target // bs, bs)
-                self.pool.finalize(table, target // bs, seq, local)
+                self._finalize(r, target // bs)
         work.scheduled.append(r)
         work.tokens.append(1)
         return True
@@ -280,8 +279,15 @@ class TrtCore:
         for r in work.to_finalize:
             full = r.num_computed // bs
             if r.started and full > r.table.num_cached:
-                seq, local = r.hashes(full, bs)
-                self.pool.finalize(r.table, full, seq, local)
+                self._finalize(r, full)
+
+    def _finalize(self, r: TrtRequest, upto: int) -> None:
+        bs = self.bs
+        seq, local = r.hashes(upto, bs)
+        tokens = None
+        if self.token_ids_in_events:
+            tokens = lambda i: r.tokens(i * bs, (i + 1) * bs)  # noqa: E731
+        self.pool.finalize(r.table, upto, seq, local, tokens)
 
     def _admit(self, r: TrtRequest, work: StepWork) -> None:
         r.started = True

@@ -93,6 +93,7 @@ class TrtllmRank(Rank):
         self.core = TrtCore(
             config, trt, effective_limits(config, trt), pool, services.timing, identity.seed_offset
         )
+        self.core.token_ids_in_events = config.emit_kv_token_ids and services.emit_kv_events
         self.policy = trt.capacity_scheduler_policy
         self._fpm_counter = 0
         self._prefilled = False

@@ -7,25 +7,22 @@ step computes it (dynamo-mocker.md §2.3: a decoding request uses one budget tok
 after a MAX_UTILIZATION pause, prompt + generated (TensorRT-LLM's ``LlmRequest::pause``
 moves the generated tokens into the prompt).
 
-Block identities (dynamo-mocker.md §2.6, §3.1): prompt blocks hash their tokens through the
-prompt's :class:`~servesim.tokens.TokenSeq`. A block holding generated tokens gets a
-deterministic per-request identity instead of hashing sampled tokens: the reference samples
-random token ids, so such blocks are never shared across requests either, and servesim
-avoids materialising per-token values (DESIGN.md §7). With planned ``output_token_ids`` the
-real tokens are hashed, so two requests with equal planned outputs do share blocks.
+Block identities (dynamo-mocker.md §2.6, §3.1): blocks hash their tokens. Generated tokens
+are never stored: token ``g`` is ``output_token_ids[g]`` when the request plans its outputs,
+else the deterministic pseudo token ``base + g`` with a per-request ``base`` (the reference
+samples random u32 ids, so generated blocks are never shared across requests; servesim
+stays reproducible). They are materialised a block at a time, only when a block holding
+them becomes full and needs its hash (DESIGN.md §7).
 """
 
 from __future__ import annotations
 
-import struct
-
 from servesim.contract import Request
-from servesim.kv.hashing import SEED, chain_hash, local_block_hash
+from servesim.kv.hashing import chain_hash, local_block_hash
 from servesim.kv.pool import BlockTable
-from xxhash import xxh3_64_intdigest
 
-_IDENTITY = struct.Struct("<QQQ")
-_GENERATED_TAG = 0x7472746C6C6D  # "trtllm": keeps synthetic identities off real token hashes
+_MASK32 = 0xFFFFFFFF
+_MASK64 = 0xFFFFFFFFFFFFFFFF
 
 
 class TrtRequest:
@@ -50,7 +47,7 @@ class TrtRequest:
         "total_blocks",
         "_seq_hashes",
         "_local_hashes",
-        "_salt",
+        "_base",
     )
 
     def __init__(self, request: Request, order: int, block_size: int, salt: int) -> None:
@@ -72,7 +69,8 @@ class TrtRequest:
         self.total_blocks = 0
         self._seq_hashes: list[int] | None = None
         self._local_hashes: list[int] | None = None
-        self._salt = salt
+        # Pseudo token g is ``_base + g``; a base below 2**31 keeps every token a u32.
+        self._base = (((salt ^ self.rid) * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & _MASK64) >> 33
 
     # -- lengths ----------------------------------------------------------------------------
 
@@ -113,13 +111,21 @@ class TrtRequest:
 
     def _generated_block_hash(self, index: int, block_size: int) -> int:
         start = index * block_size
-        planned = self.request.output_token_ids
-        if planned is not None:
-            tail = self.request.prompt.tokens(start, min(self.prompt_len, start + block_size))
-            head = max(0, start - self.prompt_len)
-            need = block_size - len(tail)
-            return local_block_hash(tail + list(planned[head : head + need]))
-        return xxh3_64_intdigest(_IDENTITY.pack(_GENERATED_TAG, self._salt, index), seed=SEED)
+        return local_block_hash(self.tokens(start, start + block_size))
+
+    def tokens(self, start: int, end: int) -> list[int]:
+        """Known tokens ``[start, end)``: prompt, then generated (planned or pseudo)."""
+        plen = self.prompt_len
+        out = self.request.prompt.tokens(start, min(end, plen)) if start < plen else []
+        g0 = max(start, plen) - plen
+        g1 = end - plen
+        if g1 > g0:
+            planned = self.request.output_token_ids
+            if planned is not None:
+                out.extend(t & _MASK32 for t in planned[g0:g1])
+            else:
+                out.extend(range(self._base + g0, self._base + g1))
+        return out
 
     def __repr__(self) -> str:
         return (
