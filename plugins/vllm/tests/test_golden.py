@@ -49,7 +49,8 @@ def replay(case: str) -> tuple[dict[str, Any], DriveResult]:
         engine_kw["preemption_mode"] = PreemptionMode(engine_kw["preemption_mode"])
     factory = EngineFactory(EngineConfig(**engine_kw), VllmRank, PolynomialTiming())
     arrivals = load_trace(GOLDEN / f"{case}.trace.jsonl", expected["trace_block_size"])
-    return expected, drive(factory.build(0), arrivals)
+    routed = [(at, r, want.get("dp_rank", 0)) for (at, r), want in zip(arrivals, expected["requests"])]
+    return expected, drive(factory.build(0), routed)
 
 
 def admissions_by_request(result: DriveResult) -> dict[int, list[int]]:
@@ -63,7 +64,7 @@ def admissions_by_request(result: DriveResult) -> dict[int, list[int]]:
 
 def test_golden_cases_exist() -> None:
     assert {"prefix", "preempt_lifo", "preempt_fifo", "no_chunking", "seq_and_budget_limits",
-            "max_model_len"} <= set(CASES)
+            "max_model_len", "dp2_preempt"} <= set(CASES)
 
 
 @pytest.mark.parametrize("case", CASES)

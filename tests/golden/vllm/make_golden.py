@@ -36,7 +36,12 @@ CASES = {
     # Prompts at or over max_model_len are rejected; the others stop at the model length.
     "max_model_len": (["-n", "40", "--rate", "20", "--seed", "7"],
                       {"num_gpu_blocks": 300, "max_model_len": 1200}),
+    # Attention DP: two ranks share pass boundaries; the peer assigns ranks round-robin
+    # and the golden data keeps each request's rank.
+    "dp2_preempt": (["-n", "40", "--rate", "20", "--seed", "7"],
+                    {"num_gpu_blocks": 200, "dp_size": 2}),
 }
+LAUNCH_KEYS = ("dp_size",)  # top-level keys for the peer, EngineConfig fields for servesim
 KEPT = ("arrival_time_ms", "first_token_ms", "terminal_time_ms", "output_length",
         "reused_input_tokens")
 
@@ -52,7 +57,9 @@ def main() -> None:
                 [sys.executable, str(TOOLS / "peer_dynamo.py"), str(trace),
                  "--set", f"trace_block_size={TRACE_BLOCK_SIZE}",
                  "--set", f"report_jsonl_path={report}",
-                 "--set", "engine=" + json.dumps(engine)],
+                 *[a for k in LAUNCH_KEYS if k in engine for a in ("--set", f"{k}={engine[k]}")],
+                 "--set", "engine=" + json.dumps({k: v for k, v in engine.items()
+                                                  if k not in LAUNCH_KEYS})],
                 check=True, stdout=subprocess.DEVNULL)
             rows = [json.loads(line) for line in report.read_text().splitlines() if line.strip()]
         rows.sort(key=lambda r: r["arrival_time_ms"])
@@ -66,7 +73,8 @@ def main() -> None:
                  "first_admission_reused_tokens": (
                      r["admission_history"][0]["reused_input_tokens"]
                      if r["admission_history"] else None),
-                 "admissions": len(r["admission_history"])}
+                 "admissions": len(r["admission_history"]),
+                 "dp_rank": r["routing_history"][0]["dp_rank"] if r["routing_history"] else 0}
                 for r in rows
             ],
         }
