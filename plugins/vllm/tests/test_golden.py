@@ -64,7 +64,7 @@ def admissions_by_request(result: DriveResult) -> dict[int, list[int]]:
 
 def test_golden_cases_exist() -> None:
     assert {"prefix", "preempt_lifo", "preempt_fifo", "no_chunking", "seq_and_budget_limits",
-            "max_model_len", "dp2_preempt"} <= set(CASES)
+            "max_model_len", "dp2_preempt", "no_prefix_cache_preempt", "speedup_ratios"} <= set(CASES)
 
 
 @pytest.mark.parametrize("case", CASES)

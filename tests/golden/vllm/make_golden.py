@@ -40,6 +40,10 @@ CASES = {
     # and the golden data keeps each request's rank.
     "dp2_preempt": (["-n", "40", "--rate", "20", "--seed", "7"],
                     {"num_gpu_blocks": 200, "dp_size": 2}),
+    "no_prefix_cache_preempt": (["-n", "40", "--rate", "20", "--seed", "7"],
+                                {"num_gpu_blocks": 40, "enable_prefix_caching": False}),
+    "speedup_ratios": (["-n", "40", "--rate", "40", "--seed", "9"],
+                       {"num_gpu_blocks": 1000, "speedup_ratio": 2.0, "decode_speedup_ratio": 1.5}),
 }
 LAUNCH_KEYS = ("dp_size",)  # top-level keys for the peer, EngineConfig fields for servesim
 KEPT = ("arrival_time_ms", "first_token_ms", "terminal_time_ms", "output_length",
