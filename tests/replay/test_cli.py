@@ -4,8 +4,10 @@
 mocker, through ``/work/shared/tools/peer_dynamo.py``; the exact command is stored in the file)
 on ``data/<name>_trace.jsonl``, with 2 workers, round robin, default vLLM engine arguments and
 polynomial timing: ``peer_rr2`` has 200 single-turn requests with shared prefixes,
-``peer_sessions`` 30 three-turn sessions with 0, 25.5 and 300 ms delays. With deterministic
-routing every request's arrival, first-token and completion times compare one to one.
+``peer_sessions`` 30 three-turn sessions with 0, 25.5 and 300 ms delays, replayed in timestamp
+mode, in concurrency mode (2 sessions) and with ``arrival_speedup_ratio`` 3 (``servesim_sets``
+in each file). With deterministic routing every request's arrival, first-token and completion
+times compare one to one.
 """
 
 from __future__ import annotations
@@ -40,18 +42,23 @@ def test_default_scenario_prints_table_and_writes_identical_json(tmp_path, capsy
     assert rep["prefix_cache_hit_rate"] > 0.2  # the default scenario shares prefixes
 
 
-@pytest.mark.parametrize("name", ["peer_rr2", "peer_sessions"])
-def test_trace_run_matches_reference_per_request(tmp_path, name):
+@pytest.mark.parametrize(
+    ("trace", "name"),
+    [("peer_rr2", "peer_rr2"), ("peer_sessions", "peer_sessions"),
+     ("peer_sessions", "peer_sessions_c2"), ("peer_sessions", "peer_sessions_s3")],
+)
+def test_trace_run_matches_reference_per_request(tmp_path, trace, name):
     out, per = tmp_path / "r.json", tmp_path / "req.jsonl"
-    code = run_cli("--trace", str(DATA / f"{name}_trace.jsonl"), "--set", "cluster.workers=2",
-                   "--set", "workload.trace.trace_block_size=64", "--quiet",
+    peer = json.loads((DATA / f"{name}_report.json").read_text())
+    sets = [arg for s in peer.get("servesim_sets", []) for arg in ("--set", s)]
+    code = run_cli("--trace", str(DATA / f"{trace}_trace.jsonl"), "--set", "cluster.workers=2",
+                   "--set", "workload.trace.trace_block_size=64", *sets, "--quiet",
                    "--output-json", str(out), "--per-request", str(per))
     assert code == 0
-    peer = json.loads((DATA / f"{name}_report.json").read_text())
     fields = peer["request_fields"]
     ref = [dict(zip(fields, r, strict=True)) for r in peer["requests"]]
     ours = sorted((json.loads(line) for line in per.read_text().splitlines()),
-                  key=lambda r: (r["arrival_ms"], r["first_token_ms"]))
+                  key=lambda r: (r["arrival_ms"], r["first_token_ms"], r["completion_ms"]))
     assert len(ours) == len(ref)
     for a, b in zip(ours, ref, strict=True):
         # later turns arrive when the previous turn finishes (+ delay): times, not only order

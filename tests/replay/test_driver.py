@@ -97,6 +97,42 @@ def test_concurrency_mode_keeps_n_in_flight():
     assert r2.log.arrival[:2] == [0.0, 0.0] and r2.log.max_in_flight == 2
 
 
+def test_concurrency_caps_sessions_not_requests():
+    # cap 1: session a holds its slot through its 5 ms think time; b waits for a to end
+    wl = trace(
+        rec(0, [1], 1, session_id="a"),
+        {"hash_ids": [1, 2], "output_length": 1, "session_id": "a", "delay": 5},
+        rec(0, [7], 1, session_id="b"),
+    )
+    log = replay(wl, concurrency=1).log
+    assert log.arrival == [0.0, 15.0, 25.0]  # a0 done 10, a1 due 15 (done 25), then b
+    # sessions start in file order, not timestamp order
+    wl = trace(rec(900, [1], 1), rec(5, [2], 1))
+    assert replay(wl, concurrency=1).log.arrival == [0.0, 10.0]
+
+
+def test_speedup_divides_inter_turn_delays_too():
+    wl = trace(rec(0, [1], 1, session_id="a"),
+               {"hash_ids": [1, 2], "output_length": 1, "session_id": "a", "delay": 40})
+    log = replay(wl, arrival_speedup_ratio=4.0).log
+    assert log.arrival[1] == log.done[0] + 10.0
+
+
+def test_timestamp_mode_needs_first_turn_timestamps():
+    from servesim.errors import TraceError
+
+    wl = trace(rec(0, [1], 1), {"hash_ids": [2], "output_length": 1})
+    with pytest.raises(TraceError, match="t.jsonl:2: timestamp mode needs"):
+        replay(wl)
+    assert replay(wl, concurrency=2).log.arrival == [0.0, 0.0]
+
+
+def test_same_time_arrivals_dispatch_in_session_order():
+    wl = trace(rec(7, [1], 1), rec(3, [2], 1), rec(7, [3], 1))
+    # rebased: 4, 0, 4; round robin over 2 workers follows dispatch order 1, 0, 2
+    assert replay(wl, workers=2).log.worker == [1, 0, 0]
+
+
 def test_round_robin_order_across_workers():
     wl = trace(*[rec(i, [i + 1], 1) for i in range(5)])
     r = replay(wl, workers=2)

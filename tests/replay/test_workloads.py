@@ -35,9 +35,10 @@ def test_fields_aliases_and_clamping(tmp_path):
     assert [t.output_length for t in turns] == [3, 2, 1]
     assert [t.line for t in turns] == [1, 3, 4]
     assert turns[0].prompt.tokens() == [7, 7, 7, 7, 8]
-    # sessions sorted by timestamp; request ids keep file order
-    assert [s.turns[0].request_id for s in wl.sessions] == [1, 0, 2]
-    assert [s.session_id for s in wl.sessions] == ["request_3", "request_1", "request_4"]
+    # sessions and request ids keep file order; timestamps stay raw (rebased at replay)
+    assert [s.turns[0].request_id for s in wl.sessions] == [0, 1, 2]
+    assert [s.session_id for s in wl.sessions] == ["request_1", "request_3", "request_4"]
+    assert [s.start_ms for s in wl.sessions] == [10.0, 4.0, 20.0]
 
 
 def test_sessions_and_delays():
@@ -67,8 +68,9 @@ def test_sessions_and_delays():
         (j(timestamp=0, output_length=1, hash_ids="abc"), "'hash_ids' must be a list"),
         (j(timestamp=0, output_length=1, hash_ids=[1, -2]), "'hash_ids[1]' must be"),
         (j(timestamp=0, output_length=1, hash_ids=[1, True]), "'hash_ids[1]' must be"),
+        (j(timestamp=0, output_length=1, hash_ids=[]), "'hash_ids' must not be empty"),
+        (j(timestamp=0, output_length=1, input_length=0, hash_ids=[1]), "must be positive"),
         (j(timestamp="soon", output_length=1, hash_ids=[1]), "'timestamp' must be a finite"),
-        (j(output_length=1, hash_ids=[1]), "missing required field 'timestamp'"),
         (j(timestamp=0, output_length=1, hash_ids=[1], delay=5), "not allowed on a session's first"),
         (j(timestamp=0, output_length=1, output_tokens=1, hash_ids=[1]), "both 'output_length'"),
         (j(timestamp=0, output_length=1, hash_ids=[1], session_id=[1]), "'session_id' must be"),
@@ -96,6 +98,17 @@ def test_bad_later_turns(second, message):
     first = j(timestamp=10, output_length=1, hash_ids=[1], session_id="s")
     with pytest.raises(TraceError, match=message) as info:
         parse(first, second)
+    assert info.value.line == 2
+
+
+def test_first_turn_may_omit_timestamp_and_carry_zero_delay():
+    wl = parse(j(output_length=1, hash_ids=[1], session_id="s", delay=0),
+               j(output_length=1, hash_ids=[1, 2], session_id="s", delay=4))
+    assert wl.sessions[0].start_ms is None
+    assert [t.delay_ms for t in wl.sessions[0].turns] == [0.0, 4.0]
+    with pytest.raises(TraceError, match="previous turn of the session has none") as info:
+        parse(j(output_length=1, hash_ids=[1], session_id="s"),
+              j(timestamp=9, output_length=1, hash_ids=[1], session_id="s"))
     assert info.value.line == 2
 
 

@@ -8,24 +8,26 @@ request to a worker, and (4) starts a pass on every idle ready engine. Outputs a
 their columnar form (:class:`servesim.contract.OutputBatch`); per-request times go to a
 :class:`servesim.replay.stats.RequestLog`.
 
-Arrivals (dynamo-mocker.md §9.2): in timestamp mode a session's first turn arrives at its
-timestamp rebased to the earliest session and divided by ``arrival_speedup_ratio``; in
-concurrency mode (``concurrency=N``) timestamps are ignored and at most N requests are in
-flight. Either way a later turn is released only after the previous turn of its session
-finishes, plus its delay. In concurrency mode released later turns go before new sessions,
-so conversations finish rather than starve, and a turn's arrival (its TTFT origin) is its
-actual dispatch.
+Arrivals follow the reference's workload driver (dynamo-mocker.md §9.2; Dynamo's
+``loadgen/driver.rs``): in timestamp mode a session's first turn arrives at its timestamp
+rebased to the earliest session; in concurrency mode (``concurrency=N``) timestamps are ignored
+and at most N *sessions* are active — a session holds its slot across all its turns and
+think times, and the next session (in file order) starts when one ends. Either way a later
+turn is released only after the previous turn of its session finishes (or is rejected), plus
+its delay. ``arrival_speedup_ratio`` divides first-turn timestamps and inter-turn delays.
+Requests due at the same time are dispatched in session order, after the passes ending then
+have completed. A request's arrival (its TTFT origin) is the time it was due, which in
+concurrency mode is its dispatch.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Callable, Sequence
 
 from servesim.contract import KvEvent, PassStartEffects, Request, Submit
 from servesim.engine import Engine, EnginePassStarted
-from servesim.errors import CommandRejected, SimError
+from servesim.errors import CommandRejected, SimError, TraceError
 from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
 from servesim.replay.routers import RoundRobinRouter, Router
@@ -33,7 +35,7 @@ from servesim.replay.stats import RequestLog
 from servesim.replay.workload import Workload
 from servesim.sinks import FpmSink, KvEventSink, SinkError
 
-_PASS_END, _ARRIVAL, _RELEASE, _DEADLINE = 0, 1, 2, 3
+_PASS_END, _ARRIVAL, _DEADLINE = 0, 1, 2
 MAX_SAME_TIME_RETRIES = 64
 
 ProgressFn = Callable[[int, int, float], None]
@@ -80,17 +82,19 @@ class Replayer:
         self.turns = workload.turns()
         self.log = RequestLog([t.input_length for t in self.turns],
                               record_token_times=record_token_times)
-        self.session_of = [""] * len(self.turns)
-        self.next_turn = [-1] * len(self.turns)
-        for s in workload.sessions:
+        n = len(self.turns)
+        self.session_of = [""] * n
+        self.session_index = [0] * n
+        self.next_turn = [-1] * n
+        for i, s in enumerate(workload.sessions):
             for a, b in zip(s.turns, s.turns[1:], strict=False):
                 self.next_turn[a.request_id] = b.request_id
             for t in s.turns:
                 self.session_of[t.request_id] = s.session_id
+                self.session_index[t.request_id] = i
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self._next_session = 0
-        self._ready: deque[int] = deque()
         self._in_flight = 0
         self._finished = 0
         self._deadline_at: list[float | None] = [None] * len(self.engines)
@@ -115,22 +119,37 @@ class Replayer:
         self._seq += 1
         heapq.heappush(self._heap, (at, self._seq, kind, a, b))
 
-    def _push_next_session(self) -> None:
+    def _schedule_first_turns(self) -> None:
+        """Timestamp mode: every session's first turn, rebased and sped up."""
+        sessions = self.workload.sessions
+        missing = next((s for s in sessions if s.start_ms is None), None)
+        if missing is not None:
+            raise TraceError(
+                "timestamp mode needs a 'timestamp' on every session's first turn "
+                "(or set workload.concurrency)",
+                file=self.workload.source, line=missing.turns[0].line,
+            )
+        starts = [float(s.start_ms or 0.0) for s in sessions]
+        base = min(starts, default=0.0)
+        for s, start in zip(sessions, starts, strict=True):
+            self._push((start - base) / self.speedup, _ARRIVAL, s.turns[0].request_id)
+
+    def _activate_session(self, now: float) -> None:
+        """Concurrency mode: start the next session in file order."""
         sessions = self.workload.sessions
         if self._next_session < len(sessions):
             s = sessions[self._next_session]
-            at = (s.start_ms - sessions[0].start_ms) / self.speedup
             self._next_session += 1
-            self._push(at, _ARRIVAL, s.turns[0].request_id, 1)
+            self._push(now, _ARRIVAL, s.turns[0].request_id)
 
     # -- main loop ----------------------------------------------------------------------
 
     def run(self) -> RequestLog:
         if self.concurrency is None:
-            self._push_next_session()
+            self._schedule_first_turns()
         else:
-            self._fill(0.0)
-            self._start_passes(0.0)
+            for _ in range(self.concurrency):
+                self._activate_session(0.0)
         has_deadlines = self._has_deadlines
         heap = self._heap
         total = len(self.turns)
@@ -138,7 +157,6 @@ class Replayer:
         steps = 0
         pop = heapq.heappop
         complete = self._complete
-        closed_loop = self.concurrency is not None
         while heap:
             ev = pop(heap)
             now = ev[0]
@@ -152,8 +170,6 @@ class Replayer:
                 else:
                     if has_deadlines:
                         self._internal_work(now)
-                    if closed_loop:
-                        self._fill(now)
                     self._start_passes(now)
             else:
                 self._step(ev, now, has_deadlines)
@@ -167,34 +183,31 @@ class Replayer:
         return self.log
 
     def _step(self, ev: tuple[float, int, int, int, int] | None, now: float, has_deadlines: bool) -> None:
-        """Every event at ``now`` (pass ends, internal work, arrivals and releases, including
-        zero-delay releases those create), then new passes."""
+        """Every event at ``now``: pass ends first, then internal work, then the requests due
+        (including zero-delay turns those passes released) in session order, then new passes."""
         heap = self._heap
         pop = heapq.heappop
         batch = [] if ev is None else [ev]
-        while True:
-            while heap and heap[0][0] == now:
-                batch.append(pop(heap))
-            if not batch:
-                break
-            for item in batch:
-                if item[2] == _PASS_END:
-                    self._complete(item[3], item[4], now)
-            if has_deadlines:
-                self._internal_work(now)
-            for item in batch:
-                kind = item[2]
-                if kind == _DEADLINE:
-                    self._dirty.add(item[3])
-                elif kind == _ARRIVAL:
-                    if item[4]:  # a session's first turn: queue the next session's
-                        self._push_next_session()
-                    self._submit(item[3], now)
-                elif kind == _RELEASE:
-                    self._ready.append(item[3])
-            batch = []
-        if self.concurrency is not None:
-            self._fill(now)
+        while heap and heap[0][0] == now:
+            batch.append(pop(heap))
+        due = []
+        for item in batch:
+            if item[2] == _PASS_END:
+                self._complete(item[3], item[4], now)
+            elif item[2] == _DEADLINE:
+                self._dirty.add(item[3])
+            else:
+                due.append(item[3])
+        # Completions only ever add arrivals at ``now`` (passes start below).
+        while heap and heap[0][0] == now:
+            due.append(pop(heap)[3])
+        if has_deadlines:
+            self._internal_work(now)
+        if len(due) > 1:
+            index = self.session_index
+            due.sort(key=lambda rid: (index[rid], rid))
+        for rid in due:
+            self._submit(rid, now)
         self._start_passes(now)
 
     def _check_drained(self) -> None:
@@ -206,19 +219,6 @@ class Replayer:
             )
 
     # -- arrivals -----------------------------------------------------------------------
-
-    def _fill(self, now: float) -> None:
-        assert self.concurrency is not None
-        sessions = self.workload.sessions
-        while self._in_flight < self.concurrency:
-            if self._ready:
-                self._submit(self._ready.popleft(), now)
-            elif self._next_session < len(sessions):
-                rid = sessions[self._next_session].turns[0].request_id
-                self._next_session += 1
-                self._submit(rid, now)
-            else:
-                return
 
     def _submit(self, rid: int, now: float) -> None:
         turn = self.turns[rid]
@@ -357,8 +357,9 @@ class Replayer:
         self._finished += 1
         nxt = self.next_turn[rid]
         if nxt >= 0:
-            at = now + self.turns[nxt].delay_ms
-            self._push(at, _ARRIVAL if self.concurrency is None else _RELEASE, nxt)
+            self._push(now + self.turns[nxt].delay_ms / self.speedup, _ARRIVAL, nxt)
+        elif self.concurrency is not None:
+            self._activate_session(now)
 
     # -- internal work and events ---------------------------------------------------------
 

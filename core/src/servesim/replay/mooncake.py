@@ -9,9 +9,11 @@ finishes; forbidden on a session's first turn). A later turn without an explicit
 ``timestamp - previous timestamp`` of its session when both are given, else 0. Unknown keys are
 ignored so AIPerf's superset (``messages``, ``extra``...) still loads. Blank lines are skipped.
 
-servesim requires a ``timestamp`` on every session's first turn: the reference's behaviour for
-a missing one is not specified (dynamo-mocker.md §11), and silently arriving at 0 would turn a
-typo into a burst.
+Validation follows the reference reader (Dynamo's ``loadgen/trace.rs``): ``hash_ids`` must not be
+empty, ``input_length`` must be positive, a first turn may carry only a zero delay, a later
+turn's delay inferred from timestamps needs the previous turn's timestamp. A first turn
+without ``timestamp`` is accepted here and refused by timestamp-mode replay (concurrency mode
+ignores timestamps), as in the reference.
 """
 
 from __future__ import annotations
@@ -76,12 +78,16 @@ class _Record:
         if hid is None:
             raise ValueError("missing required field 'hash_ids'")
         self.hash_ids = _hash_ids(hid)
+        if not self.hash_ids:
+            raise ValueError("'hash_ids' must not be empty")
         out = _pick(obj, "output_length")
         if out is None:
             raise ValueError("missing required field 'output_length'")
         self.output_length = _non_negative_int(*out)
         inp = _pick(obj, "input_length")
         self.input_length = None if inp is None else _non_negative_int(*inp)
+        if self.input_length == 0:
+            raise ValueError("'input_length' must be positive")
         ts = _pick(obj, "timestamp")
         self.timestamp = None if ts is None else _finite(*ts, non_negative=False)
         sid = obj.get("session_id")
@@ -137,7 +143,7 @@ class MooncakeTrace:
             turn = Turn(rid, prompt, rec.output_length, delay, lineno)
             rid += 1
             if session is None:
-                session = sessions[sid] = Session(sid, rec.timestamp or 0.0)
+                session = sessions[sid] = Session(sid, rec.timestamp)
             session.turns.append(turn)
             if rec.timestamp is not None:
                 last_ts[sid] = rec.timestamp
@@ -146,14 +152,17 @@ class MooncakeTrace:
 
 def _turn_delay(rec: _Record, first: bool, prev_ts: float | None) -> float:
     if first:
-        if rec.delay is not None:
-            raise ValueError("'delay' is not allowed on a session's first turn")
-        if rec.timestamp is None:
-            raise ValueError("missing required field 'timestamp' on a session's first turn")
+        if rec.delay:
+            raise ValueError("a non-zero 'delay' is not allowed on a session's first turn")
         return 0.0
     if rec.delay is not None:
         return rec.delay
-    if rec.timestamp is not None and prev_ts is not None:
+    if rec.timestamp is not None:
+        if prev_ts is None:
+            raise ValueError(
+                "cannot infer the turn's delay from 'timestamp': the previous turn of the "
+                "session has none (give 'delay')"
+            )
         gap = rec.timestamp - prev_ts
         if gap < 0:
             raise ValueError(

@@ -34,16 +34,18 @@ class Turn:
 
 @define(slots=True)
 class Session:
-    """Turns in order; ``start_ms`` is the first turn's raw (not yet rebased) timestamp."""
+    """Turns in order; ``start_ms`` is the first turn's raw (not yet rebased) timestamp, or
+    None when the trace gives none (allowed only in concurrency mode)."""
 
     session_id: str
-    start_ms: float
+    start_ms: float | None
     turns: list[Turn] = field(factory=list)
 
 
 @frozen
 class Workload:
-    """Sessions sorted by ``(start_ms, first request id)``; request ids are dense ``0..n-1``."""
+    """Sessions in file order (the order concurrency mode starts them in; timestamp mode
+    orders arrivals by time, then by this order). Request ids are dense ``0..n-1``."""
 
     sessions: tuple[Session, ...]
     source: str = "<workload>"
@@ -62,11 +64,8 @@ class Workload:
 
 
 def make_workload(sessions: Sequence[Session], source: str) -> Workload:
-    """Sort sessions by first-turn time, then by first request id (file order)."""
-    ordered = sorted(
-        (s for s in sessions if s.turns), key=lambda s: (s.start_ms, s.turns[0].request_id)
-    )
-    return Workload(tuple(ordered), source)
+    """A workload of the non-empty ``sessions``, in the given (file) order."""
+    return Workload(tuple(s for s in sessions if s.turns), source)
 
 
 class TraceFormat(Protocol):
