@@ -68,6 +68,14 @@ def test_lof_is_longest_output_first_and_stable() -> None:
     assert [r.rid for r in LofPolicy().order(waiting, FakeContext({}))] == [1, 0, 2, 3]  # type: ignore[union-attr]
 
 
+def test_lof_and_random_keep_a_half_prefilled_request_first() -> None:
+    waiting = [sreq(i, [i] * 8, out=i) for i in range(6)]
+    waiting[3].materialized = 4  # part-way through its chunks
+    assert [r.rid for r in LofPolicy().order(waiting, FakeContext({}))] == [3, 5, 4, 2, 1, 0]  # type: ignore[union-attr]
+    for seed in range(5):
+        assert RandomPolicy(seed).order(waiting, FakeContext({}))[0].rid == 3  # type: ignore[index]
+
+
 def test_random_is_seeded() -> None:
     waiting = [sreq(i, [i]) for i in range(12)]
     ctx = FakeContext({})

@@ -15,6 +15,11 @@ Built-ins, after SGLang ``schedule_policy.py`` and dynamo-mocker.md §5:
 * ``lof``: longest output first (by planned output tokens), stable.
 * ``random``: a seeded shuffle; the generator lives for the rank's lifetime, so a run is
   reproducible while successive passes still see different orders.
+
+A request whose prefill is part-way through its chunks sits at the front of the queue the
+policy orders (as in the reference, whose LPM sorts it with the rest). ``lof`` and ``random``
+— not in the reference — keep such requests first, as SGLang does with its ``chunked_req``, so
+a half-prefilled request never holds its KV while others overtake it.
 """
 
 from __future__ import annotations
@@ -84,9 +89,16 @@ class LpmPolicy(SchedulePolicy):
         return [s[2] for s in scored]
 
 
+def _in_progress_first(waiting: list[SglangRequest]) -> tuple[list[SglangRequest], list[SglangRequest]]:
+    started = [r for r in waiting if r.materialized > 0]
+    rest = [r for r in waiting if r.materialized == 0] if started else waiting
+    return started, rest
+
+
 class LofPolicy(SchedulePolicy):
     def order(self, waiting: list[SglangRequest], ctx: PolicyContext) -> list[SglangRequest] | None:
-        return sorted(waiting, key=lambda r: -r.max_out)
+        started, rest = _in_progress_first(waiting)
+        return started + sorted(rest, key=lambda r: -r.max_out)
 
 
 class RandomPolicy(SchedulePolicy):
@@ -95,9 +107,10 @@ class RandomPolicy(SchedulePolicy):
         self._rng = random.Random(seed)
 
     def order(self, waiting: list[SglangRequest], ctx: PolicyContext) -> list[SglangRequest] | None:
-        out = list(waiting)
+        started, rest = _in_progress_first(waiting)
+        out = list(rest)
         self._rng.shuffle(out)
-        return out
+        return started + out
 
 
 BUILTIN_POLICIES: dict[str, type[SchedulePolicy]] = {
