@@ -32,6 +32,15 @@ def test_duplicate_submit_is_rejected_without_change() -> None:
     assert done.by_rank[0].effects.outputs.token_request_ids == [1]
 
 
+def test_malformed_requests_are_rejected_without_change() -> None:
+    eng = make_engine(RecordingTiming(), block_size=4)
+    with pytest.raises(CommandRejected, match="empty"):
+        eng.apply(0, Submit(req(1, [], 3)), 0.0)
+    with pytest.raises(CommandRejected, match="max_output_tokens"):
+        eng.apply(0, Submit(req(2, 4, -1)), 0.0)
+    assert eng.is_drained() and not eng.is_ready()
+
+
 def test_cancel_waiting_request_retires_it() -> None:
     eng = make_engine(RecordingTiming(), block_size=4)
     eng.apply(0, Submit(req(1, 4, 1)), 0.0)

@@ -110,6 +110,8 @@ class VllmRank(Rank):
             raise CommandRejected(f"request {rid} is already active")
         if request.max_output_tokens < 0:
             raise CommandRejected(f"request {rid}: max_output_tokens must be >= 0")
+        if len(request.prompt) == 0:
+            raise CommandRejected(f"request {rid}: the prompt is empty (vLLM needs at least one token)")
         self.sched.submit(request)
         return CommandEffects(CommandResult.submitted(rid), metrics=self.metrics())
 

@@ -131,7 +131,6 @@ class VllmScheduler:
         # Pass-local state (valid only inside run_pass).
         self._now = 0.0
         self._budget = 0
-        self._cursor = 0
         self._res = PassResult()
         self._preempted_in_pass = False
 
@@ -173,7 +172,6 @@ class VllmScheduler:
     def run_pass(self, now: float) -> PassResult:
         self._now = now
         self._budget = self.max_tokens
-        self._cursor = 0
         self._res = res = PassResult()
         self._preempted_in_pass = False
         self._schedule_running()
@@ -201,9 +199,9 @@ class VllmScheduler:
                 budget -= 1
                 i += 1
                 continue
-            self._cursor, self._budget = i, budget
+            self._budget = budget
             used = self._schedule(req, 0, from_waiting=False)
-            i, budget = self._cursor, self._budget
+            budget = self._budget
             if used == _BLOCKED:
                 break
             if used != _CURRENT_PREEMPTED:
@@ -216,7 +214,6 @@ class VllmScheduler:
         cfg = self.cfg
         bs = self.bs
         pool = self.pool
-        self._cursor = _UNBOUNDED  # no running request is scheduled from here on
         while waiting and not self._preempted_in_pass and len(running) < self.max_seqs:
             req = waiting[0]
             if self._impossible(req):
@@ -338,11 +335,10 @@ class VllmScheduler:
         before = PressureState(len(running), len(self.waiting), pool.num_active)
         held = len(victim.table)
         idx = len(running) - 1 if running[-1] is victim else running.index(victim)
-        # The scan position is deliberately left alone: when a FIFO victim sits before the
-        # request being scheduled, the reference peer's index then points one past it, so
-        # the next running request sits this pass out. Matching that keeps FIFO replays
-        # identical to the peer (the golden preempt_fifo case); LIFO victims sit at or after
-        # the cursor, where nothing shifts.
+        # The running scan's index is deliberately not shifted back: when a FIFO victim sits
+        # before the request being scheduled, the index then points one past that request,
+        # so the next running request sits this pass out, as in the reference peer (golden
+        # case preempt_fifo). A LIFO victim sits at or after the scan, where nothing shifts.
         del running[idx]
         order = self._res.order
         if victim in order:  # scheduled earlier in this pass: undo it (O(batch), rare)
