@@ -55,23 +55,32 @@ def test_matches_reference(name: str) -> None:
     assert len(traces) == len(expected)
     by_arrival = sorted(traces.values(), key=lambda t: (t.arrival_ms, t.request_id))
     for row, trace in zip(expected, by_arrival, strict=True):
-        arrival, first, terminal, n_out, reused = row
+        arrival, first, terminal, n_out, reused, status = row
         assert trace.arrival_ms == arrival
-        assert not trace.rejected
-        assert len(trace.token_times) == n_out
-        assert trace.ttft_ms == pytest.approx(first - arrival, rel=REL), trace.request_id
         assert trace.completed_ms == pytest.approx(terminal, rel=REL), trace.request_id
+        assert len(trace.token_times) == n_out
+        if status == "rejected":
+            assert trace.rejected and first is None
+            continue
+        assert status == "completed" and not trace.rejected
+        assert trace.ttft_ms == pytest.approx(first - arrival, rel=REL), trace.request_id
         assert (trace.cached_tokens or 0) == reused, trace.request_id
 
 
 def test_cases_exist_and_stress_capacity() -> None:
     """The set covers the issue's shapes: ≥3 traces of 20-60 requests, one with a small pool
-    in which admission really waits (some request is admitted long after it arrived)."""
-    assert len(CASES) >= 3
+    in which admission really waits (some request is admitted long after it arrived), and
+    an edge-case trace (fully cached prompts, one-token outputs, a rejection)."""
+    sizes = {}
     for name in CASES:
         rows = json.loads((GOLDEN / name / "expected.json").read_text())["requests"]
-        assert 20 <= len(rows) <= 60
         assert len({r[0] for r in rows}) == len(rows)  # distinct arrivals identify requests
+        sizes[name] = len(rows)
+    assert sum(20 <= n <= 60 for n in sizes.values()) >= 3
+    edge = json.loads((GOLDEN / "edge_cases" / "expected.json").read_text())["requests"]
+    assert [r[5] for r in edge].count("rejected") == 1
+    assert all(r[1] is None or r[1] > r[0] for r in edge)  # a cached prompt still costs a call
+    assert any(r[4] == 128 for r in edge)
     small = json.loads((GOLDEN / "small_pool" / "expected.json").read_text())["requests"]
     assert max(first - arrival for arrival, first, *_ in small) > 1000.0
     assert any(r[4] > 0 for r in small)

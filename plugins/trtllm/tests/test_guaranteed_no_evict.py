@@ -225,3 +225,19 @@ def test_kv_token_ids_and_planned_outputs(make_engine: MakeEngine) -> None:
     assert [b.token_ids for b in blocks] == [(0, 1, 2, 3), (7, 8, 9, 10)]
     assert blocks[1].tokens_hash == local_block_hash([7, 8, 9, 10])
     assert blocks[1].block_hash == chain_hash(blocks[0].block_hash, blocks[1].tokens_hash)
+
+
+@pytest.mark.parametrize(
+    ("policy", "times"),
+    [
+        # Reference: no recompute; the decode call samples the first token (2 ms).
+        ("guaranteed_no_evict", [22.0, 24.0]),
+        # TensorRT-LLM recomputes the last block of a fully reused prompt (prefill 10 ms).
+        ("max_utilization", [30.0, 32.0]),
+    ],
+)
+def test_fully_cached_prompt(make_engine: MakeEngine, policy: str, times: list[float]) -> None:
+    reqs = [(0.0, Request(0, tokens(8), 1)), (20.0, Request(1, tokens(8), 2))]
+    result = drive(make_engine(policy, block_size=4), reqs)
+    assert result.requests[1].token_times == times
+    assert result.requests[1].cached_tokens == (8 if policy == "guaranteed_no_evict" else 4)

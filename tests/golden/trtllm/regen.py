@@ -9,7 +9,7 @@ with ``--block-size 64``) and ``config.json`` (``{"engine": {...}}`` with the re
 engine-argument names, which are also servesim's ``engine:`` names). This script runs
 ``peer_dynamo.py`` with ``trace_block_size=64`` and writes ``expected.json``: per request,
 sorted by arrival, ``[arrival_ms, first_token_ms, terminal_time_ms, output_length,
-reused_input_tokens]``.
+reused_input_tokens, terminal_status]``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ from pathlib import Path
 
 PEER = "/work/shared/tools/peer_dynamo.py"
 HERE = Path(__file__).resolve().parent
-FIELDS = ["arrival_time_ms", "first_token_ms", "terminal_time_ms", "output_length", "reused_input_tokens"]
+FIELDS = [
+    "arrival_time_ms",
+    "first_token_ms",
+    "terminal_time_ms",
+    "output_length",
+    "reused_input_tokens",
+    "terminal_status",
+]
 
 
 def regen(case: Path) -> None:

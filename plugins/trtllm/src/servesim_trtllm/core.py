@@ -368,17 +368,22 @@ class TrtCore:
     def ready_and_priced(self, work: StepWork) -> tuple[list[TrtRequest], list[TrtRequest]]:
         """Requests that sample this step, and those the decode call prices.
 
-        Only requests that were decoding before the step are priced (the context forward
-        samples the first token: aisimulate-engine.md §6.4, as the installed reference
-        behaves); ``first_token_decode_call`` prices the new ones too.
+        A request that computed context tokens this step gets its token from that context
+        forward (aisimulate-engine.md §6.4, as the installed reference behaves); every
+        other sampling request — decodes, and a fresh request whose whole prompt was
+        cached — is priced by the decode call (the reference prices a fully cached prompt
+        with a decode call over its prompt length). ``first_token_decode_call`` prices
+        the context-sampled tokens too.
         """
         ready: list[TrtRequest] = []
         priced: list[TrtRequest] = []
-        contexts = () if self.trt.first_token_decode_call else work.context_ids
+        computed_context: set[int] = set()
+        if not self.trt.first_token_decode_call:
+            computed_context = {r.rid for r, _, pt, _ in work.contexts if pt > 0}
         for r in work.scheduled:
             if r.num_computed >= r.prompt_len + r.generated:
                 ready.append(r)
-                if r.max_output > r.generated and r.rid not in contexts:
+                if r.max_output > r.generated and r.rid not in computed_context:
                     priced.append(r)
         return ready, priced
 
