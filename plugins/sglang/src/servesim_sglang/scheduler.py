@@ -331,7 +331,7 @@ class SglangScheduler:
         out.decode_lens = [len(r.tokens) for r in running]
         if not running:
             return False
-        retracted = self._check_decode_mem(now, out)
+        retracted, growth = self._check_decode_mem(now, out)
         if retracted:
             self._requeue(retracted)
             self.ratio = self._ratio_after_retraction()
@@ -344,7 +344,7 @@ class SglangScheduler:
             n, min(total_ctx, self.p.total_tokens), total_ctx // n, self.p.total_tokens
         )
         decode_ms = scaled_ms(raw, self.speedup * self.decode_speedup)
-        if not self._reserve(self._growth_pages(running)):
+        if not self._reserve(growth):
             return bool(retracted)
         out.model_work = True
         out.decode_forwards = n
@@ -391,13 +391,18 @@ class SglangScheduler:
             return sum([len(r.tokens) + 1 - r.allocated_pages for r in running])
         return sum([-(-(len(r.tokens) + 1) // ps) - r.allocated_pages for r in running])
 
-    def _check_decode_mem(self, now: float, out: PassOutcome) -> list[SglangRequest]:
+    def _check_decode_mem(self, now: float, out: PassOutcome) -> tuple[list[SglangRequest], int]:
+        """Retract until the next token of every survivor fits; evict cached pages for it.
+
+        Returns the retracted requests and the survivors' page growth for this step.
+        """
         cache, ps = self.cache, self.p.page_size
         retracted: list[SglangRequest] = []
         running = self.running
+        growth = self._growth_pages(running)
         while True:
             logical = cache.available_tokens + cache.evictable_size
-            needed = self._growth_pages(running) * ps
+            needed = growth * ps
             if logical >= needed or len(running) <= 1:
                 break
             victim = min(running, key=lambda r: r.output_len)
@@ -424,10 +429,11 @@ class SglangScheduler:
                 )
             )
             retracted.append(victim)
-        needed = self._growth_pages(running) * ps
+            growth = self._growth_pages(running)
+        needed = growth * ps
         if cache.available_tokens < needed:
             cache.evict(needed - cache.available_tokens)
-        return retracted
+        return retracted, growth
 
     def _requeue(self, retracted: list[SglangRequest]) -> None:
         self.waiting_version += 1
