@@ -14,6 +14,7 @@ from servesim.contract import (
     ResultKind,
     StoredBlocks,
     Submit,
+    WorkerType,
 )
 from servesim.engine import Engine
 from servesim.errors import CommandRejected, ConfigError, EngineError
@@ -108,6 +109,12 @@ def test_validate_config_names_key_paths() -> None:
         SglangRank.validate_config(EngineConfig(backend="sglang", block_size=4), SglangConfig(page_size=4))
         == []
     )
+    unsupported = EngineConfig(backend="sglang", aic_nextn=2, worker_type=WorkerType.PREFILL, block_size=0)
+    assert [p for p, _ in SglangRank.validate_config(unsupported, SglangConfig())] == [
+        "engine.block_size",
+        "engine.aic_nextn",
+        "engine.worker_type",
+    ]
     with pytest.raises(EngineError, match="engine.sglang.page_size: 2 differs"):
         make_engine({"block_size": 4}, {"page_size": 2})
 
