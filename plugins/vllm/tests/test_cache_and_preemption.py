@@ -194,3 +194,17 @@ def test_emit_kv_token_ids_puts_prompt_and_generated_tokens_in_stored_events() -
     same = [b for c in r2.completions for ev in c.by_rank[0].effects.kv_events for b in ev.data.blocks]
     assert [b.token_ids for b in same] == [None, None]
     assert [b.block_hash for b in same] == [b.block_hash for b in blocks]
+
+
+def test_a_request_that_outgrows_the_pool_ends_rejected_instead_of_cycling() -> None:
+    """servesim's no-hang rule (documented in VllmScheduler._impossible): a lone request
+    whose known tokens need more blocks than the pool has preempts itself and, since it can
+    never be readmitted, ends with a rejected terminal after the tokens it produced."""
+    eng = make_engine(RecordingTiming(), block_size=2, num_gpu_blocks=3)
+    r = drive(eng, [(0.0, req(1, 1, 7))])
+    t = r.requests[1]
+    assert t.token_times == [10.0, 12.0, 14.0, 16.0, 18.0, 20.0]
+    assert t.rejected and t.completed_ms == 20.0
+    pressure = [e for p in r.passes for e in p.by_rank[0].effects.pressure_events]
+    assert [(e.request_id, e.at_ms) for e in pressure] == [(1, 20.0)]
+    assert eng.is_drained() and eng.ranks[0].metrics().active_blocks == 0
