@@ -36,6 +36,7 @@ from oracle import oracle_available, run_oracle_batch  # noqa: E402
 from scenarios import GOLDEN, random_scenario  # noqa: E402
 
 from servesim.testing.vllm_conformance import (  # noqa: E402
+    COMPARED_FIELDS,
     Comparison,
     OracleOptions,
     ScenarioSpec,
@@ -96,7 +97,8 @@ def run_one(
         (d / "options.json").write_text(json.dumps(opts.to_json(), indent=1, sort_keys=True) + "\n")
     if a.ignore_trailing_empty and oracle_steps and not oracle_steps[-1]["scheduled"]:
         oracle_steps = oracle_steps[:-1]
-    return compare_steps(oracle_steps, mine), wall
+    fields = [f for f in COMPARED_FIELDS if f not in (a.ignore_fields or [])]
+    return compare_steps(oracle_steps, mine, fields=fields), wall
 
 
 def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], OracleOptions, Any]]:
@@ -138,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", help="engine.vllm.KEY=VALUE (JSON values)")
     p.add_argument("--emulate-null-block", action="store_true")
     p.add_argument("--ignore-trailing-empty", action="store_true")
+    p.add_argument("--ignore-fields", nargs="*", default=None,
+                   help="leave these step fields out of the comparison (e.g. free_blocks)")
     p.add_argument("--save", default=None, help="directory for both step logs per scenario")
     p.add_argument("--json", default=None, help="write the results table as JSON")
     p.add_argument("--min-percent", type=float, default=0.0)

@@ -72,6 +72,7 @@ class OracleOptions:
     per_step: int = 1
     max_model_len: int | None = None
     seed: int = 0
+    reserve_full_isl: bool | None = None  # None: vLLM's default (on in 0.32)
 
     def argv(self) -> list[str]:
         """Command-line arguments of ``vllm_sched_trace.py`` (besides trace and --out)."""
@@ -89,7 +90,15 @@ class OracleOptions:
         ]
         if self.max_model_len is not None:
             args.append(f"--max-model-len={self.max_model_len}")
+        if self.reserve_full_isl is not None:
+            args.append("--reserve-full-isl" if self.reserve_full_isl else "--no-reserve-full-isl")
         return args
+
+    def backend_settings(self) -> dict[str, Any]:
+        """``engine.vllm:`` keys these options imply (beyond the profile)."""
+        if self.reserve_full_isl is None:
+            return {}
+        return {"scheduler_reserve_full_isl": self.reserve_full_isl}
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
