@@ -77,6 +77,11 @@ def test_trace_run_matches_reference_per_request(tmp_path, trace, name):
     for ours_name, ref_name in (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("e2el", "e2e_ms")):
         for stat in ("mean", "median", "p90", "p99", "std"):
             assert rep[f"{stat}_{ours_name}_ms"] == pytest.approx(s[ref_name][stat], abs=1e-3)
+    if "goodput" in s:  # the reference's itl SLA is servesim's tpot SLA: (e2e - ttft) / (n - 1)
+        assert rep["goodput_completed"] == s["goodput"]["goodput_completed_requests"]
+        assert rep["request_goodput"] == pytest.approx(s["goodput"]["goodput_request_throughput_rps"])
+        assert rep["goodput_output_throughput"] == pytest.approx(
+            s["goodput"]["goodput_output_throughput_tok_s"])
     # the reference sketches ITL percentiles (DDSketch, 0.1% relative accuracy); the mean is exact
     assert rep["mean_itl_ms"] == pytest.approx(s["itl_ms"]["mean"], abs=1e-3)
     assert rep["p99_itl_ms"] == pytest.approx(s["itl_ms"]["p99"], rel=2e-3)
