@@ -37,6 +37,7 @@ output, see ``tests/golden/sglang``):
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -51,6 +52,15 @@ if TYPE_CHECKING:
 
     from servesim_sglang.config import SchedulerParams
     from servesim_sglang.policies import SchedulePolicy
+
+
+class _Stop(enum.Enum):
+    """Why admission stopped: a budget ran out, or allocation failed (OOM) after the budgets
+    had admitted the request."""
+
+    BUDGET = "budget"
+    OOM = "oom"
+
 
 RETRACT_DECODE_STEPS = 20
 """SGLang ``SGLANG_RETRACT_DECODE_STEPS``: decode steps of KV kept per survivor when
@@ -186,52 +196,28 @@ class SglangScheduler:
     # -- admission ------------------------------------------------------------------------
 
     def _admit(self, out: PassOutcome) -> tuple[list[SglangRequest], int, int]:
-        p, cache, ps = self.p, self.cache, self.p.page_size
-        clip, ratio = p.clip_max_new_tokens, self.ratio
-        reserved = sum(min(r.remaining_output, clip) for r in self.running) * ratio
-        rem_total = float(cache.available_tokens + cache.evictable_size) - reserved
-        rem_input = float(p.max_prefill_tokens)
-        rem_chunk = float(p.chunked_prefill_size)
+        """``get_new_batch_prefill``: admit from the head of the queue while budgets last."""
+        p, cache = self.p, self.cache
+        reserved = sum(min(r.remaining_output, p.clip_max_new_tokens) for r in self.running) * self.ratio
+        budget = [
+            float(cache.available_tokens + cache.evictable_size) - reserved,  # rem_total
+            float(p.max_prefill_tokens),  # rem_input
+            float(p.chunked_prefill_size),  # rem_chunk
+        ]
         slots = p.max_running_requests - len(self.running)
         can_run: list[SglangRequest] = []
         total_isl = total_prefix = 0
-        waiting = self.waiting
-        oom = False
-        while len(can_run) < slots and waiting:
-            req = waiting[0]
-            first = req.materialized == 0
-            limit = req.seq_len if req.max_out == 0 else req.seq_len - 1
-            start = cache.match_len(req.tokens, limit) if first else req.materialized
-            extend = req.seq_len - start
-            if extend == 0 and not first:
+        while len(can_run) < slots and self.waiting:
+            req = self.waiting[0]
+            step = self._admit_one(req, budget)
+            if isinstance(step, _Stop):
+                if step is _Stop.OOM and p.oom_resets_ratio:
+                    self.ratio = p.init_new_token_ratio
                 break
-            if extend <= rem_chunk:
-                chunk = extend
-            else:  # SGLang ``add_one_req``: truncate to the pass's remaining chunk budget
-                chunk = min(int(rem_chunk) // ps * ps, extend)
-                if chunk == 0:
-                    break
-            charged = -(-chunk // ps) * ps
-            reserve = 0 if chunk < extend else min(req.remaining_output, clip)
-            if charged + reserve >= rem_total or charged > rem_input or charged > rem_chunk:
-                break
-            chunk_end = start + chunk
-            if first:
-                got = cache.acquire(req.tokens, start, chunk_end)
-                if got is None:
-                    oom = True
-                    break
-                req.lease, prefix = got
-            else:
-                assert req.lease is not None
-                if not cache.extend(req.lease, chunk_end):
-                    oom = True
-                    break
-                prefix = req.materialized
-            waiting.popleft()
+            first, prefix = step
+            self.waiting.popleft()
             self.waiting_version += 1
-            req.materialized = chunk_end
-            computed = chunk_end - prefix
+            computed = req.materialized - prefix
             out.scheduled[req.rid] = computed
             if first:
                 out.admissions.append(Admission(req.rid, prefix))
@@ -241,17 +227,53 @@ class SglangScheduler:
                     self._retracted_ids.discard(req.rid)
                     out.resumed.append(req.rid)
             out.prefill_items.append((req.prompt_len, computed, prefix, prefix if first else 0))
-            total_isl += chunk_end
+            total_isl += req.materialized
             total_prefix += prefix
-            rem_total -= charged + reserve
-            rem_input -= charged
-            rem_chunk -= charged
             can_run.append(req)
-            if rem_chunk <= 0:
+            if budget[2] <= 0:
                 break
-        if oom and p.oom_resets_ratio:
-            self.ratio = p.init_new_token_ratio
         return can_run, total_isl, total_prefix
+
+    def _admit_one(self, req: SglangRequest, budget: list[float]) -> tuple[bool, int] | _Stop:
+        """Size, check and allocate one request's next chunk.
+
+        Returns ``(first_admission, prefix)`` with the budgets charged and ``req.materialized``
+        advanced, or why admission stops here.
+        """
+        cache, ps = self.cache, self.p.page_size
+        first = req.materialized == 0
+        limit = req.seq_len if req.max_out == 0 else req.seq_len - 1
+        start = cache.match_len(req.tokens, limit) if first else req.materialized
+        extend = req.seq_len - start
+        if extend == 0 and not first:
+            return _Stop.BUDGET
+        rem_total, rem_input, rem_chunk = budget
+        if extend <= rem_chunk:
+            chunk = extend
+        else:  # SGLang ``add_one_req``: truncate to the pass's remaining chunk budget
+            chunk = min(int(rem_chunk) // ps * ps, extend)
+            if chunk == 0:
+                return _Stop.BUDGET
+        charged = -(-chunk // ps) * ps
+        reserve = 0 if chunk < extend else min(req.remaining_output, self.p.clip_max_new_tokens)
+        if charged + reserve >= rem_total or charged > rem_input or charged > rem_chunk:
+            return _Stop.BUDGET
+        chunk_end = start + chunk
+        if first:
+            got = cache.acquire(req.tokens, start, chunk_end)
+            if got is None:
+                return _Stop.OOM
+            req.lease, prefix = got
+        else:
+            assert req.lease is not None
+            if not cache.extend(req.lease, chunk_end):
+                return _Stop.OOM
+            prefix = req.materialized
+        req.materialized = chunk_end
+        budget[0] -= charged + reserve
+        budget[1] -= charged
+        budget[2] -= charged
+        return first, prefix
 
     # -- token emission -------------------------------------------------------------------
 
