@@ -355,18 +355,16 @@ class TrtCore:
         raw = self.timing.predict_prefill_ms(count, mean_isl, mean_prefix)
         return scaled_ms(raw, self.config.speedup_ratio)
 
-    def decode_ms(self, priced: list[TrtRequest]) -> float:
+    def decode_ms(self, priced: int, kv_tokens: int) -> float:
+        """One decode call over ``priced`` requests holding ``kv_tokens`` logical tokens."""
         if not priced:
             return 0.0
-        kv = 0
-        for r in priced:
-            kv += r.seq_len
-        n = len(priced)
-        raw = self.timing.predict_decode_ms(n, kv, kv // n, self.capacity_tokens)
+        raw = self.timing.predict_decode_ms(priced, kv_tokens, kv_tokens // priced, self.capacity_tokens)
         return scaled_ms(raw, self.config.decode_speedup)
 
-    def ready_and_priced(self, work: StepWork) -> tuple[list[TrtRequest], list[TrtRequest]]:
-        """Requests that sample this step, and those the decode call prices.
+    def ready_and_priced(self, work: StepWork) -> tuple[list[TrtRequest], int, int]:
+        """Requests that sample this step, and how many the decode call prices (with
+        their summed sequence lengths).
 
         A request that computed context tokens this step gets its token from that context
         forward (aisimulate-engine.md §6.4, as the installed reference behaves); every
@@ -376,16 +374,19 @@ class TrtCore:
         the context-sampled tokens too.
         """
         ready: list[TrtRequest] = []
-        priced: list[TrtRequest] = []
+        append = ready.append
+        priced = kv = 0
         computed_context: set[int] = set()
-        if not self.trt.first_token_decode_call:
+        if work.contexts and not self.trt.first_token_decode_call:
             computed_context = {r.rid for r, _, pt, _ in work.contexts if pt > 0}
         for r in work.scheduled:
-            if r.num_computed >= r.prompt_len + r.generated:
-                ready.append(r)
+            length = r.prompt_len + r.generated
+            if r.num_computed >= length:
+                append(r)
                 if r.max_output > r.generated and r.rid not in computed_context:
-                    priced.append(r)
-        return ready, priced
+                    priced += 1
+                    kv += length
+        return ready, priced, kv
 
     def emit(self, ready: list[TrtRequest], out: OutputBatch) -> list[RequestId]:
         """Sample one token per ready request; finished requests release their KV."""

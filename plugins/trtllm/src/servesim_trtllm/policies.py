@@ -82,11 +82,20 @@ def _schedule_request(core: TrtCore, r: TrtRequest, budget: float, work: StepWor
 
 def schedule_reference(core: TrtCore, work: StepWork) -> None:
     budget = _budget(core)
+    bs = core.bs
+    scheduled, tokens = work.scheduled, work.tokens
     for r in list(core.running.values()):
         if budget <= 0:
             break
-        if r.num_computed >= r.ctx_len:  # decoding: its dangling token (the hot path)
-            if not core.decode_step(r, work):
+        computed = r.num_computed
+        if computed >= r.ctx_len:  # decoding: its dangling token (the hot path)
+            target = computed + 1
+            if target % bs and target <= len(r.table.ids) * bs:
+                # Inside an allocated, not-yet-full block: nothing to allocate or publish.
+                r.num_computed = target
+                scheduled.append(r)
+                tokens.append(1)
+            elif not core.decode_step(r, work):
                 break
             budget -= 1
             continue

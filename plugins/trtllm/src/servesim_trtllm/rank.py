@@ -185,8 +185,8 @@ class TrtllmRank(Rank):
         else:
             schedule_max_utilization(core, work, now_ms)
         prefill_ms = core.prefill_ms(work)
-        ready, priced = core.ready_and_priced(work)
-        decode_ms = core.decode_ms(priced)
+        ready, priced, kv_tokens = core.ready_and_priced(work)
+        decode_ms = core.decode_ms(priced, kv_tokens)
         outputs = OutputBatch()
         for r in work.rejected:
             outputs.completed.append(r.rid)
@@ -199,7 +199,7 @@ class TrtllmRank(Rank):
             outputs=outputs,
             kv_events=core.pool.drain_events(),
             forward_pass_metrics=fpm,
-            decode_acceptance=DecodeAcceptance(len(priced), len(priced)),
+            decode_acceptance=DecodeAcceptance(priced, priced),
             schedule=self._schedule_record(work, finished),
         )
         start = PassStartEffects(admissions=tuple(work.admissions), pressure_events=tuple(work.pressure))
