@@ -143,7 +143,8 @@ class SglangRank(Rank):
             resolve_policy(sg.schedule_policy)
         except PluginError as exc:
             problems.append(("engine.sglang.schedule_policy", str(exc)))
-        if config.dp_size > 1 and sg.chunked_prefill_size // config.dp_size == 0:
+        chunk = sg.chunked_prefill_size
+        if config.dp_size > 1 and isinstance(chunk, int) and chunk > 0 and chunk // config.dp_size == 0:
             problems.append(
                 (
                     "engine.sglang.chunked_prefill_size",
