@@ -241,3 +241,26 @@ def test_fully_cached_prompt(make_engine: MakeEngine, policy: str, times: list[f
     result = drive(make_engine(policy, block_size=4), reqs)
     assert result.requests[1].token_times == times
     assert result.requests[1].cached_tokens == (8 if policy == "guaranteed_no_evict" else 4)
+
+
+def test_forward_pass_metrics(make_engine: MakeEngine) -> None:
+    """dynamo-mocker.md §4.5: scheduled prefill/decode shape, queued requests, duration."""
+    engine = make_engine(block_size=4, trt={"max_batch_size": 2})
+    reqs = [
+        (0.0, Request(0, tokens(8), 3)),
+        (1.0, Request(1, tokens(12, 100), 2)),
+        (1.0, Request(2, tokens(6, 200), 2)),
+    ]
+    result = drive(engine, reqs)
+    first, second = (c.by_rank[0].effects.forward_pass_metrics for c in result.completions[:2])
+    assert (first.num_prefill_requests, first.sum_prefill_tokens, first.num_decode_requests) == (1, 8, 0)
+    assert first.num_queued_prefill == 0 and first.duration_ms == 10.0
+    # t=10: A decodes (9 tokens of context), B prefills 12, C (6 tokens) waits for a slot.
+    assert (second.num_prefill_requests, second.sum_prefill_tokens, second.sum_prefill_kv_tokens) == (
+        1,
+        12,
+        0,
+    )
+    assert (second.num_decode_requests, second.sum_decode_kv_tokens) == (1, 9)
+    assert (second.num_queued_prefill, second.sum_queued_prefill_tokens) == (1, 6)
+    assert second.duration_ms == 12.0 and second.counter_id == first.counter_id + 1

@@ -57,6 +57,8 @@ def test_pauses_last_started_request_and_resumes_through_prefix_cache(
     assert admitted == [(0.0, 0, 0), (0.0, 1, 0), (0.0, 2, 0), (32.0, 1, 8), (46.0, 2, 0)]
     schedules = {c.end_ms: c.by_rank[0].effects.schedule for c in result.completions}
     assert schedules[42.0].scheduled == {1: 5} and schedules[42.0].resumed == [1]
+    fpm = next(c for c in result.completions if c.end_ms == 20.0).by_rank[0].effects.forward_pass_metrics
+    assert (fpm.num_queued_decode, fpm.sum_queued_decode_kv_tokens) == (1, 9)  # paused C
     times = {
         rid: (t.token_times[0], t.completed_ms, len(t.token_times)) for rid, t in result.requests.items()
     }
