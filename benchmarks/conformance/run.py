@@ -85,7 +85,8 @@ def run_one(
 ) -> tuple[Comparison, float]:
     served = attrs.evolve(opts, num_gpu_blocks=opts.num_gpu_blocks - 1) if a.emulate_null_block else opts
     t0 = time.perf_counter()
-    engine = build_engine(rank_class(a.backend), rows, served, backend_settings(a))
+    settings = {**backend_settings(a), **opts.backend_settings()}
+    engine = build_engine(rank_class(a.backend), rows, served, settings)
     mine = run_servesim(engine, rows, opts)
     wall = time.perf_counter() - t0
     if a.save:

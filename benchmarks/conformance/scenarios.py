@@ -102,6 +102,14 @@ GOLDEN: list[ScenarioSpec] = [
                   chunked_prefill=False, prefix_caching=False, max_model_len=128,
                   admit="stepwise", per_step=1),
     ),
+    ScenarioSpec(
+        name="stepwise_chunk_admission",
+        note="stepwise_arrivals with scheduler_reserve_full_isl off: only the first chunk "
+             "must fit at admission (vLLM before 0.32)",
+        n=120, isl=(80, 300), osl=(10, 60), prefix_groups=3, prefix_frac=0.9, prefix_ratio=0.7,
+        seed=7, options=O(num_gpu_blocks=200, max_num_seqs=32, max_num_batched_tokens=512,
+                          admit="stepwise", per_step=1, reserve_full_isl=False),
+    ),
 ]
 
 
