@@ -18,8 +18,8 @@
   ``schedulingHasFreeBlocks``; cached-but-unreferenced blocks count as free). When one does
   not fit, pause the **last started request from the end of the not-yet-visited part of
   the list** (``std::find_if`` over ``[reqIt, reqItEnd)`` reversed — possibly the request
-  itself), shrink the list's end to it and retry. Paused requests emit
-  ``PressureKind.TRTLLM_PAUSE``.
+  itself), shrink the list's end to it and retry. Reaching ``max_batch_size`` also counts
+  as "does not fit", as in the source. Paused requests emit ``PressureKind.TRTLLM_PAUSE``.
 
 Native policies then run :func:`micro_batch`, TensorRT-LLM's ``MicroBatchScheduler``
 (``microBatchScheduler.cpp``; ``PyMicroBatchScheduler`` in ``_torch/pyexecutor/scheduler.py``
@@ -159,7 +159,9 @@ def _one_step_blocks(core: TrtCore, r: TrtRequest) -> int:
 
     A context's first chunk allocates the whole context, minus blocks already referenced
     by other requests; a later chunk needs none; a generation step needs the block of its
-    dangling token when it starts a new one.
+    dangling token when it starts a new one. (TensorRT-LLM counts the block of the token
+    the step will produce, because it allocates one token ahead; servesim allocates a
+    token's block in the step that computes it, and counts exactly what that step takes.)
     """
     bs = core.bs
     if r.started:
