@@ -283,3 +283,41 @@ def test_progress_line_renders_only_after_delay():
     p(5, 10, 1500.0)
     p.finish()
     assert stream.getvalue() == "\r[###############...............] 5/10 requests  sim 1.5 s\n"
+
+
+def test_cluster_state_counts_shared_active_blocks_once():
+    from servesim.replay.cluster import ClusterState
+
+    st = ClusterState(2, 1)
+    st.add(0, 1, prefill_tokens=10, blocks=3, block_hashes=(11, 12))  # 2 full blocks + tail
+    st.add(1, 1, prefill_tokens=4, blocks=3, block_hashes=(11, 13, 14))
+    assert st.active_blocks == [0, 3 + 2] and st.active_requests == [0, 2]
+    assert st.prefill_tokens == [0, 14]
+    st.prefill_done(0)
+    assert st.prefill_tokens == [0, 4]
+    st.finish(0)
+    assert st.active_blocks == [0, 3] and st.active_hashes[1] == {11: 1, 13: 1, 14: 1}
+    st.finish(1)
+    st.finish(1)  # finishing twice is harmless
+    assert st.active_blocks == [0, 0] and st.active_requests == [0, 0] and st.prefill_tokens == [0, 0]
+
+
+def test_kv_router_cost_formula():
+    # slot 0 caches the request's first 2 blocks and runs one request with 3 distinct blocks,
+    # one of them shared with the new request; slot 1 is empty.
+    from servesim.contract import KvBlock, KvEvent, Request, StoredBlocks
+    from servesim.replay.cluster import ClusterState
+    from servesim.tokens import Tokens
+
+    router = KvRouter(2, 1, 4, None)
+    req = Request(9, Tokens(range(14)), 1)  # 14 tokens: 3 full blocks + a tail of 2
+    hashes = req.prompt.block_hashes(4)[0]
+    router.on_kv_events(0, [KvEvent(0, 0, StoredBlocks(None, tuple(KvBlock(h, h) for h in hashes[:2])))])
+    st = ClusterState(2, 1)
+    st.add(5, 0, prefill_tokens=8, blocks=3, block_hashes=(hashes[0], 100, 101))
+    cost, new = router.costs(req, hashes, st)
+    # slot 0: prefill (8 queued + 14 - 2*4 new) / 4 = 3.5; active 3; new blocks 4 - 1 = 3
+    # slot 1: prefill 14 / 4 = 3.5; active 0; new blocks 4
+    assert new == [6, 14]
+    assert cost == [3.5 + 3 + 3, 3.5 + 0 + 4]
+    assert router.select(req, hashes, st) == (1, 0)

@@ -5,16 +5,18 @@ Routers are plugins (``servesim_register_routers``); ``cluster.router`` picks on
 
 * ``round_robin`` — slots in the order worker 0..W-1 of DP rank 0, then DP rank 1, ...
 * ``kv`` — scores every slot by cached-prefix overlap (from the workers' KV events) and load,
-  after the cost of Dynamo's KV router (dynamo-mocker.md §9.2):
+  with the cost of Dynamo's KV router (dynamo-mocker.md §9.2; Dynamo's ``logit =
+  overlap_score_weight * potential_prefill_blocks + potential_active_blocks``):
 
-  ``cost(s) = overlap_score_weight * (new_tokens(s) + prefill_tokens(s)) / block_size
-  + active_blocks(s)``, with ``new_tokens(s) = max(isl - overlap_blocks(s) * block_size, 0)``,
-  where ``overlap_blocks`` counts the request's leading blocks that ``s`` holds,
-  ``prefill_tokens`` the routed-but-unprefilled new tokens on ``s`` and ``active_blocks`` the
-  prompt blocks of its in-flight requests (:class:`ClusterState`). The lowest cost wins; ties go
-  to fewer active requests, then to the first slot at or after a rotating pointer, so equal
-  workers are used in turn. Dynamo breaks ties at random; servesim rotates to stay
-  deterministic.
+  ``cost(s) = overlap_score_weight * (prefill_tokens(s) + new_tokens(s)) / block_size
+  + active_blocks(s) + new_blocks(s)``, where ``new_tokens(s) = max(isl - overlap_blocks(s) *
+  block_size, 0)``, ``overlap_blocks`` counts the request's leading blocks that ``s`` holds in
+  its KV cache, ``prefill_tokens`` the routed-but-unprefilled new tokens on ``s``,
+  ``active_blocks`` the distinct prompt blocks of its in-flight requests
+  (:class:`ClusterState`), and ``new_blocks`` the request's blocks not among them. The lowest
+  cost wins; ties go to fewer active requests, then to the first slot at or after a rotating
+  pointer, so equal workers are used in turn. Dynamo breaks ties at random; servesim rotates
+  to stay deterministic.
 """
 
 from __future__ import annotations
@@ -149,6 +151,7 @@ class KvRouter(Router):
         self.index = KvIndex(dp_size)
         self._next = 0
         self._last_new_tokens: dict[int, int] = {}
+        self._last_hashes: tuple[int, ...] = ()
 
     def on_kv_events(self, worker: int, events: Sequence[KvEvent]) -> None:
         self.index.apply(worker, events)
@@ -163,15 +166,20 @@ class KvRouter(Router):
         w = self.config.overlap_score_weight
         overlap = self.index.overlaps(block_hashes, n)
         new = [max(isl - o * bs, 0) for o in overlap]
-        cost = [
-            w * (new[s] + state.prefill_tokens[s]) / bs + state.active_blocks[s] for s in range(n)
-        ]
+        blocks = -(-isl // bs)
+        cost = []
+        for s in range(n):
+            active = state.active_hashes[s]
+            new_blocks = blocks - sum(1 for h in block_hashes if h in active)
+            prefill = w * (new[s] + state.prefill_tokens[s]) / bs
+            cost.append(prefill + state.active_blocks[s] + new_blocks)
         return cost, new
 
     def select(
         self, request: Request, block_hashes: Sequence[int], state: ClusterState
     ) -> tuple[int, int]:
         cost, new = self.costs(request, block_hashes, state)
+        self._last_hashes = tuple(block_hashes)
         n = len(cost)
         start = self._next
         best = min(
@@ -185,4 +193,4 @@ class KvRouter(Router):
     def routed(self, request: Request, worker: int, dp_rank: int, state: ClusterState) -> None:
         new = self._last_new_tokens.pop(request.request_id, request.prompt_len)
         blocks = -(-request.prompt_len // self.block_size)
-        state.add(request.request_id, state.slot(worker, dp_rank), new, blocks)
+        state.add(request.request_id, state.slot(worker, dp_rank), new, blocks, self._last_hashes)
