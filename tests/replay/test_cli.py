@@ -106,6 +106,12 @@ def test_config_file_report_paths_and_unwritable_output(tmp_path, capsys):
     assert "P99.9 TTFT (ms):" in printed and "report written to" in printed
     rep = json.loads((tmp_path / "out" / "r.json").read_text())
     assert rep["completed"] == 20 and "p99.9_ttft_ms" in rep and "p90_ttft_ms" not in rep
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "output_length": 3, "hash_ids": [1, 2]}\n')
+    assert run_cli(str(cfg), "--trace", str(trace), "--quiet", "--output-json", str(tmp_path / "t.json")) == 0
+    rep = json.loads((tmp_path / "t.json").read_text())
+    assert rep["completed"] == 1 and rep["config"]["workload"]["synthetic"] is None
+    assert rep["config"]["workload"]["trace"]["path"] == str(trace)
     (tmp_path / "file").write_text("")
     assert run_cli(str(cfg), "--quiet", "--output-json", str(tmp_path / "file" / "x.json")) == 2
     assert "cannot write" in capsys.readouterr().err

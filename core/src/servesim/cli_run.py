@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
 
     sets = list(getattr(args, "sets", None) or [])
     if args.trace is not None:
-        sets.append(f"workload.trace.path={json.dumps(args.trace)}")
+        # --trace replaces whatever workload the file describes
+        sets += ["workload.synthetic=null", f"workload.trace.path={json.dumps(args.trace)}"]
     loaded = load_config(args.config, sets)
     report_cfg = loaded.sim.report
     json_path = args.output_json or report_cfg.output_json
