@@ -58,14 +58,19 @@ class RadixNode:
 
 
 class KvLease:
-    """A request's KV: ``node`` (locked, covers ``cached`` tokens) and ``pages`` referenced."""
+    """A request's KV: ``node`` (locked, covers ``cached`` tokens) and ``pages`` referenced.
 
-    __slots__ = ("node", "cached", "pages")
+    ``touch`` is the tick of the lease's latest in-place leaf extension, whose recency update
+    of the locked path is deferred until the lock is released (see :meth:`RadixCache.cache_prefix`).
+    """
+
+    __slots__ = ("node", "cached", "pages", "touch")
 
     def __init__(self, node: RadixNode, cached: int, pages: int) -> None:
         self.node = node
         self.cached = cached
         self.pages = pages
+        self.touch = 0
 
 
 class RadixCache:
@@ -418,9 +423,30 @@ class RadixCache:
         lease.pages += pages
 
     def cache_prefix(self, lease: KvLease, tokens: Sequence[int], upto: int) -> None:
-        """Insert the lease's page-aligned ``tokens[:upto]`` and move its lock to the new end."""
+        """Insert the lease's page-aligned ``tokens[:upto]`` and move its lock to the new end.
+
+        Fast path (every decode page): when the lease's node is a leaf only this lease locks,
+        the pages extend it in place, as :meth:`insert` would. The recency touch of the path
+        is deferred to the lease's release: every node on it is locked by this lease until
+        then, so nothing can evict it or observe its recency before the touch lands, and
+        applying the latest tick then (keeping any newer one) yields the same recency as
+        touching it at every step.
+        """
         complete = upto - upto % self.page_size
         if not self.caching or complete <= lease.cached:
+            return
+        node = lease.node
+        if node.lock == 1 and not node.children and node is not self.root:
+            begin = lease.cached
+            lease.touch = self._tick()
+            node.stamp = lease.touch
+            parent_hash = node.hashes[-1] if node.hashes else None
+            node.key.extend(tokens[begin:complete])
+            self.protected_size += complete - begin
+            if self.emit:
+                assert node.hashes is not None
+                node.hashes.extend(self._store(parent_hash, tokens, begin, complete))
+            lease.cached = complete
             return
         node, dup = self.insert(lease.node, tokens, lease.cached, complete)
         if node is not lease.node:
@@ -435,6 +461,7 @@ class RadixCache:
         complete = upto - upto % self.page_size if self.caching else 0
         complete = max(complete, lease.cached)
         self.free_pages += lease.pages - complete // self.page_size
+        self._apply_touch(lease)
         node, dup = self.insert(lease.node, tokens, lease.cached, complete)
         self.free_pages += dup // self.page_size
         self.unlock(lease.node)
@@ -443,5 +470,18 @@ class RadixCache:
     def release(self, lease: KvLease) -> None:
         """Retraction/abort: free the private pages; the cached prefix stays, unlocked."""
         self.free_pages += lease.pages - lease.cached // self.page_size
+        self._apply_touch(lease)
         self.unlock(lease.node)
         lease.pages = 0
+
+    def _apply_touch(self, lease: KvLease) -> None:
+        """Land a deferred recency touch on the lease's (still locked) path, keeping newer ones."""
+        stamp = lease.touch
+        if not stamp:
+            return
+        lease.touch = 0
+        cur: RadixNode | None = lease.node
+        while cur is not None and cur is not self.root:
+            if cur.stamp < stamp:
+                cur.stamp = stamp
+            cur = cur.parent
