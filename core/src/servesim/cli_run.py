@@ -37,16 +37,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class Progress:
     """``completed/total requests, simulated time`` on one rewritten stderr line."""
 
-    def __init__(self, stream: TextIO, delay_s: float = 1.0) -> None:
+    def __init__(self, stream: TextIO, delay_s: float = 1.0, interval_s: float = 0.1) -> None:
         self.stream = stream
         self.start = time.monotonic()
         self.delay_s = delay_s
+        self.interval_s = interval_s
+        self.last = -1.0
         self.shown = False
 
     def __call__(self, completed: int, total: int, now_ms: float) -> None:
-        if not self.shown and time.monotonic() - self.start < self.delay_s:
+        wall = time.monotonic()
+        if not self.shown and wall - self.start < self.delay_s:
+            return
+        if self.shown and wall - self.last < self.interval_s and completed != total:
             return
         self.shown = True
+        self.last = wall
         width = 30
         filled = width * completed // total if total else width
         bar = "#" * filled + "." * (width - filled)
