@@ -167,6 +167,10 @@ class TrtllmRank(Rank):
     def is_drained(self) -> bool:
         return not self.core.reqs
 
+    def prepare_group_pass(self, wave_step: int, dp_size: int) -> None:
+        # An idle sibling must not report the work of its previous pass.
+        self._prefilled = self._model_work = False
+
     def prefill_in_pass(self) -> bool:
         return self._prefilled
 
