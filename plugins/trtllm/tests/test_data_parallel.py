@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from servesim.contract import Request, StoredBlocks
+from servesim.contract import Request, StoredBlocks, Submit
 from servesim.engine import Engine
 from servesim.testing.driver import drive
 from servesim.tokens import Tokens
@@ -34,3 +34,17 @@ def test_two_ranks_run_independently(make_engine: MakeEngine, policy: str) -> No
     assert [rc.dp_rank for rc in later] == [0, 1]
     assert later[1].effects.metrics.running_requests == 0
     assert later[1].effects.forward_pass_metrics.duration_ms == 2.0
+
+
+def test_work_flags_describe_this_pass_only(make_engine: MakeEngine) -> None:
+    engine = make_engine(dp_size=2, block_size=4)
+    engine.apply(0, Submit(Request(0, Tokens(range(8)), 2)), 0.0)
+    engine.apply(1, Submit(Request(1, Tokens(range(8)), 1)), 0.0)
+    first = engine.execute_pass(0.0)
+    assert first is not None
+    assert [r.prefill_in_pass() for r in engine.ranks] == [True, True]
+    engine.complete_pass(first.pass_id, first.end_ms)
+    second = engine.execute_pass(first.end_ms)  # rank 0 decodes, rank 1 is drained and idle
+    assert second is not None and [rp.dp_rank for rp in second.by_rank] == [0]
+    assert [r.prefill_in_pass() for r in engine.ranks] == [False, False]
+    assert [r.model_work_in_pass() for r in engine.ranks] == [True, False]
