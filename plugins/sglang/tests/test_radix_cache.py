@@ -233,3 +233,31 @@ def test_stored_events_equal_core_block_pool_events() -> None:
     ]
     assert ours == _pool_stored([a, b, c], page)
     assert [len(blocks) for _, blocks in ours] == [3, 2, 1]
+
+
+def test_deferred_decode_touch_keeps_lru_order_of_ancestors() -> None:
+    """The in-place decode fast path defers the recency touch of the locked path; once the
+    lease is released the shared ancestor must be as recent as its latest decode step."""
+    cache = RadixCache(200, 1)
+    prefix = [1] * 10
+    x = prefix + [2, 2]
+    got = cache.acquire(x, len(x), len(x))
+    assert got is not None
+    cache.finish(got[0], x, len(x))  # node P+x
+    a = prefix + [3, 3]
+    lease_a, hit = cache.acquire(a, len(a), len(a))  # type: ignore[misc]
+    assert hit == 10  # splits P+x into P and x, locks P
+    cache.cache_prefix(lease_a, a, len(a))  # A's leaf [3,3] under P
+    other = [9, 9, 9]
+    lease_l, _ = cache.acquire(other, 0, 3)  # type: ignore[misc]
+    cache.cache_prefix(lease_l, other, 3)  # L's leaf, locked, newer than P's last touch
+    a.append(4)
+    cache.grow(lease_a, 1)
+    cache.cache_prefix(lease_a, a, len(a))  # fast path: P's touch is deferred
+    cache.release(lease_a)
+    assert cache.evict(2 + 3) == 5  # x (oldest) then A's leaf; P is now a leaf
+    assert cache.match_len(a, len(a)) == 10
+    cache.release(lease_l)
+    cache.evict(1)  # L was touched before A's last decode step, so L goes first
+    assert cache.match_len(prefix, 10) == 10
+    assert cache.match_len(other, 3) == 2
