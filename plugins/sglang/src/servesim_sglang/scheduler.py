@@ -13,8 +13,8 @@ output, see ``tests/golden/sglang``):
   ``chunked_prefill_size`` budgets charge page-rounded *computed* tokens (a request that does
   not fit the pass's remaining chunk budget is cut to it, page-aligned); a waiting request
   matches its sequence against the radix cache once, capped at ``len − 1`` so at least one
-  token is computed; a chunked request caches
-  its page-aligned prefix and goes back to the front of the queue. An allocation failure
+  token is computed; a chunked request caches its page-aligned prefix and goes back to the
+  front of the queue. An allocation failure
   (OOM: the prefixes locked by earlier admissions in the same pass are no longer evictable)
   stops admission; only with ``engine.sglang.oom_resets_ratio`` (dynamo-mocker.md §5, Gen-2)
   does it also reset ``new_token_ratio`` — the reference implementation does not, and with
