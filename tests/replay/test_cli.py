@@ -2,8 +2,9 @@
 
 ``data/<name>_report.json`` was produced once by the reference implementation (Dynamo's
 mocker, through ``/work/shared/tools/peer_dynamo.py``; the exact command is stored in the file)
-on ``data/<name>_trace.jsonl``, with 2 workers, round robin, default vLLM engine arguments and
-polynomial timing: ``peer_rr2`` has 200 single-turn requests with shared prefixes,
+on a trace in ``data/``, with 2 workers, round robin, default vLLM engine arguments and
+polynomial timing: ``peer_rr2`` has 200 single-turn requests with shared prefixes (also
+replayed with a 40-block KV pool that forces preemptions, ``peer_rr2_pressure``),
 ``peer_sessions`` 30 three-turn sessions with 0, 25.5 and 300 ms delays, replayed in timestamp
 mode, in concurrency mode (2 sessions) and with ``arrival_speedup_ratio`` 3 (``servesim_sets``
 in each file). With deterministic routing every request's arrival, first-token and completion
@@ -44,7 +45,7 @@ def test_default_scenario_prints_table_and_writes_identical_json(tmp_path, capsy
 
 @pytest.mark.parametrize(
     ("trace", "name"),
-    [("peer_rr2", "peer_rr2"), ("peer_sessions", "peer_sessions"),
+    [("peer_rr2", "peer_rr2"), ("peer_rr2", "peer_rr2_pressure"), ("peer_sessions", "peer_sessions"),
      ("peer_sessions", "peer_sessions_c2"), ("peer_sessions", "peer_sessions_s3")],
 )
 def test_trace_run_matches_reference_per_request(tmp_path, trace, name):
@@ -74,6 +75,10 @@ def test_trace_run_matches_reference_per_request(tmp_path, trace, name):
     assert rep["total_output_tokens"] == s["total_output_tokens"]
     assert rep["duration"] == pytest.approx(s["sim_duration_s"], rel=1e-6)
     assert rep["prefix_cache_hit_rate"] == pytest.approx(s["prefix_cache_hit_rate"], abs=1e-6)
+    if "readmissions" in s:  # a small KV pool: every preemption is followed by one re-admission
+        assert rep["num_preemptions"] == s["readmissions"] > 0
+        assert rep["first_admission_prefix_cache_hit_rate"] == pytest.approx(
+            s["first_admission_prefix_cache_hit_rate"], abs=1e-6)
     for ours_name, ref_name in (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("e2el", "e2e_ms")):
         for stat in ("mean", "median", "p90", "p99", "std"):
             assert rep[f"{stat}_{ours_name}_ms"] == pytest.approx(s[ref_name][stat], abs=1e-3)

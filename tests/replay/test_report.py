@@ -24,7 +24,7 @@ def small_log(record_token_times: bool = False) -> RequestLog:
     log.rejected[3] = True
     log.admission(0, 50)
     log.admission(2, 10)
-    log.admission(2, 4)  # re-admission after a preemption adds to the reused total
+    log.admission(2, 14)  # re-admission after a preemption: the latest admission counts
     log.num_preemptions = 1
     return log
 
@@ -37,7 +37,7 @@ def test_counts_throughput_and_duration():
     assert rep["request_throughput"] == pytest.approx(75.0)
     assert rep["output_throughput"] == pytest.approx(150.0)
     assert rep["total_token_throughput"] == pytest.approx(4650.0)
-    assert rep["prefix_cache_hit_rate"] == round(64 / 180, 6)
+    assert rep["prefix_cache_hit_rate"] == round(64 / 180, 6)  # 50 + 14
     assert rep["first_admission_prefix_cache_hit_rate"] == round(60 / 180, 6)
     assert rep["num_preemptions"] == 1
 

@@ -102,7 +102,10 @@ class RequestLog:
         return firsts
 
     def admission(self, rid: int, reused: int) -> None:
-        self.reused[rid] += reused
+        """A (re-)admission reusing ``reused`` prompt tokens. ``reused`` keeps the latest
+        admission's value, as the reference's collector does (Dynamo 1.6.1: a request
+        preempted and re-admitted reports the cache hit of its final admission)."""
+        self.reused[rid] = reused
         if self.first_reused[rid] is None:
             self.first_reused[rid] = reused
 
