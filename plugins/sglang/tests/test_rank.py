@@ -491,3 +491,30 @@ def test_planned_output_token_ids_are_emitted_and_cached() -> None:
     assert emitted == [7, 8, 9]
     # the finished sequence (prompt + outputs) is in the radix cache
     assert rank_of(engine).cache.match_len([4, 4, 4, 4, 7, 8, 9], 7) == 7
+
+
+def test_a_lone_request_that_fills_the_pool_ends_rejected_instead_of_stalling() -> None:
+    """No-hang rule: 10 prompt tokens + 20 clipped reserve fit a 64-token pool, but 60 outputs
+    do not; after 54 tokens the next one has no page even after eviction."""
+    engine = make_engine({"num_gpu_blocks": 64}, {"clip_max_new_tokens": 20})
+    result = drive(engine, [(0.0, req(1, list(range(10)), 60))])
+    trace = result.requests[1]
+    assert len(trace.token_times) == 54 and trace.rejected
+    assert trace.completed_ms == trace.token_times[-1]
+    rank = rank_of(engine)
+    assert engine.is_drained() and rank.cache.protected_size == 0 and rank.cache.used_pages == 64
+
+
+def test_a_retracted_request_that_can_never_return_ends_rejected() -> None:
+    """No-hang rule: a waiting request that already produced tokens and whose sequence plus
+    clipped reserve exceeds the pool ends rejected when nothing else runs."""
+    engine = make_engine({"num_gpu_blocks": 64}, {"clip_max_new_tokens": 20})
+    engine.apply(0, Submit(req(1, list(range(10)), 100)), 0.0)
+    waiting = rank_of(engine).sched.waiting[0]
+    for _ in range(40):  # as if it had decoded 40 tokens and been retracted
+        waiting.append_token(7)
+    started = engine.execute_pass(0.0)
+    assert started is not None and started.end_ms == 0.0
+    out = engine.complete_pass(started.pass_id, 0.0).by_rank[0].effects.outputs
+    assert (out.completed, out.rejected, out.token_request_ids) == ([1], [1], [])
+    assert engine.is_drained()

@@ -12,9 +12,11 @@ Deliberate differences from the reference:
 
 * ``preemptions_total`` counts retractions (the reference reports 0 for SGLang), so a user can
   see memory pressure in the metrics without capturing pressure events.
-* A request that can never be admitted even by an empty rank (``ceil_to_page(prompt) +
-  min(max_output, clip) >= total tokens``) is rejected (``Output.rejected``) at the next pass
-  instead of livelocking the scheduler (the reference reports a livelock error).
+* No hangs where the reference would stall: a request that can never be admitted even by an
+  empty rank (``ceil_to_page(sequence) + min(remaining output, clip) >= total tokens``) is
+  rejected (``Output.rejected``) at the next pass — at submission, or, for a retracted request
+  whose output grew, when nothing runs; and a lone running request whose next token finds no
+  page even after eviction ends rejected after the tokens it produced.
 * Disaggregated handoff commands are not supported yet: ``SubmitHandoffPrefill`` and
   ``ReserveDestination`` are rejected; the other handoff commands address no owned state and
   are no-ops.
@@ -249,6 +251,9 @@ class SglangRank(Rank):
             completed=out.completed,
             cached_tokens=out.cached_tokens,
         )
+        batch.rejected.extend(out.rejected)
+        for rid in out.rejected:
+            self.requests.pop(rid, None)
         if self._c.rejected:
             for rid in self._c.rejected:
                 self.requests.pop(rid, None)

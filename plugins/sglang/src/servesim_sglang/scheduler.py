@@ -87,6 +87,7 @@ class PassOutcome:
         "scheduled",
         "retracted",
         "resumed",
+        "rejected",
         "prefill_pass",
         "model_work",
         "decode_forwards",
@@ -105,6 +106,7 @@ class PassOutcome:
         self.scheduled: dict[int, int] = {}
         self.retracted: list[int] = []
         self.resumed: list[int] = []
+        self.rejected: list[int] = []
         self.prefill_pass = False
         self.model_work = False
         self.decode_forwards = 0
@@ -167,6 +169,8 @@ class SglangScheduler:
             order = self.policy.order(list(self.waiting), self)
             if order is not None:
                 self.waiting = deque(order)
+            if not self.running:
+                self._reject_impossible_head(out)
         can_run, total_isl, total_prefix = self._admit(out)
         batch = len(can_run)
         for req in can_run:
@@ -186,6 +190,22 @@ class SglangScheduler:
             # SGLang decays the ratio in ``update_running_batch``: on decode passes only.
             self.ratio = max(self.ratio - self.p.decay_step, self.p.min_new_token_ratio)
         return out
+
+    def _reject_impossible_head(self, out: PassOutcome) -> None:
+        """servesim's no-hang rule, part 1: with nothing running, a waiting request whose whole
+        sequence plus its clipped output reservation exceeds the pool can never be admitted
+        (a retracted request whose output grew); it ends with a rejected terminal after the
+        tokens it produced. The reference would stall forever."""
+        p = self.p
+        while self.waiting:
+            req = self.waiting[0]
+            need = self.cache.pages_for(req.seq_len) * p.page_size
+            if req.materialized or need + min(req.remaining_output, p.clip_max_new_tokens) < p.total_tokens:
+                return
+            self.waiting.popleft()
+            self.waiting_version += 1
+            self._complete(req, out)
+            out.rejected.append(req.rid)
 
     def _prefill_ms(self, batch: int, mean_isl: int, mean_prefix: int) -> float:
         if batch == 0 or mean_isl <= mean_prefix or self.worker_type is WorkerType.DECODE:
@@ -367,12 +387,28 @@ class SglangScheduler:
         )
         decode_ms = scaled_ms(raw, self.speedup * self.decode_speedup)
         if not self._reserve(growth):
+            self._end_stuck(out)
             return bool(retracted)
         out.model_work = True
         out.decode_forwards = n
         out.end_ms = now + decode_ms
         self.running = self._emit_decode_tokens(running, out)
         return bool(retracted)
+
+    def _end_stuck(self, out: PassOutcome) -> None:
+        """servesim's no-hang rule, part 2: retraction left requests whose next token has no
+        page even after evicting every unlocked one (a lone request filled the pool). They
+        end with a rejected terminal after the tokens they produced instead of stalling the
+        rank forever, as the reference would."""
+        ps = self.cache.page_size
+        keep = []
+        for r in self.running:
+            if -(-(len(r.tokens) + 1) // ps) > r.allocated_pages:
+                self._complete(r, out)
+                out.rejected.append(r.rid)
+            else:
+                keep.append(r)
+        self.running = keep
 
     def _emit_decode_tokens(self, running: list[SglangRequest], out: PassOutcome) -> list[SglangRequest]:
         """One token per running request (pages already reserved); the hot loop, inlined."""
