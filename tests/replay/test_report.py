@@ -6,6 +6,8 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from servesim.config.sections import ReportConfig
 from servesim.replay.report import build_report, dumps, format_table, per_request_lines
 from servesim.replay.stats import RequestLog, percentile, percentile_key
@@ -121,3 +123,38 @@ def test_table_has_every_section():
         assert label in table
     widths = {len(line) for line in table.splitlines()}
     assert widths == {60}
+
+request_times = st.tuples(
+    st.floats(0, 100, allow_nan=False),  # arrival
+    st.lists(st.floats(0, 50, allow_nan=False), min_size=0, max_size=6),  # gaps after arrival
+    st.booleans(),  # rejected
+)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(st.lists(request_times, min_size=1, max_size=12), st.floats(0, 100, allow_nan=False))
+def test_report_agrees_with_brute_force(requests, p):
+    log = RequestLog([10] * len(requests))
+    for rid, (arrival, gaps, rejected) in enumerate(requests):
+        log.arrival[rid] = arrival
+        t = arrival
+        for g in gaps:
+            t += g
+            log.tokens([rid], t)
+        log.done[rid] = t
+        log.rejected[rid] = rejected
+    rep = build_report(log, ReportConfig(percentiles=(p,)))
+    ok = [r for r in requests if not r[2]]
+    assert rep["completed"] == len(ok) and rep["failed"] == len(requests) - len(ok)
+    ttft = sorted(sum(g[:1]) for _, g, _ in ok if g)
+    itl = sorted(x for _, g, _ in ok for x in g[1:])
+    key = f"p{int(p)}" if float(p).is_integer() else f"p{p:g}"
+    if ttft:
+        assert rep[f"{key}_ttft_ms"] == round(ttft[math.floor((len(ttft) - 1) * p / 100 + 0.5)], 6)
+        assert rep["mean_ttft_ms"] == pytest.approx(sum(ttft) / len(ttft), abs=2e-6)
+    if itl:
+        assert rep["mean_itl_ms"] == pytest.approx(sum(itl) / len(itl), abs=2e-6)
+        assert rep["max_itl_ms"] == round(max(itl), 6)
+    # every gap pooled in ITL sums, per request, to last - first (what TPOT averages)
+    assert len(itl) == sum(max(len(g) - 1, 0) for _, g, _ in ok)
+    assert rep["total_output_tokens"] == sum(len(g) for _, g, _ in ok)
