@@ -120,3 +120,24 @@ def test_config_file_report_paths_and_unwritable_output(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     assert run_cli(str(cfg), "--quiet", "--output-json", str(tmp_path / "file" / "x.json")) == 2
     assert "cannot write" in capsys.readouterr().err
+
+
+def test_identical_bytes_across_processes_and_hash_seeds(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    outs = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"r{seed}.json"
+        per = tmp_path / f"q{seed}.jsonl"
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run(
+            [sys.executable, "-m", "servesim.cli", "run", "--trace", str(DATA / "peer_sessions_trace.jsonl"),
+             "--set", "cluster.workers=3", "--set", "cluster.router=kv",
+             "--set", "workload.trace.trace_block_size=64", "--quiet",
+             "--output-json", str(out), "--per-request", str(per)],
+            check=True, env=env, timeout=120,
+        )
+        outs.append(out.read_bytes() + per.read_bytes())
+    assert outs[0] == outs[1]
