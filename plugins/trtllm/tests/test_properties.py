@@ -67,7 +67,7 @@ def _run(make_engine: MakeEngine, sc: dict[str, Any]) -> Any:
 
     rank.execute_pass = checked  # type: ignore[method-assign]
     arrivals = [(t, Request(i, Tokens(p), out)) for i, (t, p, out) in enumerate(sc["reqs"])]
-    return drive(engine, arrivals, max_passes=20_000)
+    return drive(engine, arrivals, max_passes=20_000), rank.core
 
 
 @settings(
@@ -78,7 +78,7 @@ def _run(make_engine: MakeEngine, sc: dict[str, Any]) -> Any:
 )
 @given(sc=scenarios())
 def test_invariants(make_engine: MakeEngine, sc: dict[str, Any]) -> None:
-    result = _run(make_engine, sc)
+    result, core = _run(make_engine, sc)
     capacity = sc["num_gpu_blocks"] * BS
     for i, (_, prompt, out) in enumerate(sc["reqs"]):
         trace = result.requests[i]
@@ -98,9 +98,10 @@ def test_invariants(make_engine: MakeEngine, sc: dict[str, Any]) -> None:
     paused = sum(len(p.by_rank[0].effects.pressure_events) for p in result.passes)
     if sc["policy"] != "max_utilization":
         assert paused == 0
+        assert core.allocation_failures == 0  # reservation to completion holds
     final = result.completions[-1].by_rank[0].effects.metrics
     assert final.active_blocks == 0 and final.running_requests == final.waiting_requests == 0
-    again = _run(make_engine, sc)
+    again, _ = _run(make_engine, sc)
     assert {k: v.token_times for k, v in again.requests.items()} == {
         k: v.token_times for k, v in result.requests.items()
     }

@@ -41,8 +41,6 @@ from servesim_trtllm.config import CapacitySchedulerPolicy, Limits, TrtllmConfig
 from servesim_trtllm.request import TrtRequest
 from servesim_trtllm.work import StepWork
 
-_MASK64 = 0xFFFFFFFFFFFFFFFF
-
 
 class _Sums:
     """Exact count / Σx / Σx² of a multiset of ints, for FPM queue statistics without a scan."""
@@ -95,6 +93,10 @@ class TrtCore:
         self.queued_decode = _Sums()
         self.pauses_total = 0
         self.reserved = 0  # Σ_running blocks_needed_to_finish, kept incrementally
+        # Steps that found the pool short. GNE and static batch reserve to completion, so
+        # for them this is an invariant violation (dynamo-mocker.md §6: logged, nothing
+        # evicted); the property test asserts it stays 0.
+        self.allocation_failures = 0
         self._order = 0
         self._salt = salt
         self.token_ids_in_events = False  # engine.emit_kv_token_ids, when events are on
@@ -171,10 +173,6 @@ class TrtCore:
         cached, _ = self.pool.lookup(seq, n)
         return seq[cached] if cached < n else None
 
-    def blocks_to_finish(self, r: TrtRequest) -> int:
-        """dynamo-mocker.md §6 ``blocks_needed_to_finish`` of a request holding blocks."""
-        return r.total_blocks - len(r.table)
-
     def fresh_blocks_needed(self, r: TrtRequest) -> tuple[int, int, int]:
         """``(needed, cached_blocks, active_blocks)`` for a request not holding blocks:
         ``ceil((prompt + max_output)/bs) − floor(active_cached_tokens/bs)``."""
@@ -234,7 +232,7 @@ class TrtCore:
             prefix = seq[:n_cached]
         held = len(r.table.ids)
         if not self.pool.allocate(r.table, -(-alloc // bs), prefix):
-            work.allocation_failures += 1
+            self.allocation_failures += 1
             return False
         if fresh:
             self._admit(r, work)
@@ -257,7 +255,7 @@ class TrtCore:
         bs = self.bs
         if target > len(table.ids) * bs:
             if not self.pool.allocate(table, len(table.ids) + 1):
-                work.allocation_failures += 1
+                self.allocation_failures += 1
                 return False
             self.reserved -= 1
         r.num_computed = target

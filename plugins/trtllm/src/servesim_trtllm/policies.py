@@ -76,7 +76,7 @@ def _schedule_request(core: TrtCore, r: TrtRequest, budget: float, work: StepWor
     if desired == 0 and remaining > 0:
         return None
     if not core.advance(r, desired, work):
-        return None  # GNE never runs out (reservation); counted in work.allocation_failures
+        return None  # GNE never runs out (reservation); counted in core.allocation_failures
     return desired
 
 

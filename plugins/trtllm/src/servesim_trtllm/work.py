@@ -30,7 +30,6 @@ class StepWork:
     paused: list[RequestId] = field(factory=list)
     rejected: list[TrtRequest] = field(factory=list)
     to_finalize: list[TrtRequest] = field(factory=list)
-    allocation_failures: int = 0
 
     def record_context(self, r: TrtRequest, tokens: int, prompt_before: int, prompt_tokens: int) -> None:
         self.scheduled.append(r)
