@@ -42,6 +42,7 @@ def test_counts_throughput_and_duration():
     assert rep["prefix_cache_hit_rate"] == round(64 / 180, 6)  # 50 + 14
     assert rep["first_admission_prefix_cache_hit_rate"] == round(60 / 180, 6)
     assert rep["num_preemptions"] == 1
+    assert rep["max_output_tokens_per_s"] == 6  # every token falls in simulated second 0
 
 
 def test_latency_distributions():
@@ -158,3 +159,13 @@ def test_report_agrees_with_brute_force(requests, p):
     # every gap pooled in ITL sums, per request, to last - first (what TPOT averages)
     assert len(itl) == sum(max(len(g) - 1, 0) for _, g, _ in ok)
     assert rep["total_output_tokens"] == sum(len(g) for _, g, _ in ok)
+
+
+def test_max_output_tokens_per_whole_simulated_second():
+    log = RequestLog([5, 5])
+    log.arrival[:] = [0.0, 0.0]
+    for t in (999.0, 1000.0, 1500.0, 2500.0):
+        log.tokens([0], t)
+    log.tokens([1], 1999.5)
+    log.done[:] = [2500.0, 1999.5]
+    assert build_report(log, ReportConfig())["max_output_tokens_per_s"] == 3  # [1 s, 2 s)

@@ -101,6 +101,7 @@ def build_report(
         "output_throughput": n_out / dur_s,
         "total_token_throughput": (n_in + n_out) / dur_s,
         "max_concurrent_requests": log.max_in_flight,
+        "max_output_tokens_per_s": max(log.tokens_per_second.values(), default=0),
         "prefix_cache_hit_rate": float(reused / n_in) if n_in else 0.0,
         "first_admission_prefix_cache_hit_rate": float(first_reused / n_in) if n_in else 0.0,
         "num_preemptions": log.num_preemptions,

@@ -78,6 +78,8 @@ class RequestLog:
         )
         self.num_preemptions = 0
         self.max_in_flight = 0
+        # output tokens per whole simulated second (vLLM's max_output_tokens_per_s)
+        self.tokens_per_second: dict[int, int] = {}
 
     # -- recording (hot path) ----------------------------------------------------------
 
@@ -95,6 +97,8 @@ class RequestLog:
                 rid_append(rid)
             last[rid] = now
             ntok[rid] += 1
+        second = int(now // 1000.0)
+        self.tokens_per_second[second] = self.tokens_per_second.get(second, 0) + len(rids)
         if self.token_times is not None:
             tt = self.token_times
             for rid in rids:
