@@ -389,14 +389,17 @@ class TrtCore:
     def emit(self, ready: list[TrtRequest], out: OutputBatch) -> list[RequestId]:
         """Sample one token per ready request; finished requests release their KV."""
         finished: list[RequestId] = []
+        append_token = out.token_request_ids.append
         for r in ready:
             if not r.first_output_sent:
                 r.first_output_sent = True
                 out.cached_tokens[r.rid] = r.first_cached or 0
-            if r.remaining_output > 0:
-                r.generated += 1
-                out.token_request_ids.append(r.rid)
-            if r.remaining_output <= 0:
+            generated = r.generated
+            if generated < r.max_output:
+                generated += 1
+                r.generated = generated
+                append_token(r.rid)
+            if generated >= r.max_output:
                 self.remove(r)
                 out.completed.append(r.rid)
                 finished.append(r.rid)
