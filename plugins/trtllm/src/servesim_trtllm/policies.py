@@ -324,6 +324,14 @@ def micro_batch(core: TrtCore, fitting: list[TrtRequest], work: StepWork) -> Non
             core.advance(r, size, work)
         elif not r.started:
             r.cached_tokens = 0
+    bs = core.bs
+    scheduled, tokens = work.scheduled, work.tokens
     for r in generation:
-        core.decode_step(r, work)
+        target = r.num_computed + 1
+        if target % bs and target <= len(r.table.ids) * bs:  # in-block: the hot path
+            r.num_computed = target
+            scheduled.append(r)
+            tokens.append(1)
+        else:
+            core.decode_step(r, work)
     core.flush_finalize(work)
