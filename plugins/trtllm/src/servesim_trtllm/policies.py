@@ -11,7 +11,9 @@
   in flight. servesim asks "no request of the current batch is still running" where the
   source asks "no generation-in-progress request": the two agree without chunked context;
   with it, the source lets new requests join a batch whose members are mid-context and
-  stalls those members behind generating ones, which servesim does not reproduce.
+  stalls those members behind generating ones, which servesim does not reproduce. The
+  reservation uses the reference's ``blocks_needed_to_finish`` (dynamo-mocker.md §6),
+  crediting prefix blocks other requests already hold.
 * ``max_utilization`` — :func:`schedule_max_utilization`, TensorRT-LLM's
   ``MaxUtilizationScheduler``: walk the active list (submission order) and schedule each
   request whose *next step* fits the free blocks (``getNeededBlocksOneStep`` against
