@@ -35,6 +35,8 @@ def test_default_scenario_prints_table_and_writes_identical_json(tmp_path, capsy
     assert run_cli("--quiet", "--output-json", str(tmp_path / "b.json")) == 0
     assert capsys.readouterr().out == ""
     a = (tmp_path / "a.json").read_bytes()
+    assert run_cli("--json") == 0
+    assert capsys.readouterr().out.encode() == a  # machine-readable stdout, same bytes
     assert a == (tmp_path / "b.json").read_bytes()
     rep = json.loads(a)
     assert rep["completed"] == 200 and rep["failed"] == 0

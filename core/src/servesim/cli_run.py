@@ -1,7 +1,7 @@
 """``servesim run``: replay a workload through a simulated deployment and print a report.
 
 ``servesim run [CONFIG.yaml] [--trace PATH] [--set key=value ...] [--output-json PATH]
-[--per-request PATH] [--quiet]``. With no config and no trace it runs the built-in default
+[--per-request PATH] [--json] [--quiet]``. With no config and no trace it runs the built-in default
 scenario (a seeded synthetic workload with shared prefixes on one worker). The report table
 goes to stdout; a progress line goes to stderr only when stderr is a terminal and the run has
 taken more than a second. Wall-clock time is read only here, never inside the simulation.
@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the report JSON here (overrides report.output_json)")
     parser.add_argument("--per-request", default=None, metavar="PATH",
                         help="write one JSON line per request here (overrides report.per_request)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the report JSON on stdout instead of the table")
     parser.add_argument("--quiet", action="store_true", help="print neither table nor progress")
 
 
@@ -105,7 +107,9 @@ def run(args: argparse.Namespace) -> int:
     if per_request_path:
         lines = per_request_lines(result.log, result.session_ids)
         _write(per_request_path, "".join(line + "\n" for line in lines))
-    if not args.quiet:
+    if getattr(args, "json", False):
+        sys.stdout.write(dumps(result.report))
+    elif not args.quiet:
         sys.stdout.write(format_table(result.report, wall_s))
         for label, path in (("report", json_path), ("per-request records", per_request_path)):
             if path:
