@@ -27,7 +27,7 @@ from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig
 from servesim_trtllm.rank import TrtllmRank
 
 POLICIES = list(CapacitySchedulerPolicy)
-ENGINE = {"num_gpu_blocks": 256, "max_num_seqs": 16, "max_num_batched_tokens": 2048}
+ENGINE: dict[str, Any] = {"num_gpu_blocks": 256, "max_num_seqs": 16, "max_num_batched_tokens": 2048}
 TRACE_BLOCK = 64
 
 
@@ -67,7 +67,8 @@ def series(result: DriveResult) -> tuple[list[float], list[int], list[float]]:
     running = [0]
     for done in result.completions:
         times.append(done.end_ms)
-        running.append(done.by_rank[0].effects.metrics.running_requests)
+        metrics = done.by_rank[0].effects.metrics
+        running.append(metrics.running_requests if metrics is not None else 0)
     pauses = [p.started_at_ms for p in result.passes for _ in p.by_rank[0].effects.pressure_events]
     return times, running, pauses
 

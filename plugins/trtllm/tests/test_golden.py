@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from servesim.config.engine import EngineConfig
 from servesim.contract import Request
 from servesim.factory import EngineFactory
-from servesim.testing.driver import drive
+from servesim.testing.driver import RequestTrace, drive
 from servesim.timing.builtin import PolynomialTiming
 from servesim.tokens import RepeatedBlockTokens
 from servesim_trtllm.config import TrtllmConfig
@@ -39,14 +40,14 @@ def load_trace(path: Path) -> list[tuple[float, Request]]:
     return out
 
 
-def run_case(name: str) -> tuple[list[list[float]], dict[int, object]]:
+def run_case(name: str) -> tuple[list[list[Any]], dict[int, RequestTrace]]:
     case = GOLDEN / name
     engine_keys = json.loads((case / "config.json").read_text())["engine"]
     config = EngineConfig(backend="trtllm", **engine_keys)
     factory = EngineFactory(config, TrtllmRank, PolynomialTiming(), backend_config=TrtllmConfig())
     result = drive(factory.build(0), load_trace(case / "trace.jsonl"))
     expected = json.loads((case / "expected.json").read_text())["requests"]
-    return expected, result.requests  # type: ignore[return-value]
+    return expected, result.requests
 
 
 @pytest.mark.parametrize("name", CASES)
