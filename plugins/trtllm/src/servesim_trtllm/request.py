@@ -18,11 +18,8 @@ them becomes full and needs its hash (DESIGN.md §7).
 from __future__ import annotations
 
 from servesim.contract import Request
-from servesim.kv.hashing import chain_hash, local_block_hash
 from servesim.kv.pool import BlockTable
-
-_MASK32 = 0xFFFFFFFF
-_MASK64 = 0xFFFFFFFFFFFFFFFF
+from servesim.kv.sequence import SequenceBlocks
 
 
 class TrtRequest:
@@ -45,9 +42,7 @@ class TrtRequest:
         "paused",
         "reject",
         "total_blocks",
-        "_seq_hashes",
-        "_local_hashes",
-        "_base",
+        "blocks",
     )
 
     def __init__(self, request: Request, order: int, block_size: int, salt: int) -> None:
@@ -67,10 +62,7 @@ class TrtRequest:
         self.paused = False  # paused by MAX_UTILIZATION; waits to be re-admitted
         self.reject = False
         self.total_blocks = 0
-        self._seq_hashes: list[int] | None = None
-        self._local_hashes: list[int] | None = None
-        # Pseudo token g is ``_base + g``; a base below 2**31 keeps every token a u32.
-        self._base = (((salt ^ self.rid) * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & _MASK64) >> 33
+        self.blocks = SequenceBlocks(request, salt)
 
     # -- lengths ----------------------------------------------------------------------------
 
@@ -95,37 +87,11 @@ class TrtRequest:
     def hashes(self, n_blocks: int, block_size: int) -> tuple[list[int], list[int]]:
         """``(sequence_hashes, local_hashes)`` covering at least the first ``n_blocks`` full
         blocks of the sequence (callers slice; lists may be longer)."""
-        seq = self._seq_hashes
-        if seq is None:
-            prompt_seq, prompt_local = self.request.prompt.block_hashes(block_size)
-            seq = self._seq_hashes = list(prompt_seq)
-            self._local_hashes = list(prompt_local)
-        local = self._local_hashes
-        assert local is not None
-        while len(seq) < n_blocks:
-            i = len(seq)
-            h = self._generated_block_hash(i, block_size)
-            local.append(h)
-            seq.append(chain_hash(seq[-1] if seq else None, h))
-        return seq, local
-
-    def _generated_block_hash(self, index: int, block_size: int) -> int:
-        start = index * block_size
-        return local_block_hash(self.tokens(start, start + block_size))
+        return self.blocks.hashes(n_blocks, block_size)
 
     def tokens(self, start: int, end: int) -> list[int]:
         """Known tokens ``[start, end)``: prompt, then generated (planned or pseudo)."""
-        plen = self.prompt_len
-        out = self.request.prompt.tokens(start, min(end, plen)) if start < plen else []
-        g0 = max(start, plen) - plen
-        g1 = end - plen
-        if g1 > g0:
-            planned = self.request.output_token_ids
-            if planned is not None:
-                out.extend(t & _MASK32 for t in planned[g0:g1])
-            else:
-                out.extend(range(self._base + g0, self._base + g1))
-        return out
+        return self.blocks.tokens(start, end)
 
     def __repr__(self) -> str:
         return (

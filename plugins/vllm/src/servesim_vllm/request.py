@@ -13,24 +13,8 @@ from __future__ import annotations
 import enum
 
 from servesim.contract import Request
-import sys
-from array import array
-
-from xxhash import xxh3_64_intdigest
-
-from servesim.kv.hashing import SEED, chain_hash, local_block_hash
 from servesim.kv.pool import BlockTable
-
-_MASK32 = 0xFFFFFFFF
-_MASK64 = 0xFFFFFFFFFFFFFFFF
-
-
-def _pseudo_bytes(lo: int, hi: int) -> bytes:
-    """Little-endian u32 bytes of tokens ``lo .. hi-1`` (the layout local_block_hash hashes)."""
-    data = array("I", range(lo, hi))
-    if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
-        data.byteswap()
-    return data.tobytes()
+from servesim.kv.sequence import SequenceBlocks
 
 
 class Status(enum.Enum):
@@ -56,10 +40,7 @@ class VllmRequest:
         "preemptions",
         "cached_prefix",
         "cached_signaled",
-        "seq",
-        "loc",
-        "_own_hashes",
-        "_tok_base",
+        "blocks",
         "work",
     )
 
@@ -80,13 +61,8 @@ class VllmRequest:
         self.preemptions = 0
         self.cached_prefix: int | None = None
         self.cached_signaled = False
-        self.seq: list[int] = []
-        self.loc: list[int] = []
-        self._own_hashes = False
+        self.blocks = SequenceBlocks(request)
         self.work: object | None = None  # this pass's scheduling details (scheduler-owned)
-        # Pseudo token g is ``_tok_base + g``: a per-request base below 2**31 keeps every
-        # token a u32 and makes generated blocks of different requests differ.
-        self._tok_base = ((self.rid * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & _MASK64) >> 33
 
     @property
     def finished_generating(self) -> bool:
@@ -94,50 +70,23 @@ class VllmRequest:
 
     # -- hashes ---------------------------------------------------------------------------
 
+    @property
+    def seq(self) -> list[int]:
+        return self.blocks.seq
+
+    @property
+    def loc(self) -> list[int]:
+        return self.blocks.loc
+
     def load_prompt_hashes(self, block_size: int) -> None:
-        """Share the prompt's cached block hashes (copied on the first generated block)."""
-        if not self.seq:
-            self.seq, self.loc = self.request.prompt.block_hashes(block_size)
+        self.blocks.load_prompt(block_size)
 
     def ensure_hashes(self, nblocks: int, block_size: int) -> None:
         """Hashes of the first ``nblocks`` full blocks of the known tokens."""
-        seq = self.seq
-        if len(seq) >= nblocks:
-            return
-        if not self._own_hashes:
-            self.seq = seq = list(seq)
-            self.loc = list(self.loc)
-            self._own_hashes = True
-        loc = self.loc
-        parent = seq[-1] if seq else None
-        plen = self.prompt_len
-        pseudo = self.request.output_token_ids is None
-        for k in range(len(seq), nblocks):
-            start = k * block_size
-            if pseudo and start >= plen:
-                # A block of pseudo tokens only: hash its bytes straight from a range.
-                g0 = self._tok_base + start - plen
-                h = xxh3_64_intdigest(_pseudo_bytes(g0, g0 + block_size), seed=SEED)
-            else:
-                h = local_block_hash(self.tokens(start, start + block_size))
-            parent = chain_hash(parent, h)
-            seq.append(parent)
-            loc.append(h)
+        self.blocks.hashes(nblocks, block_size)
 
     def tokens(self, start: int, end: int) -> list[int]:
-        """Known tokens ``[start, end)`` (prompt, then generated)."""
-        plen = self.prompt_len
-        out = self.request.prompt.tokens(start, min(end, plen)) if start < plen else []
-        g0 = max(start, plen) - plen
-        g1 = end - plen
-        if g1 > g0:
-            fixed = self.request.output_token_ids
-            if fixed is not None:
-                out.extend(t & _MASK32 for t in fixed[g0:g1])
-            else:
-                base = self._tok_base
-                out.extend(range(base + g0, base + g1))
-        return out
+        return self.blocks.tokens(start, end)
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,103 @@
+"""Known tokens of one request (prompt, then generated) and their chained block hashes.
+
+Shared by every block-based backend. Generated tokens are never stored: token ``g`` is
+``output_token_ids[g]`` when the request fixes its outputs, else the deterministic pseudo
+token ``base + g`` with a per-request ``base`` below 2**31 (the reference draws random u32
+ids, dynamo-mocker.md §2.5, so generated blocks are never shared across requests; servesim
+stays reproducible). Tokens are materialised a block at a time, only when a block holding
+them becomes full and needs its hash (§2.6, §3.1), so decoding costs no per-token objects.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+
+from xxhash import xxh3_64_intdigest
+
+from servesim.contract import Request
+from servesim.kv.hashing import SEED, chain_hash, local_block_hash
+
+_MASK32 = 0xFFFFFFFF
+_MASK64 = 0xFFFFFFFFFFFFFFFF
+
+
+def pseudo_token_base(request_id: int, salt: int = 0) -> int:
+    """Per-request base of the pseudo tokens (a mixed, u32-safe value)."""
+    return (((salt ^ request_id) * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & _MASK64) >> 33
+
+
+def _range_bytes(lo: int, hi: int) -> bytes:
+    """Little-endian u32 bytes of tokens ``lo .. hi-1`` (the layout local_block_hash hashes)."""
+    data = array("I", range(lo, hi))
+    if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
+        data.byteswap()
+    return data.tobytes()
+
+
+class SequenceBlocks:
+    """Tokens and block hashes of ``prompt + generated`` for one request.
+
+    ``seq``/``loc`` start as the prompt's cached hash lists (shared with the TokenSeq) and
+    are copied on the first generated block, so prompts common to many requests are hashed
+    once.
+    """
+
+    __slots__ = ("request", "prompt_len", "base", "seq", "loc", "_own")
+
+    def __init__(self, request: Request, salt: int = 0) -> None:
+        self.request = request
+        self.prompt_len = len(request.prompt)
+        self.base = pseudo_token_base(request.request_id, salt)
+        self.seq: list[int] = []
+        self.loc: list[int] = []
+        self._own = False
+
+    def load_prompt(self, block_size: int) -> None:
+        """Share the prompt's cached full-block hashes."""
+        if not self.seq:
+            self.seq, self.loc = self.request.prompt.block_hashes(block_size)
+
+    def hashes(self, nblocks: int, block_size: int) -> tuple[list[int], list[int]]:
+        """``(sequence_hashes, local_hashes)`` covering at least the first ``nblocks`` full
+        blocks of the known tokens (the lists may be longer; callers slice)."""
+        self.load_prompt(block_size)
+        seq = self.seq
+        if len(seq) >= nblocks:
+            return seq, self.loc
+        if not self._own:
+            self.seq = seq = list(seq)
+            self.loc = list(self.loc)
+            self._own = True
+        loc = self.loc
+        parent = seq[-1] if seq else None
+        plen = self.prompt_len
+        pseudo = self.request.output_token_ids is None
+        for k in range(len(seq), nblocks):
+            start = k * block_size
+            if pseudo and start >= plen:
+                g0 = self.base + start - plen
+                h = xxh3_64_intdigest(_range_bytes(g0, g0 + block_size), seed=SEED)
+            else:
+                h = local_block_hash(self.tokens(start, start + block_size))
+            parent = chain_hash(parent, h)
+            seq.append(parent)
+            loc.append(h)
+        return seq, loc
+
+    def tokens(self, start: int, end: int) -> list[int]:
+        """Known tokens ``[start, end)`` (prompt, then generated)."""
+        plen = self.prompt_len
+        out = self.request.prompt.tokens(start, min(end, plen)) if start < plen else []
+        g0 = max(start, plen) - plen
+        g1 = end - plen
+        if g1 > g0:
+            fixed = self.request.output_token_ids
+            if fixed is not None:
+                out.extend(t & _MASK32 for t in fixed[g0:g1])
+            else:
+                out.extend(range(self.base + g0, self.base + g1))
+        return out
+
+
+__all__ = ["SequenceBlocks", "pseudo_token_base"]
