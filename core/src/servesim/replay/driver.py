@@ -82,16 +82,7 @@ class Replayer:
         self.turns = workload.turns()
         self.log = RequestLog([t.input_length for t in self.turns],
                               record_token_times=record_token_times)
-        n = len(self.turns)
-        self.session_of = [""] * n
-        self.session_index = [0] * n
-        self.next_turn = [-1] * n
-        for i, s in enumerate(workload.sessions):
-            for a, b in zip(s.turns, s.turns[1:], strict=False):
-                self.next_turn[a.request_id] = b.request_id
-            for t in s.turns:
-                self.session_of[t.request_id] = s.session_id
-                self.session_index[t.request_id] = i
+        self.session_of, self.session_index, self.next_turn = _session_maps(workload)
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self._next_session = 0
@@ -389,6 +380,21 @@ class Replayer:
             self.router.on_kv_events(w, events)
         for sink in self.kv_sinks:
             _publish(sink, w, now, events)
+
+
+def _session_maps(workload: Workload) -> tuple[list[str], list[int], list[int]]:
+    """Per request id: its session id, its session's index, and its next turn's id (or -1)."""
+    n = workload.num_requests
+    session_of = [""] * n
+    session_index = [0] * n
+    next_turn = [-1] * n
+    for i, s in enumerate(workload.sessions):
+        for a, b in zip(s.turns, s.turns[1:], strict=False):
+            next_turn[a.request_id] = b.request_id
+        for t in s.turns:
+            session_of[t.request_id] = s.session_id
+            session_index[t.request_id] = i
+    return session_of, session_index, next_turn
 
 
 def _publish(sink: KvEventSink | FpmSink, w: int, now: float, payload: object) -> None:
