@@ -81,7 +81,8 @@ def test_trace_run_matches_reference_per_request(tmp_path, trace, name):
         assert rep["num_preemptions"] == s["readmissions"] > 0
         assert rep["first_admission_prefix_cache_hit_rate"] == pytest.approx(
             s["first_admission_prefix_cache_hit_rate"], abs=1e-6)
-    for ours_name, ref_name in (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("e2el", "e2e_ms")):
+    pairs = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("e2el", "e2e_ms"), ("ttst", "ttst_ms"))
+    for ours_name, ref_name in pairs:
         for stat in ("mean", "median", "p90", "p99", "std"):
             assert rep[f"{stat}_{ours_name}_ms"] == pytest.approx(s[ref_name][stat], abs=1e-3)
     if "goodput" in s:  # the reference's itl SLA is servesim's tpot SLA: (e2e - ttft) / (n - 1)

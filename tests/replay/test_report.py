@@ -58,6 +58,10 @@ def test_latency_distributions():
     assert rep["mean_itl_ms"] == round(7 / 3, 6)
     assert rep["median_itl_ms"] == 2.0 and rep["p99_itl_ms"] == 4.0 and rep["max_itl_ms"] == 4.0
     assert rep["std_itl_ms"] == round(math.sqrt(14 / 9), 6)
+    # ttst = second token - first token: r0 2, r2 1; per-user rate = 1000 / each gap
+    assert rep["mean_ttst_ms"] == 1.5 and rep["max_ttst_ms"] == 2.0
+    assert rep["mean_output_token_throughput_per_user"] == round((500 + 250 + 1000) / 3, 6)
+    assert rep["p99_output_token_throughput_per_user"] == 1000.0
     # e2el = last token - arrival: [16, 20, 21]
     assert rep["mean_e2el_ms"] == 19.0 and rep["p50_e2el_ms"] == 20.0
     assert rep["request_goodput"] is None and rep["goodput_completed"] is None
@@ -156,6 +160,9 @@ def test_report_agrees_with_brute_force(requests, p):
     if itl:
         assert rep["mean_itl_ms"] == pytest.approx(sum(itl) / len(itl), abs=2e-6)
         assert rep["max_itl_ms"] == round(max(itl), 6)
+    ttst = sorted(g[1] for _, g, _ in ok if len(g) >= 2)
+    if ttst:
+        assert rep["mean_ttst_ms"] == pytest.approx(sum(ttst) / len(ttst), abs=2e-6)
     # every gap pooled in ITL sums, per request, to last - first (what TPOT averages)
     assert len(itl) == sum(max(len(g) - 1, 0) for _, g, _ in ok)
     assert rep["total_output_tokens"] == sum(len(g) for _, g, _ in ok)

@@ -49,6 +49,19 @@ def _per_request_arrays(log: RequestLog, mask: np.ndarray) -> dict[str, np.ndarr
     return {"arrival": arrival, "first": first, "last": last, "done": done, "ntok": ntok}
 
 
+def _gaps(log: RequestLog, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled inter-token gaps of completed requests, and each one's first gap (its time to
+    second token), found as the first occurrence of its id in the gap log."""
+    if not len(log.itl):
+        return np.zeros(0), np.zeros(0)
+    itl = np.frombuffer(log.itl, dtype=np.float64)
+    rids = np.frombuffer(log.itl_rid, dtype=np.int64)
+    keep = mask[rids]
+    itl, rids = itl[keep], rids[keep]
+    _, first = np.unique(rids, return_index=True)
+    return itl, itl[first]
+
+
 def _goodput(a: dict[str, np.ndarray], cfg: ReportConfig) -> np.ndarray:
     """Per-request SLA verdicts. A request without tokens is judged by its completion time."""
     has = a["ntok"] >= 1
@@ -82,9 +95,7 @@ def build_report(
     ttft = (a["first"] - a["arrival"])[has]
     e2e = (a["last"] - a["arrival"])[has]
     tpot = ((a["last"] - a["first"])[multi]) / (a["ntok"][multi] - 1)
-    itl = np.frombuffer(log.itl, dtype=np.float64) if len(log.itl) else np.zeros(0)
-    if len(itl):
-        itl = itl[mask[np.frombuffer(log.itl_rid, dtype=np.int64)]]
+    itl, ttst = _gaps(log, mask)
     reused = np.asarray(log.reused, dtype=np.int64)[mask].sum()
     first_reused = np.asarray([x or 0 for x in log.first_reused], dtype=np.int64)[mask].sum()
     pcts = list(cfg.percentiles)
@@ -107,8 +118,10 @@ def build_report(
         "num_preemptions": log.num_preemptions,
         "percentiles": pcts,
     }
-    for name, vals in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2e)):
+    for name, vals in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2e), ("ttst", ttst)):
         rep.update(distribution(name, vals, pcts))
+    per_user = 1000.0 / itl[itl > 0]  # the reference's output_token_throughput_per_user
+    rep.update(distribution("output_token_throughput_per_user", per_user, pcts, unit=""))
     rep.update(_goodput_keys(a, cfg, dur_s))
     rep["config"] = resolved_config if resolved_config is not None else {}
     return _clean(rep)

@@ -36,18 +36,20 @@ def percentile_key(p: float) -> str:
     return f"p{int(p)}" if float(p).is_integer() else f"p{p:g}"
 
 
-def distribution(name: str, values: np.ndarray, percentiles: Iterable[float]) -> dict[str, float]:
-    """``mean_/median_/std_/max_/pNN_<name>_ms``; zeros when there is no sample (vLLM)."""
+def distribution(
+    name: str, values: np.ndarray, percentiles: Iterable[float], unit: str = "_ms"
+) -> dict[str, float]:
+    """``mean_/median_/std_/max_/pNN_<name><unit>``; zeros when there is no sample (vLLM)."""
     vals = np.sort(np.asarray(values, dtype=np.float64))
     n = len(vals)
     out = {
-        f"mean_{name}_ms": float(vals.mean()) if n else 0.0,
-        f"median_{name}_ms": percentile(vals, 50.0),
-        f"std_{name}_ms": float(vals.std()) if n else 0.0,
-        f"max_{name}_ms": float(vals[-1]) if n else 0.0,
+        f"mean_{name}{unit}": float(vals.mean()) if n else 0.0,
+        f"median_{name}{unit}": percentile(vals, 50.0),
+        f"std_{name}{unit}": float(vals.std()) if n else 0.0,
+        f"max_{name}{unit}": float(vals[-1]) if n else 0.0,
     }
     for p in percentiles:
-        out[f"{percentile_key(p)}_{name}_ms"] = percentile(vals, p)
+        out[f"{percentile_key(p)}_{name}{unit}"] = percentile(vals, p)
     return out
 
 
