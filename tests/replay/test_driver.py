@@ -7,7 +7,14 @@ import json
 import pytest
 from replay_toy import ToyRank, make_factory
 from servesim.config.sections import ReportConfig
-from servesim.contract import EMPTY_START, CommandEffects, CommandResult, OutputBatch, PassCompletionEffects
+from servesim.contract import (
+    EMPTY_START,
+    CommandEffects,
+    CommandResult,
+    OutputBatch,
+    PassCompletionEffects,
+    PassStartEffects,
+)
 from servesim.rank import RankPass
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer, ReplayError
@@ -321,3 +328,46 @@ def test_kv_router_cost_formula():
     assert new == [6, 14]
     assert cost == [3.5 + 3 + 3, 3.5 + 0 + 4]
     assert router.select(req, hashes, st) == (1, 0)
+
+
+class _Janitor(ToyRank):
+    """Evicts its cache 5 ms after each pass that completed a request (internal work)."""
+
+    def __init__(self, *a) -> None:
+        super().__init__(*a)
+        self.dues: list[float] = []
+        self.swept: list[float] = []
+
+    def complete_pass(self, pending, end_ms):
+        if pending.outputs.completed:
+            self.dues.append(end_ms + 5.0)
+        return pending
+
+    def is_drained(self) -> bool:
+        return super().is_drained() and not self.dues
+
+    def next_internal_deadline_ms(self):
+        return min(self.dues) if self.dues else None
+
+    def process_internal_work(self, now_ms, pass_in_flight):
+        assert self.dues and min(self.dues) <= now_ms and not pass_in_flight
+        self.dues = [d for d in self.dues if d > now_ms]
+        self.swept.append(now_ms)
+        return PassStartEffects(kv_events=(self.evict(),))
+
+
+def test_internal_work_runs_at_its_deadline_and_feeds_sinks():
+    sink = _Collect()
+    f = make_factory(kv_events=True, rank_class=_Janitor)
+    engines = build_engines(f.build, 1)
+    wl = trace(rec(0, [1], 1), rec(12, [2], 1), rec(100, [3], 1))
+    r = Replayer(engines, wl, block_size=4, kv_sinks=[sink])
+    r.run()
+    # request 0 ends at 10 -> sweep due 15, but request 1 arrived at 12 and its pass (12-22)
+    # masks the deadline; the sweep runs when the engine is idle again, at 22, then 27 after
+    # request 1 completes; request 2 ends at 110 -> sweep at 115.
+    assert engines[0].ranks[0].swept == [22.0, 27.0, 115.0]
+    # Stored events at pass ends (ids 0, 1, 4), Removed events at the sweeps (2, 3, 5)
+    assert sink.kv == [(0, 10.0, [0]), (0, 22.0, [1]), (0, 22.0, [2]), (0, 27.0, [3]),
+                       (0, 110.0, [4]), (0, 115.0, [5])]
+    assert r.log.done == [10.0, 22.0, 110.0]
