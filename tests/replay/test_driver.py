@@ -371,3 +371,26 @@ def test_internal_work_runs_at_its_deadline_and_feeds_sinks():
     assert sink.kv == [(0, 10.0, [0]), (0, 22.0, [1]), (0, 22.0, [2]), (0, 27.0, [3]),
                        (0, 110.0, [4]), (0, 115.0, [5])]
     assert r.log.done == [10.0, 22.0, 110.0]
+
+
+class _Picky(ToyRank):
+    """Refuses prompts of more than one block at submit time."""
+
+    def apply(self, command, ctx, pending):
+        from servesim.errors import CommandRejected
+
+        if command.request.prompt_len > 4:
+            raise CommandRejected("prompt too long")
+        return super().apply(command, ctx, pending)
+
+
+def test_submit_refused_by_the_engine_counts_as_failed():
+    f = make_factory(rank_class=_Picky)
+    wl = trace(rec(0, [1, 2], 3, session_id="s"),
+               {"hash_ids": [1], "output_length": 1, "session_id": "s", "delay": 2},
+               rec(50, [7], 1))
+    r = replay(wl, factory=f)
+    assert r.log.rejected == [True, False, False]
+    assert r.log.done[0] == 0.0 and r.log.arrival[1] == 2.0  # the session goes on
+    rep = build_report(r.log, ReportConfig())
+    assert rep["failed"] == 1 and rep["completed"] == 2
