@@ -1,0 +1,44 @@
+"""docs/configuration.md and docs/report.md name every key they document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import pytest
+from servesim.config.engine import EngineConfig
+from servesim.config.sections import (
+    ClusterConfig,
+    ReportConfig,
+    SinksConfig,
+    SyntheticConfig,
+    TraceConfig,
+    WorkloadConfig,
+)
+from servesim.replay.report import build_report
+from servesim.replay.stats import RequestLog
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [EngineConfig, ClusterConfig, WorkloadConfig, TraceConfig, SyntheticConfig, ReportConfig, SinksConfig],
+)
+def test_every_config_key_is_documented(cls):
+    text = (DOCS / "configuration.md").read_text()
+    missing = [f.name for f in attrs.fields(cls) if f"| `{f.name}` |" not in text]
+    assert missing == []
+
+
+def test_every_report_key_is_documented():
+    log = RequestLog([1])
+    log.arrival[0], log.done[0] = 0.0, 1.0
+    report = build_report(log, ReportConfig(sla_ttft_ms=1.0))
+    text = (DOCS / "report.md").read_text()
+    families = ("ttft", "tpot", "itl", "e2el", "ttst", "output_token_throughput_per_user")
+    missing = [
+        k for k in report
+        if f"`{k}`" not in text and not any(k.endswith(f"_{m}_ms") or k.endswith(f"_{m}") for m in families)
+    ]
+    assert missing == []
