@@ -4,6 +4,8 @@
     python benchmarks/conformance/run.py golden --profile vllm-0.32
     # fresh random 300-request scenarios, run through the oracle too
     python benchmarks/conformance/run.py random --count 10 --start-seed 0 --profile vllm-0.32
+    # small chunked-prefill-off scenarios with tight budgets and pools
+    python benchmarks/conformance/run.py random --family unchunked --count 500 --profile vllm-0.32
     # a golden scenario's spec re-run through the oracle
     python benchmarks/conformance/run.py oracle --only preempt_small_pool
     # servesim again against oracle logs kept earlier with --save DIR (no vLLM needed)
@@ -33,7 +35,7 @@ import attrs
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from oracle import oracle_available, run_oracle_batch  # noqa: E402
-from scenarios import GOLDEN, random_scenario  # noqa: E402
+from scenarios import GOLDEN, random_scenario, unchunked_scenario  # noqa: E402
 
 from servesim.testing.vllm_conformance import (  # noqa: E402
     COMPARED_FIELDS,
@@ -122,7 +124,11 @@ def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], Or
         return out
     specs: list[ScenarioSpec]
     if a.mode == "random":
-        specs = [random_scenario(s, a.n) for s in range(a.start_seed, a.start_seed + a.count)]
+        seeds = range(a.start_seed, a.start_seed + a.count)
+        if a.family == "unchunked":
+            specs = [unchunked_scenario(s) for s in seeds]
+        else:
+            specs = [random_scenario(s, a.n) for s in seeds]
     else:
         specs = [s for s in GOLDEN if not a.only or s.name in a.only]
     return [(s.name, make_trace(s), s.options, s) for s in specs]
@@ -136,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--count", type=int, default=5, help="random scenarios")
     p.add_argument("--start-seed", type=int, default=0)
     p.add_argument("-n", type=int, default=300, help="requests per random scenario")
+    p.add_argument("--family", choices=["mixed", "unchunked"], default="mixed",
+                   help="random scenarios: mixed settings (300 requests) or small chunked-off ones")
     p.add_argument("--backend", default="vllm")
     p.add_argument("--profile", default=None, help="engine.vllm.profile, e.g. vllm-0.32")
     p.add_argument("--set", action="append", help="engine.vllm.KEY=VALUE (JSON values)")

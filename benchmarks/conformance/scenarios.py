@@ -143,3 +143,28 @@ def random_scenario(seed: int, n: int = 300) -> ScenarioSpec:
         prefix_groups=rng.choice([0, 2, 5, 20]), prefix_frac=rng.random(),
         prefix_ratio=rng.uniform(0.2, 0.9), seed=seed, options=opts,
     )
+
+
+def unchunked_scenario(seed: int) -> ScenarioSpec:
+    """Small chunked-prefill-off scenarios with budget = ``max_model_len`` and tight pools: the
+    family whose search found the readmission budget gate (docs/conformance.md, difference 3).
+    Output lengths are capped so no request exceeds ``max_model_len``."""
+    import random
+
+    rng = random.Random(seed)
+    mml = rng.choice([128, 160, 200, 256])
+    isl = (rng.randint(8, 40), mml - rng.randint(20, 90))
+    osl = (rng.randint(1, 20), rng.randint(30, 90))
+    osl = (min(osl[0], mml - isl[1]), min(osl[1], mml - isl[1]))
+    opts = O(
+        num_gpu_blocks=rng.randint(mml // 16 + 2, 60),
+        max_num_seqs=rng.choice([8, 16, 32]),
+        max_num_batched_tokens=mml,
+        max_model_len=mml,
+        chunked_prefill=False,
+        prefix_caching=rng.random() < 0.5,
+        admit=rng.choice(["all", "stepwise"]),
+        per_step=1,
+    )
+    return ScenarioSpec(name=f"unchunked_{seed}", n=rng.choice([10, 20, 40]), isl=isl, osl=osl,
+                        seed=seed, options=opts)
