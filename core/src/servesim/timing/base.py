@@ -38,12 +38,16 @@ class TimingModel(ABC):
 
 
 def scaled_ms(raw_ms: float, speedup: float) -> float:
-    """``raw / speedup`` when both are positive, else ``raw`` (reference §6.3 "Scaling").
+    """``raw / speedup`` when both are positive, else ``raw`` (reference §6.3 "Scaling"),
+    rounded to whole nanoseconds.
 
     A non-finite or negative raw value is an error.
     """
     if not math.isfinite(raw_ms) or raw_ms < 0:
         raise ValueError(f"timing model returned an invalid duration {raw_ms!r}")
     if speedup > 0 and raw_ms > 0:
-        return raw_ms / speedup
-    return raw_ms
+        raw_ms = raw_ms / speedup
+    # The reference keeps simulated time as whole nanoseconds; rounding each modelled
+    # duration to that grid keeps servesim's pass boundaries identical to it over long
+    # runs instead of drifting by float residue.
+    return round(raw_ms * 1e6) / 1e6
