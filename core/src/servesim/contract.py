@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 import attrs
 from attrs import field, frozen
@@ -123,16 +123,16 @@ class CancelRequest:
     discard_pending_output: bool = False
 
 
-Command = Union[
-    Submit,
-    SubmitHandoffPrefill,
-    ReserveDestination,
-    ActivateDestination,
-    ReleaseSource,
-    CancelSource,
-    CancelDestination,
-    CancelRequest,
-]
+Command = (
+    Submit
+    | SubmitHandoffPrefill
+    | ReserveDestination
+    | ActivateDestination
+    | ReleaseSource
+    | CancelSource
+    | CancelDestination
+    | CancelRequest
+)
 COMMAND_TYPES: tuple[type, ...] = (
     Submit,
     SubmitHandoffPrefill,
@@ -205,7 +205,7 @@ class ClearedBlocks:
     """Every cached block was dropped (cache reset); never emitted by the built-in pool."""
 
 
-KvEventData = Union[StoredBlocks, RemovedBlocks, ClearedBlocks]
+KvEventData = StoredBlocks | RemovedBlocks | ClearedBlocks
 
 
 @frozen(slots=True)
@@ -354,7 +354,7 @@ class DestinationReserved:
     transferable_prompt_tokens: int
 
 
-LifecycleEvent = Union[SourceHeld, DestinationReserved]
+LifecycleEvent = SourceHeld | DestinationReserved
 
 
 # --------------------------------------------------------------------------- outputs
