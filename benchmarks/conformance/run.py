@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from oracle import oracle_available, run_oracle_batch  # noqa: E402
 from scenarios import GOLDEN, random_scenario, unchunked_scenario  # noqa: E402
 
+from servesim.errors import SimError  # noqa: E402
 from servesim.testing.vllm_conformance import (  # noqa: E402
     COMPARED_FIELDS,
     Comparison,
@@ -167,7 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     oracle_runs = iter(run_oracle_batch(pending)) if pending else iter(())
     for name, rows, opts, src in todo:
         steps = next(oracle_runs)[0] if isinstance(src, ScenarioSpec) else src
-        cmp, wall = run_one(name, rows, opts, steps, a)
+        try:
+            cmp, wall = run_one(name, rows, opts, steps, a)
+        except (TypeError, ValueError, SimError) as exc:  # e.g. a setting the rank lacks
+            print(f"{name:24} error: {type(exc).__name__}: {exc}")
+            worst = 0.0
+            results.append({"scenario": name, "options": opts.to_json(), "error": str(exc)})
+            continue
         worst = min(worst, cmp.percent)
         where = "-" if cmp.first_divergence is None else (
             f"step {cmp.first_divergence} ({', '.join(cmp.differing_fields)})")
@@ -181,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                         "differing_fields": cmp.differing_fields,
                         "oracle_line": cmp.oracle_line, "servesim_line": cmp.servesim_line,
                         "servesim_wall_s": round(wall, 3)})
-    total = sum(r["steps"] for r in results)
-    same = sum(r["identical"] for r in results)
+    total = sum(r.get("steps", 0) for r in results)
+    same = sum(r.get("identical", 0) for r in results)
     if total:
         print(f"{'all':24} {total:6d} {same:6d} {100.0 * same / total:8.2f}")
     if a.json:

@@ -99,3 +99,17 @@ def test_compare_ignores_order_of_id_sets_but_not_their_content() -> None:
     assert compare_steps(a, b).identical == 1
     c = [_step(0, {"0": 1}, preempted=["9"], finished=["1", "2"])]
     assert compare_steps(a, c).differing_fields == ["preempted"]
+
+
+def test_rows_the_oracle_skips_are_not_submitted() -> None:
+    rank_mod = pytest.importorskip("servesim_vllm.rank")
+    from servesim.testing.vllm_conformance import build_engine, run_servesim
+
+    rows = [{"input_length": 40, "output_length": 10, "hash_ids": [1]},
+            {"input_length": 60, "output_length": 30, "hash_ids": [2]},  # 90 > max_model_len
+            {"input_length": 20, "output_length": 2, "hash_ids": [3]}]
+    opts = OracleOptions(num_gpu_blocks=50, max_model_len=64, hash_block_tokens=64)
+    steps = run_servesim(build_engine(rank_mod.VllmRank, rows, opts), rows, opts)
+    assert steps[0]["admitted"] == ["0", "2"]
+    assert steps[0]["scheduled"] == {"0": 40, "2": 20}
+    assert all("1" not in s["scheduled"] for s in steps)

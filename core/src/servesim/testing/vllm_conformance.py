@@ -282,9 +282,13 @@ def run_servesim(
     drained and every request was submitted.
     """
     prompts = prompt_tokens(rows, options.hash_block_tokens)
+    mml = options.engine_config(rows).max_model_len
+    # The oracle drops rows it could never finish (``skipped_too_long``); ids stay line indices.
     reqs = [
         Request(request_id=i, prompt=p, max_output_tokens=max(1, int(r["output_length"])))
         for i, (p, r) in enumerate(zip(prompts, rows, strict=True))
+        if 1 <= int(r["input_length"]) and mml is not None
+        and int(r["input_length"]) + max(1, int(r["output_length"])) <= mml
     ]
     steps: list[dict[str, Any]] = []
     now = 0.0
@@ -294,7 +298,7 @@ def run_servesim(
         admitted = []
         while nxt < len(reqs) and len(admitted) < k and (options.admit != "all" or step == 0):
             engine.apply(0, Submit(reqs[nxt]), now)
-            admitted.append(str(nxt))
+            admitted.append(str(reqs[nxt].request_id))
             nxt += 1
         if nxt >= len(reqs) and engine.is_drained():
             return steps
