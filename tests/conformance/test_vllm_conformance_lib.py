@@ -113,3 +113,30 @@ def test_rows_the_oracle_skips_are_not_submitted() -> None:
     assert steps[0]["admitted"] == ["0", "2"]
     assert steps[0]["scheduled"] == {"0": 40, "2": 20}
     assert all("1" not in s["scheduled"] for s in steps)
+
+
+def test_golden_traces_are_the_scenario_definitions() -> None:
+    """The checked-in traces and oracle options are what benchmarks/conformance/scenarios.py
+    generates, so regenerating the goldens reproduces the same inputs."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from servesim.testing.vllm_conformance import golden_dirs, load_golden
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location(
+        "conformance_scenarios", root / "benchmarks" / "conformance" / "scenarios.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    by_name = {s.name: s for s in mod.GOLDEN}
+    golden = root / "tests" / "golden" / "vllm_oracle"
+    dirs = golden_dirs(golden)
+    assert sorted(d.name for d in dirs) == sorted(by_name)
+    for d in dirs:
+        rows, opts, _steps = load_golden(d)
+        assert rows == make_trace(by_name[d.name]), d.name
+        assert opts == by_name[d.name].options, d.name
+        meta = json.loads((d / "options.json").read_text())
+        assert meta["vllm_version"] == "0.32.0" and meta["summary"]["aborted"] == []
