@@ -235,8 +235,13 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
     env = environment()
     if args.tree:
+        # The working tree's commit says nothing about a separate checkout; a COMMIT file
+        # written beside a `git archive` export does.
+        marker = Path(args.tree) / "COMMIT"
         env["tree"] = str(Path(args.tree).resolve())
-    where = f"tree {env['tree']}" if args.tree else (
+        env["commit"] = marker.read_text().strip() if marker.exists() else None
+        env["dirty"] = False
+    where = f"tree {env['tree']} (commit {env['commit']})" if args.tree else (
         f"commit {env['commit']}{' (dirty tree)' if env['dirty'] else ''}")
     print(f"# {env['date']}  {where}  "
           f"python {env['python']}  {env['cpus']} CPUs  load {env['loadavg_start'][0]:.1f}", flush=True)
