@@ -18,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from oracle import oracle_available, run_oracle_batch  # noqa: E402
 from scenarios import GOLDEN  # noqa: E402
-
 from servesim.testing.vllm_conformance import make_trace, write_jsonl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "vllm_oracle"

@@ -36,7 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from oracle import oracle_available, run_oracle_batch  # noqa: E402
 from scenarios import GOLDEN, random_scenario, unchunked_scenario  # noqa: E402
-
 from servesim.errors import SimError  # noqa: E402
 from servesim.testing.vllm_conformance import (  # noqa: E402
     COMPARED_FIELDS,

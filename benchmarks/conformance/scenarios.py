@@ -10,87 +10,87 @@ from __future__ import annotations
 
 from servesim.testing.vllm_conformance import OracleOptions, ScenarioSpec
 
-O = OracleOptions
+Opts = OracleOptions
 
 GOLDEN: list[ScenarioSpec] = [
     ScenarioSpec(
         name="prefix_chunked",
         note="shared prefixes, chunked prefill, ample pool: hits and budget-split chunks",
         n=40, isl=(100, 400), osl=(20, 150), prefix_groups=3, prefix_frac=0.8, prefix_ratio=0.6,
-        seed=1, options=O(num_gpu_blocks=400, max_num_seqs=8, max_num_batched_tokens=512),
+        seed=1, options=Opts(num_gpu_blocks=400, max_num_seqs=8, max_num_batched_tokens=512),
     ),
     ScenarioSpec(
         name="preempt_small_pool",
         note="pool of 60 blocks for ~17-block prompts: decode growth preempts (LIFO)",
         n=30, isl=(150, 300), osl=(20, 60), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
-        seed=2, options=O(num_gpu_blocks=60, max_num_seqs=32, max_num_batched_tokens=1024),
+        seed=2, options=Opts(num_gpu_blocks=60, max_num_seqs=32, max_num_batched_tokens=1024),
     ),
     ScenarioSpec(
         name="no_chunked_prefill",
         note="chunked prefill off: a prompt larger than the remaining budget waits",
         n=40, isl=(60, 500), osl=(10, 80), prefix_groups=2, prefix_frac=0.6, prefix_ratio=0.5,
-        seed=3, options=O(num_gpu_blocks=300, max_num_seqs=8, max_num_batched_tokens=600,
+        seed=3, options=Opts(num_gpu_blocks=300, max_num_seqs=8, max_num_batched_tokens=600,
                           chunked_prefill=False),
     ),
     ScenarioSpec(
         name="no_prefix_caching",
         note="prefix caching off with shared prefixes in the trace, small pool: no hits, preemption",
         n=30, isl=(100, 300), osl=(10, 50), prefix_groups=2, prefix_frac=0.8, prefix_ratio=0.7,
-        seed=4, options=O(num_gpu_blocks=70, max_num_seqs=32, max_num_batched_tokens=1024,
+        seed=4, options=Opts(num_gpu_blocks=70, max_num_seqs=32, max_num_batched_tokens=1024,
                           prefix_caching=False),
     ),
     ScenarioSpec(
         name="max_num_seqs_limit",
         note="max_num_seqs 4 with many short requests: admission limited by sequences",
         n=60, isl=(20, 120), osl=(5, 25), prefix_groups=4, prefix_frac=0.5, prefix_ratio=0.5,
-        seed=5, options=O(num_gpu_blocks=500, max_num_seqs=4, max_num_batched_tokens=2048,
+        seed=5, options=Opts(num_gpu_blocks=500, max_num_seqs=4, max_num_batched_tokens=2048,
                           hash_block_tokens=32),
     ),
     ScenarioSpec(
         name="tight_token_budget",
         note="budget 96 tokens: long prompts in many chunks beside decodes",
         n=40, isl=(50, 400), osl=(5, 40), prefix_groups=2, prefix_frac=0.6, prefix_ratio=0.5,
-        seed=6, options=O(num_gpu_blocks=400, max_num_seqs=64, max_num_batched_tokens=96),
+        seed=6, options=Opts(num_gpu_blocks=400, max_num_seqs=64, max_num_batched_tokens=96),
     ),
     ScenarioSpec(
         name="stepwise_arrivals",
         note="one request added before each step: prefix hits on blocks computed in flight",
         n=120, isl=(80, 300), osl=(10, 60), prefix_groups=3, prefix_frac=0.9, prefix_ratio=0.7,
-        seed=7, options=O(num_gpu_blocks=200, max_num_seqs=32, max_num_batched_tokens=512,
+        seed=7, options=Opts(num_gpu_blocks=200, max_num_seqs=32, max_num_batched_tokens=512,
                           admit="stepwise", per_step=1),
     ),
     ScenarioSpec(
         name="shared_prefix_preempt",
         note="long shared prefixes, tight pool: preemption, resume hits, eviction order",
         n=30, isl=(200, 400), osl=(20, 60), prefix_groups=2, prefix_frac=0.9, prefix_ratio=0.8,
-        seed=8, options=O(num_gpu_blocks=80, max_num_seqs=16, max_num_batched_tokens=512),
+        seed=8, options=Opts(num_gpu_blocks=80, max_num_seqs=16, max_num_batched_tokens=512),
     ),
     ScenarioSpec(
         name="no_chunk_preempt",
         note="chunked prefill off with a tight pool: whole-prompt admission and preemption",
         n=30, isl=(100, 300), osl=(20, 50), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
-        seed=9, options=O(num_gpu_blocks=64, max_num_seqs=16, max_num_batched_tokens=512,
+        seed=9, options=Opts(num_gpu_blocks=64, max_num_seqs=16, max_num_batched_tokens=512,
                           chunked_prefill=False),
     ),
     ScenarioSpec(
         name="single_token_outputs",
         note="outputs of 1-3 tokens: requests finish in their prefill step; one added per step",
         n=150, isl=(30, 200), osl=(1, 3), prefix_groups=3, prefix_frac=0.7, prefix_ratio=0.6,
-        seed=10, options=O(num_gpu_blocks=120, max_num_seqs=8, max_num_batched_tokens=128,
+        seed=10, options=Opts(num_gpu_blocks=120, max_num_seqs=8, max_num_batched_tokens=128,
                            admit="stepwise", per_step=1, hash_block_tokens=32),
     ),
     ScenarioSpec(
         name="eviction_order",
         note="pool cycled by many prefix groups: which cached block an allocation evicts",
         n=100, isl=(120, 380), osl=(5, 20), prefix_groups=8, prefix_frac=0.9, prefix_ratio=0.7,
-        seed=11, options=O(num_gpu_blocks=100, max_num_seqs=4, max_num_batched_tokens=512),
+        seed=11, options=Opts(num_gpu_blocks=100, max_num_seqs=4, max_num_batched_tokens=512),
     ),
     ScenarioSpec(
         name="no_chunk_resume",
         note="chunked prefill and prefix caching off, budget = max_model_len: a resumed "
              "request's prompt+output must fit the remaining budget whole",
         n=24, isl=(150, 300), osl=(60, 120), seed=12,
-        options=O(num_gpu_blocks=48, max_num_seqs=16, max_num_batched_tokens=420,
+        options=Opts(num_gpu_blocks=48, max_num_seqs=16, max_num_batched_tokens=420,
                   chunked_prefill=False, prefix_caching=False, max_model_len=420),
     ),
     ScenarioSpec(
@@ -98,7 +98,7 @@ GOLDEN: list[ScenarioSpec] = [
         note="chunked prefill off, many decoders: a readmitted request whose prompt fits the "
              "remaining budget but prompt+output does not must wait (vLLM) - found by search",
         n=20, isl=(25, 61), osl=(4, 85), seed=284,
-        options=O(num_gpu_blocks=29, max_num_seqs=32, max_num_batched_tokens=128,
+        options=Opts(num_gpu_blocks=29, max_num_seqs=32, max_num_batched_tokens=128,
                   chunked_prefill=False, prefix_caching=False, max_model_len=128,
                   admit="stepwise", per_step=1),
     ),
@@ -107,7 +107,7 @@ GOLDEN: list[ScenarioSpec] = [
         note="stepwise_arrivals with scheduler_reserve_full_isl off: only the first chunk "
              "must fit at admission (vLLM before 0.32)",
         n=120, isl=(80, 300), osl=(10, 60), prefix_groups=3, prefix_frac=0.9, prefix_ratio=0.7,
-        seed=7, options=O(num_gpu_blocks=200, max_num_seqs=32, max_num_batched_tokens=512,
+        seed=7, options=Opts(num_gpu_blocks=200, max_num_seqs=32, max_num_batched_tokens=512,
                           admit="stepwise", per_step=1, reserve_full_isl=False),
     ),
 ]
@@ -127,7 +127,7 @@ def random_scenario(seed: int, n: int = 300) -> ScenarioSpec:
     budget = rng.choice([256, 512, 1024, 2048])
     if not chunked:
         budget = max(budget, isl_hi + osl[1])
-    opts = O(
+    opts = Opts(
         block_size=bs,
         num_gpu_blocks=int(mean_blocks * rng.choice([3, 6, 12, 40])) + isl_hi // bs + 2,
         max_num_seqs=rng.choice([4, 16, 64, 256]),
@@ -156,7 +156,7 @@ def unchunked_scenario(seed: int) -> ScenarioSpec:
     isl = (rng.randint(8, 40), mml - rng.randint(20, 90))
     osl = (rng.randint(1, 20), rng.randint(30, 90))
     osl = (min(osl[0], mml - isl[1]), min(osl[1], mml - isl[1]))
-    opts = O(
+    opts = Opts(
         num_gpu_blocks=rng.randint(mml // 16 + 2, 60),
         max_num_seqs=rng.choice([8, 16, 32]),
         max_num_batched_tokens=mml,

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from servesim.contract import ScheduleRecord
 from servesim.errors import TraceError
 from servesim.passlog import FIELDS, PassLogWriter, dumps, make_line, parse_line, read_pass_log

@@ -10,7 +10,6 @@ from typing import Any
 
 import attrs
 import pytest
-
 from servesim.contract import Request
 from servesim.testing.driver import drive
 from servesim.testing.vllm_conformance import OracleOptions, build_engine, run_servesim

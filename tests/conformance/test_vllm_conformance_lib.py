@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from servesim.contract import ScheduleRecord
 from servesim.testing.vllm_conformance import (
     OracleOptions,

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import attrs
 import pytest
-
 from servesim.testing.vllm_conformance import (
     build_engine,
     compare_steps,
@@ -49,7 +48,8 @@ def test_there_are_at_least_eight_golden_scenarios_of_a_few_hundred_steps() -> N
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_vllm_032_profile_matches_oracle_step_for_step(name: str) -> None:
     rows, opts, steps = load_golden(GOLDEN / name)
-    mine = run_servesim(build_engine(VllmRank, rows, opts, {**PROFILE, **opts.backend_settings()}), rows, opts)
+    settings = {**PROFILE, **opts.backend_settings()}
+    mine = run_servesim(build_engine(VllmRank, rows, opts, settings), rows, opts)
     cmp = compare_steps(steps, mine)
     assert cmp.first_divergence is None, cmp.describe()
     assert cmp.identical == len(steps) == len(mine)

@@ -202,12 +202,14 @@ def _expect(cond: bool, msg: str, file: str, lineno: int) -> None:
 def _int_map(v: Any, key: str, file: str, lineno: int) -> dict[str, int]:
     _expect(isinstance(v, dict), f"'{key}' must be an object of request id → int", file, lineno)
     for k, t in v.items():
-        _expect(isinstance(t, int) and not isinstance(t, bool), f"'{key}'[{k!r}] must be an int", file, lineno)
+        ok = isinstance(t, int) and not isinstance(t, bool)
+        _expect(ok, f"'{key}'[{k!r}] must be an int", file, lineno)
     return {str(k): int(t) for k, t in v.items()}
 
 
 def _hit_map(v: Any, key: str, file: str, lineno: int) -> dict[str, int | None]:
-    _expect(isinstance(v, dict), f"'{key}' must be an object of request id → int or null", file, lineno)
+    msg = f"'{key}' must be an object of request id → int or null"
+    _expect(isinstance(v, dict), msg, file, lineno)
     for k, t in v.items():
         ok = t is None or (isinstance(t, int) and not isinstance(t, bool))
         _expect(ok, f"'{key}'[{k!r}] must be an int or null", file, lineno)

@@ -295,7 +295,7 @@ def run_servesim(
     nxt = 0
     for step in range(max_steps):
         k = len(reqs) if options.admit == "all" else options.per_step
-        admitted = []
+        admitted: list[str] = []
         while nxt < len(reqs) and len(admitted) < k and (options.admit != "all" or step == 0):
             engine.apply(0, Submit(reqs[nxt]), now)
             admitted.append(str(reqs[nxt].request_id))
