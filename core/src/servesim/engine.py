@@ -23,6 +23,7 @@ from servesim.contract import (
 )
 from servesim.errors import EngineError, EnginePoisoned
 from servesim.rank import NO_RETRY_HINT, CommandContext, Rank, RankIdentity, RetryHint
+from servesim.runs import EngineRunCompleted, EngineRunStarted, check_run
 
 
 @frozen(slots=True)
@@ -65,6 +66,7 @@ class _PendingGroupPass:
     started_at_ms: float
     end_ms: float
     by_rank: dict[int, Any]
+    run_passes: int = 0  # > 0: an in-flight run of that many passes (servesim.runs)
 
 
 class Engine:
@@ -230,6 +232,8 @@ class Engine:
                 f"engine {self.worker_id}: end_ms {end_ms} is before the modelled end "
                 f"{pending.end_ms}"
             )
+        if pending.run_passes:
+            raise EngineError(f"engine {self.worker_id}: a run is in flight; use complete_run")
         self._pending = None
         modelled = pending.end_ms
         out: list[RankCompletion] = []
@@ -245,6 +249,79 @@ class Engine:
                 raise self._poison(f"complete_pass on rank {i}", exc) from exc
         self._reset_wave_if_drained()
         return EnginePassCompleted(pending.pass_id, modelled, tuple(out))
+
+    # -- runs of passes (servesim.runs) -----------------------------------------------------
+
+    def execute_run(
+        self, now_ms: float, horizon_ms: float, max_passes: int = 1 << 30
+    ) -> EngineRunStarted | None:
+        """Commit a run of passes (:meth:`Rank.execute_run`) or return None (nothing consumed).
+
+        Only a dp_size-1 engine runs: with several ranks the DP barrier makes every pass a
+        group decision. A run consumes one pass id and one wave step per pass.
+        """
+        self._check_alive()
+        validate_time("now_ms", now_ms)
+        if self._pending is not None:
+            raise EngineError(f"engine {self.worker_id}: a pass is already in flight")
+        if self.dp_size != 1 or not now_ms < horizon_ms or max_passes < 1:
+            return None
+        rank = self.ranks[0]
+        if not rank.is_ready() or rank.waiting_for_external_command():
+            return None
+        try:
+            run = rank.execute_run(now_ms, horizon_ms, max_passes)
+            if run is None:
+                return None
+            check_run(run, now_ms, horizon_ms, max_passes)
+        except Exception as exc:
+            raise self._poison("execute_run on rank 0", exc) from exc
+        k = run.num_passes
+        pass_id = self._next_pass_id
+        self._next_pass_id += k
+        self._wave_step += k
+        self._pending = _PendingGroupPass(pass_id, now_ms, run.end_ms, {0: run.pending}, k)
+        return EngineRunStarted(pass_id, now_ms, run.pass_ends)
+
+    def take_run_kv_events(self, before_pass: int) -> dict[int, list[Any]]:
+        """Release, early, the KV events of the in-flight run's passes ``< before_pass``.
+
+        A driver calls this once those passes' ends are due, so a router sees them on time;
+        :meth:`complete_run` then leaves them out.
+        """
+        self._check_alive()
+        pending = self._pending
+        if pending is None or not pending.run_passes:
+            raise EngineError(f"engine {self.worker_id}: no run in flight")
+        try:
+            return self.ranks[0].take_run_kv_events(pending.by_rank[0], before_pass)
+        except Exception as exc:
+            raise self._poison("take_run_kv_events on rank 0", exc) from exc
+
+    def complete_run(self, first_pass_id: int, end_ms: float) -> EngineRunCompleted:
+        """Release the in-flight run at its modelled last boundary."""
+        self._check_alive()
+        validate_time("end_ms", end_ms)
+        pending = self._pending
+        if pending is None or not pending.run_passes:
+            raise EngineError(f"engine {self.worker_id}: no run in flight")
+        if first_pass_id != pending.pass_id:
+            raise EngineError(
+                f"engine {self.worker_id}: pass id {first_pass_id} does not match the run "
+                f"starting at pass {pending.pass_id}"
+            )
+        if end_ms < pending.end_ms:
+            raise EngineError(
+                f"engine {self.worker_id}: end_ms {end_ms} is before the modelled end "
+                f"{pending.end_ms}"
+            )
+        self._pending = None
+        try:
+            effects = self.ranks[0].complete_run(pending.by_rank[0], pending.end_ms)
+        except Exception as exc:
+            raise self._poison("complete_run on rank 0", exc) from exc
+        self._reset_wave_if_drained()
+        return EngineRunCompleted(pending.pass_id, effects)
 
     # -- internal work ------------------------------------------------------------------
 

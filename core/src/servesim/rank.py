@@ -207,6 +207,29 @@ class Rank(ABC):
         """For a rank held idle by the DP barrier; None means no boundary effects."""
         return None
 
+    # -- runs of passes (DESIGN.md §7; servesim.runs) ----------------------------------------
+
+    def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int) -> Any | None:
+        """Commit ``k >= 1`` consecutive passes (:class:`servesim.runs.RankRun`) or decline.
+
+        Pass 0 starts at ``now_ms``, each next pass at the previous one's end, every pass
+        strictly before ``horizon_ms``; the run stops at the first pass whose batch would
+        differ from stepping's steady batch (a completion may be the last pass). The result
+        must be identical to ``k`` calls of :meth:`execute_pass`/:meth:`complete_pass` with no
+        command in between (``prepare_group_pass``/``finish_group_pass`` are not called around
+        a run: only dp_size-1 engines run them). A command applied while the run is in flight
+        belongs to its last pass and receives the run's ``pending``. The default declines.
+        """
+        return None
+
+    def complete_run(self, pending: Any, end_ms: float) -> Any:
+        """Release a run's effects (:class:`servesim.runs.RunEffects`) at its last boundary."""
+        raise NotImplementedError(f"{type(self).__name__} does not support runs")
+
+    def take_run_kv_events(self, pending: Any, before_pass: int) -> dict[int, list[Any]]:
+        """Hand over (and forget) the KV events of a run's passes ``< before_pass``."""
+        return {}
+
     # -- internal work --------------------------------------------------------------------
 
     def next_internal_deadline_ms(self) -> float | None:

@@ -31,6 +31,7 @@ from servesim.errors import CommandRejected, SimError, TraceError
 from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
 from servesim.replay.routers import RoundRobinRouter, Router
+from servesim.replay.runs import RunDriver, runs_enabled_by_env
 from servesim.replay.stats import RequestLog
 from servesim.replay.workload import Workload
 from servesim.sinks import FpmSink, KvEventSink, SinkError
@@ -61,6 +62,7 @@ class Replayer:
         fpm_sinks: Sequence[FpmSink] = (),
         record_token_times: bool = False,
         progress: ProgressFn | None = None,
+        runs: bool | None = None,
     ) -> None:
         if not engines:
             raise ValueError("a replay needs at least one engine")
@@ -103,12 +105,21 @@ class Replayer:
             for e in self.engines
             for r in e.ranks
         )
+        # Runs of passes (servesim.replay.runs); None when stepping is forced or unsafe.
+        if runs is None:
+            runs = runs_enabled_by_env()
+        if len(self.engines) > 1 and (self.kv_sinks or self.fpm_sinks):
+            runs = False
+        cross = concurrency is not None or any(t >= 0 for t in self.next_turn)
+        self._runs = RunDriver(self, len(self.engines), cross) if runs else None
 
     # -- event queue --------------------------------------------------------------------
 
     def _push(self, at: float, kind: int, a: int, b: int = 0) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (at, self._seq, kind, a, b))
+        if kind != _PASS_END and self._runs is not None:
+            heapq.heappush(self._runs.ext, (at, self._seq))
 
     def _schedule_first_turns(self) -> None:
         """Timestamp mode: every session's first turn, rebased and sped up."""
@@ -215,6 +226,8 @@ class Replayer:
         turn = self.turns[rid]
         req = Request(rid, turn.prompt, turn.output_length)
         router = self.router
+        if self._runs is not None and self._runs.count and self._runs.flush:
+            self._runs.release_kv(now)
         hashes = turn.prompt.block_hashes(self.block_size)[0] if router.wants_block_hashes else ()
         worker, dp = router.select(req, hashes, self.state)
         router.routed(req, worker, dp, self.state)
@@ -261,6 +274,8 @@ class Replayer:
                         self._push(d, _DEADLINE, w)
             if not engine.is_ready():
                 continue
+            if self._runs is not None and self._runs.try_run(w, engine, now):
+                continue
             started = engine.execute_pass(now)
             if started is None:
                 continue
@@ -285,6 +300,9 @@ class Replayer:
         return busy
 
     def _complete(self, w: int, pass_id: int, now: float) -> None:
+        if self._runs is not None and self._runs.in_flight[w] is not None:
+            self._runs.complete(w, now)
+            return
         done = self.engines[w].complete_pass(pass_id, now)
         self._dirty.add(w)
         log, state = self.log, self.state

@@ -59,7 +59,14 @@ def _gaps(log: RequestLog, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     keep = mask[rids]
     itl, rids = itl[keep], rids[keep]
     _, first = np.unique(rids, return_index=True)
-    return itl, itl[first]
+    ttst = itl[first]
+    shared = getattr(log, "shared_gap", None)
+    if shared is not None and len(shared):
+        # Gaps shared by runs of passes (RequestLog.run_tokens): the same multiset as
+        # stepping's one sample per token, so the sorted distribution is identical.
+        weights = np.frombuffer(log.shared_weight, dtype=np.int64)
+        itl = np.concatenate([itl, np.repeat(np.frombuffer(shared, dtype=np.float64), weights)])
+    return itl, ttst
 
 
 def _goodput(a: dict[str, np.ndarray], cfg: ReportConfig) -> np.ndarray:

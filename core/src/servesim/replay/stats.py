@@ -75,6 +75,11 @@ class RequestLog:
         self.rejected = [False] * n
         self.itl = array("d")
         self.itl_rid = array("q")
+        # Gaps shared by every member of a run of passes (servesim.runs): gap value and how
+        # many requests saw it. Only requests that always complete join runs, so these never
+        # need the completed-request mask.
+        self.shared_gap = array("d")
+        self.shared_weight = array("q")
         self.token_times: list[list[float]] | None = (
             [[] for _ in range(n)] if record_token_times else None
         )
@@ -106,6 +111,37 @@ class RequestLog:
             for rid in rids:
                 tt[rid].append(now)
         return firsts
+
+    def run_tokens(self, members: Sequence[int], absent_last: Sequence[int],
+                   ends: Sequence[float]) -> None:
+        """Record a run: every member (already past its first token) emitted one token at
+        each of ``ends`` (those in ``absent_last`` none at the last). Each member's first
+        gap is its own sample; the ``k - 1`` later gaps are shared, stored once with weights."""
+        k = len(ends)
+        e0 = ends[0]
+        absent = set(absent_last)
+        last, ntok = self.last, self.ntok
+        itl_append, rid_append = self.itl.append, self.itl_rid.append
+        for rid in members:
+            n = k - 1 if absent and rid in absent else k
+            if n:
+                itl_append(e0 - last[rid])
+                rid_append(rid)
+                last[rid] = ends[n - 1]
+                ntok[rid] += n
+        m = len(members)
+        counts = self.tokens_per_second
+        for j in range(k):
+            n = m - len(absent) if j == k - 1 else m
+            if j and n:
+                self.shared_gap.append(ends[j] - ends[j - 1])
+                self.shared_weight.append(n)
+            second = int(ends[j] // 1000.0)
+            counts[second] = counts.get(second, 0) + n
+        if self.token_times is not None:
+            tt = self.token_times
+            for rid in members:
+                tt[rid].extend(ends[:-1] if rid in absent else ends)
 
     def admission(self, rid: int, reused: int) -> None:
         """A (re-)admission reusing ``reused`` prompt tokens. ``reused`` keeps the latest

@@ -14,6 +14,7 @@ from attrs import define, field
 
 from servesim.contract import Command, CommandEffects, Request, Submit
 from servesim.engine import Engine, EnginePassCompleted, EnginePassStarted
+from servesim.runs import EngineRunCompleted
 
 
 @define
@@ -45,6 +46,7 @@ class DriveResult:
     completions: list[EnginePassCompleted]
     command_effects: list[CommandEffects]
     end_ms: float
+    runs: list[EngineRunCompleted] = field(factory=list)
 
 
 def drive(
@@ -53,11 +55,15 @@ def drive(
     *,
     max_passes: int = 1_000_000,
     extra_commands: Iterable[tuple[float, int, Command]] = (),
+    runs: bool = False,
 ) -> DriveResult:
     """Run ``engine`` over ``(arrival_ms, request[, dp_rank])`` until every request finishes.
 
     ``extra_commands`` are ``(at_ms, dp_rank, command)`` delivered at their time (e.g. a
     ``CancelRequest``). Raises RuntimeError if the engine stops making progress.
+
+    With ``runs`` the engine may commit runs of passes (servesim.runs) up to the next event;
+    ``passes``/``completions`` then hold only stepped passes, ``runs`` the released runs.
     """
     events: list[tuple[float, int, int, Command]] = []
     traces: dict[int, RequestTrace] = {}
@@ -78,6 +84,17 @@ def drive(
             _, _, rank, cmd = events[i]
             result.command_effects.append(engine.apply(rank, cmd, now))
             i += 1
+        if runs and engine.is_ready():
+            horizon = events[i][0] if i < len(events) else float("inf")
+            run = engine.execute_run(now, horizon)
+            if run is not None:
+                i = _deliver_mid(engine, events, i, run.end_ms, run.pass_ends[-2]
+                                 if run.num_passes > 1 else now, result)
+                now = run.end_ms
+                done_run = engine.complete_run(run.first_pass_id, now)
+                result.runs.append(done_run)
+                _record_run(done_run, traces)
+                continue
         started = engine.execute_pass(now) if engine.is_ready() else None
         if started is None:
             if i < len(events):
@@ -98,6 +115,25 @@ def drive(
         result.completions.append(done)
         _record(done, traces, now)
     raise RuntimeError(f"no drain after {max_passes} passes")
+
+
+def _deliver_mid(engine: Engine, events: list[tuple[float, int, int, Command]], i: int,
+                 end_ms: float, start_ms: float, result: DriveResult) -> int:
+    while i < len(events) and events[i][0] < end_ms:
+        at, _, rank, cmd = events[i]
+        result.command_effects.append(engine.apply(rank, cmd, max(at, start_ms)))
+        i += 1
+    return i
+
+
+def _record_run(done: EngineRunCompleted, traces: dict[int, RequestTrace]) -> None:
+    eff = done.effects
+    ends = eff.pass_ends
+    absent = set(eff.absent_last)
+    for rid in eff.members:
+        traces[rid].token_times.extend(ends[:-1] if rid in absent else ends)
+    for rid in eff.completed:
+        traces[rid].completed_ms = ends[-1]
 
 
 def _record(done: EnginePassCompleted, traces: dict[int, RequestTrace], now: float) -> None:

@@ -25,6 +25,7 @@ from servesim.contract import (
     CommandEffects,
     CommandResult,
     ForwardPassMetrics,
+    KvEvent,
     Metrics,
     OutputBatch,
     PassCompletionEffects,
@@ -39,8 +40,10 @@ from servesim.contract import (
 )
 from servesim.errors import CommandRejected
 from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
+from servesim.runs import RankRun, RunEffects
 from servesim.timing.base import scaled_ms
 
+from servesim_vllm import runs as _runs
 from servesim_vllm.config import VllmConfig
 from servesim_vllm.scheduler import PassResult, VllmScheduler
 
@@ -182,6 +185,18 @@ class VllmRank(Rank):
                 **pending.fpm_fields, duration_ms=max(0.0, end_ms - pending.started_at_ms)
             )
         return effects
+
+    def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int) -> RankRun | None:
+        """A run of steady decode passes (servesim_vllm.runs), or None to step."""
+        return _runs.execute_run(self, now_ms, horizon_ms, max_passes)
+
+    def complete_run(self, pending: _runs.VllmRunPending, end_ms: float) -> RunEffects:
+        return _runs.complete_run(self, pending, end_ms)
+
+    def take_run_kv_events(
+        self, pending: _runs.VllmRunPending, before_pass: int
+    ) -> dict[int, list[KvEvent]]:
+        return _runs.take_kv_events(pending, before_pass)
 
     def complete_idle_group_pass(
         self, started_at_ms: float, end_ms: float

@@ -1,0 +1,173 @@
+"""Runs of passes: a rank may commit k consecutive decode passes in one call (DESIGN.md §7).
+
+Between external events nothing can change a steady decode-only batch except what the rank
+itself foresees (a request reaching its output length, a block boundary needing a block,
+memory running out). :meth:`servesim.rank.Rank.execute_run` lets a rank commit such a *run*:
+
+* pass 0 starts at ``now``; pass ``j + 1`` starts at pass ``j``'s end;
+* every pass starts strictly before ``horizon_ms`` — the driver's next external event that
+  could reach the engine (a driver delivers events due at or before a pass's start before
+  starting it, so an event at the horizon lands inside the run's last pass, or right after it
+  when it coincides with its end, exactly as when stepping);
+* the run stops at the first pass whose batch would differ from the steady batch (possible
+  admission, prefill chunk, preemption, an allocation that could fail); a pass that completes
+  requests may be the run's *last* pass.
+
+:class:`RunEffects` carry the k passes' effects compactly; :func:`expand` turns them into the k
+:class:`servesim.contract.PassCompletionEffects` the stepping path would have produced, which
+is how tests prove the two paths identical. A rank that does not support runs inherits the
+default ``execute_run`` returning None, and drivers fall back to stepping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from attrs import define, field, frozen
+
+from servesim.contract import (
+    ForwardPassMetrics,
+    KvEvent,
+    Metrics,
+    OutputBatch,
+    PassCompletionEffects,
+    RequestId,
+)
+
+
+@frozen(slots=True)
+class RankRun:
+    """What a rank returns when it commits a run; ``pending`` goes back to ``complete_run``.
+
+    ``pass_ends[j]`` is pass ``j``'s modelled end; pass 0 started at ``started_at_ms``.
+    """
+
+    started_at_ms: float
+    pass_ends: tuple[float, ...]
+    pending: Any
+
+    @property
+    def num_passes(self) -> int:
+        return len(self.pass_ends)
+
+    @property
+    def end_ms(self) -> float:
+        return self.pass_ends[-1]
+
+
+@define(slots=True)
+class RunEffects:
+    """The completion effects of a run of ``k = len(pass_ends)`` passes.
+
+    * ``members``: requests that emitted one token at every pass, in batch order;
+    * ``absent_last``: members that emitted no token at the last pass (a command issued while
+      the last pass was in flight suppressed it), in batch order;
+    * ``completed``: requests completed at the last pass (their last token is in it);
+    * ``kv_events``: pass index -> the KV events released at that pass's end;
+    * ``forward_pass_metrics``: one per pass when the rank captures them, else None;
+    * ``pass_metrics``: the occupancy snapshot each pass's completion would report
+      (``pass_metrics[-1]`` is the final one).
+    """
+
+    started_at_ms: float
+    pass_ends: list[float]
+    members: list[RequestId]
+    absent_last: list[RequestId] = field(factory=list)
+    completed: list[RequestId] = field(factory=list)
+    kv_events: dict[int, list[KvEvent]] = field(factory=dict)
+    forward_pass_metrics: list[ForwardPassMetrics] | None = None
+    # Built on first use: drivers rarely read per-pass occupancy.
+    pass_metrics_factory: Callable[[], list[Metrics]] | None = None
+    _pass_metrics: list[Metrics] | None = field(default=None, init=False)
+
+    @property
+    def num_passes(self) -> int:
+        return len(self.pass_ends)
+
+    @property
+    def pass_metrics(self) -> list[Metrics] | None:
+        if self._pass_metrics is None and self.pass_metrics_factory is not None:
+            self._pass_metrics = self.pass_metrics_factory()
+        return self._pass_metrics
+
+    @property
+    def metrics(self) -> Metrics | None:
+        pm = self.pass_metrics
+        return pm[-1] if pm else None
+
+
+def expand(run: RunEffects) -> list[PassCompletionEffects]:
+    """The per-pass effects the stepping path would have released for this run."""
+    k = run.num_passes
+    absent = set(run.absent_last)
+    out = []
+    for j in range(k):
+        last = j == k - 1
+        tokens = [r for r in run.members if r not in absent] if last and absent else list(run.members)
+        batch = OutputBatch(token_request_ids=tokens, completed=list(run.completed) if last else [])
+        eff = PassCompletionEffects(outputs=batch, kv_events=list(run.kv_events.get(j, ())))
+        pm = run.pass_metrics
+        if pm is not None:
+            eff.metrics = pm[j]
+        if run.forward_pass_metrics is not None:
+            eff.forward_pass_metrics = run.forward_pass_metrics[j]
+        out.append(eff)
+    return out
+
+
+@frozen(slots=True)
+class EngineRunStarted:
+    """A run committed by an engine: pass ids ``first_pass_id .. first_pass_id + k - 1``."""
+
+    first_pass_id: int
+    started_at_ms: float
+    pass_ends: tuple[float, ...]
+
+    @property
+    def num_passes(self) -> int:
+        return len(self.pass_ends)
+
+    @property
+    def end_ms(self) -> float:
+        return self.pass_ends[-1]
+
+
+@frozen(slots=True)
+class EngineRunCompleted:
+    """A released run (dp_size 1: the single rank's effects)."""
+
+    first_pass_id: int
+    effects: RunEffects
+
+
+def check_run(run: RankRun, now_ms: float, horizon_ms: float, max_passes: int) -> None:
+    """Raise ValueError when a rank's run breaks the contract above."""
+    ends = run.pass_ends
+    if not 1 <= len(ends) <= max_passes:
+        raise ValueError(f"a run must have 1..{max_passes} passes, got {len(ends)}")
+    if run.started_at_ms != now_ms:
+        raise ValueError(f"run starts at {run.started_at_ms}, not at now {now_ms}")
+    start = now_ms
+    for end in ends:
+        if not start < horizon_ms:
+            raise ValueError(f"a run pass starts at {start} >= horizon {horizon_ms}")
+        if not end >= start or end == float("inf"):
+            raise ValueError(f"a run pass ends at {end} before its start {start}")
+        start = end
+
+
+def pass_gaps(ends: Sequence[float]) -> list[float]:
+    """``ends[j] - ends[j-1]`` for j >= 1: the inter-token gap every member saw at pass j."""
+    return [ends[j] - ends[j - 1] for j in range(1, len(ends))]
+
+
+__all__ = [
+    "EngineRunCompleted",
+    "EngineRunStarted",
+    "RankRun",
+    "RunEffects",
+    "check_run",
+    "expand",
+    "pass_gaps",
+]

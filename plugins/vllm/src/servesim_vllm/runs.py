@@ -1,0 +1,312 @@
+"""Runs of steady decode passes for the ``vllm`` rank (servesim.runs; DESIGN.md §7).
+
+A pass is *steady* when the waiting queue is empty and every running request is a plain
+decode step (its prompt is done and one sampled token is left to compute): the scheduler then
+schedules exactly the running list, in order, one token each, and every request samples one
+token. Such a batch changes only where the rank can foresee it:
+
+* a request crosses a block boundary — its pre-pass length ``L`` has ``L % bs == 1`` (it needs
+  a new block: :meth:`BlockPool.allocate`, which may evict an inactive block and publish a
+  ``Removed`` event) or ``L % bs == 0`` (a block becomes full: :meth:`BlockPool.finalize`
+  publishes ``Stored``). These are replayed at their pass, in batch order, with the same pool
+  calls as stepping, so KV events and block ids are identical. An allocation that could fail
+  (fewer free-or-evictable blocks than the pass needs) ends the run *before* that pass;
+  stepping then preempts exactly as it would have;
+* a request reaches its output length — the run ends *with* that pass, whose completions
+  release blocks after the pass's allocations, as ``_emit`` does after ``_schedule_running``.
+
+Pass ``j``'s decode time uses the same call and float operations as stepping:
+``predict_decode_ms(m, S + j*m, (S + j*m) // m, total)`` with ``S`` the batch's summed
+pre-run length, and ``end = start + scaled_ms(0.0, speedup) + scaled_ms(decode, decode_speedup)``,
+so boundaries are bit-identical (including the nanosecond rounding of ``scaled_ms``).
+
+Runs are declined (stepping is used) for anything else: a non-aggregated worker, handoff
+state, schedule recording, a batch larger than the token budget, and any running request
+whose prompt plus output could outgrow the whole pool (it could later be rejected on
+readmission, which the driver's run statistics do not model).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from servesim.contract import (
+    ForwardPassMetrics,
+    KvEvent,
+    Metrics,
+    OutputBatch,
+    PassCompletionEffects,
+    WorkerType,
+)
+from servesim.runs import RankRun, RunEffects
+from servesim.timing.base import scaled_ms
+
+from servesim_vllm.request import Status
+
+if TYPE_CHECKING:
+    from servesim_vllm.rank import VllmRank
+    from servesim_vllm.request import VllmRequest
+
+
+class VllmRunPending:
+    """A committed run. ``effects`` is the *last* pass's retained completion effects, so a
+    command applied mid-pass suppresses outputs exactly as with a stepped pending pass."""
+
+    __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events", "active",
+                 "inactive", "sums", "sqs", "counter0", "fpm_fields")
+
+    def __init__(self, started_at_ms: float) -> None:
+        self.started_at_ms = started_at_ms
+        self.ends: list[float] = []
+        self.members: list[int] = []
+        self.effects = PassCompletionEffects()
+        self.kv_events: dict[int, list[KvEvent]] = {}
+        self.active: list[int] = []  # pool occupancy after each pass (for per-pass Metrics)
+        self.inactive: list[int] = []
+        self.sums: list[int] = []  # summed decode lengths per pass (forward-pass metrics)
+        self.sqs: list[int] = []
+        self.counter0 = 0
+        self.fpm_fields: dict[str, Any] | None = None
+
+
+def _steady_batch(rank: VllmRank) -> tuple[int, int, int] | None:
+    """``(sum of lengths, sum of squares, passes until the first completion)`` of a steady
+    batch, or None when the next pass would not be a plain decode of every running request."""
+    s = rank.sched
+    if s.waiting or rank.config.worker_type is not WorkerType.AGGREGATED:
+        return None
+    if rank.services.record_schedule:
+        return None
+    book = getattr(rank, "book", None)
+    if book is not None and (book.sources or book.dests or book.events):
+        return None
+    running = s.running
+    m = len(running)
+    if m == 0 or m > s.max_tokens:
+        return None
+    limit = s.cfg.num_gpu_blocks * s.bs
+    total = sq = 0
+    first_done = 1 << 62
+    for req in running:
+        length = req.length
+        if req.computed != length - 1 or not req.generated:
+            return None
+        rem = req.max_out - req.generated
+        if rem < first_done:
+            first_done = rem
+        if req.prompt_len + req.max_out > limit:
+            return None
+        total += length
+        sq += length * length
+    if first_done < 1:
+        return None
+    return total, sq, first_done
+
+
+def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int) -> RankRun | None:
+    shape = _steady_batch(rank)
+    if shape is None:
+        return None
+    total, sq, first_done = shape
+    s = rank.sched
+    pool = s.pool
+    bs = s.bs
+    running = s.running
+    m = len(running)
+    kmax = min(first_done, max_passes)
+    # Block crossings as a heap of (pass, batch index): pass j is a crossing for a request of
+    # pre-run length L when (L + j) % bs is 0 (finalize) or 1 (allocate).
+    cross: list[tuple[int, int]] = []
+    for i, req in enumerate(running):
+        r = req.length % bs
+        j = 0 if r <= 1 or bs == 1 else bs - r
+        if j < kmax:
+            cross.append((j, i))
+    heapq.heapify(cross)
+    avail = len(pool._free) + len(pool._evict)  # noqa: SLF001 - allocation headroom
+    timing = s.timing
+    kv_total = s.cfg.num_gpu_blocks * bs
+    sp, dsp = rank._speedup, rank._decode_speedup  # noqa: SLF001
+    events_on = pool.events_enabled
+    run = VllmRunPending(now)
+    ends = run.ends
+    start = now
+    j = 0
+    while j < kmax and start < horizon:
+        due_any = bool(cross) and cross[0][0] == j
+        if due_any:
+            due = []
+            while cross and cross[0][0] == j:
+                due.append(heapq.heappop(cross)[1])
+            need = 0
+            for i in due:
+                req = running[i]
+                grow = -(-(req.length + j) // bs) - len(req.table.ids)
+                if grow > 0:
+                    need += grow
+            if need > avail:
+                # The allocation could fail: stepping must decide (preemption) at this pass.
+                for i in due:
+                    heapq.heappush(cross, (j, i))
+                break
+            avail -= need
+            for i in due:
+                req = running[i]
+                _block_step(s, req, req.length + j)
+                nxt = j + 1 if bs == 1 or (req.length + j) % bs == 0 else j + bs - 1
+                if nxt < kmax:
+                    heapq.heappush(cross, (nxt, i))
+        if events_on and (j == 0 or due_any):
+            # Pass 0 also takes events left by commands applied before it, as stepping does.
+            evs = pool.drain_events()
+            if evs:
+                run.kv_events[j] = evs
+        kv = total + j * m
+        dms = timing.predict_decode_ms(m, kv, kv // m, kv_total)
+        end = start + scaled_ms(0.0, sp) + scaled_ms(dms, dsp)
+        ends.append(end)
+        run.sums.append(kv)
+        run.sqs.append(sq + 2 * j * total + j * j * m)
+        run.active.append(pool.num_active)
+        run.inactive.append(pool.num_inactive)
+        j += 1
+        if end == start:
+            break  # a zero-duration pass: the driver sees that boundary before any other
+        start = end
+    if j == 0:
+        return None
+    _commit(rank, run, j, first_done)
+    return RankRun(now, tuple(ends), run)
+
+
+def _block_step(s: Any, req: VllmRequest, length: int) -> None:
+    """What ``VllmScheduler._schedule`` does to the pool for a one-token decode step of a
+    request whose pre-pass length is ``length`` (its allocation cannot fail here)."""
+    bs = s.bs
+    table = req.table
+    target = -(-length // bs)
+    if target > len(table.ids):
+        if not s.pool.allocate(table, target, ()):
+            raise RuntimeError(f"run: allocation for request {req.rid} failed despite headroom")
+    if s.caching:
+        full = length // bs
+        if full > table.num_cached:
+            req.ensure_hashes(full, bs)
+            tokens = None
+            if s.token_ids_in_events:
+                tokens = lambda i: req.tokens(i * bs, (i + 1) * bs)  # noqa: E731
+            s.pool.finalize(table, full, req.seq, req.loc, tokens)
+
+
+def _commit(rank: VllmRank, run: VllmRunPending, k: int, first_done: int) -> None:
+    """Advance every request by ``k`` tokens; finish those done at the last pass."""
+    s = rank.sched
+    running = s.running
+    run.members = [req.rid for req in running]
+    completed: list[int] = []
+    for req in running:
+        length = req.length + k
+        req.length = length
+        req.computed = length - 1
+        req.generated += k
+    if k == first_done:
+        pool = s.pool
+        for req in running:
+            if req.generated >= req.max_out:
+                completed.append(req.rid)
+                pool.release(req.table)
+                req.status = Status.FINISHED
+                del s.requests[req.rid]
+        s.running = [r for r in running if r.status is Status.RUNNING]
+        # Releases change occupancy after the last pass's allocations.
+        run.active[-1] = pool.num_active
+        run.inactive[-1] = pool.num_inactive
+    run.effects.outputs = OutputBatch(token_request_ids=list(run.members), completed=completed)
+    run.counter0 = rank._pass_counter  # noqa: SLF001
+    rank._pass_counter += k  # noqa: SLF001
+    rank._prefilled = False  # noqa: SLF001
+    rank._worked = True  # noqa: SLF001
+    if rank.services.emit_forward_pass_metrics:
+        qp, qd = s.queued_prefill, s.queued_decode
+        run.fpm_fields = dict(
+            worker_id=rank.identity.worker_id, dp_rank=rank.identity.dp_rank,
+            num_queued_prefill=qp[0], sum_queued_prefill_tokens=qp[1],
+            var_queued_prefill_length=_pop_var(*qp), num_queued_decode=qd[0],
+            sum_queued_decode_kv_tokens=qd[1], var_queued_decode_kv_tokens=_pop_var(*qd),
+        )
+
+
+def take_kv_events(run: VllmRunPending, before_pass: int) -> dict[int, list[KvEvent]]:
+    out = {j: evs for j, evs in run.kv_events.items() if j < before_pass}
+    for j in out:
+        del run.kv_events[j]
+    return out
+
+
+def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffects:
+    k = len(run.ends)
+    last = run.effects
+    # Events published by commands applied during the last pass belong to it (as stepping's
+    # complete_pass drains them).
+    late = rank.sched.pool.drain_events()
+    if late:
+        run.kv_events.setdefault(k - 1, []).extend(late)
+    tokens = last.outputs.token_request_ids
+    absent: list[int] = []
+    if len(tokens) != len(run.members):
+        present = set(tokens)
+        absent = [r for r in run.members if r not in present]
+    final = rank.metrics()
+    m = len(run.members)
+    active, inactive = run.active, run.inactive
+
+    def pass_metrics() -> list[Metrics]:
+        # Intermediate passes: the batch is whole and the queue empty (no command ran).
+        out = [attrs.evolve(final, active_blocks=a, inactive_blocks=i, running_requests=m,
+                            waiting_requests=0)
+               for a, i in zip(active[:-1], inactive[:-1], strict=True)]
+        out.append(final)
+        return out
+
+    effects = RunEffects(
+        started_at_ms=run.started_at_ms, pass_ends=list(run.ends), members=run.members,
+        absent_last=absent, completed=list(last.outputs.completed), kv_events=run.kv_events,
+        pass_metrics_factory=pass_metrics,
+    )
+    if run.fpm_fields is not None:
+        effects.forward_pass_metrics = _fpms(run, end_ms)
+    return effects
+
+
+def _fpms(run: VllmRunPending, end_ms: float) -> list[ForwardPassMetrics]:
+    """dynamo-mocker.md §4.5 for a steady pass: no prefill, ``m`` decodes of the pass's
+    lengths (population variance from integer sums), the unchanged queues."""
+    m = len(run.members)
+    fields = run.fpm_fields
+    assert fields is not None
+    out = []
+    start = run.started_at_ms
+    ends = run.ends
+    for j in range(len(ends)):
+        end = end_ms if j == len(ends) - 1 else ends[j]
+        out.append(ForwardPassMetrics(
+            **fields, counter_id=run.counter0 + j, num_prefill_requests=0, sum_prefill_tokens=0,
+            var_prefill_length=0.0, sum_prefill_kv_tokens=0, num_decode_requests=m,
+            sum_decode_kv_tokens=run.sums[j],
+            var_decode_kv_tokens=_pop_var(m, run.sums[j], run.sqs[j]),
+            duration_ms=max(0.0, end - start),
+        ))
+        start = ends[j]
+    return out
+
+
+def _pop_var(n: int, total: int, sum_sq: int) -> float:
+    if n < 2:
+        return 0.0
+    return max(0.0, (sum_sq * n - total * total) / (n * n))
+
+
+__all__ = ["VllmRunPending", "complete_run", "execute_run", "take_kv_events"]

@@ -1,0 +1,120 @@
+"""Runs of passes (servesim.runs) against the stepping path: identical in every observable.
+
+Each example drives the same randomised workload twice through ``servesim.testing.drive`` —
+once pass by pass, once letting the rank commit runs — and requires identical per-request
+token times, completions and cached tokens, identical command effects, and, pass by pass
+(runs expanded with :func:`servesim.runs.expand`), identical outputs, KV events, metrics and
+forward-pass metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from servesim.contract import CancelRequest, PassCompletionEffects, Request
+from servesim.runs import expand
+from servesim.testing.driver import DriveResult, drive
+from servesim.timing import PolynomialTiming
+from servesim.tokens import Tokens
+from vllm_helpers import make_engine
+
+CONFIGS = [
+    dict(num_gpu_blocks=4096, block_size=16),
+    dict(num_gpu_blocks=40, block_size=4),  # tight pool: preemptions and failed allocations
+    dict(num_gpu_blocks=60, block_size=4, enable_prefix_caching=False),
+    dict(num_gpu_blocks=64, block_size=2, enable_chunked_prefill=False, max_num_batched_tokens=64),
+    dict(num_gpu_blocks=512, block_size=1, max_model_len=40),
+    dict(num_gpu_blocks=100, block_size=8, max_num_seqs=3, emit_kv_token_ids=True),
+    dict(num_gpu_blocks=200, block_size=4, max_num_batched_tokens=5),  # budget < batch
+]
+
+
+@st.composite
+def workloads(draw: Any) -> tuple[dict, list, list]:
+    cfg = dict(draw(st.sampled_from(CONFIGS)))
+    n = draw(st.integers(1, 10))
+    shared = [7_000_000 + i for i in range(draw(st.integers(0, 24)))]
+    arrivals = []
+    t = 0.0
+    for rid in range(n):
+        t += draw(st.sampled_from([0.0, 0.5, 3.0, 17.0, 40.0]))
+        own = draw(st.integers(1, 30))
+        prefix = shared[: draw(st.integers(0, len(shared)))]
+        prompt = prefix + [rid * 100_000 + i for i in range(own)]
+        out = draw(st.integers(0, 45))
+        arrivals.append((t, Request(rid, Tokens(prompt), out)))
+    cancels = []
+    for _ in range(draw(st.integers(0, 2))):
+        at = draw(st.floats(0.0, t + 200.0, allow_nan=False))
+        cancels.append((at, 0, CancelRequest(draw(st.integers(0, n - 1)),
+                                             discard_pending_output=draw(st.booleans()))))
+    return cfg, arrivals, cancels
+
+
+def _run(cfg: dict, arrivals: list, cancels: list, runs: bool) -> DriveResult:
+    engine = make_engine(PolynomialTiming(), emit_kv_events=True,
+                         emit_forward_pass_metrics=True, **cfg)
+    return drive(engine, arrivals, extra_commands=cancels, runs=runs)
+
+
+def _per_pass(result: DriveResult) -> dict[int, PassCompletionEffects]:
+    out = {c.pass_id: c.by_rank[0].effects for c in result.completions}
+    for run in result.runs:
+        for j, eff in enumerate(expand(run.effects)):
+            out[run.first_pass_id + j] = eff
+    return out
+
+
+def _key(eff: PassCompletionEffects) -> tuple:
+    o = eff.outputs
+    return (o.token_request_ids, o.completed, o.rejected, o.cached_tokens, eff.kv_events,
+            eff.metrics, eff.forward_pass_metrics, eff.lifecycle_events)
+
+
+@settings(max_examples=150, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_runs_match_stepping(case: tuple[dict, list, list]) -> None:
+    cfg, arrivals, cancels = case
+    step = _run(cfg, arrivals, cancels, runs=False)
+    run = _run(cfg, arrivals, cancels, runs=True)
+    assert step.end_ms == run.end_ms
+    for rid, trace in step.requests.items():
+        other = run.requests[rid]
+        assert (trace.token_times, trace.completed_ms, trace.rejected, trace.cached_tokens) == (
+            other.token_times, other.completed_ms, other.rejected, other.cached_tokens), rid
+    assert step.command_effects == run.command_effects
+    a, b = _per_pass(step), _per_pass(run)
+    assert sorted(a) == sorted(b) == list(range(len(a)))
+    for pid in a:
+        assert _key(a[pid]) == _key(b[pid]), pid
+
+
+def test_runs_cover_steady_decoding_in_few_calls() -> None:
+    """Three requests decoding together: one stepped prefill pass, then runs that stop at
+    each completion (the completing pass is a run's last pass) and at block allocations only
+    when the pool could run short."""
+    arrivals = [(0.0, Request(i, Tokens([i * 1000 + t for t in range(9)]), 10 + 5 * i))
+                for i in range(3)]
+    res = _run(dict(num_gpu_blocks=1000, block_size=4), arrivals, [], runs=True)
+    assert len(res.passes) == 1  # the prefill
+    assert [r.effects.completed for r in res.runs] == [[0], [1], [2]]
+    assert [r.effects.num_passes for r in res.runs] == [9, 5, 5]
+    assert [len(r.effects.members) for r in res.runs] == [3, 2, 1]
+    # Every request's block-boundary KV events arrive inside the runs, at their pass.
+    stored = [j for r in res.runs for j, evs in r.effects.kv_events.items() if evs]
+    assert stored
+
+
+def test_cancel_in_a_runs_last_pass_suppresses_only_that_pass() -> None:
+    arrivals = [(0.0, Request(i, Tokens([i * 1000 + t for t in range(5)]), 30)) for i in range(2)]
+    # Decode passes are ~5.7 ms (polynomial floor); a cancel at 40 ms lands mid-run.
+    cancels = [(40.0, 0, CancelRequest(1, discard_pending_output=True))]
+    step = _run(dict(num_gpu_blocks=100, block_size=4), arrivals, cancels, runs=False)
+    run = _run(dict(num_gpu_blocks=100, block_size=4), arrivals, cancels, runs=True)
+    assert run.requests[1].token_times == step.requests[1].token_times
+    assert run.requests[1].token_times[-1] < 40.0
+    mid = [r for r in run.runs if r.effects.absent_last]
+    assert [r.effects.absent_last for r in mid] == [[1]]
