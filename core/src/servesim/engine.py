@@ -111,6 +111,11 @@ class Engine:
     def pending_end_ms(self) -> float | None:
         return self._pending.end_ms if self._pending is not None else None
 
+    @property
+    def pending_started_at_ms(self) -> float | None:
+        """Start time of the in-flight pass (for busy-time accounting), None when idle."""
+        return self._pending.started_at_ms if self._pending is not None else None
+
     def _check_alive(self) -> None:
         if self._poisoned is not None:
             raise EnginePoisoned(f"engine {self.worker_id} is poisoned: {self._poisoned}")

@@ -74,12 +74,14 @@ def test_noop_cancel_keeps_a_completed_requests_output_unless_discarded() -> Non
         assert out.completed == ([] if discard else [1])
 
 
-def test_handoff_cancels_address_nothing_and_handoff_submits_are_refused() -> None:
+def test_handoff_cancels_of_unknown_handoffs_are_noops_and_duplicates_are_refused() -> None:
     eng = make_engine(RecordingTiming())
     assert eng.apply(0, CancelSource(HandoffId(1)), 0.0).result == NOOP
-    with pytest.raises(CommandRejected, match="not supported"):
-        eng.apply(0, SubmitHandoffPrefill(HandoffId(1), req(1, 4, 1)), 0.0)
-    assert eng.is_drained()
+    eff = eng.apply(0, SubmitHandoffPrefill(HandoffId(1), req(1, 4, 1)), 0.0)
+    assert eff.result.kind is ResultKind.SUBMITTED
+    with pytest.raises(CommandRejected, match="already registered"):
+        eng.apply(0, SubmitHandoffPrefill(HandoffId(1), req(2, 4, 1)), 0.0)
+    assert not eng.is_drained()
 
 
 def test_outputs_of_one_pass_share_its_end_and_carry_cached_tokens_once() -> None:

@@ -49,6 +49,10 @@ ENGINE_RULES: tuple[Rule, ...] = (
     ("kv_bytes_per_token", _finite_gt(0), "a finite number > 0 or null", True),
     ("kv_transfer_bandwidth", _finite_gt(0), "a finite number > 0 (GB/s) or null", True),
     ("aic_nextn", _int_ge(1), "an integer >= 1 or null", True),
+    ("num_layers", _int_ge(1), "an integer >= 1 or null", True),
+    ("num_kv_heads", _int_ge(1), "an integer >= 1 or null", True),
+    ("head_dim", _int_ge(1), "an integer >= 1 or null", True),
+    ("kv_dtype_bytes", _finite_gt(0), "a finite number > 0", False),
     ("backend", lambda v: bool(v), "a backend name", False),
     ("eviction_policy", lambda v: bool(v), "an eviction policy name", False),
 )
@@ -57,6 +61,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     ("workers", _int_ge(0), "an integer >= 0", False),
     ("prefill_workers", _int_ge(0), "an integer >= 0", False),
     ("decode_workers", _int_ge(0), "an integer >= 0", False),
+    ("handoff_latency_ms", _finite_ge(0), "a finite number >= 0", False),
 )
 
 WORKLOAD_RULES: tuple[Rule, ...] = (

@@ -48,6 +48,12 @@ class EngineConfig:
     kv_bytes_per_token: float | None = None
     kv_transfer_bandwidth: float | None = None
     kv_transfer_timing_mode: TransferTimingMode = TransferTimingMode.FULL_PROMPT
+    # Model geometry for kv_bytes_per_token when it is unset: num_layers * 2 * num_kv_heads
+    # * head_dim * kv_dtype_bytes (dynamo-mocker.md §1.3; servesim.handoff.kv_bytes_per_token).
+    num_layers: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    kv_dtype_bytes: float = 2.0
     emit_kv_token_ids: bool = False
     aic_nextn: int | None = None
     aic_nextn_accept_rates: str | None = None

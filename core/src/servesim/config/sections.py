@@ -20,7 +20,10 @@ class ClusterConfig:
     * ``router_config``: options of the router's ``config_class`` (``kv``:
       ``overlap_score_weight``).
     * ``prefill_workers`` / ``decode_workers`` / ``prefill_engine`` / ``decode_engine``: the
-      prefill/decode split (validated by the loader; the aggregated replay refuses it).
+      prefill/decode split (disaggregated replay, :mod:`servesim.replay.disagg`); ``workers``
+      is then unused.
+    * ``handoff_latency_ms``: the prefill→decode transfer time used when the engine gives
+      none (no ``kv_transfer_bandwidth`` or KV size; aisimulate-engine.md §8.2 step 4).
     """
 
     workers: int = 1
@@ -30,6 +33,7 @@ class ClusterConfig:
     decode_workers: int = 0
     prefill_engine: dict[str, Any] = field(factory=dict)
     decode_engine: dict[str, Any] = field(factory=dict)
+    handoff_latency_ms: float = 0.0
 
 
 @frozen(kw_only=True)

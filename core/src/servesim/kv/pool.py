@@ -82,6 +82,9 @@ class BlockPool:
         self._dups: dict[int, list[int]] = {}
         self._events: list[KvEvent] | None = [] if (emit_events and enable_prefix_caching) else None
         self._next_event_id = 0
+        # Bumped by every release: a "capacity generation" that lets a caller skip
+        # re-probing an allocation that failed when nothing was freed since.
+        self.releases = 0
 
     # -- occupancy ----------------------------------------------------------------------
 
@@ -269,6 +272,7 @@ class BlockPool:
 
     def release(self, table: BlockTable) -> None:
         """Drop the table's references, tail first, and empty it."""
+        self.releases += 1
         ref = self._ref
         hashes = self._hash
         evict = self._evict

@@ -36,7 +36,7 @@ from servesim.replay.stats import RequestLog
 from servesim.replay.workload import Workload
 from servesim.sinks import FpmSink, KvEventSink, SinkError
 
-_PASS_END, _ARRIVAL, _DEADLINE = 0, 1, 2
+_PASS_END, _ARRIVAL, _DEADLINE, _EXTERNAL = 0, 1, 2, 3
 MAX_SAME_TIME_RETRIES = 64
 
 ProgressFn = Callable[[int, int, float], None]
@@ -193,16 +193,30 @@ class Replayer:
         while heap and heap[0][0] == now:
             batch.append(pop(heap))
         due = []
+        external: list[tuple[float, int, int, int, int]] = []
         for item in batch:
             if item[2] == _PASS_END:
                 self._complete(item[3], item[4], now)
             elif item[2] == _DEADLINE:
                 self._dirty.add(item[3])
+            elif item[2] == _EXTERNAL:
+                external.append(item)
             else:
                 due.append(item[3])
-        # Completions only ever add arrivals at ``now`` (passes start below).
-        while heap and heap[0][0] == now:
-            due.append(pop(heap)[3])
+        # Completions only add arrivals (and, in disaggregated replay, handoff events, which
+        # may add more) at ``now``; passes start below.
+        while True:
+            while heap and heap[0][0] == now:
+                item = pop(heap)
+                if item[2] == _EXTERNAL:
+                    external.append(item)
+                else:
+                    due.append(item[3])
+            if not external:
+                break
+            for item in external:
+                self._external(item[3], item[4], now)
+            external = []
         if has_deadlines:
             self._internal_work(now)
         if len(due) > 1:
@@ -329,16 +343,25 @@ class Replayer:
                 for sink in self.fpm_sinks:
                     _publish(sink, w, now, eff.forward_pass_metrics)
             if eff.lifecycle_events:
-                raise ReplayError(
-                    f"worker {w} emitted handoff lifecycle events; disaggregated replay is not "
-                    "supported by the aggregated driver"
-                )
+                busy = True
+                self._lifecycle(w, rc.dp_rank, eff.lifecycle_events, now)
         if busy or not self._last_zero[w]:
             if self._zero_streak[w]:
                 self._zero_streak[w] = 0
                 self._countdown[w] = None
             return
         self._livelock_guard(w, now)
+
+    def _lifecycle(self, w: int, dp_rank: int, events: Sequence[object], now: float) -> None:
+        """Handoff lifecycle events (disaggregated replay overrides this)."""
+        raise ReplayError(
+            f"worker {w} emitted handoff lifecycle events; disaggregated replay is not "
+            "supported by the aggregated driver"
+        )
+
+    def _external(self, a: int, b: int, now: float) -> None:
+        """An ``_EXTERNAL`` heap event (disaggregated replay's handoff transfers)."""
+        raise ReplayError(f"unexpected external event ({a}, {b}) at {now} ms")
 
     def _livelock_guard(self, w: int, now: float) -> None:
         """aisimulate-engine.md §12 step 6: an effect-free zero-duration pass must be explained."""

@@ -173,6 +173,10 @@ def per_request_lines(log: RequestLog, session_ids: Sequence[str] | None = None)
             "ttft_ms": first - log.arrival[rid] if first >= 0 else None,
             "e2el_ms": log.last[rid] - log.arrival[rid] if first >= 0 else None,
         }
+        extra = getattr(log, "extra", None)  # disaggregated replay's handoff fields
+        if extra is not None:
+            for key, values in extra.items():
+                rec[key] = values[rid]
         if session_ids is not None:
             rec["session_id"] = session_ids[rid]
         if log.token_times is not None:

@@ -13,7 +13,7 @@ from servesim.config.sections import SyntheticConfig, WorkloadConfig
 from servesim.errors import ConfigError
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import ProgressFn, Replayer
-from servesim.replay.report import build_report
+from servesim.replay.report import _clean, build_report
 from servesim.replay.routers import Router
 from servesim.replay.stats import RequestLog
 from servesim.replay.synthetic import generate
@@ -47,13 +47,18 @@ def load_workload(workload: WorkloadConfig, plugins: Plugins) -> Workload:
     return generate(workload.synthetic or SyntheticConfig(), workload.seed)
 
 
-def _check_supported(loaded: LoadedConfig) -> None:
+def _check_supported(loaded: LoadedConfig) -> bool:
+    """True for a prefill/decode split (both pools must be set)."""
     cluster = loaded.sim.cluster
-    if cluster.prefill_workers or cluster.decode_workers:
-        raise ConfigError(
-            "a prefill/decode split is not supported by the aggregated replay yet; "
-            "use cluster.workers", path="cluster.prefill_workers", source=loaded.source,
-        )
+    if not (cluster.prefill_workers or cluster.decode_workers):
+        return False
+    for key in ("prefill_workers", "decode_workers"):
+        if getattr(cluster, key) < 1:
+            raise ConfigError(
+                "a prefill/decode split needs at least one prefill and one decode worker",
+                path=f"cluster.{key}", source=loaded.source,
+            )
+    return True
 
 
 def simulate(
@@ -63,7 +68,7 @@ def simulate(
     progress: ProgressFn | None = None,
 ) -> SimResult:
     """Replay ``loaded``'s workload on its cluster; sinks are closed afterwards."""
-    _check_supported(loaded)
+    disaggregated = _check_supported(loaded)
     sim = loaded.sim
     plugins = loaded.plugins
     workload = load_workload(sim.workload, plugins)
@@ -74,6 +79,8 @@ def simulate(
     )
     kv_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("kv_events", [])]
     fpm_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("fpm", [])]
+    if disaggregated:
+        return _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress)
     factory = loaded.engine_factory(
         emit_kv_events=bool(kv_sinks) or router.wants_kv_events,
         emit_forward_pass_metrics=bool(fpm_sinks),
@@ -97,4 +104,34 @@ def simulate(
         for sink in [*kv_sinks, *fpm_sinks]:
             sink.close()
     report = build_report(log, sim.report, loaded.resolved())
+    return SimResult(report, log, replayer.session_of, replayer.passes)
+
+
+def _simulate_disagg(
+    loaded: LoadedConfig,
+    workload: Workload,
+    kv_sinks: list[Any],
+    fpm_sinks: list[Any],
+    record_token_times: bool,
+    progress: ProgressFn | None,
+) -> SimResult:
+    """A prefill/decode split (servesim.replay.disagg); the report gains its handoff keys."""
+    from servesim.replay.disagg import build_disagg_replayer
+
+    sim = loaded.sim
+    replayer = build_disagg_replayer(
+        loaded, workload, kv_sinks, fpm_sinks,
+        concurrency=sim.workload.concurrency,
+        arrival_speedup_ratio=sim.workload.arrival_speedup_ratio,
+        record_token_times=record_token_times,
+        progress=progress,
+    )
+    try:
+        log = replayer.run()
+    finally:
+        for sink in [*kv_sinks, *fpm_sinks]:
+            sink.close()
+    report = build_report(log, sim.report, loaded.resolved())
+    report.update(_clean(replayer.report_extras()))
+    log.extra = replayer.per_request_extras()  # type: ignore[attr-defined]
     return SimResult(report, log, replayer.session_of, replayer.passes)

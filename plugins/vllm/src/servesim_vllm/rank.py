@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import attrs
-
 from servesim.config.engine import EngineConfig
 from servesim.contract import (
     APPLIED,
@@ -39,12 +38,14 @@ from servesim.contract import (
     WorkerType,
 )
 from servesim.errors import CommandRejected
+from servesim.handoff import HandoffBook, suppress_request
 from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
 from servesim.runs import RankRun, RunEffects
 from servesim.timing.base import scaled_ms
 
 from servesim_vllm import runs as _runs
 from servesim_vllm.config import VllmConfig
+from servesim_vllm.handoff import VllmHandoffAdapter, head_blocked_externally
 from servesim_vllm.scheduler import PassResult, VllmScheduler
 
 
@@ -74,6 +75,8 @@ class VllmRank(Rank):
     ) -> None:
         super().__init__(identity, config, backend_config, services)
         self.sched = VllmScheduler(config, services, identity.dp_rank)
+        self.book = HandoffBook(VllmHandoffAdapter(self))
+        self.sched.book = self.book
         self._pass_counter = 0
         self._prefilled = False
         self._worked = False
@@ -98,12 +101,27 @@ class VllmRank(Rank):
             return self._submit(command)
         if isinstance(command, CancelRequest):
             return self._cancel(command, pending)
-        if isinstance(command, (ReleaseSource, CancelSource, CancelDestination)):
-            return CommandEffects(NOOP, metrics=self.metrics())
-        if isinstance(command, (SubmitHandoffPrefill, ReserveDestination, ActivateDestination)):
-            raise CommandRejected(
-                f"{type(command).__name__} is not supported by the vllm rank yet (disaggregation)"
-            )
+        return self._handoff(command, ctx, pending)
+
+    def _handoff(
+        self, command: Command, ctx: CommandContext, pending: VllmPendingPass | None
+    ) -> CommandEffects:
+        """The handoff commands (servesim.handoff.HandoffBook; aisimulate-engine.md §8.2)."""
+        book = self.book
+        busy = ctx.pass_in_flight
+        retained = pending.effects if pending is not None else None
+        if isinstance(command, SubmitHandoffPrefill):
+            return book.submit_prefill(command.handoff_id, command.request)
+        if isinstance(command, ReserveDestination):
+            return book.reserve(command.handoff_id, command.request, busy)
+        if isinstance(command, ActivateDestination):
+            return book.activate(command.handoff_id, busy)
+        if isinstance(command, ReleaseSource):
+            return book.release_source(command.handoff_id, busy)
+        if isinstance(command, CancelSource):
+            return book.cancel_source(command.handoff_id, busy, retained)
+        if isinstance(command, CancelDestination):
+            return book.cancel_destination(command.handoff_id, busy, retained)
         raise CommandRejected(f"unknown command {command!r}")
 
     def _submit(self, command: Submit) -> CommandEffects:
@@ -123,10 +141,11 @@ class VllmRank(Rank):
         (aisimulate-engine.md §3, "Suppression")."""
         rid = command.request_id
         removed = self.sched.cancel(rid)
+        self.book.forget_request(rid)
         retired: tuple[int, ...] = (rid,) if removed else ()
         suppressed = False
         if pending is not None and (removed or command.discard_pending_output):
-            suppressed = pending.effects.outputs.remove_request(rid)
+            suppressed = suppress_request(pending.effects, rid)
             if suppressed and not removed:
                 retired = (rid,)
         return CommandEffects(
@@ -140,10 +159,13 @@ class VllmRank(Rank):
 
     def is_ready(self) -> bool:
         s = self.sched
-        return bool(s.running or s.waiting)
+        return bool(s.running or s.waiting) or self.book.can_retry
 
     def is_drained(self) -> bool:
-        return not self.sched.requests
+        return not self.sched.requests and not self.book.holding
+
+    def waiting_for_external_command(self) -> bool:
+        return self.book.holding and head_blocked_externally(self.sched)
 
     def prefill_in_pass(self) -> bool:
         return self._prefilled
@@ -169,6 +191,8 @@ class VllmRank(Rank):
             cached_tokens=res.cached_tokens,
         )
         effects = PassCompletionEffects(outputs=outputs, kv_events=self.sched.pool.drain_events())
+        if self.book.events:
+            effects.lifecycle_events = self.book.drain_events()  # SourceHeld (§4.8)
         fpm = self._fpm(res) if self.services.emit_forward_pass_metrics else None
         if self.services.record_schedule:
             effects.schedule = self._record(res)
@@ -178,6 +202,7 @@ class VllmRank(Rank):
 
     def complete_pass(self, pending: VllmPendingPass, end_ms: float) -> PassCompletionEffects:
         effects = pending.effects
+        self._handoff_boundary(effects)
         effects.kv_events.extend(self.sched.pool.drain_events())
         effects.metrics = self.metrics()
         if pending.fpm_fields is not None:
@@ -201,9 +226,10 @@ class VllmRank(Rank):
     def complete_idle_group_pass(
         self, started_at_ms: float, end_ms: float
     ) -> PassCompletionEffects | None:
-        effects = PassCompletionEffects(
-            kv_events=self.sched.pool.drain_events(), metrics=self.metrics()
-        )
+        effects = PassCompletionEffects()
+        self._handoff_boundary(effects)
+        effects.kv_events = self.sched.pool.drain_events()
+        effects.metrics = self.metrics()
         if self.services.emit_forward_pass_metrics:
             effects.forward_pass_metrics = ForwardPassMetrics(
                 worker_id=self.identity.worker_id,
@@ -211,6 +237,18 @@ class VllmRank(Rank):
                 duration_ms=max(0.0, end_ms - started_at_ms),
             )
         return effects
+
+    def _handoff_boundary(self, effects: PassCompletionEffects) -> None:
+        """At a pass boundary: terminal outputs end handoff tracking and pending
+        destinations are retried (aisimulate-engine.md §3 complete_pass steps 2 and 6)."""
+        book = self.book
+        if not (book.sources or book.dests):
+            return
+        if effects.outputs.completed:
+            book.on_terminal(effects.outputs.completed)
+        book.retry()
+        if book.events:
+            effects.lifecycle_events.extend(book.drain_events())
 
     # -- observability --------------------------------------------------------------------
 

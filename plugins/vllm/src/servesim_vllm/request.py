@@ -22,6 +22,9 @@ class Status(enum.Enum):
     RUNNING = "running"
     PREEMPTED = "preempted"
     FINISHED = "finished"
+    # An activated handoff destination: waiting with its prompt KV already transferred
+    # (admission stage "Materialized", dynamo-mocker.md §7.2).
+    REMOTE = "remote"
 
 
 class VllmRequest:

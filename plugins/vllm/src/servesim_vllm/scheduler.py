@@ -36,6 +36,7 @@ from servesim.contract import (
 from servesim.kv.pool import BlockPool
 from servesim.rank import RankServices
 
+from servesim_vllm.handoff import admit_prebuilt_only
 from servesim_vllm.request import Status, VllmRequest
 
 _BLOCKED = -1
@@ -123,6 +124,8 @@ class VllmScheduler:
         self.waiting: deque[VllmRequest] = deque()
         self.running: list[VllmRequest] = []
         self.preemptions_total = 0
+        # Handoff bookkeeping (servesim_vllm.handoff), attached by the rank.
+        self.book: Any = None
         # Queued-request statistics for forward-pass metrics, kept incrementally so a pass
         # never scans the waiting queue: [count, sum, sum of squares] of the prompt lengths
         # of never-admitted requests and of the known lengths of preempted ones.
@@ -214,8 +217,17 @@ class VllmScheduler:
         cfg = self.cfg
         bs = self.bs
         pool = self.pool
+        if self.book is not None and self.book.blocks_admission:
+            # A blocked pending destination holds back fresh KV admission (§7.2).
+            admit_prebuilt_only(self)
+            return
         while waiting and not self._preempted_in_pass and len(running) < self.max_seqs:
             req = waiting[0]
+            if req.status is Status.REMOTE:
+                self._admit_remote(req)
+                if self._budget == 0:
+                    break
+                continue
             if self._impossible(req):
                 waiting.popleft()
                 self._queue_stats(req, -1)
@@ -242,6 +254,18 @@ class VllmScheduler:
                 res.resumed.append(req.rid)
             if used == 0 and self._budget == 0:
                 break
+
+    def _admit_remote(self, req: VllmRequest) -> None:
+        """Admit an activated destination: its prompt KV is resident, so it needs no blocks
+        and no prefill (admission stage "Materialized", dynamo-mocker.md §7.2)."""
+        self.waiting.remove(req)
+        self._queue_stats(req, -1)
+        self._schedule(req, 0, from_waiting=True)
+        req.status = Status.RUNNING
+        self.running.append(req)
+        req.cached_prefix = 0
+        self._res.admissions.append(Admission(req.rid, 0))
+        self._res.new_hits[req.rid] = 0
 
     def _impossible(self, req: VllmRequest) -> bool:
         """Requests that could never run are rejected instead of blocking the queue forever.
@@ -415,7 +439,8 @@ class VllmScheduler:
                 self._finish(req, res)
                 finished = True
                 continue
-            if req.generated:
+            if req.generated or not w.prompt_tokens:
+                # An activated handoff destination (no prompt work) is a plain decoder.
                 # A readmitted request that already generated is priced by the decode call
                 # even in the pass that re-prefilled it (matches the reference peer).
                 priced += 1
@@ -447,7 +472,9 @@ class VllmScheduler:
         if not req.cached_signaled:
             req.cached_signaled = True
             res.cached_tokens[req.rid] = req.cached_prefix or 0
-        self.pool.release(req.table)
+        book = self.book
+        if book is None or not book.source_of or not book.on_source_complete(req.rid, req.table, self.cfg):
+            self.pool.release(req.table)
         req.status = Status.FINISHED  # dropped from the running list at the end of _emit
         del self.requests[req.rid]
 

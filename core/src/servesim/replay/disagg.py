@@ -1,0 +1,457 @@
+"""Disaggregated replay: prefill workers hand each request's prompt KV to decode workers.
+
+:class:`DisaggReplayer` extends the aggregated :class:`~servesim.replay.driver.Replayer`
+(arrivals, sessions, passes and statistics are the same) with the handoff lifecycle of
+aisimulate-engine.md §8.2, one handoff per request (``HandoffId(request_id)``):
+
+1. an arrival is routed to a prefill worker by ``cluster.router`` (with ``kv``: prefix
+   overlap from the prefill workers' KV events) and sent as ``SubmitHandoffPrefill`` with one
+   output token — the prefill forward samples it, and a prefill worker spends no decode time
+   (dynamo-mocker.md §2.5, §7.2);
+2. at that pass's completion the source publishes ``SourceHeld``; the driver picks a decode
+   worker by load (:class:`DecodeLoadRouter`) and sends ``ReserveDestination``;
+3. on ``DestinationReserved`` (in the command's effects, or at a later pass boundary when
+   the reservation waited) the transfer is scheduled at ``now + delay``, ``delay`` being
+   ``transfer_timing.delay_ms(transferable_prompt_tokens)`` or, when the engine gives no
+   timing, ``cluster.handoff_latency_ms``;
+4. when the transfer completes, ``ActivateDestination`` goes to the decode worker — deferred
+   to the end of its pass if it is mid-pass — and then ``ReleaseSource`` to the prefill
+   worker, likewise deferred while that worker is mid-pass (the reference's
+   ``worker_is_busy`` check; its per-request ``source_released_ms`` shows the same deferral).
+
+The client's tokens are the decode worker's: the prefill worker's sampled token is not
+reported, so TTFT runs from arrival to the decode side's first token, as in the reference's
+disaggregated report (its ``first_token_ms`` follows ``destination_activated_ms`` by one
+decode pass). A destination that can never fit the decode pool (a recoverable
+``CommandRejected``) cancels the source and fails the request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from servesim.contract import (
+    ActivateDestination,
+    CancelSource,
+    DestinationReserved,
+    HandoffId,
+    HandoffTransferTiming,
+    KvEvent,
+    ReleaseSource,
+    Request,
+    ReserveDestination,
+    SourceHeld,
+    SubmitHandoffPrefill,
+)
+from servesim.engine import Engine, EnginePassStarted
+from servesim.errors import CommandRejected
+from servesim.replay.cluster import ClusterState
+from servesim.replay.driver import _EXTERNAL, Replayer, ReplayError, _publish
+from servesim.replay.routers import Router
+from servesim.replay.workload import Workload
+
+
+class DecodeLoadRouter(Router):
+    """The decode pool's router: Dynamo's KV-router cost without prefix overlap.
+
+    Decode workers publish no prefix-cache state worth routing on (the reference's
+    ``needs_kv_publisher`` is false for them, dynamo-mocker.md §1.2), so for a request of
+    ``isl`` prompt tokens every slot *s* costs
+
+    ``(pending(s) + isl) / block_size + Σ ceil(len(r) / block_size) + ceil(isl / block_size)``
+
+    where the sum runs over the requests routed to *s* and not finished, ``len(r)`` is their
+    current length (prompt plus tokens generated so far: Dynamo's router updates active
+    decode blocks as tokens are generated) and ``pending(s)`` sums the prompt lengths of
+    those that have not yet produced a token. The lowest cost wins; ties go to the first
+    slot at or after a rotating pointer (the reference breaks ties at random). On the golden
+    two-by-two case the reference's own run-to-run spread covers servesim's mean TTFT and
+    E2E (tests/replay/test_disagg_golden.py).
+    """
+
+    def __init__(self, num_workers: int, dp_size: int, block_size: int, config: Any = None) -> None:
+        super().__init__(num_workers, dp_size, block_size, config)
+        self.members: list[set[int]] = [set() for _ in range(num_workers * dp_size)]
+        self._slot_of: dict[int, int] = {}
+        self._next = 0
+        self.lengths: Any = None  # (rid) -> (current length, has produced a token)
+
+    def select(
+        self, request: Request, block_hashes: Sequence[int], state: ClusterState
+    ) -> tuple[int, int]:
+        bs = self.block_size
+        isl = request.prompt_len
+        n = len(self.members)
+        lengths = self.lengths
+        cost = []
+        for members in self.members:
+            pending = blocks = 0
+            for rid in members:
+                length, started = lengths(rid)
+                blocks += -(-length // bs)
+                if not started:
+                    pending += length
+            cost.append((pending + isl) / bs + blocks)
+        start = self._next
+        best = min(range(n), key=lambda s: (cost[s], (s - start) % n))
+        self._next = (best + 1) % n
+        return best // self.dp_size, best % self.dp_size
+
+    def routed(self, request: Request, worker: int, dp_rank: int, state: ClusterState) -> None:
+        slot = state.slot(worker, dp_rank)
+        self.members[slot].add(request.request_id)
+        self._slot_of[request.request_id] = slot
+        state.add(request.request_id, slot, 0, -(-request.prompt_len // self.block_size))
+
+    def finished(self, request_id: int) -> None:
+        slot = self._slot_of.pop(request_id, None)
+        if slot is not None:
+            self.members[slot].discard(request_id)
+
+
+_HANDOFF_TIMES = (
+    "prefill_admit_ms",
+    "source_held_ms",
+    "destination_reserved_ms",
+    "destination_activated_ms",
+    "decode_admit_ms",
+    "source_released_ms",
+)
+
+
+class DisaggReplayer(Replayer):
+    """Replays a workload on a prefill pool and a decode pool (engines ``0..P-1`` are the
+    prefill workers, ``P..P+D-1`` the decode workers)."""
+
+    def __init__(
+        self,
+        prefill_engines: Sequence[Engine],
+        decode_engines: Sequence[Engine],
+        workload: Workload,
+        *,
+        prefill_router: Router,
+        decode_router: Router,
+        block_size: int,
+        handoff_latency_ms: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        if not prefill_engines or not decode_engines:
+            raise ValueError("a disaggregated replay needs prefill and decode workers")
+        super().__init__(
+            [*prefill_engines, *decode_engines], workload, router=prefill_router,
+            block_size=block_size, **kwargs,
+        )
+        # Handoff state makes ranks decline runs of passes; step pass by pass throughout.
+        self._runs = None
+        self.num_prefill = len(prefill_engines)
+        self.prefill_router = prefill_router
+        self.decode_router = decode_router
+        self.prefill_state = ClusterState(len(prefill_engines), prefill_engines[0].dp_size)
+        self.state = ClusterState(len(decode_engines), decode_engines[0].dp_size)
+        self.handoff_latency_ms = handoff_latency_ms
+        n = len(self.turns)
+        self.times: dict[str, list[float]] = {k: [-1.0] * n for k in _HANDOFF_TIMES}
+        self.transfer_ms = [-1.0] * n
+        self.prefill_worker = [-1] * n
+        self.prefill_dp = [0] * n
+        self.decode_worker = [-1] * n
+        self.decode_dp = [0] * n
+        self._timing: dict[int, HandoffTransferTiming] = {}
+        self._deferred: dict[int, list[int]] = {}  # worker → request ids awaiting it idle
+        self.busy_ms = [0.0] * len(self.engines)
+        if isinstance(decode_router, DecodeLoadRouter):
+            log = self.log
+            decode_router.lengths = lambda r: (log.input_length[r] + log.ntok[r], log.ntok[r] > 0)
+
+    # -- arrivals -------------------------------------------------------------------------
+
+    def _submit(self, rid: int, now: float) -> None:
+        turn = self.turns[rid]
+        req = Request(rid, turn.prompt, min(1, turn.output_length))
+        router = self.prefill_router
+        hashes = turn.prompt.block_hashes(self.block_size)[0] if router.wants_block_hashes else ()
+        worker, dp = router.select(req, hashes, self.prefill_state)
+        router.routed(req, worker, dp, self.prefill_state)
+        log = self.log
+        log.arrival[rid] = now
+        self.prefill_worker[rid] = worker
+        self.prefill_dp[rid] = dp
+        self._in_flight += 1
+        log.max_in_flight = max(log.max_in_flight, self._in_flight)
+        self._dirty.add(worker)
+        engine = self.engines[worker]
+        if self._has_deadlines and not engine.pass_in_flight:
+            d = engine.next_internal_deadline_ms()
+            if d is not None and d <= now:
+                self._run_internal(worker, now)
+        try:
+            effects = engine.apply(dp, SubmitHandoffPrefill(HandoffId(rid), req), now)
+        except CommandRejected:
+            self._fail(rid, now)
+            return
+        if effects.kv_events:
+            self._kv(worker, now, effects.kv_events)
+
+    def _terminal(self, rid: int, now: float) -> None:
+        if isinstance(self.decode_router, DecodeLoadRouter):
+            self.decode_router.finished(rid)
+        super()._terminal(rid, now)
+
+    def _fail(self, rid: int, now: float) -> None:
+        self.log.rejected[rid] = True
+        self.prefill_state.finish(rid)
+        self._terminal(rid, now)
+
+    # -- passes ---------------------------------------------------------------------------
+
+    def _start_effects(self, w: int, started: EnginePassStarted, now: float) -> bool:
+        if w < self.num_prefill:
+            first = self.times["prefill_admit_ms"]
+            for rs in started.by_rank:
+                for adm in rs.effects.admissions:
+                    if first[adm.request_id] < 0:
+                        first[adm.request_id] = now
+            return super()._start_effects(w, started, now)
+        # Decode-side admissions of activated requests reuse nothing from the client's
+        # point of view (the reference reports decode_reused_input_tokens separately).
+        busy = False
+        first = self.times["decode_admit_ms"]
+        for rs in started.by_rank:
+            eff = rs.effects
+            for adm in eff.admissions:
+                if first[adm.request_id] < 0:
+                    first[adm.request_id] = now
+            self.log.num_preemptions += len(eff.pressure_events)
+            if eff.kv_events:
+                self._kv(w, now, eff.kv_events)
+            busy = busy or bool(eff.admissions or eff.pressure_events or eff.kv_events)
+        return busy
+
+    def _complete(self, w: int, pass_id: int, now: float) -> None:
+        engine = self.engines[w]
+        started = engine.pending_started_at_ms
+        if started is not None:
+            self.busy_ms[w] += now - started
+        if w < self.num_prefill:
+            self._complete_prefill(w, pass_id, now)
+        else:
+            super()._complete(w, pass_id, now)
+        waiting = self._deferred.pop(w, None)
+        if waiting:
+            for rid in waiting:
+                if w < self.num_prefill:
+                    self._release(rid, now)
+                else:
+                    self._activate(rid, now)
+
+    def _complete_prefill(self, w: int, pass_id: int, now: float) -> None:
+        done = self.engines[w].complete_pass(pass_id, now)
+        self._dirty.add(w)
+        log = self.log
+        busy = self._start_busy[w]
+        for rc in done.by_rank:
+            eff = rc.effects
+            out = eff.outputs
+            for rid in out.token_request_ids:
+                busy = True
+                self.prefill_state.prefill_done(rid)
+            for rid, cached in out.cached_tokens.items():
+                if log.cached[rid] is None:
+                    log.cached[rid] = cached
+            held = {e.request_id for e in eff.lifecycle_events if isinstance(e, SourceHeld)}
+            for rid in out.completed:
+                busy = True
+                if rid not in held:
+                    self._fail(rid, now)  # rejected at admission: never handed off
+            if eff.kv_events:
+                busy = True
+                self._kv(w, now, eff.kv_events)
+            if eff.forward_pass_metrics is not None:
+                for sink in self.fpm_sinks:
+                    _publish(sink, w, now, eff.forward_pass_metrics)
+            if eff.lifecycle_events:
+                busy = True
+                self._lifecycle(w, rc.dp_rank, eff.lifecycle_events, now)
+        if busy or not self._last_zero[w]:
+            self._zero_streak[w] = 0
+            self._countdown[w] = None
+            return
+        self._livelock_guard(w, now)
+
+    # -- the handoff ----------------------------------------------------------------------
+
+    def _lifecycle(self, w: int, dp_rank: int, events: Sequence[object], now: float) -> None:
+        for ev in events:
+            if isinstance(ev, SourceHeld):
+                self._reserve(ev, now)
+            elif isinstance(ev, DestinationReserved):
+                self._reserved(ev, now)
+            else:
+                raise ReplayError(f"worker {w}: unexpected lifecycle event {ev!r}")
+
+    def _reserve(self, ev: SourceHeld, now: float) -> None:
+        rid = ev.request_id
+        self.times["source_held_ms"][rid] = now
+        self._timing[rid] = ev.transfer_timing
+        turn = self.turns[rid]
+        req = Request(rid, turn.prompt, turn.output_length)
+        router = self.decode_router
+        local, dp = router.select(req, (), self.state)
+        router.routed(req, local, dp, self.state)
+        w = self.num_prefill + local
+        self.decode_worker[rid] = w
+        self.decode_dp[rid] = dp
+        self.log.worker[rid] = w
+        self.log.dp_rank[rid] = dp
+        self._dirty.add(w)
+        try:
+            effects = self.engines[w].apply(dp, ReserveDestination(HandoffId(rid), req), now)
+        except CommandRejected:
+            # The prompt can never fit the decode pool: give the source back, fail the request.
+            pw = self.prefill_worker[rid]
+            self.engines[pw].apply(self.prefill_dp[rid], CancelSource(HandoffId(rid)), now)
+            self._dirty.add(pw)
+            self._fail(rid, now)
+            return
+        if effects.kv_events:
+            self._kv(w, now, effects.kv_events)
+        if effects.lifecycle_events:
+            self._lifecycle(w, dp, effects.lifecycle_events, now)
+
+    def _reserved(self, ev: DestinationReserved, now: float) -> None:
+        rid = ev.request_id
+        self.times["destination_reserved_ms"][rid] = now
+        timing = self._timing.pop(rid, None)
+        delay = timing.delay_ms(ev.transferable_prompt_tokens) if timing is not None else None
+        if delay is None:
+            delay = self.handoff_latency_ms
+        self.transfer_ms[rid] = delay
+        self._push(now + delay, _EXTERNAL, rid, 0)
+
+    def _external(self, rid: int, _kind: int, now: float) -> None:
+        """The transfer of ``rid`` completed: activate it on its decode worker."""
+        w = self.decode_worker[rid]
+        if self.engines[w].pass_in_flight:
+            self._deferred.setdefault(w, []).append(rid)
+        else:
+            self._activate(rid, now)
+
+    def _activate(self, rid: int, now: float) -> None:
+        w = self.decode_worker[rid]
+        effects = self.engines[w].apply(self.decode_dp[rid], ActivateDestination(HandoffId(rid)), now)
+        self.times["destination_activated_ms"][rid] = now
+        self._dirty.add(w)
+        if effects.kv_events:
+            self._kv(w, now, effects.kv_events)
+        if effects.lifecycle_events:  # the activation woke the pending-destination FIFO
+            self._lifecycle(w, self.decode_dp[rid], effects.lifecycle_events, now)
+        pw = self.prefill_worker[rid]
+        if self.engines[pw].pass_in_flight:
+            self._deferred.setdefault(pw, []).append(rid)
+        else:
+            self._release(rid, now)
+
+    def _release(self, rid: int, now: float) -> None:
+        w = self.prefill_worker[rid]
+        effects = self.engines[w].apply(self.prefill_dp[rid], ReleaseSource(HandoffId(rid)), now)
+        self.times["source_released_ms"][rid] = now
+        self.prefill_state.finish(rid)
+        self._dirty.add(w)
+        if effects.kv_events:
+            self._kv(w, now, effects.kv_events)
+        if effects.lifecycle_events:
+            self._lifecycle(w, self.prefill_dp[rid], effects.lifecycle_events, now)
+
+    def _kv(self, w: int, now: float, events: Sequence[KvEvent]) -> None:
+        """KV events feed the router of the worker's pool (prefill overlap routing)."""
+        if w < self.num_prefill:
+            if self.prefill_router.wants_kv_events:
+                self.prefill_router.on_kv_events(w, events)
+        elif self.decode_router.wants_kv_events:
+            self.decode_router.on_kv_events(w - self.num_prefill, events)
+        for sink in self.kv_sinks:
+            _publish(sink, w, now, events)
+
+    # -- report ---------------------------------------------------------------------------
+
+    def report_extras(self) -> dict[str, Any]:
+        """Disaggregation keys of the report (docs/report.md)."""
+        log = self.log
+        mask = log.completed_mask()
+        arrival = np.asarray(log.arrival)
+        first = np.asarray(log.first)
+        held = np.asarray(self.times["source_held_ms"])
+        active = np.asarray(self.times["destination_activated_ms"])
+        got = mask & (first >= 0) & (active >= 0)
+        transfers = np.asarray(self.transfer_ms)
+        handed = active >= 0
+        duration = float(np.asarray(log.done)[mask].max()) if mask.any() else 0.0
+        p = self.num_prefill
+
+        def mean(x: np.ndarray) -> float:
+            return float(x.mean()) if len(x) else 0.0
+
+        def util(busy: list[float]) -> float:
+            return sum(busy) / (len(busy) * duration) if duration > 0 else 0.0
+
+        return {
+            "num_handoffs": int(handed.sum()),
+            "mean_kv_transfer_ms": mean(transfers[handed]),
+            "mean_ttft_prefill_ms": mean((held - arrival)[got]),
+            "mean_ttft_transfer_ms": mean((active - held)[got]),
+            "mean_ttft_decode_ms": mean((first - active)[got]),
+            "worker_utilization": {
+                "prefill": util(self.busy_ms[:p]),
+                "decode": util(self.busy_ms[p:]),
+            },
+        }
+
+    def per_request_extras(self) -> dict[str, list[Any]]:
+        """Per-request handoff fields for the per-request JSONL."""
+        out: dict[str, list[Any]] = {k: v for k, v in self.times.items()}
+        out["kv_transfer_ms"] = self.transfer_ms
+        out["prefill_worker"] = self.prefill_worker
+        out["prefill_dp_rank"] = self.prefill_dp
+        return out
+
+
+
+
+def build_disagg_replayer(
+    loaded: Any, workload: Workload, kv_sinks: list[Any], fpm_sinks: list[Any], **kwargs: Any
+) -> DisaggReplayer:
+    """The prefill and decode pools of ``loaded`` (``cluster.prefill_workers`` /
+    ``decode_workers``, each role's engine = ``engine:`` merged with ``cluster.prefill_engine``
+    / ``decode_engine`` and its ``worker_type`` forced), their routers and the replayer."""
+    sim = loaded.sim
+    cluster = sim.cluster
+    router_class = loaded.plugins.routers().get(cluster.router)
+    emit_fpm = bool(fpm_sinks)
+    pools = []
+    for role, count, overrides in (
+        ("prefill", cluster.prefill_workers, cluster.prefill_engine),
+        ("decode", cluster.decode_workers, cluster.decode_engine),
+    ):
+        factory = loaded.engine_factory(
+            {**overrides, "worker_type": role},
+            emit_kv_events=bool(kv_sinks) or (role == "prefill" and router_class.wants_kv_events),
+            emit_forward_pass_metrics=emit_fpm,
+            path=f"cluster.{role}_engine",
+        )
+        first = 0 if role == "prefill" else cluster.prefill_workers
+        pools.append((factory, [factory.build(first + i) for i in range(count)]))
+    (pf, prefill), (df, decode) = pools
+    block_size = pf.config.bs
+    prefill_router = router_class(len(prefill), pf.config.dp_size, block_size, loaded.router_config)
+    decode_router = DecodeLoadRouter(len(decode), df.config.dp_size, df.config.bs)
+    return DisaggReplayer(
+        prefill, decode, workload, prefill_router=prefill_router, decode_router=decode_router,
+        block_size=block_size, handoff_latency_ms=cluster.handoff_latency_ms,
+        kv_sinks=kv_sinks, fpm_sinks=fpm_sinks, **kwargs,
+    )
+
+
+__all__ = ["DecodeLoadRouter", "DisaggReplayer", "build_disagg_replayer"]
