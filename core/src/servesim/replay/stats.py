@@ -37,10 +37,14 @@ def percentile_key(p: float) -> str:
 
 
 def distribution(
-    name: str, values: np.ndarray, percentiles: Iterable[float], unit: str = "_ms"
+    name: str, values: np.ndarray, percentiles: Iterable[float], unit: str = "_ms",
+    presorted: bool = False,
 ) -> dict[str, float]:
-    """``mean_/median_/std_/max_/pNN_<name><unit>``; zeros when there is no sample (vLLM)."""
-    vals = np.sort(np.asarray(values, dtype=np.float64))
+    """``mean_/median_/std_/max_/pNN_<name><unit>``; zeros when there is no sample (vLLM).
+    ``presorted``: ``values`` are already in ascending order (large pooled samples)."""
+    vals = np.asarray(values, dtype=np.float64)
+    if not presorted:
+        vals = np.sort(vals)
     n = len(vals)
     out = {
         f"mean_{name}{unit}": float(vals.mean()) if n else 0.0,
