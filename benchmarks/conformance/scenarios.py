@@ -168,3 +168,31 @@ def unchunked_scenario(seed: int) -> ScenarioSpec:
     )
     return ScenarioSpec(name=f"unchunked_{seed}", n=rng.choice([10, 20, 40]), isl=isl, osl=osl,
                         seed=seed, options=opts)
+
+
+def tiny_pool_scenario(seed: int) -> ScenarioSpec:
+    """Pools around the size of the largest request (prompt + output), some smaller: requests
+    that outgrow the pool preempt themselves and can never be readmitted, where vLLM
+    deadlocks (docs/conformance.md, difference 5)."""
+    import random
+
+    rng = random.Random(f"tiny{seed}")
+    hi = rng.randint(40, 200)
+    isl = (rng.randint(8, hi), hi)
+    osl = (1, rng.randint(2, 80))
+    largest = -(-(hi + osl[1]) // 16)
+    chunked = rng.random() < 0.7
+    budget = rng.choice([64, 128, 256, 1024])
+    opts = Opts(
+        num_gpu_blocks=max(-(-hi // 16) + 2, largest - rng.randint(0, 4)),
+        max_num_seqs=rng.choice([2, 4, 8, 64]),
+        max_num_batched_tokens=budget if chunked else max(budget, hi + osl[1]),
+        chunked_prefill=chunked,
+        prefix_caching=rng.random() < 0.7,
+        hash_block_tokens=rng.choice([16, 32]),
+        admit=rng.choice(["all", "stepwise"]),
+        per_step=rng.choice([1, 2]),
+    )
+    return ScenarioSpec(name=f"tinypool_{seed}", n=rng.choice([5, 10, 30]), isl=isl, osl=osl,
+                        prefix_groups=rng.choice([0, 2]), prefix_frac=0.7, prefix_ratio=0.6,
+                        seed=seed, options=opts)
