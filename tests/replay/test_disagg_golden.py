@@ -54,7 +54,20 @@ def run_case(case: str, tmp_path: Path) -> tuple[dict[str, Any], SimResult]:
 
 def test_golden_cases_exist() -> None:
     assert {"vllm_1p1d", "vllm_2p2d", "vllm_1p1d_dp2", "vllm_tight_decode",
-            "vllm_no_transfer_time"} <= set(CASES)
+            "vllm_no_transfer_time", "vllm_destination_missing"} <= set(CASES)
+
+
+def test_destination_missing_transfers_only_what_the_decode_worker_lacks(tmp_path: Path) -> None:
+    """The decode worker reuses resident prefix blocks; only fresh blocks are sent."""
+    _expected, result = run_case("vllm_destination_missing", tmp_path)
+    extra = result.log.extra  # type: ignore[attr-defined]
+    lengths = result.log.input_length
+    full = [n * 131072 / 1e9 * 1e3 for n in lengths]
+    shorter = [i for i, t in enumerate(extra["kv_transfer_ms"]) if t < full[i] - 1e-9]
+    assert len(shorter) >= 10
+    for i, t in enumerate(extra["kv_transfer_ms"]):
+        blocks = round(t / (64 * 131072 / 1e9 * 1e3))  # whole fresh blocks of 64 tokens
+        assert t == pytest.approx(blocks * 64 * 131072 / 1e6), i
 
 
 def is_exact(expected: dict[str, Any]) -> bool:

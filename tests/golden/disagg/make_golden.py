@@ -54,6 +54,14 @@ CASES: dict[str, dict] = {
         "launch": {"dp_size": 2},
         "workers": (1, 1),
     },
+    # Only the blocks the decode worker lacks are sent: shared prefixes stay resident there.
+    "vllm_destination_missing": {
+        "trace": ["-n", "40", "--rate", "15", "--seed", "8", "--isl", "uniform:200:1500",
+                  "--osl", "uniform:5:40"],
+        "engine": {"kv_transfer_bandwidth": 1.0, "kv_bytes_per_token": 131072,
+                   "kv_transfer_timing_mode": "destination_missing"},
+        "workers": (1, 1),
+    },
     # No transfer model: the handoff is instantaneous.
     "vllm_no_transfer_time": {
         "trace": ["-n", "30", "--rate", "20", "--seed", "9", *LOAD],
