@@ -104,8 +104,11 @@ def run_peer(case: Case, trace: Path, timeout: float, python: str, script: str) 
     m = run_measured([python, script, str(trace), *sets], timeout, env)
     if m.returncode != 0:
         return _failed(m)
-    data = json.loads(m.stdout)
-    stats = {f"{s}_{k}": data[PEER_METRIC[k]][s] for _, k in METRICS for s in ("mean", "p99")}
+    try:
+        data = json.loads(m.stdout)
+        stats = {f"{s}_{k}": data[PEER_METRIC[k]][s] for _, k in METRICS for s in ("mean", "p99")}
+    except (ValueError, KeyError, TypeError) as exc:
+        return {**_failed(m), "error": f"unreadable reference output ({exc!r})"}
     return {"wall_s": data["wall_clock_s"], "rps": case.n / data["wall_clock_s"],
             "process_wall_s": m.process_wall_s, "peak_rss_mib": m.peak_rss_mib,
             "completed": data.get("completed_requests"), "stats": stats, "report": data}
