@@ -107,7 +107,10 @@ class RepeatedBlockTokens(TokenSeq):
             return super()._local_hashes(block_size)
         n = self._len // block_size
         per = tb // block_size
-        return [repeated_token_hash(self.hash_ids[i // per] & _MASK32, block_size) for i in range(n)]
+        # One hash per trace block id: its ``per`` engine blocks hold the same tokens.
+        ids = self.hash_ids[: -(-n // per)]
+        local = [repeated_token_hash(h & _MASK32, block_size) for h in ids]
+        return [local[i // per] for i in range(n)]
 
     def __repr__(self) -> str:
         return f"RepeatedBlockTokens(blocks={len(self.hash_ids)}, len={self._len})"

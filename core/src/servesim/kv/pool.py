@@ -168,11 +168,37 @@ class BlockPool:
         if reuse:
             table.num_cached = len(ids)
         free = self._free
-        for _ in range(fresh):
-            b = free.pop() if free else self._evict_one()
+        take = min(fresh, len(free))
+        for _ in range(take):
+            b = free.pop()
             ref[b] = 1
             ids.append(b)
+        if fresh > take:
+            self._evict_into(ids, fresh - take)
         return True
+
+    def _evict_into(self, ids: list[int], n: int) -> None:
+        """Evict ``n`` inactive blocks (as :meth:`_evict_one` each) and append them to ``ids``
+        with one reference. The common case (LRU policy, no duplicate copies anywhere) avoids
+        two calls per block; the replay allocates every prompt block this way."""
+        ref = self._ref
+        hashes = self._hash
+        primary = self._primary
+        events = self._events
+        order = self._evict._order if type(self._evict) is LruEviction else None  # noqa: SLF001
+        for _ in range(n):
+            if order is None or self._dups:
+                b = self._evict_one()
+            else:
+                b = order.popitem(last=False)[0]
+                h = hashes[b]
+                hashes[b] = None
+                if h is not None and primary.get(h) == b:
+                    del primary[h]
+                    if events is not None:
+                        self._publish(RemovedBlocks((h,)))
+            ref[b] = 1
+            ids.append(b)
 
     def _plan(self, table: BlockTable, target: int, prefix: Sequence[int]) -> tuple[int, int] | None:
         have = len(table.ids)
@@ -276,6 +302,8 @@ class BlockPool:
         ref = self._ref
         hashes = self._hash
         evict = self._evict
+        # LRU pushes are plain ordered-dict inserts: skip the method call per block.
+        order = evict._order if type(evict) is LruEviction else None  # noqa: SLF001
         free = self._free
         for b in reversed(table.ids):
             r = ref[b] - 1
@@ -285,6 +313,8 @@ class BlockPool:
             if r == 0:
                 if hashes[b] is None:
                     free.append(b)
+                elif order is not None:
+                    order[b] = None
                 else:
                     evict.push(b)
         table.ids = []

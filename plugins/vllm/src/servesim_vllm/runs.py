@@ -72,9 +72,11 @@ class VllmRunPending:
         self.fpm_fields: dict[str, Any] | None = None
 
 
-def _steady_batch(rank: VllmRank) -> tuple[int, int, int] | None:
-    """``(sum of lengths, sum of squares, passes until the first completion)`` of a steady
-    batch, or None when the next pass would not be a plain decode of every running request."""
+def _steady_batch(rank: VllmRank) -> tuple[int, int, int, list[tuple[int, int]]] | None:
+    """``(sum of lengths, sum of squares, passes until the first completion, first block
+    crossing per request as (pass, batch index))`` of a steady batch, or None when the next
+    pass would not be a plain decode of every running request. One loop over the batch: this
+    is the per-run cost that stepping pays per pass."""
     s = rank.sched
     if s.waiting or rank.config.worker_type is not WorkerType.AGGREGATED:
         return None
@@ -87,44 +89,49 @@ def _steady_batch(rank: VllmRank) -> tuple[int, int, int] | None:
     m = len(running)
     if m == 0 or m > s.max_tokens:
         return None
-    limit = s.cfg.num_gpu_blocks * s.bs
+    bs = s.bs
+    limit = s.cfg.num_gpu_blocks * bs
     total = sq = 0
     first_done = 1 << 62
+    cross: list[tuple[int, int]] = []
+    add = cross.append
+    i = 0
     for req in running:
         length = req.length
-        if req.computed != length - 1 or not req.generated:
+        gen = req.generated
+        if req.computed != length - 1 or not gen:
             return None
-        rem = req.max_out - req.generated
-        if rem < first_done:
-            first_done = rem
-        if req.prompt_len + req.max_out > limit:
+        max_out = req.max_out
+        if max_out - gen < first_done:
+            first_done = max_out - gen
+        if req.prompt_len + max_out > limit:
             return None
         total += length
         sq += length * length
+        # Pass j crosses a block boundary when (length + j) % bs is 0 (finalize) or 1
+        # (allocate); bs 1 crosses every pass.
+        r = length % bs
+        add((0 if r <= 1 else bs - r, i))
+        i += 1
     if first_done < 1:
         return None
-    return total, sq, first_done
+    return total, sq, first_done, cross
 
 
 def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int) -> RankRun | None:
     shape = _steady_batch(rank)
     if shape is None:
         return None
-    total, sq, first_done = shape
+    total, sq, first_done, cross = shape
     s = rank.sched
     pool = s.pool
     bs = s.bs
     running = s.running
     m = len(running)
     kmax = min(first_done, max_passes)
-    # Block crossings as a heap of (pass, batch index): pass j is a crossing for a request of
-    # pre-run length L when (L + j) % bs is 0 (finalize) or 1 (allocate).
-    cross: list[tuple[int, int]] = []
-    for i, req in enumerate(running):
-        r = req.length % bs
-        j = 0 if r <= 1 or bs == 1 else bs - r
-        if j < kmax:
-            cross.append((j, i))
+    # Block crossings as a heap of (pass, batch index), replayed pass by pass in batch order.
+    if kmax < bs:
+        cross = [c for c in cross if c[0] < kmax]
     heapq.heapify(cross)
     avail = len(pool._free) + len(pool._evict)  # noqa: SLF001 - allocation headroom
     timing = s.timing
@@ -205,13 +212,16 @@ def _commit(rank: VllmRank, run: VllmRunPending, k: int, first_done: int) -> Non
     """Advance every request by ``k`` tokens; finish those done at the last pass."""
     s = rank.sched
     running = s.running
-    run.members = [req.rid for req in running]
+    members: list[int] = []
+    add = members.append
     completed: list[int] = []
     for req in running:
+        add(req.rid)
         length = req.length + k
         req.length = length
         req.computed = length - 1
         req.generated += k
+    run.members = members
     if k == first_done:
         pool = s.pool
         for req in running:
