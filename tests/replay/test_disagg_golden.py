@@ -36,7 +36,8 @@ def run_case(case: str, tmp_path: Path) -> tuple[dict[str, Any], SimResult]:
     expected = json.loads((GOLDEN / f"{case}.expected.json").read_text())
     prefill, decode = expected["workers"]
     cfg = {
-        "engine": {"backend": "vllm", **expected["engine"], **expected["launch"]},
+        "engine": {"backend": expected.get("backend", "vllm"), **expected["engine"],
+                   **expected["launch"]},
         "cluster": {
             "router": "kv",
             "prefill_workers": prefill,
@@ -54,7 +55,8 @@ def run_case(case: str, tmp_path: Path) -> tuple[dict[str, Any], SimResult]:
 
 def test_golden_cases_exist() -> None:
     assert {"vllm_1p1d", "vllm_2p2d", "vllm_1p1d_dp2", "vllm_tight_decode",
-            "vllm_no_transfer_time", "vllm_destination_missing"} <= set(CASES)
+            "vllm_no_transfer_time", "vllm_destination_missing", "trtllm_1p1d",
+            "trtllm_tight_decode"} <= set(CASES)
 
 
 def test_destination_missing_transfers_only_what_the_decode_worker_lacks(tmp_path: Path) -> None:

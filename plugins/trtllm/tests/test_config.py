@@ -84,7 +84,7 @@ def test_yaml_section_structures_policy_by_name() -> None:
         (["engine.trtllm.max_batch_size=0"], "engine.trtllm.max_batch_size"),
         (["engine.trtllm.max_num_tokens=-5"], "engine.trtllm.max_num_tokens"),
         (["engine.trtllm.bogus=1"], "engine.trtllm.bogus"),
-        (["engine.worker_type=prefill"], "engine.worker_type"),
+        (["engine.worker_type=midway"], "engine.worker_type"),
         (["engine.aic_nextn=2"], "engine.aic_nextn"),
         (
             ["engine.trtllm.capacity_scheduler_policy=max_utilization", "engine.trtllm.max_num_tokens=16"],

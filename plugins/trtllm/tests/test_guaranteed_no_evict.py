@@ -171,17 +171,18 @@ def test_cancel_mid_pass_suppresses_outputs(make_engine: MakeEngine) -> None:
     assert again.result == NOOP and again.retired_requests == ()
 
 
-def test_duplicate_submit_and_handoff_commands_are_refused(make_engine: MakeEngine) -> None:
+def test_duplicate_submit_and_duplicate_handoff_are_refused(make_engine: MakeEngine) -> None:
     engine = make_engine()
     engine.apply(0, Submit(Request(0, tokens(8), 4)), 0.0)
     before = engine.apply(0, CancelSource(HandoffId(1)), 0.0)
     assert before.result == NOOP and before.metrics.waiting_requests == 1
     with pytest.raises(CommandRejected, match="already active"):
         engine.apply(0, Submit(Request(0, tokens(5), 1)), 0.0)
-    with pytest.raises(CommandRejected, match="handoff"):
-        engine.apply(0, SubmitHandoffPrefill(HandoffId(2), Request(3, tokens(5), 1)), 0.0)
     after = engine.apply(0, CancelSource(HandoffId(1)), 0.0)
     assert after.metrics == before.metrics
+    engine.apply(0, SubmitHandoffPrefill(HandoffId(2), Request(3, tokens(5), 1)), 0.0)
+    with pytest.raises(CommandRejected, match="already registered"):
+        engine.apply(0, SubmitHandoffPrefill(HandoffId(2), Request(4, tokens(5), 1)), 0.0)
 
 
 def test_max_batch_size_and_max_num_tokens_bound_each_step(make_engine: MakeEngine) -> None:

@@ -62,6 +62,20 @@ CASES: dict[str, dict] = {
                    "kv_transfer_timing_mode": "destination_missing"},
         "workers": (1, 1),
     },
+    # TRT-LLM (guaranteed no evict) in both roles.
+    "trtllm_1p1d": {
+        "backend": "trtllm",
+        "trace": ["-n", "40", "--rate", "25", "--seed", "7", *LOAD],
+        "engine": {"kv_transfer_bandwidth": 2.0, "kv_bytes_per_token": 131072},
+        "workers": (1, 1),
+    },
+    "trtllm_tight_decode": {
+        "backend": "trtllm",
+        "trace": ["-n", "30", "--rate", "30", "--seed", "3", *LOAD],
+        "engine": {"kv_transfer_bandwidth": 4.0, "kv_bytes_per_token": 131072},
+        "decode_engine": {"num_gpu_blocks": 160},
+        "workers": (1, 1),
+    },
     # No transfer model: the handoff is instantaneous.
     "vllm_no_transfer_time": {
         "trace": ["-n", "30", "--rate", "20", "--seed", "9", *LOAD],
@@ -112,7 +126,8 @@ def run_case(name: str, case: dict) -> None:
     prefill, decode = case["workers"]
     sets = ["mode=disagg", "router_mode=kv_router", f"num_prefill_workers={prefill}",
             f"num_decode_workers={decode}", f"trace_block_size={TRACE_BLOCK_SIZE}",
-            "engine=" + json.dumps(case["engine"])]
+            "engine=" + json.dumps(case["engine"]),
+            f"engine_type={case.get('backend', 'vllm')}"]
     sets += [f"{k}={json.dumps(v)}" for k, v in case.get("launch", {}).items()]
     for role in ("prefill_engine", "decode_engine"):
         if role in case:
@@ -127,6 +142,7 @@ def run_case(name: str, case: dict) -> None:
     out = {
         "peer": "dynamo-mocker 1.6.1 (peer_dynamo.py, mode=disagg, router_mode=kv_router)",
         "trace_block_size": TRACE_BLOCK_SIZE,
+        "backend": case.get("backend", "vllm"),
         "workers": list(case["workers"]),
         "engine": case["engine"],
         "prefill_engine": case.get("prefill_engine", {}),

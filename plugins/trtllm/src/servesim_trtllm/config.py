@@ -77,8 +77,6 @@ def effective_limits(config: EngineConfig, trt: TrtllmConfig) -> Limits:
 
 def validate(config: EngineConfig, trt: TrtllmConfig) -> list[tuple[str, str]]:
     """``(key_path, message)`` problems, checked before any rank is built."""
-    from servesim.contract import WorkerType
-
     problems: list[tuple[str, str]] = []
     for name in ("max_batch_size", "max_num_tokens"):
         value = getattr(trt, name)
@@ -88,8 +86,6 @@ def validate(config: EngineConfig, trt: TrtllmConfig) -> list[tuple[str, str]]:
         problems.append(("engine.num_gpu_blocks", f"must be >= 1, got {config.num_gpu_blocks}"))
     if config.block_size is not None and config.block_size < 1:
         problems.append(("engine.block_size", f"must be >= 1, got {config.block_size}"))
-    if config.worker_type is not WorkerType.AGGREGATED:
-        problems.append(("engine.worker_type", "the trtllm backend models aggregated workers only"))
     if config.aic_nextn is not None:
         problems.append(("engine.aic_nextn", "speculative decoding is not modelled by trtllm"))
     return problems

@@ -23,6 +23,8 @@ Reference semantics (dynamo-mocker.md §6, reusing the vLLM-style core of §2.2-
 
 from __future__ import annotations
 
+from typing import Any
+
 from servesim.config.engine import EngineConfig
 from servesim.contract import (
     Admission,
@@ -38,6 +40,7 @@ from servesim.kv.pool import BlockPool
 from servesim.timing.base import TimingModel, scaled_ms
 
 from servesim_trtllm.config import CapacitySchedulerPolicy, Limits, TrtllmConfig
+from servesim_trtllm.handoff import detach_held_source
 from servesim_trtllm.request import TrtRequest
 from servesim_trtllm.work import StepWork
 
@@ -100,6 +103,7 @@ class TrtCore:
         self._order = 0
         self._salt = salt
         self.token_ids_in_events = False  # engine.emit_kv_token_ids, when events are on
+        self.book: Any = None  # handoff bookkeeping (servesim_trtllm.handoff), set by the rank
 
     # -- commands -----------------------------------------------------------------------
 
@@ -400,7 +404,13 @@ class TrtCore:
                 r.generated = generated
                 append_token(r.rid)
             if generated >= r.max_output:
-                self.remove(r)
+                book = self.book
+                if book is not None and book.source_of and book.on_source_complete(
+                    r.rid, r.table, self.config
+                ):
+                    detach_held_source(self, r)  # a finished prefill keeps its KV (§7.2)
+                else:
+                    self.remove(r)
                 out.completed.append(r.rid)
                 finished.append(r.rid)
         return finished

@@ -8,8 +8,8 @@ in the pool until that boundary (§4.6 "PassEnd" visibility). ``CancelRequest`` 
 request's state and suppresses its retained outputs (§3 "Suppression"); a duplicate
 ``Submit`` of an active request is refused without mutation (§4.2).
 
-Disaggregated handoff is not modelled by this backend: handoff submissions are refused and
-cancelling an unknown handoff is a no-op.
+Disaggregated handoff (prefill/decode worker types, the six handoff commands) is
+core's :class:`servesim.handoff.HandoffBook` over :mod:`servesim_trtllm.handoff`.
 """
 
 from __future__ import annotations
@@ -41,13 +41,16 @@ from servesim.contract import (
     Submit,
     SubmitHandoffPrefill,
     Welford,
+    WorkerType,
 )
 from servesim.errors import CommandRejected, ConfigError
+from servesim.handoff import HandoffBook, suppress_request
 from servesim.kv.pool import BlockPool
 from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
 
 from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig, effective_limits, validate
 from servesim_trtllm.core import TrtCore
+from servesim_trtllm.handoff import TrtHandoffAdapter
 from servesim_trtllm.policies import (
     schedule_max_utilization,
     schedule_reference,
@@ -94,6 +97,9 @@ class TrtllmRank(Rank):
             config, trt, effective_limits(config, trt), pool, services.timing, identity.seed_offset
         )
         self.core.token_ids_in_events = config.emit_kv_token_ids and services.emit_kv_events
+        self.handoff = TrtHandoffAdapter(self)
+        self.book = HandoffBook(self.handoff)
+        self.core.book = self.book
         self.policy = trt.capacity_scheduler_policy
         self._fpm_counter = 0
         self._prefilled = False
@@ -128,12 +134,21 @@ class TrtllmRank(Rank):
             return self._command_effects(CommandResult.submitted(rid), ctx, ())
         if isinstance(command, CancelRequest):
             return self._cancel(command, ctx, pending)
-        if isinstance(command, (CancelSource, CancelDestination)):
-            return self._command_effects(NOOP, ctx, ())
-        if isinstance(command, (SubmitHandoffPrefill, ReserveDestination)):
-            raise CommandRejected("the trtllm backend does not model disaggregated handoff")
-        if isinstance(command, (ActivateDestination, ReleaseSource)):
-            raise CommandRejected(f"unknown handoff {command.handoff_id.value}")
+        book = self.book
+        busy = ctx.pass_in_flight
+        retained = pending.effects if pending is not None else None
+        if isinstance(command, SubmitHandoffPrefill):
+            return book.submit_prefill(command.handoff_id, command.request)
+        if isinstance(command, ReserveDestination):
+            return book.reserve(command.handoff_id, command.request, busy)
+        if isinstance(command, ActivateDestination):
+            return book.activate(command.handoff_id, busy)
+        if isinstance(command, ReleaseSource):
+            return book.release_source(command.handoff_id, busy)
+        if isinstance(command, CancelSource):
+            return book.cancel_source(command.handoff_id, busy, retained)
+        if isinstance(command, CancelDestination):
+            return book.cancel_destination(command.handoff_id, busy, retained)
         raise CommandRejected(f"unsupported command {type(command).__name__}")
 
     def _cancel(
@@ -143,11 +158,12 @@ class TrtllmRank(Rank):
         r = core.reqs.get(command.request_id)
         retired: tuple[int, ...] = ()
         if r is not None:
-            core.remove(r)
+            self.handoff.cancel_request(r.rid)
             retired = (r.rid,)
+        self.book.forget_request(command.request_id)
         suppressed = False
         if pending is not None and (r is not None or command.discard_pending_output):
-            suppressed = pending.effects.outputs.remove_request(command.request_id)
+            suppressed = suppress_request(pending.effects, command.request_id)
             if suppressed and not retired:
                 retired = (command.request_id,)
         effects = self._command_effects(NOOP if r is None else APPLIED, ctx, retired)
@@ -162,10 +178,25 @@ class TrtllmRank(Rank):
     # -- readiness ----------------------------------------------------------------------
 
     def is_ready(self) -> bool:
-        return bool(self.core.running) or bool(self.core.waiting)
+        core = self.core
+        return bool(core.running or core.waiting or self.handoff.activated) or self.book.can_retry
 
     def is_drained(self) -> bool:
-        return not self.core.reqs
+        return not self.core.reqs and not self.book.holding
+
+    def waiting_for_external_command(self) -> bool:
+        """Only handoff state blocks the rank: a pending destination holds back fresh
+        admission, or held sources / reserved destinations leave no room for the head."""
+        core = self.core
+        book = self.book
+        if not book.holding or core.running or self.handoff.activated or not core.waiting:
+            return False
+        if book.blocks_admission:
+            return True
+        head = next(iter(core.waiting.values()))
+        if head.reject or head.total_blocks > core.num_blocks:
+            return False
+        return core.fresh_blocks_needed(head)[0] > core.reserved_available()
 
     def prepare_group_pass(self, wave_step: int, dp_size: int) -> None:
         # An idle sibling must not report the work of its previous pass.
@@ -182,15 +213,29 @@ class TrtllmRank(Rank):
     def execute_pass(self, now_ms: float) -> RankPass:
         core = self.core
         work = StepWork()
-        if self.policy is CapacitySchedulerPolicy.GUARANTEED_NO_EVICT:
-            schedule_reference(core, work)
-        elif self.policy is CapacitySchedulerPolicy.STATIC_BATCH:
-            schedule_static_batch(core, work)
-        else:
-            schedule_max_utilization(core, work, now_ms)
-        prefill_ms = core.prefill_ms(work)
+        if self.handoff.activated:
+            self.handoff.admit_activated(work, core.limits.max_batch_size)
+        # A pending destination blocks fresh admission (§8.2 step 3): hide the queue.
+        hidden = None
+        if self.book.blocks_admission and core.waiting:
+            hidden, core.waiting = core.waiting, {}
+        try:
+            if self.policy is CapacitySchedulerPolicy.GUARANTEED_NO_EVICT:
+                schedule_reference(core, work)
+            elif self.policy is CapacitySchedulerPolicy.STATIC_BATCH:
+                schedule_static_batch(core, work)
+            else:
+                schedule_max_utilization(core, work, now_ms)
+        finally:
+            if hidden is not None:
+                hidden.update(core.waiting)
+                core.waiting = hidden
+        worker = self.config.worker_type
+        # Decode workers receive computed prompts; prefill workers emit the first token
+        # from the prefill forward (dynamo-mocker.md §7.2).
+        prefill_ms = 0.0 if worker is WorkerType.DECODE else core.prefill_ms(work)
         ready, priced, kv_tokens = core.ready_and_priced(work)
-        decode_ms = core.decode_ms(priced, kv_tokens)
+        decode_ms = 0.0 if worker is WorkerType.PREFILL else core.decode_ms(priced, kv_tokens)
         outputs = OutputBatch()
         for r in work.rejected:
             outputs.completed.append(r.rid)
@@ -206,12 +251,15 @@ class TrtllmRank(Rank):
             decode_acceptance=DecodeAcceptance(priced, priced),
             schedule=self._schedule_record(work, finished),
         )
+        if self.book.events:
+            effects.lifecycle_events = self.book.drain_events()  # SourceHeld (§4.8)
         start = PassStartEffects(admissions=tuple(work.admissions), pressure_events=tuple(work.pressure))
         end_ms = now_ms + prefill_ms + decode_ms
         return RankPass(end_ms, start, TrtllmPending(now_ms, effects))
 
     def complete_pass(self, pending: TrtllmPending, end_ms: float) -> PassCompletionEffects:
         effects = pending.effects
+        self._handoff_boundary(effects)
         effects.kv_events.extend(self.core.pool.drain_events())
         effects.metrics = self.metrics()
         if effects.forward_pass_metrics is not None:
@@ -228,9 +276,23 @@ class TrtllmRank(Rank):
                 dp_rank=self.identity.dp_rank,
                 duration_ms=max(0.0, end_ms - started_at_ms),
             )
-        return PassCompletionEffects(
-            kv_events=self.core.pool.drain_events(), metrics=self.metrics(), forward_pass_metrics=fpm
-        )
+        effects = PassCompletionEffects(forward_pass_metrics=fpm)
+        self._handoff_boundary(effects)
+        effects.kv_events = self.core.pool.drain_events()
+        effects.metrics = self.metrics()
+        return effects
+
+    def _handoff_boundary(self, effects: PassCompletionEffects) -> None:
+        """Terminal outputs end handoff tracking; pending destinations are retried
+        (aisimulate-engine.md §3 complete_pass steps 2 and 6)."""
+        book = self.book
+        if not (book.sources or book.dests):
+            return
+        if effects.outputs.completed:
+            book.on_terminal(effects.outputs.completed)
+        book.retry()
+        if book.events:
+            effects.lifecycle_events.extend(book.drain_events())
 
     # -- telemetry ----------------------------------------------------------------------
 
