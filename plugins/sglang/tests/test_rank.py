@@ -113,7 +113,6 @@ def test_validate_config_names_key_paths() -> None:
     assert [p for p, _ in SglangRank.validate_config(unsupported, SglangConfig())] == [
         "engine.block_size",
         "engine.aic_nextn",
-        "engine.worker_type",
     ]
     with pytest.raises(EngineError, match="engine.sglang.page_size: 2 differs"):
         make_engine({"block_size": 4}, {"page_size": 2})
@@ -363,13 +362,13 @@ def test_cancel_of_a_request_finished_in_the_pass() -> None:
         assert done.by_rank[0].effects.outputs.token_request_ids == ([] if discard else [1])
 
 
-def test_handoff_commands_are_not_supported() -> None:
-    from servesim.contract import HandoffId, ReleaseSource, SubmitHandoffPrefill
+def test_handoff_commands_on_unknown_handoffs() -> None:
+    from servesim.contract import ActivateDestination, HandoffId, ReleaseSource
 
     engine = make_engine()
-    with pytest.raises(CommandRejected, match="disaggregated"):
-        engine.apply(0, SubmitHandoffPrefill(HandoffId(1), req(1, [1], 1)), 0.0)
     assert engine.apply(0, ReleaseSource(HandoffId(1)), 0.0).result.kind is ResultKind.NOOP
+    with pytest.raises(CommandRejected, match="unknown handoff"):
+        engine.apply(0, ActivateDestination(HandoffId(1)), 0.0)
 
 
 # --------------------------------------------------------------------------- effects

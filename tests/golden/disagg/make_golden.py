@@ -76,6 +76,22 @@ CASES: dict[str, dict] = {
         "decode_engine": {"num_gpu_blocks": 160},
         "workers": (1, 1),
     },
+    # SGLang (page size 16; the reference's default page is 1 token).
+    "sglang_1p1d": {
+        "backend": "sglang",
+        "trace": ["-n", "40", "--rate", "25", "--seed", "7", *LOAD],
+        "engine": {"kv_transfer_bandwidth": 2.0, "kv_bytes_per_token": 131072,
+                   "block_size": 16},
+        "workers": (1, 1),
+    },
+    "sglang_tight_decode": {
+        "backend": "sglang",
+        "trace": ["-n", "30", "--rate", "30", "--seed", "3", *LOAD],
+        "engine": {"kv_transfer_bandwidth": 4.0, "kv_bytes_per_token": 131072,
+                   "block_size": 16},
+        "decode_engine": {"num_gpu_blocks": 320},
+        "workers": (1, 1),
+    },
     # No transfer model: the handoff is instantaneous.
     "vllm_no_transfer_time": {
         "trace": ["-n", "30", "--rate", "20", "--seed", "9", *LOAD],

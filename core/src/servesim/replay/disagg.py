@@ -160,6 +160,14 @@ class DisaggReplayer(Replayer):
         self.decode_worker = [-1] * n
         self.decode_dp = [0] * n
         self._timing: dict[int, HandoffTransferTiming] = {}
+        self._transferable: dict[int, int] = {}
+        # SGLang's disaggregation reserves the decode KV before the prefill starts (the
+        # decode side pre-allocates, then the prefill runs); the transfer starts when both
+        # ends are ready. The reference's SGLang replay shows it: destination_reserved_ms
+        # precedes prefill_admit_ms (golden case sglang_1p1d).
+        self.reserve_first = any(
+            getattr(r, "reserve_destination_first", False) for e in decode_engines for r in e.ranks
+        )
         self._deferred: dict[int, list[int]] = {}  # worker → request ids awaiting it idle
         self.busy_ms = [0.0] * len(self.engines)
         if isinstance(decode_router, DecodeLoadRouter):
@@ -169,18 +177,24 @@ class DisaggReplayer(Replayer):
     # -- arrivals -------------------------------------------------------------------------
 
     def _submit(self, rid: int, now: float) -> None:
+        log = self.log
+        log.arrival[rid] = now
+        self._in_flight += 1
+        log.max_in_flight = max(log.max_in_flight, self._in_flight)
+        if self.reserve_first:
+            self._reserve(rid, now)
+        else:
+            self._submit_prefill(rid, now)
+
+    def _submit_prefill(self, rid: int, now: float) -> None:
         turn = self.turns[rid]
         req = Request(rid, turn.prompt, min(1, turn.output_length))
         router = self.prefill_router
         hashes = turn.prompt.block_hashes(self.block_size)[0] if router.wants_block_hashes else ()
         worker, dp = router.select(req, hashes, self.prefill_state)
         router.routed(req, worker, dp, self.prefill_state)
-        log = self.log
-        log.arrival[rid] = now
         self.prefill_worker[rid] = worker
         self.prefill_dp[rid] = dp
-        self._in_flight += 1
-        log.max_in_flight = max(log.max_in_flight, self._in_flight)
         self._dirty.add(worker)
         engine = self.engines[worker]
         if self._has_deadlines and not engine.pass_in_flight:
@@ -286,16 +300,22 @@ class DisaggReplayer(Replayer):
     def _lifecycle(self, w: int, dp_rank: int, events: Sequence[object], now: float) -> None:
         for ev in events:
             if isinstance(ev, SourceHeld):
-                self._reserve(ev, now)
+                self._source_held(ev, now)
             elif isinstance(ev, DestinationReserved):
                 self._reserved(ev, now)
             else:
                 raise ReplayError(f"worker {w}: unexpected lifecycle event {ev!r}")
 
-    def _reserve(self, ev: SourceHeld, now: float) -> None:
+    def _source_held(self, ev: SourceHeld, now: float) -> None:
         rid = ev.request_id
         self.times["source_held_ms"][rid] = now
         self._timing[rid] = ev.transfer_timing
+        if self.reserve_first:
+            self._start_transfer(rid, now)  # the destination was reserved before the prefill
+        else:
+            self._reserve(rid, now)
+
+    def _reserve(self, rid: int, now: float) -> None:
         turn = self.turns[rid]
         req = Request(rid, turn.prompt, turn.output_length)
         router = self.decode_router
@@ -312,8 +332,9 @@ class DisaggReplayer(Replayer):
         except CommandRejected:
             # The prompt can never fit the decode pool: give the source back, fail the request.
             pw = self.prefill_worker[rid]
-            self.engines[pw].apply(self.prefill_dp[rid], CancelSource(HandoffId(rid)), now)
-            self._dirty.add(pw)
+            if pw >= 0:
+                self.engines[pw].apply(self.prefill_dp[rid], CancelSource(HandoffId(rid)), now)
+                self._dirty.add(pw)
             self._fail(rid, now)
             return
         if effects.kv_events:
@@ -324,8 +345,17 @@ class DisaggReplayer(Replayer):
     def _reserved(self, ev: DestinationReserved, now: float) -> None:
         rid = ev.request_id
         self.times["destination_reserved_ms"][rid] = now
+        self._transferable[rid] = ev.transferable_prompt_tokens
+        if self.reserve_first:
+            self._submit_prefill(rid, now)
+        else:
+            self._start_transfer(rid, now)
+
+    def _start_transfer(self, rid: int, now: float) -> None:
+        """Both ends are ready: the transfer completes ``delay`` ms from now."""
         timing = self._timing.pop(rid, None)
-        delay = timing.delay_ms(ev.transferable_prompt_tokens) if timing is not None else None
+        tokens = self._transferable.pop(rid, 0)
+        delay = timing.delay_ms(tokens) if timing is not None else None
         if delay is None:
             delay = self.handoff_latency_ms
         self.transfer_ms[rid] = delay

@@ -24,7 +24,6 @@ import math
 from typing import TYPE_CHECKING
 
 from attrs import field, frozen, validators
-from servesim.contract import WorkerType
 from servesim.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -142,10 +141,6 @@ def validate(config: EngineConfig, sg: SglangConfig) -> list[tuple[str, str]]:
         out.append(("engine.block_size", f"must be > 0, got {config.block_size}"))
     if config.aic_nextn is not None:
         out.append(("engine.aic_nextn", "speculative decoding is not supported by sglang yet"))
-    if config.worker_type is not WorkerType.AGGREGATED:
-        out.append(
-            ("engine.worker_type", "disaggregated prefill/decode roles are not supported by sglang yet")
-        )
     if sg.page_size is not None and sg.page_size <= 0:
         out.append((f"{SECTION}.page_size", f"must be > 0, got {sg.page_size}"))
     elif sg.page_size is not None and config.block_size is not None and sg.page_size != config.block_size:

@@ -102,6 +102,9 @@ class RadixCache:
         self._heap: list[tuple[int, int, RadixNode]] = []
         self.root = RadixNode([], None, 0, 0)
         self.root.hashes = []
+        # Bumped whenever a lease gives pages back: a "capacity generation" for retrying
+        # handoff reservations only when something was freed (servesim.handoff).
+        self.releases = 0
 
     # -- accounting ---------------------------------------------------------------------
 
@@ -458,6 +461,7 @@ class RadixCache:
 
     def finish(self, lease: KvLease, tokens: Sequence[int], upto: int) -> None:
         """Cache ``floor_to_page(upto)`` tokens, free the rest of the lease and unlock it."""
+        self.releases += 1
         complete = upto - upto % self.page_size if self.caching else 0
         complete = max(complete, lease.cached)
         self.free_pages += lease.pages - complete // self.page_size
@@ -469,6 +473,7 @@ class RadixCache:
 
     def release(self, lease: KvLease) -> None:
         """Retraction/abort: free the private pages; the cached prefix stays, unlocked."""
+        self.releases += 1
         self.free_pages += lease.pages - lease.cached // self.page_size
         self._apply_touch(lease)
         self.unlock(lease.node)

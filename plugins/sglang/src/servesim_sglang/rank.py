@@ -17,9 +17,9 @@ Deliberate differences from the reference:
   rejected (``Output.rejected``) at the next pass — at submission, or, for a retracted request
   whose output grew, when nothing runs; and a lone running request whose next token finds no
   page even after eviction ends rejected after the tokens it produced.
-* Disaggregated handoff commands are not supported yet: ``SubmitHandoffPrefill`` and
-  ``ReserveDestination`` are rejected; the other handoff commands address no owned state and
-  are no-ops.
+
+Disaggregated handoff (prefill/decode worker types and the six handoff commands) is core's
+:class:`servesim.handoff.HandoffBook` over :mod:`servesim_sglang.handoff`.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from servesim.contract import (
     Welford,
 )
 from servesim.errors import CommandRejected, PluginError
+from servesim.handoff import HandoffBook, suppress_request
 from servesim.rank import (
     CommandContext,
     Rank,
@@ -63,6 +64,7 @@ from servesim.rank import (
 )
 
 from servesim_sglang.config import SglangConfig, scheduler_params, validate
+from servesim_sglang.handoff import SglangHandoffAdapter
 from servesim_sglang.policies import resolve_policy
 from servesim_sglang.radix_cache import RadixCache
 from servesim_sglang.request import SglangRequest
@@ -89,6 +91,9 @@ class SglangRank(Rank):
 
     config_class = SglangConfig
     default_block_size = 1
+    # Disaggregated replay reserves an SGLang decode worker's KV before the prefill runs
+    # (servesim.replay.disagg; SGLang's decode side pre-allocates for the transfer).
+    reserve_destination_first = True
 
     def __init__(
         self,
@@ -122,6 +127,9 @@ class SglangRank(Rank):
         )
         self.cache = cache
         self.requests: dict[int, SglangRequest] = {}
+        self.handoff = SglangHandoffAdapter(self)
+        self.book = HandoffBook(self.handoff)
+        self.sched.handoff = self.handoff
         self._c = _Counters()
         self._prefilled = False
         self._model_work = False
@@ -162,10 +170,21 @@ class SglangRank(Rank):
             return self._submit(command, ctx)
         if isinstance(command, CancelRequest):
             return self._cancel(command, ctx, pending)
-        if isinstance(command, (SubmitHandoffPrefill, ReserveDestination)):
-            raise CommandRejected("the sglang backend does not support disaggregated handoff yet")
-        if isinstance(command, (ActivateDestination, ReleaseSource, CancelSource, CancelDestination)):
-            return self._effects(NOOP, ctx)
+        book = self.book
+        busy = ctx.pass_in_flight
+        retained = pending.effects if isinstance(pending, _Pending) else None
+        if isinstance(command, SubmitHandoffPrefill):
+            return book.submit_prefill(command.handoff_id, command.request)
+        if isinstance(command, ReserveDestination):
+            return book.reserve(command.handoff_id, command.request, busy)
+        if isinstance(command, ActivateDestination):
+            return book.activate(command.handoff_id, busy)
+        if isinstance(command, ReleaseSource):
+            return book.release_source(command.handoff_id, busy)
+        if isinstance(command, CancelSource):
+            return book.cancel_source(command.handoff_id, busy, retained)
+        if isinstance(command, CancelDestination):
+            return book.cancel_destination(command.handoff_id, busy, retained)
         raise CommandRejected(f"unknown command {type(command).__name__}")
 
     def _submit(self, command: Submit, ctx: CommandContext) -> CommandEffects:
@@ -185,20 +204,22 @@ class SglangRank(Rank):
 
     def _cancel(self, command: CancelRequest, ctx: CommandContext, pending: Any | None) -> CommandEffects:
         rid = command.request_id
-        removed = False
-        if rid in self.requests:
-            if rid in self._c.rejected:
-                self._c.rejected.remove(rid)
-            else:
-                self.sched.remove(rid)
-            del self.requests[rid]
-            removed = True
+        removed = self.handoff.cancel_request(rid)
+        self.book.forget_request(rid)
         suppressed = False
         if isinstance(pending, _Pending) and (removed or command.discard_pending_output):
-            suppressed = pending.effects.outputs.remove_request(rid)
+            suppressed = suppress_request(pending.effects, rid)
         retired = (rid,) if removed or suppressed else ()
         result = APPLIED if removed else NOOP
         return self._effects(result, ctx, retired=retired, suppressed=suppressed)
+
+    def _drop(self, rid: int) -> None:
+        """Remove a live request and free its KV (cancellation)."""
+        if rid in self._c.rejected:
+            self._c.rejected.remove(rid)
+        else:
+            self.sched.remove(rid)
+        del self.requests[rid]
 
     def _effects(
         self,
@@ -220,10 +241,28 @@ class SglangRank(Rank):
     # -- readiness ------------------------------------------------------------------------
 
     def is_ready(self) -> bool:
-        return bool(self.sched.waiting or self.sched.running or self._c.rejected)
+        s = self.sched
+        return bool(s.waiting or s.running or self._c.rejected or self.handoff.activated) or (
+            self.book.can_retry
+        )
 
     def is_drained(self) -> bool:
-        return not self.is_ready()
+        s = self.sched
+        busy = s.waiting or s.running or self._c.rejected or self.handoff.activated
+        return not busy and not self.book.holding
+
+    def waiting_for_external_command(self) -> bool:
+        """Only handoff state blocks the rank: a pending destination holds the waiting queue
+        back, or held sources / reserved destinations leave the waiting head no room."""
+        s = self.sched
+        book = self.book
+        if not book.holding or s.running or self.handoff.activated or not s.waiting:
+            return False
+        if book.blocks_admission:
+            return True
+        head = s.waiting[0]
+        need = self.cache.pages_for(head.seq_len) * self.params.page_size
+        return need > self.cache.available_tokens + self.cache.evictable_size
 
     def prepare_group_pass(self, wave_step: int, dp_size: int) -> None:
         self._prefilled = False
@@ -267,6 +306,8 @@ class SglangRank(Rank):
             decode_acceptance=DecodeAcceptance(out.decode_forwards, out.decode_forwards),
             schedule=self._schedule_record(out) if self.services.record_schedule else None,
         )
+        if self.book.events:
+            effects.lifecycle_events = self.book.drain_events()  # SourceHeld (§4.8)
         start = PassStartEffects(admissions=tuple(out.admissions), pressure_events=tuple(out.pressure))
         hint = _RETRY if self.sched.ratio != ratio_before else _EXHAUSTED
         fpm = self._fpm(out) if self.services.emit_forward_pass_metrics else None
@@ -276,6 +317,7 @@ class SglangRank(Rank):
     def complete_pass(self, pending: Any, end_ms: float) -> PassCompletionEffects:
         assert isinstance(pending, _Pending)
         effects = pending.effects
+        self._handoff_boundary(effects)
         effects.kv_events = self.cache.drain_events()
         effects.metrics = self.metrics(pending.hit_tokens, pending.total_tokens)
         if pending.fpm is not None:
@@ -291,9 +333,23 @@ class SglangRank(Rank):
                 dp_rank=self.identity.dp_rank,
                 duration_ms=max(0.0, end_ms - started_at_ms),
             )
-        return PassCompletionEffects(
-            kv_events=self.cache.drain_events(), metrics=self.metrics(), forward_pass_metrics=fpm
-        )
+        effects = PassCompletionEffects(forward_pass_metrics=fpm)
+        self._handoff_boundary(effects)
+        effects.kv_events = self.cache.drain_events()
+        effects.metrics = self.metrics()
+        return effects
+
+    def _handoff_boundary(self, effects: PassCompletionEffects) -> None:
+        """Terminal outputs end handoff tracking; pending destinations are retried
+        (aisimulate-engine.md §3 complete_pass steps 2 and 6)."""
+        book = self.book
+        if not (book.sources or book.dests):
+            return
+        if effects.outputs.completed:
+            book.on_terminal(effects.outputs.completed)
+        book.retry()
+        if book.events:
+            effects.lifecycle_events.extend(book.drain_events())
 
     # -- observation ----------------------------------------------------------------------
 

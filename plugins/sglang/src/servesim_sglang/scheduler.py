@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from servesim.contract import Admission, PressureEvent, PressureKind, PressureState, WorkerType
 from servesim.timing.base import scaled_ms
@@ -139,6 +139,8 @@ class SglangScheduler:
         self.ratio = params.init_new_token_ratio
         self.retractions_total = 0
         self._retracted_ids: set[int] = set()
+        # Disaggregated handoff hooks (servesim_sglang.handoff.SglangHandoffAdapter).
+        self.handoff: Any = None
 
     # -- policy context (read-only view for SchedulePolicy) ------------------------------
 
@@ -165,13 +167,19 @@ class SglangScheduler:
 
     def run_pass(self, now: float) -> PassOutcome:
         out = PassOutcome(end_ms=now)
+        handoff = self.handoff
+        if handoff is not None and handoff.activated:
+            handoff.admit_activated(out)
         if self.waiting:
             order = self.policy.order(list(self.waiting), self)
             if order is not None:
                 self.waiting = deque(order)
             if not self.running:
                 self._reject_impossible_head(out)
-        can_run, total_isl, total_prefix = self._admit(out)
+        if handoff is not None and handoff.blocks_admission():
+            can_run, total_isl, total_prefix = [], 0, 0  # behind a pending destination (§7.2)
+        else:
+            can_run, total_isl, total_prefix = self._admit(out)
         batch = len(can_run)
         for req in can_run:
             if req.materialized < req.seq_len:
@@ -185,7 +193,8 @@ class SglangScheduler:
             fresh = [r for r in can_run if r.materialized >= r.seq_len]
             out.end_ms = now + self._prefill_ms(batch, total_isl // batch, total_prefix // batch)
             self._first_tokens(fresh, out)
-            self.running.extend(r for r in fresh if r.lease is not None)
+            # (a held handoff source keeps its lease but has nothing left to run)
+            self.running.extend(r for r in fresh if r.lease is not None and r.remaining_output)
         elif not self._decode(now, out):
             # SGLang decays the ratio in ``update_running_batch``: on decode passes only.
             self.ratio = max(self.ratio - self.p.decay_step, self.p.min_new_token_ratio)
@@ -204,7 +213,7 @@ class SglangScheduler:
                 return
             self.waiting.popleft()
             self.waiting_version += 1
-            self._complete(req, out)
+            self._complete(req, out, rejected=True)
             out.rejected.append(req.rid)
 
     def _prefill_ms(self, batch: int, mean_isl: int, mean_prefix: int) -> float:
@@ -307,13 +316,15 @@ class SglangScheduler:
             if req.cached_tokens is not None:
                 out.cached_tokens[req.rid] = req.cached_tokens
 
-    def _complete(self, req: SglangRequest, out: PassOutcome) -> None:
+    def _complete(self, req: SglangRequest, out: PassOutcome, rejected: bool = False) -> None:
         if not req.first_output_sent:
             req.first_output_sent = True
             if req.cached_tokens is not None:
                 out.cached_tokens[req.rid] = req.cached_tokens
         out.completed.append(req.rid)
         if req.lease is not None:
+            if not rejected and self.handoff is not None and self.handoff.hold(req):
+                return  # a finished prefill source keeps its KV (held, §7.2)
             self.cache.finish(req.lease, req.tokens, min(req.seq_len, req.materialized))
             req.lease = None
 
@@ -404,7 +415,7 @@ class SglangScheduler:
         keep = []
         for r in self.running:
             if -(-(len(r.tokens) + 1) // ps) > r.allocated_pages:
-                self._complete(r, out)
+                self._complete(r, out, rejected=True)
                 out.rejected.append(r.rid)
             else:
                 keep.append(r)
