@@ -19,6 +19,10 @@ aisimulate-engine.md §8.2, one handoff per request (``HandoffId(request_id)``):
    worker, likewise deferred while that worker is mid-pass (the reference's
    ``worker_is_busy`` check; its per-request ``source_released_ms`` shows the same deferral).
 
+A decode backend whose ranks set ``reserve_destination_first`` (SGLang) reverses steps 1-3:
+the destination is reserved at arrival, the prefill is submitted once it is reserved, and the
+transfer starts when the source is held.
+
 The client's tokens are the decode worker's: the prefill worker's sampled token is not
 reported, so TTFT runs from arrival to the decode side's first token, as in the reference's
 disaggregated report (its ``first_token_ms`` follows ``destination_activated_ms`` by one
