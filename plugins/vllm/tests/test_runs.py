@@ -118,3 +118,36 @@ def test_cancel_in_a_runs_last_pass_suppresses_only_that_pass() -> None:
     assert run.requests[1].token_times[-1] < 40.0
     mid = [r for r in run.runs if r.effects.absent_last]
     assert [r.effects.absent_last for r in mid] == [[1]]
+
+
+def test_long_runs_price_passes_in_numpy_chunks_identically() -> None:
+    """Runs longer than the one-by-one pricing limit (numpy chunks), with a speed-up ratio
+    that makes the nanosecond rounding bite, end exactly where stepping's passes end."""
+    arrivals = [(0.0, Request(i, Tokens([i * 1000 + t for t in range(37)]), 300 + 61 * i))
+                for i in range(3)]
+    arrivals.append((900.0, Request(9, Tokens(list(range(50))), 5)))
+    cfg = dict(num_gpu_blocks=600, block_size=16, speedup_ratio=1.7, decode_speedup_ratio=1.3)
+    step = _run(cfg, arrivals, [], runs=False)
+    run = _run(cfg, arrivals, [], runs=True)
+    assert max(r.effects.num_passes for r in run.runs) > 200
+    for rid, trace in step.requests.items():
+        assert trace.token_times == run.requests[rid].token_times
+    a, b = _per_pass(step), _per_pass(run)
+    assert all(_key(a[p]) == _key(b[p]) for p in a)
+
+
+def test_zero_duration_decode_passes_end_a_run_each() -> None:
+    """With a 0 ms decode every pass ends when it starts: a run stops after such a pass so
+    the driver sees every boundary, and the result still matches stepping."""
+    from servesim.timing import FixedTiming, FixedTimingConfig
+
+    arrivals = [(0.0, Request(i, Tokens([i * 1000 + t for t in range(6)]), 7)) for i in range(2)]
+    out = {}
+    for runs in (False, True):
+        engine = make_engine(FixedTiming(FixedTimingConfig(3.0, 0.0)), emit_kv_events=True,
+                             num_gpu_blocks=50, block_size=4)
+        out[runs] = drive(engine, arrivals, runs=runs)
+    assert [r.effects.num_passes for r in out[True].runs] == [1] * len(out[True].runs)
+    for rid in (0, 1):
+        assert out[True].requests[rid].token_times == out[False].requests[rid].token_times
+        assert out[True].requests[rid].token_times == [3.0] * 7

@@ -134,14 +134,20 @@ class RequestLog:
                 last[rid] = ends[n - 1]
                 ntok[rid] += n
         m = len(members)
+        n_last = m - len(absent)
+        if k > 1:
+            self.shared_gap.extend([ends[j] - ends[j - 1] for j in range(1, k)])
+            weights = self.shared_weight
+            weights.extend(array("q", [m]) * (k - 2))
+            weights.append(n_last)
         counts = self.tokens_per_second
-        for j in range(k):
-            n = m - len(absent) if j == k - 1 else m
-            if j and n:
-                self.shared_gap.append(ends[j] - ends[j - 1])
-                self.shared_weight.append(n)
-            second = int(ends[j] // 1000.0)
-            counts[second] = counts.get(second, 0) + n
+        first_second = int(e0 // 1000.0)
+        if first_second == int(ends[-1] // 1000.0):  # the whole run in one second: one update
+            counts[first_second] = counts.get(first_second, 0) + m * (k - 1) + n_last
+        else:
+            for j in range(k):
+                second = int(ends[j] // 1000.0)
+                counts[second] = counts.get(second, 0) + (n_last if j == k - 1 else m)
         if self.token_times is not None:
             tt = self.token_times
             for rid in members:

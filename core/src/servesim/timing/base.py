@@ -12,6 +12,8 @@ import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
+import numpy as np
+
 
 class TimingModel(ABC):
     """Predicts forward-pass durations. Register subclasses through
@@ -35,6 +37,30 @@ class TimingModel(ABC):
         self, batch_size: int, active_kv_tokens: int, mean_context_length: int, total_kv_tokens: int
     ) -> float:
         """Decode time of one forward over ``batch_size`` decoding requests."""
+
+    def predict_decode_ms_many(
+        self, batch_size: int, active_kv_tokens: np.ndarray, total_kv_tokens: int
+    ) -> np.ndarray:
+        """:meth:`predict_decode_ms` for several passes of one ``batch_size`` batch whose
+        summed KV lengths are ``active_kv_tokens`` (an int64 array; the mean context is
+        ``active // batch_size``), as a float64 array. Runs of passes (servesim.runs) price
+        many passes at once with it; an override must return exactly the scalar results."""
+        return np.array(
+            [self.predict_decode_ms(batch_size, a, a // batch_size, total_kv_tokens)
+             for a in active_kv_tokens.tolist()],
+            dtype=np.float64,
+        )
+
+
+def scaled_ms_many(raw_ms: np.ndarray, speedup: float) -> np.ndarray:
+    """:func:`scaled_ms` element-wise, with the same float operations (IEEE division and
+    round-half-even), so each element equals the scalar result bit for bit."""
+    if raw_ms.size and (not np.isfinite(raw_ms).all() or (raw_ms < 0).any()):
+        bad = raw_ms[~np.isfinite(raw_ms) | (raw_ms < 0)][0]
+        raise ValueError(f"timing model returned an invalid duration {float(bad)!r}")
+    if speedup > 0:
+        raw_ms = np.where(raw_ms > 0, raw_ms / speedup, raw_ms)
+    return np.rint(raw_ms * 1e6) / 1e6
 
 
 def scaled_ms(raw_ms: float, speedup: float) -> float:

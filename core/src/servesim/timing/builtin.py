@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from attrs import field, frozen, validators
 
 from servesim.timing.base import TimingModel
@@ -39,6 +40,18 @@ class PolynomialTiming(TimingModel):
         u = min(active_kv_tokens / total_kv_tokens, 1.0) if total_kv_tokens > 0 else 1.0
         return max(1.0, DECODE_A * u * u + DECODE_B * u + DECODE_C)
 
+    def predict_decode_ms_many(
+        self, batch_size: int, active_kv_tokens: np.ndarray, total_kv_tokens: int
+    ) -> np.ndarray:
+        # Element-wise IEEE operations in the scalar formula's order: identical results.
+        if batch_size <= 0:
+            return np.zeros(len(active_kv_tokens))
+        if total_kv_tokens > 0:
+            u = np.minimum(active_kv_tokens / total_kv_tokens, 1.0)
+        else:
+            u = np.ones(len(active_kv_tokens))
+        return np.maximum(1.0, DECODE_A * u * u + DECODE_B * u + DECODE_C)
+
 
 def _finite_non_negative(_inst: object, attribute: object, value: float) -> None:
     if not math.isfinite(value) or value < 0:
@@ -69,3 +82,8 @@ class FixedTiming(TimingModel):
         self, batch_size: int, active_kv_tokens: int, mean_context_length: int, total_kv_tokens: int
     ) -> float:
         return self.cfg.decode_ms if batch_size > 0 else 0.0
+
+    def predict_decode_ms_many(
+        self, batch_size: int, active_kv_tokens: np.ndarray, total_kv_tokens: int
+    ) -> np.ndarray:
+        return np.full(len(active_kv_tokens), self.cfg.decode_ms if batch_size > 0 else 0.0)

@@ -31,8 +31,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
+import numpy as np
 from servesim.contract import (
     ForwardPassMetrics,
     KvEvent,
@@ -42,7 +41,7 @@ from servesim.contract import (
     WorkerType,
 )
 from servesim.runs import RankRun, RunEffects
-from servesim.timing.base import scaled_ms
+from servesim.timing.base import scaled_ms, scaled_ms_many
 
 from servesim_vllm.request import Status
 
@@ -55,8 +54,8 @@ class VllmRunPending:
     """A committed run. ``effects`` is the *last* pass's retained completion effects, so a
     command applied mid-pass suppresses outputs exactly as with a stepped pending pass."""
 
-    __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events", "active",
-                 "inactive", "sums", "sqs", "counter0", "fpm_fields")
+    __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events", "occupancy",
+                 "total", "sq", "counter0", "fpm_fields")
 
     def __init__(self, started_at_ms: float) -> None:
         self.started_at_ms = started_at_ms
@@ -64,10 +63,11 @@ class VllmRunPending:
         self.members: list[int] = []
         self.effects = PassCompletionEffects()
         self.kv_events: dict[int, list[KvEvent]] = {}
-        self.active: list[int] = []  # pool occupancy after each pass (for per-pass Metrics)
-        self.inactive: list[int] = []
-        self.sums: list[int] = []  # summed decode lengths per pass (forward-pass metrics)
-        self.sqs: list[int] = []
+        # (pass, active blocks, inactive blocks) after each pass that changed the pool; the
+        # first entry (pass -1) is the state before the run. Per-pass Metrics derive from it.
+        self.occupancy: list[tuple[int, int, int]] = []
+        self.total = 0  # summed pre-run decode lengths, and their squares (FPMs derive)
+        self.sq = 0
         self.counter0 = 0
         self.fpm_fields: dict[str, Any] | None = None
 
@@ -118,75 +118,130 @@ def _steady_batch(rank: VllmRank) -> tuple[int, int, int, list[tuple[int, int]]]
     return total, sq, first_done, cross
 
 
+# Passes priced one by one before switching to numpy chunks (both bit-identical): most runs
+# end within a few passes, where numpy's per-call overhead would dominate.
+_VECTOR_MIN = 24
+
+
 def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int) -> RankRun | None:
     shape = _steady_batch(rank)
     if shape is None:
         return None
     total, sq, first_done, cross = shape
     s = rank.sched
+    m = len(s.running)
+    kmax = min(first_done, max_passes)
+    ends = _pass_ends(rank, now, horizon, total, m, kmax)
+    run = VllmRunPending(now)
+    k = _replay_crossings(rank, run, cross, len(ends))
+    if k == 0:
+        return None
+    del ends[k:]
+    run.ends = ends
+    run.total, run.sq = total, sq
+    _commit(rank, run, k, first_done)
+    return RankRun(now, tuple(ends), run)
+
+
+def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
+               kmax: int) -> list[float]:
+    """Ends of the passes that start before ``horizon`` (at most ``kmax``), stopping after a
+    zero-duration pass. Pass j prices ``m`` decoders of summed length ``total + j*m`` with
+    stepping's expression ``start + scaled_ms(0.0) + scaled_ms(decode)``; the numpy chunks
+    use the same IEEE operations (``predict_decode_ms_many``, ``scaled_ms_many``, and a
+    left-to-right ``cumsum`` of the durations, valid because the first term is exactly 0.0)."""
+    s = rank.sched
+    timing = s.timing
+    kv_total = s.cfg.num_gpu_blocks * s.bs
+    zero = scaled_ms(0.0, rank._speedup)  # noqa: SLF001
+    dsp = rank._decode_speedup  # noqa: SLF001
+    ends: list[float] = []
+    start = now
+    j = 0
+    limit = kmax if zero else min(kmax, _VECTOR_MIN)
+    while j < limit:
+        kv = total + j * m
+        end = start + zero + scaled_ms(timing.predict_decode_ms(m, kv, kv // m, kv_total), dsp)
+        ends.append(end)
+        j += 1
+        if end == start or end >= horizon:
+            return ends
+        start = end
+    chunk = 32
+    while j < kmax:
+        n = min(chunk, kmax - j)
+        kv_arr = total + np.arange(j, j + n, dtype=np.int64) * m
+        d = scaled_ms_many(timing.predict_decode_ms_many(m, kv_arr, kv_total), dsp)
+        part = np.cumsum(np.concatenate(((start,), d)))[1:]
+        stop = np.flatnonzero((part >= horizon) | (d == 0.0))
+        if stop.size:
+            ends.extend(part[: int(stop[0]) + 1].tolist())
+            return ends
+        ends.extend(part.tolist())
+        j += n
+        start = ends[-1]
+        chunk *= 2
+    return ends
+
+
+def _replay_crossings(rank: VllmRank, run: VllmRunPending, cross: list[tuple[int, int]],
+                      k: int) -> int:
+    """Apply the block steps of passes ``< k`` in (pass, batch) order, draining KV events per
+    pass; returns the passes kept (fewer when an allocation could fail at some pass)."""
+    s = rank.sched
     pool = s.pool
     bs = s.bs
     running = s.running
-    m = len(running)
-    kmax = min(first_done, max_passes)
-    # Block crossings as a heap of (pass, batch index), replayed pass by pass in batch order.
-    if kmax < bs:
-        cross = [c for c in cross if c[0] < kmax]
-    heapq.heapify(cross)
-    avail = len(pool._free) + len(pool._evict)  # noqa: SLF001 - allocation headroom
-    timing = s.timing
-    kv_total = s.cfg.num_gpu_blocks * bs
-    sp, dsp = rank._speedup, rank._decode_speedup  # noqa: SLF001
+    free, evict = pool._free, pool._evict  # noqa: SLF001 - allocation headroom
+    avail = len(free) + len(evict)
     events_on = pool.events_enabled
-    run = VllmRunPending(now)
-    ends = run.ends
-    start = now
-    j = 0
-    while j < kmax and start < horizon:
-        due_any = bool(cross) and cross[0][0] == j
-        if due_any:
-            due = []
-            while cross and cross[0][0] == j:
-                due.append(heapq.heappop(cross)[1])
-            need = 0
-            for i in due:
-                req = running[i]
-                grow = -(-(req.length + j) // bs) - len(req.table.ids)
-                if grow > 0:
-                    need += grow
-            if need > avail:
-                # The allocation could fail: stepping must decide (preemption) at this pass.
-                for i in due:
-                    heapq.heappush(cross, (j, i))
-                break
-            avail -= need
-            for i in due:
-                req = running[i]
-                _block_step(s, req, req.length + j)
-                nxt = j + 1 if bs == 1 or (req.length + j) % bs == 0 else j + bs - 1
-                if nxt < kmax:
-                    heapq.heappush(cross, (nxt, i))
-        if events_on and (j == 0 or due_any):
-            # Pass 0 also takes events left by commands applied before it, as stepping does.
-            evs = pool.drain_events()
-            if evs:
-                run.kv_events[j] = evs
-        kv = total + j * m
-        dms = timing.predict_decode_ms(m, kv, kv // m, kv_total)
-        end = start + scaled_ms(0.0, sp) + scaled_ms(dms, dsp)
-        ends.append(end)
-        run.sums.append(kv)
-        run.sqs.append(sq + 2 * j * total + j * j * m)
-        run.active.append(pool.num_active)
-        run.inactive.append(pool.num_inactive)
-        j += 1
-        if end == start:
-            break  # a zero-duration pass: the driver sees that boundary before any other
-        start = end
-    if j == 0:
-        return None
-    _commit(rank, run, j, first_done)
-    return RankRun(now, tuple(ends), run)
+    occupancy = run.occupancy
+    occupancy.append((-1, pool.num_active, pool.num_inactive))
+    # Events left by commands since the last pass belong to pass 0, as when stepping; they
+    # are taken once pass 0 is certain to be kept.
+    leftover = events_on
+    cross = [c for c in cross if c[0] < k]
+    heapq.heapify(cross)
+    while cross:
+        j = cross[0][0]
+        due = []
+        while cross and cross[0][0] == j:
+            due.append(heapq.heappop(cross)[1])
+        need = 0
+        for i in due:
+            req = running[i]
+            grow = -(-(req.length + j) // bs) - len(req.table.ids)
+            if grow > 0:
+                need += grow
+        if need > avail:
+            # The allocation could fail: stepping must decide (preemption) at this pass.
+            if j and leftover:
+                _take_events(pool, run, 0)
+            return j
+        if j and leftover:
+            _take_events(pool, run, 0)
+            leftover = False
+        avail -= need
+        for i in due:
+            req = running[i]
+            length = req.length + j
+            _block_step(s, req, length)
+            nxt = j + 1 if bs == 1 or length % bs == 0 else j + bs - 1
+            if nxt < k:
+                heapq.heappush(cross, (nxt, i))
+        occupancy.append((j, pool.num_active, pool.num_inactive))
+        if events_on:
+            _take_events(pool, run, j)
+            leftover = False
+    if leftover:
+        _take_events(pool, run, 0)
+    return k
+
+
+def _take_events(pool: Any, run: VllmRunPending, j: int) -> None:
+    evs = pool.drain_events()
+    if evs:
+        run.kv_events.setdefault(j, []).extend(evs)
 
 
 def _block_step(s: Any, req: VllmRequest, length: int) -> None:
@@ -232,9 +287,8 @@ def _commit(rank: VllmRank, run: VllmRunPending, k: int, first_done: int) -> Non
                 del s.requests[req.rid]
         s.running = [r for r in running if r.status is Status.RUNNING]
         # Releases change occupancy after the last pass's allocations.
-        run.active[-1] = pool.num_active
-        run.inactive[-1] = pool.num_inactive
-    run.effects.outputs = OutputBatch(token_request_ids=list(run.members), completed=completed)
+        run.occupancy.append((k - 1, pool.num_active, pool.num_inactive))
+    run.effects.outputs = OutputBatch(token_request_ids=list(members), completed=completed)
     run.counter0 = rank._pass_counter  # noqa: SLF001
     rank._pass_counter += k  # noqa: SLF001
     rank._prefilled = False  # noqa: SLF001
@@ -269,20 +323,35 @@ def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffec
     if len(tokens) != len(run.members):
         present = set(tokens)
         absent = [r for r in run.members if r not in present]
-    final = rank.metrics()
+    s = rank.sched
+    pool = s.pool
+    # The final snapshot is taken now (as stepping's complete_pass does); Metrics objects are
+    # built only if someone reads them.
+    final = (pool.num_active, pool.num_inactive, len(s.running), len(s.waiting),
+             s.preemptions_total)
+    dp = rank.identity.dp_rank
+    capacity = pool.capacity
     m = len(run.members)
-    active, inactive = run.active, run.inactive
+    occupancy = run.occupancy
 
     def pass_metrics() -> list[Metrics]:
-        # Intermediate passes: the batch is whole and the queue empty (no command ran).
-        out = [attrs.evolve(final, active_blocks=a, inactive_blocks=i, running_requests=m,
-                            waiting_requests=0)
-               for a, i in zip(active[:-1], inactive[:-1], strict=True)]
-        out.append(final)
+        out = []
+        at = 0
+        for j in range(k - 1):
+            while at + 1 < len(occupancy) and occupancy[at + 1][0] <= j:
+                at += 1
+            _, a, i = occupancy[at]
+            # Intermediate passes: the batch is whole and the queue empty (no command ran).
+            out.append(Metrics(dp_rank=dp, active_blocks=a, inactive_blocks=i,
+                               total_blocks=capacity, running_requests=m, waiting_requests=0,
+                               preemptions_total=final[4]))
+        out.append(Metrics(dp_rank=dp, active_blocks=final[0], inactive_blocks=final[1],
+                           total_blocks=capacity, running_requests=final[2],
+                           waiting_requests=final[3], preemptions_total=final[4]))
         return out
 
     effects = RunEffects(
-        started_at_ms=run.started_at_ms, pass_ends=list(run.ends), members=run.members,
+        started_at_ms=run.started_at_ms, pass_ends=run.ends, members=run.members,
         absent_last=absent, completed=list(last.outputs.completed), kv_events=run.kv_events,
         pass_metrics_factory=pass_metrics,
     )
@@ -300,13 +369,15 @@ def _fpms(run: VllmRunPending, end_ms: float) -> list[ForwardPassMetrics]:
     out = []
     start = run.started_at_ms
     ends = run.ends
+    total, sq = run.total, run.sq
     for j in range(len(ends)):
         end = end_ms if j == len(ends) - 1 else ends[j]
+        kv = total + j * m
         out.append(ForwardPassMetrics(
             **fields, counter_id=run.counter0 + j, num_prefill_requests=0, sum_prefill_tokens=0,
             var_prefill_length=0.0, sum_prefill_kv_tokens=0, num_decode_requests=m,
-            sum_decode_kv_tokens=run.sums[j],
-            var_decode_kv_tokens=_pop_var(m, run.sums[j], run.sqs[j]),
+            sum_decode_kv_tokens=kv,
+            var_decode_kv_tokens=_pop_var(m, kv, sq + 2 * j * total + j * j * m),
             duration_ms=max(0.0, end - start),
         ))
         start = ends[j]
