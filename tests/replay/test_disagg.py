@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 from servesim.config.loader import load_config
+from servesim.replay.disagg import DisaggReplayer, build_disagg_replayer
 from servesim.replay.report import dumps, per_request_lines
-from servesim.replay.runner import SimResult, simulate
+from servesim.replay.runner import SimResult, load_workload, simulate
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -135,3 +136,53 @@ def test_every_disaggregation_report_key_is_documented(tmp_path: Path) -> None:
     record = json.loads(next(iter(per_request_lines(res.log))))
     for key in res.log.extra:
         assert key in record and f"`{key}`" in text, key
+
+
+def replayer(tmp_path: Path, rows: list[tuple[int, int, int]], *sets: str) -> DisaggReplayer:
+    trace = write_trace(tmp_path / "t.jsonl", rows)
+    cfg = {
+        "engine": {"backend": "vllm", "block_size": 16, "num_gpu_blocks": 64,
+                   "timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 2.0}},
+        "cluster": {"prefill_workers": 1, "decode_workers": 1, "router": "kv",
+                    "handoff_latency_ms": 5.0},
+        "workload": {"trace": {"path": trace, "trace_block_size": 16}},
+    }
+    path = tmp_path / "sim.yaml"
+    path.write_text(json.dumps(cfg))
+    loaded = load_config(str(path), list(sets))
+    workload = load_workload(loaded.sim.workload, loaded.plugins)
+    return build_disagg_replayer(loaded, workload, [], [], record_token_times=True)
+
+
+@pytest.mark.parametrize(
+    ("at_ms", "where"),
+    [(4.0, "prefill"), (12.0, "transfer"), (18.0, "decode")],
+)
+def test_cancel_mid_handoff_frees_both_sides_and_keeps_the_accounting(
+    tmp_path: Path, at_ms: float, where: str
+) -> None:
+    # Request 0: prefill 0..10, transfer 10..15, decode passes end 17, 19, ... (8 tokens).
+    # Request 1 arrives at 1 and runs undisturbed.
+    rp = replayer(tmp_path, [(0, 32, 8), (1, 16, 3)])
+    rp.cancel_at(0, at_ms)
+    log = rp.run()  # raises if a worker is left holding KV or a request is unaccounted for
+    assert rp.cancelled == {0} and log.rejected == [True, False]
+    assert log.done[0] == at_ms and log.ntok[1] == 3
+    extra = rp.per_request_extras()
+    assert (extra["destination_activated_ms"][0] >= 0) is (where == "decode")
+    if where == "decode":  # tokens at 17 only; the pass 17..19 was suppressed
+        assert log.token_times[0] == [17.0]
+    else:
+        assert log.ntok[0] == 0
+    for engine in rp.engines:
+        assert engine.is_drained()
+        assert all(r.metrics().active_blocks == 0 for r in engine.ranks)
+    rep = rp.report_extras()
+    assert rep["num_cancelled"] == 1
+
+
+def test_cancelling_a_finished_request_changes_nothing(tmp_path: Path) -> None:
+    rp = replayer(tmp_path, [(0, 16, 2)])
+    rp.cancel_at(0, 100.0)
+    log = rp.run()
+    assert rp.cancelled == set() and log.rejected == [False] and log.ntok[0] == 2

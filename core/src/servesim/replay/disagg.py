@@ -39,6 +39,7 @@ import numpy as np
 
 from servesim.contract import (
     ActivateDestination,
+    CancelDestination,
     CancelSource,
     DestinationReserved,
     HandoffId,
@@ -116,6 +117,8 @@ class DecodeLoadRouter(Router):
             self.members[slot].discard(request_id)
 
 
+_CANCEL = 1  # _EXTERNAL event kind (0: a transfer completed)
+
 _HANDOFF_TIMES = (
     "prefill_admit_ms",
     "source_held_ms",
@@ -165,6 +168,7 @@ class DisaggReplayer(Replayer):
         self.decode_dp = [0] * n
         self._timing: dict[int, HandoffTransferTiming] = {}
         self._transferable: dict[int, int] = {}
+        self.cancelled: set[int] = set()
         # SGLang's disaggregation reserves the decode KV before the prefill starts (the
         # decode side pre-allocates, then the prefill runs); the transfer starts when both
         # ends are ready. The reference's SGLang replay shows it: destination_reserved_ms
@@ -365,13 +369,52 @@ class DisaggReplayer(Replayer):
         self.transfer_ms[rid] = delay
         self._push(now + delay, _EXTERNAL, rid, 0)
 
-    def _external(self, rid: int, _kind: int, now: float) -> None:
-        """The transfer of ``rid`` completed: activate it on its decode worker."""
+    def cancel_at(self, rid: int, at_ms: float) -> None:
+        """Cancel request ``rid`` at ``at_ms`` (before :meth:`run`), wherever it is then."""
+        self._push(at_ms, _EXTERNAL, rid, _CANCEL)
+
+    def _external(self, rid: int, kind: int, now: float) -> None:
+        """A transfer completed (activate on the decode worker), or a cancellation is due."""
+        if kind == _CANCEL:
+            self._cancel(rid, now)
+            return
+        if rid in self.cancelled:
+            return
         w = self.decode_worker[rid]
         if self.engines[w].pass_in_flight:
             self._deferred.setdefault(w, []).append(rid)
         else:
             self._activate(rid, now)
+
+    def _cancel(self, rid: int, now: float) -> None:
+        """Cancel a request mid-handoff (aisimulate-engine.md §8.2 step 7): ``CancelSource`` to
+        its prefill worker and ``CancelDestination`` to its decode worker free both sides and
+        drop any retained output; the request ends (counted as failed) only if a side reports
+        it retired — a request whose last token is already in flight completes normally."""
+        log = self.log
+        if log.arrival[rid] < 0 or log.done[rid] >= 0 or rid in self.cancelled:
+            return
+        retired = False
+        for w, dp, command in (
+            (self.prefill_worker[rid], self.prefill_dp[rid], CancelSource(HandoffId(rid))),
+            (self.decode_worker[rid], self.decode_dp[rid], CancelDestination(HandoffId(rid))),
+        ):
+            if w < 0:
+                continue
+            effects = self.engines[w].apply(dp, command, now)
+            retired = retired or rid in effects.retired_requests
+            self._dirty.add(w)
+            if effects.kv_events:
+                self._kv(w, now, effects.kv_events)
+            if effects.lifecycle_events:  # a freed destination woke the FIFO
+                self._lifecycle(w, dp, effects.lifecycle_events, now)
+        if not retired:
+            return
+        self.cancelled.add(rid)
+        for waiting in self._deferred.values():
+            while rid in waiting:
+                waiting.remove(rid)
+        self._fail(rid, now)
 
     def _activate(self, rid: int, now: float) -> None:
         w = self.decode_worker[rid]
@@ -432,6 +475,7 @@ class DisaggReplayer(Replayer):
             return sum(busy) / (len(busy) * duration) if duration > 0 else 0.0
 
         return {
+            "num_cancelled": len(self.cancelled),
             "num_handoffs": int(handed.sum()),
             "mean_kv_transfer_ms": mean(transfers[handed]),
             "mean_ttft_prefill_ms": mean((held - arrival)[got]),
