@@ -176,9 +176,9 @@ class SglangScheduler:
                 self.waiting = deque(order)
             if not self.running:
                 self._reject_impossible_head(out)
-        if handoff is not None and handoff.blocks_admission():
-            can_run, total_isl, total_prefix = [], 0, 0  # behind a pending destination (§7.2)
-        else:
+        can_run: list[SglangRequest] = []
+        total_isl = total_prefix = 0
+        if handoff is None or not handoff.blocks_admission():  # else: behind a pending destination
             can_run, total_isl, total_prefix = self._admit(out)
         batch = len(can_run)
         for req in can_run:
