@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from servesim.config.loader import load_config
 from servesim.replay.disagg import DisaggReplayer, build_disagg_replayer
-from servesim.replay.report import dumps, per_request_lines
+from servesim.replay.report import dumps, format_table, per_request_lines
 from servesim.replay.runner import SimResult, load_workload, simulate
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -124,6 +124,16 @@ def test_per_role_engine_overrides_and_determinism(tmp_path: Path) -> None:
         (2, 0), (2, 1), (3, 0), (3, 1)
     }
     assert a.report["config"]["cluster"]["decode_engine"] == {"dp_size": 2}
+
+
+def test_the_table_shows_the_handoff_figures(tmp_path: Path) -> None:
+    res = run(tmp_path, [(0, 32, 3)], "engine.kv_bytes_per_token=1000000",
+              "engine.kv_transfer_bandwidth=2")
+    table = format_table(res.report)
+    assert "Disaggregated prefill/decode" in table
+    rows = dict(line.rsplit(None, 1) for line in table.splitlines() if line.endswith(tuple("0123456789")))
+    assert rows["Handoffs:"] == "1" and rows["Mean KV transfer (ms):"] == "16.00"
+    assert rows["Mean TTFT: decode (ms):"] == "2.00"
 
 
 def test_every_disaggregation_report_key_is_documented(tmp_path: Path) -> None:
