@@ -21,7 +21,12 @@ from typing import Any
 import numpy as np
 
 from servesim.config.sections import ReportConfig
-from servesim.replay.stats import RequestLog, distribution, percentile_key
+from servesim.replay.stats import (
+    RequestLog,
+    distribution,
+    percentile_key,
+    weighted_distribution,
+)
 
 _DIGITS = 6
 
@@ -49,30 +54,24 @@ def _per_request_arrays(log: RequestLog, mask: np.ndarray) -> dict[str, np.ndarr
     return {"arrival": arrival, "first": first, "last": last, "done": done, "ntok": ntok}
 
 
-def _gaps(log: RequestLog, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pooled inter-token gaps of completed requests, sorted, and each one's first gap (its
-    time to second token), found as the first occurrence of its id in the gap log."""
-    if not len(log.itl):
-        return np.zeros(0), np.zeros(0)
+def _gaps(log: RequestLog, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pooled inter-token gaps of completed requests as ``(values, weights)``, and each
+    one's first gap (its time to second token), found as the first occurrence of its id in
+    the individual gap log. Gaps shared by runs of passes (RequestLog.run_tokens) come with
+    their weights; their requests always complete, so they need no mask."""
     itl = np.frombuffer(log.itl, dtype=np.float64)
     rids = np.frombuffer(log.itl_rid, dtype=np.int64)
-    keep = mask[rids]
+    keep = mask[rids] if len(rids) else np.zeros(0, dtype=bool)
     itl, rids = itl[keep], rids[keep]
     _, first = np.unique(rids, return_index=True)
     ttst = itl[first]
-    itl = np.sort(itl)
+    values = [itl]
+    weights = [np.ones(len(itl), dtype=np.int64)]
     shared = getattr(log, "shared_gap", None)
     if shared is not None and len(shared):
-        # Gaps shared by runs of passes (RequestLog.run_tokens): the same multiset as
-        # stepping's one sample per token, so the sorted distribution is identical. Sorting
-        # the few distinct shared gaps and merging two sorted runs (a stable sort is a
-        # merge sort) avoids sorting every token's gap.
-        values = np.frombuffer(shared, dtype=np.float64)
-        weights = np.frombuffer(log.shared_weight, dtype=np.int64)
-        order = np.argsort(values, kind="stable")
-        itl = np.concatenate([itl, np.repeat(values[order], weights[order])])
-        itl.sort(kind="stable")
-    return itl, ttst
+        values.append(np.frombuffer(shared, dtype=np.float64))
+        weights.append(np.frombuffer(log.shared_weight, dtype=np.int64))
+    return np.concatenate(values), np.concatenate(weights), ttst
 
 
 def _goodput(a: dict[str, np.ndarray], cfg: ReportConfig) -> np.ndarray:
@@ -108,7 +107,7 @@ def build_report(
     ttft = (a["first"] - a["arrival"])[has]
     e2e = (a["last"] - a["arrival"])[has]
     tpot = ((a["last"] - a["first"])[multi]) / (a["ntok"][multi] - 1)
-    itl, ttst = _gaps(log, mask)
+    itl, itl_w, ttst = _gaps(log, mask)
     reused = np.asarray(log.reused, dtype=np.int64)[mask].sum()
     first_reused = np.asarray([x or 0 for x in log.first_reused], dtype=np.int64)[mask].sum()
     pcts = list(cfg.percentiles)
@@ -133,11 +132,11 @@ def build_report(
     }
     for name, vals in (("ttft", ttft), ("tpot", tpot), ("e2el", e2e), ("ttst", ttst)):
         rep.update(distribution(name, vals, pcts))
-    rep.update(distribution("itl", itl, pcts, presorted=True))
-    # The reference's output_token_throughput_per_user; 1000/x reverses the sorted gaps' order.
-    per_user = (1000.0 / itl[itl > 0])[::-1]
-    rep.update(distribution("output_token_throughput_per_user", per_user, pcts, unit="",
-                            presorted=True))
+    # Pooled samples are (value, weight) pairs: never one float per token (DESIGN.md §7).
+    rep.update(weighted_distribution("itl", itl, itl_w, pcts))
+    positive = itl > 0  # the reference's output_token_throughput_per_user
+    rep.update(weighted_distribution("output_token_throughput_per_user", 1000.0 / itl[positive],
+                                     itl_w[positive], pcts, unit=""))
     rep.update(_goodput_keys(a, cfg, dur_s))
     rep["config"] = resolved_config if resolved_config is not None else {}
     return _clean(rep)

@@ -101,7 +101,7 @@ class RunDriver:
         rp._dirty.add(w)  # noqa: SLF001
         eff = done.effects
         ends = eff.pass_ends
-        rp.log.run_tokens(eff.members, eff.absent_last, ends)
+        rp.log.run_tokens(eff.members, eff.absent_last, ends, eff.started_at_ms)
         for j in sorted(eff.kv_events):
             if eff.kv_events[j]:
                 rp._kv(w, ends[j], eff.kv_events[j])  # noqa: SLF001

@@ -57,6 +57,57 @@ def distribution(
     return out
 
 
+def weighted_distribution(
+    name: str, values: np.ndarray, weights: np.ndarray, percentiles: Iterable[float],
+    unit: str = "_ms",
+) -> dict[str, float]:
+    """:func:`distribution` of a multiset given as ``values`` with integer ``weights``
+    (copies), without materialising the copies: percentiles by cumulative weight, the mean
+    and population std from exact sums (error-free products, ``math.fsum``), so the result
+    depends only on the multiset — however it is split into (value, weight) pairs."""
+    values = np.asarray(values, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.int64)
+    keep = weights > 0
+    uniq, inverse = np.unique(values[keep], return_inverse=True)
+    counts = np.bincount(inverse, weights=weights[keep]).astype(np.int64) if uniq.size else (
+        np.zeros(0, dtype=np.int64))
+    n = int(counts.sum())
+    if n == 0:
+        return distribution(name, np.zeros(0), percentiles, unit)
+    cum = np.cumsum(counts)
+
+    def at(rank: int) -> float:
+        return float(uniq[int(np.searchsorted(cum, rank, side="right"))])
+
+    mean = _exact_dot(uniq, counts) / n
+    dev = uniq - mean
+    var = _exact_dot(dev * dev, counts) / n
+    out = {
+        f"mean_{name}{unit}": mean,
+        f"median_{name}{unit}": at(nearest_rank_index(n, 50.0)),
+        f"std_{name}{unit}": math.sqrt(var),
+        f"max_{name}{unit}": float(uniq[-1]),
+    }
+    for p in percentiles:
+        out[f"{percentile_key(p)}_{name}{unit}"] = at(nearest_rank_index(n, p))
+    return out
+
+
+def _exact_dot(x: np.ndarray, w: np.ndarray) -> float:
+    """``sum(x * w)`` correctly rounded: Dekker's error-free products, then ``math.fsum``."""
+    a = x
+    b = w.astype(np.float64)  # integer weights below 2**53 are exact
+    prod = a * b
+    split = 134217729.0  # 2**27 + 1 (Veltkamp)
+    ca, cb = split * a, split * b
+    ah = ca - (ca - a)
+    al = a - ah
+    bh = cb - (cb - b)
+    bl = b - bh
+    err = ((ah * bh - prod) + ah * bl + al * bh) + al * bl
+    return math.fsum(np.concatenate([prod, err]).tolist())
+
+
 class RequestLog:
     """What every request saw. Times are simulated ms; ``-1.0`` means "not yet"."""
 
@@ -117,24 +168,35 @@ class RequestLog:
         return firsts
 
     def run_tokens(self, members: Sequence[int], absent_last: Sequence[int],
-                   ends: Sequence[float]) -> None:
-        """Record a run: every member (already past its first token) emitted one token at
-        each of ``ends`` (those in ``absent_last`` none at the last). Each member's first
-        gap is its own sample; the ``k - 1`` later gaps are shared, stored once with weights."""
+                   ends: Sequence[float], start: float | None = None) -> None:
+        """Record a run that started at ``start``: every member (already past its first
+        token) emitted one token at each of ``ends`` (those in ``absent_last`` none at the
+        last). The ``k - 1`` later gaps are shared by all members and stored once with a
+        weight; so is the first gap of members whose previous token came at ``start`` (all
+        but the newest, usually). A member's first gap ever (its time to second token) stays
+        an individual sample, so the report can find it."""
         k = len(ends)
         e0 = ends[0]
         absent = set(absent_last)
         last, ntok = self.last, self.ntok
         itl_append, rid_append = self.itl.append, self.itl_rid.append
+        at_start = 0
         for rid in members:
             n = k - 1 if absent and rid in absent else k
             if n:
-                itl_append(e0 - last[rid])
-                rid_append(rid)
+                if last[rid] == start and ntok[rid] > 1:
+                    at_start += 1
+                else:
+                    itl_append(e0 - last[rid])
+                    rid_append(rid)
                 last[rid] = ends[n - 1]
                 ntok[rid] += n
         m = len(members)
         n_last = m - len(absent)
+        if at_start:
+            assert start is not None
+            self.shared_gap.append(e0 - start)
+            self.shared_weight.append(at_start)
         if k > 1:
             self.shared_gap.extend([ends[j] - ends[j - 1] for j in range(1, k)])
             weights = self.shared_weight

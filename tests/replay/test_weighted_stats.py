@@ -1,0 +1,64 @@
+"""Weighted pooled statistics (runs of passes store shared inter-token gaps with weights)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from servesim.replay.stats import RequestLog, distribution, weighted_distribution
+
+PCTS = [50.0, 90.0, 99.0, 99.9]
+gaps = st.lists(st.sampled_from([0.0, 0.001, 1.0, 5.740003, 5.8, 13.25, 1e-6, 2.5]), min_size=0,
+                max_size=40)
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(gaps, st.lists(st.integers(0, 5), min_size=40, max_size=40), st.integers(0, 39))
+def test_weighted_matches_expanded_and_ignores_how_the_multiset_is_split(
+    values: list[float], weights: list[int], cut: int
+) -> None:
+    w = weights[: len(values)]
+    expanded = np.repeat(np.asarray(values, dtype=np.float64), np.asarray(w, dtype=np.int64))
+    got = weighted_distribution("itl", np.asarray(values), np.asarray(w), PCTS)
+    ref = distribution("itl", expanded, PCTS)
+    assert got.keys() == ref.keys()
+    for key in ref:
+        if key.startswith(("mean", "std")):
+            assert got[key] == pytest.approx(ref[key], rel=1e-12, abs=1e-15)
+        else:
+            assert got[key] == ref[key]
+    # The same multiset as one sample per copy: bit-identical (exact sums).
+    ones = weighted_distribution("itl", expanded, np.ones(len(expanded), dtype=np.int64), PCTS)
+    assert ones == got
+    # Or split in two arbitrary parts, one of them merged.
+    k = min(cut, len(values))
+    parts = np.concatenate([np.asarray(values[:k]), expanded[int(sum(w[:k])):]])
+    pw = np.concatenate([np.asarray(w[:k], dtype=np.int64),
+                         np.ones(len(expanded) - int(sum(w[:k])), dtype=np.int64)])
+    assert weighted_distribution("itl", parts, pw, PCTS) == got
+
+
+def test_weighted_exact_values() -> None:
+    got = weighted_distribution("x", np.array([2.0, 4.0, 1.0]), np.array([3, 1, 2]), [50, 99])
+    # multiset 1,1,2,2,2,4: mean 2, population variance (1+1+0+0+0+4)/6 = 1
+    assert got == {"mean_x_ms": 2.0, "median_x_ms": 2.0, "std_x_ms": 1.0, "max_x_ms": 4.0,
+                   "p50_x_ms": 2.0, "p99_x_ms": 4.0}
+    assert weighted_distribution("x", np.zeros(0), np.zeros(0, dtype=np.int64), [50])[
+        "mean_x_ms"] == 0.0
+
+
+def test_run_tokens_shares_gaps_but_keeps_each_first_gap() -> None:
+    log = RequestLog([10, 10, 10])
+    log.tokens([0, 1], 10.0)  # first tokens
+    log.tokens([0], 12.0)  # request 0's second token: its first gap (2.0) is individual
+    # A run starting at 12.0 with passes ending 15, 19, 24: request 1's first gap (10 -> 15)
+    # is its time to second token (individual); request 0's (12 -> 15) is shared.
+    log.run_tokens([0, 1], [], [15.0, 19.0, 24.0], start=12.0)
+    assert list(log.itl) == [2.0, 5.0] and list(log.itl_rid) == [0, 1]
+    assert list(log.shared_gap) == [3.0, 4.0, 5.0] and list(log.shared_weight) == [1, 2, 2]
+    assert log.ntok == [5, 4, 0] and log.last[:2] == [24.0, 24.0]
+    # A cancel suppressing request 1's token at a run's last pass:
+    log.run_tokens([0, 1], [1], [30.0, 31.0], start=24.0)
+    assert log.ntok == [7, 5, 0] and log.last[:2] == [31.0, 30.0]
+    assert list(log.shared_weight)[-2:] == [2, 1]
