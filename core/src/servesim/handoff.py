@@ -185,6 +185,18 @@ class HandoffBook:
         fifo = self.fifo
         return bool(fifo) and self._probed != (self.adapter.capacity_generation(), fifo[0].seq)
 
+    def unactivated_prompt_stats(self) -> tuple[int, int, int]:
+        """``(count, Σ prompt, Σ prompt²)`` of destinations pending or reserved: forward-pass
+        metrics count them as queued decodes (aisimulate-engine.md §4.9)."""
+        n = total = sq = 0
+        for d in self.dests.values():
+            if d.phase != ACTIVE:
+                x = len(d.request.prompt)
+                n += 1
+                total += x
+                sq += x * x
+        return n, total, sq
+
     @property
     def held_sources(self) -> int:
         return sum(1 for s in self.sources.values() if s.held)
@@ -353,22 +365,28 @@ class HandoffBook:
             self.retry(force=True)  # the blocked head may have changed (§8.2 step 7)
         return self._cancelled(rid, pass_in_flight, pending)
 
-    def forget_request(self, request_id: RequestId) -> None:
-        """``CancelRequest`` removed the request: stop tracking its handoffs (§3 step 5)."""
+    def forget_request(self, request_id: RequestId) -> bool:
+        """``CancelRequest`` for a request: stop tracking its handoffs (§3 step 5) and free
+        handoff state the scheduler does not own (a held source, a pending or reserved
+        destination). True when such state was freed."""
+        freed = False
         hid = self.source_of.pop(request_id, None)
         if hid is not None:
             entry = self.sources.pop(hid)
             if entry.held:
                 self.adapter.release_held(entry)
+                freed = True
         hid = self.dest_of.pop(request_id, None)
         if hid is not None:
             entry2 = self.dests.pop(hid)
             if entry2.phase != ACTIVE:
                 self._unactivated -= 1
+                freed = True
             if entry2.phase == PENDING:
                 self.fifo.remove(entry2)
             elif entry2.phase == RESERVED:
                 self.adapter.release_reserved(entry2)
+        return freed
 
     # -- helpers --------------------------------------------------------------------------
 

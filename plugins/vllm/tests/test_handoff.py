@@ -190,3 +190,31 @@ def test_a_destination_that_finished_in_the_pass_ends_tracking_at_completion() -
     done = dec.complete_pass(s.pass_id, s.end_ms).by_rank[0].effects
     assert done.outputs.completed == [1] and dec.is_drained()
     assert dec.apply(0, CancelDestination(H(1)), 3.0).result == NOOP
+
+
+def test_cancel_request_frees_a_held_source_and_a_reserved_destination() -> None:
+    from servesim.contract import CancelRequest
+
+    pre = prefill_engine(RecordingTiming())
+    pre.apply(0, SubmitHandoffPrefill(H(1), req(1, 8, 1)), 0.0)
+    step(pre, 0.0)
+    eff = pre.apply(0, CancelRequest(1), 20.0)
+    assert eff.result.kind is ResultKind.APPLIED and eff.retired_requests == (1,)
+    assert eff.metrics.active_blocks == 0 and pre.is_drained()
+    dec = decode_engine(RecordingTiming())
+    dec.apply(0, ReserveDestination(H(2), req(2, 8, 1)), 0.0)
+    eff = dec.apply(0, CancelRequest(2), 1.0)
+    assert eff.result.kind is ResultKind.APPLIED and eff.retired_requests == (2,)
+    assert eff.metrics.active_blocks == 0 and dec.is_drained()
+    assert dec.apply(0, CancelDestination(H(2)), 2.0).result == NOOP
+
+
+def test_forward_pass_metrics_queue_pending_and_reserved_destinations_as_decodes() -> None:
+    dec = decode_engine(RecordingTiming(), emit_forward_pass_metrics=True)
+    dec.apply(0, ReserveDestination(H(1), req(1, 8, 2)), 0.0)
+    dec.apply(0, ActivateDestination(H(1)), 0.0)
+    dec.apply(0, ReserveDestination(H(2), req(2, 12, 1)), 0.0)  # reserved, not activated
+    _end, eff = step(dec, 0.0)
+    fpm = eff.forward_pass_metrics
+    assert (fpm.num_decode_requests, fpm.sum_decode_kv_tokens) == (1, 8)
+    assert (fpm.num_queued_decode, fpm.sum_queued_decode_kv_tokens) == (1, 12)

@@ -205,7 +205,7 @@ class SglangRank(Rank):
     def _cancel(self, command: CancelRequest, ctx: CommandContext, pending: Any | None) -> CommandEffects:
         rid = command.request_id
         removed = self.handoff.cancel_request(rid)
-        self.book.forget_request(rid)
+        removed = self.book.forget_request(rid) or removed
         suppressed = False
         if isinstance(pending, _Pending) and (removed or command.discard_pending_output):
             suppressed = suppress_request(pending.effects, rid)

@@ -156,17 +156,16 @@ class TrtllmRank(Rank):
     ) -> CommandEffects:
         core = self.core
         r = core.reqs.get(command.request_id)
-        retired: tuple[int, ...] = ()
         if r is not None:
             self.handoff.cancel_request(r.rid)
-            retired = (r.rid,)
-        self.book.forget_request(command.request_id)
+        removed = self.book.forget_request(command.request_id) or r is not None
+        retired: tuple[int, ...] = (command.request_id,) if removed else ()
         suppressed = False
-        if pending is not None and (r is not None or command.discard_pending_output):
+        if pending is not None and (removed or command.discard_pending_output):
             suppressed = suppress_request(pending.effects, command.request_id)
             if suppressed and not retired:
                 retired = (command.request_id,)
-        effects = self._command_effects(NOOP if r is None else APPLIED, ctx, retired)
+        effects = self._command_effects(APPLIED if removed else NOOP, ctx, retired)
         return attrs.evolve(effects, suppressed_pending_output=suppressed)
 
     def _command_effects(

@@ -141,7 +141,7 @@ class VllmRank(Rank):
         (aisimulate-engine.md §3, "Suppression")."""
         rid = command.request_id
         removed = self.sched.cancel(rid)
-        self.book.forget_request(rid)
+        removed = self.book.forget_request(rid) or removed
         retired: tuple[int, ...] = (rid,) if removed else ()
         suppressed = False
         if pending is not None and (removed or command.discard_pending_output):
@@ -278,6 +278,8 @@ class VllmRank(Rank):
         dn, dsum, dsq = res.decode_stats
         qp = self.sched.queued_prefill
         qd = self.sched.queued_decode
+        if self.book.dests:  # pending and reserved destinations queue as decodes (§4.9)
+            qd = [a + b for a, b in zip(qd, self.book.unactivated_prompt_stats(), strict=True)]
         return dict(
             worker_id=self.identity.worker_id,
             dp_rank=self.identity.dp_rank,
