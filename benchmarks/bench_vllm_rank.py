@@ -6,8 +6,9 @@
 The trace is generated inline (fixed seed): Poisson arrivals at 8 req/s, input lengths
 uniform in [1024, 4096], output lengths uniform in [128, 512], every prompt block unique
 (Mooncake hash ids, 64 tokens per id), engine defaults (vLLM block size 64, 16384 blocks,
-polynomial timing). With ``--peer`` the same trace also runs through the reference peer
-and its own requests-per-wall-second figure is printed beside servesim's.
+polynomial timing), committing runs of decode passes (servesim.runs) unless ``--step``.
+With ``--peer`` the same trace also runs through the reference peer and its own
+requests-per-wall-second figure is printed beside servesim's.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def make_rows(n: int, rate: float, seed: int) -> list[dict]:
     return rows
 
 
-def run_servesim(rows: list[dict], fpm: bool) -> tuple[float, float, float]:
+def run_servesim(rows: list[dict], fpm: bool, runs: bool = True) -> tuple[float, float, float]:
     arrivals = [
         (float(r["timestamp"]),
          Request(i, RepeatedBlockTokens(r["hash_ids"], TRACE_BLOCK, r["input_length"]), r["output_length"]))
@@ -59,7 +60,7 @@ def run_servesim(rows: list[dict], fpm: bool) -> tuple[float, float, float]:
     engine = EngineFactory(EngineConfig(), VllmRank, PolynomialTiming(),
                            emit_forward_pass_metrics=fpm).build(0)
     t0, c0 = time.perf_counter(), time.process_time()
-    result = drive(engine, arrivals)
+    result = drive(engine, arrivals, runs=runs)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return wall, cpu, result.end_ms
 
@@ -79,10 +80,12 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=8.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-fpm", action="store_true", help="skip forward-pass metrics")
+    ap.add_argument("--step", action="store_true",
+                    help="step pass by pass (no runs of passes, servesim.runs)")
     ap.add_argument("--peer", help="path of peer_dynamo.py to run the same trace")
     args = ap.parse_args()
     rows = make_rows(args.n, args.rate, args.seed)
-    wall, cpu, end_ms = run_servesim(rows, fpm=not args.no_fpm)
+    wall, cpu, end_ms = run_servesim(rows, fpm=not args.no_fpm, runs=not args.step)
     # CPU seconds are the steadier figure on a shared machine; both are printed.
     print(f"servesim vllm: {args.n} requests, simulated {end_ms / 1000:.1f} s in {wall:.2f} s wall "
           f"({cpu:.2f} s CPU) -> {args.n / wall:,.0f} requests/s wall, {args.n / cpu:,.0f} per CPU second")

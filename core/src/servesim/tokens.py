@@ -52,6 +52,11 @@ class TokenSeq(ABC):
             self._hash_cache[block_size] = cached
         return cached
 
+    def forget_block_hashes(self) -> None:
+        """Drop the cached hashes (recomputed identically if asked again). A replay calls
+        this when a request ends, so finished prompts keep no hash lists (DESIGN.md §7)."""
+        self._hash_cache.clear()
+
 
 class Tokens(TokenSeq):
     """An explicit token list."""

@@ -383,6 +383,7 @@ class Replayer:
         )
 
     def _terminal(self, rid: int, now: float) -> None:
+        self.turns[rid].prompt.forget_block_hashes()  # memory: a finished prompt's hashes
         self.log.done[rid] = now
         self.state.finish(rid)
         self._in_flight -= 1
