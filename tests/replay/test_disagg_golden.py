@@ -56,7 +56,8 @@ def run_case(case: str, tmp_path: Path) -> tuple[dict[str, Any], SimResult]:
 def test_golden_cases_exist() -> None:
     assert {"vllm_1p1d", "vllm_2p2d", "vllm_1p1d_dp2", "vllm_tight_decode",
             "vllm_no_transfer_time", "vllm_destination_missing", "trtllm_1p1d",
-            "trtllm_tight_decode", "sglang_1p1d", "sglang_tight_decode"} <= set(CASES)
+            "trtllm_tight_decode", "sglang_1p1d", "sglang_tight_decode", "vllm_tight_prefill",
+            "trtllm_tight_prefill", "sglang_tight_prefill"} <= set(CASES)
 
 
 def test_destination_missing_transfers_only_what_the_decode_worker_lacks(tmp_path: Path) -> None:

@@ -54,6 +54,29 @@ CASES: dict[str, dict] = {
         "launch": {"dp_size": 2},
         "workers": (1, 1),
     },
+    # A small prefill pool: held sources keep their KV until the transfer ends, so later
+    # prefills wait for releases.
+    "vllm_tight_prefill": {
+        "trace": ["-n", "30", "--rate", "40", "--seed", "12", *LOAD],
+        "engine": {"kv_transfer_bandwidth": 1.0, "kv_bytes_per_token": 131072},
+        "prefill_engine": {"num_gpu_blocks": 60},
+        "workers": (1, 1),
+    },
+    "trtllm_tight_prefill": {
+        "backend": "trtllm",
+        "trace": ["-n", "30", "--rate", "40", "--seed", "12", *LOAD],
+        "engine": {"kv_transfer_bandwidth": 1.0, "kv_bytes_per_token": 131072},
+        "prefill_engine": {"num_gpu_blocks": 120},
+        "workers": (1, 1),
+    },
+    "sglang_tight_prefill": {
+        "backend": "sglang",
+        "trace": ["-n", "30", "--rate", "40", "--seed", "12", *LOAD],
+        "engine": {"kv_transfer_bandwidth": 1.0, "kv_bytes_per_token": 131072,
+                   "block_size": 16},
+        "prefill_engine": {"num_gpu_blocks": 240},
+        "workers": (1, 1),
+    },
     # Only the blocks the decode worker lacks are sent: shared prefixes stay resident there.
     "vllm_destination_missing": {
         "trace": ["-n", "40", "--rate", "15", "--seed", "8", "--isl", "uniform:200:1500",

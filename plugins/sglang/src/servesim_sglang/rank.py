@@ -128,6 +128,7 @@ class SglangRank(Rank):
         self.cache = cache
         self.requests: dict[int, SglangRequest] = {}
         self.handoff = SglangHandoffAdapter(self)
+        self._stalled: tuple[int, int] | None = None  # see waiting_for_external_command
         self.book = HandoffBook(self.handoff)
         self.sched.handoff = self.handoff
         self._c = _Counters()
@@ -253,16 +254,16 @@ class SglangRank(Rank):
 
     def waiting_for_external_command(self) -> bool:
         """Only handoff state blocks the rank: a pending destination holds the waiting queue
-        back, or held sources / reserved destinations leave the waiting head no room."""
+        back, or the last pass admitted nothing while held sources / reserved destinations
+        occupy KV, and no page or queue change happened since (so another pass would be as
+        empty; admission itself decides, not a prediction of it)."""
         s = self.sched
         book = self.book
         if not book.holding or s.running or self.handoff.activated or not s.waiting:
             return False
         if book.blocks_admission:
             return True
-        head = s.waiting[0]
-        need = self.cache.pages_for(head.seq_len) * self.params.page_size
-        return need > self.cache.available_tokens + self.cache.evictable_size
+        return self._stalled == (self.cache.releases, s.waiting_version)
 
     def prepare_group_pass(self, wave_step: int, dp_size: int) -> None:
         self._prefilled = False
@@ -282,6 +283,8 @@ class SglangRank(Rank):
         self._c.passes += 1
         self._prefilled = out.prefill_pass and out.model_work
         self._model_work = out.model_work
+        idle = not (out.admissions or out.token_rids or out.completed or out.model_work)
+        self._stalled = (self.cache.releases, self.sched.waiting_version) if idle else None
         for rid in out.completed:
             self.requests.pop(rid, None)
         batch = OutputBatch(

@@ -98,6 +98,7 @@ class TrtllmRank(Rank):
         )
         self.core.token_ids_in_events = config.emit_kv_token_ids and services.emit_kv_events
         self.handoff = TrtHandoffAdapter(self)
+        self._stalled: tuple[int, int] | None = None  # see waiting_for_external_command
         self.book = HandoffBook(self.handoff)
         self.core.book = self.book
         self.policy = trt.capacity_scheduler_policy
@@ -185,17 +186,16 @@ class TrtllmRank(Rank):
 
     def waiting_for_external_command(self) -> bool:
         """Only handoff state blocks the rank: a pending destination holds back fresh
-        admission, or held sources / reserved destinations leave no room for the head."""
+        admission, or the last step admitted nothing while held sources / reserved
+        destinations occupy KV and no block was freed and no request queued since (the
+        capacity policy decides admission; this only remembers that it refused)."""
         core = self.core
         book = self.book
         if not book.holding or core.running or self.handoff.activated or not core.waiting:
             return False
         if book.blocks_admission:
             return True
-        head = next(iter(core.waiting.values()))
-        if head.reject or head.total_blocks > core.num_blocks:
-            return False
-        return core.fresh_blocks_needed(head)[0] > core.reserved_available()
+        return self._stalled == (core.pool.releases, len(core.reqs))
 
     def prepare_group_pass(self, wave_step: int, dp_size: int) -> None:
         # An idle sibling must not report the work of its previous pass.
@@ -243,6 +243,8 @@ class TrtllmRank(Rank):
         finished = core.emit(ready, outputs)
         self._prefilled = work.prefilled
         self._model_work = bool(work.scheduled)
+        idle = not (work.scheduled or work.admissions or outputs.completed)
+        self._stalled = (core.pool.releases, len(core.reqs)) if idle else None
         effects = PassCompletionEffects(
             outputs=outputs,
             kv_events=core.pool.drain_events(),
