@@ -120,7 +120,7 @@ def _steady_batch(rank: VllmRank) -> tuple[int, int, int, list[tuple[int, int]]]
 
 # Passes priced one by one before switching to numpy chunks (both bit-identical): most runs
 # end within a few passes, where numpy's per-call overhead would dominate.
-_VECTOR_MIN = 24
+_VECTOR_MIN = 16
 
 
 def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int) -> RankRun | None:
@@ -159,9 +159,17 @@ def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
     start = now
     j = 0
     limit = kmax if zero else min(kmax, _VECTOR_MIN)
+    predict = timing.predict_decode_ms
+    inf = float("inf")
     while j < limit:
         kv = total + j * m
-        end = start + zero + scaled_ms(timing.predict_decode_ms(m, kv, kv // m, kv_total), dsp)
+        raw = predict(m, kv, kv // m, kv_total)
+        # scaled_ms(raw, dsp) inlined, same operations: this loop is the per-pass cost.
+        if not (raw >= 0.0 and raw != inf):
+            scaled_ms(raw, dsp)  # raises the usual error
+        if dsp > 0 and raw > 0:
+            raw = raw / dsp
+        end = start + zero + round(raw * 1e6) / 1e6
         ends.append(end)
         j += 1
         if end == start or end >= horizon:
