@@ -223,6 +223,16 @@ class DisaggReplayer(Replayer):
         super()._terminal(rid, now)
 
     def _fail(self, rid: int, now: float) -> None:
+        """End a request that can never be served (or was cancelled) as failed; a destination
+        reserved for it beforehand (reserve-first backends) is given back."""
+        w = self.decode_worker[rid]
+        if w >= 0 and self.times["destination_activated_ms"][rid] < 0 and rid not in self.cancelled:
+            effects = self.engines[w].apply(self.decode_dp[rid], CancelDestination(HandoffId(rid)), now)
+            self._dirty.add(w)
+            if effects.kv_events:
+                self._kv(w, now, effects.kv_events)
+            if effects.lifecycle_events:
+                self._lifecycle(w, self.decode_dp[rid], effects.lifecycle_events, now)
         self.log.rejected[rid] = True
         self.prefill_state.finish(rid)
         self._terminal(rid, now)

@@ -236,6 +236,10 @@ class VllmScheduler:
             cached, active_cached = self._prefill_cost(req)
             needed = -(-req.length // bs) - active_cached // bs
             if needed > cfg.num_gpu_blocks - pool.num_active:
+                if not running and self.book is not None and self.book.dests:
+                    # Only prebuilt (activated) requests hold the KV this head waits for:
+                    # let them run rather than stall the rank forever (servesim's no-hang rule).
+                    admit_prebuilt_only(self)
                 break
             used = self._schedule(req, cached, from_waiting=True)
             if used < 0:
