@@ -14,7 +14,10 @@ vLLM side of it (:class:`VllmHandoffAdapter`):
   decode call (decode workers have no prefill time, §7.2);
 * while a destination is pending, only such prebuilt requests may be admitted
   (``vllm_prebuilt_waiting_request_runs_before_blocked_pending_destination``,
-  ``blocked_destination_head_prevents_fresh_kv_admission_without_spinning``).
+  ``blocked_destination_head_prevents_fresh_kv_admission_without_spinning``);
+* servesim's no-hang rule: when nothing runs and the waiting head cannot fit because
+  prebuilt requests queued behind it hold the KV (a decode request preempted back to the
+  head), the prebuilt requests are admitted first; strict FIFO would stall the rank forever.
 """
 
 from __future__ import annotations
