@@ -151,3 +151,19 @@ def test_zero_duration_decode_passes_end_a_run_each() -> None:
     for rid in (0, 1):
         assert out[True].requests[rid].token_times == out[False].requests[rid].token_times
         assert out[True].requests[rid].token_times == [3.0] * 7
+
+
+def test_runs_continue_while_the_queue_is_held_back() -> None:
+    """Saturated: max_num_seqs admits two of five requests; the others wait, and the two
+    decode in runs (admission is impossible until one completes), exactly as stepping."""
+    arrivals = [(0.0, Request(i, Tokens([i * 1000 + t for t in range(8)]), 20 + 3 * i))
+                for i in range(5)]
+    cfg = dict(num_gpu_blocks=400, block_size=4, max_num_seqs=2)
+    step = _run(cfg, arrivals, [], runs=False)
+    run = _run(cfg, arrivals, [], runs=True)
+    assert {rid: t.token_times for rid, t in step.requests.items()} == {
+        rid: t.token_times for rid, t in run.requests.items()}
+    a, b = _per_pass(step), _per_pass(run)
+    assert all(_key(a[p]) == _key(b[p]) for p in a)
+    held = [r for r in run.runs if r.effects.pass_metrics[0].waiting_requests > 0]
+    assert held and sum(r.effects.num_passes for r in held) > 30

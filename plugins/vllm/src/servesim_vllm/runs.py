@@ -55,7 +55,7 @@ class VllmRunPending:
     command applied mid-pass suppresses outputs exactly as with a stepped pending pass."""
 
     __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events", "occupancy",
-                 "total", "sq", "counter0", "fpm_fields")
+                 "total", "sq", "counter0", "fpm_fields", "queued")
 
     def __init__(self, started_at_ms: float) -> None:
         self.started_at_ms = started_at_ms
@@ -70,6 +70,7 @@ class VllmRunPending:
         self.sq = 0
         self.counter0 = 0
         self.fpm_fields: dict[str, Any] | None = None
+        self.queued = 0  # waiting requests during the run (held back: none is admitted)
 
 
 def _steady_batch(rank: VllmRank) -> tuple[int, int, int, list[tuple[int, int]]] | None:
@@ -78,7 +79,9 @@ def _steady_batch(rank: VllmRank) -> tuple[int, int, int, list[tuple[int, int]]]
     pass would not be a plain decode of every running request. One loop over the batch: this
     is the per-run cost that stepping pays per pass."""
     s = rank.sched
-    if s.waiting or rank.config.worker_type is not WorkerType.AGGREGATED:
+    if rank.config.worker_type is not WorkerType.AGGREGATED:
+        return None
+    if s.waiting and not _admission_blocked(s):
         return None
     if rank.services.record_schedule:
         return None
@@ -121,6 +124,28 @@ def _steady_batch(rank: VllmRank) -> tuple[int, int, int, list[tuple[int, int]]]
 # Passes priced one by one before switching to numpy chunks (both bit-identical): most runs
 # end within a few passes, where numpy's per-call overhead would dominate.
 _VECTOR_MIN = 16
+
+
+def _admission_blocked(s: Any) -> bool:
+    """Whether ``_admit_waiting`` admits (or rejects) nothing in any pass of a steady run.
+
+    It starts only below ``max_num_seqs`` (the running count is fixed until the last pass's
+    completions, which come after admission). Then the head of the queue must be held back
+    by the free-block check: its need is fixed during a run (its cached prefix can only lose
+    *inactive* blocks to eviction, and generated blocks never match a prompt) while active
+    blocks only grow, so a head blocked now stays blocked. Anything else (a head that would
+    be rejected, a handoff destination) declines the run.
+    """
+    if len(s.running) >= s.max_seqs:
+        return True
+    req = s.waiting[0]
+    if req.status is not Status.WAITING and req.status is not Status.PREEMPTED:
+        return False
+    if s._impossible(req):  # noqa: SLF001 - the scheduler's own admission rules
+        return False
+    _cached, active_cached = s._prefill_cost(req)  # noqa: SLF001
+    needed = -(-req.length // s.bs) - active_cached // s.bs
+    return needed > s.cfg.num_gpu_blocks - s.pool.num_active
 
 
 def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int) -> RankRun | None:
@@ -285,6 +310,7 @@ def _commit(rank: VllmRank, run: VllmRunPending, k: int, first_done: int) -> Non
         req.computed = length - 1
         req.generated += k
     run.members = members
+    run.queued = len(s.waiting)
     if k == first_done:
         pool = s.pool
         for req in running:
@@ -337,6 +363,7 @@ def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffec
     # built only if someone reads them.
     final = (pool.num_active, pool.num_inactive, len(s.running), len(s.waiting),
              s.preemptions_total)
+    queued = run.queued
     dp = rank.identity.dp_rank
     capacity = pool.capacity
     m = len(run.members)
@@ -349,10 +376,10 @@ def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffec
             while at + 1 < len(occupancy) and occupancy[at + 1][0] <= j:
                 at += 1
             _, a, i = occupancy[at]
-            # Intermediate passes: the batch is whole and the queue empty (no command ran).
+            # Intermediate passes: the batch is whole and the queue as it was (no command ran).
             out.append(Metrics(dp_rank=dp, active_blocks=a, inactive_blocks=i,
-                               total_blocks=capacity, running_requests=m, waiting_requests=0,
-                               preemptions_total=final[4]))
+                               total_blocks=capacity, running_requests=m,
+                               waiting_requests=queued, preemptions_total=final[4]))
         out.append(Metrics(dp_rank=dp, active_blocks=final[0], inactive_blocks=final[1],
                            total_blocks=capacity, running_requests=final[2],
                            waiting_requests=final[3], preemptions_total=final[4]))
