@@ -43,6 +43,7 @@ from attrs import define, field, frozen
 
 from servesim.contract import NOOP, CancelRequest, Command, Request, ResultKind, Submit
 from servesim.engine import Engine
+from servesim.testing.runs_check import check_runs_match_stepping
 from servesim.testing.trace import Trace, kv_event_problems, run_trace
 from servesim.tokens import Tokens
 
@@ -377,6 +378,7 @@ CHECKS: dict[str, Callable[[MakeEngine, ConformanceOptions], list[str]]] = {
     "determinism": check_determinism,
     "kv_events": check_kv_events,
     "time_validation": check_time_validation,
+    "runs_match_stepping": check_runs_match_stepping,
 }
 """Every check by name, in the order :func:`check_rank_conformance` runs them."""
 
@@ -462,3 +464,6 @@ class RankConformance:
 
     def test_time_validation(self) -> None:
         self._run("time_validation")
+
+    def test_runs_match_stepping(self) -> None:
+        self._run("runs_match_stepping")
