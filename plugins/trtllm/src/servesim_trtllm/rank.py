@@ -31,6 +31,7 @@ from servesim.contract import (
     CommandResult,
     DecodeAcceptance,
     ForwardPassMetrics,
+    KvEvent,
     Metrics,
     OutputBatch,
     PassCompletionEffects,
@@ -47,7 +48,9 @@ from servesim.errors import CommandRejected, ConfigError
 from servesim.handoff import HandoffBook, suppress_request
 from servesim.kv.pool import BlockPool
 from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
+from servesim.runs import RankRun, RunEffects
 
+from servesim_trtllm import runs as _runs
 from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig, effective_limits, validate
 from servesim_trtllm.core import TrtCore
 from servesim_trtllm.handoff import TrtHandoffAdapter
@@ -268,6 +271,18 @@ class TrtllmRank(Rank):
                 effects.forward_pass_metrics, duration_ms=max(0.0, end_ms - pending.started_at_ms)
             )
         return effects
+
+    def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int) -> RankRun | None:
+        """A run of steady decode passes (servesim_trtllm.runs), or None to step."""
+        return _runs.execute_run(self, now_ms, horizon_ms, max_passes)
+
+    def complete_run(self, pending: _runs.TrtRunPending, end_ms: float) -> RunEffects:
+        return _runs.complete_run(self, pending, end_ms)
+
+    def take_run_kv_events(
+        self, pending: _runs.TrtRunPending, before_pass: int
+    ) -> dict[int, list[KvEvent]]:
+        return _runs.take_kv_events(pending, before_pass)
 
     def complete_idle_group_pass(self, started_at_ms: float, end_ms: float) -> PassCompletionEffects:
         fpm = None

@@ -1,0 +1,444 @@
+"""Runs of steady decode passes for the ``trtllm`` rank (servesim.runs; DESIGN.md §7).
+
+A step is *steady* when every running request is a plain decode (its context is computed, its
+newest sampled token is the one dangling token, it has output left) and the capacity policy
+would schedule exactly the running list, in order, one token each:
+
+* ``guaranteed_no_evict``: the batch fits the token budget, and admission adds nothing — the
+  queue is empty, ``max_batch_size`` is reached, or the head is held back by the reservation
+  check. ``available = (num_gpu_blocks − active) − reserved`` is invariant under decode
+  allocations (each takes one reserved block), and the head's need can only grow (eviction
+  shortens its cached prefix) unless a block finalised in the run is one of the head's prompt
+  blocks: the run then ends with that pass;
+* ``static_batch``: a running batch is never joined (the queue is not looked at), so any queue
+  is fine; the batch must fit ``max_batch_size`` and the budget;
+* ``max_utilization``: no request waits (the walk would otherwise reach it and try to start or
+  pause), the batch fits ``max_batch_size`` and the budget, and every pass's new blocks fit
+  the free-or-evictable blocks (the same check that keeps allocations from failing).
+
+Such a batch changes only where the rank foresees it. A request's decode crosses a block
+boundary when its target position needs a new block (:meth:`BlockPool.allocate`, which may
+evict and publish ``Removed``) or fills one (finalisation publishes ``Stored``); these are
+replayed at their pass with the same pool calls as stepping — interleaved in batch order for
+GNE (:meth:`TrtCore.decode_step` finalises at once), allocations first and then finalisations
+for the native policies (:meth:`TrtCore.flush_finalize`) — so KV events and block ids are
+identical. A pass whose allocations could fail ends the run before it. A request reaching its
+output length ends the run with that pass.
+
+Pass ``j`` is priced as stepping prices it: ``start + decode`` with
+``decode = scaled_ms(predict_decode_ms(m, S + j*m, (S + j*m) // m, capacity), decode_speedup)``
+(the prefill term is exactly 0.0), numpy chunks for long runs (bit-identical).
+
+Declined (stepping is used): a non-aggregated worker, handoff state, schedule recording, any
+request not in plain decode, and the queue conditions above.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from servesim.contract import (
+    ForwardPassMetrics,
+    KvEvent,
+    Metrics,
+    OutputBatch,
+    PassCompletionEffects,
+    Welford,
+    WorkerType,
+)
+from servesim.runs import RankRun, RunEffects
+from servesim.timing.base import scaled_ms, scaled_ms_many
+
+from servesim_trtllm.config import CapacitySchedulerPolicy
+
+if TYPE_CHECKING:
+    from servesim_trtllm.core import TrtCore
+    from servesim_trtllm.rank import TrtllmRank
+    from servesim_trtllm.request import TrtRequest
+
+_GNE = CapacitySchedulerPolicy.GUARANTEED_NO_EVICT
+_MU = CapacitySchedulerPolicy.MAX_UTILIZATION
+_NEVER = 1 << 62
+# Passes priced one by one before switching to numpy chunks (both bit-identical): most runs
+# end within a few passes, where numpy's per-call overhead would dominate.
+_VECTOR_MIN = 16
+
+
+class TrtRunPending:
+    """A committed run. ``effects`` is the *last* pass's retained completion effects, so a
+    command applied mid-pass suppresses outputs exactly as with a stepped pending pass."""
+
+    __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events", "occupancy",
+                 "total", "sq", "counter0", "fpm_fields", "queued")
+
+    def __init__(self, started_at_ms: float) -> None:
+        self.started_at_ms = started_at_ms
+        self.ends: list[float] = []
+        self.members: list[int] = []
+        self.effects = PassCompletionEffects()
+        self.kv_events: dict[int, list[KvEvent]] = {}
+        # (pass, active, inactive) after each pass that changed the pool; entry 0 (pass -1) is
+        # the state before the run. Per-pass Metrics derive from it.
+        self.occupancy: list[tuple[int, int, int]] = []
+        self.total = 0  # Σ pre-run sequence lengths and their squares (FPMs derive)
+        self.sq = 0
+        self.counter0 = 0
+        self.fpm_fields: dict[str, Any] | None = None
+        self.queued = 0
+
+
+def _next_event(c: int, nblocks: int, bs: int, caching: bool) -> int:
+    """Passes from now until a decode whose pre-pass computed count is ``c`` (holding
+    ``nblocks`` blocks) allocates (target ``c + 1 + d`` past the table) or fills a block."""
+    d = nblocks * bs - c
+    if d < 0:
+        d = 0
+    if caching:
+        f = (-(c + 1)) % bs
+        if f < d:
+            d = f
+    return d
+
+
+def _head_watch(core: TrtCore) -> set[int] | None | bool:
+    """GNE only: False when admission could change the batch (decline), None when admission
+    is not attempted or cannot succeed whatever the run finalises, else the sequence hashes
+    of the head's full prompt blocks (a run finalising one of them must end there)."""
+    if not core.waiting or len(core.running) >= _limit(core.limits.max_batch_size):
+        return None
+    head = next(iter(core.waiting.values()))
+    if head.reject or head.total_blocks > core.num_blocks:
+        return False
+    available = core.reserved_available()
+    needed, _, _ = core.fresh_blocks_needed(head)
+    if needed <= available:
+        return False
+    n = head.seq_len // core.bs
+    if head.total_blocks - n > available or not core.pool.prefix_caching or n == 0:
+        return None  # blocked even if every full block were active
+    seq, _ = head.hashes(n, core.bs)
+    return set(seq[:n])
+
+
+def _limit(value: int | None) -> float:
+    return float("inf") if value is None else float(value)
+
+
+def _steady(rank: TrtllmRank) -> tuple[int, int, int, list[tuple[int, int]]] | None:
+    """``(Σ lengths, Σ squares, passes until the first completion, first block event per
+    request as (pass, batch index))`` or None when the next step is not steady."""
+    core = rank.core
+    if rank.config.worker_type is not WorkerType.AGGREGATED or rank.services.record_schedule:
+        return None
+    book = rank.book
+    if book.sources or book.dests or book.events or book.holding or rank.handoff.activated:
+        return None
+    running = core.running
+    m = len(running)
+    if m == 0 or m > _limit(core.limits.max_num_tokens):
+        return None
+    policy = rank.policy
+    if policy is not _GNE and m > _limit(core.limits.max_batch_size):
+        return None
+    if policy is _MU and core.waiting:
+        return None
+    bs = core.bs
+    caching = core.pool.prefix_caching
+    total = sq = 0
+    first_done = _NEVER
+    cross: list[tuple[int, int]] = []
+    add = cross.append
+    i = 0
+    for r in running.values():
+        length = r.prompt_len + r.generated
+        c = r.num_computed
+        if c != length - 1 or c < r.ctx_len or not r.first_output_sent or not r.started:
+            return None
+        left = r.max_output - r.generated
+        if left < first_done:
+            first_done = left
+        total += length
+        sq += length * length
+        add((_next_event(c, len(r.table.ids), bs, caching), i))
+        i += 1
+    if first_done < 1:
+        return None
+    return total, sq, first_done, cross
+
+
+def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int) -> RankRun | None:
+    shape = _steady(rank)
+    if shape is None:
+        return None
+    watch = _head_watch(rank.core) if rank.policy is _GNE else None
+    if watch is False:
+        return None
+    total, sq, first_done, cross = shape
+    core = rank.core
+    m = len(core.running)
+    ends = _pass_ends(rank, now, horizon, total, m, min(first_done, max_passes))
+    run = TrtRunPending(now)
+    k = _replay_crossings(rank, run, cross, len(ends), watch or None)
+    if k == 0:
+        return None
+    del ends[k:]
+    run.ends = ends
+    run.total, run.sq = total, sq
+    _commit(rank, run, k, first_done)
+    return RankRun(now, tuple(ends), run)
+
+
+def _pass_ends(rank: TrtllmRank, now: float, horizon: float, total: int, m: int,
+               kmax: int) -> list[float]:
+    """Ends of the passes that start before ``horizon`` (at most ``kmax``), stopping after a
+    zero-duration pass; stepping's ``now + 0.0 + decode`` (adding 0.0 is exact)."""
+    core = rank.core
+    timing = core.timing
+    capacity = core.capacity_tokens
+    dsp = core.config.decode_speedup
+    ends: list[float] = []
+    start = now
+    j = 0
+    limit = min(kmax, _VECTOR_MIN)
+    predict = timing.predict_decode_ms
+    while j < limit:
+        kv = total + j * m
+        end = start + scaled_ms(predict(m, kv, kv // m, capacity), dsp)
+        ends.append(end)
+        j += 1
+        if end == start or end >= horizon:
+            return ends
+        start = end
+    chunk = 32
+    while j < kmax:
+        n = min(chunk, kmax - j)
+        kv_arr = total + np.arange(j, j + n, dtype=np.int64) * m
+        d = scaled_ms_many(timing.predict_decode_ms_many(m, kv_arr, capacity), dsp)
+        part = np.cumsum(np.concatenate(((start,), d)))[1:]
+        stop = np.flatnonzero((part >= horizon) | (d == 0.0))
+        if stop.size:
+            ends.extend(part[: int(stop[0]) + 1].tolist())
+            return ends
+        ends.extend(part.tolist())
+        j += n
+        start = ends[-1]
+        chunk *= 2
+    return ends
+
+
+def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, cross: list[tuple[int, int]],
+                      k: int, watch: set[int] | None) -> int:
+    """Apply the block steps of passes ``< k`` in (pass, batch) order, draining KV events per
+    pass; returns the passes kept (fewer when an allocation could fail at some pass, or when
+    a block it would finalise is one the held-back queue head could reuse)."""
+    core = rank.core
+    pool = core.pool
+    bs = core.bs
+    caching = pool.prefix_caching
+    native = core.native
+    running = list(core.running.values())
+    free, evict = pool._free, pool._evict  # noqa: SLF001 - allocation headroom
+    events_on = pool.events_enabled
+    occupancy = run.occupancy
+    occupancy.append((-1, pool.num_active, pool.num_inactive))
+    leftover = events_on  # events left by commands belong to pass 0, as when stepping
+    cross = [c for c in cross if c[0] < k]
+    heapq.heapify(cross)
+    while cross:
+        j = cross[0][0]
+        due = []
+        while cross and cross[0][0] == j:
+            due.append(heapq.heappop(cross)[1])
+        need = 0
+        for i in due:
+            r = running[i]
+            if r.num_computed + j + 1 > len(r.table.ids) * bs:
+                need += 1
+        if need > len(free) + len(evict) or (watch and _would_publish(core, running, due, j, watch)):
+            # An allocation could fail, or GNE admission (after the running requests, in
+            # the same step) could reuse a block this pass publishes: stepping decides.
+            if j and leftover:
+                _take_events(pool, run, 0)
+            return j
+        if j and leftover:
+            _take_events(pool, run, 0)
+        leftover = False
+        _pass_block_steps(core, running, due, j, native)
+        for i in due:
+            r = running[i]
+            nxt = j + 1 + _next_event(r.num_computed + j + 1, len(r.table.ids), bs, caching)
+            if nxt < k:
+                heapq.heappush(cross, (nxt, i))
+        occupancy.append((j, pool.num_active, pool.num_inactive))
+        if events_on:
+            _take_events(pool, run, j)
+    if leftover:
+        _take_events(pool, run, 0)
+    return k
+
+
+def _would_publish(core: TrtCore, running: list[TrtRequest], due: list[int], j: int,
+                   watch: set[int]) -> bool:
+    """Whether pass ``j`` would finalise a block whose sequence hash is in ``watch``
+    (computing the hashes has no observable effect)."""
+    bs = core.bs
+    if not core.pool.prefix_caching:
+        return False
+    for i in due:
+        r = running[i]
+        target = r.num_computed + j + 1
+        if target % bs == 0:
+            full = target // bs
+            seq, _ = r.hashes(full, bs)
+            if any(h in watch for h in seq[r.table.num_cached:full]):
+                return True
+    return False
+
+
+def _pass_block_steps(core: TrtCore, running: list[TrtRequest], due: list[int], j: int,
+                      native: bool) -> None:
+    """What :meth:`TrtCore.decode_step` (and, for native policies, ``flush_finalize``) do to
+    the pool at pass ``j`` for the requests in ``due`` (batch order)."""
+    bs = core.bs
+    pool = core.pool
+    caching = pool.prefix_caching
+    fin: list[TrtRequest] = []
+    for i in due:
+        r = running[i]
+        target = r.num_computed + j + 1
+        table = r.table
+        if target > len(table.ids) * bs:
+            if not pool.allocate(table, len(table.ids) + 1):
+                raise RuntimeError(f"run: allocation for request {r.rid} failed despite headroom")
+            core.reserved -= 1
+        if caching and target % bs == 0:
+            if native:
+                fin.append(r)
+            else:
+                core._finalize(r, target // bs)  # noqa: SLF001 - the stepping path's call
+    for r in fin:
+        full = (r.num_computed + j + 1) // bs
+        if full > r.table.num_cached:
+            core._finalize(r, full)  # noqa: SLF001
+
+
+def _take_events(pool: Any, run: TrtRunPending, j: int) -> None:
+    evs = pool.drain_events()
+    if evs:
+        run.kv_events.setdefault(j, []).extend(evs)
+
+
+def _commit(rank: TrtllmRank, run: TrtRunPending, k: int, first_done: int) -> None:
+    """Advance every request by ``k`` tokens; finish those done at the last pass (in batch
+    order, after the pass's allocations, as ``TrtCore.emit`` does)."""
+    core = rank.core
+    members: list[int] = []
+    add = members.append
+    for r in core.running.values():
+        add(r.rid)
+        r.num_computed += k
+        r.generated += k
+    completed: list[int] = []
+    if k == first_done:
+        done = [r for r in core.running.values() if r.generated >= r.max_output]
+        for r in done:
+            core.remove(r)
+            completed.append(r.rid)
+        pool = core.pool
+        run.occupancy.append((k - 1, pool.num_active, pool.num_inactive))
+    run.members = members
+    run.queued = len(core.waiting)
+    run.effects.outputs = OutputBatch(token_request_ids=list(members), completed=completed)
+    run.counter0 = rank._fpm_counter  # noqa: SLF001
+    rank._fpm_counter += k  # noqa: SLF001
+    rank._prefilled = False  # noqa: SLF001
+    rank._model_work = True  # noqa: SLF001
+    rank._stalled = None  # noqa: SLF001
+    if rank.services.emit_forward_pass_metrics:
+        qp, qd = core.queued_prefill, core.queued_decode
+        empty = Welford()
+        run.fpm_fields = dict(
+            worker_id=rank.identity.worker_id, dp_rank=rank.identity.dp_rank,
+            num_prefill_requests=empty.n, sum_prefill_tokens=0,
+            var_prefill_length=empty.variance(), sum_prefill_kv_tokens=0,
+            num_queued_prefill=qp.n, sum_queued_prefill_tokens=qp.s1,
+            var_queued_prefill_length=qp.variance(), num_queued_decode=qd.n,
+            sum_queued_decode_kv_tokens=qd.s1, var_queued_decode_kv_tokens=qd.variance(),
+        )
+
+
+def take_kv_events(run: TrtRunPending, before_pass: int) -> dict[int, list[KvEvent]]:
+    out = {j: evs for j, evs in run.kv_events.items() if j < before_pass}
+    for j in out:
+        del run.kv_events[j]
+    return out
+
+
+def complete_run(rank: TrtllmRank, run: TrtRunPending, end_ms: float) -> RunEffects:
+    k = len(run.ends)
+    core = rank.core
+    pool = core.pool
+    # Events published by commands applied during the last pass belong to it.
+    late = pool.drain_events()
+    if late:
+        run.kv_events.setdefault(k - 1, []).extend(late)
+    last = run.effects
+    tokens = last.outputs.token_request_ids
+    absent: list[int] = []
+    if len(tokens) != len(run.members):
+        present = set(tokens)
+        absent = [r for r in run.members if r not in present]
+    final = rank.metrics()  # stepping's complete_pass snapshot, taken now
+    queued, m = run.queued, len(run.members)
+    occupancy = run.occupancy
+
+    def pass_metrics() -> list[Metrics]:
+        out = []
+        at = 0
+        for j in range(k - 1):
+            while at + 1 < len(occupancy) and occupancy[at + 1][0] <= j:
+                at += 1
+            _, a, i = occupancy[at]
+            out.append(Metrics(dp_rank=final.dp_rank, active_blocks=a, inactive_blocks=i,
+                               total_blocks=final.total_blocks, running_requests=m,
+                               waiting_requests=queued, preemptions_total=final.preemptions_total))
+        out.append(final)
+        return out
+
+    effects = RunEffects(
+        started_at_ms=run.started_at_ms, pass_ends=run.ends, members=run.members,
+        absent_last=absent, completed=list(last.outputs.completed), kv_events=run.kv_events,
+        pass_metrics_factory=pass_metrics,
+    )
+    if run.fpm_fields is not None:
+        effects.forward_pass_metrics = _fpms(run, end_ms)
+    return effects
+
+
+def _fpms(run: TrtRunPending, end_ms: float) -> list[ForwardPassMetrics]:
+    """The stepping path's FPM of a steady pass: ``m`` decodes of the pass's lengths
+    (population variance from exact integer sums), no prefill, the unchanged queues."""
+    m = len(run.members)
+    fields = run.fpm_fields
+    assert fields is not None
+    out = []
+    start = run.started_at_ms
+    ends = run.ends
+    total, sq = run.total, run.sq
+    for j in range(len(ends)):
+        end = end_ms if j == len(ends) - 1 else ends[j]
+        s1 = total + j * m
+        s2 = sq + 2 * j * total + j * j * m
+        out.append(ForwardPassMetrics(
+            **fields, counter_id=run.counter0 + j + 1, num_decode_requests=m,
+            sum_decode_kv_tokens=s1,
+            var_decode_kv_tokens=(m * s2 - s1 * s1) / (m * m) if m > 1 else 0.0,
+            duration_ms=max(0.0, end - start),
+        ))
+        start = ends[j]
+    return out
+
+
+__all__ = ["TrtRunPending", "complete_run", "execute_run", "take_kv_events"]
