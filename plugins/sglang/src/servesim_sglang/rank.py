@@ -40,6 +40,7 @@ from servesim.contract import (
     CommandResult,
     DecodeAcceptance,
     ForwardPassMetrics,
+    KvEvent,
     Metrics,
     OutputBatch,
     PassCompletionEffects,
@@ -62,7 +63,9 @@ from servesim.rank import (
     RetryHint,
     SameTimestampRetry,
 )
+from servesim.runs import RankRun, RunEffects
 
+from servesim_sglang import runs as _runs
 from servesim_sglang.config import SglangConfig, scheduler_params, validate
 from servesim_sglang.handoff import SglangHandoffAdapter
 from servesim_sglang.policies import resolve_policy
@@ -173,7 +176,7 @@ class SglangRank(Rank):
             return self._cancel(command, ctx, pending)
         book = self.book
         busy = ctx.pass_in_flight
-        retained = pending.effects if isinstance(pending, _Pending) else None
+        retained = pending.effects if isinstance(pending, (_Pending, _runs.SglangRunPending)) else None
         if isinstance(command, SubmitHandoffPrefill):
             return book.submit_prefill(command.handoff_id, command.request)
         if isinstance(command, ReserveDestination):
@@ -208,7 +211,9 @@ class SglangRank(Rank):
         removed = self.handoff.cancel_request(rid)
         removed = self.book.forget_request(rid) or removed
         suppressed = False
-        if isinstance(pending, _Pending) and (removed or command.discard_pending_output):
+        if isinstance(pending, (_Pending, _runs.SglangRunPending)) and (
+            removed or command.discard_pending_output
+        ):
             suppressed = suppress_request(pending.effects, rid)
         retired = (rid,) if removed or suppressed else ()
         result = APPLIED if removed else NOOP
@@ -327,6 +332,18 @@ class SglangRank(Rank):
             duration = max(0.0, end_ms - pending.started_at_ms)
             effects.forward_pass_metrics = ForwardPassMetrics(**pending.fpm, duration_ms=duration)
         return effects
+
+    def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int) -> RankRun | None:
+        """A run of steady decode passes (servesim_sglang.runs), or None to step."""
+        return _runs.execute_run(self, now_ms, horizon_ms, max_passes)
+
+    def complete_run(self, pending: _runs.SglangRunPending, end_ms: float) -> RunEffects:
+        return _runs.complete_run(self, pending, end_ms)
+
+    def take_run_kv_events(
+        self, pending: _runs.SglangRunPending, before_pass: int
+    ) -> dict[int, list[KvEvent]]:
+        return _runs.take_kv_events(pending, before_pass)
 
     def complete_idle_group_pass(self, started_at_ms: float, end_ms: float) -> PassCompletionEffects:
         fpm = None

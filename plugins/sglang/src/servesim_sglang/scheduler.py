@@ -226,8 +226,11 @@ class SglangScheduler:
 
     def _admit(self, out: PassOutcome) -> tuple[list[SglangRequest], int, int]:
         """``get_new_batch_prefill``: admit from the head of the queue while budgets last."""
+        if not self.waiting:  # nothing to admit (the budgets below would go unused)
+            return [], 0, 0
         p, cache = self.p, self.cache
-        reserved = sum(min(r.remaining_output, p.clip_max_new_tokens) for r in self.running) * self.ratio
+        clip = p.clip_max_new_tokens
+        reserved = sum([min(r.remaining_output, clip) for r in self.running]) * self.ratio
         budget = [
             float(cache.available_tokens + cache.evictable_size) - reserved,  # rem_total
             float(p.max_prefill_tokens),  # rem_input
@@ -434,7 +437,12 @@ class SglangScheduler:
             if len(toks) + 1 > lease.pages * ps:
                 cache.free_pages -= 1
                 lease.pages += 1
-            tok = r.next_token()
+            i = r.output_len
+            out_ids = r.output_ids
+            if out_ids is not None and i < len(out_ids):
+                tok = out_ids[i]
+            else:
+                tok = (r.rid * 0x9E3779B1 + i * 0x85EBCA77 + 0x632BE5AB) & 0xFFFFFFFF  # synthetic_token
             toks.append(tok)
             r.output_len += 1
             r.remaining_output -= 1
@@ -457,8 +465,8 @@ class SglangScheduler:
         """Pages every running request needs for its next token (``ceil(len+1) - held``)."""
         ps = self.cache.page_size
         if ps == 1:
-            return sum([len(r.tokens) + 1 - r.allocated_pages for r in running])
-        return sum([-(-(len(r.tokens) + 1) // ps) - r.allocated_pages for r in running])
+            return sum([len(r.tokens) + 1 - (r.lease.pages if r.lease else 0) for r in running])
+        return sum([-(-(len(r.tokens) + 1) // ps) - (r.lease.pages if r.lease else 0) for r in running])
 
     def _check_decode_mem(self, now: float, out: PassOutcome) -> tuple[list[SglangRequest], int]:
         """Retract until the next token of every survivor fits; evict cached pages for it.

@@ -1,0 +1,393 @@
+"""Runs of steady decode passes for the ``sglang`` rank (servesim.runs; DESIGN.md §7).
+
+A pass is *steady* when the waiting queue is empty, no handoff state exists and every running
+request is a plain decode (first token sent, KV for its whole sequence, a radix leaf only it
+locks): ``run_pass`` is then a decode pass over the whole running list (prefill-first never
+applies), one token each, and nothing but the batch itself changes it:
+
+* **memory** — pass ``j`` needs one page per request whose pre-pass length is a multiple of
+  ``page_size``. ``available + evictable`` only shrinks by those pages within a run, so the run
+  stops *before* the first pass where it could not cover them: ``check_decode_mem`` might
+  retract there (or a lone request get stuck), and stepping decides. Cached pages evicted to
+  make room are evicted with the same calls, pass by pass, as stepping's ``check_decode_mem``;
+* **completion** — the first request to reach its output length ends the run *with* that
+  pass (its ``finish`` runs at its batch position, as in ``_emit_decode_tokens``);
+* ``new_token_ratio`` decays once per pass (no retraction happens in a run).
+
+Pass ``j`` prices ``m`` decoders of summed length ``S + j·m`` with stepping's exact
+expression (``now + scaled_ms(predict_decode_ms(...), speedup·decode_speedup)``), so
+boundaries are bit-identical.
+
+Two ways to apply a run's state changes, both identical to stepping:
+
+* **bulk** (no KV events, no forward-pass metrics): request by request, each request's ``k``
+  tokens are appended at once and its radix leaf extended once; the logical clock's ticks are
+  computed so every stamp equals the one stepping would give (a request's page-completion
+  tick at pass ``j`` is ``clock0 + C(j) + its rank among the requests of its page residue``);
+  completions' ``finish`` runs afterwards in batch order with the clock set to its value at
+  that point of the last pass. Per-pass work is O(1); per-run work O(batch);
+* **stepped** (KV events or forward-pass metrics on): the scheduler's own ``run_pass`` runs
+  ``k`` times (event order and FPM variances then need no re-derivation); the run still saves
+  the driver's per-pass round trips.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from servesim.contract import (
+    ForwardPassMetrics,
+    KvEvent,
+    Metrics,
+    OutputBatch,
+    PassCompletionEffects,
+    WorkerType,
+)
+from servesim.runs import RankRun, RunEffects
+from servesim.timing.base import scaled_ms
+
+if TYPE_CHECKING:
+    from servesim_sglang.rank import SglangRank
+    from servesim_sglang.request import SglangRequest
+
+
+class SglangRunPending:
+    """A committed run. ``effects`` is the *last* pass's retained completion effects, so a
+    command applied mid-pass suppresses outputs exactly as with a stepped pending pass."""
+
+    __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events", "used", "fpms", "running")
+
+    def __init__(self, started_at_ms: float) -> None:
+        self.started_at_ms = started_at_ms
+        self.ends: list[float] = []
+        self.members: list[int] = []
+        self.effects = PassCompletionEffects()
+        self.kv_events: dict[int, list[KvEvent]] = {}
+        self.used: list[int] = []  # used pages after each pass but the last
+        self.fpms: list[dict[str, Any]] | None = None
+        self.running = 0
+
+
+class _Plan:
+    __slots__ = ("ends", "evictions", "used", "grants", "residues", "total")
+
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+        self.evictions: list[tuple[int, int]] = []  # (pass, tokens) evicted at its start
+        self.used: list[int] = []
+        self.grants = 0
+        self.residues: list[int] = []
+        self.total = 0
+
+
+def _steady(rank: SglangRank) -> tuple[int, int, list[int]] | None:
+    """``(Σ lengths, passes until the first completion, length residues mod page size)`` of
+    a steady batch, or None when the next pass is not a plain decode of every request."""
+    s = rank.sched
+    if s.waiting or not s.running or rank._c.rejected:  # noqa: SLF001
+        return None
+    if rank.services.record_schedule or rank.config.worker_type is not WorkerType.AGGREGATED:
+        return None
+    book = rank.book
+    if rank.handoff.activated or book.sources or book.dests or book.events or book.source_of:
+        return None
+    cache = s.cache
+    ps = cache.page_size
+    caching = cache.caching
+    root = cache.root
+    total = 0
+    first_done = 1 << 62
+    residues: list[int] = []
+    add = residues.append
+    for r in s.running:
+        lease = r.lease
+        length = len(r.tokens)
+        if (
+            lease is None
+            or not r.first_output_sent
+            or r.materialized != length
+            or lease.pages != -(-length // ps)
+        ):
+            return None
+        if caching:
+            node = lease.node
+            if node.lock != 1 or node.children or node is root or lease.cached != length - length % ps:
+                return None
+        rem = r.remaining_output
+        if rem < first_done:
+            first_done = rem
+        total += length
+        add(length % ps)
+    if first_done < 1:
+        return None
+    return total, first_done, residues
+
+
+def _plan(rank: SglangRank, now: float, horizon: float, kmax: int, total: int, residues: list[int]) -> _Plan:
+    """Pass ends, evictions and occupancy of the passes that start before ``horizon`` (at
+    most ``kmax``), stopping before a pass whose pages might not fit and after a pass that
+    ends at or after ``horizon`` or takes no time."""
+    s = rank.sched
+    cache = s.cache
+    ps = cache.page_size
+    m = len(residues)
+    counts = [0] * ps
+    for res in residues:
+        counts[res] += 1
+    tt = s.p.total_tokens
+    sp = s.speedup * s.decode_speedup
+    predict = s.timing.predict_decode_ms
+    free = cache.free_pages
+    logical = free * ps + cache.evictable_size
+    pages = cache.total_pages
+    plan = _Plan()
+    ends, used = plan.ends, plan.used
+    start = now
+    for j in range(kmax):
+        g = m if ps == 1 else counts[-j % ps]
+        need = g * ps
+        if logical < need:
+            break
+        if free * ps < need:
+            plan.evictions.append((j, need - free * ps))
+            free = need // ps
+        ctx = total + j * m
+        end = start + scaled_ms(predict(m, min(ctx, tt), ctx // m, tt), sp)
+        free -= g
+        logical -= need
+        plan.grants += g
+        ends.append(end)
+        used.append(pages - free)
+        if end >= horizon or end == start:
+            break
+        start = end
+    plan.residues = residues
+    plan.total = total
+    return plan
+
+
+def execute_run(rank: SglangRank, now: float, horizon: float, max_passes: int) -> RankRun | None:
+    shape = _steady(rank)
+    if shape is None:
+        return None
+    total, first_done, residues = shape
+    plan = _plan(rank, now, horizon, min(first_done, max_passes), total, residues)
+    k = len(plan.ends)
+    if k == 0:
+        return None
+    run = SglangRunPending(now)
+    run.ends = plan.ends
+    run.used = plan.used
+    s = rank.sched
+    run.members = [r.rid for r in s.running]
+    # Events left by earlier commands belong to pass 0's boundary, as when stepping.
+    leftover = s.cache.drain_events()
+    if leftover:
+        run.kv_events[0] = leftover
+    if s.cache.emit or rank.services.emit_forward_pass_metrics:
+        _stepped(rank, run, k)
+    else:
+        _bulk(rank, run, plan, k)
+    return RankRun(now, tuple(plan.ends), run)
+
+
+def _stepped(rank: SglangRank, run: SglangRunPending, k: int) -> None:
+    """``k`` passes through the scheduler's own ``run_pass``."""
+    s = rank.sched
+    fpm_on = rank.services.emit_forward_pass_metrics
+    fpms: list[dict[str, Any]] = []
+    start = run.started_at_ms
+    m = len(run.members)
+    out = None
+    for j in range(k):
+        out = s.run_pass(start)
+        rank._c.passes += 1  # noqa: SLF001
+        if (
+            out.end_ms != run.ends[j]
+            or out.retracted
+            or out.rejected
+            or out.admissions
+            or len(out.token_rids) != m
+            or (out.completed and j < k - 1)
+        ):
+            raise RuntimeError(f"sglang run: pass {j} left the steady batch")
+        evs = s.cache.drain_events()
+        if evs:
+            run.kv_events.setdefault(j, []).extend(evs)
+        if fpm_on:
+            fpms.append(rank._fpm(out))  # noqa: SLF001
+        start = out.end_ms
+    assert out is not None
+    run.fpms = fpms if fpm_on else None
+    _finish_rank(rank, run, list(out.completed))
+
+
+def _bulk(rank: SglangRank, run: SglangRunPending, plan: _Plan, k: int) -> None:
+    """Apply ``k`` decode passes request by request (see the module docstring)."""
+    s = rank.sched
+    cache = s.cache
+    for _, tokens in plan.evictions:
+        cache.evict(tokens)
+    cache.free_pages -= plan.grants
+    ps = cache.page_size
+    caching = cache.caching
+    clock0 = cache._clock  # noqa: SLF001
+    # before[j]: page completions (ticks) in passes < j; a request of residue r completes a
+    # page at pass j when (r + j + 1) % ps == 0.
+    counts = [0] * ps
+    for res in plan.residues:
+        counts[res] += 1
+    before = [0] * (k + 1)
+    for j in range(k):
+        before[j + 1] = before[j] + (len(plan.residues) if ps == 1 else counts[(-j - 1) % ps])
+    seen = [0] * ps
+    done: list[tuple[SglangRequest, int]] = []
+    keep: list[SglangRequest] = []
+    for r in s.running:
+        length = len(r.tokens)
+        res = length % ps
+        seen[res] += 1
+        pos = seen[res]
+        last = r.remaining_output == k
+        steps = k - 1 if last else k
+        _append_tokens(r, steps)
+        jp = -res % ps  # first pass needing a new page
+        if jp < k:
+            r.lease.pages += (k - 1 - jp) // ps + 1  # type: ignore[union-attr]
+        if caching:
+            jc = (ps - 1 - res) % ps  # first pass completing a page
+            if jc < steps:
+                jl = jc + (steps - 1 - jc) // ps * ps
+                lease = r.lease
+                assert lease is not None
+                node = lease.node
+                toks = r.tokens
+                end = len(toks) - len(toks) % ps
+                node.key.extend(toks[lease.cached : end])
+                cache.protected_size += end - lease.cached
+                lease.cached = end
+                node.stamp = lease.touch = clock0 + before[jl] + pos
+        if last:
+            done.append((r, clock0 + before[k - 1] + pos - 1))
+        else:
+            keep.append(r)
+    out = _LastPass()
+    for r, clock in done:
+        _append_tokens(r, 1)
+        if caching:
+            cache._clock = clock  # noqa: SLF001 - the tick finish() takes is stepping's
+        s._complete(r, out)  # type: ignore[arg-type]  # noqa: SLF001
+    if caching:
+        cache._clock = clock0 + before[k]  # noqa: SLF001
+    s.running = keep
+    ratio, step, floor = s.ratio, s.p.decay_step, s.p.min_new_token_ratio
+    for _ in range(k):
+        ratio = max(ratio - step, floor)
+    s.ratio = ratio
+    rank._c.passes += k  # noqa: SLF001
+    _finish_rank(rank, run, out.completed)
+
+
+class _LastPass:
+    """The part of a ``PassOutcome`` that ``SglangScheduler._complete`` writes."""
+
+    __slots__ = ("completed", "cached_tokens")
+
+    def __init__(self) -> None:
+        self.completed: list[int] = []
+        self.cached_tokens: dict[int, int] = {}
+
+
+def _append_tokens(r: SglangRequest, n: int) -> None:
+    """``n`` decode steps of one request's token bookkeeping (``_emit_decode_tokens``)."""
+    if n <= 0:
+        return
+    i = r.output_len
+    ids = r.output_ids
+    if ids is not None and i + n <= len(ids):
+        r.tokens.extend(ids[i : i + n])
+    else:
+        base = r.rid * 0x9E3779B1 + 0x632BE5AB
+        r.tokens.extend(
+            [
+                ids[x] if ids is not None and x < len(ids) else (base + x * 0x85EBCA77) & 0xFFFFFFFF
+                for x in range(i, i + n)
+            ]
+        )
+    r.output_len += n
+    r.remaining_output -= n
+    r.materialized += n
+
+
+def _finish_rank(rank: SglangRank, run: SglangRunPending, completed: list[int]) -> None:
+    """The rank's per-pass bookkeeping of ``execute_pass`` for the whole run."""
+    for rid in completed:
+        rank.requests.pop(rid, None)
+    rank._prefilled = False  # noqa: SLF001
+    rank._model_work = True  # noqa: SLF001
+    rank._stalled = None  # noqa: SLF001
+    run.running = len(run.members)
+    run.effects.outputs = OutputBatch(token_request_ids=list(run.members), completed=completed)
+
+
+def take_kv_events(run: SglangRunPending, before_pass: int) -> dict[int, list[KvEvent]]:
+    out = {j: evs for j, evs in run.kv_events.items() if j < before_pass}
+    for j in out:
+        del run.kv_events[j]
+    return out
+
+
+def complete_run(rank: SglangRank, run: SglangRunPending, end_ms: float) -> RunEffects:
+    k = len(run.ends)
+    last = run.effects
+    late = rank.cache.drain_events()  # commands applied while the last pass was in flight
+    if late:
+        run.kv_events.setdefault(k - 1, []).extend(late)
+    tokens = last.outputs.token_request_ids
+    absent: list[int] = []
+    if len(tokens) != len(run.members):
+        present = set(tokens)
+        absent = [r for r in run.members if r not in present]
+    final = rank.metrics()
+    m = run.running
+    used = run.used
+    dp = rank.identity.dp_rank
+
+    def pass_metrics() -> list[Metrics]:
+        out = [
+            Metrics(
+                dp_rank=dp,
+                active_blocks=used[j],
+                inactive_blocks=0,
+                total_blocks=final.total_blocks,
+                running_requests=m,
+                waiting_requests=0,
+                preemptions_total=final.preemptions_total,
+                sglang_cache_hit_tokens=0,
+                sglang_cache_total_tokens=0,
+            )
+            for j in range(k - 1)
+        ]
+        out.append(final)
+        return out
+
+    effects = RunEffects(
+        started_at_ms=run.started_at_ms,
+        pass_ends=run.ends,
+        members=run.members,
+        absent_last=absent,
+        completed=list(last.outputs.completed),
+        kv_events=run.kv_events,
+        pass_metrics_factory=pass_metrics,
+    )
+    if run.fpms is not None:
+        starts = [run.started_at_ms, *run.ends[:-1]]
+        ends = [*run.ends[:-1], end_ms]
+        effects.forward_pass_metrics = [
+            ForwardPassMetrics(**f, duration_ms=max(0.0, e - b))
+            for f, b, e in zip(run.fpms, starts, ends, strict=True)
+        ]
+    return effects
+
+
+__all__ = ["SglangRunPending", "complete_run", "execute_run", "take_kv_events"]
