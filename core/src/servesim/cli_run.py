@@ -78,6 +78,29 @@ def _write(path: str, text: str) -> None:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
+def _check_writable(path: str, origin: str) -> None:
+    """Fail before a long run, not after it, when an output file cannot be written.
+
+    Parent folders are created, as the JSONL sinks do; the file itself is not touched, so a
+    run that fails later leaves an earlier report in place.
+    """
+    reason = None
+    parent = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        reason = "it is a directory"
+    else:
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            reason = f"cannot create its folder: {exc.strerror or exc}"
+        else:
+            target = path if os.path.exists(path) else parent
+            if not os.access(target, os.W_OK):
+                reason = "permission denied"
+    if reason is not None:
+        raise UserError(f"{origin}: cannot write {path!r}: {reason}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``servesim run``; returns the exit status (UserErrors propagate to the CLI edge)."""
     from servesim.config.loader import load_config
@@ -92,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
     report_cfg = loaded.sim.report
     json_path = args.output_json or report_cfg.output_json
     per_request_path = args.per_request or report_cfg.per_request
+    if json_path:
+        _check_writable(json_path, "--output-json" if args.output_json else "report.output_json")
+    if per_request_path:
+        _check_writable(per_request_path, "--per-request" if args.per_request else "report.per_request")
     progress = None
     if not args.quiet and sys.stderr.isatty():
         progress = Progress(sys.stderr)

@@ -41,7 +41,12 @@ from servesim.contract import (
     RemovedBlocks,
     StoredBlocks,
 )
+from servesim.errors import UserError
 from servesim.sinks import FpmSink, KvEventSink, SinkError
+
+
+class SinkOpenError(SinkError, UserError):
+    """A sink's file cannot be created: a bad path the user can fix (one line, exit 2)."""
 
 
 @frozen
@@ -100,7 +105,7 @@ class _JsonlWriter:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = path.open("w", encoding="utf-8")
         except OSError as exc:
-            raise SinkError(f"{self.name}: cannot open: {exc}") from exc
+            raise SinkOpenError(f"{self.name}: cannot open: {exc.strerror or exc}") from exc
 
     def write(self, records: list[dict[str, Any]]) -> None:
         if self._fh is None:

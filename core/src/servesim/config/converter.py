@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import enum
 import math
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -132,10 +133,16 @@ def make_converter() -> cattrs.Converter:
 
     def attrs_factory(cl: type) -> Callable[[Any, type], Any]:
         inner: Callable[[Any, Any], Any] = make_dict_structure_fn(cl, conv, _cattrs_forbid_extra_keys=True)
+        sequences = _sequence_fields(cl)
 
         def structure(value: Any, t: type) -> Any:
             if not isinstance(value, Mapping):
                 raise InvalidValue(f"expected a mapping, got {show(value)}")
+            for name in sequences:
+                # cattrs would iterate a mapping's keys or a string's characters.
+                item = value.get(name)
+                if name in value and not isinstance(item, (list, tuple)):
+                    raise InvalidValue(f"expected a list, got {show(item)}", name)
             try:
                 return inner(value, t)
             except (ValueError, TypeError) as exc:
@@ -148,6 +155,20 @@ def make_converter() -> cattrs.Converter:
     return conv
 
 
+def _sequence_fields(cl: type) -> tuple[str, ...]:
+    """Fields of ``cl`` typed as a list or tuple (whose value must be a YAML sequence)."""
+    try:
+        hints = typing.get_type_hints(cl)
+    except Exception:  # noqa: BLE001 - an unresolvable annotation just skips the check
+        return ()
+    out = []
+    for f in attrs.fields(cl):
+        hint = hints.get(f.name)
+        if hint in (list, tuple) or typing.get_origin(hint) in (list, tuple):
+            out.append(f.name)
+    return tuple(out)
+
+
 def join_path(path: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
@@ -158,7 +179,7 @@ def unknown_key_message(key: str, allowed: list[str], extra: str = "") -> str:
     """``unknown key; did you mean 'x'? expected one of: ...``."""
     close = difflib.get_close_matches(str(key), allowed, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    expected = f"; expected one of: {', '.join(allowed)}" if allowed else ""
+    expected = f"; expected one of: {', '.join(allowed)}" if allowed else "; this section takes no keys"
     return f"unknown key{hint}{expected}{extra}"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -34,6 +35,14 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+# PyYAML follows YAML 1.1, where an exponent needs a dot and a sign: ``1e3`` and ``1.5e3``
+# would be *strings* and ``arrival_speedup_ratio: 1e3`` a type error. Read every exponent
+# form as a float, as YAML 1.2 and JSON do.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
 
 
 def parse_yaml(text: str, source: str, *, lines: bool = True) -> Any:

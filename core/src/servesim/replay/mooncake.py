@@ -109,17 +109,13 @@ class MooncakeTrace:
     ) -> Workload:
         if trace_block_size <= 0:
             raise TraceError(f"trace_block_size must be > 0, got {trace_block_size}", file=path)
-        try:
-            with open(path, encoding="utf-8") as fh:
-                lines = fh.read().splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise TraceError(f"cannot read trace: {exc}", file=path) from None
-        return cls.parse_lines(lines, path, trace_block_size)
+        return cls.parse_lines(read_lines(path), path, trace_block_size)
 
     @classmethod
     def parse_lines(cls, lines: list[str], path: str, trace_block_size: int) -> Workload:
         sessions: dict[str, Session] = {}
         last_ts: dict[str, float | None] = {}
+        span = _Span()
         rid = 0
         for lineno, text in enumerate(lines, start=1):
             if not text.strip():
@@ -135,6 +131,7 @@ class MooncakeTrace:
             session = sessions.get(sid)
             try:
                 delay = _turn_delay(rec, session is None, last_ts.get(sid))
+                span.add(sid, rec.timestamp if session is None else None, delay)
             except ValueError as exc:
                 raise TraceError(str(exc), file=path, line=lineno) from None
             full = len(rec.hash_ids) * trace_block_size
@@ -148,6 +145,48 @@ class MooncakeTrace:
             if rec.timestamp is not None:
                 last_ts[sid] = rec.timestamp
         return make_workload(list(sessions.values()), path)
+
+
+def read_lines(path: str) -> list[str]:
+    """The file's lines; a UTF-8 byte-order mark is dropped, undecodable bytes and
+    unreadable paths are TraceErrors (the former naming the line)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise TraceError(f"cannot read trace: {exc.strerror or exc}", file=path) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - data.rfind(b"\n", 0, exc.start)
+        raise TraceError(
+            f"not UTF-8 text: byte {data[exc.start]:#04x} at column {column}", file=path, line=line
+        ) from None
+    return text.splitlines()
+
+
+class _Span:
+    """Keeps the simulated times a trace implies finite: the spread of first-turn timestamps
+    and each session's summed delays (1e308-sized values would overflow the clock)."""
+
+    def __init__(self) -> None:
+        self.low = math.inf
+        self.high = -math.inf
+        self.delays: dict[str, float] = {}
+
+    def add(self, sid: str, first_ts: float | None, delay: float) -> None:
+        if first_ts is not None:
+            self.low, self.high = min(self.low, first_ts), max(self.high, first_ts)
+            if not math.isfinite(self.high - self.low):
+                raise ValueError(
+                    f"timestamp {first_ts:g} is too far from the others "
+                    f"(they span {self.low:g} to {self.high:g} ms)"
+                )
+        total = self.delays.get(sid, 0.0) + delay
+        if not math.isfinite(total):
+            raise ValueError(f"the delays of session {sid!r} add up to more than a float holds")
+        self.delays[sid] = total
 
 
 def _turn_delay(rec: _Record, first: bool, prev_ts: float | None) -> float:
