@@ -258,12 +258,16 @@ class Engine:
     # -- runs of passes (servesim.runs) -----------------------------------------------------
 
     def execute_run(
-        self, now_ms: float, horizon_ms: float, max_passes: int = 1 << 30
+        self, now_ms: float, horizon_ms: float, max_passes: int = 1 << 30,
+        through_completions: bool = False,
     ) -> EngineRunStarted | None:
         """Commit a run of passes (:meth:`Rank.execute_run`) or return None (nothing consumed).
 
         Only a dp_size-1 engine runs: with several ranks the DP barrier makes every pass a
         group decision. A run consumes one pass id and one wave step per pass.
+        ``through_completions``: the caller can take completions before the run's last pass
+        (servesim.runs); passed on only to ranks whose class sets
+        ``runs_through_completions = True``.
         """
         self._check_alive()
         validate_time("now_ms", now_ms)
@@ -275,7 +279,10 @@ class Engine:
         if not rank.is_ready() or rank.waiting_for_external_command():
             return None
         try:
-            run = rank.execute_run(now_ms, horizon_ms, max_passes)
+            if through_completions and getattr(type(rank), "runs_through_completions", False):
+                run = rank.execute_run(now_ms, horizon_ms, max_passes, through_completions=True)
+            else:
+                run = rank.execute_run(now_ms, horizon_ms, max_passes)
             if run is None:
                 return None
             check_run(run, now_ms, horizon_ms, max_passes)
@@ -286,7 +293,7 @@ class Engine:
         self._next_pass_id += k
         self._wave_step += k
         self._pending = _PendingGroupPass(pass_id, now_ms, run.end_ms, {0: run.pending}, k)
-        return EngineRunStarted(pass_id, now_ms, run.pass_ends)
+        return EngineRunStarted(pass_id, now_ms, run.pass_ends, run.completed_at)
 
     def take_run_kv_events(self, before_pass: int) -> dict[int, list[Any]]:
         """Release, early, the KV events of the in-flight run's passes ``< before_pass``.

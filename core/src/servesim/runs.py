@@ -11,7 +11,11 @@ memory running out). :meth:`servesim.rank.Rank.execute_run` lets a rank commit s
   when it coincides with its end, exactly as when stepping);
 * the run stops at the first pass whose batch would differ from the steady batch (possible
   admission, prefill chunk, preemption, an allocation that could fail); a pass that completes
-  requests may be the run's *last* pass.
+  requests may be the run's *last* pass. When the driver allows it (``through_completions``:
+  a completion can release no work, e.g. no next session turn) and nothing waits, a run may
+  also continue through completions: a request completed at pass ``j < k - 1`` simply stops
+  emitting, and its completion is known when the run starts (``RankRun.completed_at``), so a
+  driver can deliver it at its own boundary before any later event.
 
 :class:`RunEffects` carry the k passes' effects compactly; :func:`expand` turns them into the k
 :class:`servesim.contract.PassCompletionEffects` the stepping path would have produced, which
@@ -46,6 +50,9 @@ class RankRun:
     started_at_ms: float
     pass_ends: tuple[float, ...]
     pending: Any
+    # (pass index j < k - 1, request id) of requests completed before the run's last pass, in
+    # stepping's order (pass, then batch order). Commands during the run cannot change them.
+    completed_at: tuple[tuple[int, RequestId], ...] = ()
 
     @property
     def num_passes(self) -> int:
@@ -64,6 +71,8 @@ class RunEffects:
     * ``absent_last``: members that emitted no token at the last pass (a command issued while
       the last pass was in flight suppressed it), in batch order;
     * ``completed``: requests completed at the last pass (their last token is in it);
+    * ``completed_before``: pass index ``j < k - 1`` -> members completed at pass ``j`` (their
+      last token is at pass ``j``; they emit nothing later), in batch order;
     * ``kv_events``: pass index -> the KV events released at that pass's end;
     * ``forward_pass_metrics``: one per pass when the rank captures them, else None;
     * ``pass_metrics``: the occupancy snapshot each pass's completion would report
@@ -77,6 +86,7 @@ class RunEffects:
     completed: list[RequestId] = field(factory=list)
     kv_events: dict[int, list[KvEvent]] = field(factory=dict)
     forward_pass_metrics: list[ForwardPassMetrics] | None = None
+    completed_before: dict[int, list[RequestId]] = field(factory=dict)
     # Built on first use: drivers rarely read per-pass occupancy.
     pass_metrics_factory: Callable[[], list[Metrics]] | None = None
     _pass_metrics: list[Metrics] | None = field(default=None, init=False)
@@ -101,11 +111,16 @@ def expand(run: RunEffects) -> list[PassCompletionEffects]:
     """The per-pass effects the stepping path would have released for this run."""
     k = run.num_passes
     absent = set(run.absent_last)
+    gone: set[RequestId] = set()
     out = []
     for j in range(k):
         last = j == k - 1
-        tokens = [r for r in run.members if r not in absent] if last and absent else list(run.members)
-        batch = OutputBatch(token_request_ids=tokens, completed=list(run.completed) if last else [])
+        tokens = [r for r in run.members if r not in gone] if gone else list(run.members)
+        if last and absent:
+            tokens = [r for r in tokens if r not in absent]
+        done = list(run.completed) if last else list(run.completed_before.get(j, ()))
+        gone.update(done)
+        batch = OutputBatch(token_request_ids=tokens, completed=done)
         eff = PassCompletionEffects(outputs=batch, kv_events=list(run.kv_events.get(j, ())))
         pm = run.pass_metrics
         if pm is not None:
@@ -123,6 +138,7 @@ class EngineRunStarted:
     first_pass_id: int
     started_at_ms: float
     pass_ends: tuple[float, ...]
+    completed_at: tuple[tuple[int, RequestId], ...] = ()  # as RankRun.completed_at
 
     @property
     def num_passes(self) -> int:

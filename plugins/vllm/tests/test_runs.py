@@ -53,10 +53,11 @@ def workloads(draw: Any) -> tuple[dict, list, list]:
     return cfg, arrivals, cancels
 
 
-def _run(cfg: dict, arrivals: list, cancels: list, runs: bool) -> DriveResult:
+def _run(cfg: dict, arrivals: list, cancels: list, runs: bool,
+         through: bool = False) -> DriveResult:
     engine = make_engine(PolynomialTiming(), emit_kv_events=True,
                          emit_forward_pass_metrics=True, **cfg)
-    return drive(engine, arrivals, extra_commands=cancels, runs=runs)
+    return drive(engine, arrivals, extra_commands=cancels, runs=runs, through_completions=through)
 
 
 def _per_pass(result: DriveResult) -> dict[int, PassCompletionEffects]:
@@ -75,11 +76,11 @@ def _key(eff: PassCompletionEffects) -> tuple:
 
 @settings(max_examples=150, derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(workloads())
-def test_runs_match_stepping(case: tuple[dict, list, list]) -> None:
+@given(workloads(), st.booleans())
+def test_runs_match_stepping(case: tuple[dict, list, list], through: bool) -> None:
     cfg, arrivals, cancels = case
     step = _run(cfg, arrivals, cancels, runs=False)
-    run = _run(cfg, arrivals, cancels, runs=True)
+    run = _run(cfg, arrivals, cancels, runs=True, through=through)
     assert step.end_ms == run.end_ms
     for rid, trace in step.requests.items():
         other = run.requests[rid]
@@ -167,3 +168,40 @@ def test_runs_continue_while_the_queue_is_held_back() -> None:
     assert all(_key(a[p]) == _key(b[p]) for p in a)
     held = [r for r in run.runs if r.effects.pass_metrics[0].waiting_requests > 0]
     assert held and sum(r.effects.num_passes for r in held) > 30
+
+
+def test_runs_continue_through_completions_when_nothing_waits() -> None:
+    """With ``through_completions`` the three-request batch above decodes in one run: each
+    request stops emitting at its own last pass, its blocks are released there, and every
+    observable (tokens, KV events, metrics, FPMs) matches stepping pass by pass."""
+    arrivals = [(0.0, Request(i, Tokens([i * 1000 + t for t in range(9)]), 10 + 5 * i))
+                for i in range(3)]
+    cfg = dict(num_gpu_blocks=1000, block_size=4)
+    step = _run(cfg, arrivals, [], runs=False)
+    run = _run(cfg, arrivals, [], runs=True, through=True)
+    assert len(run.passes) == 1
+    assert [r.effects.num_passes for r in run.runs] == [19]
+    eff = run.runs[0].effects
+    assert eff.completed_before == {8: [0], 13: [1]} and eff.completed == [2]
+    assert [m.running_requests for m in eff.pass_metrics] == [3] * 8 + [2] * 5 + [1] * 5 + [0]
+    assert [f.num_decode_requests for f in eff.forward_pass_metrics] == [3] * 9 + [2] * 5 + [1] * 5
+    for rid, trace in step.requests.items():
+        other = run.requests[rid]
+        assert (trace.token_times, trace.completed_ms) == (other.token_times, other.completed_ms)
+    a, b = _per_pass(step), _per_pass(run)
+    assert sorted(a) == sorted(b)
+    assert all(_key(a[p]) == _key(b[p]) for p in a)
+
+
+def test_runs_stop_at_completions_while_requests_wait() -> None:
+    """A held-back queue: a completion frees a slot, so the run must end with it even when
+    the driver allows running through completions."""
+    arrivals = [(0.0, Request(i, Tokens([i * 1000 + t for t in range(8)]), 20 + 3 * i))
+                for i in range(5)]
+    cfg = dict(num_gpu_blocks=400, block_size=4, max_num_seqs=2)
+    step = _run(cfg, arrivals, [], runs=False)
+    run = _run(cfg, arrivals, [], runs=True, through=True)
+    held = [r for r in run.runs if r.effects.pass_metrics[0].waiting_requests > 0]
+    assert held and all(not r.effects.completed_before for r in held)
+    a, b = _per_pass(step), _per_pass(run)
+    assert all(_key(a[p]) == _key(b[p]) for p in a)

@@ -240,8 +240,11 @@ class Replayer:
         turn = self.turns[rid]
         req = Request(rid, turn.prompt, turn.output_length)
         router = self.router
-        if self._runs is not None and self._runs.count and self._runs.flush:
-            self._runs.release_kv(now)
+        if self._runs is not None and self._runs.count:
+            if self._runs.with_done:
+                self._runs.release_done(now)
+            if self._runs.flush:
+                self._runs.release_kv(now)
         hashes = turn.prompt.block_hashes(self.block_size)[0] if router.wants_block_hashes else ()
         worker, dp = router.select(req, hashes, self.state)
         router.routed(req, worker, dp, self.state)

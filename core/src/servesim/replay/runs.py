@@ -16,6 +16,12 @@ ended by an arrival are released to it (``Engine.take_run_kv_events``) before ro
 stepping would have delivered them. With several workers *and* KV or FPM sinks runs are off,
 because a sink's interleaving of workers would then differ from stepping's.
 
+Runs continue through completions when no completion can release work (no later session
+turn, no concurrency limit): the requests completed before a run's last pass are known when
+it starts (``EngineRunStarted.completed_at``) and are retired at their own boundary before any
+later arrival is routed (:meth:`RunDriver.release_done`), so routers and ``max_in_flight`` see
+exactly stepping's state.
+
 ``SERVESIM_RUNS=0`` in the environment (or ``Replayer(runs=False)``) forces stepping.
 """
 
@@ -44,6 +50,8 @@ class RunDriver:
         self.ext: list[tuple[float, int]] = []  # (time, seq) of every non-pass-end event
         self.in_flight: list[EngineRunStarted | None] = [None] * num_workers
         self.released: list[int] = [0] * num_workers  # run passes whose KV events went out
+        self.retired: list[int] = [0] * num_workers  # entries of completed_at already retired
+        self.with_done = 0  # runs in flight with completions before their last pass
         self.count = 0  # runs in flight
         self.cross_worker = cross_worker
         self.flush = rp.router.wants_kv_events or bool(rp.kv_sinks)
@@ -61,13 +69,17 @@ class RunDriver:
         return h
 
     def try_run(self, w: int, engine: Engine, now: float) -> bool:
-        run = engine.execute_run(now, self.horizon(w, now))
+        run = engine.execute_run(now, self.horizon(w, now),
+                                 through_completions=not self.cross_worker)
         if run is None:
             return False
         rp = self.rp
         rp.passes += run.num_passes
         self.in_flight[w] = run
         self.released[w] = 0
+        self.retired[w] = 0
+        if run.completed_at:
+            self.with_done += 1
         self.count += 1
         rp._start_busy[w] = False  # noqa: SLF001
         rp._last_zero[w] = False  # noqa: SLF001
@@ -91,17 +103,40 @@ class RunDriver:
                     if evs[j]:
                         rp._kv(w, ends[j], evs[j])  # noqa: SLF001
 
+    def release_done(self, now: float) -> None:
+        """Before routing at ``now``: retire requests completed at run passes ending by now."""
+        rp = self.rp
+        for w, run in enumerate(self.in_flight):
+            if run is None or not run.completed_at:
+                continue
+            self._retire(w, run, now)
+
+    def _retire(self, w: int, run: EngineRunStarted, upto: float) -> None:
+        done = run.completed_at
+        ends = run.pass_ends
+        i = self.retired[w]
+        terminal = self.rp._terminal  # noqa: SLF001
+        while i < len(done) and ends[done[i][0]] <= upto:
+            j, rid = done[i]
+            terminal(rid, ends[j])
+            i += 1
+        self.retired[w] = i
+
     def complete(self, w: int, now: float) -> None:
         rp = self.rp
         run = self.in_flight[w]
         assert run is not None
+        if run.completed_at:
+            self._retire(w, run, now)
+            self.with_done -= 1
         self.in_flight[w] = None
         self.count -= 1
         done = rp.engines[w].complete_run(run.first_pass_id, now)
         rp._dirty.add(w)  # noqa: SLF001
         eff = done.effects
         ends = eff.pass_ends
-        rp.log.run_tokens(eff.members, eff.absent_last, ends, eff.started_at_ms)
+        rp.log.run_tokens(eff.members, eff.absent_last, ends, eff.started_at_ms,
+                          eff.completed_before)
         for j in sorted(eff.kv_events):
             if eff.kv_events[j]:
                 rp._kv(w, ends[j], eff.kv_events[j])  # noqa: SLF001

@@ -168,13 +168,18 @@ class RequestLog:
         return firsts
 
     def run_tokens(self, members: Sequence[int], absent_last: Sequence[int],
-                   ends: Sequence[float], start: float | None = None) -> None:
+                   ends: Sequence[float], start: float | None = None,
+                   completed_before: dict[int, list[int]] | None = None) -> None:
         """Record a run that started at ``start``: every member (already past its first
         token) emitted one token at each of ``ends`` (those in ``absent_last`` none at the
         last). The ``k - 1`` later gaps are shared by all members and stored once with a
         weight; so is the first gap of members whose previous token came at ``start`` (all
         but the newest, usually). A member's first gap ever (its time to second token) stays
-        an individual sample, so the report can find it."""
+        an individual sample, so the report can find it. ``completed_before`` maps a pass
+        ``j < k - 1`` to the members whose last token was at pass ``j``."""
+        if completed_before:
+            self._run_tokens_with_stops(members, absent_last, ends, start, completed_before)
+            return
         k = len(ends)
         e0 = ends[0]
         absent = set(absent_last)
@@ -214,6 +219,51 @@ class RequestLog:
             tt = self.token_times
             for rid in members:
                 tt[rid].extend(ends[:-1] if rid in absent else ends)
+
+    def _run_tokens_with_stops(self, members: Sequence[int], absent_last: Sequence[int],
+                               ends: Sequence[float], start: float | None,
+                               completed_before: dict[int, list[int]]) -> None:
+        """:meth:`run_tokens` for a run that some members left early: member ``r`` emitted at
+        passes ``0 .. n_r - 1``; gap ``j`` is shared by the members emitting at pass ``j``."""
+        k = len(ends)
+        e0 = ends[0]
+        count = {rid: j + 1 for j, rids in completed_before.items() for rid in rids}
+        for rid in absent_last:
+            count[rid] = k - 1
+        emitting = [len(members)] * k  # members emitting at each pass
+        for j, rids in completed_before.items():
+            for p in range(j + 1, k):
+                emitting[p] -= len(rids)
+        emitting[k - 1] -= len(absent_last)
+        last, ntok = self.last, self.ntok
+        itl_append, rid_append = self.itl.append, self.itl_rid.append
+        at_start = 0
+        tt = self.token_times
+        for rid in members:
+            n = count.get(rid, k)
+            if n:
+                if last[rid] == start and ntok[rid] > 1:
+                    at_start += 1
+                else:
+                    itl_append(e0 - last[rid])
+                    rid_append(rid)
+                last[rid] = ends[n - 1]
+                ntok[rid] += n
+                if tt is not None:
+                    tt[rid].extend(ends[:n])
+        if at_start:
+            assert start is not None
+            self.shared_gap.append(e0 - start)
+            self.shared_weight.append(at_start)
+        for j in range(1, k):
+            if emitting[j]:
+                self.shared_gap.append(ends[j] - ends[j - 1])
+                self.shared_weight.append(emitting[j])
+        counts = self.tokens_per_second
+        for j in range(k):
+            if emitting[j]:
+                second = int(ends[j] // 1000.0)
+                counts[second] = counts.get(second, 0) + emitting[j]
 
     def admission(self, rid: int, reused: int) -> None:
         """A (re-)admission reusing ``reused`` prompt tokens. ``reused`` keeps the latest

@@ -56,6 +56,7 @@ def drive(
     max_passes: int = 1_000_000,
     extra_commands: Iterable[tuple[float, int, Command]] = (),
     runs: bool = False,
+    through_completions: bool = False,
 ) -> DriveResult:
     """Run ``engine`` over ``(arrival_ms, request[, dp_rank])`` until every request finishes.
 
@@ -64,6 +65,8 @@ def drive(
 
     With ``runs`` the engine may commit runs of passes (servesim.runs) up to the next event;
     ``passes``/``completions`` then hold only stepped passes, ``runs`` the released runs.
+    ``through_completions`` lets runs continue through completions (nothing here reacts to
+    a completion before the next event).
     """
     events: list[tuple[float, int, int, Command]] = []
     traces: dict[int, RequestTrace] = {}
@@ -86,7 +89,7 @@ def drive(
             i += 1
         if runs and engine.is_ready():
             horizon = events[i][0] if i < len(events) else float("inf")
-            run = engine.execute_run(now, horizon)
+            run = engine.execute_run(now, horizon, through_completions=through_completions)
             if run is not None:
                 i = _deliver_mid(engine, events, i, run.end_ms, run.pass_ends[-2]
                                  if run.num_passes > 1 else now, result)
@@ -130,8 +133,14 @@ def _record_run(done: EngineRunCompleted, traces: dict[int, RequestTrace]) -> No
     eff = done.effects
     ends = eff.pass_ends
     absent = set(eff.absent_last)
+    stop = {rid: j for j, rids in eff.completed_before.items() for rid in rids}
     for rid in eff.members:
-        traces[rid].token_times.extend(ends[:-1] if rid in absent else ends)
+        j = stop.get(rid)
+        if j is not None:
+            traces[rid].token_times.extend(ends[: j + 1])
+            traces[rid].completed_ms = ends[j]
+        else:
+            traces[rid].token_times.extend(ends[:-1] if rid in absent else ends)
     for rid in eff.completed:
         traces[rid].completed_ms = ends[-1]
 

@@ -211,9 +211,13 @@ class VllmRank(Rank):
             )
         return effects
 
-    def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int) -> RankRun | None:
+    # Runs may continue through completions when the driver can take them mid-run.
+    runs_through_completions: ClassVar[bool] = True
+
+    def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int,
+                    through_completions: bool = False) -> RankRun | None:
         """A run of steady decode passes (servesim_vllm.runs), or None to step."""
-        return _runs.execute_run(self, now_ms, horizon_ms, max_passes)
+        return _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
 
     def complete_run(self, pending: _runs.VllmRunPending, end_ms: float) -> RunEffects:
         return _runs.complete_run(self, pending, end_ms)

@@ -14,6 +14,10 @@ token. Such a batch changes only where the rank can foresee it:
   stepping then preempts exactly as it would have;
 * a request reaches its output length — the run ends *with* that pass, whose completions
   release blocks after the pass's allocations, as ``_emit`` does after ``_schedule_running``.
+  With ``through_completions`` (the driver can take completions mid-run) and an empty waiting
+  queue, a completion enables nothing, so the run continues: the request's blocks are released
+  at its pass (after that pass's allocations, before the next pass's) and the later passes are
+  priced without it (the batch is split into segments between completions).
 
 Pass ``j``'s decode time uses the same call and float operations as stepping:
 ``predict_decode_ms(m, S + j*m, (S + j*m) // m, total)`` with ``S`` the batch's summed
@@ -55,7 +59,8 @@ class VllmRunPending:
     command applied mid-pass suppresses outputs exactly as with a stepped pending pass."""
 
     __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events", "occupancy",
-                 "total", "sq", "counter0", "fpm_fields", "queued")
+                 "segments", "counter0", "fpm_fields", "queued", "last_emitters",
+                 "completed_before", "departures")
 
     def __init__(self, started_at_ms: float) -> None:
         self.started_at_ms = started_at_ms
@@ -66,18 +71,24 @@ class VllmRunPending:
         # (pass, active blocks, inactive blocks) after each pass that changed the pool; the
         # first entry (pass -1) is the state before the run. Per-pass Metrics derive from it.
         self.occupancy: list[tuple[int, int, int]] = []
-        self.total = 0  # summed pre-run decode lengths, and their squares (FPMs derive)
-        self.sq = 0
+        # (first pass, summed pre-run lengths, their squares, batch size) of each stretch of
+        # passes between completions (FPMs derive from them).
+        self.segments: list[tuple[int, int, int, int]] = []
+        self.last_emitters: list[int] = []  # members emitting at the last pass
+        self.completed_before: dict[int, list[int]] = {}  # pass j < k-1 -> completed there
+        self.departures: list[tuple[int, int]] = []  # (pass, requests completed there)
         self.counter0 = 0
         self.fpm_fields: dict[str, Any] | None = None
         self.queued = 0  # waiting requests during the run (held back: none is admitted)
 
 
-def _steady_batch(rank: VllmRank) -> tuple[int, int, int, list[tuple[int, int]]] | None:
+def _steady_batch(
+    rank: VllmRank,
+) -> tuple[int, int, int, list[tuple[int, int]], list[int]] | None:
     """``(sum of lengths, sum of squares, passes until the first completion, first block
-    crossing per request as (pass, batch index))`` of a steady batch, or None when the next
-    pass would not be a plain decode of every running request. One loop over the batch: this
-    is the per-run cost that stepping pays per pass."""
+    crossing per request as (pass, batch index), passes left per request)`` of a steady
+    batch, or None when the next pass would not be a plain decode of every running request.
+    One loop over the batch: this is the per-run cost that stepping pays per pass."""
     s = rank.sched
     if rank.config.worker_type is not WorkerType.AGGREGATED:
         return None
@@ -98,6 +109,8 @@ def _steady_batch(rank: VllmRank) -> tuple[int, int, int, list[tuple[int, int]]]
     first_done = 1 << 62
     cross: list[tuple[int, int]] = []
     add = cross.append
+    rems: list[int] = []
+    add_rem = rems.append
     i = 0
     for req in running:
         length = req.length
@@ -105,8 +118,10 @@ def _steady_batch(rank: VllmRank) -> tuple[int, int, int, list[tuple[int, int]]]
         if req.computed != length - 1 or not gen:
             return None
         max_out = req.max_out
-        if max_out - gen < first_done:
-            first_done = max_out - gen
+        rem = max_out - gen
+        add_rem(rem)
+        if rem < first_done:
+            first_done = rem
         if req.prompt_len + max_out > limit:
             return None
         total += length
@@ -118,7 +133,7 @@ def _steady_batch(rank: VllmRank) -> tuple[int, int, int, list[tuple[int, int]]]
         i += 1
     if first_done < 1:
         return None
-    return total, sq, first_done, cross
+    return total, sq, first_done, cross, rems
 
 
 # Passes priced one by one before switching to numpy chunks (both bit-identical): most runs
@@ -148,30 +163,70 @@ def _admission_blocked(s: Any) -> bool:
     return needed > s.cfg.num_gpu_blocks - s.pool.num_active
 
 
-def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int) -> RankRun | None:
+def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
+                through_completions: bool = False) -> RankRun | None:
     shape = _steady_batch(rank)
     if shape is None:
         return None
-    total, sq, first_done, cross = shape
+    total, sq, first_done, cross, rems = shape
     s = rank.sched
     m = len(s.running)
-    kmax = min(first_done, max_passes)
-    ends = _pass_ends(rank, now, horizon, total, m, kmax)
+    ends: list[float] = []
+    segments = [(0, total, sq, m)]
+    stopped = _pass_ends(rank, now, horizon, total, m, 0, min(first_done, max_passes), ends)
+    if (not stopped and through_completions and not s.waiting and first_done < max_passes):
+        # Every member emitted up to the first completion before the horizon: continue
+        # without the completed ones (priced per segment between completions).
+        segments = _segments(s.running, rems, total, sq)
+        kmax = min(segments[-1][0], max_passes)
+        del segments[-1]  # the end marker: every member has completed
+        for idx in range(1, len(segments)):
+            j0, seg_total, _sq, seg_m = segments[idx]
+            j1 = min(segments[idx + 1][0], kmax) if idx + 1 < len(segments) else kmax
+            if j1 <= j0 or _pass_ends(rank, ends[-1], horizon, seg_total, seg_m, j0, j1, ends):
+                break
     run = VllmRunPending(now)
-    k = _replay_crossings(rank, run, cross, len(ends))
+    k = _replay_crossings(rank, run, cross, len(ends), rems, first_done)
     if k == 0:
         return None
     del ends[k:]
     run.ends = ends
-    run.total, run.sq = total, sq
-    _commit(rank, run, k, first_done)
-    return RankRun(now, tuple(ends), run)
+    run.segments = [seg for seg in segments if seg[0] < k]
+    completed_at = _commit(rank, run, k, first_done, rems)
+    return RankRun(now, tuple(ends), run, completed_at)
+
+
+def _segments(running: list[VllmRequest], rems: list[int], total: int,
+              sq: int) -> list[tuple[int, int, int, int]]:
+    """``(first pass, summed pre-run lengths, squares, batch size)`` of the batch between
+    completions (a member with ``rem`` passes left emits at passes ``0 .. rem-1``), ending
+    with a marker whose first pass is the last member's completion."""
+    by_rem: dict[int, list[int]] = {}
+    for req, rem in zip(running, rems, strict=True):
+        acc = by_rem.get(rem)
+        length = req.length
+        if acc is None:
+            by_rem[rem] = [1, length, length * length]
+        else:
+            acc[0] += 1
+            acc[1] += length
+            acc[2] += length * length
+    out = [(0, total, sq, len(running))]
+    m = len(running)
+    for rem in sorted(by_rem):
+        n, t, q = by_rem[rem]
+        m -= n
+        total -= t
+        sq -= q
+        out.append((rem, total, sq, m))
+    return out
 
 
 def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
-               kmax: int) -> list[float]:
-    """Ends of the passes that start before ``horizon`` (at most ``kmax``), stopping after a
-    zero-duration pass. Pass j prices ``m`` decoders of summed length ``total + j*m`` with
+               j0: int, kmax: int, ends: list[float]) -> bool:
+    """Append to ``ends`` the ends of passes ``j0 .. kmax-1`` (pass ``j0`` starting at
+    ``now``) that start before ``horizon``; True when it stopped early (at ``horizon`` or
+    after a zero-duration pass). Pass j prices ``m`` decoders of summed length ``total + j*m`` with
     stepping's expression ``start + scaled_ms(0.0) + scaled_ms(decode)``; the numpy chunks
     use the same IEEE operations (``predict_decode_ms_many``, ``scaled_ms_many``, and a
     left-to-right ``cumsum`` of the durations, valid because the first term is exactly 0.0)."""
@@ -180,10 +235,9 @@ def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
     kv_total = s.cfg.num_gpu_blocks * s.bs
     zero = scaled_ms(0.0, rank._speedup)  # noqa: SLF001
     dsp = rank._decode_speedup  # noqa: SLF001
-    ends: list[float] = []
     start = now
-    j = 0
-    limit = kmax if zero else min(kmax, _VECTOR_MIN)
+    j = j0
+    limit = kmax if zero else min(kmax, j0 + _VECTOR_MIN)
     predict = timing.predict_decode_ms
     inf = float("inf")
     while j < limit:
@@ -198,7 +252,7 @@ def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
         ends.append(end)
         j += 1
         if end == start or end >= horizon:
-            return ends
+            return True
         start = end
     chunk = 32
     while j < kmax:
@@ -209,18 +263,19 @@ def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
         stop = np.flatnonzero((part >= horizon) | (d == 0.0))
         if stop.size:
             ends.extend(part[: int(stop[0]) + 1].tolist())
-            return ends
+            return True
         ends.extend(part.tolist())
         j += n
         start = ends[-1]
         chunk *= 2
-    return ends
+    return False
 
 
 def _replay_crossings(rank: VllmRank, run: VllmRunPending, cross: list[tuple[int, int]],
-                      k: int) -> int:
-    """Apply the block steps of passes ``< k`` in (pass, batch) order, draining KV events per
-    pass; returns the passes kept (fewer when an allocation could fail at some pass)."""
+                      k: int, rems: list[int], first_done: int) -> int:
+    """Apply the block steps of passes ``< k`` in (pass, batch) order, then each pass's
+    completions (releases, in batch order), draining KV events per pass; returns the passes
+    kept (fewer when an allocation could fail at some pass)."""
     s = rank.sched
     pool = s.pool
     bs = s.bs
@@ -233,13 +288,23 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, cross: list[tuple[int
     # Events left by commands since the last pass belong to pass 0, as when stepping; they
     # are taken once pass 0 is certain to be kept.
     leftover = events_on
-    cross = [c for c in cross if c[0] < k]
+    if k < first_done:
+        cross = [c for c in cross if c[0] < k]
+    else:
+        cross = [c for c in cross if c[0] < k and c[0] < rems[c[1]]]
+        # Completions inside the run as (pass, batch index, True): after the pass's crossings.
+        cross.extend((rem - 1, i, True) for i, rem in enumerate(rems) if rem <= k)  # type: ignore[misc]
     heapq.heapify(cross)
     while cross:
         j = cross[0][0]
         due = []
+        finished = []
         while cross and cross[0][0] == j:
-            due.append(heapq.heappop(cross)[1])
+            item = heapq.heappop(cross)
+            if len(item) == 3:
+                finished.append(item[1])
+            else:
+                due.append(item[1])
         need = 0
         for i in due:
             req = running[i]
@@ -260,8 +325,13 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, cross: list[tuple[int
             length = req.length + j
             _block_step(s, req, length)
             nxt = j + 1 if bs == 1 or length % bs == 0 else j + bs - 1
-            if nxt < k:
+            if nxt < k and nxt < rems[i]:
                 heapq.heappush(cross, (nxt, i))
+        if finished:
+            # As _emit after _schedule_running: completions release after the allocations.
+            for i in finished:
+                pool.release(running[i].table)
+            avail = len(free) + len(evict)
         occupancy.append((j, pool.num_active, pool.num_inactive))
         if events_on:
             _take_events(pool, run, j)
@@ -296,33 +366,55 @@ def _block_step(s: Any, req: VllmRequest, length: int) -> None:
             s.pool.finalize(table, full, req.seq, req.loc, tokens)
 
 
-def _commit(rank: VllmRank, run: VllmRunPending, k: int, first_done: int) -> None:
-    """Advance every request by ``k`` tokens; finish those done at the last pass."""
+def _commit(rank: VllmRank, run: VllmRunPending, k: int, first_done: int,
+            rems: list[int]) -> tuple[tuple[int, int], ...]:
+    """Advance every request by its tokens in the run (``k``, or up to its completion); finish
+    the completed ones (their blocks were released at their pass). Returns the completions
+    before the last pass as ``(pass, request id)``."""
     s = rank.sched
     running = s.running
     members: list[int] = []
     add = members.append
     completed: list[int] = []
-    for req in running:
-        add(req.rid)
-        length = req.length + k
-        req.length = length
-        req.computed = length - 1
-        req.generated += k
-    run.members = members
-    run.queued = len(s.waiting)
-    if k == first_done:
-        pool = s.pool
+    completed_at: list[tuple[int, int]] = []
+    if k < first_done:
         for req in running:
-            if req.generated >= req.max_out:
-                completed.append(req.rid)
-                pool.release(req.table)
+            add(req.rid)
+            length = req.length + k
+            req.length = length
+            req.computed = length - 1
+            req.generated += k
+        emitters = members
+    else:
+        emitters = []
+        for req, rem in zip(running, rems, strict=True):
+            rid = req.rid
+            add(rid)
+            n = k if rem > k else rem
+            length = req.length + n
+            req.length = length
+            req.computed = length - 1
+            req.generated += n
+            if rem <= k:
                 req.status = Status.FINISHED
-                del s.requests[req.rid]
+                del s.requests[rid]
+                if rem == k:
+                    completed.append(rid)
+                else:
+                    completed_at.append((rem - 1, rid))
+            if rem >= k:
+                emitters.append(rid)
         s.running = [r for r in running if r.status is Status.RUNNING]
-        # Releases change occupancy after the last pass's allocations.
-        run.occupancy.append((k - 1, pool.num_active, pool.num_inactive))
-    run.effects.outputs = OutputBatch(token_request_ids=list(members), completed=completed)
+        if completed_at:
+            completed_at.sort(key=lambda c: c[0])  # stable: batch order within a pass
+            before = run.completed_before
+            for j, rid in completed_at:
+                before.setdefault(j, []).append(rid)
+            run.departures = [(j, len(rids)) for j, rids in sorted(before.items())]
+    run.members = members
+    run.last_emitters = emitters
+    run.queued = len(s.waiting)
+    run.effects.outputs = OutputBatch(token_request_ids=list(emitters), completed=completed)
     run.counter0 = rank._pass_counter  # noqa: SLF001
     rank._pass_counter += k  # noqa: SLF001
     rank._prefilled = False  # noqa: SLF001
@@ -335,6 +427,7 @@ def _commit(rank: VllmRank, run: VllmRunPending, k: int, first_done: int) -> Non
             var_queued_prefill_length=_pop_var(*qp), num_queued_decode=qd[0],
             sum_queued_decode_kv_tokens=qd[1], var_queued_decode_kv_tokens=_pop_var(*qd),
         )
+    return tuple(completed_at)
 
 
 def take_kv_events(run: VllmRunPending, before_pass: int) -> dict[int, list[KvEvent]]:
@@ -354,9 +447,9 @@ def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffec
         run.kv_events.setdefault(k - 1, []).extend(late)
     tokens = last.outputs.token_request_ids
     absent: list[int] = []
-    if len(tokens) != len(run.members):
+    if len(tokens) != len(run.last_emitters):
         present = set(tokens)
-        absent = [r for r in run.members if r not in present]
+        absent = [r for r in run.last_emitters if r not in present]
     s = rank.sched
     pool = s.pool
     # The final snapshot is taken now (as stepping's complete_pass does); Metrics objects are
@@ -368,17 +461,23 @@ def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffec
     capacity = pool.capacity
     m = len(run.members)
     occupancy = run.occupancy
+    departures = run.departures
 
     def pass_metrics() -> list[Metrics]:
         out = []
         at = 0
+        left = m
+        dep = 0
         for j in range(k - 1):
             while at + 1 < len(occupancy) and occupancy[at + 1][0] <= j:
                 at += 1
+            while dep < len(departures) and departures[dep][0] <= j:
+                left -= departures[dep][1]
+                dep += 1
             _, a, i = occupancy[at]
             # Intermediate passes: the batch is whole and the queue as it was (no command ran).
             out.append(Metrics(dp_rank=dp, active_blocks=a, inactive_blocks=i,
-                               total_blocks=capacity, running_requests=m,
+                               total_blocks=capacity, running_requests=left,
                                waiting_requests=queued, preemptions_total=final[4]))
         out.append(Metrics(dp_rank=dp, active_blocks=final[0], inactive_blocks=final[1],
                            total_blocks=capacity, running_requests=final[2],
@@ -388,7 +487,7 @@ def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffec
     effects = RunEffects(
         started_at_ms=run.started_at_ms, pass_ends=run.ends, members=run.members,
         absent_last=absent, completed=list(last.outputs.completed), kv_events=run.kv_events,
-        pass_metrics_factory=pass_metrics,
+        pass_metrics_factory=pass_metrics, completed_before=run.completed_before,
     )
     if run.fpm_fields is not None:
         effects.forward_pass_metrics = _fpms(run, end_ms)
@@ -398,14 +497,17 @@ def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffec
 def _fpms(run: VllmRunPending, end_ms: float) -> list[ForwardPassMetrics]:
     """dynamo-mocker.md §4.5 for a steady pass: no prefill, ``m`` decodes of the pass's
     lengths (population variance from integer sums), the unchanged queues."""
-    m = len(run.members)
     fields = run.fpm_fields
     assert fields is not None
     out = []
     start = run.started_at_ms
     ends = run.ends
-    total, sq = run.total, run.sq
+    segments = run.segments
+    seg = 0
     for j in range(len(ends)):
+        while seg + 1 < len(segments) and segments[seg + 1][0] <= j:
+            seg += 1
+        _j0, total, sq, m = segments[seg]
         end = end_ms if j == len(ends) - 1 else ends[j]
         kv = total + j * m
         out.append(ForwardPassMetrics(
