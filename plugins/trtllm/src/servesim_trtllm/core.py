@@ -381,6 +381,16 @@ class TrtCore:
         computed_context: set[int] = set()
         if work.contexts and not self.trt.first_token_decode_call:
             computed_context = {r.rid for r, _, pt, _ in work.contexts if pt > 0}
+        if not computed_context:  # the usual decode-only step: no set look-ups
+            for r in work.scheduled:
+                gen = r.generated
+                length = r.prompt_len + gen
+                if r.num_computed >= length:
+                    append(r)
+                    if r.max_output > gen:
+                        priced += 1
+                        kv += length
+            return ready, priced, kv
         for r in work.scheduled:
             length = r.prompt_len + r.generated
             if r.num_computed >= length:
@@ -399,11 +409,12 @@ class TrtCore:
                 r.first_output_sent = True
                 out.cached_tokens[r.rid] = r.first_cached or 0
             generated = r.generated
-            if generated < r.max_output:
+            max_output = r.max_output
+            if generated < max_output:
                 generated += 1
                 r.generated = generated
                 append_token(r.rid)
-            if generated >= r.max_output:
+            if generated >= max_output:
                 book = self.book
                 if book is not None and book.source_of and book.on_source_complete(
                     r.rid, r.table, self.config

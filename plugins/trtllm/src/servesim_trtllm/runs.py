@@ -152,16 +152,26 @@ def _steady(rank: TrtllmRank) -> tuple[int, int, int, list[tuple[int, int]]] | N
     add = cross.append
     i = 0
     for r in running.values():
-        length = r.prompt_len + r.generated
+        gen = r.generated
+        length = r.prompt_len + gen
         c = r.num_computed
-        if c != length - 1 or c < r.ctx_len or not r.first_output_sent or not r.started:
+        # Running requests hold KV (started); one emitted token implies first_output_sent.
+        if c != length - 1 or c < r.ctx_len or not gen:
             return None
-        left = r.max_output - r.generated
+        left = r.max_output - gen
         if left < first_done:
             first_done = left
         total += length
         sq += length * length
-        add((_next_event(c, len(r.table.ids), bs, caching), i))
+        # _next_event inlined (this loop is the per-run cost stepping pays per pass).
+        d = len(r.table.ids) * bs - c
+        if d < 0:
+            d = 0
+        if caching:
+            f = -length % bs
+            if f < d:
+                d = f
+        add((d, i))
         i += 1
     if first_done < 1:
         return None
@@ -169,11 +179,12 @@ def _steady(rank: TrtllmRank) -> tuple[int, int, int, list[tuple[int, int]]] | N
 
 
 def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int) -> RankRun | None:
-    shape = _steady(rank)
-    if shape is None:
-        return None
+    # The queue head first: an admissible head is the usual reason to step, and cheap to see.
     watch = _head_watch(rank.core) if rank.policy is _GNE else None
     if watch is False:
+        return None
+    shape = _steady(rank)
+    if shape is None:
         return None
     total, sq, first_done, cross = shape
     core = rank.core
@@ -334,10 +345,8 @@ def _commit(rank: TrtllmRank, run: TrtRunPending, k: int, first_done: int) -> No
     """Advance every request by ``k`` tokens; finish those done at the last pass (in batch
     order, after the pass's allocations, as ``TrtCore.emit`` does)."""
     core = rank.core
-    members: list[int] = []
-    add = members.append
+    members = list(core.running)  # keyed by request id, in batch order
     for r in core.running.values():
-        add(r.rid)
         r.num_computed += k
         r.generated += k
     completed: list[int] = []
