@@ -126,6 +126,30 @@ def _cache_state(engine: Engine) -> tuple:
     )
 
 
+def snapshot_after_passes(engine: Engine) -> dict[int, tuple]:
+    """The radix cache's full state (keys, locks, recency stamps, clock, books) each time a
+    pass or run is released, keyed by the passes executed so far: a run's snapshot must equal
+    stepping's after the run's last pass."""
+    rank = engine.ranks[0]
+    assert isinstance(rank, SglangRank)
+    snaps: dict[int, tuple] = {}
+    complete_pass, complete_run = rank.complete_pass, rank.complete_run
+
+    def on_pass(pending: Any, end_ms: float) -> Any:
+        out = complete_pass(pending, end_ms)
+        snaps[rank._c.passes] = _cache_state(engine)  # noqa: SLF001
+        return out
+
+    def on_run(pending: Any, end_ms: float) -> Any:
+        out = complete_run(pending, end_ms)
+        snaps[rank._c.passes] = _cache_state(engine)  # noqa: SLF001
+        return out
+
+    rank.complete_pass = on_pass  # type: ignore[method-assign]
+    rank.complete_run = on_run  # type: ignore[method-assign]
+    return snaps
+
+
 def assert_same(step: DriveResult, run: DriveResult) -> None:
     assert step.end_ms == run.end_ms
     for rid, trace in step.requests.items():
@@ -148,10 +172,14 @@ def assert_same(step: DriveResult, run: DriveResult) -> None:
 def test_runs_match_stepping(case: tuple[dict, dict, bool, list, list]) -> None:
     cfg, sg, sinks, arrivals, cancels = case
     e_step, e_run = make_engine(cfg, sg, sinks), make_engine(cfg, sg, sinks)
+    snaps_step, snaps_run = snapshot_after_passes(e_step), snapshot_after_passes(e_run)
     step = _drive(e_step, arrivals, cancels, runs=False)
     run = _drive(e_run, arrivals, cancels, runs=True)
     assert_same(step, run)
     assert _cache_state(e_step) == _cache_state(e_run)
+    assert snaps_run.keys() <= snaps_step.keys()
+    for passes, state in snaps_run.items():
+        assert state == snaps_step[passes], passes
 
 
 def _uniform(n: int, prompt: int, out: int, gap: float = 0.0) -> list:

@@ -93,6 +93,8 @@ def _steady(rank: SglangRank) -> tuple[int, int, list[int]] | None:
         return None
     cache = s.cache
     ps = cache.page_size
+    if ps == 1:
+        return _steady_page1(s.running, cache)
     caching = cache.caching
     root = cache.root
     total = 0
@@ -121,6 +123,30 @@ def _steady(rank: SglangRank) -> tuple[int, int, list[int]] | None:
     if first_done < 1:
         return None
     return total, first_done, residues
+
+
+def _steady_page1(running: list[SglangRequest], cache: Any) -> tuple[int, int, list[int]] | None:
+    """:func:`_steady` for page size 1 (every residue is 0), the per-run hot loop."""
+    caching = cache.caching
+    root = cache.root
+    total = 0
+    first_done = 1 << 62
+    for r in running:
+        lease = r.lease
+        length = len(r.tokens)
+        if lease is None or not r.first_output_sent or r.materialized != length or lease.pages != length:
+            return None
+        if caching:
+            node = lease.node
+            if node.lock != 1 or node.children or node is root or lease.cached != length:
+                return None
+        rem = r.remaining_output
+        if rem < first_done:
+            first_done = rem
+        total += length
+    if first_done < 1:
+        return None
+    return total, first_done, [0] * len(running)
 
 
 def _plan(rank: SglangRank, now: float, horizon: float, kmax: int, total: int, residues: list[int]) -> _Plan:
@@ -240,10 +266,90 @@ def _bulk(rank: SglangRank, run: SglangRunPending, plan: _Plan, k: int) -> None:
     before = [0] * (k + 1)
     for j in range(k):
         before[j + 1] = before[j] + (len(plan.residues) if ps == 1 else counts[(-j - 1) % ps])
-    seen = [0] * ps
     done: list[tuple[SglangRequest, int]] = []
     keep: list[SglangRequest] = []
-    for r in s.running:
+    if ps == 1:
+        _bulk_page1(s.running, k, cache, clock0, done, keep)
+    else:
+        _bulk_pages(s.running, k, cache, clock0, before, done, keep)
+    out = _LastPass()
+    for r, clock in done:
+        _append_tokens(r, 1)
+        if caching:
+            cache._clock = clock  # noqa: SLF001 - the tick finish() takes is stepping's
+        s._complete(r, out)  # type: ignore[arg-type]  # noqa: SLF001
+    if caching:
+        cache._clock = clock0 + before[k]  # noqa: SLF001
+    s.running = keep
+    ratio, step, floor = s.ratio, s.p.decay_step, s.p.min_new_token_ratio
+    for _ in range(k):
+        ratio = max(ratio - step, floor)
+    s.ratio = ratio
+    rank._c.passes += k  # noqa: SLF001
+    _finish_rank(rank, run, out.completed)
+
+
+def _bulk_page1(
+    running: list[SglangRequest],
+    k: int,
+    cache: Any,
+    clock0: int,
+    done: list[tuple[SglangRequest, int]],
+    keep: list[SglangRequest],
+) -> None:
+    """Page size 1: every request takes a page and completes one at every pass, so request
+    ``i``'s tick at pass ``j`` is ``clock0 + j·m + i + 1``."""
+    m = len(running)
+    caching = cache.caching
+    protected = 0
+    i = 0
+    for r in running:
+        i += 1
+        last = r.remaining_output == k
+        steps = k - 1 if last else k
+        if steps:
+            o = r.output_len
+            ids = r.output_ids
+            if ids is None:
+                b = r.rid * 0x9E3779B1 + 0x632BE5AB + o * 0x85EBCA77
+                new = [v & 0xFFFFFFFF for v in range(b, b + steps * 0x85EBCA77, 0x85EBCA77)]
+            else:
+                new = _new_tokens(r, steps)
+            r.tokens.extend(new)
+            r.output_len = o + steps
+            r.remaining_output -= steps
+            r.materialized += steps
+        lease = r.lease
+        assert lease is not None
+        lease.pages += k
+        if caching and steps:
+            lease.node.key.extend(new)
+            lease.cached += steps
+            protected += steps
+            lease.node.stamp = lease.touch = clock0 + (steps - 1) * m + i
+        if last:
+            done.append((r, clock0 + (k - 1) * m + i - 1))
+        else:
+            keep.append(r)
+    cache.protected_size += protected
+
+
+def _bulk_pages(
+    running: list[SglangRequest],
+    k: int,
+    cache: Any,
+    clock0: int,
+    before: list[int],
+    done: list[tuple[SglangRequest, int]],
+    keep: list[SglangRequest],
+) -> None:
+    """Page size > 1: a request of residue ``res`` takes a page at passes ``≡ -res`` and
+    completes one at passes ``≡ -res - 1`` (mod ``ps``); its rank among its residue class
+    orders its tick within a pass."""
+    ps = cache.page_size
+    caching = cache.caching
+    seen = [0] * ps
+    for r in running:
         length = len(r.tokens)
         res = length % ps
         seen[res] += 1
@@ -271,21 +377,6 @@ def _bulk(rank: SglangRank, run: SglangRunPending, plan: _Plan, k: int) -> None:
             done.append((r, clock0 + before[k - 1] + pos - 1))
         else:
             keep.append(r)
-    out = _LastPass()
-    for r, clock in done:
-        _append_tokens(r, 1)
-        if caching:
-            cache._clock = clock  # noqa: SLF001 - the tick finish() takes is stepping's
-        s._complete(r, out)  # type: ignore[arg-type]  # noqa: SLF001
-    if caching:
-        cache._clock = clock0 + before[k]  # noqa: SLF001
-    s.running = keep
-    ratio, step, floor = s.ratio, s.p.decay_step, s.p.min_new_token_ratio
-    for _ in range(k):
-        ratio = max(ratio - step, floor)
-    s.ratio = ratio
-    rank._c.passes += k  # noqa: SLF001
-    _finish_rank(rank, run, out.completed)
 
 
 class _LastPass:
@@ -298,22 +389,24 @@ class _LastPass:
         self.cached_tokens: dict[int, int] = {}
 
 
+def _new_tokens(r: SglangRequest, n: int) -> list[int]:
+    """The request's next ``n`` output tokens (``SglangRequest.next_token`` ``n`` times)."""
+    i = r.output_len
+    ids = r.output_ids
+    if ids is not None and i + n <= len(ids):
+        return list(ids[i : i + n])
+    base = r.rid * 0x9E3779B1 + 0x632BE5AB
+    return [
+        ids[x] if ids is not None and x < len(ids) else (base + x * 0x85EBCA77) & 0xFFFFFFFF
+        for x in range(i, i + n)
+    ]
+
+
 def _append_tokens(r: SglangRequest, n: int) -> None:
     """``n`` decode steps of one request's token bookkeeping (``_emit_decode_tokens``)."""
     if n <= 0:
         return
-    i = r.output_len
-    ids = r.output_ids
-    if ids is not None and i + n <= len(ids):
-        r.tokens.extend(ids[i : i + n])
-    else:
-        base = r.rid * 0x9E3779B1 + 0x632BE5AB
-        r.tokens.extend(
-            [
-                ids[x] if ids is not None and x < len(ids) else (base + x * 0x85EBCA77) & 0xFFFFFFFF
-                for x in range(i, i + n)
-            ]
-        )
+    r.tokens.extend(_new_tokens(r, n))
     r.output_len += n
     r.remaining_output -= n
     r.materialized += n
