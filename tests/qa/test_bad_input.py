@@ -53,6 +53,10 @@ CONFIG_CASES = [
     ("engine: {speedup_ratio: .nan}", ["engine.speedup_ratio: expected a finite number >= 0, got nan"]),
     ("engine: 5", ["engine: expected a mapping, got 5"]),
     ("engine: {trtllm: {capacity_scheduler_policy: x}}", ["engine.trtllm.capacity_scheduler_policy", "got 'x'"]),
+    ("engine: {worker_type: prefill}", ["engine.worker_type: expected 'aggregated' without a prefill/decode split, "
+                                        "got 'prefill'"]),
+    ("engine: {timing_model: {type: interpolated, profile: nope.json}}",
+     ["engine.timing_model.profile: timing profile 'nope.json'"]),
     ("cluster: {workers: -1}", ["cluster.workers: expected an integer >= 0, got -1"]),
     ("cluster: {router_config: {x: 1}}", ["cluster.router_config.x: unknown key; router 'round_robin'"]),
     ("workload: {seed: -1}", ["workload.seed: expected an integer >= 0, got -1"]),

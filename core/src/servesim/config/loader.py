@@ -22,6 +22,7 @@ from servesim.config.engine import EngineConfig, resolve_block_size
 from servesim.config.sections import ClusterConfig, ReportConfig, SinksConfig, WorkloadConfig
 from servesim.config.sim import SECTIONS, SimConfig
 from servesim.config.yaml_io import apply_sets, read_yaml
+from servesim.contract import WorkerType
 from servesim.errors import ConfigError, PluginError
 from servesim.factory import EngineFactory
 from servesim.plugins import Plugins
@@ -227,6 +228,24 @@ def _check_plugins(
     return router_config, specs, problems
 
 
+def _check_worker_type(engine: EngineResolution | None, cluster: Any) -> list[Problem]:
+    """A prefill-only or decode-only engine makes sense only in a prefill/decode split (which
+    sets each role's type itself); aggregated workers of that type would silently skip decode
+    time or prefill work and report meaningless latencies."""
+    if engine is None or getattr(cluster, "prefill_workers", 0) or getattr(cluster, "decode_workers", 0):
+        return []
+    kind = engine.config.worker_type
+    if kind is WorkerType.AGGREGATED:
+        return []
+    return [
+        (
+            "engine.worker_type",
+            f"expected 'aggregated' without a prefill/decode split, got {kind.value!r} "
+            "(set cluster.prefill_workers and cluster.decode_workers for a split)",
+        )
+    ]
+
+
 def _structure_sections(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     problems: list[Problem] = []
     for key in raw:
@@ -262,6 +281,7 @@ def build(raw: Any, ctx: _Ctx) -> LoadedConfig:
         ctx, sections["cluster"], sections["workload"], sections["sinks"]
     )
     problems += found
+    problems += _check_worker_type(engine, sections["cluster"])
     engine_section = dict(engine_raw) if isinstance(engine_raw, Mapping) else {}
     for role in ("prefill_engine", "decode_engine"):
         overrides = getattr(sections["cluster"], role, None)
@@ -369,8 +389,14 @@ class LoadedConfig:
 def _build_timing(engine: EngineResolution, path: str, source: str | None) -> TimingModel:
     try:
         return engine.timing_class.from_config(engine.timing_config)
-    except ConfigError:
-        raise
+    except ConfigError as exc:
+        if exc.source is not None or source is None:
+            raise
+        # A timing model knows the key path but not which file the options came from.
+        message = str(exc)
+        if exc.path and message.startswith(f"{exc.path}: "):
+            message = message[len(exc.path) + 2 :]
+        raise ConfigError(message, path=exc.path, source=source) from None
     except (OSError, ValueError, TypeError) as exc:
         raise ConfigError(
             f"timing model {engine.timing_type!r} rejected its options: {exc}", path=path, source=source
