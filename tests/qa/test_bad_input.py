@@ -204,3 +204,16 @@ def test_missing_output_folders_are_created(tmp_path: Path, capsys: pytest.Captu
                  "--per-request", str(out / "p.jsonl")]) == 0
     assert json.loads((out / "r.json").read_text())["completed"] == 2
     assert len((out / "p.jsonl").read_text().splitlines()) == 2
+
+
+def test_validate_reads_the_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``validate`` finds a malformed trace line (file:line) without running anything."""
+    trace = write(tmp_path, "t.jsonl", trace_line() + "\n" + trace_line(hash_ids=[1, "a"]) + "\n")
+    config = write(tmp_path, "sim.yaml", f"workload: {{trace: {{path: {trace}}}}}")
+    assert fail(["validate", config], capsys) == f"{trace}:2: 'hash_ids[1]' must be a non-negative integer, got 'a'"
+    assert fail(["validate", config, "--set", f"workload.trace.path={tmp_path}"], capsys) == (
+        f"{config}: workload.trace.path: {str(tmp_path)!r} is a directory, not a trace file"
+    )
+    write(tmp_path, "t.jsonl", trace_line() + "\n")
+    assert main(["validate", config]) == 0
+    assert capsys.readouterr().out.endswith("workload trace\n")

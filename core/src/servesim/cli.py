@@ -89,10 +89,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
     loaded.timing_model()  # a timing model may reject its options only when built
     sim = loaded.sim
     trace = sim.workload.trace
-    if trace is not None and not os.path.isfile(trace.path):
-        raise ConfigError(
-            f"no such trace file {trace.path!r}", path="workload.trace.path", source=args.config
-        )
+    if trace is not None:
+        if os.path.isdir(trace.path):
+            raise ConfigError(
+                f"{trace.path!r} is a directory, not a trace file", path="workload.trace.path", source=args.config
+            )
+        if not os.path.isfile(trace.path):
+            raise ConfigError(
+                f"no such trace file {trace.path!r}", path="workload.trace.path", source=args.config
+            )
+        # Read it too: a malformed line is reported now (file:line), not after a long start-up.
+        reader = loaded.plugins.trace_formats().get(trace.format)
+        reader.read(trace.path, trace_block_size=trace.trace_block_size)
     workload = "trace" if sim.workload.trace is not None else "synthetic"
     print(
         f"OK: {args.config}: backend {sim.engine.backend} (block_size {sim.engine.block_size}, "
