@@ -73,9 +73,9 @@ def workloads(draw: Any) -> tuple[str, dict, list, list]:
 
 
 def _run(policy: str, cfg: dict, arrivals: list, cancels: list, runs: bool,
-         timing: Any = None) -> DriveResult:
+         timing: Any = None, through: bool = False) -> DriveResult:
     engine = make_engine(policy, timing, **cfg)
-    return drive(engine, arrivals, extra_commands=cancels, runs=runs)
+    return drive(engine, arrivals, extra_commands=cancels, runs=runs, through_completions=through)
 
 
 def _per_pass(result: DriveResult) -> dict[int, PassCompletionEffects]:
@@ -105,14 +105,36 @@ def _assert_same(step: DriveResult, run: DriveResult) -> None:
         assert _key(a[pid]) == _key(b[pid]), pid
 
 
-@settings(max_examples=150, derandomize=True, deadline=None,
+@settings(max_examples=300, derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(workloads())
-def test_runs_match_stepping(case: tuple[str, dict, list, list]) -> None:
+@given(workloads(), st.booleans())
+def test_runs_match_stepping(case: tuple[str, dict, list, list], through: bool) -> None:
+    """``through``: runs may continue through completions (the driver retires them mid-run)."""
     policy, cfg, arrivals, cancels = case
     step = _run(policy, cfg, arrivals, cancels, runs=False)
-    run = _run(policy, cfg, arrivals, cancels, runs=True)
+    run = _run(policy, cfg, arrivals, cancels, runs=True, through=through)
     _assert_same(step, run)
+
+
+def test_runs_continue_through_completions() -> None:
+    """Nothing waits: one run carries the batch through every completion (each request
+    completes at its own pass inside the run, reported in ``completed_before``); static
+    batch does the same while a queue waits for the batch to drain."""
+    arrivals = [(0.0, Request(i, Tokens([i * 1000 + t for t in range(9)]), 10 + 5 * i))
+                for i in range(3)]
+    cfg = dict(num_gpu_blocks=1000, block_size=4)
+    for policy in POLICIES:
+        step = _run(policy, cfg, arrivals, [], runs=False)
+        run = _run(policy, cfg, arrivals, [], runs=True, through=True)
+        _assert_same(step, run)
+        assert [r.effects.num_passes for r in run.runs] == [19]
+        assert run.runs[0].effects.completed_before == {8: [0], 13: [1]}
+        assert run.runs[0].effects.completed == [2]
+    queued = arrivals + [(1.0, Request(7, Tokens(list(range(5))), 3))]
+    step = _run("static_batch", dict(cfg, max_num_seqs=3), queued, [], runs=False)
+    run = _run("static_batch", dict(cfg, max_num_seqs=3), queued, [], runs=True, through=True)
+    _assert_same(step, run)
+    assert run.runs[0].effects.completed_before == {8: [0], 13: [1]}
 
 
 def test_runs_cover_steady_decoding_in_few_calls() -> None:

@@ -14,7 +14,7 @@ core's :class:`servesim.handoff.HandoffBook` over :mod:`servesim_trtllm.handoff`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 from attrs import define
@@ -272,9 +272,13 @@ class TrtllmRank(Rank):
             )
         return effects
 
-    def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int) -> RankRun | None:
+    # Runs may continue through completions when the driver can take them mid-run.
+    runs_through_completions: ClassVar[bool] = True
+
+    def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int,
+                    through_completions: bool = False) -> RankRun | None:
         """A run of steady decode passes (servesim_trtllm.runs), or None to step."""
-        return _runs.execute_run(self, now_ms, horizon_ms, max_passes)
+        return _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
 
     def complete_run(self, pending: _runs.TrtRunPending, end_ms: float) -> RunEffects:
         return _runs.complete_run(self, pending, end_ms)

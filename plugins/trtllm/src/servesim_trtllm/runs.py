@@ -71,7 +71,8 @@ class TrtRunPending:
     command applied mid-pass suppresses outputs exactly as with a stepped pending pass."""
 
     __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events", "occupancy",
-                 "total", "sq", "counter0", "fpm_fields", "queued")
+                 "segments", "counter0", "fpm_fields", "queued", "last_emitters",
+                 "completed_before", "departures")
 
     def __init__(self, started_at_ms: float) -> None:
         self.started_at_ms = started_at_ms
@@ -82,11 +83,15 @@ class TrtRunPending:
         # (pass, active, inactive) after each pass that changed the pool; entry 0 (pass -1) is
         # the state before the run. Per-pass Metrics derive from it.
         self.occupancy: list[tuple[int, int, int]] = []
-        self.total = 0  # Σ pre-run sequence lengths and their squares (FPMs derive)
-        self.sq = 0
+        # (first pass, Σ pre-run lengths, Σ squares, batch size) of each stretch of passes
+        # between completions (FPMs derive from them).
+        self.segments: list[tuple[int, int, int, int]] = []
         self.counter0 = 0
         self.fpm_fields: dict[str, Any] | None = None
         self.queued = 0
+        self.last_emitters: list[int] = []  # members emitting at the last pass
+        self.completed_before: dict[int, list[int]] = {}  # pass j < k-1 -> completed there
+        self.departures: list[tuple[int, int]] = []  # (pass, requests completed there)
 
 
 def _next_event(c: int, nblocks: int, bs: int, caching: bool) -> int:
@@ -178,41 +183,94 @@ def _steady(rank: TrtllmRank) -> tuple[int, int, int, list[tuple[int, int]]] | N
     return total, sq, first_done, cross
 
 
-def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int) -> RankRun | None:
+def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
+                through_completions: bool = False) -> RankRun | None:
     # The queue head first: an admissible head is the usual reason to step, and cheap to see.
-    watch = _head_watch(rank.core) if rank.policy is _GNE else None
+    core = rank.core
+    watch = _head_watch(core) if rank.policy is _GNE else None
     if watch is False:
         return None
     shape = _steady(rank)
     if shape is None:
         return None
     total, sq, first_done, cross = shape
-    core = rank.core
-    m = len(core.running)
-    ends = _pass_ends(rank, now, horizon, total, m, min(first_done, max_passes))
+    running = list(core.running.values())
+    m = len(running)
+    ends: list[float] = []
+    segments = [(0, total, sq, m)]
+    stopped = _pass_ends(rank, now, horizon, total, m, 0, min(first_done, max_passes), ends)
+    rems: list[int] | None = None
+    if not stopped and first_done < max_passes and through_completions and _may_continue(rank):
+        # Every member emitted up to the first completion before the horizon: continue
+        # without the completed ones (priced per segment between completions).
+        rems = [r.max_output - r.generated for r in running]
+        segments = _segments(running, rems, total, sq)
+        kmax = min(segments[-1][0], max_passes)
+        del segments[-1]  # the end marker: every member has completed
+        for idx in range(1, len(segments)):
+            j0, seg_total, _sq, seg_m = segments[idx]
+            j1 = min(segments[idx + 1][0], kmax) if idx + 1 < len(segments) else kmax
+            if j1 <= j0 or _pass_ends(rank, ends[-1], horizon, seg_total, seg_m, j0, j1, ends):
+                break
+    elif len(ends) >= first_done:
+        rems = [r.max_output - r.generated for r in running]
     run = TrtRunPending(now)
-    k = _replay_crossings(rank, run, cross, len(ends), watch or None)
+    k = _replay_crossings(rank, run, running, cross, len(ends), watch or None, rems)
     if k == 0:
         return None
     del ends[k:]
     run.ends = ends
-    run.total, run.sq = total, sq
-    _commit(rank, run, k, first_done)
-    return RankRun(now, tuple(ends), run)
+    run.segments = [seg for seg in segments if seg[0] < k]
+    completed_at = _commit(rank, run, running, k, rems)
+    return RankRun(now, tuple(ends), run, completed_at)
+
+
+def _may_continue(rank: TrtllmRank) -> bool:
+    """Whether a completion inside a run leaves the next pass's batch to the remaining
+    members: nothing waits (GNE would admit into the freed room; MU runs only with an empty
+    queue), or the static batch, which is joined only once every member has completed."""
+    return rank.policy is CapacitySchedulerPolicy.STATIC_BATCH or not rank.core.waiting
+
+
+def _segments(running: list[TrtRequest], rems: list[int], total: int,
+              sq: int) -> list[tuple[int, int, int, int]]:
+    """``(first pass, Σ pre-run lengths, Σ squares, batch size)`` of the batch between
+    completions (a member with ``rem`` passes left emits at passes ``0 .. rem-1``), ending
+    with a marker whose first pass is the last member's completion."""
+    by_rem: dict[int, list[int]] = {}
+    for r, rem in zip(running, rems, strict=True):
+        acc = by_rem.get(rem)
+        length = r.prompt_len + r.generated
+        if acc is None:
+            by_rem[rem] = [1, length, length * length]
+        else:
+            acc[0] += 1
+            acc[1] += length
+            acc[2] += length * length
+    out = [(0, total, sq, len(running))]
+    m = len(running)
+    for rem in sorted(by_rem):
+        n, t, q = by_rem[rem]
+        m -= n
+        total -= t
+        sq -= q
+        out.append((rem, total, sq, m))
+    return out
 
 
 def _pass_ends(rank: TrtllmRank, now: float, horizon: float, total: int, m: int,
-               kmax: int) -> list[float]:
-    """Ends of the passes that start before ``horizon`` (at most ``kmax``), stopping after a
-    zero-duration pass; stepping's ``now + 0.0 + decode`` (adding 0.0 is exact)."""
+               j0: int, kmax: int, ends: list[float]) -> bool:
+    """Append the ends of passes ``j0 .. kmax-1`` (pass ``j0`` starting at ``now``) that start
+    before ``horizon``; True when it stopped early (at ``horizon`` or after a zero-duration
+    pass). Stepping's ``now + 0.0 + decode`` (adding 0.0 is exact); pass j prices ``m``
+    decoders of summed length ``total + j*m``."""
     core = rank.core
     timing = core.timing
     capacity = core.capacity_tokens
     dsp = core.config.decode_speedup
-    ends: list[float] = []
     start = now
-    j = 0
-    limit = min(kmax, _VECTOR_MIN)
+    j = j0
+    limit = min(kmax, j0 + _VECTOR_MIN)
     predict = timing.predict_decode_ms
     while j < limit:
         kv = total + j * m
@@ -220,7 +278,7 @@ def _pass_ends(rank: TrtllmRank, now: float, horizon: float, total: int, m: int,
         ends.append(end)
         j += 1
         if end == start or end >= horizon:
-            return ends
+            return True
         start = end
     chunk = 32
     while j < kmax:
@@ -231,37 +289,49 @@ def _pass_ends(rank: TrtllmRank, now: float, horizon: float, total: int, m: int,
         stop = np.flatnonzero((part >= horizon) | (d == 0.0))
         if stop.size:
             ends.extend(part[: int(stop[0]) + 1].tolist())
-            return ends
+            return True
         ends.extend(part.tolist())
         j += n
         start = ends[-1]
         chunk *= 2
-    return ends
+    return False
 
 
-def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, cross: list[tuple[int, int]],
-                      k: int, watch: set[int] | None) -> int:
-    """Apply the block steps of passes ``< k`` in (pass, batch) order, draining KV events per
-    pass; returns the passes kept (fewer when an allocation could fail at some pass, or when
-    a block it would finalise is one the held-back queue head could reuse)."""
+def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, running: list[TrtRequest],
+                      cross: list[tuple[int, int]], k: int, watch: set[int] | None,
+                      rems: list[int] | None) -> int:
+    """Apply the block steps of passes ``< k`` in (pass, batch) order, then each pass's
+    completions (``TrtCore.remove`` in batch order, as ``emit`` after scheduling), draining KV
+    events per pass; returns the passes kept (fewer when an allocation could fail at some
+    pass, or when a block it would finalise is one the held-back queue head could reuse)."""
     core = rank.core
     pool = core.pool
     bs = core.bs
     caching = pool.prefix_caching
     native = core.native
-    running = list(core.running.values())
+    n = len(running)
     free, evict = pool._free, pool._evict  # noqa: SLF001 - allocation headroom
     events_on = pool.events_enabled
     occupancy = run.occupancy
     occupancy.append((-1, pool.num_active, pool.num_inactive))
     leftover = events_on  # events left by commands belong to pass 0, as when stepping
-    cross = [c for c in cross if c[0] < k]
+    if rems is None:
+        cross = [c for c in cross if c[0] < k]
+    else:
+        cross = [c for c in cross if c[0] < k and c[0] < rems[c[1]]]
+        # Completions as (pass, n + batch index): after the pass's block steps, batch order.
+        cross.extend((rem - 1, n + i) for i, rem in enumerate(rems) if rem <= k)
     heapq.heapify(cross)
     while cross:
         j = cross[0][0]
         due = []
+        finished = []
         while cross and cross[0][0] == j:
-            due.append(heapq.heappop(cross)[1])
+            i = heapq.heappop(cross)[1]
+            if i < n:
+                due.append(i)
+            else:
+                finished.append(running[i - n])
         need = 0
         for i in due:
             r = running[i]
@@ -280,8 +350,10 @@ def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, cross: list[tuple[in
         for i in due:
             r = running[i]
             nxt = j + 1 + _next_event(r.num_computed + j + 1, len(r.table.ids), bs, caching)
-            if nxt < k:
+            if nxt < k and (rems is None or nxt < rems[i]):
                 heapq.heappush(cross, (nxt, i))
+        for r in finished:
+            core.remove(r)
         occupancy.append((j, pool.num_active, pool.num_inactive))
         if events_on:
             _take_events(pool, run, j)
@@ -341,25 +413,42 @@ def _take_events(pool: Any, run: TrtRunPending, j: int) -> None:
         run.kv_events.setdefault(j, []).extend(evs)
 
 
-def _commit(rank: TrtllmRank, run: TrtRunPending, k: int, first_done: int) -> None:
-    """Advance every request by ``k`` tokens; finish those done at the last pass (in batch
-    order, after the pass's allocations, as ``TrtCore.emit`` does)."""
+def _commit(rank: TrtllmRank, run: TrtRunPending, running: list[TrtRequest], k: int,
+            rems: list[int] | None) -> tuple[tuple[int, int], ...]:
+    """Advance every member by its tokens in the run (``k``, or up to its completion; the
+    completed ones were removed at their pass). Returns the completions before the last pass
+    as ``(pass, request id)``, in stepping's order."""
     core = rank.core
-    members = list(core.running)  # keyed by request id, in batch order
-    for r in core.running.values():
-        r.num_computed += k
-        r.generated += k
+    members = [r.rid for r in running]
     completed: list[int] = []
-    if k == first_done:
-        done = [r for r in core.running.values() if r.generated >= r.max_output]
-        for r in done:
-            core.remove(r)
-            completed.append(r.rid)
-        pool = core.pool
-        run.occupancy.append((k - 1, pool.num_active, pool.num_inactive))
+    completed_at: list[tuple[int, int]] = []
+    emitters = members
+    if rems is None or min(rems) > k:
+        for r in running:
+            r.num_computed += k
+            r.generated += k
+    else:
+        emitters = []
+        for r, rem in zip(running, rems, strict=True):
+            step = k if rem > k else rem
+            r.num_computed += step
+            r.generated += step
+            if rem == k:
+                completed.append(r.rid)
+            elif rem < k:
+                completed_at.append((rem - 1, r.rid))
+            if rem >= k:
+                emitters.append(r.rid)
+        if completed_at:
+            completed_at.sort(key=lambda c: c[0])  # stable: batch order within a pass
+            before = run.completed_before
+            for j, rid in completed_at:
+                before.setdefault(j, []).append(rid)
+            run.departures = [(j, len(rids)) for j, rids in sorted(before.items())]
     run.members = members
+    run.last_emitters = emitters
     run.queued = len(core.waiting)
-    run.effects.outputs = OutputBatch(token_request_ids=list(members), completed=completed)
+    run.effects.outputs = OutputBatch(token_request_ids=list(emitters), completed=completed)
     run.counter0 = rank._fpm_counter  # noqa: SLF001
     rank._fpm_counter += k  # noqa: SLF001
     rank._prefilled = False  # noqa: SLF001
@@ -376,6 +465,7 @@ def _commit(rank: TrtllmRank, run: TrtRunPending, k: int, first_done: int) -> No
             var_queued_prefill_length=qp.variance(), num_queued_decode=qd.n,
             sum_queued_decode_kv_tokens=qd.s1, var_queued_decode_kv_tokens=qd.variance(),
         )
+    return tuple(completed_at)
 
 
 def take_kv_events(run: TrtRunPending, before_pass: int) -> dict[int, list[KvEvent]]:
@@ -396,22 +486,29 @@ def complete_run(rank: TrtllmRank, run: TrtRunPending, end_ms: float) -> RunEffe
     last = run.effects
     tokens = last.outputs.token_request_ids
     absent: list[int] = []
-    if len(tokens) != len(run.members):
+    if len(tokens) != len(run.last_emitters):
         present = set(tokens)
-        absent = [r for r in run.members if r not in present]
+        absent = [r for r in run.last_emitters if r not in present]
     final = rank.metrics()  # stepping's complete_pass snapshot, taken now
     queued, m = run.queued, len(run.members)
     occupancy = run.occupancy
+    departures = run.departures
 
     def pass_metrics() -> list[Metrics]:
         out = []
-        at = 0
+        at = dep = 0
+        left = m
         for j in range(k - 1):
             while at + 1 < len(occupancy) and occupancy[at + 1][0] <= j:
                 at += 1
+            while dep < len(departures) and departures[dep][0] <= j:
+                left -= departures[dep][1]
+                dep += 1
             _, a, i = occupancy[at]
+            # Intermediate passes: no command ran, so only the run's own completions changed
+            # the batch, and the queue is as it was.
             out.append(Metrics(dp_rank=final.dp_rank, active_blocks=a, inactive_blocks=i,
-                               total_blocks=final.total_blocks, running_requests=m,
+                               total_blocks=final.total_blocks, running_requests=left,
                                waiting_requests=queued, preemptions_total=final.preemptions_total))
         out.append(final)
         return out
@@ -419,34 +516,35 @@ def complete_run(rank: TrtllmRank, run: TrtRunPending, end_ms: float) -> RunEffe
     effects = RunEffects(
         started_at_ms=run.started_at_ms, pass_ends=run.ends, members=run.members,
         absent_last=absent, completed=list(last.outputs.completed), kv_events=run.kv_events,
-        pass_metrics_factory=pass_metrics,
+        forward_pass_metrics=_fpms(run, end_ms) if run.fpm_fields is not None else None,
+        completed_before=run.completed_before, pass_metrics_factory=pass_metrics,
     )
-    if run.fpm_fields is not None:
-        effects.forward_pass_metrics = _fpms(run, end_ms)
     return effects
 
 
 def _fpms(run: TrtRunPending, end_ms: float) -> list[ForwardPassMetrics]:
-    """The stepping path's FPM of a steady pass: ``m`` decodes of the pass's lengths
-    (population variance from exact integer sums), no prefill, the unchanged queues."""
-    m = len(run.members)
+    """The stepping path's FPM of a steady pass: the pass's ``m`` decodes (population variance
+    from exact integer sums of the segment's lengths), no prefill, the unchanged queues."""
     fields = run.fpm_fields
     assert fields is not None
     out = []
     start = run.started_at_ms
     ends = run.ends
-    total, sq = run.total, run.sq
-    for j in range(len(ends)):
-        end = end_ms if j == len(ends) - 1 else ends[j]
-        s1 = total + j * m
-        s2 = sq + 2 * j * total + j * j * m
-        out.append(ForwardPassMetrics(
-            **fields, counter_id=run.counter0 + j + 1, num_decode_requests=m,
-            sum_decode_kv_tokens=s1,
-            var_decode_kv_tokens=(m * s2 - s1 * s1) / (m * m) if m > 1 else 0.0,
-            duration_ms=max(0.0, end - start),
-        ))
-        start = ends[j]
+    k = len(ends)
+    segments = run.segments
+    for idx, (j0, total, sq, m) in enumerate(segments):
+        j1 = segments[idx + 1][0] if idx + 1 < len(segments) else k
+        for j in range(j0, min(j1, k)):
+            end = end_ms if j == k - 1 else ends[j]
+            s1 = total + j * m
+            s2 = sq + 2 * j * total + j * j * m
+            out.append(ForwardPassMetrics(
+                **fields, counter_id=run.counter0 + j + 1, num_decode_requests=m,
+                sum_decode_kv_tokens=s1,
+                var_decode_kv_tokens=(m * s2 - s1 * s1) / (m * m) if m > 1 else 0.0,
+                duration_ms=max(0.0, end - start),
+            ))
+            start = ends[j]
     return out
 
 
