@@ -63,6 +63,11 @@ CONFIG_CASES = [
     ("workload: {concurrency: 0}", ["workload.concurrency: expected an integer >= 1 or null, got 0"]),
     ("workload: {arrival_speedup_ratio: 0}", ["workload.arrival_speedup_ratio: expected a finite number > 0"]),
     ("workload: {synthetic: {input_length: 'uniform:5'}}", ["workload.synthetic.input_length: bad length spec"]),
+    ("workload: {synthetic: {input_length: 'fixed:0'}}", ["input_length: bad length spec 'fixed:0': N must be an "
+                                                          "integer in [1, 16777216]"]),
+    ("workload: {synthetic: {input_length: 'normal:nan:1'}}", ["expected finite numbers, got 'nan'"]),
+    ("workload: {synthetic: {output_length: 'uniform:1:1e30'}}", ["output_length: bad length spec 'uniform:1:1e30': "
+                                                                 "need integers 0 <= LO <= HI <= 16777216"]),
     ("workload: {synthetic: {num_requests: -1}}", ["workload.synthetic.num_requests: expected an integer >= 0"]),
     ("report: {percentiles: 50}", ["report.percentiles: expected a list, got 50"]),
     ("report: {percentiles: [50, 101]}", ["report.percentiles[1]: expected a number in [0, 100], got 101.0"]),

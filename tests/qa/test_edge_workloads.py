@@ -152,3 +152,11 @@ def test_extreme_percentiles(capsys: pytest.CaptureFixture[str]) -> None:
     report = run_json(capsys, *synthetic(5, "report.percentiles=[0, 99.9, 100]"))
     assert report["p100_ttft_ms"] == report["max_ttft_ms"]
     assert report["p0_ttft_ms"] <= report["p99.9_ttft_ms"] <= report["p100_ttft_ms"]
+
+
+def test_heavy_tailed_lengths_are_clipped(capsys: pytest.CaptureFixture[str]) -> None:
+    """A lognormal spec whose draws overflow a float is clipped to its HI bound, not a crash."""
+    report = run_json(capsys, *synthetic(4, "workload.synthetic.input_length=lognormal:100:400:1:3000",
+                                         "workload.synthetic.output_length=normal:5:1000:0:7"))
+    assert report["completed"] == 4
+    assert report["total_input_tokens"] <= 4 * 3000 and report["total_output_tokens"] <= 4 * 7

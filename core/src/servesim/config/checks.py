@@ -168,13 +168,13 @@ def _check_length_specs(synthetic: Any) -> list[Problem]:
     from servesim.replay.synthetic import parse_length_spec
 
     out: list[Problem] = []
-    for name in ("input_length", "output_length"):
+    for name, minimum in (("input_length", 1), ("output_length", 0)):
         key = f"workload.synthetic.{name}"
         spec = getattr(synthetic, name, None)
         if spec is None:
             continue
         try:
-            parse_length_spec(spec, key)
+            parse_length_spec(spec, key, minimum)
         except ConfigError as exc:
             message = str(exc)
             out.append((key, message[len(key) + 2 :] if message.startswith(key + ": ") else message))

@@ -29,46 +29,70 @@ _UNIQUE_BASE = 1 << 28
 LengthSampler = Callable[[np.random.Generator], int]
 
 
-def _floats(parts: list[str], spec: str, key: str) -> list[float]:
+# Lengths are tokens: past 16M (longer than any model context) a length is a typo, and its
+# prompt's hash ids alone would take gigabytes.
+MAX_LENGTH = 1 << 24
+
+
+def _floats(parts: list[str], spec: str, key: str, *, inf_last: bool = False) -> list[float]:
+    """The numbers of a spec, all finite (the last may be ``inf`` when ``inf_last``)."""
     try:
-        return [float(p) for p in parts]
+        vals = [float(p) for p in parts]
     except ValueError:
         raise ConfigError(f"bad length spec {spec!r}: expected numbers", path=key) from None
+    for i, v in enumerate(vals):
+        if math.isnan(v) or (math.isinf(v) and not (inf_last and i == len(vals) - 1 and v > 0)):
+            raise ConfigError(f"bad length spec {spec!r}: expected finite numbers, got {parts[i]!r}", path=key)
+    return vals
 
 
-def parse_length_spec(spec: str, key: str = "length") -> LengthSampler:
-    """A sampler for ``spec``; a malformed spec is a ConfigError naming ``key``."""
+def parse_length_spec(spec: str, key: str = "length", minimum: int = 0) -> LengthSampler:
+    """A sampler for ``spec``; a malformed spec is a ConfigError naming ``key``.
+
+    Every length the spec can produce lies in ``[minimum, MAX_LENGTH]``: ``minimum`` is 1 for
+    prompt lengths, since an empty prompt is rejected by every engine.
+    """
     kind, _, rest = str(spec).partition(":")
     parts = rest.split(":") if rest else []
+    floor = f"integer in [{minimum}, {MAX_LENGTH}]"
     if kind == "fixed" and len(parts) == 1:
         (n,) = _floats(parts, spec, key)
-        if n < 0 or n != int(n):
-            raise ConfigError(f"bad length spec {spec!r}: N must be a non-negative integer", path=key)
+        if not minimum <= n <= MAX_LENGTH or n != int(n):
+            raise ConfigError(f"bad length spec {spec!r}: N must be an {floor}", path=key)
         value = int(n)
         return lambda rng: value
     if kind == "uniform" and len(parts) == 2:
         lo, hi = _floats(parts, spec, key)
-        if lo < 0 or hi < lo or lo != int(lo) or hi != int(hi):
-            raise ConfigError(f"bad length spec {spec!r}: need integers 0 <= LO <= HI", path=key)
+        if lo < minimum or hi < lo or hi > MAX_LENGTH or lo != int(lo) or hi != int(hi):
+            raise ConfigError(
+                f"bad length spec {spec!r}: need integers {minimum} <= LO <= HI <= {MAX_LENGTH}", path=key
+            )
         low, high = int(lo), int(hi) + 1
         return lambda rng: int(rng.integers(low, high))
     if kind in ("normal", "lognormal") and len(parts) in (2, 4):
-        vals = _floats(parts, spec, key)
+        vals = _floats(parts, spec, key, inf_last=len(parts) == 4)
         lo, hi = (vals[2], vals[3]) if len(parts) == 4 else (1.0, math.inf)
-        if vals[1] < 0 or hi < lo:
-            raise ConfigError(f"bad length spec {spec!r}: need SIGMA >= 0 and LO <= HI", path=key)
+        if vals[1] < 0 or hi < lo or lo < minimum:
+            raise ConfigError(
+                f"bad length spec {spec!r}: need SIGMA >= 0 and {minimum} <= LO <= HI", path=key
+            )
         centre, spread = vals[0], vals[1]
+        top = min(hi, MAX_LENGTH)
         if kind == "normal":
             def draw(rng: np.random.Generator) -> float:
                 return centre + spread * float(rng.standard_normal())
         else:
             def draw(rng: np.random.Generator) -> float:
-                return centre * math.exp(spread * float(rng.standard_normal()))
-        return lambda rng: int(min(max(round(draw(rng)), lo), hi))
+                # exp() of a huge exponent overflows; such a draw is clipped to the top anyway
+                z = spread * float(rng.standard_normal())
+                return centre * math.exp(z) if z < 700 else math.copysign(math.inf, centre)
+        # clip before rounding: round(inf) raises
+        return lambda rng: int(round(min(max(draw(rng), lo), top)))
     if kind == "choice" and len(parts) == 1:
         opts = _floats(parts[0].split(","), spec, key)
-        if any(o < 0 or o != int(o) for o in opts):
-            raise ConfigError(f"bad length spec {spec!r}: choices must be integers >= 0", path=key)
+        if any(not minimum <= o <= MAX_LENGTH or o != int(o) for o in opts):
+            raise ConfigError(f"bad length spec {spec!r}: choices must be integers in [{minimum}, {MAX_LENGTH}]",
+                              path=key)
         ints = [int(o) for o in opts]
         return lambda rng: ints[int(rng.integers(0, len(ints)))]
     raise ConfigError(
@@ -111,7 +135,7 @@ def _validate(cfg: SyntheticConfig) -> None:
 def generate(cfg: SyntheticConfig, seed: int = 0) -> Workload:
     """Build the workload ``cfg`` describes; ``num_requests`` counts requests (turns)."""
     _validate(cfg)
-    isl = parse_length_spec(cfg.input_length, "workload.synthetic.input_length")
+    isl = parse_length_spec(cfg.input_length, "workload.synthetic.input_length", minimum=1)
     osl = parse_length_spec(cfg.output_length, "workload.synthetic.output_length")
     rng = np.random.default_rng(seed)
     bs = cfg.block_size
