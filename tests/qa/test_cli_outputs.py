@@ -147,3 +147,25 @@ def test_progress_only_on_a_terminal(
         assert re.search(r"\r\[#{30}\] 5/5 requests  sim \d+\.\d s\n$", fake.text), fake.text[-80:]
     else:
         assert captured.err == ""
+
+
+def test_closed_stdout_pipe_is_not_a_traceback() -> None:
+    """``servesim plugins | head -1``: the reader leaves early; no traceback, SIGPIPE's status."""
+    code = "import sys; from servesim.cli import main; sys.exit(main())"
+    proc = subprocess.Popen([sys.executable, "-c", code, "plugins"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the child writes anything
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert err == ""
+
+
+def test_unknown_name_mentions_blocking_variables(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SERVESIM_DISABLE_PLUGINS", "vllm")
+    assert main(["validate", "/dev/null"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("servesim: error: /dev/null: engine.backend: unknown backend 'vllm'; installed: ")
+    assert err.endswith(" (SERVESIM_DISABLE_PLUGINS blocks vllm)\n")

@@ -175,7 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(args_list)
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a closed pipe fails here, inside the handler below
+        return code
     except UserError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -185,6 +187,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `servesim plugins | head`: the reader left. Send the rest of stdout nowhere so the
+        # interpreter's final flush does not fail again, and exit as a SIGPIPE'd tool does.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":  # pragma: no cover

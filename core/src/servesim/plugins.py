@@ -131,6 +131,18 @@ def _split_names(value: str | None) -> list[str]:
     return [n.strip() for n in (value or "").split(",") if n.strip()]
 
 
+def disabled_hint() -> str:
+    """Which plugin-blocking environment variables are set (empty when none): an unknown
+    plugin name is often an installed plugin they keep out."""
+    parts = []
+    if os.environ.get(DISABLE_AUTOLOAD_ENV):
+        parts.append(f"{DISABLE_AUTOLOAD_ENV} is set, so only built-ins are loaded")
+    blocked = _split_names(os.environ.get(DISABLE_ENV))
+    if blocked:
+        parts.append(f"{DISABLE_ENV} blocks {', '.join(blocked)}")
+    return "; ".join(parts)
+
+
 def builtin_modules() -> Iterator[tuple[str, ModuleType]]:
     """``(plugin_name, module)`` for every module of :mod:`servesim.builtins`, by name."""
     import servesim.builtins as package

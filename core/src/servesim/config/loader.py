@@ -25,7 +25,7 @@ from servesim.config.yaml_io import apply_sets, read_yaml
 from servesim.contract import WorkerType
 from servesim.errors import ConfigError, PluginError
 from servesim.factory import EngineFactory
-from servesim.plugins import Plugins
+from servesim.plugins import Plugins, disabled_hint
 from servesim.timing.base import TimingModel
 
 DEFAULT_TIMING_MODEL = "polynomial"
@@ -109,7 +109,8 @@ def _lookup(ctx: _Ctx, kind: str, name: Any, path: str, problems: list[Problem])
     try:
         return ctx.plugins.registry(kind).get(name)
     except PluginError as exc:
-        problems.append((path, str(exc)))
+        hint = disabled_hint()
+        problems.append((path, f"{exc} ({hint})" if hint else str(exc)))
         return None
 
 
