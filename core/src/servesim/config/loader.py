@@ -126,6 +126,13 @@ def _options(ctx: _Ctx, obj: Any, data: Any, path: str, what: str, problems: lis
         return None
     value, found = structure_at(ctx.conv, data, config_class, path)
     problems.extend(found)
+    if value is not None and attrs.has(type(value)):
+        # Core sections range-check every number; a plugin's options may not, and NaN passes
+        # any comparison-based check (a NaN router weight sent every request to worker 0).
+        for f in attrs.fields(type(value)):
+            item = getattr(value, f.name)
+            if isinstance(item, float) and item != item:
+                problems.append((f"{path}.{f.name}", "expected a number, got nan"))
     return value
 
 
