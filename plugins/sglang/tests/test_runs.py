@@ -28,6 +28,9 @@ from servesim_sglang.rank import SglangRank
 
 CONFIGS: list[tuple[dict[str, Any], dict[str, Any]]] = [
     (dict(num_gpu_blocks=4096, block_size=1), {}),
+    (dict(num_gpu_blocks=120, block_size=1), dict(schedule_policy="lpm")),
+    (dict(num_gpu_blocks=150, block_size=1, enable_prefix_caching=False), {}),
+    (dict(num_gpu_blocks=70, block_size=1, max_num_seqs=4), dict(schedule_policy="lof")),
     (dict(num_gpu_blocks=90, block_size=1), {}),  # tight: retractions, evictions every pass
     (dict(num_gpu_blocks=40, block_size=4), dict(chunked_prefill_size=16, schedule_policy="lpm")),
     (dict(num_gpu_blocks=30, block_size=3), dict(chunked_prefill_size=12, schedule_policy="lof")),
@@ -53,9 +56,10 @@ def make_engine(cfg: dict[str, Any], sg: dict[str, Any], sinks: bool, timing: An
 
 
 @st.composite
-def workloads(draw: Any) -> tuple[dict, dict, bool, list, list]:
+def workloads(draw: Any) -> tuple[dict, dict, tuple[bool, bool], list, list]:
     cfg, sg = draw(st.sampled_from(CONFIGS))
     sinks = draw(st.booleans())
+    through = draw(st.booleans())
     n = draw(st.integers(1, 9))
     shared = [7_000_000 + i for i in range(draw(st.integers(0, 24)))]
     arrivals = []
@@ -76,11 +80,11 @@ def workloads(draw: Any) -> tuple[dict, dict, bool, list, list]:
         cancels.append(
             (at, 0, CancelRequest(draw(st.integers(0, n - 1)), discard_pending_output=draw(st.booleans())))
         )
-    return cfg, sg, sinks, arrivals, cancels
+    return cfg, sg, (sinks, through), arrivals, cancels
 
 
-def _drive(engine: Engine, arrivals: list, cancels: list, runs: bool) -> DriveResult:
-    return drive(engine, arrivals, extra_commands=cancels, runs=runs)
+def _drive(engine: Engine, arrivals: list, cancels: list, runs: bool, through: bool = False) -> DriveResult:
+    return drive(engine, arrivals, extra_commands=cancels, runs=runs, through_completions=through)
 
 
 def _per_pass(result: DriveResult) -> dict[int, PassCompletionEffects]:
@@ -169,12 +173,12 @@ def assert_same(step: DriveResult, run: DriveResult) -> None:
 
 @settings(max_examples=150, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
-def test_runs_match_stepping(case: tuple[dict, dict, bool, list, list]) -> None:
-    cfg, sg, sinks, arrivals, cancels = case
+def test_runs_match_stepping(case: tuple[dict, dict, tuple[bool, bool], list, list]) -> None:
+    cfg, sg, (sinks, through), arrivals, cancels = case
     e_step, e_run = make_engine(cfg, sg, sinks), make_engine(cfg, sg, sinks)
     snaps_step, snaps_run = snapshot_after_passes(e_step), snapshot_after_passes(e_run)
     step = _drive(e_step, arrivals, cancels, runs=False)
-    run = _drive(e_run, arrivals, cancels, runs=True)
+    run = _drive(e_run, arrivals, cancels, runs=True, through=through)
     assert_same(step, run)
     assert _cache_state(e_step) == _cache_state(e_run)
     assert snaps_run.keys() <= snaps_step.keys()
@@ -231,3 +235,56 @@ def test_zero_duration_decode_passes_end_a_run_each() -> None:
         out[runs] = _drive(engine, arrivals, [], runs=runs)
     assert [r.effects.num_passes for r in out[True].runs] == [1] * len(out[True].runs)
     assert_same(out[False], out[True])
+
+
+def test_runs_continue_through_completions_when_nothing_waits() -> None:
+    """Page size 1, with the driver taking completions mid-run: the three-request batch
+    decodes in one run after its prefill, each completion at its own pass."""
+    arrivals = _uniform(3, 9, 10)
+    for sinks in (False, True):
+        cfg = dict(num_gpu_blocks=1000, block_size=1)
+        res = _drive(make_engine(cfg, {}, sinks), arrivals, [], runs=True, through=True)
+        assert len(res.passes) == 1 and len(res.runs) == 1
+        eff = res.runs[0].effects
+        assert eff.num_passes == 19
+        assert eff.completed_before == {8: [0], 13: [1]} and eff.completed == [2]
+        assert [m.running_requests for m in eff.pass_metrics or []][7:10] == [3, 2, 2]
+        step = _drive(make_engine(cfg, {}, sinks), arrivals, [], runs=False)
+        assert_same(step, res)
+
+
+PAGE1 = [c for c in CONFIGS if c[0].get("block_size") == 1]
+
+
+@st.composite
+def bursts(draw: Any) -> tuple[dict, dict, list, list]:
+    """Page size 1, bursts of arrivals with long gaps: runs continue through completions."""
+    cfg, sg = draw(st.sampled_from(PAGE1))
+    n = draw(st.integers(2, 9))
+    shared = [8_000_000 + i for i in range(draw(st.integers(0, 12)))]
+    arrivals = []
+    t = 0.0
+    for rid in range(n):
+        t += draw(st.sampled_from([0.0, 0.0, 1.0, 400.0]))
+        prefix = shared[: draw(st.integers(0, len(shared)))]
+        prompt = prefix + [rid * 100_000 + i for i in range(draw(st.integers(1, 20)))]
+        ids = [9_000 + i % 2 for i in range(70)] if draw(st.integers(0, 4)) == 0 else None
+        arrivals.append((t, Request(rid, Tokens(prompt), draw(st.integers(1, 60)), ids)))
+    cancels = []
+    if draw(st.booleans()):
+        at = draw(st.floats(0.0, t + 400.0, allow_nan=False))
+        cancels.append((at, 0, CancelRequest(draw(st.integers(0, n - 1)), discard_pending_output=True)))
+    return cfg, sg, arrivals, cancels
+
+
+@settings(max_examples=120, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bursts())
+def test_bulk_runs_through_completions_match_stepping(case: tuple[dict, dict, list, list]) -> None:
+    cfg, sg, arrivals, cancels = case
+    e_step, e_run = make_engine(cfg, sg, False), make_engine(cfg, sg, False)
+    snaps_step, snaps_run = snapshot_after_passes(e_step), snapshot_after_passes(e_run)
+    step = _drive(e_step, arrivals, cancels, runs=False)
+    run = _drive(e_run, arrivals, cancels, runs=True, through=True)
+    assert_same(step, run)
+    for passes, state in snaps_run.items():
+        assert state == snaps_step[passes], passes

@@ -24,7 +24,7 @@ Disaggregated handoff (prefill/decode worker types and the six handoff commands)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from attrs import define, field
 from servesim.config.engine import EngineConfig
@@ -333,9 +333,14 @@ class SglangRank(Rank):
             effects.forward_pass_metrics = ForwardPassMetrics(**pending.fpm, duration_ms=duration)
         return effects
 
-    def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int) -> RankRun | None:
+    # Runs may continue through completions when nothing waits (page size 1; servesim.runs).
+    runs_through_completions: ClassVar[bool] = True
+
+    def execute_run(
+        self, now_ms: float, horizon_ms: float, max_passes: int, through_completions: bool = False
+    ) -> RankRun | None:
         """A run of steady decode passes (servesim_sglang.runs), or None to step."""
-        return _runs.execute_run(self, now_ms, horizon_ms, max_passes)
+        return _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
 
     def complete_run(self, pending: _runs.SglangRunPending, end_ms: float) -> RunEffects:
         return _runs.complete_run(self, pending, end_ms)

@@ -55,7 +55,17 @@ class SglangRunPending:
     """A committed run. ``effects`` is the *last* pass's retained completion effects, so a
     command applied mid-pass suppresses outputs exactly as with a stepped pending pass."""
 
-    __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events", "used", "fpms", "running")
+    __slots__ = (
+        "started_at_ms",
+        "ends",
+        "members",
+        "effects",
+        "kv_events",
+        "used",
+        "present",
+        "fpms",
+        "completed_before",
+    )
 
     def __init__(self, started_at_ms: float) -> None:
         self.started_at_ms = started_at_ms
@@ -64,20 +74,22 @@ class SglangRunPending:
         self.effects = PassCompletionEffects()
         self.kv_events: dict[int, list[KvEvent]] = {}
         self.used: list[int] = []  # used pages after each pass but the last
+        self.present: list[int] = []  # members decoding in each pass
         self.fpms: list[dict[str, Any]] | None = None
-        self.running = 0
+        self.completed_before: dict[int, list[int]] = {}  # pass j < k - 1 -> completed there
 
 
 class _Plan:
-    __slots__ = ("ends", "evictions", "used", "grants", "residues", "total")
+    __slots__ = ("ends", "evictions", "used", "grants", "residues", "present", "open")
 
     def __init__(self) -> None:
         self.ends: list[float] = []
         self.evictions: list[tuple[int, int]] = []  # (pass, tokens) evicted at its start
-        self.used: list[int] = []
+        self.used: list[int] = []  # used pages after each pass (its completions included)
         self.grants = 0
         self.residues: list[int] = []
-        self.total = 0
+        self.present: list[int] = []  # members decoding in each pass
+        self.open = False  # every pass up to kmax was planned (no stop)
 
 
 def _steady(rank: SglangRank) -> tuple[int, int, list[int]] | None:
@@ -149,10 +161,23 @@ def _steady_page1(running: list[SglangRequest], cache: Any) -> tuple[int, int, l
     return total, first_done, [0] * len(running)
 
 
-def _plan(rank: SglangRank, now: float, horizon: float, kmax: int, total: int, residues: list[int]) -> _Plan:
+def _plan(
+    rank: SglangRank,
+    now: float,
+    horizon: float,
+    kmax: int,
+    total: int,
+    residues: list[int],
+    leave: dict[int, list[int]] | None = None,
+) -> _Plan:
     """Pass ends, evictions and occupancy of the passes that start before ``horizon`` (at
     most ``kmax``), stopping before a pass whose pages might not fit and after a pass that
-    ends at or after ``horizon`` or takes no time."""
+    ends at or after ``horizon`` or takes no time.
+
+    ``leave`` (page size 1 only): pass -> final lengths of the requests completing in it;
+    they stop decoding after it and give back their private pages (the pages their unlocked
+    prefix makes evictable are left out of ``available + evictable``: stopping early is safe).
+    """
     s = rank.sched
     cache = s.cache
     ps = cache.page_size
@@ -163,13 +188,16 @@ def _plan(rank: SglangRank, now: float, horizon: float, kmax: int, total: int, r
     tt = s.p.total_tokens
     sp = s.speedup * s.decode_speedup
     predict = s.timing.predict_decode_ms
+    caching = cache.caching
     free = cache.free_pages
     logical = free * ps + cache.evictable_size
     pages = cache.total_pages
     plan = _Plan()
-    ends, used = plan.ends, plan.used
+    ends, used, present = plan.ends, plan.used, plan.present
     start = now
     for j in range(kmax):
+        if m == 0:
+            break
         g = m if ps == 1 else counts[-j % ps]
         need = g * ps
         if logical < need:
@@ -177,34 +205,57 @@ def _plan(rank: SglangRank, now: float, horizon: float, kmax: int, total: int, r
         if free * ps < need:
             plan.evictions.append((j, need - free * ps))
             free = need // ps
-        ctx = total + j * m
-        end = start + scaled_ms(predict(m, min(ctx, tt), ctx // m, tt), sp)
+        end = start + scaled_ms(predict(m, min(total, tt), total // m, tt), sp)
         free -= g
         logical -= need
         plan.grants += g
+        present.append(m)
+        total += m
+        if leave is not None and j in leave:
+            for final in leave[j]:
+                total -= final
+                m -= 1
+                if not caching:  # else a page-1 request's pages all stay in the tree
+                    free += final
+                    logical += final
         ends.append(end)
         used.append(pages - free)
         if end >= horizon or end == start:
             break
         start = end
+    else:
+        plan.open = True
     plan.residues = residues
-    plan.total = total
     return plan
 
 
-def execute_run(rank: SglangRank, now: float, horizon: float, max_passes: int) -> RankRun | None:
+def execute_run(
+    rank: SglangRank, now: float, horizon: float, max_passes: int, through_completions: bool = False
+) -> RankRun | None:
     shape = _steady(rank)
     if shape is None:
         return None
     total, first_done, residues = shape
     plan = _plan(rank, now, horizon, min(first_done, max_passes), total, residues)
+    s = rank.sched
+    if plan.open and through_completions and first_done < max_passes and s.cache.page_size == 1:
+        # Nothing waits, so a completion enables nothing: continue without the completed
+        # (the driver retires them at their pass), up to the last member's completion.
+        leave: dict[int, list[int]] = {}
+        last = 0
+        for r in s.running:
+            rem = r.remaining_output
+            leave.setdefault(rem - 1, []).append(len(r.tokens) + rem)
+            if rem > last:
+                last = rem
+        plan = _plan(rank, now, horizon, min(last, max_passes), total, residues, leave)
     k = len(plan.ends)
     if k == 0:
         return None
     run = SglangRunPending(now)
     run.ends = plan.ends
     run.used = plan.used
-    s = rank.sched
+    run.present = plan.present
     run.members = [r.rid for r in s.running]
     # Events left by earlier commands belong to pass 0's boundary, as when stepping.
     leftover = s.cache.drain_events()
@@ -214,7 +265,8 @@ def execute_run(rank: SglangRank, now: float, horizon: float, max_passes: int) -
         _stepped(rank, run, k)
     else:
         _bulk(rank, run, plan, k)
-    return RankRun(now, tuple(plan.ends), run)
+    completed_at = tuple((j, rid) for j, rids in run.completed_before.items() for rid in rids)
+    return RankRun(now, tuple(plan.ends), run, completed_at)
 
 
 def _stepped(rank: SglangRank, run: SglangRunPending, k: int) -> None:
@@ -223,7 +275,6 @@ def _stepped(rank: SglangRank, run: SglangRunPending, k: int) -> None:
     fpm_on = rank.services.emit_forward_pass_metrics
     fpms: list[dict[str, Any]] = []
     start = run.started_at_ms
-    m = len(run.members)
     out = None
     for j in range(k):
         out = s.run_pass(start)
@@ -233,10 +284,11 @@ def _stepped(rank: SglangRank, run: SglangRunPending, k: int) -> None:
             or out.retracted
             or out.rejected
             or out.admissions
-            or len(out.token_rids) != m
-            or (out.completed and j < k - 1)
+            or len(out.token_rids) != run.present[j]
         ):
             raise RuntimeError(f"sglang run: pass {j} left the steady batch")
+        if out.completed and j < k - 1:
+            run.completed_before[j] = list(out.completed)
         evs = s.cache.drain_events()
         if evs:
             run.kv_events.setdefault(j, []).extend(evs)
@@ -245,39 +297,53 @@ def _stepped(rank: SglangRank, run: SglangRunPending, k: int) -> None:
         start = out.end_ms
     assert out is not None
     run.fpms = fpms if fpm_on else None
-    _finish_rank(rank, run, list(out.completed))
+    _finish_rank(rank, run, list(out.completed), list(out.token_rids))
 
 
 def _bulk(rank: SglangRank, run: SglangRunPending, plan: _Plan, k: int) -> None:
     """Apply ``k`` decode passes request by request (see the module docstring)."""
     s = rank.sched
     cache = s.cache
-    for _, tokens in plan.evictions:
-        cache.evict(tokens)
     cache.free_pages -= plan.grants
     ps = cache.page_size
     caching = cache.caching
     clock0 = cache._clock  # noqa: SLF001
     # before[j]: page completions (ticks) in passes < j; a request of residue r completes a
-    # page at pass j when (r + j + 1) % ps == 0.
-    counts = [0] * ps
-    for res in plan.residues:
-        counts[res] += 1
+    # page at pass j when (r + j + 1) % ps == 0 (page size 1: every member, every pass).
     before = [0] * (k + 1)
-    for j in range(k):
-        before[j + 1] = before[j] + (len(plan.residues) if ps == 1 else counts[(-j - 1) % ps])
-    done: list[tuple[SglangRequest, int]] = []
+    if ps == 1:
+        for j in range(k):
+            before[j + 1] = before[j] + plan.present[j]
+    else:
+        counts = [0] * ps
+        for res in plan.residues:
+            counts[res] += 1
+        for j in range(k):
+            before[j + 1] = before[j] + counts[(-j - 1) % ps]
+    done: list[tuple[int, SglangRequest, int]] = []
     keep: list[SglangRequest] = []
     if ps == 1:
-        _bulk_page1(s.running, k, cache, clock0, done, keep)
+        _bulk_page1(s.running, k, cache, clock0, before, done, keep)
     else:
         _bulk_pages(s.running, k, cache, clock0, before, done, keep)
+    done.sort(key=lambda d: d[0])  # stable: batch order within a pass
+    # Evictions at each pass's start and completions at its end, in stepping's order (a
+    # completion unlocks pages that a later pass may evict).
+    evictions = plan.evictions
+    e = 0
     out = _LastPass()
-    for r, clock in done:
+    for c, r, clock in done:
+        while e < len(evictions) and evictions[e][0] <= c:
+            cache.evict(evictions[e][1])
+            e += 1
         _append_tokens(r, 1)
         if caching:
             cache._clock = clock  # noqa: SLF001 - the tick finish() takes is stepping's
         s._complete(r, out)  # type: ignore[arg-type]  # noqa: SLF001
+        if c < k - 1:
+            run.completed_before.setdefault(c, []).append(out.completed.pop())
+    for _, tokens in evictions[e:]:
+        cache.evict(tokens)
     if caching:
         cache._clock = clock0 + before[k]  # noqa: SLF001
     s.running = keep
@@ -286,7 +352,21 @@ def _bulk(rank: SglangRank, run: SglangRunPending, plan: _Plan, k: int) -> None:
         ratio = max(ratio - step, floor)
     s.ratio = ratio
     rank._c.passes += k  # noqa: SLF001
-    _finish_rank(rank, run, out.completed)
+    last = run.members
+    if run.completed_before:
+        gone = {rid for rids in run.completed_before.values() for rid in rids}
+        last = [rid for rid in last if rid not in gone]
+    _finish_rank(rank, run, out.completed, list(last))
+
+
+class _LastPass:
+    """The part of a ``PassOutcome`` that ``SglangScheduler._complete`` writes."""
+
+    __slots__ = ("completed", "cached_tokens")
+
+    def __init__(self) -> None:
+        self.completed: list[int] = []
+        self.cached_tokens: dict[int, int] = {}
 
 
 def _bulk_page1(
@@ -294,19 +374,23 @@ def _bulk_page1(
     k: int,
     cache: Any,
     clock0: int,
-    done: list[tuple[SglangRequest, int]],
+    before: list[int],
+    done: list[tuple[int, SglangRequest, int]],
     keep: list[SglangRequest],
 ) -> None:
-    """Page size 1: every request takes a page and completes one at every pass, so request
-    ``i``'s tick at pass ``j`` is ``clock0 + j·m + i + 1``."""
-    m = len(running)
+    """Page size 1: every member takes a page and completes one at every pass it decodes in,
+    so member ``i``'s (1-based) tick at pass ``j`` is ``clock0 + before[j] + i`` less the
+    earlier members that completed before pass ``j``. A member with ``rem <= k`` tokens left
+    completes at pass ``rem - 1`` (its last token and ``finish`` are left to the caller)."""
     caching = cache.caching
     protected = 0
     i = 0
+    gone: list[int] = []  # completion passes of earlier members
     for r in running:
         i += 1
-        last = r.remaining_output == k
-        steps = k - 1 if last else k
+        rem = r.remaining_output
+        c = rem - 1 if rem <= k else -1
+        steps = c if c >= 0 else k
         if steps:
             o = r.output_len
             ids = r.output_ids
@@ -317,18 +401,22 @@ def _bulk_page1(
                 new = _new_tokens(r, steps)
             r.tokens.extend(new)
             r.output_len = o + steps
-            r.remaining_output -= steps
+            r.remaining_output = rem - steps
             r.materialized += steps
         lease = r.lease
         assert lease is not None
-        lease.pages += k
+        lease.pages += steps if c < 0 else rem
         if caching and steps:
             lease.node.key.extend(new)
             lease.cached += steps
             protected += steps
-            lease.node.stamp = lease.touch = clock0 + (steps - 1) * m + i
-        if last:
-            done.append((r, clock0 + (k - 1) * m + i - 1))
+            jl = steps - 1
+            pos = i - sum([1 for g in gone if g < jl]) if gone else i
+            lease.node.stamp = lease.touch = clock0 + before[jl] + pos
+        if c >= 0:
+            pos = i - sum([1 for g in gone if g < c]) if gone else i
+            done.append((c, r, clock0 + before[c] + pos - 1))
+            gone.append(c)
         else:
             keep.append(r)
     cache.protected_size += protected
@@ -340,7 +428,7 @@ def _bulk_pages(
     cache: Any,
     clock0: int,
     before: list[int],
-    done: list[tuple[SglangRequest, int]],
+    done: list[tuple[int, SglangRequest, int]],
     keep: list[SglangRequest],
 ) -> None:
     """Page size > 1: a request of residue ``res`` takes a page at passes ``≡ -res`` and
@@ -374,19 +462,9 @@ def _bulk_pages(
                 lease.cached = end
                 node.stamp = lease.touch = clock0 + before[jl] + pos
         if last:
-            done.append((r, clock0 + before[k - 1] + pos - 1))
+            done.append((k - 1, r, clock0 + before[k - 1] + pos - 1))
         else:
             keep.append(r)
-
-
-class _LastPass:
-    """The part of a ``PassOutcome`` that ``SglangScheduler._complete`` writes."""
-
-    __slots__ = ("completed", "cached_tokens")
-
-    def __init__(self) -> None:
-        self.completed: list[int] = []
-        self.cached_tokens: dict[int, int] = {}
 
 
 def _new_tokens(r: SglangRequest, n: int) -> list[int]:
@@ -412,15 +490,18 @@ def _append_tokens(r: SglangRequest, n: int) -> None:
     r.materialized += n
 
 
-def _finish_rank(rank: SglangRank, run: SglangRunPending, completed: list[int]) -> None:
-    """The rank's per-pass bookkeeping of ``execute_pass`` for the whole run."""
+def _finish_rank(rank: SglangRank, run: SglangRunPending, completed: list[int], last: list[int]) -> None:
+    """The rank's per-pass bookkeeping of ``execute_pass`` for the whole run; ``last`` are
+    the members emitting at the last pass, ``completed`` those completing there."""
     for rid in completed:
         rank.requests.pop(rid, None)
+    for rids in run.completed_before.values():
+        for rid in rids:
+            rank.requests.pop(rid, None)
     rank._prefilled = False  # noqa: SLF001
     rank._model_work = True  # noqa: SLF001
     rank._stalled = None  # noqa: SLF001
-    run.running = len(run.members)
-    run.effects.outputs = OutputBatch(token_request_ids=list(run.members), completed=completed)
+    run.effects.outputs = OutputBatch(token_request_ids=last, completed=completed)
 
 
 def take_kv_events(run: SglangRunPending, before_pass: int) -> dict[int, list[KvEvent]]:
@@ -438,11 +519,13 @@ def complete_run(rank: SglangRank, run: SglangRunPending, end_ms: float) -> RunE
         run.kv_events.setdefault(k - 1, []).extend(late)
     tokens = last.outputs.token_request_ids
     absent: list[int] = []
-    if len(tokens) != len(run.members):
-        present = set(tokens)
-        absent = [r for r in run.members if r not in present]
+    k_last = run.present[-1]
+    if len(tokens) != k_last:
+        emitted = set(tokens)
+        gone = {rid for rids in run.completed_before.values() for rid in rids}
+        absent = [r for r in run.members if r not in emitted and r not in gone]
     final = rank.metrics()
-    m = run.running
+    present = run.present
     used = run.used
     dp = rank.identity.dp_rank
 
@@ -453,7 +536,7 @@ def complete_run(rank: SglangRank, run: SglangRunPending, end_ms: float) -> RunE
                 active_blocks=used[j],
                 inactive_blocks=0,
                 total_blocks=final.total_blocks,
-                running_requests=m,
+                running_requests=present[j + 1],
                 waiting_requests=0,
                 preemptions_total=final.preemptions_total,
                 sglang_cache_hit_tokens=0,
@@ -472,6 +555,7 @@ def complete_run(rank: SglangRank, run: SglangRunPending, end_ms: float) -> RunE
         completed=list(last.outputs.completed),
         kv_events=run.kv_events,
         pass_metrics_factory=pass_metrics,
+        completed_before=run.completed_before,
     )
     if run.fpms is not None:
         starts = [run.started_at_ms, *run.ends[:-1]]
