@@ -23,7 +23,11 @@ replayed at their pass with the same pool calls as stepping — interleaved in b
 GNE (:meth:`TrtCore.decode_step` finalises at once), allocations first and then finalisations
 for the native policies (:meth:`TrtCore.flush_finalize`) — so KV events and block ids are
 identical. A pass whose allocations could fail ends the run before it. A request reaching its
-output length ends the run with that pass.
+output length ends the run with that pass — or, when the driver can take completions mid-run
+(``through_completions``) and a completion enables nothing (no queue; for the static batch,
+members remain), the run continues: the request is removed at its pass (after that pass's
+block steps, as ``TrtCore.emit`` after scheduling) and later passes are priced without it, one
+segment between completions.
 
 Pass ``j`` is priced as stepping prices it: ``start + decode`` with
 ``decode = scaled_ms(predict_decode_ms(m, S + j*m, (S + j*m) // m, capacity), decode_speedup)``
@@ -187,9 +191,10 @@ def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
                 through_completions: bool = False) -> RankRun | None:
     # The queue head first: an admissible head is the usual reason to step, and cheap to see.
     core = rank.core
-    watch = _head_watch(core) if rank.policy is _GNE else None
-    if watch is False:
+    head = _head_watch(core) if rank.policy is _GNE else None
+    if head is False:
         return None
+    watch = head if isinstance(head, set) and head else None
     shape = _steady(rank)
     if shape is None:
         return None
@@ -215,7 +220,7 @@ def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
     elif len(ends) >= first_done:
         rems = [r.max_output - r.generated for r in running]
     run = TrtRunPending(now)
-    k = _replay_crossings(rank, run, running, cross, len(ends), watch or None, rems)
+    k = _replay_crossings(rank, run, running, cross, len(ends), watch, rems)
     if k == 0:
         return None
     del ends[k:]
@@ -315,13 +320,7 @@ def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, running: list[TrtReq
     occupancy = run.occupancy
     occupancy.append((-1, pool.num_active, pool.num_inactive))
     leftover = events_on  # events left by commands belong to pass 0, as when stepping
-    if rems is None:
-        cross = [c for c in cross if c[0] < k]
-    else:
-        cross = [c for c in cross if c[0] < k and c[0] < rems[c[1]]]
-        # Completions as (pass, n + batch index): after the pass's block steps, batch order.
-        cross.extend((rem - 1, n + i) for i, rem in enumerate(rems) if rem <= k)
-    heapq.heapify(cross)
+    cross = _agenda(cross, k, rems)
     while cross:
         j = cross[0][0]
         due = []
@@ -360,6 +359,20 @@ def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, running: list[TrtReq
     if leftover:
         _take_events(pool, run, 0)
     return k
+
+
+def _agenda(cross: list[tuple[int, int]], k: int, rems: list[int] | None) -> list[tuple[int, int]]:
+    """The heap of a run's per-request events before pass ``k``: block steps as ``(pass,
+    batch index)`` (only while the request still decodes) and completions as ``(pass,
+    n + batch index)``, which sort after the pass's block steps and in batch order."""
+    if rems is None:
+        out = [c for c in cross if c[0] < k]
+    else:
+        n = len(rems)
+        out = [c for c in cross if c[0] < k and c[0] < rems[c[1]]]
+        out.extend((rem - 1, n + i) for i, rem in enumerate(rems) if rem <= k)
+    heapq.heapify(out)
+    return out
 
 
 def _would_publish(core: TrtCore, running: list[TrtRequest], due: list[int], j: int,
