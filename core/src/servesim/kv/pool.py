@@ -186,19 +186,31 @@ class BlockPool:
         primary = self._primary
         events = self._events
         order = self._evict._order if type(self._evict) is LruEviction else None  # noqa: SLF001
-        for _ in range(n):
-            if order is None or self._dups:
+        if order is None or self._dups:
+            # Duplicates only ever go away during eviction, so this path stays exact.
+            for _ in range(n):
                 b = self._evict_one()
-            else:
-                b = order.popitem(last=False)[0]
-                h = hashes[b]
+                ref[b] = 1
+                ids.append(b)
+            return
+        # No duplicate copies: each inactive block is its hash's only (primary) copy.
+        popitem = order.popitem
+        pop = primary.pop
+        start = len(ids)
+        for _ in range(n):
+            b = popitem(False)[0]
+            h = hashes[b]
+            if h is not None:
                 hashes[b] = None
-                if h is not None and primary.get(h) == b:
-                    del primary[h]
+                p = pop(h, None)
+                if p == b:
                     if events is not None:
                         self._publish(RemovedBlocks((h,)))
-            ref[b] = 1
+                elif p is not None:
+                    primary[h] = p
             ids.append(b)
+        for i in range(start, len(ids)):
+            ref[ids[i]] = 1
 
     def _plan(self, table: BlockTable, target: int, prefix: Sequence[int]) -> tuple[int, int] | None:
         have = len(table.ids)
@@ -272,12 +284,24 @@ class BlockPool:
         ids = table.ids
         primary = self._primary
         events = self._events
+        hashes = self._hash
+        if events is None:
+            # No events to batch: one dict operation per block.
+            setdefault = primary.setdefault
+            for i in range(start, upto):
+                b = ids[i]
+                h = seq_hashes[i]
+                hashes[b] = h
+                if setdefault(h, b) != b:
+                    self._dups.setdefault(h, []).append(b)
+            table.num_cached = upto
+            return
         run: list[KvBlock] = []
         run_parent: int | None = None
         for i in range(start, upto):
             b = ids[i]
             h = seq_hashes[i]
-            self._hash[b] = h
+            hashes[b] = h
             if h not in primary:
                 primary[h] = b
                 if events is not None:
@@ -293,6 +317,27 @@ class BlockPool:
         if run:
             self._publish(StoredBlocks(run_parent, tuple(run)))
         table.num_cached = upto
+
+    def rekey(self, table: BlockTable, lo: int, hi: int, old: Sequence[int],
+              new: Sequence[int]) -> None:
+        """Rename cache-visible blocks ``table.ids[lo:hi]`` from the unique placeholder hashes
+        ``old[i]`` to their real hashes ``new[i]``, as :meth:`finalize` would have registered
+        them (a hash that already has a resident copy gains a duplicate). For callers that
+        defer hashing blocks nothing can observe (no events are published here)."""
+        ids = table.ids
+        hashes = self._hash
+        primary = self._primary
+        for i in range(lo, hi):
+            b = ids[i]
+            o = old[i]
+            if hashes[b] != o:
+                raise ValueError(f"block {b} is not registered under placeholder {o}")
+            if primary.get(o) == b:
+                del primary[o]
+            h = new[i]
+            hashes[b] = h
+            if primary.setdefault(h, b) != b:
+                self._dups.setdefault(h, []).append(b)
 
     # -- release --------------------------------------------------------------------------
 

@@ -170,7 +170,7 @@ class KvRouter(Router):
         cost = []
         for s in range(n):
             active = state.active_hashes[s]
-            new_blocks = blocks - sum(1 for h in block_hashes if h in active)
+            new_blocks = blocks - sum(map(active.__contains__, block_hashes))
             prefill = w * (new[s] + state.prefill_tokens[s]) / bs
             cost.append(prefill + state.active_blocks[s] + new_blocks)
         return cost, new

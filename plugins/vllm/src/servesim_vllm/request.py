@@ -11,10 +11,14 @@ only a block at a time, when a block that holds them becomes full and needs its 
 from __future__ import annotations
 
 import enum
+import itertools
 
 from servesim.contract import Request
 from servesim.kv.pool import BlockTable
 from servesim.kv.sequence import SequenceBlocks
+
+# Placeholder "hashes" of generated blocks nobody can observe (negative: never a real u64 hash).
+_placeholders = itertools.count(1)
 
 
 class Status(enum.Enum):
@@ -45,6 +49,7 @@ class VllmRequest:
         "cached_signaled",
         "blocks",
         "work",
+        "lazy_seq",
     )
 
     def __init__(self, request: Request, max_model_len: int | None) -> None:
@@ -66,6 +71,8 @@ class VllmRequest:
         self.cached_signaled = False
         self.blocks = SequenceBlocks(request)
         self.work: object | None = None  # this pass's scheduling details (scheduler-owned)
+        # Prompt hashes followed by unique placeholders for generated blocks (finalize_seq).
+        self.lazy_seq: list[int] | None = None
 
     @property
     def finished_generating(self) -> bool:
@@ -87,6 +94,43 @@ class VllmRequest:
     def ensure_hashes(self, nblocks: int, block_size: int) -> None:
         """Hashes of the first ``nblocks`` full blocks of the known tokens."""
         self.blocks.hashes(nblocks, block_size)
+
+    def finalize_seq(self, nblocks: int, block_size: int, lazy: bool) -> list[int]:
+        """Sequence hashes to finalise the first ``nblocks`` full blocks with.
+
+        ``lazy`` (no KV events, pseudo generated tokens): a block holding generated tokens
+        gets a unique negative placeholder instead of its hash. Nothing can observe it: no
+        event carries it, and no other request's prompt can contain this request's pseudo
+        tokens, so no lookup could have hit it. Only the request itself could, after a
+        preemption, which is why :meth:`realize_hashes` swaps the real hashes in first.
+        The pool treats placeholders like hashes (the block is cached, evictable in LRU order),
+        so occupancy, eviction order and every later lookup stay as with real hashes.
+        """
+        lz = self.lazy_seq
+        if lz is None:
+            seq = self.blocks.seq
+            if len(seq) >= nblocks:
+                return seq
+            if not lazy:
+                self.blocks.hashes(nblocks, block_size)
+                return self.blocks.seq
+            self.lazy_seq = lz = list(seq)
+        if len(lz) < nblocks:
+            lz.extend([-next(_placeholders) for _ in range(nblocks - len(lz))])
+        return lz
+
+    def realize_hashes(self, block_size: int, pool: object) -> None:
+        """Before the request's blocks are released on preemption: compute the real hashes of
+        its placeholder blocks and re-key them in ``pool`` (servesim.kv.pool.BlockPool.rekey)."""
+        lz = self.lazy_seq
+        if lz is None:
+            return
+        self.lazy_seq = None
+        lo = len(self.blocks.seq)
+        hi = min(len(lz), self.table.num_cached)
+        if hi > lo:
+            self.blocks.hashes(hi, block_size)
+            pool.rekey(self.table, lo, hi, lz, self.blocks.seq)  # type: ignore[attr-defined]
 
     def tokens(self, start: int, end: int) -> list[int]:
         return self.blocks.tokens(start, end)

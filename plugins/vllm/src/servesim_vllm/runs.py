@@ -359,11 +359,11 @@ def _block_step(s: Any, req: VllmRequest, length: int) -> None:
     if s.caching:
         full = length // bs
         if full > table.num_cached:
-            req.ensure_hashes(full, bs)
+            seq = req.finalize_seq(full, bs, s.lazy_hashes and req.request.output_token_ids is None)
             tokens = None
             if s.token_ids_in_events:
                 tokens = lambda i: req.tokens(i * bs, (i + 1) * bs)  # noqa: E731
-            s.pool.finalize(table, full, req.seq, req.loc, tokens)
+            s.pool.finalize(table, full, seq, req.loc, tokens)
 
 
 def _commit(rank: VllmRank, run: VllmRunPending, k: int, first_done: int,

@@ -115,6 +115,9 @@ class VllmScheduler:
         )
         self.caching = config.enable_prefix_caching
         self.token_ids_in_events = config.emit_kv_token_ids and services.emit_kv_events
+        # Generated blocks are hashed only when something could observe them (VllmRequest.
+        # finalize_seq): with KV events off, pseudo tokens get placeholders until preemption.
+        self.lazy_hashes = self.caching and not self.pool.events_enabled
         self.lifo = config.preemption_mode is PreemptionMode.LIFO
         self.max_seqs = config.max_num_seqs if config.max_num_seqs is not None else _UNBOUNDED
         self.max_tokens = (
@@ -335,11 +338,12 @@ class VllmScheduler:
         if self.caching:
             full = new_computed // bs
             if full > table.num_cached:
-                req.ensure_hashes(full, bs)
+                seq = req.finalize_seq(
+                    full, bs, self.lazy_hashes and req.request.output_token_ids is None)
                 tokens = None
                 if self.token_ids_in_events:
                     tokens = lambda i: req.tokens(i * bs, (i + 1) * bs)  # noqa: E731
-                self.pool.finalize(table, full, req.seq, req.loc, tokens)
+                self.pool.finalize(table, full, seq, req.loc, tokens)
         prompt_tokens = (new_computed if new_computed < plen else plen) - prompt_before
         work = _Work(req, desired, prompt_tokens, prompt_before)
         req.work = work
@@ -373,6 +377,7 @@ class VllmScheduler:
             order.remove(victim)
             undone = self._res.work.pop(victim.rid, None)
             self._budget += undone.tokens if undone is not None else 1
+        victim.realize_hashes(self.bs, pool)  # its own blocks may be hit on readmission
         pool.release(victim.table)
         victim.computed = 0
         victim.status = Status.PREEMPTED
