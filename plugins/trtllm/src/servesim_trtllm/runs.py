@@ -121,6 +121,8 @@ def _head_watch(core: TrtCore) -> set[int] | None | bool:
     if head.reject or head.total_blocks > core.num_blocks:
         return False
     available = core.reserved_available()
+    if head.total_blocks <= available:
+        return False  # admissible even without a prefix hit: no need to look it up
     needed, _, _ = core.fresh_blocks_needed(head)
     if needed <= available:
         return False
