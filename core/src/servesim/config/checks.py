@@ -48,7 +48,8 @@ ENGINE_RULES: tuple[Rule, ...] = (
     ("prefill_schedule_interval", _int_ge(1), "an integer >= 1", False),
     ("kv_bytes_per_token", _finite_gt(0), "a finite number > 0 or null", True),
     ("kv_transfer_bandwidth", _finite_gt(0), "a finite number > 0 (GB/s) or null", True),
-    ("aic_nextn", _int_ge(1), "an integer >= 1 or null", True),
+    # dynamo-mocker.md §1.5 rule 8
+    ("aic_nextn", lambda v: isinstance(v, int) and 1 <= v <= 5, "an integer in [1, 5] or null", True),
     ("num_layers", _int_ge(1), "an integer >= 1 or null", True),
     ("num_kv_heads", _int_ge(1), "an integer >= 1 or null", True),
     ("head_dim", _int_ge(1), "an integer >= 1 or null", True),
@@ -76,7 +77,8 @@ TRACE_RULES: tuple[Rule, ...] = (("trace_block_size", _int_ge(1), "an integer >=
 # Bounds agree with the generator's own checks (servesim.replay.synthetic), so that
 # ``servesim validate`` accepts exactly what ``servesim run`` can generate.
 SYNTHETIC_RULES: tuple[Rule, ...] = (
-    ("num_requests", _int_ge(0), "an integer >= 0", False),
+    # past 1e8 the generator's arrays alone exhaust memory; a larger count is a typo
+    ("num_requests", lambda v: isinstance(v, int) and 0 <= v <= 10**8, "an integer in [0, 100000000]", False),
     ("rate", _finite_ge(0), "a finite number >= 0 (sessions per second; 0 is a burst)", False),
     ("arrival", lambda v: v in ("poisson", "constant", "burst"), "one of poisson, constant, burst", False),
     (
@@ -114,11 +116,21 @@ def apply_rules(obj: Any, prefix: str, rules: tuple[Rule, ...]) -> list[Problem]
 def check_engine(engine: Any, prefix: str = "engine") -> list[Problem]:
     problems = apply_rules(engine, prefix, ENGINE_RULES)
     nextn = getattr(engine, "aic_nextn", None)
-    if isinstance(nextn, int) and nextn >= 1:
+    if isinstance(nextn, int) and 1 <= nextn <= 5:
         try:
             normalize_conditional_accept_rates(nextn, engine.aic_nextn_accept_rates)
         except ValueError as exc:
             problems.append((f"{prefix}.aic_nextn_accept_rates", str(exc)))
+        # dynamo-mocker.md §1.5 rule 4: speculative steps are priced by the draft model, not
+        # by a decode speed-up.
+        ratio = getattr(engine, "decode_speedup_ratio", 1.0)
+        if ratio != 1.0:
+            problems.append(
+                (f"{prefix}.decode_speedup_ratio", f"expected 1.0 when aic_nextn is set, got {show(ratio)}")
+            )
+    elif nextn is None and getattr(engine, "aic_nextn_accept_rates", None) is not None:
+        # rule 5: rates without a draft count would be silently ignored
+        problems.append((f"{prefix}.aic_nextn_accept_rates", "set without aic_nextn; set both or neither"))
     return problems
 
 
