@@ -62,3 +62,18 @@ def test_run_tokens_shares_gaps_but_keeps_each_first_gap() -> None:
     log.run_tokens([0, 1], [1], [30.0, 31.0], start=24.0)
     assert log.ntok == [7, 5, 0] and log.last[:2] == [31.0, 30.0]
     assert list(log.shared_weight)[-2:] == [2, 1]
+
+
+def test_sorted_weighted_distribution_accepts_equal_neighbours() -> None:
+    """The report's per-user throughput passes 1000/gap in reverse order without merging values
+    that became equal: every statistic must match the merged multiset's."""
+    from servesim.replay.stats import sorted_weighted_distribution, weighted_sorted
+
+    gaps = np.array([3.0, 7.013, 7.013000000000001, 12.25, 40.0])
+    w = np.array([4, 2, 9, 1, 3])
+    uniq, counts = weighted_sorted(gaps, w)
+    per_user = (1000.0 / uniq)[::-1]
+    assert len(np.unique(per_user)) == 4  # 1000/7.013 and 1000/7.013000000000001 round equal
+    got = sorted_weighted_distribution("u", per_user, counts[::-1], PCTS, unit="")
+    assert got == weighted_distribution("u", 1000.0 / gaps, w, PCTS, unit="")
+    assert got["max_u"] == 1000.0 / 3.0 and got["median_u"] == 1000.0 / 7.013

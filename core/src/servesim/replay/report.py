@@ -25,7 +25,8 @@ from servesim.replay.stats import (
     RequestLog,
     distribution,
     percentile_key,
-    weighted_distribution,
+    sorted_weighted_distribution,
+    weighted_sorted,
 )
 
 _DIGITS = 6
@@ -133,10 +134,14 @@ def build_report(
     for name, vals in (("ttft", ttft), ("tpot", tpot), ("e2el", e2e), ("ttst", ttst)):
         rep.update(distribution(name, vals, pcts))
     # Pooled samples are (value, weight) pairs: never one float per token (DESIGN.md §7).
-    rep.update(weighted_distribution("itl", itl, itl_w, pcts))
-    positive = itl > 0  # the reference's output_token_throughput_per_user
-    rep.update(weighted_distribution("output_token_throughput_per_user", 1000.0 / itl[positive],
-                                     itl_w[positive], pcts, unit=""))
+    uniq, counts = weighted_sorted(itl, itl_w)
+    rep.update(sorted_weighted_distribution("itl", uniq, counts, pcts))
+    # The reference's output_token_throughput_per_user: 1000/x is non-increasing in x > 0,
+    # so the reversed positive gaps give its values in non-decreasing order without a sort.
+    positive = uniq > 0
+    rep.update(sorted_weighted_distribution(
+        "output_token_throughput_per_user", (1000.0 / uniq[positive])[::-1],
+        counts[positive][::-1], pcts, unit=""))
     rep.update(_goodput_keys(a, cfg, dur_s))
     rep["config"] = resolved_config if resolved_config is not None else {}
     return _clean(rep)

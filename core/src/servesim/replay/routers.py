@@ -96,9 +96,26 @@ class KvIndex:
 
     def apply(self, worker: int, events: Sequence[KvEvent]) -> None:
         index = self._index
+        get = index.get
+        base = worker * self.dp_size
         for ev in events:
-            bit = 1 << (worker * self.dp_size + ev.dp_rank)
+            bit = 1 << (base + ev.dp_rank)
             data = ev.data
+            kind = type(data)
+            if kind is RemovedBlocks and len(data.block_hashes) == 1:
+                # The common eviction event: one block (kept exact for subclasses below).
+                h = data.block_hashes[0]
+                m = get(h, 0) & ~bit
+                if m:
+                    index[h] = m
+                else:
+                    index.pop(h, None)
+                continue
+            if kind is StoredBlocks:
+                for b in data.blocks:
+                    h = b.block_hash
+                    index[h] = get(h, 0) | bit
+                continue
             if isinstance(data, StoredBlocks):
                 for b in data.blocks:
                     index[b.block_hash] = index.get(b.block_hash, 0) | bit

@@ -65,12 +65,26 @@ def weighted_distribution(
     (copies), without materialising the copies: percentiles by cumulative weight, the mean
     and population std from exact sums (error-free products, ``math.fsum``), so the result
     depends only on the multiset — however it is split into (value, weight) pairs."""
+    return sorted_weighted_distribution(name, *weighted_sorted(values, weights), percentiles, unit)
+
+
+def weighted_sorted(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(distinct values ascending, their total weights)`` of a weighted multiset."""
     values = np.asarray(values, dtype=np.float64)
     weights = np.asarray(weights, dtype=np.int64)
     keep = weights > 0
     uniq, inverse = np.unique(values[keep], return_inverse=True)
     counts = np.bincount(inverse, weights=weights[keep]).astype(np.int64) if uniq.size else (
         np.zeros(0, dtype=np.int64))
+    return uniq, counts
+
+
+def sorted_weighted_distribution(
+    name: str, uniq: np.ndarray, counts: np.ndarray, percentiles: Iterable[float],
+    unit: str = "_ms",
+) -> dict[str, float]:
+    """:func:`weighted_distribution` of values already in non-decreasing order with positive
+    integer weights (equal neighbours allowed: every statistic depends only on the multiset)."""
     n = int(counts.sum())
     if n == 0:
         return distribution(name, np.zeros(0), percentiles, unit)
