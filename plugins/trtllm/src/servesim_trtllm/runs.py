@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 _GNE = CapacitySchedulerPolicy.GUARANTEED_NO_EVICT
 _MU = CapacitySchedulerPolicy.MAX_UTILIZATION
 _NEVER = 1 << 62
+_KEY = 1 << 40  # (passes left) * _KEY + length orders members by completion
 # Passes priced one by one before switching to numpy chunks (both bit-identical): most runs
 # end within a few passes, where numpy's per-call overhead would dominate.
 _VECTOR_MIN = 16
@@ -137,9 +138,12 @@ def _limit(value: int | None) -> float:
     return float("inf") if value is None else float(value)
 
 
-def _steady(rank: TrtllmRank) -> tuple[int, int, int, list[tuple[int, int]]] | None:
+def _steady(
+    rank: TrtllmRank,
+) -> tuple[int, int, int, list[tuple[int, int]], list[int], list[int]] | None:
     """``(Σ lengths, Σ squares, passes until the first completion, first block event per
-    request as (pass, batch index))`` or None when the next step is not steady."""
+    request as (pass, batch index), passes left per request, and the same keyed with the
+    request's length as ``left * _KEY + length``)`` or None when the next step is not steady."""
     core = rank.core
     if rank.config.worker_type is not WorkerType.AGGREGATED or rank.services.record_schedule:
         return None
@@ -161,6 +165,10 @@ def _steady(rank: TrtllmRank) -> tuple[int, int, int, list[tuple[int, int]]] | N
     first_done = _NEVER
     cross: list[tuple[int, int]] = []
     add = cross.append
+    rems: list[int] = []
+    add_rem = rems.append
+    keyed: list[int] = []
+    add_keyed = keyed.append
     i = 0
     for r in running.values():
         gen = r.generated
@@ -172,6 +180,8 @@ def _steady(rank: TrtllmRank) -> tuple[int, int, int, list[tuple[int, int]]] | N
         left = r.max_output - gen
         if left < first_done:
             first_done = left
+        add_rem(left)
+        add_keyed(left * _KEY + length)
         total += length
         sq += length * length
         # _next_event inlined (this loop is the per-run cost stepping pays per pass).
@@ -186,7 +196,7 @@ def _steady(rank: TrtllmRank) -> tuple[int, int, int, list[tuple[int, int]]] | N
         i += 1
     if first_done < 1:
         return None
-    return total, sq, first_done, cross
+    return total, sq, first_done, cross, rems, keyed
 
 
 def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
@@ -200,7 +210,7 @@ def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
     shape = _steady(rank)
     if shape is None:
         return None
-    total, sq, first_done, cross = shape
+    total, sq, first_done, cross, all_rems, keyed = shape
     running = list(core.running.values())
     m = len(running)
     ends: list[float] = []
@@ -210,17 +220,11 @@ def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
     if not stopped and first_done < max_passes and through_completions and _may_continue(rank):
         # Every member emitted up to the first completion before the horizon: continue
         # without the completed ones (priced per segment between completions).
-        rems = [r.max_output - r.generated for r in running]
-        segments = _segments(running, rems, total, sq)
-        kmax = min(segments[-1][0], max_passes)
-        del segments[-1]  # the end marker: every member has completed
-        for idx in range(1, len(segments)):
-            j0, seg_total, _sq, seg_m = segments[idx]
-            j1 = min(segments[idx + 1][0], kmax) if idx + 1 < len(segments) else kmax
-            if j1 <= j0 or _pass_ends(rank, ends[-1], horizon, seg_total, seg_m, j0, j1, ends):
-                break
+        rems = all_rems
+        segments += _more_segments(rank, horizon, keyed, total, sq, m, first_done,
+                                   max_passes, ends)
     elif len(ends) >= first_done:
-        rems = [r.max_output - r.generated for r in running]
+        rems = all_rems
     run = TrtRunPending(now)
     k = _replay_crossings(rank, run, running, cross, len(ends), watch, rems)
     if k == 0:
@@ -239,30 +243,29 @@ def _may_continue(rank: TrtllmRank) -> bool:
     return rank.policy is CapacitySchedulerPolicy.STATIC_BATCH or not rank.core.waiting
 
 
-def _segments(running: list[TrtRequest], rems: list[int], total: int,
-              sq: int) -> list[tuple[int, int, int, int]]:
-    """``(first pass, Σ pre-run lengths, Σ squares, batch size)`` of the batch between
-    completions (a member with ``rem`` passes left emits at passes ``0 .. rem-1``), ending
-    with a marker whose first pass is the last member's completion."""
-    by_rem: dict[int, list[int]] = {}
-    for r, rem in zip(running, rems, strict=True):
-        acc = by_rem.get(rem)
-        length = r.prompt_len + r.generated
-        if acc is None:
-            by_rem[rem] = [1, length, length * length]
-        else:
-            acc[0] += 1
-            acc[1] += length
-            acc[2] += length * length
-    out = [(0, total, sq, len(running))]
-    m = len(running)
-    for rem in sorted(by_rem):
-        n, t, q = by_rem[rem]
-        m -= n
-        total -= t
-        sq -= q
-        out.append((rem, total, sq, m))
-    return out
+def _more_segments(rank: TrtllmRank, horizon: float, keyed: list[int], total: int, sq: int,
+                   m: int, first_done: int, max_passes: int,
+                   ends: list[float]) -> list[tuple[int, int, int, int]]:
+    """Price the passes after the first completion, one segment ``(first pass, Σ pre-run
+    lengths, Σ squares, batch size)`` between completions at a time, until the horizon, the
+    last member's completion or ``max_passes``. Members leave in order of passes left
+    (``keyed`` is heapified in place and popped only as far as the run gets)."""
+    heapq.heapify(keyed)
+    out: list[tuple[int, int, int, int]] = []
+    j0 = first_done
+    while True:
+        while keyed and keyed[0] // _KEY == j0:
+            length = heapq.heappop(keyed) % _KEY
+            total -= length
+            sq -= length * length
+            m -= 1
+        if m == 0 or j0 >= max_passes:
+            return out
+        j1 = min(keyed[0] // _KEY, max_passes)
+        out.append((j0, total, sq, m))
+        if _pass_ends(rank, ends[-1], horizon, total, m, j0, j1, ends):
+            return out
+        j0 = j1
 
 
 def _pass_ends(rank: TrtllmRank, now: float, horizon: float, total: int, m: int,
