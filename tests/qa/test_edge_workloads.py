@@ -97,6 +97,7 @@ def test_all_requests_rejected(capsys: pytest.CaptureFixture[str], limit: str) -
     report = run_json(capsys, *synthetic(5, limit, "workload.synthetic.input_length=fixed:512"))
     assert (report["completed"], report["failed"]) == (0, 5)
     assert report["mean_e2el_ms"] == 0.0 and report["total_output_tokens"] == 0
+    assert report["duration"] == 0.0 and report["output_throughput"] == 0.0  # docs/report.md
 
 
 def test_prompt_equal_to_max_model_len_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
