@@ -169,3 +169,11 @@ def test_unknown_name_mentions_blocking_variables(monkeypatch: pytest.MonkeyPatc
     err = capsys.readouterr().err
     assert err.startswith("servesim: error: /dev/null: engine.backend: unknown backend 'vllm'; installed: ")
     assert err.endswith(" (SERVESIM_DISABLE_PLUGINS blocks vllm)\n")
+
+
+def test_quiet_wins_over_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    assert main(["run", "--set", "workload.synthetic.num_requests=2", "--json", "--quiet", "--output-json",
+                 str(out)]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert json.loads(out.read_text())["completed"] == 2

@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write one JSON line per request here (overrides report.per_request)")
     parser.add_argument("--json", action="store_true",
                         help="print the report JSON on stdout instead of the table")
-    parser.add_argument("--quiet", action="store_true", help="print neither table nor progress")
+    parser.add_argument("--quiet", action="store_true",
+                        help="print nothing on success, not even --json (files are still written)")
 
 
 class Progress:
@@ -134,9 +135,11 @@ def run(args: argparse.Namespace) -> int:
     if per_request_path:
         lines = per_request_lines(result.log, result.session_ids)
         _write(per_request_path, "".join(line + "\n" for line in lines))
-    if getattr(args, "json", False):
+    if args.quiet:
+        pass  # docs/configuration.md: nothing on stdout, --json included; files are written
+    elif getattr(args, "json", False):
         sys.stdout.write(dumps(result.report))
-    elif not args.quiet:
+    else:
         sys.stdout.write(format_table(result.report, wall_s))
         for label, path in (("report", json_path), ("per-request records", per_request_path)):
             if path:
