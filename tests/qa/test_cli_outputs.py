@@ -34,12 +34,16 @@ def test_outputs_are_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
     files = []
     for seed in ("0", "1", "12345"):
         out = tmp_path / seed
+        sinks = [f"sinks.{kind}=[{{type: jsonl, path: {out / kind}.jsonl}}]" for kind in ("kv_events", "fpm")]
         done = servesim("run", *WORKLOAD, "--quiet", "--output-json", str(out / "r.json"),
-                        "--per-request", str(out / "p.jsonl"), env={"PYTHONHASHSEED": seed})
+                        "--per-request", str(out / "p.jsonl"), "--set", sinks[0], "--set", sinks[1],
+                        env={"PYTHONHASHSEED": seed})
         assert done.returncode == 0, done.stderr
         assert (done.stdout, done.stderr) == ("", "")  # --quiet, and stderr is not a terminal
-        files.append(((out / "r.json").read_bytes(), (out / "p.jsonl").read_bytes()))
+        files.append(tuple((out / name).read_bytes() for name in ("r.json", "p.jsonl", "kv_events.jsonl",
+                                                                    "fpm.jsonl")))
     assert files[0] == files[1] == files[2]
+    assert files[0][2].count(b"BlockStored") > 0 and files[0][3].count(b"ForwardPassMetrics") > 0
     report = json.loads(files[0][0])
     assert report["completed"] == 40
     assert len(files[0][1].splitlines()) == 40
