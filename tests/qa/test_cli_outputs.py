@@ -32,8 +32,8 @@ def servesim(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
 
 def test_outputs_are_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
     files = []
+    out = tmp_path / "out"  # one place: the report's config names the sink paths
     for seed in ("0", "1", "12345"):
-        out = tmp_path / seed
         sinks = [f"sinks.{kind}=[{{type: jsonl, path: {out / kind}.jsonl}}]" for kind in ("kv_events", "fpm")]
         done = servesim("run", *WORKLOAD, "--quiet", "--output-json", str(out / "r.json"),
                         "--per-request", str(out / "p.jsonl"), "--set", sinks[0], "--set", sinks[1],
