@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         run.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     validate = sub.add_parser("validate", help="check a config file without running it")
-    validate.add_argument("config", metavar="CONFIG.yaml")
+    validate.add_argument("config", metavar="CONFIG.yaml",
+                          help="the YAML config to check (its trace file is read too)")
     validate.add_argument(
         "--set",
         dest="sets",
