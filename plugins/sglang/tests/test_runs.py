@@ -31,6 +31,8 @@ CONFIGS: list[tuple[dict[str, Any], dict[str, Any]]] = [
     (dict(num_gpu_blocks=120, block_size=1), dict(schedule_policy="lpm")),
     (dict(num_gpu_blocks=150, block_size=1, enable_prefix_caching=False), {}),
     (dict(num_gpu_blocks=70, block_size=1, max_num_seqs=4), dict(schedule_policy="lof")),
+    (dict(num_gpu_blocks=400, block_size=1, max_num_seqs=2), {}),  # FCFS queue held back
+    (dict(num_gpu_blocks=300, block_size=1, max_num_seqs=2), dict(schedule_policy="random")),
     (dict(num_gpu_blocks=90, block_size=1), {}),  # tight: retractions, evictions every pass
     (dict(num_gpu_blocks=40, block_size=4), dict(chunked_prefill_size=16, schedule_policy="lpm")),
     (dict(num_gpu_blocks=30, block_size=3), dict(chunked_prefill_size=12, schedule_policy="lof")),
@@ -288,3 +290,17 @@ def test_bulk_runs_through_completions_match_stepping(case: tuple[dict, dict, li
     assert_same(step, run)
     for passes, state in snaps_run.items():
         assert state == snaps_step[passes], passes
+
+
+def test_runs_continue_while_the_queue_is_held_back() -> None:
+    """FCFS at max_num_seqs: two of five requests run, the others wait, and the two decode
+    in runs (no slot opens until a completion, which ends the run), exactly as stepping."""
+    arrivals = _uniform(5, 8, 20)
+    for sinks in (False, True):
+        cfg = dict(num_gpu_blocks=400, block_size=1, max_num_seqs=2)
+        step = _drive(make_engine(cfg, {}, sinks), arrivals, [], runs=False)
+        run = _drive(make_engine(cfg, {}, sinks), arrivals, [], runs=True, through=True)
+        assert_same(step, run)
+        held = [r for r in run.runs if (r.effects.pass_metrics or [])[0].waiting_requests > 0]
+        assert held and sum(r.effects.num_passes for r in held) > 30
+        assert all(not r.effects.completed_before for r in held)

@@ -1,7 +1,8 @@
 """Runs of steady decode passes for the ``sglang`` rank (servesim.runs; DESIGN.md §7).
 
-A pass is *steady* when the waiting queue is empty, no handoff state exists and every running
-request is a plain decode (first token sent, KV for its whole sequence, a radix leaf only it
+A pass is *steady* when the waiting queue is empty (or held back: the batch is at
+``max_running_requests`` under FCFS), no handoff state exists and every running request is a
+plain decode (first token sent, KV for its whole sequence, a radix leaf only it
 locks): ``run_pass`` is then a decode pass over the whole running list (prefill-first never
 applies), one token each, and nothing but the batch itself changes it:
 
@@ -46,6 +47,8 @@ from servesim.contract import (
 from servesim.runs import RankRun, RunEffects
 from servesim.timing.base import scaled_ms
 
+from servesim_sglang.policies import FcfsPolicy
+
 if TYPE_CHECKING:
     from servesim_sglang.rank import SglangRank
     from servesim_sglang.request import SglangRequest
@@ -65,6 +68,7 @@ class SglangRunPending:
         "present",
         "fpms",
         "completed_before",
+        "queued",
     )
 
     def __init__(self, started_at_ms: float) -> None:
@@ -77,6 +81,7 @@ class SglangRunPending:
         self.present: list[int] = []  # members decoding in each pass
         self.fpms: list[dict[str, Any]] | None = None
         self.completed_before: dict[int, list[int]] = {}  # pass j < k - 1 -> completed there
+        self.queued = 0  # waiting requests during the run (held back: none is admitted)
 
 
 class _Plan:
@@ -96,7 +101,9 @@ def _steady(rank: SglangRank) -> tuple[int, int, list[int]] | None:
     """``(Σ lengths, passes until the first completion, length residues mod page size)`` of
     a steady batch, or None when the next pass is not a plain decode of every request."""
     s = rank.sched
-    if s.waiting or not s.running or rank._c.rejected:  # noqa: SLF001
+    if not s.running or rank._c.rejected:  # noqa: SLF001
+        return None
+    if s.waiting and not _held_back(s):
         return None
     if rank.services.record_schedule or rank.config.worker_type is not WorkerType.AGGREGATED:
         return None
@@ -135,6 +142,14 @@ def _steady(rank: SglangRank) -> tuple[int, int, list[int]] | None:
     if first_done < 1:
         return None
     return total, first_done, residues
+
+
+def _held_back(s: Any) -> bool:
+    """Whether the waiting queue stays untouched by every pass of a run: the running batch
+    is at ``max_running_requests`` (admission has no slot until a completion, which ends the
+    run) and the policy is FCFS (other policies reorder the queue, or draw from a generator,
+    at every pass)."""
+    return len(s.running) >= s.p.max_running_requests and type(s.policy) is FcfsPolicy
 
 
 def _steady_page1(running: list[SglangRequest], cache: Any) -> tuple[int, int, list[int]] | None:
@@ -238,7 +253,13 @@ def execute_run(
     total, first_done, residues = shape
     plan = _plan(rank, now, horizon, min(first_done, max_passes), total, residues)
     s = rank.sched
-    if plan.open and through_completions and first_done < max_passes and s.cache.page_size == 1:
+    if (
+        plan.open
+        and through_completions
+        and not s.waiting
+        and first_done < max_passes
+        and s.cache.page_size == 1
+    ):
         # Nothing waits, so a completion enables nothing: continue without the completed
         # (the driver retires them at their pass), up to the last member's completion.
         leave: dict[int, list[int]] = {}
@@ -257,6 +278,7 @@ def execute_run(
     run.used = plan.used
     run.present = plan.present
     run.members = [r.rid for r in s.running]
+    run.queued = len(s.waiting)
     # Events left by earlier commands belong to pass 0's boundary, as when stepping.
     leftover = s.cache.drain_events()
     if leftover:
@@ -526,6 +548,7 @@ def complete_run(rank: SglangRank, run: SglangRunPending, end_ms: float) -> RunE
         absent = [r for r in run.members if r not in emitted and r not in gone]
     final = rank.metrics()
     present = run.present
+    queued = run.queued
     used = run.used
     dp = rank.identity.dp_rank
 
@@ -537,7 +560,7 @@ def complete_run(rank: SglangRank, run: SglangRunPending, end_ms: float) -> RunE
                 inactive_blocks=0,
                 total_blocks=final.total_blocks,
                 running_requests=present[j + 1],
-                waiting_requests=0,
+                waiting_requests=queued,
                 preemptions_total=final.preemptions_total,
                 sglang_cache_hit_tokens=0,
                 sglang_cache_total_tokens=0,
