@@ -42,47 +42,85 @@ CONFIG_CASES = [
     ("engine: {max_num_seqz: 4}", ["engine.max_num_seqz: unknown key", "did you mean 'max_num_seqs'"]),
     ("engine: {vllm: {x: 1}}", ["engine.vllm.x: unknown key; this section takes no keys"]),
     ("cluster: {wrkers: 2}", ["cluster.wrkers: unknown key", "'workers'"]),
-    ("workload: {trace: {path: t.jsonl, bogus: 1}}", ["workload.trace.bogus: unknown key", "trace_block_size"]),
+    (
+        "workload: {trace: {path: t.jsonl, bogus: 1}}",
+        ["workload.trace.bogus: unknown key", "trace_block_size"],
+    ),
     ("report: {sla_ttft: 1}", ["report.sla_ttft: unknown key", "'sla_ttft_ms'"]),
     ("sinks: {kv_event: []}", ["sinks.kv_event: unknown key", "'kv_events'"]),
     ("engine: {max_num_seqs: abc}", ["engine.max_num_seqs: expected an integer, got 'abc'"]),
     ("engine: {max_num_seqs: 1.5}", ["engine.max_num_seqs: expected an integer, got 1.5"]),
-    ("engine: {enable_prefix_caching: 'no'}", ["engine.enable_prefix_caching: expected true or false, got 'no'"]),
-    ("engine: {preemption_mode: random}", ["engine.preemption_mode: expected one of 'lifo', 'fifo', got 'random'"]),
+    (
+        "engine: {enable_prefix_caching: 'no'}",
+        ["engine.enable_prefix_caching: expected true or false, got 'no'"],
+    ),
+    (
+        "engine: {preemption_mode: random}",
+        ["engine.preemption_mode: expected one of 'lifo', 'fifo', got 'random'"],
+    ),
     ("engine: {num_gpu_blocks: -5}", ["engine.num_gpu_blocks: expected an integer >= 1, got -5"]),
     ("engine: {speedup_ratio: .nan}", ["engine.speedup_ratio: expected a finite number >= 0, got nan"]),
     ("engine: 5", ["engine: expected a mapping, got 5"]),
-    ("engine: {trtllm: {capacity_scheduler_policy: x}}", ["engine.trtllm.capacity_scheduler_policy", "got 'x'"]),
-    ("engine: {worker_type: prefill}", ["engine.worker_type: expected 'aggregated' without a prefill/decode split, "
-                                        "got 'prefill'"]),
-    ("engine: {timing_model: {type: interpolated, profile: nope.json}}",
-     ["engine.timing_model.profile: timing profile 'nope.json'"]),
-    ("cluster: {router: kv, router_config: {overlap_score_weight: .nan}}",
-     ["cluster.router_config.overlap_score_weight: expected a number, got nan"]),
-    ("engine: {backend: sglang, sglang: {schedule_conservativeness: .nan}}",
-     ["engine.sglang.schedule_conservativeness: expected a number, got nan"]),
+    (
+        "engine: {trtllm: {capacity_scheduler_policy: x}}",
+        ["engine.trtllm.capacity_scheduler_policy", "got 'x'"],
+    ),
+    (
+        "engine: {worker_type: prefill}",
+        ["engine.worker_type: expected 'aggregated' without a prefill/decode split, got 'prefill'"],
+    ),
+    (
+        "engine: {timing_model: {type: interpolated, profile: nope.json}}",
+        ["engine.timing_model.profile: timing profile 'nope.json'"],
+    ),
+    (
+        "cluster: {router: kv, router_config: {overlap_score_weight: .nan}}",
+        ["cluster.router_config.overlap_score_weight: expected a number, got nan"],
+    ),
+    (
+        "engine: {backend: sglang, sglang: {schedule_conservativeness: .nan}}",
+        ["engine.sglang.schedule_conservativeness: expected a number, got nan"],
+    ),
     ("engine: {aic_nextn: 6}", ["engine.aic_nextn: expected an integer in [1, 5] or null, got 6"]),
     ("engine: {aic_nextn_accept_rates: '0.5'}", ["engine.aic_nextn_accept_rates: set without aic_nextn"]),
-    ("engine: {aic_nextn: 2, decode_speedup_ratio: 2}",
-     ["engine.decode_speedup_ratio: expected 1.0 when aic_nextn is set, got 2.0"]),
+    (
+        "engine: {aic_nextn: 2, decode_speedup_ratio: 2}",
+        ["engine.decode_speedup_ratio: expected 1.0 when aic_nextn is set, got 2.0"],
+    ),
     ("cluster: {workers: -1}", ["cluster.workers: expected an integer >= 0, got -1"]),
     ("cluster: {router_config: {x: 1}}", ["cluster.router_config.x: unknown key; router 'round_robin'"]),
     ("workload: {seed: -1}", ["workload.seed: expected an integer >= 0, got -1"]),
     ("workload: {concurrency: 0}", ["workload.concurrency: expected an integer >= 1 or null, got 0"]),
-    ("workload: {arrival_speedup_ratio: 0}", ["workload.arrival_speedup_ratio: expected a finite number > 0"]),
-    ("workload: {synthetic: {input_length: 'uniform:5'}}", ["workload.synthetic.input_length: bad length spec"]),
-    ("workload: {synthetic: {input_length: 'fixed:0'}}", ["input_length: bad length spec 'fixed:0': N must be an "
-                                                          "integer in [1, 16777216]"]),
+    (
+        "workload: {arrival_speedup_ratio: 0}",
+        ["workload.arrival_speedup_ratio: expected a finite number > 0"],
+    ),
+    (
+        "workload: {synthetic: {input_length: 'uniform:5'}}",
+        ["workload.synthetic.input_length: bad length spec"],
+    ),
+    (
+        "workload: {synthetic: {input_length: 'fixed:0'}}",
+        ["input_length: bad length spec 'fixed:0': N must be an integer in [1, 16777216]"],
+    ),
     ("workload: {synthetic: {input_length: 'normal:nan:1'}}", ["expected finite numbers, got 'nan'"]),
-    ("workload: {synthetic: {output_length: 'uniform:1:1e30'}}", ["output_length: bad length spec 'uniform:1:1e30': "
-                                                                 "need integers 0 <= LO <= HI <= 16777216"]),
-    ("workload: {synthetic: {num_requests: -1}}", ["workload.synthetic.num_requests: expected an integer in [0, 100000000], got -1"]),
+    (
+        "workload: {synthetic: {output_length: 'uniform:1:1e30'}}",
+        ["output_length: bad length spec 'uniform:1:1e30': need integers 0 <= LO <= HI <= 16777216"],
+    ),
+    (
+        "workload: {synthetic: {num_requests: -1}}",
+        ["workload.synthetic.num_requests: expected an integer in [0, 100000000], got -1"],
+    ),
     ("report: {percentiles: 50}", ["report.percentiles: expected a list, got 50"]),
     ("report: {percentiles: [50, 101]}", ["report.percentiles[1]: expected a number in [0, 100], got 101.0"]),
     ("report: {output_json: 5}", ["report.output_json: expected a string, got 5"]),
     ("sinks: {kv_events: {type: jsonl}}", ["sinks.kv_events: expected a list, got {'type': 'jsonl'}"]),
     ("sinks: {kv_events: [jsonl]}", ["sinks.kv_events[0]: expected a mapping, got 'jsonl'"]),
-    ("sinks: {fpm: [{type: nope}]}", ["sinks.fpm[0].type: unknown fpm_sink 'nope'; installed: ", "jsonl, memory"]),
+    (
+        "sinks: {fpm: [{type: nope}]}",
+        ["sinks.fpm[0].type: unknown fpm_sink 'nope'; installed: ", "jsonl, memory"],
+    ),
     ("engine: {max_num_seqs: [1", [":1: invalid YAML", "expected ',' or ']'"]),
     ("engine: {a: 1}\nengine: {b: 2}", [":2: invalid YAML", "duplicate key 'engine'"]),
     ("[1, 2]", ["expected a mapping of sections (engine, cluster, workload, report, sinks), got [1, 2]"]),
@@ -91,7 +129,9 @@ CONFIG_CASES = [
 
 
 @pytest.mark.parametrize(("text", "fragments"), CONFIG_CASES, ids=[c[0][:40] for c in CONFIG_CASES])
-def test_config_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, fragments: list[str]) -> None:
+def test_config_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, fragments: list[str]
+) -> None:
     path = write(tmp_path, "sim.yaml", text)
     for command in ("run", "validate"):
         message = fail([command, path], capsys)
@@ -105,7 +145,9 @@ def test_config_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], text:
 
 def test_yaml_exponent_floats_are_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``1e3`` is a number, as in YAML 1.2 and JSON (PyYAML alone reads it as a string)."""
-    path = write(tmp_path, "sim.yaml", "workload: {arrival_speedup_ratio: 1e3}\nengine: {speedup_ratio: 1.5e0}")
+    path = write(
+        tmp_path, "sim.yaml", "workload: {arrival_speedup_ratio: 1e3}\nengine: {speedup_ratio: 1.5e0}"
+    )
     assert main(["validate", path]) == 0
     capsys.readouterr()
     message = fail(["validate", path, "--set", "engine.max_num_seqs=1e3"], capsys)
@@ -113,18 +155,32 @@ def test_yaml_exponent_floats_are_numbers(tmp_path: Path, capsys: pytest.Capture
 
 
 SET_CASES = [
-    ("engine.max_num_seqs", "--set: expected KEY=VALUE with a dotted key like engine.max_num_seqs=64, got "
-     "'engine.max_num_seqs'"),
+    (
+        "engine.max_num_seqs",
+        "--set: expected KEY=VALUE with a dotted key like engine.max_num_seqs=64, got 'engine.max_num_seqs'",
+    ),
     ("=3", "--set: expected KEY=VALUE"),
     ("engine.foo=1", "--set engine.foo=1: engine.foo: unknown key"),
     ("foo.bar=1", "--set foo.bar=1: foo: unknown key"),
-    ("engine.max_num_seqs=abc", "--set engine.max_num_seqs=abc: engine.max_num_seqs: expected an integer, got 'abc'"),
+    (
+        "engine.max_num_seqs=abc",
+        "--set engine.max_num_seqs=abc: engine.max_num_seqs: expected an integer, got 'abc'",
+    ),
     ("engine.max_num_seqs=[1", "--set engine.max_num_seqs=[1: invalid YAML"),
     ("engine.backend=nope", "--set engine.backend=nope: engine.backend: unknown backend 'nope'; installed: "),
-    ("cluster.router=nope", "--set cluster.router=nope: cluster.router: unknown router 'nope'; installed: kv, "),
-    ("engine.timing_model.type=nope", "engine.timing_model.type: unknown timing_model 'nope'; installed: fixed"),
+    (
+        "cluster.router=nope",
+        "--set cluster.router=nope: cluster.router: unknown router 'nope'; installed: kv, ",
+    ),
+    (
+        "engine.timing_model.type=nope",
+        "engine.timing_model.type: unknown timing_model 'nope'; installed: fixed",
+    ),
     ("engine.eviction_policy=nope", "engine.eviction_policy: unknown eviction_policy 'nope'; installed: lru"),
-    ("sinks.kv_events=[{type: nope}]", "sinks.kv_events[0].type: unknown kv_event_sink 'nope'; installed: jsonl"),
+    (
+        "sinks.kv_events=[{type: nope}]",
+        "sinks.kv_events[0].type: unknown kv_event_sink 'nope'; installed: jsonl",
+    ),
     ("sinks.kv_events.0.path=x", "sinks.kv_events: expected a list, got {'0': {'path': 'x'}}"),
     ("workload.trace.format=nope", "workload.trace.format: unknown trace_format 'nope'; installed: mooncake"),
 ]
@@ -156,13 +212,25 @@ TRACE_CASES: list[tuple[str | bytes, str]] = [
     (b"\xff\xfe\x00garbage\n", ":1: not UTF-8 text: byte 0xff at column 1"),
     ((trace_line() + "\n" + '{"session_id": "\xe9"}\n').encode("latin-1"), ":2: not UTF-8 text: byte 0xe9"),
     (trace_line() + "\n" + "\u2603\u2603\n", ":2: invalid JSON: Expecting value (column 1)"),
-    (trace_line(timestamp=1e308) + "\n" + trace_line(timestamp=-1e308) + "\n", ":2: timestamp -1e+308 is too far"),
-    (trace_line(session_id="s") + "\n" + trace_line(session_id="s", delay=1e308) + "\n"
-     + trace_line(session_id="s", delay=1e308) + "\n", ":3: the delays of session 's' add up"),
+    (
+        trace_line(timestamp=1e308) + "\n" + trace_line(timestamp=-1e308) + "\n",
+        ":2: timestamp -1e+308 is too far",
+    ),
+    (
+        trace_line(session_id="s")
+        + "\n"
+        + trace_line(session_id="s", delay=1e308)
+        + "\n"
+        + trace_line(session_id="s", delay=1e308)
+        + "\n",
+        ":3: the delays of session 's' add up",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("text", "expected"), TRACE_CASES, ids=[f"trace{i}" for i in range(len(TRACE_CASES))])
+@pytest.mark.parametrize(
+    ("text", "expected"), TRACE_CASES, ids=[f"trace{i}" for i in range(len(TRACE_CASES))]
+)
 def test_trace_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | bytes, expected: str
 ) -> None:
@@ -172,10 +240,15 @@ def test_trace_errors(
 
 def test_trace_path_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = str(tmp_path / "nope.jsonl")
-    assert fail(["run", "--trace", missing], capsys) == f"{missing}: cannot read trace: No such file or directory"
+    assert (
+        fail(["run", "--trace", missing], capsys)
+        == f"{missing}: cannot read trace: No such file or directory"
+    )
     assert fail(["run", "--trace", str(tmp_path)], capsys) == f"{tmp_path}: cannot read trace: Is a directory"
     config = write(tmp_path, "sim.yaml", f"workload: {{trace: {{path: {missing}}}}}")
-    assert fail(["validate", config], capsys) == f"{config}: workload.trace.path: no such trace file {missing!r}"
+    assert (
+        fail(["validate", config], capsys) == f"{config}: workload.trace.path: no such trace file {missing!r}"
+    )
 
 
 def test_missing_or_directory_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -213,8 +286,20 @@ def test_unwritable_outputs_fail_before_the_run(tmp_path: Path, capsys: pytest.C
 
 def test_missing_output_folders_are_created(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "a" / "b"
-    assert main(["run", *SMALL, "--quiet", "--output-json", str(out / "r.json"),
-                 "--per-request", str(out / "p.jsonl")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                *SMALL,
+                "--quiet",
+                "--output-json",
+                str(out / "r.json"),
+                "--per-request",
+                str(out / "p.jsonl"),
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / "r.json").read_text())["completed"] == 2
     assert len((out / "p.jsonl").read_text().splitlines()) == 2
 
@@ -223,7 +308,10 @@ def test_validate_reads_the_trace(tmp_path: Path, capsys: pytest.CaptureFixture[
     """``validate`` finds a malformed trace line (file:line) without running anything."""
     trace = write(tmp_path, "t.jsonl", trace_line() + "\n" + trace_line(hash_ids=[1, "a"]) + "\n")
     config = write(tmp_path, "sim.yaml", f"workload: {{trace: {{path: {trace}}}}}")
-    assert fail(["validate", config], capsys) == f"{trace}:2: 'hash_ids[1]' must be a non-negative integer, got 'a'"
+    assert (
+        fail(["validate", config], capsys)
+        == f"{trace}:2: 'hash_ids[1]' must be a non-negative integer, got 'a'"
+    )
     assert fail(["validate", config, "--set", f"workload.trace.path={tmp_path}"], capsys) == (
         f"{config}: workload.trace.path: {str(tmp_path)!r} is a directory, not a trace file"
     )

@@ -16,8 +16,14 @@ from servesim.cli import main
 from servesim.plugins import servesim_version
 
 WORKLOAD = [
-    "--set", "workload.synthetic.num_requests=40", "--set", "workload.synthetic.turns_per_session=2",
-    "--set", "cluster.workers=2", "--set", "cluster.router=kv",
+    "--set",
+    "workload.synthetic.num_requests=40",
+    "--set",
+    "workload.synthetic.turns_per_session=2",
+    "--set",
+    "cluster.workers=2",
+    "--set",
+    "cluster.router=kv",
 ]
 
 
@@ -25,8 +31,12 @@ def servesim(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     """The installed console entry point in a fresh interpreter (stdin/stdout/stderr pipes)."""
     code = "import sys; from servesim.cli import main; sys.exit(main())"
     return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
-        env={**os.environ, **(env or {})}, check=False,
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        check=False,
     )
 
 
@@ -35,13 +45,25 @@ def test_outputs_are_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
     out = tmp_path / "out"  # one place: the report's config names the sink paths
     for seed in ("0", "1", "12345"):
         sinks = [f"sinks.{kind}=[{{type: jsonl, path: {out / kind}.jsonl}}]" for kind in ("kv_events", "fpm")]
-        done = servesim("run", *WORKLOAD, "--quiet", "--output-json", str(out / "r.json"),
-                        "--per-request", str(out / "p.jsonl"), "--set", sinks[0], "--set", sinks[1],
-                        env={"PYTHONHASHSEED": seed})
+        done = servesim(
+            "run",
+            *WORKLOAD,
+            "--quiet",
+            "--output-json",
+            str(out / "r.json"),
+            "--per-request",
+            str(out / "p.jsonl"),
+            "--set",
+            sinks[0],
+            "--set",
+            sinks[1],
+            env={"PYTHONHASHSEED": seed},
+        )
         assert done.returncode == 0, done.stderr
         assert (done.stdout, done.stderr) == ("", "")  # --quiet, and stderr is not a terminal
-        files.append(tuple((out / name).read_bytes() for name in ("r.json", "p.jsonl", "kv_events.jsonl",
-                                                                    "fpm.jsonl")))
+        files.append(
+            tuple((out / name).read_bytes() for name in ("r.json", "p.jsonl", "kv_events.jsonl", "fpm.jsonl"))
+        )
     assert files[0] == files[1] == files[2]
     assert files[0][2].count(b"BlockStored") > 0 and files[0][3].count(b"ForwardPassMetrics") > 0
     report = json.loads(files[0][0])
@@ -50,12 +72,32 @@ def test_outputs_are_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
 
 
 def test_disaggregated_outputs_repeat(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["run", "--set", "workload.synthetic.num_requests=20", "--set", "cluster.prefill_workers=1",
-            "--set", "cluster.decode_workers=2", "--set", "engine.backend=sglang", "--quiet"]
+    args = [
+        "run",
+        "--set",
+        "workload.synthetic.num_requests=20",
+        "--set",
+        "cluster.prefill_workers=1",
+        "--set",
+        "cluster.decode_workers=2",
+        "--set",
+        "engine.backend=sglang",
+        "--quiet",
+    ]
     outs = []
     for i in range(2):
-        assert main([*args, "--output-json", str(tmp_path / f"{i}.json"),
-                     "--per-request", str(tmp_path / f"{i}.jsonl")]) == 0
+        assert (
+            main(
+                [
+                    *args,
+                    "--output-json",
+                    str(tmp_path / f"{i}.json"),
+                    "--per-request",
+                    str(tmp_path / f"{i}.jsonl"),
+                ]
+            )
+            == 0
+        )
         outs.append(((tmp_path / f"{i}.json").read_bytes(), (tmp_path / f"{i}.jsonl").read_bytes()))
     assert outs[0] == outs[1]
     assert capsys.readouterr().out == ""
@@ -63,7 +105,9 @@ def test_disaggregated_outputs_repeat(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_no_progress_line_when_stderr_is_a_pipe() -> None:
     """A run long enough to show progress on a terminal (> 1 s) writes nothing to a pipe."""
-    done = servesim("run", "--set", "workload.synthetic.num_requests=600", "--set", "workload.synthetic.rate=1000")
+    done = servesim(
+        "run", "--set", "workload.synthetic.num_requests=600", "--set", "workload.synthetic.rate=1000"
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert "Serving Benchmark Result" in done.stdout and "\r" not in done.stdout
@@ -78,8 +122,15 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 def test_run_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--help"]) == 0
     out = capsys.readouterr().out
-    for flag in ("CONFIG.yaml", "--trace PATH", "--set KEY=VALUE", "--output-json PATH", "--per-request PATH",
-                 "--json", "--quiet"):
+    for flag in (
+        "CONFIG.yaml",
+        "--trace PATH",
+        "--set KEY=VALUE",
+        "--output-json PATH",
+        "--per-request PATH",
+        "--json",
+        "--quiet",
+    ):
         assert flag in out, flag
 
 
@@ -98,8 +149,15 @@ def test_plugins_json_matches_the_table(capsys: pytest.CaptureFixture[str]) -> N
     listing = json.loads(capsys.readouterr().out)
     assert main(["plugins"]) == 0
     table = capsys.readouterr().out
-    expected_kinds = {"backend", "timing_model", "eviction_policy", "kv_event_sink", "fpm_sink", "trace_format",
-                      "router"}
+    expected_kinds = {
+        "backend",
+        "timing_model",
+        "eviction_policy",
+        "kv_event_sink",
+        "fpm_sink",
+        "trace_format",
+        "router",
+    }
     assert expected_kinds <= set(listing["kinds"])
     names = {kind: {row["name"] for row in rows} for kind, rows in listing["kinds"].items()}
     assert {"vllm", "sglang", "trtllm"} <= names["backend"]
@@ -136,7 +194,9 @@ def test_progress_only_on_a_terminal(
 
     original = cli_run.Progress.__init__
 
-    def immediate(self: cli_run.Progress, stream: object, delay_s: float = 1.0, interval_s: float = 0.1) -> None:
+    def immediate(
+        self: cli_run.Progress, stream: object, delay_s: float = 1.0, interval_s: float = 0.1
+    ) -> None:
         original(self, stream, delay_s=0.0, interval_s=0.0)  # type: ignore[arg-type]
 
     monkeypatch.setattr(cli_run.Progress, "__init__", immediate)
@@ -156,8 +216,9 @@ def test_progress_only_on_a_terminal(
 def test_closed_stdout_pipe_is_not_a_traceback() -> None:
     """``servesim plugins | head -1``: the reader leaves early; no traceback, SIGPIPE's status."""
     code = "import sys; from servesim.cli import main; sys.exit(main())"
-    proc = subprocess.Popen([sys.executable, "-c", code, "plugins"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "plugins"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # before the child writes anything
     with proc.stderr:
@@ -166,8 +227,9 @@ def test_closed_stdout_pipe_is_not_a_traceback() -> None:
     assert err == ""
 
 
-def test_unknown_name_mentions_blocking_variables(monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_name_mentions_blocking_variables(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("SERVESIM_DISABLE_PLUGINS", "vllm")
     assert main(["validate", "/dev/null"]) == 2
     err = capsys.readouterr().err
@@ -177,7 +239,19 @@ def test_unknown_name_mentions_blocking_variables(monkeypatch: pytest.MonkeyPatc
 
 def test_quiet_wins_over_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.json"
-    assert main(["run", "--set", "workload.synthetic.num_requests=2", "--json", "--quiet", "--output-json",
-                 str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--set",
+                "workload.synthetic.num_requests=2",
+                "--json",
+                "--quiet",
+                "--output-json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr() == ("", "")
     assert json.loads(out.read_text())["completed"] == 2

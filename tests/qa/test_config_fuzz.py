@@ -30,13 +30,54 @@ def _keys(*classes: type) -> list[str]:
 
 
 KEYS = _keys(EngineConfig, ClusterConfig, WorkloadConfig, TraceConfig, SyntheticConfig, ReportConfig) + [
-    "vllm", "sglang", "trtllm", "type", "path", "overlap_score_weight", "prefill_ms", "decode_ms", "profile",
-    "schedule_policy", "page_size", "capacity_scheduler_policy", "max_batch_size", "kv_events", "fpm", "bogus",
+    "vllm",
+    "sglang",
+    "trtllm",
+    "type",
+    "path",
+    "overlap_score_weight",
+    "prefill_ms",
+    "decode_ms",
+    "profile",
+    "schedule_policy",
+    "page_size",
+    "capacity_scheduler_policy",
+    "max_batch_size",
+    "kv_events",
+    "fpm",
+    "bogus",
 ]
-NAMES = ["vllm", "sglang", "trtllm", "kv", "round_robin", "fixed", "polynomial", "interpolated", "jsonl",
-         "memory", "mooncake", "lru", "fifo", "lifo", "prefill", "decode", "aggregated", "burst", "poisson",
-         "uniform:1:4", "fixed:2", "normal:3:1", "choice:1,2", "normal:nan:1", "lognormal:5:900",
-         "uniform:1:1e30", "fixed:0", "nope", ""]
+NAMES = [
+    "vllm",
+    "sglang",
+    "trtllm",
+    "kv",
+    "round_robin",
+    "fixed",
+    "polynomial",
+    "interpolated",
+    "jsonl",
+    "memory",
+    "mooncake",
+    "lru",
+    "fifo",
+    "lifo",
+    "prefill",
+    "decode",
+    "aggregated",
+    "burst",
+    "poisson",
+    "uniform:1:4",
+    "fixed:2",
+    "normal:3:1",
+    "choice:1,2",
+    "normal:nan:1",
+    "lognormal:5:900",
+    "uniform:1:1e30",
+    "fixed:0",
+    "nope",
+    "",
+]
 
 scalars = st.one_of(
     st.none(),
@@ -83,8 +124,10 @@ def documents(draw: st.DrawFn) -> dict[str, Any]:
             node = node.setdefault(part, {}) if child is None or isinstance(child, dict) else {}
         node[key] = draw(values)
     if draw(st.booleans()):
-        doc.setdefault("workload", {})["synthetic"] = {**doc.get("workload", {}).get("synthetic", {}),
-                                                       "num_requests": 4}
+        doc.setdefault("workload", {})["synthetic"] = {
+            **doc.get("workload", {}).get("synthetic", {}),
+            "num_requests": 4,
+        }
     return doc
 
 
@@ -114,11 +157,25 @@ def test_loading_any_document_is_ok_or_a_user_error(doc: dict[str, Any]) -> None
 
 
 @settings(max_examples=100, derandomize=True, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([*SECTION_KEYS, "engine.vllm", "engine.timing_model",
-                                           "cluster.router_config", "sinks.kv_events.0", "x.y.z"]),
-                          st.sampled_from(KEYS), st.sampled_from(["1", "-1", "[1", "{a: 1}", "null", "1e3",
-                                                                  "nope", ".nan", "[]", "'x'", ""])),
-                max_size=4))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    *SECTION_KEYS,
+                    "engine.vllm",
+                    "engine.timing_model",
+                    "cluster.router_config",
+                    "sinks.kv_events.0",
+                    "x.y.z",
+                ]
+            ),
+            st.sampled_from(KEYS),
+            st.sampled_from(["1", "-1", "[1", "{a: 1}", "null", "1e3", "nope", ".nan", "[]", "'x'", ""]),
+        ),
+        max_size=4,
+    )
+)
 def test_any_set_items_are_ok_or_a_user_error(items: list[tuple[str, str, str]]) -> None:
     sets = [f"{prefix}.{key}={value}" for prefix, key, value in items]
     try:
@@ -127,8 +184,25 @@ def test_any_set_items_are_ok_or_a_user_error(items: list[tuple[str, str, str]])
         pass
 
 
-NASTY: list[Any] = [-1, 0, 1, 2**70, -(2**70), 1.5, float("nan"), float("inf"), float("-inf"), "x", "",
-                    True, None, [], [1], {}, {"a": 1}]
+NASTY: list[Any] = [
+    -1,
+    0,
+    1,
+    2**70,
+    -(2**70),
+    1.5,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    "x",
+    "",
+    True,
+    None,
+    [],
+    [1],
+    {},
+    {"a": 1},
+]
 
 
 def _key_paths() -> list[tuple[str, list[str]]]:

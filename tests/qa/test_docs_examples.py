@@ -8,13 +8,18 @@ import json
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 from servesim.cli import main
 from servesim.config.loader import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(ROOT.glob("plugins/*/README.md"))]
+DOC_FILES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted(ROOT.glob("plugins/*/README.md")),
+]
 
 # Blocks that document settings still being built (issue 9): they flip to passing when it lands.
 PENDING = {("conformance.md", "profile: vllm-0.32"): "engine.vllm profile settings are not implemented yet"}
@@ -30,7 +35,7 @@ def blocks(path: Path, lang: str) -> list[tuple[int, str]]:
     ]
 
 
-def yaml_cases() -> list[object]:
+def yaml_cases() -> list[Any]:
     out = []
     for path in DOC_FILES:
         for line, body in blocks(path, "yaml"):
@@ -53,7 +58,7 @@ def test_yaml_block_loads(tmp_path: Path, body: str) -> None:
 
 
 def test_trace_format_example_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (_, body), = blocks(ROOT / "docs" / "trace-formats.md", "json")
+    ((_, body),) = blocks(ROOT / "docs" / "trace-formats.md", "json")
     trace = tmp_path / "t.jsonl"
     trace.write_text(body)
     assert main(["run", "--trace", str(trace), "--json"]) == 0
@@ -83,7 +88,9 @@ def test_trace_generator_snippet_and_command(
 
 def test_configuration_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The full example of configuration.md, with a small trace at the path it names."""
-    body = next(b for _, b in blocks(ROOT / "docs" / "configuration.md", "yaml") if "sinks:\n  kv_events" in b)
+    body = next(
+        b for _, b in blocks(ROOT / "docs" / "configuration.md", "yaml") if "sinks:\n  kv_events" in b
+    )
     monkeypatch.chdir(tmp_path)
     (tmp_path / "traces").mkdir()
     rows = [{"timestamp": i * 100, "output_length": 8, "hash_ids": [i % 3, 10 + i]} for i in range(12)]
@@ -96,9 +103,10 @@ def test_configuration_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert json.loads(events[0])["type"] == "BlockStored"
 
 
-def test_configuration_python_snippet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
-    (_, snippet), = blocks(ROOT / "docs" / "configuration.md", "python")
+def test_configuration_python_snippet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ((_, snippet),) = blocks(ROOT / "docs" / "configuration.md", "python")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sim.yaml").write_text("workload: {synthetic: {num_requests: 12}}\n")
     exec(compile(snippet, "configuration.md", "exec"), {})  # noqa: S102
@@ -111,17 +119,19 @@ def error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return capsys.readouterr().err
 
 
-def test_configuration_error_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
-    (_, shown), = [(n, b) for n, b in blocks(ROOT / "docs" / "configuration.md", "") if "error" in b]
+def test_configuration_error_example(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ((_, shown),) = [(n, b) for n, b in blocks(ROOT / "docs" / "configuration.md", "") if "error" in b]
     monkeypatch.chdir(tmp_path)
     Path("sim.yaml").write_text("engine:\n  max_num_seqs: abc\n")
     assert error_line(["validate", "sim.yaml"], capsys) == shown
 
 
-def test_trace_error_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                             capsys: pytest.CaptureFixture[str]) -> None:
-    (_, shown), = [(n, b) for n, b in blocks(ROOT / "docs" / "trace-formats.md", "") if "error" in b]
+def test_trace_error_example(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ((_, shown),) = [(n, b) for n, b in blocks(ROOT / "docs" / "trace-formats.md", "") if "error" in b]
     monkeypatch.chdir(tmp_path)
     Path("traces").mkdir()
     good = json.dumps({"timestamp": 0, "output_length": 1, "hash_ids": [1]})
@@ -131,7 +141,9 @@ def test_trace_error_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
 def test_run_usage_block_matches_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text()
-    (_, usage), = [(n, b) for n, b in blocks(ROOT / "docs" / "configuration.md", "") if b.startswith("servesim run")]
+    ((_, usage),) = [
+        (n, b) for n, b in blocks(ROOT / "docs" / "configuration.md", "") if b.startswith("servesim run")
+    ]
     assert main(["run", "--help"]) == 0
     help_text = capsys.readouterr().out
     documented = set(re.findall(r"--[a-z-]+", usage))

@@ -43,7 +43,9 @@ def check_sane(report: dict[str, Any]) -> None:
             assert math.isfinite(value), key
     if report["completed"]:
         assert report["duration"] > 0
-        assert report["request_throughput"] == pytest.approx(report["completed"] / report["duration"], rel=1e-5)
+        assert report["request_throughput"] == pytest.approx(
+            report["completed"] / report["duration"], rel=1e-5
+        )
         assert report["mean_ttft_ms"] <= report["mean_e2el_ms"]
 
 
@@ -86,8 +88,10 @@ def test_zero_output_tokens(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_one_token_prompts(capsys: pytest.CaptureFixture[str]) -> None:
-    report = run_json(capsys, *synthetic(5, "workload.synthetic.input_length=fixed:1",
-                                         "workload.synthetic.output_length=fixed:3"))
+    report = run_json(
+        capsys,
+        *synthetic(5, "workload.synthetic.input_length=fixed:1", "workload.synthetic.output_length=fixed:3"),
+    )
     assert (report["completed"], report["total_input_tokens"], report["total_output_tokens"]) == (5, 5, 15)
     assert report["prefix_cache_hit_rate"] == 0.0
 
@@ -101,7 +105,9 @@ def test_all_requests_rejected(capsys: pytest.CaptureFixture[str], limit: str) -
 
 
 def test_prompt_equal_to_max_model_len_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
-    report = run_json(capsys, *synthetic(3, "engine.max_model_len=512", "workload.synthetic.input_length=fixed:512"))
+    report = run_json(
+        capsys, *synthetic(3, "engine.max_model_len=512", "workload.synthetic.input_length=fixed:512")
+    )
     assert (report["completed"], report["failed"]) == (0, 3)
 
 
@@ -119,7 +125,9 @@ def test_concurrency_larger_than_the_workload(capsys: pytest.CaptureFixture[str]
     burst = run_json(capsys, *synthetic(20, "workload.concurrency=20"))
     assert capped["completed"] == 20
     # Every session starts at once either way: N above the session count changes nothing.
-    assert {k: v for k, v in capped.items() if k != "config"} == {k: v for k, v in burst.items() if k != "config"}
+    assert {k: v for k, v in capped.items() if k != "config"} == {
+        k: v for k, v in burst.items() if k != "config"
+    }
 
 
 def test_huge_arrival_speedup_is_a_burst(capsys: pytest.CaptureFixture[str]) -> None:
@@ -130,15 +138,21 @@ def test_huge_arrival_speedup_is_a_burst(capsys: pytest.CaptureFixture[str]) -> 
 
 @pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
 def test_every_backend_with_dp_and_workers(capsys: pytest.CaptureFixture[str], backend: str) -> None:
-    report = run_json(capsys, *synthetic(30, f"engine.backend={backend}", "engine.dp_size=2", "cluster.workers=2",
-                                         "cluster.router=kv"))
+    report = run_json(
+        capsys,
+        *synthetic(
+            30, f"engine.backend={backend}", "engine.dp_size=2", "cluster.workers=2", "cluster.router=kv"
+        ),
+    )
     assert (report["completed"], report["config"]["engine"]["backend"]) == (30, backend)
 
 
 @pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
 def test_disaggregated_split(capsys: pytest.CaptureFixture[str], backend: str) -> None:
-    report = run_json(capsys, *synthetic(20, f"engine.backend={backend}", "cluster.prefill_workers=1",
-                                         "cluster.decode_workers=2"))
+    report = run_json(
+        capsys,
+        *synthetic(20, f"engine.backend={backend}", "cluster.prefill_workers=1", "cluster.decode_workers=2"),
+    )
     assert (report["completed"], report["num_handoffs"]) == (20, 20)
     parts = report["mean_ttft_prefill_ms"] + report["mean_ttft_transfer_ms"] + report["mean_ttft_decode_ms"]
     assert parts == pytest.approx(report["mean_ttft_ms"], abs=1e-5)
@@ -157,7 +171,13 @@ def test_extreme_percentiles(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_heavy_tailed_lengths_are_clipped(capsys: pytest.CaptureFixture[str]) -> None:
     """A lognormal spec whose draws overflow a float is clipped to its HI bound, not a crash."""
-    report = run_json(capsys, *synthetic(4, "workload.synthetic.input_length=lognormal:100:400:1:3000",
-                                         "workload.synthetic.output_length=normal:5:1000:0:7"))
+    report = run_json(
+        capsys,
+        *synthetic(
+            4,
+            "workload.synthetic.input_length=lognormal:100:400:1:3000",
+            "workload.synthetic.output_length=normal:5:1000:0:7",
+        ),
+    )
     assert report["completed"] == 4
     assert report["total_input_tokens"] <= 4 * 3000 and report["total_output_tokens"] <= 4 * 7

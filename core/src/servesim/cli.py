@@ -93,7 +93,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if trace is not None:
         if os.path.isdir(trace.path):
             raise ConfigError(
-                f"{trace.path!r} is a directory, not a trace file", path="workload.trace.path", source=args.config
+                f"{trace.path!r} is a directory, not a trace file",
+                path="workload.trace.path",
+                source=args.config,
             )
         if not os.path.isfile(trace.path):
             raise ConfigError(
@@ -176,9 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(args_list)
-        code = COMMANDS[args.command](args)
+        status = COMMANDS[args.command](args)
         sys.stdout.flush()  # a closed pipe fails here, inside the handler below
-        return code
+        return status
     except UserError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code

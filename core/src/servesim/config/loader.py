@@ -240,7 +240,7 @@ def _check_worker_type(engine: EngineResolution | None, cluster: Any) -> list[Pr
     """A prefill-only or decode-only engine makes sense only in a prefill/decode split (which
     sets each role's type itself); aggregated workers of that type would silently skip decode
     time or prefill work and report meaningless latencies."""
-    if engine is None or getattr(cluster, "prefill_workers", 0) or getattr(cluster, "decode_workers", 0):
+    if engine is None or cluster.prefill_workers or cluster.decode_workers:
         return []
     kind = engine.config.worker_type
     if kind is WorkerType.AGGREGATED:

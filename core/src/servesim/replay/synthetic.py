@@ -42,7 +42,9 @@ def _floats(parts: list[str], spec: str, key: str, *, inf_last: bool = False) ->
         raise ConfigError(f"bad length spec {spec!r}: expected numbers", path=key) from None
     for i, v in enumerate(vals):
         if math.isnan(v) or (math.isinf(v) and not (inf_last and i == len(vals) - 1 and v > 0)):
-            raise ConfigError(f"bad length spec {spec!r}: expected finite numbers, got {parts[i]!r}", path=key)
+            raise ConfigError(
+                f"bad length spec {spec!r}: expected finite numbers, got {parts[i]!r}", path=key
+            )
     return vals
 
 
@@ -91,8 +93,9 @@ def parse_length_spec(spec: str, key: str = "length", minimum: int = 0) -> Lengt
     if kind == "choice" and len(parts) == 1:
         opts = _floats(parts[0].split(","), spec, key)
         if any(not minimum <= o <= MAX_LENGTH or o != int(o) for o in opts):
-            raise ConfigError(f"bad length spec {spec!r}: choices must be integers in [{minimum}, {MAX_LENGTH}]",
-                              path=key)
+            raise ConfigError(
+                f"bad length spec {spec!r}: choices must be integers in [{minimum}, {MAX_LENGTH}]", path=key
+            )
         ints = [int(o) for o in opts]
         return lambda rng: ints[int(rng.integers(0, len(ints)))]
     raise ConfigError(
