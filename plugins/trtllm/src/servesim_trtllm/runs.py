@@ -66,6 +66,7 @@ _GNE = CapacitySchedulerPolicy.GUARANTEED_NO_EVICT
 _MU = CapacitySchedulerPolicy.MAX_UTILIZATION
 _NEVER = 1 << 62
 _KEY = 1 << 40  # (passes left) * _KEY + length orders members by completion
+_IDX = 1 << 24  # agenda entries are pass * _IDX + batch index (plain ints heap fastest)
 # Passes priced one by one before switching to numpy chunks (both bit-identical): most runs
 # end within a few passes, where numpy's per-call overhead would dominate.
 _VECTOR_MIN = 16
@@ -138,12 +139,10 @@ def _limit(value: int | None) -> float:
     return float("inf") if value is None else float(value)
 
 
-def _steady(
-    rank: TrtllmRank,
-) -> tuple[int, int, int, list[tuple[int, int]], list[int], list[int]] | None:
+def _steady(rank: TrtllmRank) -> tuple[int, int, int, list[int], list[int]] | None:
     """``(Σ lengths, Σ squares, passes until the first completion, first block event per
-    request as (pass, batch index), passes left per request, and the same keyed with the
-    request's length as ``left * _KEY + length``)`` or None when the next step is not steady."""
+    request as pass * _IDX + batch index, passes left per request)`` or None when the next
+    step is not steady."""
     core = rank.core
     if rank.config.worker_type is not WorkerType.AGGREGATED or rank.services.record_schedule:
         return None
@@ -152,7 +151,7 @@ def _steady(
         return None
     running = core.running
     m = len(running)
-    if m == 0 or m > _limit(core.limits.max_num_tokens):
+    if m == 0 or m > _limit(core.limits.max_num_tokens) or 2 * m >= _IDX:
         return None
     policy = rank.policy
     if policy is not _GNE and m > _limit(core.limits.max_batch_size):
@@ -163,12 +162,10 @@ def _steady(
     caching = core.pool.prefix_caching
     total = sq = 0
     first_done = _NEVER
-    cross: list[tuple[int, int]] = []
+    cross: list[int] = []
     add = cross.append
     rems: list[int] = []
     add_rem = rems.append
-    keyed: list[int] = []
-    add_keyed = keyed.append
     i = 0
     for r in running.values():
         gen = r.generated
@@ -181,7 +178,6 @@ def _steady(
         if left < first_done:
             first_done = left
         add_rem(left)
-        add_keyed(left * _KEY + length)
         total += length
         sq += length * length
         # _next_event inlined (this loop is the per-run cost stepping pays per pass).
@@ -192,11 +188,11 @@ def _steady(
             f = -length % bs
             if f < d:
                 d = f
-        add((d, i))
+        add(d * _IDX + i)
         i += 1
     if first_done < 1:
         return None
-    return total, sq, first_done, cross, rems, keyed
+    return total, sq, first_done, cross, rems
 
 
 def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
@@ -210,7 +206,7 @@ def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
     shape = _steady(rank)
     if shape is None:
         return None
-    total, sq, first_done, cross, all_rems, keyed = shape
+    total, sq, first_done, cross, all_rems = shape
     running = list(core.running.values())
     m = len(running)
     ends: list[float] = []
@@ -221,6 +217,8 @@ def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
         # Every member emitted up to the first completion before the horizon: continue
         # without the completed ones (priced per segment between completions).
         rems = all_rems
+        keyed = [rem * _KEY + r.prompt_len + r.generated
+                 for r, rem in zip(running, rems, strict=True)]
         segments += _more_segments(rank, horizon, keyed, total, sq, m, first_done,
                                    max_passes, ends)
     elif len(ends) >= first_done:
@@ -308,7 +306,7 @@ def _pass_ends(rank: TrtllmRank, now: float, horizon: float, total: int, m: int,
 
 
 def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, running: list[TrtRequest],
-                      cross: list[tuple[int, int]], k: int, watch: set[int] | None,
+                      cross: list[int], k: int, watch: set[int] | None,
                       rems: list[int] | None) -> int:
     """Apply the block steps of passes ``< k`` in (pass, batch) order, then each pass's
     completions (``TrtCore.remove`` in batch order, as ``emit`` after scheduling), draining KV
@@ -327,11 +325,11 @@ def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, running: list[TrtReq
     leftover = events_on  # events left by commands belong to pass 0, as when stepping
     cross = _agenda(cross, k, rems)
     while cross:
-        j = cross[0][0]
+        j = cross[0] // _IDX
         due = []
         finished = []
-        while cross and cross[0][0] == j:
-            i = heapq.heappop(cross)[1]
+        while cross and cross[0] // _IDX == j:
+            i = heapq.heappop(cross) % _IDX
             if i < n:
                 due.append(i)
             else:
@@ -355,7 +353,7 @@ def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, running: list[TrtReq
             r = running[i]
             nxt = j + 1 + _next_event(r.num_computed + j + 1, len(r.table.ids), bs, caching)
             if nxt < k and (rems is None or nxt < rems[i]):
-                heapq.heappush(cross, (nxt, i))
+                heapq.heappush(cross, nxt * _IDX + i)
         for r in finished:
             core.remove(r)
         occupancy.append((j, pool.num_active, pool.num_inactive))
@@ -366,16 +364,18 @@ def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, running: list[TrtReq
     return k
 
 
-def _agenda(cross: list[tuple[int, int]], k: int, rems: list[int] | None) -> list[tuple[int, int]]:
-    """The heap of a run's per-request events before pass ``k``: block steps as ``(pass,
-    batch index)`` (only while the request still decodes) and completions as ``(pass,
-    n + batch index)``, which sort after the pass's block steps and in batch order."""
+def _agenda(cross: list[int], k: int, rems: list[int] | None) -> list[int]:
+    """The heap of a run's per-request events before pass ``k``, as ``pass * _IDX + x``:
+    block steps with ``x`` the batch index (only while the request still decodes) and
+    completions with ``x = n + batch index``, which sort after the pass's block steps and in
+    batch order."""
+    lim = k * _IDX
     if rems is None:
-        out = [c for c in cross if c[0] < k]
+        out = [c for c in cross if c < lim]
     else:
         n = len(rems)
-        out = [c for c in cross if c[0] < k and c[0] < rems[c[1]]]
-        out.extend((rem - 1, n + i) for i, rem in enumerate(rems) if rem <= k)
+        out = [c for c in cross if c < lim and c // _IDX < rems[c % _IDX]]
+        out.extend((rem - 1) * _IDX + n + i for i, rem in enumerate(rems) if rem <= k)
     heapq.heapify(out)
     return out
 
