@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from attrs import frozen
 
+from servesim_vllm.behaviour import BehaviourSettings
+
 
 @frozen(kw_only=True)
-class VllmConfig:
+class VllmConfig(BehaviourSettings):
     """Backend-specific switches for the ``vllm`` rank.
 
     Empty for now: every behaviour the reference describes is driven by the shared

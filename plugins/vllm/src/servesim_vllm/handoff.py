@@ -55,8 +55,8 @@ class VllmHandoffAdapter:
         blocks = -(-len(request.prompt) // s.bs)
         if not len(request.prompt):
             return "the prompt is empty"
-        if blocks > s.cfg.num_gpu_blocks:
-            return f"prompt of {blocks} blocks exceeds the pool of {s.cfg.num_gpu_blocks} blocks"
+        if blocks > s.usable_blocks:
+            return f"prompt of {blocks} blocks exceeds the pool of {s.usable_blocks} blocks"
         if request.request_id in s.requests:
             return f"request {request.request_id} is already active"
         return None
@@ -151,7 +151,7 @@ def head_blocked_externally(s: VllmScheduler) -> bool:
         return False
     cached, active_cached = s._prefill_cost(head)
     needed = -(-head.length // s.bs) - active_cached // s.bs
-    return needed > s.cfg.num_gpu_blocks - s.pool.num_active
+    return needed > s.usable_blocks - s.pool.num_active
 
 
 __all__ = ["VllmHandoffAdapter", "admit_prebuilt_only", "head_blocked_externally"]

@@ -43,6 +43,7 @@ from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServ
 from servesim.runs import RankRun, RunEffects
 from servesim.timing.base import scaled_ms
 
+from servesim_vllm import behaviour as _behaviour
 from servesim_vllm import runs as _runs
 from servesim_vllm.config import VllmConfig
 from servesim_vllm.handoff import VllmHandoffAdapter, head_blocked_externally
@@ -74,7 +75,10 @@ class VllmRank(Rank):
         services: RankServices,
     ) -> None:
         super().__init__(identity, config, backend_config, services)
-        self.sched = VllmScheduler(config, services, identity.dp_rank)
+        self.behaviour = _behaviour.resolve(backend_config)
+        self.sched = VllmScheduler(config, services, identity.dp_rank, self.behaviour)
+        # vLLM schedules one empty step after the one that finished its last request.
+        self._trailing_step = False
         self.book = HandoffBook(VllmHandoffAdapter(self))
         self.sched.book = self.book
         self._pass_counter = 0
@@ -92,6 +96,7 @@ class VllmRank(Rank):
             problems.append(("engine.num_gpu_blocks", f"must be > 0, got {config.num_gpu_blocks}"))
         if config.aic_nextn is not None:
             problems.append(("engine.aic_nextn", "speculative decoding is not supported by vllm yet"))
+        problems.extend(_behaviour.validate(backend_config))
         return problems
 
     # -- commands -------------------------------------------------------------------------
@@ -158,10 +163,14 @@ class VllmRank(Rank):
     # -- readiness ------------------------------------------------------------------------
 
     def is_ready(self) -> bool:
+        if self._trailing_step:
+            return True
         s = self.sched
         return bool(s.running or s.waiting) or self.book.can_retry
 
     def is_drained(self) -> bool:
+        if self._trailing_step:
+            return False
         return not self.sched.requests and not self.book.holding
 
     def waiting_for_external_command(self) -> bool:
@@ -177,6 +186,7 @@ class VllmRank(Rank):
 
     def execute_pass(self, now_ms: float) -> RankPass:
         res = self.sched.run_pass(now_ms)
+        self._note_trailing_step(len(res.completed) > len(res.rejected))
         worker = self.config.worker_type
         prefill_ms = 0.0 if worker is WorkerType.DECODE else res.prefill_ms
         # A prefill worker's first token comes out of the prefill forward (§7.2).
@@ -217,7 +227,19 @@ class VllmRank(Rank):
     def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int,
                     through_completions: bool = False) -> RankRun | None:
         """A run of steady decode passes (servesim_vllm.runs), or None to step."""
-        return _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
+        run = _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
+        if run is not None:
+            # nothing is left running only if the run's last pass finished it
+            self._note_trailing_step(True)
+        return run
+
+    def _note_trailing_step(self, finished: bool) -> None:
+        """After a pass that finished requests and left nothing running or waiting, vLLM 0.32
+        runs one more, empty step (``trailing_empty_step``, docs/conformance.md)."""
+        s = self.sched
+        self._trailing_step = (
+            self.behaviour.trailing_empty_step and finished and not (s.running or s.waiting)
+        )
 
     def complete_run(self, pending: _runs.VllmRunPending, end_ms: float) -> RunEffects:
         return _runs.complete_run(self, pending, end_ms)

@@ -104,7 +104,7 @@ def _steady_batch(
     if m == 0 or m > s.max_tokens:
         return None
     bs = s.bs
-    limit = s.cfg.num_gpu_blocks * bs
+    limit = s.usable_blocks * bs  # without vLLM's null block when set
     total = sq = 0
     first_done = 1 << 62
     cross: list[tuple[int, int]] = []
@@ -159,8 +159,10 @@ def _admission_blocked(s: Any) -> bool:
     if s._impossible(req):  # noqa: SLF001 - the scheduler's own admission rules
         return False
     _cached, active_cached = s._prefill_cost(req)  # noqa: SLF001
+    if not s.beh.scheduler_reserve_full_isl:
+        return False  # only the first chunk must fit: not foreseeable here
     needed = -(-req.length // s.bs) - active_cached // s.bs
-    return needed > s.cfg.num_gpu_blocks - s.pool.num_active
+    return needed > s.usable_blocks - s.pool.num_active
 
 
 def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,

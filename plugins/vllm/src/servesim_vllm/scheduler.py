@@ -37,6 +37,7 @@ from servesim.kv.pool import BlockPool
 from servesim.rank import RankServices
 
 from servesim_vllm.handoff import admit_prebuilt_only
+from servesim_vllm.behaviour import Behaviour, resolve
 from servesim_vllm.request import Status, VllmRequest
 
 _BLOCKED = -1
@@ -102,12 +103,21 @@ class PassResult:
 class VllmScheduler:
     """Queues, the block pool and the pass algorithm of one rank."""
 
-    def __init__(self, config: EngineConfig, services: RankServices, dp_rank: int) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        services: RankServices,
+        dp_rank: int,
+        behaviour: Behaviour | None = None,
+    ) -> None:
         self.cfg = config
         self.bs = config.bs
         self.timing = services.timing
+        self.beh = behaviour or resolve(None)
+        # vLLM's null block is never handed out (docs/conformance.md, difference 1).
+        self.usable_blocks = config.num_gpu_blocks - (1 if self.beh.null_block else 0)
         self.pool = BlockPool(
-            config.num_gpu_blocks,
+            self.usable_blocks,
             eviction=services.new_eviction_policy(),
             enable_prefix_caching=config.enable_prefix_caching,
             emit_events=services.emit_kv_events,
@@ -217,7 +227,6 @@ class VllmScheduler:
     def _admit_waiting(self) -> None:
         waiting = self.waiting
         running = self.running
-        cfg = self.cfg
         bs = self.bs
         pool = self.pool
         if self.book is not None and self.book.blocks_admission:
@@ -238,7 +247,7 @@ class VllmScheduler:
                 continue
             cached, active_cached = self._prefill_cost(req)
             needed = -(-req.length // bs) - active_cached // bs
-            if needed > cfg.num_gpu_blocks - pool.num_active:
+            if self.beh.scheduler_reserve_full_isl and needed > self.usable_blocks - pool.num_active:
                 if not running and self.book is not None and self.book.dests:
                     # Only prebuilt (activated) requests hold the KV this head waits for:
                     # let them run rather than stall the rank forever (servesim's no-hang rule).
@@ -286,7 +295,7 @@ class VllmScheduler:
         cfg = self.cfg
         if cfg.max_model_len is not None and req.prompt_len >= cfg.max_model_len:
             return True
-        if -(-req.length // self.bs) > cfg.num_gpu_blocks:
+        if -(-req.length // self.bs) > self.usable_blocks:
             return True
         return not cfg.enable_chunked_prefill and req.prompt_len > self.max_tokens
 
@@ -314,7 +323,9 @@ class VllmScheduler:
         plen = req.prompt_len
         prompt_before = eff if eff < plen else plen
         remaining = req.length - eff
-        if not self.cfg.enable_chunked_prefill and plen - prompt_before > budget:
+        if not self.cfg.enable_chunked_prefill and (
+            self._unchunked_need(req, eff, plen - prompt_before) > budget
+        ):
             return _BLOCKED
         desired = remaining if remaining < budget else budget
         if desired <= 0 < remaining:
@@ -351,6 +362,15 @@ class VllmScheduler:
         self._res.order.append(req)
         self._budget = budget - desired
         return desired
+
+    def _unchunked_need(self, req: VllmRequest, eff: int, prompt_left: int) -> int:
+        """Tokens that must fit the budget whole with chunked prefill off: the prompt remainder
+        (reference, §2.3) or every known token not yet computed (vLLM 0.32). A request longer
+        than the whole budget keeps the prompt gate so it cannot wait forever (vLLM refuses
+        such a configuration at start-up)."""
+        if self.beh.unchunked_gate_counts_outputs and req.length <= self.max_tokens:
+            return req.length - eff
+        return prompt_left
 
     # -- preemption -----------------------------------------------------------------------
 
