@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from servesim.errors import ConfigError, UserError
+from servesim.errors import ConfigError, EngineError, UserError
 
 PROG = "servesim"
 
@@ -184,6 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except EngineError as exc:
+        # The engine contract refused what the inputs made it do (e.g. a timing model whose
+        # durations overflow to infinity): a simulation failure, not a crash.
+        print(f"{PROG}: error: simulation failed: {exc}", file=sys.stderr)
+        return 1
     except SystemExit as exc:  # argparse: --help, --version, usage errors
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 2)

@@ -67,7 +67,8 @@ CLUSTER_RULES: tuple[Rule, ...] = (
 
 WORKLOAD_RULES: tuple[Rule, ...] = (
     ("concurrency", _int_ge(1), "an integer >= 1 or null", True),
-    ("arrival_speedup_ratio", _finite_gt(0), "a finite number > 0", False),
+    # Below 1e-6 a trace's millisecond timestamps overflow the simulated clock.
+    ("arrival_speedup_ratio", _finite_ge(1e-6), "a finite number >= 1e-6", False),
     # numpy's generator refuses a negative seed with a bare ValueError; say so up front.
     ("seed", _int_ge(0), "an integer >= 0", False),
 )

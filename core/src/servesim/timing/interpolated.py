@@ -226,8 +226,12 @@ def _sorted_axis(path: Path, key: str, axis: np.ndarray) -> tuple[np.ndarray, np
 
 
 def _read_npz(path: Path) -> dict[str, Any]:
-    with np.load(path, allow_pickle=False) as data:
-        return {k: np.array(data[k]) for k in data.files}
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: np.array(data[k]) for k in data.files}
+    except (ValueError, OSError, EOFError) as exc:
+        # numpy's own message for a non-NPZ file talks about pickles; say what is wrong.
+        raise _error(path, f"cannot read profile: not a readable NPZ file ({type(exc).__name__})") from None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
