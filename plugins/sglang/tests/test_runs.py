@@ -32,6 +32,9 @@ CONFIGS: list[tuple[dict[str, Any], dict[str, Any]]] = [
     (dict(num_gpu_blocks=150, block_size=1, enable_prefix_caching=False), {}),
     (dict(num_gpu_blocks=70, block_size=1, max_num_seqs=4), dict(schedule_policy="lof")),
     (dict(num_gpu_blocks=400, block_size=1, max_num_seqs=2), {}),  # FCFS queue held back
+    # a held-back head that the decaying new_token_ratio lets in mid-decode
+    (dict(num_gpu_blocks=110, block_size=1), dict(schedule_conservativeness=1.4)),
+    (dict(num_gpu_blocks=60, block_size=2), dict(schedule_conservativeness=1.4)),
     (dict(num_gpu_blocks=300, block_size=1, max_num_seqs=2), dict(schedule_policy="random")),
     (dict(num_gpu_blocks=90, block_size=1), {}),  # tight: retractions, evictions every pass
     (dict(num_gpu_blocks=40, block_size=4), dict(chunked_prefill_size=16, schedule_policy="lpm")),
@@ -304,3 +307,20 @@ def test_runs_continue_while_the_queue_is_held_back() -> None:
         held = [r for r in run.runs if (r.effects.pass_metrics or [])[0].waiting_requests > 0]
         assert held and sum(r.effects.num_passes for r in held) > 30
         assert all(not r.effects.completed_before for r in held)
+
+
+def test_held_back_head_admitted_as_the_ratio_decays() -> None:
+    """A head held back by the running batch's reservation: with conservativeness 2.0 the
+    decaying ``new_token_ratio`` frees budget faster than decoding uses it, so stepping
+    admits the head mid-decode; a run must stop before that pass (its per-pass check uses
+    each pass's decayed ratio)."""
+    shape = [(5.0, 12, 175), (10.0, 11, 58), (15.0, 17, 62), (45.0, 21, 126), (75.0, 39, 93)]
+    arrivals = [
+        (t, Request(i, Tokens([i * 1000 + k for k in range(n)]), out)) for i, (t, n, out) in enumerate(shape)
+    ]
+    cfg, sg = dict(num_gpu_blocks=300, block_size=1), dict(schedule_conservativeness=2.0)
+    step = _drive(make_engine(cfg, sg, False), arrivals, [], runs=False)
+    run = _drive(make_engine(cfg, sg, False), arrivals, [], runs=True)
+    assert_same(step, run)
+    held = [r for r in run.runs if (r.effects.pass_metrics or [])[0].waiting_requests > 0]
+    assert held and not any(r.effects.completed for r in held[:1])

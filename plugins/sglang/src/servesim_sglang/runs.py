@@ -1,7 +1,9 @@
 """Runs of steady decode passes for the ``sglang`` rank (servesim.runs; DESIGN.md §7).
 
-A pass is *steady* when the waiting queue is empty (or held back: the batch is at
-``max_running_requests`` under FCFS), no handoff state exists and every running request is a
+A pass is *steady* when the waiting queue is empty (or held back under FCFS: the batch is at
+``max_running_requests``, or the head's admission fails at every pass — checked per pass with
+stepping's own ``rem_total`` expression, in runs without evictions), no handoff state exists
+and every running request is a
 plain decode (first token sent, KV for its whole sequence, a radix leaf only it
 locks): ``run_pass`` is then a decode pass over the whole running list (prefill-first never
 applies), one token each, and nothing but the batch itself changes it:
@@ -103,7 +105,7 @@ def _steady(rank: SglangRank) -> tuple[int, int, list[int]] | None:
     s = rank.sched
     if not s.running or rank._c.rejected:  # noqa: SLF001
         return None
-    if s.waiting and not _held_back(s):
+    if s.waiting and type(s.policy) is not FcfsPolicy:  # others reorder (or draw) every pass
         return None
     if rank.services.record_schedule or rank.config.worker_type is not WorkerType.AGGREGATED:
         return None
@@ -144,12 +146,82 @@ def _steady(rank: SglangRank) -> tuple[int, int, list[int]] | None:
     return total, first_done, residues
 
 
-def _held_back(s: Any) -> bool:
-    """Whether the waiting queue stays untouched by every pass of a run: the running batch
-    is at ``max_running_requests`` (admission has no slot until a completion, which ends the
-    run) and the policy is FCFS (other policies reorder the queue, or draw from a generator,
-    at every pass)."""
-    return len(s.running) >= s.p.max_running_requests and type(s.policy) is FcfsPolicy
+class _Head:
+    """The FCFS head's admission attempt at every pass of a run: no slot (``slots``), or the
+    fixed ``charged + reserve`` it would ask of ``rem_total`` (``ask``; None when a fixed
+    budget already stops it)."""
+
+    __slots__ = ("ask", "reserved", "fixed_tree")
+
+    def __init__(self, ask: int | None, reserved: int, fixed_tree: bool = True) -> None:
+        self.ask = ask
+        self.reserved = reserved  # Σ min(remaining output, clip) over the running batch
+        self.fixed_tree = fixed_tree  # an eviction could change the head's match: stop
+
+
+def _head(s: Any) -> _Head | None:
+    """How ``_admit`` treats the waiting queue's head during a run, or None when that could
+    change within it. With no slot (``max_running_requests``) nothing is tried. Otherwise
+    the head's chunk is sized as ``_admit_one`` does; its radix match is fixed during a run
+    without evictions unless it ends at a leaf that a running request extends (declined),
+    and the running batch's reservation falls by one token per request per pass while no
+    remaining output exceeds ``clip_max_new_tokens`` (else declined)."""
+    running = s.running
+    if len(running) >= s.p.max_running_requests:
+        return _Head(None, 0, fixed_tree=False)
+    p, cache = s.p, s.cache
+    ps = cache.page_size
+    req = s.waiting[0]
+    clip = p.clip_max_new_tokens
+    reserved = 0
+    for r in running:
+        if r.remaining_output > clip:
+            return None
+        reserved += r.remaining_output
+    first = req.materialized == 0
+    seq_len = len(req.tokens)
+    if first:
+        limit = seq_len if req.max_out == 0 else seq_len - 1
+        start = cache.match_len(req.tokens, limit)
+        if _match_may_grow(cache, req.tokens, limit):
+            return None
+    else:
+        start = req.materialized
+    extend = seq_len - start
+    rem_chunk = float(p.chunked_prefill_size)
+    if extend == 0 and not first:
+        return _Head(None, reserved)
+    if extend <= rem_chunk:
+        chunk = extend
+    else:
+        chunk = min(int(rem_chunk) // ps * ps, extend)
+        if chunk == 0:
+            return _Head(None, reserved)
+    charged = -(-chunk // ps) * ps
+    reserve = 0 if chunk < extend else min(req.remaining_output, clip)
+    if charged > float(p.max_prefill_tokens) or charged > rem_chunk:
+        return _Head(None, reserved)
+    return _Head(charged + reserve, reserved)
+
+
+def _match_may_grow(cache: Any, tokens: list[int], limit: int) -> bool:
+    """Whether ``match_len(tokens, limit)`` ends by consuming a whole leaf that some request
+    locks (a running request extends it in place, so the match could grow)."""
+    if not cache.caching:
+        return False
+    ps = cache.page_size
+    end = limit - limit % ps
+    cur, off = cache.root, 0
+    while off < end:
+        child = cur.children.get(cache._child_key(tokens, off))  # noqa: SLF001
+        if child is None:
+            break
+        common = cache._common(child.key, tokens, off, end)  # noqa: SLF001
+        off += common
+        if common < len(child.key):
+            return False
+        cur = child
+    return off < end and cur is not cache.root and not cur.children and cur.lock > 0
 
 
 def _steady_page1(running: list[SglangRequest], cache: Any) -> tuple[int, int, list[int]] | None:
@@ -184,6 +256,7 @@ def _plan(
     total: int,
     residues: list[int],
     leave: dict[int, list[int]] | None = None,
+    head: _Head | None = None,
 ) -> _Plan:
     """Pass ends, evictions and occupancy of the passes that start before ``horizon`` (at
     most ``kmax``), stopping before a pass whose pages might not fit and after a pass that
@@ -209,6 +282,8 @@ def _plan(
     pages = cache.total_pages
     plan = _Plan()
     ends, used, present = plan.ends, plan.used, plan.present
+    evictable = cache.evictable_size
+    ratio, step, floor = s.ratio, s.p.decay_step, s.p.min_new_token_ratio
     start = now
     for j in range(kmax):
         if m == 0:
@@ -217,6 +292,15 @@ def _plan(
         need = g * ps
         if logical < need:
             break
+        if head is not None:
+            # ``_admit`` at pass j: the head must still fail ``charged + reserve < rem_total``
+            # (stepping's float expression), and no eviction may shorten its match.
+            if head.fixed_tree and free * ps < need:
+                break
+            if head.ask is not None:
+                rem_total = float(free * ps + evictable) - (head.reserved - m * j) * ratio
+                if not head.ask >= rem_total:
+                    break
         if free * ps < need:
             plan.evictions.append((j, need - free * ps))
             free = need // ps
@@ -235,6 +319,7 @@ def _plan(
                     logical += final
         ends.append(end)
         used.append(pages - free)
+        ratio = max(ratio - step, floor)
         if end >= horizon or end == start:
             break
         start = end
@@ -251,8 +336,13 @@ def execute_run(
     if shape is None:
         return None
     total, first_done, residues = shape
-    plan = _plan(rank, now, horizon, min(first_done, max_passes), total, residues)
     s = rank.sched
+    head = None
+    if s.waiting:
+        head = _head(s)
+        if head is None:
+            return None
+    plan = _plan(rank, now, horizon, min(first_done, max_passes), total, residues, None, head)
     if (
         plan.open
         and through_completions
