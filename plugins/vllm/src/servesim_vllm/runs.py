@@ -33,6 +33,7 @@ readmission, which the driver's run statistics do not model).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -179,12 +180,10 @@ def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
     if (not stopped and through_completions and not s.waiting and first_done < max_passes):
         # Every member emitted up to the first completion before the horizon: continue
         # without the completed ones (priced per segment between completions).
-        segments = _segments(s.running, rems, total, sq)
-        kmax = min(segments[-1][0], max_passes)
-        del segments[-1]  # the end marker: every member has completed
-        for idx in range(1, len(segments)):
-            j0, seg_total, _sq, seg_m = segments[idx]
-            j1 = min(segments[idx + 1][0], kmax) if idx + 1 < len(segments) else kmax
+        for seg, j1 in _segments(s.running, rems, total, sq):
+            segments.append(seg)
+            j1 = min(j1, max_passes)
+            j0, seg_total, _sq, seg_m = seg
             if j1 <= j0 or _pass_ends(rank, ends[-1], horizon, seg_total, seg_m, j0, j1, ends):
                 break
     run = VllmRunPending(now)
@@ -199,29 +198,24 @@ def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
 
 
 def _segments(running: list[VllmRequest], rems: list[int], total: int,
-              sq: int) -> list[tuple[int, int, int, int]]:
-    """``(first pass, summed pre-run lengths, squares, batch size)`` of the batch between
-    completions (a member with ``rem`` passes left emits at passes ``0 .. rem-1``), ending
-    with a marker whose first pass is the last member's completion."""
-    by_rem: dict[int, list[int]] = {}
-    for req, rem in zip(running, rems, strict=True):
-        acc = by_rem.get(rem)
-        length = req.length
-        if acc is None:
-            by_rem[rem] = [1, length, length * length]
-        else:
-            acc[0] += 1
-            acc[1] += length
-            acc[2] += length * length
-    out = [(0, total, sq, len(running))]
+              sq: int) -> Iterator[tuple[tuple[int, int, int, int], int]]:
+    """After the first completion: ``((first pass, summed pre-run lengths, squares, batch
+    size), end pass)`` of each stretch of the batch between completions (a member with
+    ``rem`` passes left emits at passes ``0 .. rem-1``). Lazy, in completion order: a run
+    that stops at the horizon touches only the members that completed before it."""
+    order = sorted(range(len(rems)), key=rems.__getitem__)  # stable: batch order within
     m = len(running)
-    for rem in sorted(by_rem):
-        n, t, q = by_rem[rem]
-        m -= n
-        total -= t
-        sq -= q
-        out.append((rem, total, sq, m))
-    return out
+    at = 0
+    while at < m:
+        rem = rems[order[at]]
+        while at < m and rems[order[at]] == rem:
+            length = running[order[at]].length
+            total -= length
+            sq -= length * length
+            at += 1
+        if at == m:
+            return
+        yield (rem, total, sq, m - at), rems[order[at]]
 
 
 def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
@@ -379,33 +373,31 @@ def _commit(rank: VllmRank, run: VllmRunPending, k: int, first_done: int,
     add = members.append
     completed: list[int] = []
     completed_at: list[tuple[int, int]] = []
-    if k < first_done:
-        for req in running:
-            add(req.rid)
-            length = req.length + k
-            req.length = length
-            req.computed = length - 1
-            req.generated += k
-        emitters = members
-    else:
-        emitters = []
-        for req, rem in zip(running, rems, strict=True):
+    for req in running:
+        add(req.rid)
+        length = req.length + k
+        req.length = length
+        req.computed = length - 1
+        req.generated += k
+    emitters = members
+    if k >= first_done:
+        # Fix up the few members that completed within the run (fewer than k tokens).
+        for i in [i for i, rem in enumerate(rems) if rem <= k]:
+            req = running[i]
+            rem = rems[i]
             rid = req.rid
-            add(rid)
-            n = k if rem > k else rem
-            length = req.length + n
-            req.length = length
-            req.computed = length - 1
-            req.generated += n
-            if rem <= k:
-                req.status = Status.FINISHED
-                del s.requests[rid]
-                if rem == k:
-                    completed.append(rid)
-                else:
-                    completed_at.append((rem - 1, rid))
-            if rem >= k:
-                emitters.append(rid)
+            if rem < k:
+                short = k - rem
+                req.length -= short
+                req.computed -= short
+                req.generated -= short
+                completed_at.append((rem - 1, rid))
+            else:
+                completed.append(rid)
+            req.status = Status.FINISHED
+            del s.requests[rid]
+        if completed_at:
+            emitters = [rid for rid, rem in zip(members, rems) if rem >= k]
         s.running = [r for r in running if r.status is Status.RUNNING]
         if completed_at:
             completed_at.sort(key=lambda c: c[0])  # stable: batch order within a pass
