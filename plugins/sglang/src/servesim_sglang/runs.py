@@ -178,8 +178,13 @@ def _head(s: Any) -> _Head | None:
         if r.remaining_output > clip:
             return None
         reserved += r.remaining_output
-    first = req.materialized == 0
     seq_len = len(req.tokens)
+    # Cheap bound first (most heads are simply admitted): the head asks at most its whole
+    # page-rounded sequence plus its clipped output of ``rem_total``.
+    ask_max = -(-seq_len // ps) * ps + min(req.remaining_output, clip)
+    if ask_max < float(cache.available_tokens + cache.evictable_size) - reserved * s.ratio:
+        return None
+    first = req.materialized == 0
     if first:
         limit = seq_len if req.max_out == 0 else seq_len - 1
         start = cache.match_len(req.tokens, limit)
@@ -332,16 +337,18 @@ def _plan(
 def execute_run(
     rank: SglangRank, now: float, horizon: float, max_passes: int, through_completions: bool = False
 ) -> RankRun | None:
+    s = rank.sched
+    head = None
+    if s.waiting:
+        if type(s.policy) is not FcfsPolicy or not s.running:
+            return None
+        head = _head(s)  # first: it rejects a head that can be admitted now cheaply
+        if head is None:
+            return None
     shape = _steady(rank)
     if shape is None:
         return None
     total, first_done, residues = shape
-    s = rank.sched
-    head = None
-    if s.waiting:
-        head = _head(s)
-        if head is None:
-            return None
     plan = _plan(rank, now, horizon, min(first_done, max_passes), total, residues, None, head)
     if (
         plan.open
