@@ -452,17 +452,24 @@ def _bulk(rank: SglangRank, run: SglangRunPending, plan: _Plan, k: int) -> None:
     e = 0
     out = _LastPass()
     for c, r, clock in done:
+        # Consecutive passes' evictions with no completion between them go in one call: the
+        # LRU pops are the same (a tail cut leaves its leaf the heap's minimum) and no event
+        # is published in the bulk path.
+        tokens = 0
         while e < len(evictions) and evictions[e][0] <= c:
-            cache.evict(evictions[e][1])
+            tokens += evictions[e][1]
             e += 1
+        if tokens:
+            cache.evict(tokens)
         _append_tokens(r, 1)
         if caching:
             cache._clock = clock  # noqa: SLF001 - the tick finish() takes is stepping's
         s._complete(r, out)  # type: ignore[arg-type]  # noqa: SLF001
         if c < k - 1:
             run.completed_before.setdefault(c, []).append(out.completed.pop())
-    for _, tokens in evictions[e:]:
-        cache.evict(tokens)
+    rest = sum([t for _, t in evictions[e:]])
+    if rest:
+        cache.evict(rest)
     if caching:
         cache._clock = clock0 + before[k]  # noqa: SLF001
     s.running = keep
