@@ -1,6 +1,6 @@
 """``servesim run``: replay a workload through a simulated deployment and print a report.
 
-``servesim run [CONFIG.yaml] [--trace PATH] [--set key=value ...] [--output-json PATH]
+``servesim run [CONFIG.yaml] [--trace PATH] [--set key=value ...] [--output-json PATH] [--pass-log PATH]
 [--per-request PATH] [--json] [--quiet]``. With no config and no trace it runs the built-in default
 scenario (a seeded synthetic workload with shared prefixes on one worker). The report table
 goes to stdout; a progress line goes to stderr only when stderr is a terminal and the run has
@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the report JSON here (overrides report.output_json)")
     parser.add_argument("--per-request", default=None, metavar="PATH",
                         help="write one JSON line per request here (overrides report.per_request)")
+    parser.add_argument("--pass-log", default=None, metavar="PATH",
+                        help="write one JSON line per engine pass here (docs/conformance.md)")
     parser.add_argument("--json", action="store_true",
                         help="print the report JSON on stdout instead of the table")
     parser.add_argument("--quiet", action="store_true",
@@ -120,12 +122,16 @@ def run(args: argparse.Namespace) -> int:
         _check_writable(json_path, "--output-json" if args.output_json else "report.output_json")
     if per_request_path:
         _check_writable(per_request_path, "--per-request" if args.per_request else "report.per_request")
+    pass_log = getattr(args, "pass_log", None)
+    if pass_log:
+        _check_writable(pass_log, "--pass-log")
     progress = None
     if not args.quiet and sys.stderr.isatty():
         progress = Progress(sys.stderr)
     started = time.monotonic()
     try:
-        result = simulate(loaded, record_token_times=per_request_path is not None, progress=progress)
+        result = simulate(loaded, record_token_times=per_request_path is not None, progress=progress,
+                          pass_log=pass_log)
     finally:
         if progress is not None:
             progress.finish()
@@ -141,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(dumps(result.report))
     else:
         sys.stdout.write(format_table(result.report, wall_s))
-        for label, path in (("report", json_path), ("per-request records", per_request_path)):
+        for label, path in (("report", json_path), ("per-request records", per_request_path),
+                            ("pass log", pass_log)):
             if path:
                 sys.stdout.write(f"{label} written to {path}\n")
     return 0

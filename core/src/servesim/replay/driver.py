@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from servesim.contract import KvEvent, PassStartEffects, Request, Submit
 from servesim.engine import Engine, EnginePassStarted
 from servesim.errors import CommandRejected, SimError, TraceError
+from servesim.passlog import PassLogWriter
 from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
 from servesim.replay.routers import RoundRobinRouter, Router
@@ -63,6 +64,7 @@ class Replayer:
         record_token_times: bool = False,
         progress: ProgressFn | None = None,
         runs: bool | None = None,
+        pass_log: PassLogWriter | None = None,
     ) -> None:
         if not engines:
             raise ValueError("a replay needs at least one engine")
@@ -81,6 +83,8 @@ class Replayer:
         self.kv_sinks = list(kv_sinks)
         self.fpm_sinks = list(fpm_sinks)
         self.progress = progress
+        self.pass_log = pass_log
+        self._pass_start = [0.0] * len(self.engines)
         self.turns = workload.turns()
         self.log = RequestLog([t.input_length for t in self.turns],
                               record_token_times=record_token_times)
@@ -297,6 +301,7 @@ class Replayer:
             if started is None:
                 continue
             self.passes += 1
+            self._pass_start[w] = now
             self._start_busy[w] = self._start_effects(w, started, now)
             self._last_zero[w] = started.end_ms == now
             self._last_retry[w] = started.retry
@@ -326,6 +331,8 @@ class Replayer:
         busy = self._start_busy[w]
         for rc in done.by_rank:
             eff = rc.effects
+            if self.pass_log is not None and eff.schedule is not None:
+                self.pass_log.write(w, rc.dp_rank, pass_id, self._pass_start[w], now, eff.schedule)
             out = eff.outputs
             if out.token_request_ids:
                 busy = True

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import attrs
 from attrs import define
 
 from servesim.config.sections import SyntheticConfig, WorkloadConfig
-from servesim.errors import ConfigError
+from servesim.errors import ConfigError, UserError
+from servesim.passlog import PassLogWriter
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import ProgressFn, Replayer
 from servesim.replay.report import _clean, build_report
@@ -66,8 +68,13 @@ def simulate(
     *,
     record_token_times: bool = False,
     progress: ProgressFn | None = None,
+    pass_log: str | None = None,
 ) -> SimResult:
-    """Replay ``loaded``'s workload on its cluster; sinks are closed afterwards."""
+    """Replay ``loaded``'s workload on its cluster; sinks are closed afterwards.
+
+    ``pass_log``: write one line per engine pass there (:mod:`servesim.passlog`); only then
+    are ranks asked to record their schedules.
+    """
     disaggregated = _check_supported(loaded)
     sim = loaded.sim
     plugins = loaded.plugins
@@ -79,13 +86,20 @@ def simulate(
     )
     kv_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("kv_events", [])]
     fpm_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("fpm", [])]
+    if disaggregated and pass_log is not None:
+        raise UserError("--pass-log is not supported with a prefill/decode split yet")
     if disaggregated:
         return _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress)
     factory = loaded.engine_factory(
         emit_kv_events=bool(kv_sinks) or router.wants_kv_events,
         emit_forward_pass_metrics=bool(fpm_sinks),
     )
+    if router.wants_kv_events and not kv_sinks:
+        factory.services = attrs.evolve(factory.services, kv_events_router_only=True)
+    if pass_log is not None:
+        factory.services = attrs.evolve(factory.services, record_schedule=True)
     engines = build_engines(factory.build, sim.cluster.workers)
+    writer = _open_pass_log(pass_log)
     replayer = Replayer(
         engines,
         workload,
@@ -97,14 +111,26 @@ def simulate(
         fpm_sinks=fpm_sinks,
         record_token_times=record_token_times,
         progress=progress,
+        pass_log=writer,
     )
     try:
         log = replayer.run()
     finally:
         for sink in [*kv_sinks, *fpm_sinks]:
             sink.close()
+        if writer is not None:
+            writer.close()
     report = build_report(log, sim.report, loaded.resolved())
     return SimResult(report, log, replayer.session_of, replayer.passes)
+
+
+def _open_pass_log(path: str | None) -> PassLogWriter | None:
+    if path is None:
+        return None
+    try:
+        return PassLogWriter(path)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _simulate_disagg(
