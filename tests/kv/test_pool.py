@@ -186,3 +186,34 @@ def test_stored_events_carry_token_ids_when_asked() -> None:
     pool.finalize(t, 2, hashes(0, 1), local(0, 1), lambda i: [10 * i, 10 * i + 1])
     (ev,) = pool.drain_events()
     assert [b.token_ids for b in ev.data.blocks] == [(0, 1), (10, 11)]
+
+
+def test_coalesced_removals_give_the_router_index_the_same_hashes() -> None:
+    """``coalesce_removals`` (KV router as the only event consumer): the evictions of one
+    allocation become one ``Removed`` event, listing the evicted hashes in eviction order, and
+    a :class:`~servesim.replay.routers.KvIndex` fed either stream holds the same hashes."""
+    from servesim.replay.routers import KvIndex
+
+    def play(coalesce: bool) -> tuple[list, KvIndex]:
+        pool = BlockPool(6, emit_events=True)
+        pool.coalesce_removals = coalesce
+        index = KvIndex(1)
+        events = []
+        for names in ([0, 1, 2], [3, 4, 5], [6, 7, 8, 9], [0, 1, 10]):
+            t = use(pool, names, 0, len(names))
+            pool.release(t)
+            evs = pool.drain_events()
+            index.apply(0, evs)
+            events.extend(e.data for e in evs)
+        return events, index
+
+    per_block, idx_a = play(False)
+    coalesced, idx_b = play(True)
+    removed_a = [d.block_hashes for d in per_block if isinstance(d, RemovedBlocks)]
+    removed_b = [d.block_hashes for d in coalesced if isinstance(d, RemovedBlocks)]
+    assert removed_a == [(1002,), (1001,), (1000,), (1005,), (1004,), (1003,), (1009,)]
+    assert removed_b == [(1002, 1001, 1000, 1005), (1004, 1003, 1009)]
+    assert [d for d in per_block if isinstance(d, StoredBlocks)] == [
+        d for d in coalesced if isinstance(d, StoredBlocks)]
+    assert idx_a._index == idx_b._index  # noqa: SLF001
+    assert sorted(idx_b._index) == [1000, 1001, 1006, 1007, 1008, 1010]  # noqa: SLF001

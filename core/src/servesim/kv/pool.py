@@ -82,6 +82,11 @@ class BlockPool:
         self._dups: dict[int, list[int]] = {}
         self._events: list[KvEvent] | None = [] if (emit_events and enable_prefix_caching) else None
         self._next_event_id = 0
+        # Set when the only consumer of the events is an index of cached hashes (the KV
+        # router, RankServices.kv_events_router_only): the evictions of one allocation are
+        # then published as one ``Removed`` event instead of one per block. The index ends in
+        # the same state; only the event count and ids differ from the per-block stream.
+        self.coalesce_removals = False
         # Bumped by every release: a "capacity generation" that lets a caller skip
         # re-probing an allocation that failed when nothing was freed since.
         self.releases = 0
@@ -197,6 +202,7 @@ class BlockPool:
         popitem = order.popitem
         pop = primary.pop
         start = len(ids)
+        removed: list[int] | None = [] if (events is not None and self.coalesce_removals) else None
         for _ in range(n):
             b = popitem(False)[0]
             h = hashes[b]
@@ -204,11 +210,15 @@ class BlockPool:
                 hashes[b] = None
                 p = pop(h, None)
                 if p == b:
-                    if events is not None:
+                    if removed is not None:
+                        removed.append(h)
+                    elif events is not None:
                         self._publish(RemovedBlocks((h,)))
                 elif p is not None:
                     primary[h] = p
             ids.append(b)
+        if removed:
+            self._publish(RemovedBlocks(tuple(removed)))
         for i in range(start, len(ids)):
             ref[ids[i]] = 1
 

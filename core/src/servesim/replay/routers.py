@@ -97,38 +97,32 @@ class KvIndex:
     def apply(self, worker: int, events: Sequence[KvEvent]) -> None:
         index = self._index
         get = index.get
+        pop = index.pop
         base = worker * self.dp_size
         for ev in events:
             bit = 1 << (base + ev.dp_rank)
             data = ev.data
             kind = type(data)
-            if kind is RemovedBlocks and len(data.block_hashes) == 1:
-                # The common eviction event: one block (kept exact for subclasses below).
-                h = data.block_hashes[0]
-                m = get(h, 0) & ~bit
-                if m:
-                    index[h] = m
-                else:
-                    index.pop(h, None)
-                continue
-            if kind is StoredBlocks:
-                for b in data.blocks:
-                    h = b.block_hash
-                    index[h] = get(h, 0) | bit
-                continue
-            if isinstance(data, StoredBlocks):
-                for b in data.blocks:
-                    index[b.block_hash] = index.get(b.block_hash, 0) | bit
-            elif isinstance(data, RemovedBlocks):
+            if kind is RemovedBlocks or (kind is not StoredBlocks and isinstance(data, RemovedBlocks)):
+                keep = ~bit
                 for h in data.block_hashes:
-                    m = index.get(h, 0) & ~bit
+                    m = get(h, 0) & keep
                     if m:
                         index[h] = m
                     else:
-                        index.pop(h, None)
+                        pop(h, None)
+            elif kind is StoredBlocks or isinstance(data, StoredBlocks):
+                for b in data.blocks:
+                    h = b.block_hash
+                    index[h] = get(h, 0) | bit
             elif isinstance(data, ClearedBlocks):
+                keep = ~bit
                 for h in [h for h, m in index.items() if m & bit]:
-                    self.apply(worker, [KvEvent(ev.event_id, ev.dp_rank, RemovedBlocks((h,)))])
+                    m = index[h] & keep
+                    if m:
+                        index[h] = m
+                    else:
+                        del index[h]
 
     def overlaps(self, block_hashes: Sequence[int], num_slots: int) -> list[int]:
         """Per slot, how many leading blocks of the sequence it holds."""

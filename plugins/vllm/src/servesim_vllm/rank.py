@@ -77,6 +77,7 @@ class VllmRank(Rank):
         super().__init__(identity, config, backend_config, services)
         self.behaviour = _behaviour.resolve(backend_config)
         self.sched = VllmScheduler(config, services, identity.dp_rank, self.behaviour)
+        self.sched.pool.coalesce_removals = services.kv_events_router_only
         # vLLM schedules one empty step after the one that finished its last request.
         self._trailing_step = False
         self.book = HandoffBook(VllmHandoffAdapter(self))
