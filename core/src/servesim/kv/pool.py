@@ -87,6 +87,12 @@ class BlockPool:
         # then published as one ``Removed`` event instead of one per block. The index ends in
         # the same state; only the event count and ids differ from the per-block stream.
         self.coalesce_removals = False
+        # False when that index is all that reads the events and the caller registers blocks
+        # nothing can look up under negative placeholder hashes (generated pseudo tokens,
+        # hashed lazily): such blocks then publish no events at all. A placeholder re-keyed
+        # to its real hash (:meth:`rekey`) is still unpublished; its eventual ``Removed``
+        # names a hash the index never held, which the index ignores.
+        self.events_for_placeholders = True
         # Bumped by every release: a "capacity generation" that lets a caller skip
         # re-probing an allocation that failed when nothing was freed since.
         self.releases = 0
@@ -211,7 +217,8 @@ class BlockPool:
                 p = pop(h, None)
                 if p == b:
                     if removed is not None:
-                        removed.append(h)
+                        if h >= 0 or self.events_for_placeholders:
+                            removed.append(h)
                     elif events is not None:
                         self._publish(RemovedBlocks((h,)))
                 elif p is not None:
@@ -308,13 +315,18 @@ class BlockPool:
             return
         run: list[KvBlock] = []
         run_parent: int | None = None
+        silent = not self.events_for_placeholders
         for i in range(start, upto):
             b = ids[i]
             h = seq_hashes[i]
             hashes[b] = h
             if h not in primary:
                 primary[h] = b
-                if events is not None:
+                if silent and h < 0:
+                    if run:  # a placeholder ends the contiguous run
+                        self._publish(StoredBlocks(run_parent, tuple(run)))
+                        run = []
+                else:
                     if not run:
                         run_parent = seq_hashes[i - 1] if i > 0 else None
                     ids_i = tuple(block_tokens(i)) if block_tokens is not None else None

@@ -77,7 +77,13 @@ class VllmRank(Rank):
         super().__init__(identity, config, backend_config, services)
         self.behaviour = _behaviour.resolve(backend_config)
         self.sched = VllmScheduler(config, services, identity.dp_rank, self.behaviour)
-        self.sched.pool.coalesce_removals = services.kv_events_router_only
+        if services.kv_events_router_only:
+            # Only the KV router reads the events: coalesce removals, and hash generated
+            # pseudo-token blocks lazily as with events off (no prompt can match them, so the
+            # router's overlaps are unchanged), publishing nothing for them.
+            self.sched.pool.coalesce_removals = True
+            self.sched.pool.events_for_placeholders = False
+            self.sched.lazy_hashes = self.sched.caching
         # vLLM schedules one empty step after the one that finished its last request.
         self._trailing_step = False
         self.book = HandoffBook(VllmHandoffAdapter(self))
