@@ -31,6 +31,10 @@ from attrs import define
 from servesim.contract import (
     APPLIED,
     NOOP,
+    ActivateDestination,
+    CancelDestination,
+    CancelSource,
+    Command,
     CommandEffects,
     CommandResult,
     DestinationReserved,
@@ -40,9 +44,12 @@ from servesim.contract import (
     LifecycleEvent,
     Metrics,
     PassCompletionEffects,
+    ReleaseSource,
     Request,
     RequestId,
+    ReserveDestination,
     SourceHeld,
+    SubmitHandoffPrefill,
 )
 from servesim.errors import CommandRejected
 
@@ -269,6 +276,29 @@ class HandoffBook:
 
     def _known(self, hid: HandoffId) -> bool:
         return hid in self.sources or hid in self.dests
+
+    def apply(
+        self, command: Command, busy: bool, retained: PassCompletionEffects | None
+    ) -> CommandEffects:
+        """Dispatch one of the six handoff commands (aisimulate-engine.md §4.2, §8.2).
+
+        ``busy`` is the group-wide ``pass_in_flight``; ``retained`` is this rank's in-flight
+        pass effects, from which a cancel suppresses the request's outputs. Any other command
+        is rejected.
+        """
+        if isinstance(command, SubmitHandoffPrefill):
+            return self.submit_prefill(command.handoff_id, command.request)
+        if isinstance(command, ReserveDestination):
+            return self.reserve(command.handoff_id, command.request, busy)
+        if isinstance(command, ActivateDestination):
+            return self.activate(command.handoff_id, busy)
+        if isinstance(command, ReleaseSource):
+            return self.release_source(command.handoff_id, busy)
+        if isinstance(command, CancelSource):
+            return self.cancel_source(command.handoff_id, busy, retained)
+        if isinstance(command, CancelDestination):
+            return self.cancel_destination(command.handoff_id, busy, retained)
+        raise CommandRejected(f"unsupported command {type(command).__name__}")
 
     def submit_prefill(self, hid: HandoffId, request: Request) -> CommandEffects:
         if self._known(hid):

@@ -31,10 +31,7 @@ from servesim.config.engine import EngineConfig
 from servesim.contract import (
     APPLIED,
     NOOP,
-    ActivateDestination,
-    CancelDestination,
     CancelRequest,
-    CancelSource,
     Command,
     CommandEffects,
     CommandResult,
@@ -45,11 +42,8 @@ from servesim.contract import (
     OutputBatch,
     PassCompletionEffects,
     PassStartEffects,
-    ReleaseSource,
-    ReserveDestination,
     ScheduleRecord,
     Submit,
-    SubmitHandoffPrefill,
     Welford,
 )
 from servesim.errors import CommandRejected, PluginError
@@ -177,19 +171,7 @@ class SglangRank(Rank):
         book = self.book
         busy = ctx.pass_in_flight
         retained = pending.effects if isinstance(pending, (_Pending, _runs.SglangRunPending)) else None
-        if isinstance(command, SubmitHandoffPrefill):
-            return book.submit_prefill(command.handoff_id, command.request)
-        if isinstance(command, ReserveDestination):
-            return book.reserve(command.handoff_id, command.request, busy)
-        if isinstance(command, ActivateDestination):
-            return book.activate(command.handoff_id, busy)
-        if isinstance(command, ReleaseSource):
-            return book.release_source(command.handoff_id, busy)
-        if isinstance(command, CancelSource):
-            return book.cancel_source(command.handoff_id, busy, retained)
-        if isinstance(command, CancelDestination):
-            return book.cancel_destination(command.handoff_id, busy, retained)
-        raise CommandRejected(f"unknown command {type(command).__name__}")
+        return book.apply(command, busy, retained)
 
     def _submit(self, command: Submit, ctx: CommandContext) -> CommandEffects:
         request = command.request

@@ -22,10 +22,7 @@ from servesim.config.engine import EngineConfig
 from servesim.contract import (
     APPLIED,
     NOOP,
-    ActivateDestination,
-    CancelDestination,
     CancelRequest,
-    CancelSource,
     Command,
     CommandEffects,
     CommandResult,
@@ -36,11 +33,8 @@ from servesim.contract import (
     OutputBatch,
     PassCompletionEffects,
     PassStartEffects,
-    ReleaseSource,
-    ReserveDestination,
     ScheduleRecord,
     Submit,
-    SubmitHandoffPrefill,
     Welford,
     WorkerType,
 )
@@ -141,19 +135,7 @@ class TrtllmRank(Rank):
         book = self.book
         busy = ctx.pass_in_flight
         retained = pending.effects if pending is not None else None
-        if isinstance(command, SubmitHandoffPrefill):
-            return book.submit_prefill(command.handoff_id, command.request)
-        if isinstance(command, ReserveDestination):
-            return book.reserve(command.handoff_id, command.request, busy)
-        if isinstance(command, ActivateDestination):
-            return book.activate(command.handoff_id, busy)
-        if isinstance(command, ReleaseSource):
-            return book.release_source(command.handoff_id, busy)
-        if isinstance(command, CancelSource):
-            return book.cancel_source(command.handoff_id, busy, retained)
-        if isinstance(command, CancelDestination):
-            return book.cancel_destination(command.handoff_id, busy, retained)
-        raise CommandRejected(f"unsupported command {type(command).__name__}")
+        return book.apply(command, busy, retained)
 
     def _cancel(
         self, command: CancelRequest, ctx: CommandContext, pending: TrtllmPending | None

@@ -16,10 +16,7 @@ from servesim.config.engine import EngineConfig
 from servesim.contract import (
     APPLIED,
     NOOP,
-    ActivateDestination,
-    CancelDestination,
     CancelRequest,
-    CancelSource,
     Command,
     CommandEffects,
     CommandResult,
@@ -29,11 +26,8 @@ from servesim.contract import (
     OutputBatch,
     PassCompletionEffects,
     PassStartEffects,
-    ReleaseSource,
-    ReserveDestination,
     ScheduleRecord,
     Submit,
-    SubmitHandoffPrefill,
     Welford,
     WorkerType,
 )
@@ -122,19 +116,7 @@ class VllmRank(Rank):
         book = self.book
         busy = ctx.pass_in_flight
         retained = pending.effects if pending is not None else None
-        if isinstance(command, SubmitHandoffPrefill):
-            return book.submit_prefill(command.handoff_id, command.request)
-        if isinstance(command, ReserveDestination):
-            return book.reserve(command.handoff_id, command.request, busy)
-        if isinstance(command, ActivateDestination):
-            return book.activate(command.handoff_id, busy)
-        if isinstance(command, ReleaseSource):
-            return book.release_source(command.handoff_id, busy)
-        if isinstance(command, CancelSource):
-            return book.cancel_source(command.handoff_id, busy, retained)
-        if isinstance(command, CancelDestination):
-            return book.cancel_destination(command.handoff_id, busy, retained)
-        raise CommandRejected(f"unknown command {command!r}")
+        return book.apply(command, busy, retained)
 
     def _submit(self, command: Submit) -> CommandEffects:
         request = command.request
