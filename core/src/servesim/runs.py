@@ -179,7 +179,49 @@ def pass_gaps(ends: Sequence[float]) -> list[float]:
     return [ends[j] - ends[j - 1] for j in range(1, len(ends))]
 
 
+
+class BlockRunPending:
+    """A committed run of a block-pool backend (vllm, trtllm), kept between
+    ``execute_run`` and ``complete_run``. ``effects`` is the *last* pass's retained completion
+    effects, so a command applied mid-pass suppresses outputs exactly as with a stepped
+    pending pass."""
+
+    __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events", "occupancy",
+                 "segments", "counter0", "fpm_fields", "queued", "last_emitters",
+                 "completed_before", "departures")
+
+    def __init__(self, started_at_ms: float) -> None:
+        self.started_at_ms = started_at_ms
+        self.ends: list[float] = []
+        self.members: list[int] = []
+        self.effects = PassCompletionEffects()
+        self.kv_events: dict[int, list[KvEvent]] = {}
+        # (pass, active blocks, inactive blocks) after each pass that changed the pool; the
+        # first entry (pass -1) is the state before the run. Per-pass Metrics derive from it.
+        self.occupancy: list[tuple[int, int, int]] = []
+        # (first pass, summed pre-run lengths, their squares, batch size) of each stretch of
+        # passes between completions (FPMs derive from them).
+        self.segments: list[tuple[int, int, int, int]] = []
+        self.last_emitters: list[int] = []  # members emitting at the last pass
+        self.completed_before: dict[int, list[int]] = {}  # pass j < k-1 -> completed there
+        self.departures: list[tuple[int, int]] = []  # (pass, requests completed there)
+        self.counter0 = 0
+        self.fpm_fields: dict[str, Any] | None = None
+        self.queued = 0  # waiting requests during the run (held back: none is admitted)
+
+
+def take_run_kv_events(
+    kv_events: dict[int, list[KvEvent]], before_pass: int
+) -> dict[int, list[KvEvent]]:
+    """Remove and return the per-pass KV events of passes ``< before_pass``."""
+    out = {j: evs for j, evs in kv_events.items() if j < before_pass}
+    for j in out:
+        del kv_events[j]
+    return out
+
 __all__ = [
+    "BlockRunPending",
+    "take_run_kv_events",
     "EngineRunCompleted",
     "EngineRunStarted",
     "RankRun",

@@ -48,11 +48,10 @@ from servesim.contract import (
     KvEvent,
     Metrics,
     OutputBatch,
-    PassCompletionEffects,
     Welford,
     WorkerType,
 )
-from servesim.runs import RankRun, RunEffects
+from servesim.runs import BlockRunPending, RankRun, RunEffects, take_run_kv_events
 from servesim.timing.base import scaled_ms, scaled_ms_many
 
 from servesim_trtllm.config import CapacitySchedulerPolicy
@@ -72,32 +71,8 @@ _IDX = 1 << 24  # agenda entries are pass * _IDX + batch index (plain ints heap 
 _VECTOR_MIN = 16
 
 
-class TrtRunPending:
-    """A committed run. ``effects`` is the *last* pass's retained completion effects, so a
-    command applied mid-pass suppresses outputs exactly as with a stepped pending pass."""
+TrtRunPending = BlockRunPending
 
-    __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events", "occupancy",
-                 "segments", "counter0", "fpm_fields", "queued", "last_emitters",
-                 "completed_before", "departures")
-
-    def __init__(self, started_at_ms: float) -> None:
-        self.started_at_ms = started_at_ms
-        self.ends: list[float] = []
-        self.members: list[int] = []
-        self.effects = PassCompletionEffects()
-        self.kv_events: dict[int, list[KvEvent]] = {}
-        # (pass, active, inactive) after each pass that changed the pool; entry 0 (pass -1) is
-        # the state before the run. Per-pass Metrics derive from it.
-        self.occupancy: list[tuple[int, int, int]] = []
-        # (first pass, Σ pre-run lengths, Σ squares, batch size) of each stretch of passes
-        # between completions (FPMs derive from them).
-        self.segments: list[tuple[int, int, int, int]] = []
-        self.counter0 = 0
-        self.fpm_fields: dict[str, Any] | None = None
-        self.queued = 0
-        self.last_emitters: list[int] = []  # members emitting at the last pass
-        self.completed_before: dict[int, list[int]] = {}  # pass j < k-1 -> completed there
-        self.departures: list[tuple[int, int]] = []  # (pass, requests completed there)
 
 
 def _next_event(c: int, nblocks: int, bs: int, caching: bool) -> int:
@@ -487,10 +462,7 @@ def _commit(rank: TrtllmRank, run: TrtRunPending, running: list[TrtRequest], k: 
 
 
 def take_kv_events(run: TrtRunPending, before_pass: int) -> dict[int, list[KvEvent]]:
-    out = {j: evs for j, evs in run.kv_events.items() if j < before_pass}
-    for j in out:
-        del run.kv_events[j]
-    return out
+    return take_run_kv_events(run.kv_events, before_pass)
 
 
 def complete_run(rank: TrtllmRank, run: TrtRunPending, end_ms: float) -> RunEffects:

@@ -42,10 +42,9 @@ from servesim.contract import (
     KvEvent,
     Metrics,
     OutputBatch,
-    PassCompletionEffects,
     WorkerType,
 )
-from servesim.runs import RankRun, RunEffects
+from servesim.runs import BlockRunPending, RankRun, RunEffects, take_run_kv_events
 from servesim.timing.base import scaled_ms, scaled_ms_many
 
 from servesim_vllm.request import Status
@@ -55,32 +54,8 @@ if TYPE_CHECKING:
     from servesim_vllm.request import VllmRequest
 
 
-class VllmRunPending:
-    """A committed run. ``effects`` is the *last* pass's retained completion effects, so a
-    command applied mid-pass suppresses outputs exactly as with a stepped pending pass."""
+VllmRunPending = BlockRunPending
 
-    __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events", "occupancy",
-                 "segments", "counter0", "fpm_fields", "queued", "last_emitters",
-                 "completed_before", "departures")
-
-    def __init__(self, started_at_ms: float) -> None:
-        self.started_at_ms = started_at_ms
-        self.ends: list[float] = []
-        self.members: list[int] = []
-        self.effects = PassCompletionEffects()
-        self.kv_events: dict[int, list[KvEvent]] = {}
-        # (pass, active blocks, inactive blocks) after each pass that changed the pool; the
-        # first entry (pass -1) is the state before the run. Per-pass Metrics derive from it.
-        self.occupancy: list[tuple[int, int, int]] = []
-        # (first pass, summed pre-run lengths, their squares, batch size) of each stretch of
-        # passes between completions (FPMs derive from them).
-        self.segments: list[tuple[int, int, int, int]] = []
-        self.last_emitters: list[int] = []  # members emitting at the last pass
-        self.completed_before: dict[int, list[int]] = {}  # pass j < k-1 -> completed there
-        self.departures: list[tuple[int, int]] = []  # (pass, requests completed there)
-        self.counter0 = 0
-        self.fpm_fields: dict[str, Any] | None = None
-        self.queued = 0  # waiting requests during the run (held back: none is admitted)
 
 
 def _steady_batch(
@@ -425,10 +400,7 @@ def _commit(rank: VllmRank, run: VllmRunPending, k: int, first_done: int,
 
 
 def take_kv_events(run: VllmRunPending, before_pass: int) -> dict[int, list[KvEvent]]:
-    out = {j: evs for j, evs in run.kv_events.items() if j < before_pass}
-    for j in out:
-        del run.kv_events[j]
-    return out
+    return take_run_kv_events(run.kv_events, before_pass)
 
 
 def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffects:
