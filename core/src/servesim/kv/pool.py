@@ -162,11 +162,20 @@ class BlockPool:
         then by evicting inactive blocks. Returns False, changing nothing, when the pool
         cannot supply them.
         """
-        plan = self._plan(table, target, prefix)
-        if plan is None:
-            return False
-        reuse, fresh = plan
         ids = table.ids
+        if not prefix:
+            # No reuse (decode growth, uncached prompts): no plan to build.
+            fresh = target - len(ids)
+            if fresh <= 0:
+                return True
+            if fresh > len(self._free) + len(self._evict):
+                return False
+            reuse = 0
+        else:
+            plan = self._plan(table, target, prefix)
+            if plan is None:
+                return False
+            reuse, fresh = plan
         ref = self._ref
         primary = self._primary
         evict = self._evict
@@ -207,7 +216,7 @@ class BlockPool:
         # No duplicate copies: each inactive block is its hash's only (primary) copy.
         popitem = order.popitem
         pop = primary.pop
-        start = len(ids)
+        append = ids.append
         removed: list[int] | None = [] if (events is not None and self.coalesce_removals) else None
         for _ in range(n):
             b = popitem(False)[0]
@@ -223,11 +232,10 @@ class BlockPool:
                         self._publish(RemovedBlocks((h,)))
                 elif p is not None:
                     primary[h] = p
-            ids.append(b)
+            ref[b] = 1
+            append(b)
         if removed:
             self._publish(RemovedBlocks(tuple(removed)))
-        for i in range(start, len(ids)):
-            ref[ids[i]] = 1
 
     def _plan(self, table: BlockTable, target: int, prefix: Sequence[int]) -> tuple[int, int] | None:
         have = len(table.ids)
