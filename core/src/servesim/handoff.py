@@ -277,6 +277,18 @@ class HandoffBook:
     def _known(self, hid: HandoffId) -> bool:
         return hid in self.sources or hid in self.dests
 
+    def at_pass_boundary(self, effects: PassCompletionEffects) -> None:
+        """At a pass boundary: terminal outputs end handoff tracking, pending destinations
+        are retried, and the resulting lifecycle events join ``effects``
+        (aisimulate-engine.md §3, complete_pass steps 2 and 6)."""
+        if not (self.sources or self.dests):
+            return
+        if effects.outputs.completed:
+            self.on_terminal(effects.outputs.completed)
+        self.retry()
+        if self.events:
+            effects.lifecycle_events.extend(self.drain_events())
+
     def apply(
         self, command: Command, busy: bool, retained: PassCompletionEffects | None
     ) -> CommandEffects:

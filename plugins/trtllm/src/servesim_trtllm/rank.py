@@ -245,7 +245,7 @@ class TrtllmRank(Rank):
 
     def complete_pass(self, pending: TrtllmPending, end_ms: float) -> PassCompletionEffects:
         effects = pending.effects
-        self._handoff_boundary(effects)
+        self.book.at_pass_boundary(effects)
         effects.kv_events.extend(self.core.pool.drain_events())
         effects.metrics = self.metrics()
         if effects.forward_pass_metrics is not None:
@@ -279,22 +279,11 @@ class TrtllmRank(Rank):
                 duration_ms=max(0.0, end_ms - started_at_ms),
             )
         effects = PassCompletionEffects(forward_pass_metrics=fpm)
-        self._handoff_boundary(effects)
+        self.book.at_pass_boundary(effects)
         effects.kv_events = self.core.pool.drain_events()
         effects.metrics = self.metrics()
         return effects
 
-    def _handoff_boundary(self, effects: PassCompletionEffects) -> None:
-        """Terminal outputs end handoff tracking; pending destinations are retried
-        (aisimulate-engine.md §3 complete_pass steps 2 and 6)."""
-        book = self.book
-        if not (book.sources or book.dests):
-            return
-        if effects.outputs.completed:
-            book.on_terminal(effects.outputs.completed)
-        book.retry()
-        if book.events:
-            effects.lifecycle_events.extend(book.drain_events())
 
     # -- telemetry ----------------------------------------------------------------------
 

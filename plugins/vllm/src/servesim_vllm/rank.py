@@ -201,7 +201,7 @@ class VllmRank(Rank):
 
     def complete_pass(self, pending: VllmPendingPass, end_ms: float) -> PassCompletionEffects:
         effects = pending.effects
-        self._handoff_boundary(effects)
+        self.book.at_pass_boundary(effects)
         effects.kv_events.extend(self.sched.pool.drain_events())
         effects.metrics = self.metrics()
         if pending.fpm_fields is not None:
@@ -242,7 +242,7 @@ class VllmRank(Rank):
         self, started_at_ms: float, end_ms: float
     ) -> PassCompletionEffects | None:
         effects = PassCompletionEffects()
-        self._handoff_boundary(effects)
+        self.book.at_pass_boundary(effects)
         effects.kv_events = self.sched.pool.drain_events()
         effects.metrics = self.metrics()
         if self.services.emit_forward_pass_metrics:
@@ -253,17 +253,6 @@ class VllmRank(Rank):
             )
         return effects
 
-    def _handoff_boundary(self, effects: PassCompletionEffects) -> None:
-        """At a pass boundary: terminal outputs end handoff tracking and pending
-        destinations are retried (aisimulate-engine.md §3 complete_pass steps 2 and 6)."""
-        book = self.book
-        if not (book.sources or book.dests):
-            return
-        if effects.outputs.completed:
-            book.on_terminal(effects.outputs.completed)
-        book.retry()
-        if book.events:
-            effects.lifecycle_events.extend(book.drain_events())
 
     # -- observability --------------------------------------------------------------------
 
