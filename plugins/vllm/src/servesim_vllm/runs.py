@@ -60,9 +60,9 @@ VllmRunPending = BlockRunPending
 
 def _steady_batch(
     rank: VllmRank,
-) -> tuple[int, int, int, list[tuple[int, int]], list[int]] | None:
+) -> tuple[int, int, int, list[int], list[int]] | None:
     """``(sum of lengths, sum of squares, passes until the first completion, first block
-    crossing per request as (pass, batch index), passes left per request)`` of a steady
+    crossing pass per request (batch order), passes left per request)`` of a steady
     batch, or None when the next pass would not be a plain decode of every running request.
     One loop over the batch: this is the per-run cost that stepping pays per pass."""
     s = rank.sched
@@ -83,11 +83,12 @@ def _steady_batch(
     limit = s.usable_blocks * bs  # without vLLM's null block when set
     total = sq = 0
     first_done = 1 << 62
-    cross: list[tuple[int, int]] = []
+    # First crossings as bare ints: the (pass, index) heap entries are built only for the
+    # few that fall inside the run (_replay_crossings), not for the whole batch.
+    cross: list[int] = []
     add = cross.append
     rems: list[int] = []
     add_rem = rems.append
-    i = 0
     for req in running:
         length = req.length
         gen = req.generated
@@ -105,8 +106,7 @@ def _steady_batch(
         # Pass j crosses a block boundary when (length + j) % bs is 0 (finalize) or 1
         # (allocate); bs 1 crosses every pass.
         r = length % bs
-        add((0 if r <= 1 else bs - r, i))
-        i += 1
+        add(0 if r <= 1 else bs - r)
     if first_done < 1:
         return None
     return total, sq, first_done, cross, rems
@@ -242,7 +242,7 @@ def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
     return False
 
 
-def _replay_crossings(rank: VllmRank, run: VllmRunPending, cross: list[tuple[int, int]],
+def _replay_crossings(rank: VllmRank, run: VllmRunPending, firsts: list[int],
                       k: int, rems: list[int], first_done: int) -> int:
     """Apply the block steps of passes ``< k`` in (pass, batch) order, then each pass's
     completions (releases, in batch order), draining KV events per pass; returns the passes
@@ -259,10 +259,11 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, cross: list[tuple[int
     # Events left by commands since the last pass belong to pass 0, as when stepping; they
     # are taken once pass 0 is certain to be kept.
     leftover = events_on
+    cross: list[Any]
     if k < first_done:
-        cross = [c for c in cross if c[0] < k]
+        cross = [(f, i) for i, f in enumerate(firsts) if f < k]
     else:
-        cross = [c for c in cross if c[0] < k and c[0] < rems[c[1]]]
+        cross = [(f, i) for i, f in enumerate(firsts) if f < k and f < rems[i]]
         # Completions inside the run as (pass, batch index, True): after the pass's crossings.
         cross.extend((rem - 1, i, True) for i, rem in enumerate(rems) if rem <= k)  # type: ignore[misc]
     heapq.heapify(cross)
