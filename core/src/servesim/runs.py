@@ -219,7 +219,39 @@ def take_run_kv_events(
         del kv_events[j]
     return out
 
+
+def price_decode_chunks(
+    timing: Any, m: int, total: int, capacity: int, dsp: float,
+    j: int, kmax: int, start: float, horizon: float, ends: list[float],
+) -> bool:
+    """Append the ends of steady decode passes ``j .. kmax-1`` priced in numpy chunks
+    (pass ``j`` starts at ``start``; pass i prices ``m`` decoders of summed length
+    ``total + i*m`` against ``capacity`` KV tokens). Uses the same IEEE operations as the
+    scalar path (``predict_decode_ms_many``, ``scaled_ms_many``, a left-to-right ``cumsum``),
+    so the ends are bit-identical to stepping. True when it stopped early (a pass reaching
+    ``horizon`` or of zero duration, which is kept)."""
+    import numpy as np
+
+    from servesim.timing.base import scaled_ms_many
+
+    chunk = 32
+    while j < kmax:
+        n = min(chunk, kmax - j)
+        kv_arr = total + np.arange(j, j + n, dtype=np.int64) * m
+        d = scaled_ms_many(timing.predict_decode_ms_many(m, kv_arr, capacity), dsp)
+        part = np.cumsum(np.concatenate(((start,), d)))[1:]
+        stop = np.flatnonzero((part >= horizon) | (d == 0.0))
+        if stop.size:
+            ends.extend(part[: int(stop[0]) + 1].tolist())
+            return True
+        ends.extend(part.tolist())
+        j += n
+        start = ends[-1]
+        chunk *= 2
+    return False
+
 __all__ = [
+    "price_decode_chunks",
     "BlockRunPending",
     "take_run_kv_events",
     "EngineRunCompleted",

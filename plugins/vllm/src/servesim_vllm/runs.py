@@ -36,7 +36,6 @@ import heapq
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from servesim.contract import (
     ForwardPassMetrics,
     KvEvent,
@@ -44,8 +43,14 @@ from servesim.contract import (
     OutputBatch,
     WorkerType,
 )
-from servesim.runs import BlockRunPending, RankRun, RunEffects, take_run_kv_events
-from servesim.timing.base import scaled_ms, scaled_ms_many
+from servesim.runs import (
+    BlockRunPending,
+    RankRun,
+    RunEffects,
+    price_decode_chunks,
+    take_run_kv_events,
+)
+from servesim.timing.base import scaled_ms
 
 from servesim_vllm.request import Status
 
@@ -225,21 +230,7 @@ def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
         if end == start or end >= horizon:
             return True
         start = end
-    chunk = 32
-    while j < kmax:
-        n = min(chunk, kmax - j)
-        kv_arr = total + np.arange(j, j + n, dtype=np.int64) * m
-        d = scaled_ms_many(timing.predict_decode_ms_many(m, kv_arr, kv_total), dsp)
-        part = np.cumsum(np.concatenate(((start,), d)))[1:]
-        stop = np.flatnonzero((part >= horizon) | (d == 0.0))
-        if stop.size:
-            ends.extend(part[: int(stop[0]) + 1].tolist())
-            return True
-        ends.extend(part.tolist())
-        j += n
-        start = ends[-1]
-        chunk *= 2
-    return False
+    return price_decode_chunks(timing, m, total, kv_total, dsp, j, kmax, start, horizon, ends)
 
 
 def _replay_crossings(rank: VllmRank, run: VllmRunPending, firsts: list[int],
