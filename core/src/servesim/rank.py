@@ -18,6 +18,7 @@ from servesim.contract import (
     EMPTY_START,
     Command,
     CommandEffects,
+    ForwardPassMetrics,
     PassCompletionEffects,
     PassStartEffects,
 )
@@ -210,6 +211,19 @@ class Rank(ABC):
     ) -> PassCompletionEffects | None:
         """For a rank held idle by the DP barrier; None means no boundary effects."""
         return None
+
+    def idle_forward_pass_metrics(
+        self, started_at_ms: float, end_ms: float
+    ) -> ForwardPassMetrics | None:
+        """The all-zero FPM of an idle barrier pass (aisimulate-engine.md §3), or None when
+        the rank was built without FPM capture."""
+        if not self.services.emit_forward_pass_metrics:
+            return None
+        return ForwardPassMetrics(
+            worker_id=self.identity.worker_id,
+            dp_rank=self.identity.dp_rank,
+            duration_ms=max(0.0, end_ms - started_at_ms),
+        )
 
     # -- runs of passes (DESIGN.md §7; servesim.runs) ----------------------------------------
 

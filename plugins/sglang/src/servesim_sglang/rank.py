@@ -333,14 +333,9 @@ class SglangRank(Rank):
         return _runs.take_kv_events(pending, before_pass)
 
     def complete_idle_group_pass(self, started_at_ms: float, end_ms: float) -> PassCompletionEffects:
-        fpm = None
-        if self.services.emit_forward_pass_metrics:
-            fpm = ForwardPassMetrics(
-                worker_id=self.identity.worker_id,
-                dp_rank=self.identity.dp_rank,
-                duration_ms=max(0.0, end_ms - started_at_ms),
-            )
-        effects = PassCompletionEffects(forward_pass_metrics=fpm)
+        effects = PassCompletionEffects(
+            forward_pass_metrics=self.idle_forward_pass_metrics(started_at_ms, end_ms)
+        )
         self.book.at_pass_boundary(effects)
         effects.kv_events = self.cache.drain_events()
         effects.metrics = self.metrics()

@@ -245,12 +245,7 @@ class VllmRank(Rank):
         self.book.at_pass_boundary(effects)
         effects.kv_events = self.sched.pool.drain_events()
         effects.metrics = self.metrics()
-        if self.services.emit_forward_pass_metrics:
-            effects.forward_pass_metrics = ForwardPassMetrics(
-                worker_id=self.identity.worker_id,
-                dp_rank=self.identity.dp_rank,
-                duration_ms=max(0.0, end_ms - started_at_ms),
-            )
+        effects.forward_pass_metrics = self.idle_forward_pass_metrics(started_at_ms, end_ms)
         return effects
 
 
