@@ -23,6 +23,7 @@ from servesim.replay.mooncake import MooncakeTrace
 from servesim.replay.report import build_report, dumps, per_request_lines
 from servesim.replay.routers import KvRouter, RoundRobinRouter
 from servesim.sinks_builtin import MemoryFpmSink, MemoryKvEventSink
+from servesim.testing.strategies import mooncake_lines
 from servesim.timing import PolynomialTiming
 from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig
 from servesim_trtllm.rank import TrtllmRank
@@ -32,26 +33,7 @@ BLOCK = 4
 
 @st.composite
 def cases(draw: Any) -> dict:
-    n = draw(st.integers(1, 14))
-    sessions = draw(st.booleans())
-    lines = []
-    seen: set[str] = set()
-    t = 0
-    for i in range(n):
-        t += draw(st.sampled_from([0, 1, 7, 30, 90]))
-        rec: dict[str, Any] = {
-            "timestamp": t,
-            "hash_ids": [draw(st.integers(0, 3))] + [100 + i * 10 + j for j in range(
-                draw(st.integers(0, 4)))],
-            "output_length": draw(st.integers(1, 40)),
-        }
-        if sessions:
-            sid = f"s{draw(st.integers(0, 3))}"
-            rec["session_id"] = sid
-            if sid in seen and draw(st.booleans()):
-                rec["delay"] = draw(st.sampled_from([0, 5, 20]))
-            seen.add(sid)
-        lines.append(json.dumps(rec))
+    lines = draw(mooncake_lines())
     return dict(
         lines=lines,
         policy=draw(st.sampled_from(list(CapacitySchedulerPolicy))),
