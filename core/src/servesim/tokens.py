@@ -52,6 +52,11 @@ class TokenSeq(ABC):
             self._hash_cache[block_size] = cached
         return cached
 
+    def block_hashes_elided(self, block_size: int) -> tuple[list[int], list[int]]:
+        """:meth:`block_hashes`, where blocks that no other request of the workload can share
+        may carry unique negative placeholders instead (see :class:`RepeatedBlockTokens`)."""
+        return self.block_hashes(block_size)
+
     def forget_block_hashes(self) -> None:
         """Drop the cached hashes (recomputed identically if asked again). A replay calls
         this when a request ends, so finished prompts keep no hash lists (DESIGN.md §7)."""

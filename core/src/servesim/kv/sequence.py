@@ -53,10 +53,15 @@ class SequenceBlocks:
         self.loc: list[int] = []
         self._own = False
 
-    def load_prompt(self, block_size: int) -> None:
-        """Share the prompt's cached full-block hashes."""
+    def load_prompt(self, block_size: int, elide: bool = False) -> None:
+        """Share the prompt's cached full-block hashes (``elide``: the variant with
+        placeholders for blocks no other request can share, TokenSeq.block_hashes_elided)."""
         if not self.seq:
-            self.seq, self.loc = self.request.prompt.block_hashes(block_size)
+            prompt = self.request.prompt
+            if elide:
+                self.seq, self.loc = prompt.block_hashes_elided(block_size)
+            else:
+                self.seq, self.loc = prompt.block_hashes(block_size)
 
     def hashes(self, nblocks: int, block_size: int) -> tuple[list[int], list[int]]:
         """``(sequence_hashes, local_hashes)`` covering at least the first ``nblocks`` full

@@ -88,8 +88,11 @@ class VllmRequest:
     def loc(self) -> list[int]:
         return self.blocks.loc
 
-    def load_prompt_hashes(self, block_size: int) -> None:
-        self.blocks.load_prompt(block_size)
+    def load_prompt_hashes(self, block_size: int, elide: bool = False) -> None:
+        """``elide``: nothing outside this rank reads hashes (no KV events beyond the router's
+        index), so blocks no other request can share may use placeholders
+        (:meth:`servesim.tokens.TokenSeq.block_hashes_elided`)."""
+        self.blocks.load_prompt(block_size, elide)
 
     def ensure_hashes(self, nblocks: int, block_size: int) -> None:
         """Hashes of the first ``nblocks`` full blocks of the known tokens."""

@@ -155,7 +155,7 @@ class VllmScheduler:
     def submit(self, request: Request) -> VllmRequest:
         req = VllmRequest(request, self.cfg.max_model_len)
         if self.caching:
-            req.load_prompt_hashes(self.bs)
+            req.load_prompt_hashes(self.bs, elide=self.lazy_hashes)
         self.requests[req.rid] = req
         self.waiting.append(req)
         self._queue_stats(req, +1)
