@@ -12,7 +12,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from servesim.kv.hashing import chain_hash, local_block_hash, repeated_token_hash
+from servesim.kv.hashing import (
+    chain_hash,
+    local_block_hash,
+    placeholder_hashes,
+    repeated_token_hash,
+)
 
 _MASK32 = 0xFFFFFFFF
 
@@ -32,8 +37,10 @@ class TokenSeq(ABC):
     def tokens(self, start: int = 0, end: int | None = None) -> list[int]:
         """Tokens ``[start, end)`` as a list."""
 
-    def _local_hashes(self, block_size: int) -> list[int]:
-        n = len(self) // block_size
+    def _local_hashes(self, block_size: int, n: int | None = None) -> list[int]:
+        """Local hashes of the first ``n`` (default: every) full blocks."""
+        if n is None:
+            n = len(self) // block_size
         return [
             local_block_hash(self.tokens(i * block_size, (i + 1) * block_size)) for i in range(n)
         ]
@@ -83,9 +90,18 @@ class Tokens(TokenSeq):
 
 
 class RepeatedBlockTokens(TokenSeq):
-    """Hash id ``h`` stands for ``trace_block_size`` copies of token ``h``; cut to ``length``."""
+    """Hash id ``h`` stands for ``trace_block_size`` copies of token ``h``; cut to ``length``.
 
-    __slots__ = ("hash_ids", "trace_block_size", "_len")
+    ``unique_from`` (set by :func:`servesim.replay.workload.mark_unique_prompts`, else None) is
+    the first token of this prompt's first trace block whose token value no other trace block
+    of the workload holds, with at least two of its tokens in the prompt. No other request's
+    known tokens can then equal this prompt's first ``unique_from + 2`` tokens: another
+    prompt would need that token value at the same position, and generated (pseudo) tokens
+    never repeat a value twice in a row. Every block ending at or after that point is
+    therefore this request's alone (:meth:`block_hashes_elided`).
+    """
+
+    __slots__ = ("hash_ids", "trace_block_size", "_len", "unique_from")
 
     def __init__(self, hash_ids: Sequence[int], trace_block_size: int, length: int | None = None):
         super().__init__()
@@ -95,6 +111,7 @@ class RepeatedBlockTokens(TokenSeq):
         self.trace_block_size = trace_block_size
         full = len(self.hash_ids) * trace_block_size
         self._len = full if length is None else max(0, min(int(length), full))
+        self.unique_from: int | None = None
 
     def __len__(self) -> int:
         return self._len
@@ -111,11 +128,43 @@ class RepeatedBlockTokens(TokenSeq):
             pos = stop
         return out
 
-    def _local_hashes(self, block_size: int) -> list[int]:
+    def block_hashes_elided(self, block_size: int) -> tuple[list[int], list[int]]:
+        """Real hashes for the blocks another request could share; from the first block that
+        ends at or after ``unique_from + 2`` on, placeholders (``servesim.kv.hashing.
+        placeholder_hashes``; the local hashes too). Cached like :meth:`block_hashes` (under
+        ``-block_size``), so every reader of this prompt gets the same placeholders."""
+        u = self.unique_from
+        n = self._len // block_size
+        if u is None:
+            return self.block_hashes(block_size)
+        first = max(0, -(-(u + 2) // block_size) - 1)
+        if first >= n:
+            return self.block_hashes(block_size)
+        cached = self._hash_cache.get(-block_size)
+        if cached is None:
+            real = self._hash_cache.get(block_size)
+            if real is not None:
+                seq, local = real[0][:first], real[1][:first]
+            else:
+                local = self._local_hashes(block_size, first)
+                seq = []
+                parent = None
+                for h in local:
+                    parent = chain_hash(parent, h)
+                    seq.append(parent)
+            fake = placeholder_hashes(n - first)
+            seq.extend(fake)
+            local.extend(fake)
+            cached = (seq, local)
+            self._hash_cache[-block_size] = cached
+        return cached
+
+    def _local_hashes(self, block_size: int, n: int | None = None) -> list[int]:
         tb = self.trace_block_size
         if tb % block_size != 0:
-            return super()._local_hashes(block_size)
-        n = self._len // block_size
+            return super()._local_hashes(block_size, n)
+        if n is None:
+            n = self._len // block_size
         per = tb // block_size
         # One hash per trace block id: its ``per`` engine blocks hold the same tokens.
         ids = self.hash_ids[: -(-n // per)]

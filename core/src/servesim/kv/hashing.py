@@ -50,6 +50,20 @@ def chain_hash(parent: int | None, local: int) -> int:
     return xxh3_64_intdigest(_PAIR.pack(parent, local), seed=SEED)
 
 
+class _PlaceholderCounter:
+    next = 1
+
+
+def placeholder_hashes(n: int) -> list[int]:
+    """``n`` fresh placeholder hashes: distinct negative ints, never a real (u64) hash and
+    never handed out twice in this process. They stand in for the hashes of blocks nothing
+    outside their own request can ever look up or observe (no other request can hold the same
+    tokens, and no event carries them), so their values are never part of any output."""
+    start = _PlaceholderCounter.next
+    _PlaceholderCounter.next = start + n
+    return list(range(-start, -start - n, -1))
+
+
 def sequence_hashes(local_hashes: Sequence[int], parent: int | None = None) -> list[int]:
     """Chain a run of local hashes after ``parent``."""
     out = []

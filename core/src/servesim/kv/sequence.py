@@ -16,7 +16,7 @@ from array import array
 from xxhash import xxh3_64_intdigest
 
 from servesim.contract import Request
-from servesim.kv.hashing import SEED, chain_hash, local_block_hash
+from servesim.kv.hashing import SEED, chain_hash, local_block_hash, placeholder_hashes
 
 _MASK32 = 0xFFFFFFFF
 _MASK64 = 0xFFFFFFFFFFFFFFFF
@@ -76,6 +76,13 @@ class SequenceBlocks:
             self._own = True
         loc = self.loc
         parent = seq[-1] if seq else None
+        if parent is not None and parent < 0:
+            # After a placeholder (TokenSeq.block_hashes_elided) every later block is this
+            # request's alone too: placeholders, never hashed.
+            fake = placeholder_hashes(nblocks - len(seq))
+            seq.extend(fake)
+            loc.extend(fake)
+            return seq, loc
         plen = self.prompt_len
         pseudo = self.request.output_token_ids is None
         for k in range(len(seq), nblocks):

@@ -19,7 +19,7 @@ from servesim.replay.report import _clean, build_report
 from servesim.replay.routers import Router
 from servesim.replay.stats import RequestLog
 from servesim.replay.synthetic import generate
-from servesim.replay.workload import Workload
+from servesim.replay.workload import Workload, mark_unique_prompts
 from servesim.sinks import build_sink
 
 if TYPE_CHECKING:
@@ -90,6 +90,9 @@ def simulate(
         raise UserError("--pass-log is not supported with a prefill/decode split yet")
     if disaggregated:
         return _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress)
+    # Aggregated replay: only the ranks and the router (which routes each request before any
+    # worker has seen its tokens) read prompt hashes, so trace-unique blocks may skip them.
+    mark_unique_prompts(workload)
     factory = loaded.engine_factory(
         emit_kv_events=bool(kv_sinks) or router.wants_kv_events,
         emit_forward_pass_metrics=bool(fpm_sinks),

@@ -9,12 +9,16 @@ materialises its tokens.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any, Protocol
 
 from attrs import define, field, frozen
 
-from servesim.tokens import TokenSeq
+from servesim.tokens import RepeatedBlockTokens, TokenSeq
+
+_MASK32 = 0xFFFFFFFF
 
 
 @define(slots=True)
@@ -66,6 +70,39 @@ class Workload:
 def make_workload(sessions: Sequence[Session], source: str) -> Workload:
     """A workload of the non-empty ``sessions``, in the given (file) order."""
     return Workload(tuple(s for s in sessions if s.turns), source)
+
+
+def mark_unique_prompts(workload: Workload) -> int:
+    """Set ``unique_from`` on every prompt that has a trace block no other trace block of the
+    workload shares (:class:`servesim.tokens.RepeatedBlockTokens`); returns how many were
+    marked. Blocks from there on can never be shared between requests, so a rank whose block
+    hashes nobody else reads may give them placeholders instead of computing them
+    (``TokenSeq.block_hashes_elided``). The argument needs every prompt of the replay in
+    view, each made of repeated trace-block tokens of one ``trace_block_size``, and generated
+    tokens that are pseudo tokens (the replay never fixes output token ids); anything else
+    marks nothing.
+    """
+    prompts = [t.prompt for s in workload.sessions for t in s.turns]
+    if not prompts or any(type(p) is not RepeatedBlockTokens for p in prompts):
+        return 0
+    tb = prompts[0].trace_block_size  # type: ignore[attr-defined]
+    if tb < 2 or any(p.trace_block_size != tb for p in prompts):  # type: ignore[attr-defined]
+        return 0
+    # Token values, not ids: ids equal in their low 32 bits make the same tokens.
+    counts = Counter(h & _MASK32 for h in chain.from_iterable(
+        p.hash_ids for p in prompts))  # type: ignore[attr-defined]
+    marked = 0
+    for p in prompts:
+        n = len(p)
+        for i, h in enumerate(p.hash_ids):  # type: ignore[attr-defined]
+            start = i * tb
+            if start + 2 > n:
+                break
+            if counts[h & _MASK32] == 1:
+                p.unique_from = start  # type: ignore[attr-defined]
+                marked += 1
+                break
+    return marked
 
 
 class TraceFormat(Protocol):

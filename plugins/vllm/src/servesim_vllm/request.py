@@ -11,14 +11,11 @@ only a block at a time, when a block that holds them becomes full and needs its 
 from __future__ import annotations
 
 import enum
-import itertools
 
 from servesim.contract import Request
+from servesim.kv.hashing import placeholder_hashes
 from servesim.kv.pool import BlockTable
 from servesim.kv.sequence import SequenceBlocks
-
-# Placeholder "hashes" of generated blocks nobody can observe (negative: never a real u64 hash).
-_placeholders = itertools.count(1)
 
 
 class Status(enum.Enum):
@@ -119,7 +116,7 @@ class VllmRequest:
                 return self.blocks.seq
             self.lazy_seq = lz = list(seq)
         if len(lz) < nblocks:
-            lz.extend([-next(_placeholders) for _ in range(nblocks - len(lz))])
+            lz.extend(placeholder_hashes(nblocks - len(lz)))
         return lz
 
     def realize_hashes(self, block_size: int, pool: object) -> None:
