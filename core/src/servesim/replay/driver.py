@@ -249,7 +249,10 @@ class Replayer:
                 self._runs.release_done(now)
             if self._runs.flush:
                 self._runs.release_kv(now)
-        hashes = turn.prompt.block_hashes(self.block_size)[0] if router.wants_block_hashes else ()
+        # Elided: a block only this request can hold is in no worker's cache before it is
+        # routed, so its placeholder scores exactly as its hash would (replay/workload.py).
+        hashes = (turn.prompt.block_hashes_elided(self.block_size)[0]
+                  if router.wants_block_hashes else ())
         worker, dp = router.select(req, hashes, self.state)
         router.routed(req, worker, dp, self.state)
         log = self.log
