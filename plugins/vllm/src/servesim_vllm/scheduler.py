@@ -77,6 +77,8 @@ class PassResult:
         "decode_ms",
         "decoders",
         "decode_stats",
+        "later",
+        "plain",
     )
 
     def __init__(self) -> None:
@@ -98,6 +100,11 @@ class PassResult:
         self.decoders = 0
         # (count, sum, sum of squares) of scheduled decode lengths, for forward-pass metrics.
         self.decode_stats = (0, 0, 0)
+        # Requests ``_emit`` must visit, in batch order: every one with ``work`` and the plain
+        # decoders whose token (taken at scheduling) completes them.
+        self.later: list[VllmRequest] = []
+        # [count, sum, sum of squares] of the plain decoders' pre-pass lengths.
+        self.plain = [0, 0, 0]
 
 
 class VllmScheduler:
@@ -198,31 +205,50 @@ class VllmScheduler:
 
     def _schedule_running(self) -> None:
         running = self.running
-        order = self._res.order
+        res = self._res
+        order = res.order
+        tokens = res.token_rids
+        later = res.later
         bs = self.bs
         i = 0
         budget = self._budget
+        n = total = sq = 0
         while i < len(running) and budget > 0:
             req = running[i]
             length = req.length
             # Fast path: a plain decode step (the prompt is done, one sampled token to
             # compute) that stays inside its last allocated block and completes no block.
-            # This is the per-pass cost of steady decoding, so it avoids every call.
+            # This is the per-pass cost of steady decoding, so it avoids every call, and it
+            # samples the token at once (what _emit does for the others): nothing later in
+            # the pass reads this request except a preemption, which undoes it exactly
+            # (_undo_plain). Only a completion waits for _emit (releases follow admission).
             if req.computed == length - 1 and req.generated and (length - 1) % bs and length % bs:
                 req.computed = length
                 req.work = None
                 order.append(req)
+                tokens.append(req.rid)
+                g = req.generated + 1
+                req.generated = g
+                req.length = length + 1
+                n += 1
+                total += length
+                sq += length * length
+                if g >= req.max_out:
+                    later.append(req)
                 budget -= 1
                 i += 1
                 continue
             self._budget = budget
+            res.plain = [n, total, sq]
             used = self._schedule(req, 0, from_waiting=False)
+            n, total, sq = res.plain
             budget = self._budget
             if used == _BLOCKED:
                 break
             if used != _CURRENT_PREEMPTED:
                 i += 1
         self._budget = budget
+        res.plain = [n, total, sq]
 
     def _admit_waiting(self) -> None:
         waiting = self.waiting
@@ -358,8 +384,13 @@ class VllmScheduler:
         prompt_tokens = (new_computed if new_computed < plen else plen) - prompt_before
         work = _Work(req, desired, prompt_tokens, prompt_before)
         req.work = work
-        self._res.work[req.rid] = work
-        self._res.order.append(req)
+        res = self._res
+        res.work[req.rid] = work
+        res.order.append(req)
+        res.later.append(req)
+        if new_computed == req.length and req.generated < req.max_out:
+            # It samples this pass (_emit): its token takes its place in batch order now.
+            res.token_rids.append(req.rid)
         self._budget = budget - desired
         return desired
 
@@ -392,11 +423,8 @@ class VllmScheduler:
         # so the next running request sits this pass out, as in the reference peer (golden
         # case preempt_fifo). A LIFO victim sits at or after the scan, where nothing shifts.
         del running[idx]
-        order = self._res.order
-        if victim in order:  # scheduled earlier in this pass: undo it (O(batch), rare)
-            order.remove(victim)
-            undone = self._res.work.pop(victim.rid, None)
-            self._budget += undone.tokens if undone is not None else 1
+        if victim in self._res.order:  # scheduled earlier in this pass: undo it (O(batch), rare)
+            self._unschedule(victim)
         victim.realize_hashes(self.bs, pool)  # its own blocks may be hit on readmission
         pool.release(victim.table)
         victim.computed = 0
@@ -425,36 +453,49 @@ class VllmScheduler:
         if count:
             res.prefill_ms = self.timing.predict_prefill_ms(count, isl // count, prefix // count)
 
+    def _unschedule(self, victim: VllmRequest) -> None:
+        """Take back everything scheduling did for ``victim`` in this pass, including a plain
+        decoder's token (sampled at scheduling, _schedule_running)."""
+        res = self._res
+        res.order.remove(victim)
+        if victim in res.later:
+            res.later.remove(victim)
+        if victim.rid in res.token_rids:
+            res.token_rids.remove(victim.rid)
+        undone = res.work.pop(victim.rid, None)
+        if undone is not None:
+            self._budget += undone.tokens
+            return
+        self._budget += 1
+        length = victim.length - 1
+        victim.length = length
+        victim.generated -= 1
+        n, total, sq = res.plain
+        res.plain = [n - 1, total - length, sq - length * length]
+
     def _emit(self, res: PassResult) -> None:
         """Sample one token for every request whose known tokens are computed (§2.5).
 
-        Two tallies: the decode call prices every sampling request that already generated
-        (a first token comes out of the prefill forward), and forward-pass metrics count
-        every scheduled request without prompt tokens that is not terminal (§4.5).
+        Plain decode steps sampled at scheduling (_schedule_running); this visits the rest,
+        and those plain decoders' completions, in batch order. Two tallies: the decode call
+        prices every sampling request that already generated (a first token comes out of the
+        prefill forward), and forward-pass metrics count every scheduled request without
+        prompt tokens that is not terminal (§4.5).
         """
-        tokens = res.token_rids
         completed = res.completed
-        plain = plain_sum = plain_sq = 0
+        plain, plain_sum, plain_sq = res.plain
         priced = priced_sum = 0
         fpm_n = fpm_sum = fpm_sq = 0
         finished = False
-        for req in res.order:
-            length = req.length
+        for req in res.later:
             w = req.work
             if w is None:
-                # Plain decode step: ready, already generated, not yet terminal.
-                plain += 1
-                plain_sum += length
-                plain_sq += length * length
-                tokens.append(req.rid)
-                g = req.generated + 1
-                req.generated = g
-                req.length = length + 1
-                if g >= req.max_out:
-                    completed.append(req.rid)
-                    self._finish(req, res)
-                    finished = True
+                # A plain decoder whose token (taken at scheduling) was its last.
+                completed.append(req.rid)
+                self._finish(req, res)
+                finished = True
                 continue
+            length = req.length
             terminal = req.generated >= req.max_out
             if w.prompt_tokens == 0 and not terminal:
                 fpm_n += 1
@@ -474,7 +515,6 @@ class VllmScheduler:
                 # even in the pass that re-prefilled it (matches the reference peer).
                 priced += 1
                 priced_sum += length
-            tokens.append(req.rid)
             if not req.cached_signaled:
                 req.cached_signaled = True
                 res.cached_tokens[req.rid] = req.cached_prefix or 0
