@@ -116,7 +116,9 @@ class VllmRequest:
                 return self.blocks.seq
             self.lazy_seq = lz = list(seq)
         if len(lz) < nblocks:
-            lz.extend(placeholder_hashes(nblocks - len(lz)))
+            # Every block the request can ever fill at once: one call, not one per block.
+            most = max(nblocks, (self.prompt_len + self.max_out) // block_size)
+            lz.extend(placeholder_hashes(most - len(lz)))
         return lz
 
     def realize_hashes(self, block_size: int, pool: object) -> None:
