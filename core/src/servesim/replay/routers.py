@@ -22,13 +22,18 @@ Routers are plugins (``servesim_register_routers``); ``cluster.router`` picks on
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from bisect import bisect_left
 from collections.abc import Sequence
+from itertools import takewhile
+from operator import attrgetter
 from typing import Any, ClassVar
 
 from attrs import frozen
 
 from servesim.contract import ClearedBlocks, KvEvent, RemovedBlocks, Request, StoredBlocks
 from servesim.replay.cluster import ClusterState
+
+_BLOCK_HASH = attrgetter("block_hash")
 
 
 class Router(ABC):
@@ -86,70 +91,94 @@ class KvRouterConfig:
 
 
 class KvIndex:
-    """Which slots hold each block hash: ``hash -> bitmask of slots``."""
+    """Which slots hold each block hash: one set of held hashes per slot.
 
-    __slots__ = ("_index", "dp_size")
+    Per-slot sets let a whole event be applied by one set operation (no per-block Python
+    step), which matters because every pass's stores and evictions pass through here; a
+    lookup then walks each slot's set only as far as its cached prefix reaches.
+    """
+
+    __slots__ = ("_held", "dp_size")
 
     def __init__(self, dp_size: int) -> None:
-        self._index: dict[int, int] = {}
+        self._held: list[set[int]] = []
         self.dp_size = dp_size
 
+    def _slot_set(self, slot: int) -> set[int]:
+        held = self._held
+        while len(held) <= slot:
+            held.append(set())
+        return held[slot]
+
     def apply(self, worker: int, events: Sequence[KvEvent]) -> None:
-        index = self._index
-        get = index.get
-        pop = index.pop
+        held = self._held
         base = worker * self.dp_size
         for ev in events:
-            bit = 1 << (base + ev.dp_rank)
+            s = base + ev.dp_rank
+            blocks = held[s] if s < len(held) else self._slot_set(s)
             data = ev.data
             kind = type(data)
-            if kind is RemovedBlocks or (kind is not StoredBlocks and isinstance(data, RemovedBlocks)):
-                keep = ~bit
-                for h in data.block_hashes:
-                    m = get(h, 0) & keep
-                    if m:
-                        index[h] = m
-                    else:
-                        pop(h, None)
-            elif kind is StoredBlocks or isinstance(data, StoredBlocks):
-                for b in data.blocks:
-                    h = b.block_hash
-                    index[h] = get(h, 0) | bit
+            if kind is RemovedBlocks:
+                blocks.difference_update(data.block_hashes)
+            elif kind is StoredBlocks:
+                blocks.update(map(_BLOCK_HASH, data.blocks))
+            elif isinstance(data, RemovedBlocks):
+                blocks.difference_update(data.block_hashes)
+            elif isinstance(data, StoredBlocks):
+                blocks.update(map(_BLOCK_HASH, data.blocks))
             elif isinstance(data, ClearedBlocks):
-                keep = ~bit
-                for h in [h for h, m in index.items() if m & bit]:
-                    m = index[h] & keep
-                    if m:
-                        index[h] = m
-                    else:
-                        del index[h]
+                blocks.clear()
 
     def overlaps(self, block_hashes: Sequence[int], num_slots: int) -> list[int]:
         """Per slot, how many leading blocks of the sequence it holds."""
         out = [0] * num_slots
-        active = (1 << num_slots) - 1
-        index = self._index
-        depth = 0
-        for h in block_hashes:
-            m = index.get(h, 0) & active
-            if m != active:
-                dropped = active & ~m
-                while dropped:
-                    low = dropped & -dropped
-                    out[low.bit_length() - 1] = depth
-                    dropped ^= low
-                active = m
-            if not active:
-                return out
-            depth += 1
-        while active:
-            low = active & -active
-            out[low.bit_length() - 1] = depth
-            active ^= low
+        if not block_hashes:
+            return out
+        first = block_hashes[0]
+        for s, blocks in enumerate(self._held[:num_slots]):
+            if first in blocks:
+                out[s] = len(list(takewhile(blocks.__contains__, block_hashes)))
         return out
 
+    def slot_masks(self) -> dict[int, int]:
+        """``hash -> bitmask of the slots holding it`` (for inspection and tests)."""
+        out: dict[int, int] = {}
+        for s, blocks in enumerate(self._held):
+            bit = 1 << s
+            for h in blocks:
+                out[h] = out.get(h, 0) | bit
+        return out
+
+    _index = property(slot_masks)  # the former representation's name, read-only
+
     def __len__(self) -> int:
-        return len(self._index)
+        return len(set().union(*self._held))
+
+
+def _is_placeholder(h: int) -> bool:
+    return h < 0
+
+
+def shared_prefix(block_hashes: Sequence[int]) -> Sequence[int]:
+    """``block_hashes`` less its trailing placeholders.
+
+    A placeholder (a negative hash, ``servesim.kv.hashing.placeholder_hashes``) stands for a
+    block that only its own request can hold: no worker caches it before that request is
+    routed, and no other prompt contains it. It therefore never adds to an overlap or to
+    another request's shared blocks, and scores exactly as the partial tail block does, so
+    the router tracks only the blocks before it.
+    """
+    n = len(block_hashes)
+    if not n or block_hashes[-1] >= 0:
+        return block_hashes
+    # Placeholders follow the last real hash (a bisection finds the boundary); should a
+    # negative hash precede a real one, walk back to the last real hash instead.
+    k = bisect_left(block_hashes, True, key=_is_placeholder)
+    if k == n or max(block_hashes[k:]) >= 0:
+        k = n
+        while k and block_hashes[k - 1] < 0:
+            k -= 1
+    return block_hashes[:k]
 
 
 class KvRouter(Router):
@@ -175,28 +204,35 @@ class KvRouter(Router):
         bs = self.block_size
         isl = request.prompt_len
         w = self.config.overlap_score_weight
+        block_hashes = shared_prefix(block_hashes)
         overlap = self.index.overlaps(block_hashes, n)
-        new = [max(isl - o * bs, 0) for o in overlap]
+        if any(overlap):
+            new = [max(isl - o * bs, 0) for o in overlap]
+        else:
+            new = [isl] * n  # max(isl, 0): a prompt length is never negative
         blocks = -(-isl // bs)
-        cost = []
-        for s in range(n):
-            active = state.active_hashes[s]
-            new_blocks = blocks - sum(map(active.__contains__, block_hashes))
-            prefill = w * (new[s] + state.prefill_tokens[s]) / bs
-            cost.append(prefill + state.active_blocks[s] + new_blocks)
+        held = state.held_counts(block_hashes)
+        cost = [
+            w * (t + p) / bs + a + (blocks - c)
+            for t, p, a, c in zip(new, state.prefill_tokens, state.active_blocks, held, strict=True)
+        ]
         return cost, new
 
     def select(
         self, request: Request, block_hashes: Sequence[int], state: ClusterState
     ) -> tuple[int, int]:
         cost, new = self.costs(request, block_hashes, state)
-        self._last_hashes = tuple(block_hashes)
+        self._last_hashes = tuple(shared_prefix(block_hashes))
         n = len(cost)
-        start = self._next
-        best = min(
-            range(n),
-            key=lambda s: (cost[s], state.active_requests[s], (s - start) % n),
-        )
+        low = min(cost)
+        if low == low and cost.count(low) == 1:  # one cheapest slot (the usual case)
+            best = cost.index(low)
+        else:  # ties (or NaN): fewer active requests, then the rotating pointer
+            start = self._next
+            best = min(
+                range(n),
+                key=lambda s: (cost[s], state.active_requests[s], (s - start) % n),
+            )
         self._next = (best + 1) % n
         self._last_new_tokens[request.request_id] = new[best]
         return best // self.dp_size, best % self.dp_size
