@@ -107,7 +107,7 @@ class RepeatedBlockTokens(TokenSeq):
         super().__init__()
         if trace_block_size <= 0:
             raise ValueError("trace_block_size must be > 0")
-        self.hash_ids = tuple(int(h) for h in hash_ids)
+        self.hash_ids = tuple(map(int, hash_ids))
         self.trace_block_size = trace_block_size
         full = len(self.hash_ids) * trace_block_size
         self._len = full if length is None else max(0, min(int(length), full))

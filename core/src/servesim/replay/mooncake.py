@@ -58,7 +58,12 @@ def _finite(key: str, v: Any, *, non_negative: bool) -> float:
     return float(v)
 
 
+_INTS = {int}
+
+
 def _hash_ids(v: Any) -> list[int]:
+    if type(v) is list and set(map(type, v)) == _INTS and min(v) >= 0:
+        return v  # the common case, checked without a Python loop
     if not isinstance(v, list):
         raise ValueError(f"'hash_ids' must be a list of integers, got {type(v).__name__}")
     for i, h in enumerate(v):
@@ -71,6 +76,8 @@ class _Record:
     __slots__ = ("line", "timestamp", "input_length", "output_length", "hash_ids", "session", "delay")
 
     def __init__(self, obj: Any, line: int) -> None:
+        if type(obj) is dict and obj.keys() == _PLAIN and self._plain(obj, line):
+            return
         if not isinstance(obj, dict):
             raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
         self.line = line
@@ -98,6 +105,29 @@ class _Record:
         if len(delays) > 1:
             raise ValueError("both 'delay' and 'delay_ms' are given; use one")
         self.delay = _finite(delays[0], obj[delays[0]], non_negative=True) if delays else None
+
+
+    def _plain(self, obj: dict[str, Any], line: int) -> bool:
+        """The common record (exactly the four plain keys, well typed) without the general
+        path's alias and error handling; False sends anything else through that path."""
+        out, inp, ts = obj["output_length"], obj["input_length"], obj["timestamp"]
+        if not (type(out) is int and out >= 0 and type(inp) is int and inp > 0
+                and (type(ts) is int or (type(ts) is float and math.isfinite(ts)))):
+            return False
+        hid = obj["hash_ids"]
+        if not (type(hid) is list and hid and set(map(type, hid)) == _INTS and min(hid) >= 0):
+            return False
+        self.line = line
+        self.hash_ids = hid
+        self.output_length = out
+        self.input_length = inp
+        self.timestamp = float(ts)
+        self.session = None
+        self.delay = None
+        return True
+
+
+_PLAIN = frozenset(("timestamp", "input_length", "output_length", "hash_ids"))
 
 
 class MooncakeTrace:
