@@ -176,3 +176,34 @@ def test_max_output_tokens_per_whole_simulated_second():
     log.tokens([1], 1999.5)
     log.done[:] = [2500.0, 1999.5]
     assert build_report(log, ReportConfig())["max_output_tokens_per_s"] == 3  # [1 s, 2 s)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.5, 1.0, 2.0, 7.25])),
+                max_size=40),
+       st.lists(st.tuples(st.sampled_from([0.5, 3.0]), st.integers(0, 4)), max_size=5),
+       st.sets(st.integers(0, 5)))
+def test_pooled_gaps_equal_the_sorted_multiset(gaps, shared, incomplete):
+    """Run-length encoded gaps and first occurrences found without sorting give the
+    multiset and per-request first gaps that sorting every gap gives."""
+    import numpy as np
+    from servesim.replay.report import _gaps
+    from servesim.replay.stats import weighted_sorted
+
+    log = RequestLog([1] * 6)
+    for rid, gap in gaps:
+        log.itl.append(gap)
+        log.itl_rid.append(rid)
+    for value, weight in shared:
+        log.shared_gap.append(value)
+        log.shared_weight.append(weight)
+    mask = np.array([rid not in incomplete for rid in range(6)])
+    values, weights, ttst = _gaps(log, mask)
+    kept = [(rid, g) for rid, g in gaps if rid not in incomplete]
+    every = [g for _, g in kept] + [v for v, w in shared for _ in range(w)]
+    uniq, counts = weighted_sorted(values, weights)
+    assert np.repeat(uniq, counts).tolist() == sorted(every)
+    firsts = {}
+    for rid, g in kept:
+        firsts.setdefault(rid, g)
+    assert ttst.tolist() == [firsts[r] for r in sorted(firsts)]

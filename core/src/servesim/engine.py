@@ -82,6 +82,9 @@ class Engine:
         self._wave_step = 0
         self._pending: _PendingGroupPass | None = None
         self._poisoned: str | None = None
+        # The common dp_size-1 engine: the group logic reduces to its one rank, and the
+        # per-pass methods below take a direct path (same calls, in the same order).
+        self._single: Rank | None = self.ranks[0] if self.dp_size == 1 else None
 
     @classmethod
     def build(
@@ -134,6 +137,9 @@ class Engine:
     def is_ready(self) -> bool:
         if self._poisoned is not None or self._pending is not None:
             return False
+        r = self._single
+        if r is not None:
+            return bool(r.is_ready() and not r.waiting_for_external_command())
         return any(r.is_ready() and not r.waiting_for_external_command() for r in self.ranks)
 
     def waiting_for_external_command(self) -> bool:
@@ -148,7 +154,12 @@ class Engine:
         return all(r.is_drained() for r in self.ranks)
 
     def _reset_wave_if_drained(self) -> None:
-        if self._pending is None and all(r.is_drained() for r in self.ranks):
+        if self._pending is not None:
+            return
+        single = self._single
+        if single.is_drained() if single is not None else all(
+            r.is_drained() for r in self.ranks
+        ):
             self._wave_step = 0
 
     # -- commands -----------------------------------------------------------------------
@@ -180,6 +191,8 @@ class Engine:
         validate_time("now_ms", now_ms)
         if self._pending is not None:
             raise EngineError(f"engine {self.worker_id}: a pass is already in flight")
+        if self._single is not None:
+            return self._execute_single(now_ms, self._single)
         runnable = self._ready_unblocked()
         if not runnable:
             return None
@@ -220,6 +233,35 @@ class Engine:
         self._pending = _PendingGroupPass(pass_id, now_ms, end_ms, pendings)
         return EnginePassStarted(pass_id, now_ms, end_ms, self.dp_size, retry, tuple(started))
 
+    def _execute_single(self, now_ms: float, rank: Rank) -> EnginePassStarted | None:
+        """:meth:`execute_pass` for one rank: the group steps without the group loops."""
+        if not rank.is_ready() or rank.waiting_for_external_command():
+            return None
+        pass_id = self._next_pass_id
+        try:
+            rank.prepare_group_pass(self._wave_step, 1)
+        except Exception as exc:
+            raise self._poison("prepare_group_pass", exc) from exc
+        try:
+            rp = rank.execute_pass(now_ms)
+            if not rp.end_ms >= now_ms or rp.end_ms == float("inf"):
+                raise EngineError(f"rank 0 returned end_ms {rp.end_ms} before now {now_ms}")
+        except Exception as exc:
+            raise self._poison("execute_pass on rank 0", exc) from exc
+        end_ms = rp.end_ms if rp.end_ms > now_ms else now_ms
+        retry = NO_RETRY_HINT.fold(rp.retry)
+        try:
+            any_prefill = bool(rank.prefill_in_pass())
+            any_model = bool(rank.model_work_in_pass())
+            rank.finish_group_pass(any_prefill, any_model)
+        except Exception as exc:
+            raise self._poison("finish_group_pass", exc) from exc
+        self._next_pass_id += 1
+        self._wave_step += 1
+        self._pending = _PendingGroupPass(pass_id, now_ms, end_ms, {0: rp.pending})
+        return EnginePassStarted(pass_id, now_ms, end_ms, 1, retry,
+                                 (RankPassStarted(0, rp.end_ms, rp.start_effects),))
+
     def complete_pass(self, pass_id: int, end_ms: float) -> EnginePassCompleted:
         """Release the in-flight pass; ranks see the modelled boundary even if ``end_ms`` is late."""
         self._check_alive()
@@ -241,6 +283,15 @@ class Engine:
             raise EngineError(f"engine {self.worker_id}: a run is in flight; use complete_run")
         self._pending = None
         modelled = pending.end_ms
+        single = self._single
+        if single is not None and 0 in pending.by_rank:
+            try:
+                done = single.complete_pass(pending.by_rank[0], modelled)
+            except Exception as exc:
+                raise self._poison("complete_pass on rank 0", exc) from exc
+            if single.is_drained():
+                self._wave_step = 0
+            return EnginePassCompleted(pending.pass_id, modelled, (RankCompletion(0, done),))
         out: list[RankCompletion] = []
         for i, rank in enumerate(self.ranks):
             try:

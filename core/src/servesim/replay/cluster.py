@@ -101,6 +101,8 @@ class ClusterState:
     def _hold(self, slot: int, block_hashes: Sequence[int]) -> tuple[Sequence[int], int]:
         """Count one more holder on ``slot`` of each distinct hash: ``(the distinct hashes,
         how many were not active on the slot)``."""
+        if not block_hashes:
+            return block_hashes, 0
         holders = self.holders
         one = 1 << (slot * FIELD_BITS)
         if holders.keys().isdisjoint(block_hashes):
@@ -133,8 +135,10 @@ class ClusterState:
             return
         slot, prefill, blocks, distinct, tail = rec
         self.prefill_tokens[slot] -= prefill
-        if distinct is not None:
+        if distinct:
             blocks = self._release(slot, distinct) + tail
+        elif distinct is not None:
+            blocks = tail
         self.active_blocks[slot] -= blocks
         self.active_requests[slot] -= 1
 

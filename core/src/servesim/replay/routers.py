@@ -171,6 +171,8 @@ def shared_prefix(block_hashes: Sequence[int]) -> Sequence[int]:
     n = len(block_hashes)
     if not n or block_hashes[-1] >= 0:
         return block_hashes
+    if block_hashes[0] < 0 and max(block_hashes) < 0:  # the whole prompt is its own
+        return ()
     # Placeholders follow the last real hash (a bisection finds the boundary); should a
     # negative hash precede a real one, walk back to the last real hash instead.
     k = bisect_left(block_hashes, True, key=_is_placeholder)
@@ -200,18 +202,26 @@ class KvRouter(Router):
         self, request: Request, block_hashes: Sequence[int], state: ClusterState
     ) -> tuple[list[float], list[int]]:
         """``(cost per slot, new prefill tokens per slot)`` per the module formula."""
+        return self._costs(request, shared_prefix(block_hashes), state)
+
+    def _costs(
+        self, request: Request, shared: Sequence[int], state: ClusterState
+    ) -> tuple[list[float], list[int]]:
+        """:meth:`costs` of a prompt whose blocks after ``shared`` are its own."""
         n = state.num_slots
         bs = self.block_size
         isl = request.prompt_len
         w = self.config.overlap_score_weight
-        block_hashes = shared_prefix(block_hashes)
-        overlap = self.index.overlaps(block_hashes, n)
+        blocks = -(-isl // bs)
+        if shared:
+            overlap = self.index.overlaps(shared, n)
+            held = state.held_counts(shared)
+        else:
+            overlap = held = [0] * n
         if any(overlap):
             new = [max(isl - o * bs, 0) for o in overlap]
         else:
             new = [isl] * n  # max(isl, 0): a prompt length is never negative
-        blocks = -(-isl // bs)
-        held = state.held_counts(block_hashes)
         cost = [
             w * (t + p) / bs + a + (blocks - c)
             for t, p, a, c in zip(new, state.prefill_tokens, state.active_blocks, held, strict=True)
@@ -221,8 +231,9 @@ class KvRouter(Router):
     def select(
         self, request: Request, block_hashes: Sequence[int], state: ClusterState
     ) -> tuple[int, int]:
-        cost, new = self.costs(request, block_hashes, state)
-        self._last_hashes = tuple(shared_prefix(block_hashes))
+        shared = shared_prefix(block_hashes)
+        cost, new = self._costs(request, shared, state)
+        self._last_hashes = tuple(shared)
         n = len(cost)
         low = min(cost)
         if low == low and cost.count(low) == 1:  # one cheapest slot (the usual case)
