@@ -140,6 +140,17 @@ def test_same_time_arrivals_dispatch_in_session_order():
     assert replay(wl, workers=2).log.worker == [1, 0, 0]
 
 
+def test_first_turns_enter_the_heap_one_at_a_time_in_time_then_session_order():
+    wl = trace(rec(5, [1], 1), rec(0, [2], 1), rec(5, [3], 1), rec(2, [4], 1), rec(0, [5], 1))
+    r = Replayer(build_engines(make_factory().build, 3), wl, block_size=4)
+    r._schedule_first_turns()  # noqa: SLF001
+    assert [ev[3] for ev in r._heap] == [1]  # noqa: SLF001 - only the earliest waits there
+    r = replay(wl, workers=3)
+    # dispatch order 1, 4 (t=0), 3 (t=2), 0, 2 (t=5): round robin gives 0, 1, 2, 0, 1
+    assert r.log.worker == [0, 0, 1, 2, 1]
+    assert r.log.arrival == [5.0, 0.0, 5.0, 2.0, 0.0]
+
+
 def test_round_robin_order_across_workers():
     wl = trace(*[rec(i, [i + 1], 1) for i in range(5)])
     r = replay(wl, workers=2)

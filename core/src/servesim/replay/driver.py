@@ -38,6 +38,8 @@ from servesim.replay.workload import Workload
 from servesim.sinks import FpmSink, KvEventSink, SinkError
 
 _PASS_END, _ARRIVAL, _DEADLINE, _EXTERNAL = 0, 1, 2, 3
+# A session's first turn in timestamp mode: an arrival fed to the heap one at a time.
+_FIRST_TURN = 4
 MAX_SAME_TIME_RETRIES = 64
 
 ProgressFn = Callable[[int, int, float], None]
@@ -91,6 +93,8 @@ class Replayer:
         self.session_of, self.session_index, self.next_turn = _session_maps(workload)
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
+        self._first_turns: list[tuple[float, int, int]] = []  # (time, seq, rid), sorted
+        self._first_next = 0
         self._next_session = 0
         self._in_flight = 0
         self._finished = 0
@@ -126,7 +130,11 @@ class Replayer:
             heapq.heappush(self._runs.ext, (at, self._seq))
 
     def _schedule_first_turns(self) -> None:
-        """Timestamp mode: every session's first turn, rebased and sped up."""
+        """Timestamp mode: every session's first turn, rebased and sped up.
+
+        The turns get their heap sequence numbers now, in session order, but wait in a
+        sorted list: the heap holds only the earliest of them (:meth:`_feed_first_turn`),
+        which keeps it a few entries deep instead of one per session, with the same order."""
         sessions = self.workload.sessions
         missing = next((s for s in sessions if s.start_ms is None), None)
         if missing is not None:
@@ -137,8 +145,27 @@ class Replayer:
             )
         starts = [float(s.start_ms or 0.0) for s in sessions]
         base = min(starts, default=0.0)
+        seq = self._seq
+        turns = []
         for s, start in zip(sessions, starts, strict=True):
-            self._push((start - base) / self.speedup, _ARRIVAL, s.turns[0].request_id)
+            seq += 1
+            turns.append(((start - base) / self.speedup, seq, s.turns[0].request_id))
+        self._seq = seq
+        turns.sort()
+        self._first_turns = turns
+        self._first_next = 0
+        self._feed_first_turn()
+
+    def _feed_first_turn(self) -> None:
+        """Move the next waiting first turn into the heap (called as the previous one leaves
+        it, so the heap's minimum is always the earliest pending event)."""
+        i = self._first_next
+        if i < len(self._first_turns):
+            at, seq, rid = self._first_turns[i]
+            self._first_next = i + 1
+            heapq.heappush(self._heap, (at, seq, _FIRST_TURN, rid, 0))
+            if self._runs is not None:
+                heapq.heappush(self._runs.ext, (at, seq))
 
     def _activate_session(self, now: float) -> None:
         """Concurrency mode: start the next session in file order."""
@@ -167,6 +194,8 @@ class Replayer:
             ev = pop(heap)
             now = ev[0]
             self.now = now
+            if ev[2] == _FIRST_TURN:
+                self._feed_first_turn()
             if ev[2] == _PASS_END and (not heap or heap[0][0] != now):
                 # The common step: one pass ends and nothing else is due at this time.
                 complete(ev[3], ev[4], now)
@@ -195,7 +224,10 @@ class Replayer:
         pop = heapq.heappop
         batch = [] if ev is None else [ev]
         while heap and heap[0][0] == now:
-            batch.append(pop(heap))
+            item = pop(heap)
+            if item[2] == _FIRST_TURN:
+                self._feed_first_turn()
+            batch.append(item)
         due = []
         external: list[tuple[float, int, int, int, int]] = []
         for item in batch:
@@ -212,6 +244,8 @@ class Replayer:
         while True:
             while heap and heap[0][0] == now:
                 item = pop(heap)
+                if item[2] == _FIRST_TURN:
+                    self._feed_first_turn()
                 if item[2] == _EXTERNAL:
                     external.append(item)
                 else:
