@@ -9,7 +9,7 @@ choose a victim when it needs a free block. Register policies through
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections import OrderedDict
+from collections import deque
 from typing import ClassVar
 
 
@@ -36,25 +36,187 @@ class EvictionPolicy(ABC):
     @abstractmethod
     def __contains__(self, block_id: object) -> bool: ...
 
+    def push_many(self, block_ids: list[int]) -> None:
+        """:meth:`push` each block in order (the pool may hand over ``block_ids``: a policy
+        can keep the list). Override for speed; the result must equal the loop."""
+        for b in block_ids:
+            self.push(b)
+
+    def pop_many(self, n: int) -> list[int]:
+        """The next ``n`` victims, as ``n`` calls of :meth:`pop` (``n <= len(self)``)."""
+        return [self.pop() for _ in range(n)]
+
 
 class LruEviction(EvictionPolicy):
     """Evict the block that became evictable longest ago (dynamo-mocker.md §3.2: oldest
-    insertion time first; vLLM v1's free-block queue behaves the same way)."""
+    insertion time first; vLLM v1's free-block queue behaves the same way).
+
+    The order is a queue of pushed batches (the pool releases a request's blocks as one
+    batch), so pushing and evicting cost list operations per batch plus one pointer store per
+    block, rather than a linked-list node per block. ``_batch[block]`` is the batch holding
+    the block's live entry (None when absent); an entry is live iff its block still points at
+    the entry's batch, so :meth:`remove` only clears the pointer (lazy deletion) and counts
+    the entry as stale. While no stale entry lies ahead, evicting ``n`` blocks is slicing;
+    stale entries are skipped one by one, and compacted away once they outnumber the live
+    ones, so memory stays proportional to the pool. Block ids are non-negative ints (a
+    pool's ``0 .. N-1``).
+    """
 
     def __init__(self) -> None:
-        self._order: OrderedDict[int, None] = OrderedDict()
+        self._chunks: deque[list[int]] = deque()  # pushed batches, oldest first
+        self._head = 0  # index of the next entry in _chunks[0]
+        self._batch: list[list[int] | None] = []  # block -> batch of its live entry
+        self._len = 0
+        self._stale = 0  # entries not yet consumed whose block was removed
+
+    def reserve(self, num_blocks: int) -> None:
+        """Size the block table for ids ``0 .. num_blocks-1`` (it also grows on demand)."""
+        batch = self._batch
+        if num_blocks > len(batch):
+            batch.extend([None] * (num_blocks - len(batch)))
 
     def push(self, block_id: int) -> None:
-        self._order[block_id] = None
+        self.push_many([block_id])
+
+    def push_many(self, block_ids: list[int]) -> None:
+        batch = self._batch
+        done = 0
+        try:
+            for b in block_ids:
+                if batch[b] is not None:
+                    break
+                batch[b] = block_ids
+                done += 1
+            else:
+                if block_ids:
+                    self._chunks.append(block_ids)
+                    self._len += len(block_ids)
+                return
+        except (IndexError, TypeError):
+            # An id beyond the table (or not an int): undo this batch's pointers, retry.
+            for b in block_ids[:done]:
+                batch[b] = None
+            self._check_ids(block_ids)
+            self.push_many(block_ids)
+            return
+        # A block that is already present keeps its place (like an ordered-dict insert).
+        self._check_ids(block_ids)
+        kept = block_ids[:done]
+        for b in block_ids[done:]:
+            if batch[b] is None:
+                batch[b] = kept
+                kept.append(b)
+        for b in block_ids[:done]:
+            batch[b] = kept
+        if kept:
+            self._chunks.append(kept)
+            self._len += len(kept)
+
+    def _check_ids(self, block_ids: list[int]) -> None:
+        """Non-negative ints only (raises otherwise); grows the table to hold them."""
+        if min(block_ids) < 0:
+            raise ValueError(f"block ids are non-negative ints, got {min(block_ids)}")
+        self.reserve(max(block_ids) + 1)
 
     def remove(self, block_id: int) -> None:
-        del self._order[block_id]
+        if block_id not in self:
+            raise KeyError(block_id)
+        self._batch[block_id] = None
+        self._len -= 1
+        self._stale += 1
+        if self._stale > self._len + _COMPACT_SLACK:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop every stale entry: the live ones, in order, become one batch."""
+        live = self._take(self._len)
+        batch = self._batch
+        for b in live:
+            batch[b] = live
+        self._chunks = deque([live]) if live else deque()
+        self._head = 0
+        self._len = len(live)
+        self._stale = 0
 
     def pop(self) -> int:
-        return self._order.popitem(last=False)[0]
+        if not self._len:
+            raise KeyError("pop from an empty eviction policy")
+        return self._take(1)[0]
+
+    def pop_many(self, n: int) -> list[int]:
+        if n > self._len:
+            raise KeyError(f"pop_many({n}) with only {self._len} evictable blocks")
+        if n <= 0:
+            return []
+        if self._stale:
+            return self._take(n)
+        # Every entry ahead is live: slice batches.
+        chunks = self._chunks
+        chunk = chunks[0]
+        head = self._head
+        end = head + n
+        if end < len(chunk):
+            out = chunk[head:end]
+            self._head = end
+        elif end == len(chunk):
+            out = chunk if not head else chunk[head:]
+            chunks.popleft()
+            self._head = 0
+        else:
+            out = chunk[head:]
+            chunks.popleft()
+            need = end - len(chunk)
+            while need:
+                chunk = chunks[0]
+                if need < len(chunk):
+                    out += chunk[:need]
+                    self._head = need
+                    break
+                out += chunk
+                chunks.popleft()
+                need -= len(chunk)
+            else:
+                self._head = 0
+        self._len -= n
+        batch = self._batch
+        for b in out:
+            batch[b] = None
+        return out
+
+    def _take(self, n: int) -> list[int]:
+        """Consume the next ``n`` live entries (there are at least ``n``), skipping stale ones."""
+        chunks = self._chunks
+        batch = self._batch
+        head = self._head
+        out: list[int] = []
+        while n:
+            chunk = chunks[0]
+            size = len(chunk)
+            while head < size and n:
+                b = chunk[head]
+                head += 1
+                if batch[b] is chunk:
+                    batch[b] = None
+                    out.append(b)
+                    n -= 1
+                else:
+                    self._stale -= 1
+            if head == size:
+                chunks.popleft()
+                head = 0
+        self._head = head
+        self._len -= len(out)
+        return out
 
     def __len__(self) -> int:
-        return len(self._order)
+        return self._len
 
     def __contains__(self, block_id: object) -> bool:
-        return block_id in self._order
+        batch = self._batch
+        if not isinstance(block_id, int) or not 0 <= block_id < len(batch):
+            return False
+        return batch[block_id] is not None
+
+
+#: Stale entries tolerated beyond the live ones before :meth:`LruEviction._compact` runs.
+_COMPACT_SLACK = 4096
