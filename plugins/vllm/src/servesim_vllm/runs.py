@@ -84,10 +84,12 @@ def _steady_batch(
     m = len(running)
     if m == 0 or m > s.max_tokens:
         return None
+    tail = running[-1]
+    if tail.computed != tail.length - 1 or not tail.generated:
+        return None  # the newest member (a just-admitted request) is still prefilling
     bs = s.bs
     limit = s.usable_blocks * bs  # without vLLM's null block when set
     total = sq = 0
-    first_done = 1 << 62
     # First crossings as bare ints: the (pass, index) heap entries are built only for the
     # few that fall inside the run (_replay_crossings), not for the whole batch.
     cross: list[int] = []
@@ -100,18 +102,16 @@ def _steady_batch(
         if req.computed != length - 1 or not gen:
             return None
         max_out = req.max_out
-        rem = max_out - gen
-        add_rem(rem)
-        if rem < first_done:
-            first_done = rem
         if req.prompt_len + max_out > limit:
             return None
+        add_rem(max_out - gen)
         total += length
         sq += length * length
         # Pass j crosses a block boundary when (length + j) % bs is 0 (finalize) or 1
         # (allocate); bs 1 crosses every pass.
         r = length % bs
         add(0 if r <= 1 else bs - r)
+    first_done = min(rems)
     if first_done < 1:
         return None
     return total, sq, first_done, cross, rems
@@ -137,11 +137,11 @@ def _admission_blocked(s: Any) -> bool:
     req = s.waiting[0]
     if req.status is not Status.WAITING and req.status is not Status.PREEMPTED:
         return False
+    if not s.beh.scheduler_reserve_full_isl:
+        return False  # only the first chunk must fit: not foreseeable here
     if s._impossible(req):  # noqa: SLF001 - the scheduler's own admission rules
         return False
     _cached, active_cached = s._prefill_cost(req)  # noqa: SLF001
-    if not s.beh.scheduler_reserve_full_isl:
-        return False  # only the first chunk must fit: not foreseeable here
     needed = -(-req.length // s.bs) - active_cached // s.bs
     return needed > s.usable_blocks - s.pool.num_active
 
@@ -336,15 +336,12 @@ def _commit(rank: VllmRank, run: VllmRunPending, k: int, first_done: int,
     before the last pass as ``(pass, request id)``."""
     s = rank.sched
     running = s.running
-    members: list[int] = []
-    add = members.append
+    members = [req.rid for req in running]
     completed: list[int] = []
     completed_at: list[tuple[int, int]] = []
-    for req in running:
-        add(req.rid)
-        length = req.length + k
-        req.length = length
-        req.computed = length - 1
+    for req in running:  # steady: computed stays length - 1 (_steady_batch)
+        req.length += k
+        req.computed += k
         req.generated += k
     emitters = members
     if k >= first_done:
