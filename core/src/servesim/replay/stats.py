@@ -160,19 +160,33 @@ class RequestLog:
     # -- recording (hot path) ----------------------------------------------------------
 
     def tokens(self, rids: Sequence[int], now: float) -> list[int]:
-        """Record one pass's emitted tokens at ``now``; returns ids that got their first token."""
+        """Record one pass's emitted tokens at ``now``; returns ids that got their first token.
+
+        A request has a first token exactly when its ``last`` time is set (times are >= 0),
+        so one read serves both the check and the gap."""
         first, last, ntok = self.first, self.last, self.ntok
-        itl_append, rid_append = self.itl.append, self.itl_rid.append
+        itl_append = self.itl.append
         firsts = []
         for rid in rids:
-            if first[rid] < 0.0:
+            prev = last[rid]
+            if prev < 0.0:
                 first[rid] = now
                 firsts.append(rid)
             else:
-                itl_append(now - last[rid])
-                rid_append(rid)
+                itl_append(now - prev)
             last[rid] = now
             ntok[rid] += 1
+        # The gaps' ids in one call: every id but the first tokens', which usually are the
+        # newest requests, at the end of the batch.
+        if type(rids) is not list:
+            rids = list(rids)
+        if not firsts:
+            self.itl_rid.fromlist(rids)
+        elif rids[-len(firsts):] == firsts:
+            self.itl_rid.fromlist(rids[:-len(firsts)])
+        else:
+            got = set(firsts)
+            self.itl_rid.fromlist([rid for rid in rids if rid not in got])
         second = int(now // 1000.0)
         self.tokens_per_second[second] = self.tokens_per_second.get(second, 0) + len(rids)
         if self.token_times is not None:
@@ -200,16 +214,28 @@ class RequestLog:
         last, ntok = self.last, self.ntok
         itl_append, rid_append = self.itl.append, self.itl_rid.append
         at_start = 0
-        for rid in members:
-            n = k - 1 if absent and rid in absent else k
-            if n:
+        if absent:
+            for rid in members:
+                n = k - 1 if rid in absent else k
+                if n:
+                    if last[rid] == start and ntok[rid] > 1:
+                        at_start += 1
+                    else:
+                        itl_append(e0 - last[rid])
+                        rid_append(rid)
+                    last[rid] = ends[n - 1]
+                    ntok[rid] += n
+        else:
+            # Every member emitted at every pass (the common case).
+            end = ends[-1]
+            for rid in members:
                 if last[rid] == start and ntok[rid] > 1:
                     at_start += 1
                 else:
                     itl_append(e0 - last[rid])
                     rid_append(rid)
-                last[rid] = ends[n - 1]
-                ntok[rid] += n
+                last[rid] = end
+                ntok[rid] += k
         m = len(members)
         n_last = m - len(absent)
         if at_start:
