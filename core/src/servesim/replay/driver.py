@@ -342,7 +342,8 @@ class Replayer:
             self._start_busy[w] = self._start_effects(w, started, now)
             self._last_zero[w] = started.end_ms == now
             self._last_retry[w] = started.retry
-            self._push(started.end_ms, _PASS_END, w, started.pass_id)
+            self._seq += 1  # _push of a pass end, inlined (once per pass)
+            heapq.heappush(self._heap, (started.end_ms, self._seq, _PASS_END, w, started.pass_id))
 
     def _start_effects(self, w: int, started: EnginePassStarted, now: float) -> bool:
         busy = False

@@ -213,11 +213,13 @@ class KvRouter(Router):
         isl = request.prompt_len
         w = self.config.overlap_score_weight
         blocks = -(-isl // bs)
-        if shared:
-            overlap = self.index.overlaps(shared, n)
-            held = state.held_counts(shared)
-        else:
-            overlap = held = [0] * n
+        if not shared:  # no block another request could hold: no overlap, none active
+            return [
+                w * (isl + p) / bs + a + blocks
+                for p, a in zip(state.prefill_tokens, state.active_blocks, strict=True)
+            ], [isl] * n
+        overlap = self.index.overlaps(shared, n)
+        held = state.held_counts(shared)
         if any(overlap):
             new = [max(isl - o * bs, 0) for o in overlap]
         else:
