@@ -12,8 +12,6 @@ from itertools import count
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kv_reference_pool import RefPool, RefTable
-from servesim.contract import KvBlock
-from servesim.kv import pool as pool_module
 from servesim.kv.hashing import chain_hash
 from servesim.kv.pool import BlockPool, BlockTable
 
@@ -111,6 +109,7 @@ class Pair:
     def check(self) -> None:
         p, r = self.pool, self.ref
         assert (p.num_active, p.num_inactive, p.num_free) == r.occupancy()
+        assert p.num_inactive == len(p._evict)  # noqa: SLF001 - the pool's own count
         assert [p.refcount(b) for b in range(p.capacity)] == r.ref
         assert [p.block_hash(b) for b in range(p.capacity)] == r.hash
         assert p.cached_hashes() == set(r.copies)
@@ -137,18 +136,6 @@ def test_pool_matches_the_per_block_model(cfg: tuple, ops: list) -> None:
     while pair.live:
         pair.finish(0, False)
     assert pair.pool.num_active == 0
-
-
-def test_kv_blocks_built_without_init_equal_constructed_ones() -> None:
-    hs, local = [5, -3, 2**63], [1, 2, 3]
-    fast = pool_module._kv_blocks(hs, local)  # noqa: SLF001
-    slow = tuple(KvBlock(h, lh) for h, lh in zip(hs, local, strict=True))
-    assert pool_module._kv_blocks is not pool_module._kv_blocks_init  # noqa: SLF001
-    assert fast == slow
-    assert [hash(b) for b in fast] == [hash(b) for b in slow]
-    assert [repr(b) for b in fast] == [repr(b) for b in slow]
-    assert all(type(b) is KvBlock and b.token_ids is None for b in fast)
-    assert pool_module._kv_blocks([], []) == ()  # noqa: SLF001
 
 
 def _stored(pool: BlockPool) -> list[tuple[int | None, list[int]]]:

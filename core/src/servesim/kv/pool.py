@@ -30,13 +30,10 @@ operation costs time proportional to the blocks it touches, never to the pool si
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
-from itertools import repeat
 
-import attrs
-
-from servesim.contract import KvBlock, KvEvent, RemovedBlocks, StoredBlocks
+from servesim.contract import KvEvent, RemovedBlocks, StoredBlocks
+from servesim.kv.event_build import kv_block, kv_blocks, kv_event, removed_blocks, stored_blocks
 from servesim.kv.eviction import EvictionPolicy, LruEviction
 
 
@@ -91,6 +88,9 @@ class BlockPool:
         if isinstance(self._evict, LruEviction):
             self._evict.reserve(num_blocks)
         self._pop_many = self._evict.pop_many
+        # len(self._evict), kept here because occupancy is read every pass (the pool makes
+        # every push, removal and eviction, so the two never differ).
+        self._inactive = len(self._evict)
         self._events: list[KvEvent] | None = [] if (emit_events and enable_prefix_caching) else None
         self._next_event_id = 0
         # Set when the only consumer of the events is an index of cached hashes (the KV
@@ -118,12 +118,12 @@ class BlockPool:
     @property
     def num_inactive(self) -> int:
         """Cached blocks no request references: reusable as prefix, evictable."""
-        return len(self._evict)
+        return self._inactive
 
     @property
     def num_active(self) -> int:
         """Blocks referenced by at least one request."""
-        return self.capacity - len(self._free) - len(self._evict)
+        return self.capacity - len(self._free) - self._inactive
 
     def refcount(self, block_id: int) -> int:
         return self._ref[block_id]
@@ -180,7 +180,7 @@ class BlockPool:
             fresh = target - len(ids)
             if fresh <= 0:
                 return True
-            if fresh > len(free) and fresh > len(free) + len(self._evict):
+            if fresh > len(free) and fresh > len(free) + self._inactive:
                 return False
         else:
             plan = self._plan(table, target, prefix)
@@ -219,6 +219,7 @@ class BlockPool:
             r = ref[b]
             if r == 0:
                 evict.remove(b)
+                self._inactive -= 1
             elif r == 1:
                 shared += 1
             ref[b] = r + 1
@@ -230,6 +231,7 @@ class BlockPool:
         with one reference. Each evicted hash whose last copy goes publishes ``Removed``
         (with ``coalesce_removals``: one event for all of them)."""
         victims = self._pop_many(n)
+        self._inactive -= n
         ref = self._ref
         hashes = self._hash
         events = self._events
@@ -240,7 +242,7 @@ class BlockPool:
                 h = hashes[b]
                 hashes[b] = None
                 if h is not None and drop(h, b) and events is not None:
-                    self._publish(RemovedBlocks((h,)))
+                    self._publish(removed_blocks((h,)))
                 ref[b] = 1
             ids += victims
             return
@@ -274,13 +276,13 @@ class BlockPool:
             return
         if not self.coalesce_removals:
             for h in gone:
-                self._publish(RemovedBlocks((h,)))
+                self._publish(removed_blocks((h,)))
             return
         if not self.events_for_placeholders:
             gone = [h for h in gone if h >= 0]
             if not gone:
                 return
-        self._publish(RemovedBlocks(tuple(gone)))
+        self._publish(removed_blocks(tuple(gone)))
 
     def _plan(self, table: BlockTable, target: int, prefix: Sequence[int]) -> tuple[int, int] | None:
         have = len(table.ids)
@@ -302,7 +304,7 @@ class BlockPool:
                     inactive_hits += 1
             reuse = max(0, stop - have)
         fresh = target - have - reuse
-        if fresh > len(self._free) + len(self._evict) - inactive_hits:
+        if fresh > len(self._free) + self._inactive - inactive_hits:
             return None
         return reuse, fresh
 
@@ -352,8 +354,11 @@ class BlockPool:
             table.num_cached = upto
             hashes[b] = h
             if self._primary.setdefault(h, b) == b:
-                if self._events is not None:
-                    self._stored(start, [h], local_hashes, block_tokens, seq_hashes)
+                if self._events is not None and (h >= 0 or self.events_for_placeholders):
+                    tokens = tuple(block_tokens(start)) if block_tokens is not None else None
+                    blk = kv_block(h, local_hashes[start], tokens)
+                    parent = seq_hashes[start - 1] if start > 0 else None
+                    self._publish(stored_blocks(parent, (blk,), None))
             else:
                 self._dups.setdefault(h, []).append(b)
                 # A resident copy: no event.
@@ -411,11 +416,11 @@ class BlockPool:
         parent = seq_hashes[first - 1] if first > 0 else None
         end = first + len(hs)
         if block_tokens is not None:
-            blocks = tuple([KvBlock(h, local_hashes[i], tuple(block_tokens(i)))
+            blocks = tuple([kv_block(h, local_hashes[i], tuple(block_tokens(i)))
                             for i, h in zip(range(first, end), hs, strict=True)])
         else:
-            blocks = _kv_blocks(hs, local_hashes[first:end])
-        self._publish(StoredBlocks(parent, blocks))
+            blocks = kv_blocks(hs, local_hashes[first:end])
+        self._publish(stored_blocks(parent, blocks, None))
 
     def rekey(self, table: BlockTable, lo: int, hi: int, old: Sequence[int],
               new: Sequence[int]) -> None:
@@ -463,6 +468,7 @@ class BlockPool:
             return
         if nc < len(ids):
             self._free += ids[:nc - 1:-1]
+        self._inactive += nc
         self._push_many(ids[nc - 1::-1])
 
     def _release_counted(self, ids: list[int]) -> None:
@@ -485,6 +491,7 @@ class BlockPool:
                 shared += 1
         self._shared -= shared
         if inactive:
+            self._inactive += len(inactive)
             self._push_many(inactive)
 
     # -- events ---------------------------------------------------------------------------
@@ -495,7 +502,7 @@ class BlockPool:
 
     def _publish(self, data: StoredBlocks | RemovedBlocks) -> None:
         assert self._events is not None
-        self._events.append(KvEvent(self._next_event_id, self.dp_rank, data))
+        self._events.append(kv_event(self._next_event_id, self.dp_rank, data))
         self._next_event_id += 1
 
     def drain_events(self) -> list[KvEvent]:
@@ -506,44 +513,5 @@ class BlockPool:
         self._events = []
         return events
 
-
-def _kv_blocks_init(hs: list[int], local: Sequence[int]) -> tuple[KvBlock, ...]:
-    return tuple(map(KvBlock, hs, local))
-
-
-def _kv_block_maker() -> Callable[[list[int], Sequence[int]], tuple[KvBlock, ...]]:
-    """``Stored`` events build one :class:`KvBlock` per newly cached block. The frozen attrs
-    ``__init__`` runs a Python frame and three guarded ``object.__setattr__`` calls per block;
-    filling the slots of bare instances with C-level maps yields equal objects (same class,
-    same field values) in about 60% of the time. Used only while ``KvBlock`` is exactly three
-    plain slotted fields (no validator, converter or init hook); otherwise ``__init__``."""
-    fields = attrs.fields(KvBlock)
-    plain = (
-        [f.name for f in fields] == ["block_hash", "tokens_hash", "token_ids"]
-        and all(f.validator is None and f.converter is None and f.init for f in fields)
-        and fields.token_ids.default is None
-        and not hasattr(KvBlock, "__attrs_pre_init__")
-        and not hasattr(KvBlock, "__attrs_post_init__")
-        and "__slots__" in KvBlock.__dict__
-    )
-    if not plain:
-        return _kv_blocks_init
-    new = object.__new__
-    slot = KvBlock.__dict__
-    set_hash = slot["block_hash"].__set__
-    set_local = slot["tokens_hash"].__set__
-    set_ids = slot["token_ids"].__set__
-
-    def make(hs: list[int], local: Sequence[int]) -> tuple[KvBlock, ...]:
-        out = list(map(new, repeat(KvBlock, len(hs))))
-        deque(map(set_hash, out, hs), 0)
-        deque(map(set_local, out, local), 0)
-        deque(map(set_ids, out, repeat(None)), 0)
-        return tuple(out)
-
-    return make
-
-
-_kv_blocks = _kv_block_maker()
 
 __all__ = ["BlockPool", "BlockTable"]

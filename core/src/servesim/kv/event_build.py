@@ -1,0 +1,115 @@
+"""Fast construction of the KV event objects a :class:`~servesim.kv.pool.BlockPool` publishes.
+
+The contract types (:class:`KvEvent`, :class:`StoredBlocks`, :class:`RemovedBlocks`,
+:class:`KvBlock`) are frozen slotted attrs classes: their generated ``__init__`` runs a Python
+frame and one guarded ``object.__setattr__`` per field. With KV events on, the pool builds
+one ``KvBlock`` per newly cached block and one event per allocation or finalisation, so that
+constructor shows up in replay profiles. Filling the slots of a bare instance directly gives
+an equal object (same class, same field values; ``==``, ``hash`` and ``repr`` agree) at a
+fraction of the cost. That is only the same thing while the class is *plain*: exactly the
+expected fields, no validator, converter or init hook, and attrs' own ``__init__``. Each maker
+checks this once at import and otherwise falls back to calling the class.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from itertools import repeat
+from typing import Any
+
+import attrs
+
+from servesim.contract import KvBlock, KvEvent, RemovedBlocks, StoredBlocks
+
+#: From this many blocks on, :func:`kv_blocks` fills each field with one C-level map over all
+#: blocks; below it, per-block calls are cheaper than setting the maps up.
+_BULK_FROM = 8
+
+
+def is_plain(cls: type, names: tuple[str, ...]) -> bool:
+    """Whether ``cls`` is a slotted attrs class whose ``__init__`` does nothing but store the
+    fields ``names`` (in this order)."""
+    if not attrs.has(cls) or "__slots__" not in cls.__dict__:
+        return False
+    fields = attrs.fields(cls)
+    init = getattr(cls.__init__, "__code__", None)
+    return (
+        tuple(f.name for f in fields) == names
+        and all(f.validator is None and f.converter is None and f.init for f in fields)
+        and all(type(cls.__dict__.get(n)).__name__ == "member_descriptor" for n in names)
+        and not hasattr(cls, "__attrs_pre_init__")
+        and not hasattr(cls, "__attrs_post_init__")
+        and init is not None
+        and init.co_filename.startswith("<attrs generated")
+    )
+
+
+def maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
+    """``f(*values)`` building ``cls`` from all its field values, positionally."""
+    if not is_plain(cls, names):
+        return cls
+    new = object.__new__
+    sets = [cls.__dict__[n].__set__ for n in names]
+    if len(names) == 1:
+        (s0,) = sets
+
+        def make1(a: object) -> Any:
+            o = new(cls)
+            s0(o, a)
+            return o
+
+        return make1
+    if len(names) == 3:
+        s0, s1, s2 = sets
+
+        def make3(a: object, b: object, c: object) -> Any:
+            o = new(cls)
+            s0(o, a)
+            s1(o, b)
+            s2(o, c)
+            return o
+
+        return make3
+    return cls
+
+
+kv_event: Callable[[int, int, object], KvEvent] = maker(KvEvent, ("event_id", "dp_rank", "data"))
+stored_blocks: Callable[[int | None, tuple[KvBlock, ...], int | None], StoredBlocks] = maker(
+    StoredBlocks, ("parent_hash", "blocks", "start_position"))
+removed_blocks: Callable[[tuple[int, ...]], RemovedBlocks] = maker(RemovedBlocks, ("block_hashes",))
+kv_block: Callable[[int, int, tuple[int, ...] | None], KvBlock] = maker(
+    KvBlock, ("block_hash", "tokens_hash", "token_ids"))
+
+
+def _bulk_kv_blocks() -> Callable[[list[int], Sequence[int]], tuple[KvBlock, ...]] | None:
+    if kv_block is KvBlock:
+        return None
+    new = object.__new__
+    slots = KvBlock.__dict__
+    set_hash = slots["block_hash"].__set__
+    set_local = slots["tokens_hash"].__set__
+    set_ids = slots["token_ids"].__set__
+
+    def bulk(hs: list[int], local: Sequence[int]) -> tuple[KvBlock, ...]:
+        out = list(map(new, repeat(KvBlock, len(hs))))
+        deque(map(set_hash, out, hs), 0)
+        deque(map(set_local, out, local), 0)
+        deque(map(set_ids, out, repeat(None)), 0)
+        return tuple(out)
+
+    return bulk
+
+
+_bulk = _bulk_kv_blocks()
+
+
+def kv_blocks(hs: list[int], local: Sequence[int]) -> tuple[KvBlock, ...]:
+    """``KvBlock(hs[i], local[i])`` for every i (no token ids); ``local`` as long as ``hs``."""
+    if _bulk is not None and len(hs) >= _BULK_FROM:
+        return _bulk(hs, local)
+    return tuple(map(kv_block, hs, local, repeat(None, len(hs))))
+
+
+__all__ = ["is_plain", "kv_block", "kv_blocks", "kv_event", "maker", "removed_blocks",
+           "stored_blocks"]
