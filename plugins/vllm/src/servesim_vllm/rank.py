@@ -302,7 +302,8 @@ class VllmRank(Rank):
         s = self.sched
         done = set(res.completed) - set(res.rejected)
         return ScheduleRecord(
-            scheduled={r.rid: (r.work.tokens if r.work is not None else 1) for r in res.order},
+            scheduled={r.rid: (res.work[r.rid].tokens if r.rid in res.work else 1)
+                       for r in res.order},
             new_hits=dict(res.new_hits),
             resumed=list(res.resumed),
             preempted=[p.request_id for p in res.pressure],

@@ -213,7 +213,8 @@ class VllmScheduler:
         i = 0
         budget = self._budget
         n = total = sq = 0
-        while i < len(running) and budget > 0:
+        m = len(running)  # changes only on the slow path (preemption)
+        while i < m and budget > 0:
             req = running[i]
             length = req.length
             # Fast path: a plain decode step (the prompt is done, one sampled token to
@@ -221,10 +222,10 @@ class VllmScheduler:
             # This is the per-pass cost of steady decoding, so it avoids every call, and it
             # samples the token at once (what _emit does for the others): nothing later in
             # the pass reads this request except a preemption, which undoes it exactly
-            # (_undo_plain). Only a completion waits for _emit (releases follow admission).
-            if req.computed == length - 1 and req.generated and (length - 1) % bs and length % bs:
+            # (_unschedule). Only a completion waits for _emit (releases follow admission).
+            # (length % bs > 1: neither the step's first nor its last token is at a block edge.)
+            if req.computed == length - 1 and req.generated and length % bs > 1:
                 req.computed = length
-                req.work = None
                 order.append(req)
                 tokens.append(req.rid)
                 g = req.generated + 1
@@ -243,6 +244,7 @@ class VllmScheduler:
             used = self._schedule(req, 0, from_waiting=False)
             n, total, sq = res.plain
             budget = self._budget
+            m = len(running)
             if used == _BLOCKED:
                 break
             if used != _CURRENT_PREEMPTED:
@@ -383,7 +385,6 @@ class VllmScheduler:
                 self.pool.finalize(table, full, seq, req.loc, tokens)
         prompt_tokens = (new_computed if new_computed < plen else plen) - prompt_before
         work = _Work(req, desired, prompt_tokens, prompt_before)
-        req.work = work
         res = self._res
         res.work[req.rid] = work
         res.order.append(req)
@@ -487,8 +488,9 @@ class VllmScheduler:
         priced = priced_sum = 0
         fpm_n = fpm_sum = fpm_sq = 0
         finished = False
+        work = res.work
         for req in res.later:
-            w = req.work
+            w = work.get(req.rid)
             if w is None:
                 # A plain decoder whose token (taken at scheduling) was its last.
                 completed.append(req.rid)
