@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from servesim.contract import ClearedBlocks, KvBlock, KvEvent, RemovedBlocks, Request, StoredBlocks
 from servesim.replay.cluster import ClusterState
 from servesim.replay.routers import KvIndex, KvRouter, KvRouterConfig, shared_prefix

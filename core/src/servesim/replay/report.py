@@ -70,8 +70,8 @@ def _gaps(log: RequestLog, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     keep = mask[rids] if len(rids) else np.zeros(0, dtype=bool)
     itl, rids = itl[keep], rids[keep]
     ttst = itl[_first_occurrences(rids, log.n)]
-    values, weights = _run_lengths(itl)
-    values, weights = [values], [weights]
+    runs, lengths = _run_lengths(itl)
+    values, weights = [runs], [lengths]
     shared = getattr(log, "shared_gap", None)
     if shared is not None and len(shared):
         values.append(np.frombuffer(shared, dtype=np.float64))

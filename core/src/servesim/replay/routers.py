@@ -117,12 +117,7 @@ class KvIndex:
             s = base + ev.dp_rank
             blocks = held[s] if s < len(held) else self._slot_set(s)
             data = ev.data
-            kind = type(data)
-            if kind is RemovedBlocks:
-                blocks.difference_update(data.block_hashes)
-            elif kind is StoredBlocks:
-                blocks.update(map(_BLOCK_HASH, data.blocks))
-            elif isinstance(data, RemovedBlocks):
+            if isinstance(data, RemovedBlocks):
                 blocks.difference_update(data.block_hashes)
             elif isinstance(data, StoredBlocks):
                 blocks.update(map(_BLOCK_HASH, data.blocks))

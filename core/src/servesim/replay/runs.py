@@ -105,7 +105,6 @@ class RunDriver:
 
     def release_done(self, now: float) -> None:
         """Before routing at ``now``: retire requests completed at run passes ending by now."""
-        rp = self.rp
         for w, run in enumerate(self.in_flight):
             if run is None or not run.completed_at:
                 continue
