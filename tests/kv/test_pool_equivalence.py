@@ -1,5 +1,5 @@
 """The optimised BlockPool (bulk release when nothing is shared, batched LRU, bulk finalise,
-KvBlock built without ``__init__``) against the plain per-block model in ``kv_reference_pool``:
+event objects from ``kv/event_build``) against the plain per-block model in ``kv_reference_pool``:
 every return value, block id, reference count, hash, occupancy count and KV event (ids and
 order included) must agree after every operation, with shared prefixes, duplicate copies,
 placeholders, re-keying, coalesced removals and token ids in events."""
@@ -12,6 +12,7 @@ from itertools import count
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kv_reference_pool import RefPool, RefTable
+from servesim.kv.eviction import LruEviction
 from servesim.kv.hashing import chain_hash
 from servesim.kv.pool import BlockPool, BlockTable
 
@@ -35,15 +36,21 @@ configs = st.tuples(
     st.booleans(),  # coalesce_removals
     st.booleans(),  # events_for_placeholders
     st.booleans(),  # token ids in Stored events
+    st.booleans(),  # the LRU as an injected policy the pool does not special-case
 )
+
+
+class InjectedLru(LruEviction):
+    """Same order, but not the built-in class: the pool uses only the public policy API."""
 
 
 class Pair:
     """The same request stream driven through both pools."""
 
-    def __init__(self, cfg: tuple[int, bool, bool, bool, bool, bool]) -> None:
-        cap, caching, events, coalesce, placeholders, self.with_tokens = cfg
-        self.pool = BlockPool(cap, enable_prefix_caching=caching, emit_events=events)
+    def __init__(self, cfg: tuple[int, bool, bool, bool, bool, bool, bool]) -> None:
+        cap, caching, events, coalesce, placeholders, self.with_tokens, injected = cfg
+        self.pool = BlockPool(cap, enable_prefix_caching=caching, emit_events=events,
+                              eviction=InjectedLru() if injected else None)
         self.ref = RefPool(cap, caching, events)
         for p in (self.pool, self.ref):
             p.coalesce_removals = coalesce

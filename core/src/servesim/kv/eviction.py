@@ -141,9 +141,19 @@ class LruEviction(EvictionPolicy):
     def pop(self) -> int:
         if not self._len:
             raise KeyError("pop from an empty eviction policy")
-        return self._take(1)[0]
+        return self.pop_many(1)[0]
 
     def pop_many(self, n: int) -> list[int]:
+        out = self._pop_unmarked(n)
+        batch = self._batch
+        for b in out:
+            batch[b] = None
+        return out
+
+    def _pop_unmarked(self, n: int) -> list[int]:
+        """:meth:`pop_many`, except that the victims' ``_batch`` entries are left for the caller
+        to set to None (before anything else uses this policy): a pool that walks the victims
+        anyway saves a loop."""
         if n > self._len:
             raise KeyError(f"pop_many({n}) with only {self._len} evictable blocks")
         if n <= 0:
@@ -178,13 +188,11 @@ class LruEviction(EvictionPolicy):
             else:
                 self._head = 0
         self._len -= n
-        batch = self._batch
-        for b in out:
-            batch[b] = None
         return out
 
     def _take(self, n: int) -> list[int]:
-        """Consume the next ``n`` live entries (there are at least ``n``), skipping stale ones."""
+        """Consume the next ``n`` live entries (there are at least ``n``), skipping stale ones;
+        their ``_batch`` entries are left as they are."""
         chunks = self._chunks
         batch = self._batch
         head = self._head
@@ -195,8 +203,7 @@ class LruEviction(EvictionPolicy):
             while head < size and n:
                 b = chunk[head]
                 head += 1
-                if batch[b] is chunk:
-                    batch[b] = None
+                if batch[b] is chunk:  # its newest entry: live (consumed ones are behind)
                     out.append(b)
                     n -= 1
                 else:

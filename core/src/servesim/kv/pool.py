@@ -25,7 +25,13 @@ rank and one :class:`BlockTable` per request. The model follows dynamo-mocker.md
   sequence hash of the block before the run as ``parent_hash``.
 
 With prefix caching off nothing is ever hashed, shared or published (§3.4 rule 5). Every
-operation costs time proportional to the blocks it touches, never to the pool size.
+operation costs time proportional to the blocks it touches, never to the pool size, and the
+replay's hot paths do that per-block work in as few Python-level passes as they can: while no
+block is referenced twice, a release hands the table's cached head to the eviction policy and
+its private tail to the free list as two reversed slices (no per-block branching); the LRU
+queues whole released tables (:class:`~servesim.kv.eviction.LruEviction`); finalising a range
+registers it with one C-level map; event objects come from :mod:`servesim.kv.event_build`.
+``tests/kv/kv_reference_pool.py`` is the plain per-block model these must match exactly.
 """
 
 from __future__ import annotations
@@ -85,9 +91,15 @@ class BlockPool:
         # per-block reference arithmetic (every count is 1): see :meth:`release`.
         self._shared = 0
         self._push_many = self._evict.push_many
-        if isinstance(self._evict, LruEviction):
+        if type(self._evict) is LruEviction:
+            # The built-in LRU leaves forgetting its victims to the eviction loop, which
+            # walks them anyway (one loop instead of two).
             self._evict.reserve(num_blocks)
-        self._pop_many = self._evict.pop_many
+            self._pop_many = self._evict._pop_unmarked  # noqa: SLF001
+            self._unmark: list[object] = self._evict._batch  # noqa: SLF001
+        else:
+            self._pop_many = self._evict.pop_many
+            self._unmark = [None] * num_blocks
         # len(self._evict), kept here because occupancy is read every pass (the pool makes
         # every push, removal and eviction, so the two never differ).
         self._inactive = len(self._evict)
@@ -235,6 +247,7 @@ class BlockPool:
         ref = self._ref
         hashes = self._hash
         events = self._events
+        unmark = self._unmark
         if self._dups:
             # Duplicates only ever go away during eviction, so this path stays exact.
             drop = self._drop_copy
@@ -244,6 +257,7 @@ class BlockPool:
                 if h is not None and drop(h, b) and events is not None:
                     self._publish(removed_blocks((h,)))
                 ref[b] = 1
+                unmark[b] = None
             ids += victims
             return
         # No duplicate copies: each inactive block is its hash's only (primary) copy.
@@ -258,6 +272,7 @@ class BlockPool:
                     if p != b and p is not None:
                         primary[h] = p
                 ref[b] = 1
+                unmark[b] = None
             ids += victims
             return
         gone: list[int] = []
@@ -271,6 +286,7 @@ class BlockPool:
                 elif p is not None:
                     primary[h] = p
             ref[b] = 1
+            unmark[b] = None
         ids += victims
         if not gone:
             return
@@ -278,7 +294,7 @@ class BlockPool:
             for h in gone:
                 self._publish(removed_blocks((h,)))
             return
-        if not self.events_for_placeholders:
+        if not self.events_for_placeholders and min(gone) < 0:
             gone = [h for h in gone if h >= 0]
             if not gone:
                 return
