@@ -44,6 +44,10 @@ def test_ids_equal_in_their_low_32_bits_are_the_same_token() -> None:
     b = RepeatedBlockTokens([7, 8, 11], 4)
     assert mark_unique_prompts(_workload(a, b)) == 1
     assert (a.unique_from, b.unique_from) == (None, 8)
+    c = RepeatedBlockTokens([7, -1], 4)  # -1 and 2**32 - 1 are the same token
+    d = RepeatedBlockTokens([7, (1 << 32) - 1, 12], 4)
+    assert mark_unique_prompts(_workload(c, d)) == 1
+    assert (c.unique_from, d.unique_from) == (None, 8)
 
 
 def test_nothing_is_marked_beside_explicit_tokens_or_one_token_blocks() -> None:

@@ -141,7 +141,12 @@ class RepeatedBlockTokens(TokenSeq):
         if first >= n:
             return self.block_hashes(block_size)
         cached = self._hash_cache.get(-block_size)
-        if cached is None:
+        if cached is None and first == 0:
+            # No block can be shared: one placeholder list serves both (never mutated: readers
+            # that grow the lists copy them first, as SequenceBlocks does).
+            fake = placeholder_hashes(n)
+            cached = self._hash_cache[-block_size] = (fake, fake)
+        elif cached is None:
             real = self._hash_cache.get(block_size)
             if real is not None:
                 seq, local = real[0][:first], real[1][:first]

@@ -89,8 +89,11 @@ def mark_unique_prompts(workload: Workload) -> int:
     if tb < 2 or any(p.trace_block_size != tb for p in prompts):  # type: ignore[attr-defined]
         return 0
     # Token values, not ids: ids equal in their low 32 bits make the same tokens.
-    counts = Counter(h & _MASK32 for h in chain.from_iterable(
-        p.hash_ids for p in prompts))  # type: ignore[attr-defined]
+    ids = list(chain.from_iterable(p.hash_ids for p in prompts))  # type: ignore[attr-defined]
+    if not ids:
+        return 0
+    wide = max(ids) > _MASK32 or min(ids) < 0
+    counts = Counter([h & _MASK32 for h in ids] if wide else ids)
     marked = 0
     for p in prompts:
         n = len(p)
@@ -98,7 +101,7 @@ def mark_unique_prompts(workload: Workload) -> int:
             start = i * tb
             if start + 2 > n:
                 break
-            if counts[h & _MASK32] == 1:
+            if counts[h & _MASK32 if wide else h] == 1:
                 p.unique_from = start  # type: ignore[attr-defined]
                 marked += 1
                 break
