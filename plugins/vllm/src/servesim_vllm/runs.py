@@ -33,6 +33,7 @@ readmission, which the driver's run statistics do not model).
 from __future__ import annotations
 
 import heapq
+from operator import mul
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -65,11 +66,12 @@ VllmRunPending = BlockRunPending
 
 def _steady_batch(
     rank: VllmRank,
-) -> tuple[int, int, int, list[int], list[int]] | None:
+) -> tuple[int, int, int, list[int], list[int], list[int]] | None:
     """``(sum of lengths, sum of squares, passes until the first completion, first block
-    crossing pass per request (batch order), passes left per request)`` of a steady
+    crossing pass per request (batch order), passes left per request, lengths)`` of a steady
     batch, or None when the next pass would not be a plain decode of every running request.
-    One loop over the batch: this is the per-run cost that stepping pays per pass."""
+    One loop over the batch (the per-run cost that stepping pays per pass), or none when the
+    previous run left its lengths and passes left (``run_cache``, set by :func:`_commit`)."""
     s = rank.sched
     if rank.config.worker_type is not WorkerType.AGGREGATED:
         return None
@@ -84,37 +86,45 @@ def _steady_batch(
     m = len(running)
     if m == 0 or m > s.max_tokens:
         return None
-    tail = running[-1]
-    if tail.computed != tail.length - 1 or not tail.generated:
-        return None  # the newest member (a just-admitted request) is still prefilling
     bs = s.bs
-    limit = s.usable_blocks * bs  # without vLLM's null block when set
-    total = sq = 0
-    # First crossings as bare ints: the (pass, index) heap entries are built only for the
-    # few that fall inside the run (_replay_crossings), not for the whole batch.
-    cross: list[int] = []
-    add = cross.append
-    rems: list[int] = []
-    add_rem = rems.append
-    for req in running:
-        length = req.length
-        gen = req.generated
-        if req.computed != length - 1 or not gen:
-            return None
-        max_out = req.max_out
-        if req.prompt_len + max_out > limit:
-            return None
-        add_rem(max_out - gen)
-        total += length
-        sq += length * length
-        # Pass j crosses a block boundary when (length + j) % bs is 0 (finalize) or 1
-        # (allocate); bs 1 crosses every pass.
-        r = length % bs
-        add(0 if r <= 1 else bs - r)
+    cache = s.run_cache
+    if cache is not None and cache[0] is running:
+        # Only runs touched the batch since the last one: every member is still steady
+        # and within the pool; advance its lengths and passes left by that run's k.
+        _, k, lens, rems = cache
+        if min(rems) <= k:  # members completed in it are gone from the batch
+            lens = [x + k for x, r in zip(lens, rems) if r > k]
+            rems = [r - k for r in rems if r > k]
+        else:
+            lens = [x + k for x in lens]
+            rems = [r - k for r in rems]
+    else:
+        tail = running[-1]
+        if tail.computed != tail.length - 1 or not tail.generated:
+            return None  # the newest member (a just-admitted request) is still prefilling
+        limit = s.usable_blocks * bs  # without vLLM's null block when set
+        lens = []
+        add_len = lens.append
+        rems = []
+        add_rem = rems.append
+        for req in running:
+            length = req.length
+            gen = req.generated
+            if req.computed != length - 1 or not gen:
+                return None
+            max_out = req.max_out
+            if req.prompt_len + max_out > limit:
+                return None
+            add_rem(max_out - gen)
+            add_len(length)
     first_done = min(rems)
     if first_done < 1:
         return None
-    return total, sq, first_done, cross, rems
+    # Pass j crosses a block boundary when (length + j) % bs is 0 (finalize) or 1
+    # (allocate); bs 1 crosses every pass. First crossings as bare ints: the (pass, index)
+    # heap entries are built only for the few inside the run (_replay_crossings).
+    cross = [0 if r <= 1 else bs - r for r in [x % bs for x in lens]]
+    return sum(lens), sum(map(mul, lens, lens)), first_done, cross, rems, lens
 
 
 # Passes priced one by one before switching to numpy chunks (both bit-identical): most runs
@@ -151,7 +161,7 @@ def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
     shape = _steady_batch(rank)
     if shape is None:
         return None
-    total, sq, first_done, cross, rems = shape
+    total, sq, first_done, cross, rems, lens = shape
     s = rank.sched
     m = len(s.running)
     ends: list[float] = []
@@ -174,6 +184,7 @@ def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
     run.ends = ends
     run.segments = [seg for seg in segments if seg[0] < k]
     completed_at = _commit(rank, run, k, first_done, rems)
+    s.run_cache = (s.running, k, lens, rems)
     return RankRun(now, tuple(ends), run, completed_at)
 
 

@@ -151,6 +151,9 @@ class VllmScheduler:
         # of never-admitted requests and of the known lengths of preempted ones.
         self.queued_prefill = [0, 0, 0]
         self.queued_decode = [0, 0, 0]
+        # Left by a run of steady passes for the next one (servesim_vllm.runs): valid while
+        # nothing but runs touched the running requests, so run_pass and cancel drop it.
+        self.run_cache: Any = None
         # Pass-local state (valid only inside run_pass).
         self._now = 0.0
         self._budget = 0
@@ -182,6 +185,7 @@ class VllmScheduler:
         req = self.requests.pop(rid, None)
         if req is None:
             return False
+        self.run_cache = None
         if req.status is Status.RUNNING:
             self.running.remove(req)
         else:
@@ -193,6 +197,7 @@ class VllmScheduler:
     # -- the pass -------------------------------------------------------------------------
 
     def run_pass(self, now: float) -> PassResult:
+        self.run_cache = None
         self._now = now
         self._budget = self.max_tokens
         self._res = res = PassResult()
