@@ -205,3 +205,42 @@ def test_runs_stop_at_completions_while_requests_wait() -> None:
     assert held and all(not r.effects.completed_before for r in held)
     a, b = _per_pass(step), _per_pass(run)
     assert all(_key(a[p]) == _key(b[p]) for p in a)
+
+
+def test_consecutive_runs_reuse_the_batch_and_a_cancel_drops_it(monkeypatch: Any) -> None:
+    """Runs split only by command times follow each other without a stepped pass: each
+    takes the lengths the previous one left (``run_cache``) instead of re-reading the batch.
+    A cancel in between changes the batch, so the cache is dropped and the next run reads
+    the requests again; everything still matches stepping pass by pass."""
+    from servesim_vllm import runs as vruns
+
+    reads = []
+    real = vruns._steady_batch
+
+    def spy(rank: Any) -> Any:
+        s = rank.sched
+        reads.append(s.run_cache is not None and s.run_cache[0] is s.running)
+        return real(rank)
+
+    monkeypatch.setattr(vruns, "_steady_batch", spy)
+    arrivals = [(0.0, Request(i, Tokens([i * 1000 + t for t in range(9)]), 60 + 4 * i))
+                for i in range(4)]
+    # Cancels of unknown ids are no-ops that still end a run; the one at 120 ms removes a
+    # decoding member.
+    cancels = [(at, 0, CancelRequest(rid)) for at, rid in
+               ((50.0, 99), (90.0, 98), (120.0, 2), (160.0, 97))]
+    cfg = dict(num_gpu_blocks=400, block_size=4)
+    step = _run(cfg, arrivals, cancels, runs=False)
+    run = _run(cfg, arrivals, cancels, runs=True)
+    assert len(run.passes) == 1  # the prefill; then only runs
+    # Four cancel times and three completions end the runs.
+    assert [len(r.effects.members) for r in run.runs] == [4, 4, 4, 3, 3, 2, 1]
+    # Read: the attempt before the prefill (declined), the first run after it, and the run
+    # after the real cancel; every other run (after a no-op cancel or a completion) reuses.
+    assert reads == [False, False, True, True, False, True, True, True]
+    assert run.requests[2].token_times == step.requests[2].token_times
+    for rid, trace in step.requests.items():
+        assert trace.token_times == run.requests[rid].token_times, rid
+    a, b = _per_pass(step), _per_pass(run)
+    assert sorted(a) == sorted(b)
+    assert all(_key(a[p]) == _key(b[p]) for p in a)
