@@ -23,7 +23,7 @@ def _trace(path) -> str:
 
 def _run(tmp_path, trace: str, sink: bool) -> tuple[dict, list[int], int]:
     cfg = tmp_path / f"sim{int(sink)}.yaml"
-    sinks = f"sinks:\n  kv_events: [{{type: memory}}]\n" if sink else ""
+    sinks = "sinks:\n  kv_events: [{type: memory}]\n" if sink else ""
     cfg.write_text(f"""
 engine:
   backend: vllm

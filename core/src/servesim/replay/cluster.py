@@ -33,7 +33,7 @@ class ClusterState:
     """
 
     __slots__ = ("num_workers", "dp_size", "active_requests", "prefill_tokens", "active_blocks",
-                 "holders", "_req")
+                 "holders", "_req", "on_slot")
 
     def __init__(self, num_workers: int, dp_size: int) -> None:
         self.num_workers = num_workers
@@ -46,6 +46,8 @@ class ClusterState:
         # request id -> [slot, pending prefill tokens, blocks counted, distinct hashes or None,
         # unhashed tail blocks]
         self._req: dict[int, list] = {}
+        # Per slot, its in-flight request ids (insertion-ordered keys; values unused).
+        self.on_slot: list[dict[int, None]] = [{} for _ in range(n)]
 
     @property
     def num_slots(self) -> int:
@@ -94,6 +96,7 @@ class ClusterState:
             tail = blocks - len(block_hashes)  # a partial last block is never shared
             blocks = fresh + tail
         self._req[request_id] = [slot, prefill_tokens, blocks, distinct, tail]
+        self.on_slot[slot][request_id] = None
         self.active_requests[slot] += 1
         self.prefill_tokens[slot] += prefill_tokens
         self.active_blocks[slot] += blocks
@@ -134,6 +137,7 @@ class ClusterState:
         if rec is None:
             return
         slot, prefill, blocks, distinct, tail = rec
+        del self.on_slot[slot][request_id]
         self.prefill_tokens[slot] -= prefill
         if distinct:
             blocks = self._release(slot, distinct) + tail
@@ -141,6 +145,17 @@ class ClusterState:
             blocks = tail
         self.active_blocks[slot] -= blocks
         self.active_requests[slot] -= 1
+
+    def release_bound(self, request_id: int) -> tuple[int, int]:
+        """``(most active blocks, prefill tokens)`` its :meth:`finish` can remove from its slot.
+
+        A request's finish frees at most its distinct hashes and its tail (a shared block it
+        did not count when routed may be freed by it if it is the last holder), so its counted
+        blocks are not a bound; with no hashes it frees exactly what it counted."""
+        _slot, prefill, blocks, distinct, tail = self._req[request_id]
+        if distinct is not None:
+            blocks = len(distinct) + tail
+        return blocks, prefill
 
     def _release(self, slot: int, distinct: Sequence[int]) -> int:
         """Drop one holder on ``slot`` of each hash; how many are then inactive there."""

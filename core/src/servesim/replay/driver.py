@@ -288,6 +288,8 @@ class Replayer:
         hashes = (turn.prompt.block_hashes_elided(self.block_size)[0]
                   if router.wants_block_hashes else ())
         worker, dp = router.select(req, hashes, self.state)
+        if self._runs is not None and self._runs.count:
+            self._runs.check_routed(worker, now)
         router.routed(req, worker, dp, self.state)
         log = self.log
         log.arrival[rid] = now

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import takewhile
 from operator import attrgetter
 from typing import Any, ClassVar
@@ -32,6 +32,7 @@ from attrs import frozen
 
 from servesim.contract import ClearedBlocks, KvEvent, RemovedBlocks, Request, StoredBlocks
 from servesim.replay.cluster import ClusterState
+from servesim.tokens import TokenSeq
 
 _BLOCK_HASH = attrgetter("block_hash")
 
@@ -69,8 +70,36 @@ class Router(ABC):
     def on_kv_events(self, worker: int, events: Sequence[KvEvent]) -> None:  # noqa: B027
         """KV events of one worker, in order (ignored unless ``wants_kv_events``)."""
 
+    #: Whether :meth:`exclusion_margins` can prove anything (the driver skips it otherwise).
+    proves_exclusion: ClassVar[bool] = False
+
+    def exclusion_margins(
+        self, worker: int, arrivals: Iterable[tuple[TokenSeq, Sequence[int]]], state: ClusterState
+    ) -> Iterator[float]:
+        """Margins proving the next arrivals go to a worker other than ``worker`` (a dp_size-1
+        cluster) while it runs steady decode passes (servesim.replay.runs).
+
+        ``arrivals``: the next requests' prompts with their block hashes (as :meth:`select`
+        gets them), in routing order. Yields one
+        margin per arrival, consumed lazily, valid if every earlier one went elsewhere and
+        meanwhile (a) ``worker`` receives nothing and emits no first token, stores no block
+        of a prompt, and its costs change only through its own evictions and the finishes of
+        its in-flight requests, and (b) every other worker changes only through its own
+        progress (finishes, first tokens, KV events) and the arrivals routed to it. The
+        arrival provably goes elsewhere when its margin exceeds the summed
+        :meth:`exclusion_relief` of ``worker``'s requests that may finish before it. The
+        default proves nothing (yields nothing).
+        """
+        return iter(())
+
+    def exclusion_relief(self, state: ClusterState, request_id: int) -> float:
+        """How much the finish of an in-flight request may lower its worker's margin."""
+        return 0.0
+
 
 class RoundRobinRouter(Router):
+    proves_exclusion = True
+
     def __init__(self, num_workers: int, dp_size: int, block_size: int, config: Any = None) -> None:
         super().__init__(num_workers, dp_size, block_size, config)
         self._next = 0
@@ -81,6 +110,18 @@ class RoundRobinRouter(Router):
         k = self._next
         self._next = (k + 1) % (self.num_workers * self.dp_size)
         return k % self.num_workers, k // self.num_workers
+
+    def exclusion_margins(
+        self, worker: int, arrivals: Iterable[tuple[TokenSeq, Sequence[int]]], state: ClusterState
+    ) -> Iterator[float]:
+        """Exact: the choice depends on the pointer alone, which only routing advances."""
+        n = self.num_workers * self.dp_size
+        k = self._next
+        for _ in arrivals:
+            if k % self.num_workers == worker:
+                return
+            yield float("inf")
+            k = (k + 1) % n
 
 
 @frozen(kw_only=True)
@@ -148,6 +189,20 @@ class KvIndex:
 
     def __len__(self) -> int:
         return len(set().union(*self._held))
+
+
+def _water_level(loads: list[float], extra: float) -> float:
+    """The highest minimum of ``loads`` (ascending) after adding ``extra`` in any split: an
+    upper bound on the cheapest other slot's load term once the skipped arrivals, whose
+    summed cost terms are ``extra``, land wherever the router sends them."""
+    level = loads[0]
+    for n, nxt in enumerate(loads[1:], 1):
+        room = (nxt - level) * n
+        if extra <= room:
+            return level + extra / n
+        extra -= room
+        level = nxt
+    return level + extra / len(loads)
 
 
 def _is_placeholder(h: int) -> bool:
@@ -244,6 +299,56 @@ class KvRouter(Router):
         self._next = (best + 1) % n
         self._last_new_tokens[request.request_id] = new[best]
         return best // self.dp_size, best % self.dp_size
+
+    @property
+    def proves_exclusion(self) -> bool:  # type: ignore[override]
+        w = self.config.overlap_score_weight
+        return 0 <= w < float("inf")  # the bounds below assume a cost rising with load
+
+    def exclusion_margins(
+        self, worker: int, arrivals: Iterable[tuple[TokenSeq, Sequence[int]]], state: ClusterState
+    ) -> Iterator[float]:
+        """Router-side bounds of :meth:`Router.exclusion_margins` (dp_size 1: slot = worker).
+
+        At the arrival, ``worker``'s cost is at least its cost now with overlap and held
+        blocks as now (its overlap cannot grow: it stores no prompt block; held blocks only
+        fall, so ``new_blocks`` does not fall), less its finishing requests' relief. Another
+        slot's cost is at most ``weight * (isl + prefill + I) / bs + active + B + blocks``,
+        where ``I`` and ``B`` sum the prompt tokens and blocks of the earlier arrivals (each
+        could land there): ``new_tokens <= isl`` and ``new_blocks <= blocks`` whatever its
+        evictions did. The margin is the gap less a rounding tolerance; routing picks the
+        strictly cheapest slot or breaks a tie, so a positive margin excludes ``worker``."""
+        wt = self.config.overlap_score_weight
+        bs = self.block_size
+        pre, act = state.prefill_tokens, state.active_blocks
+        others = sorted(wt * p / bs + a for s, (p, a) in enumerate(zip(pre, act, strict=True))
+                        if s != worker)
+        if not others:
+            return
+        own = wt * pre[worker] / bs + act[worker]
+        if not own > others[0]:
+            return  # every margin below is at most own - others[0]
+        held = self.index._held  # noqa: SLF001
+        mine = held[worker] if worker < len(held) else set()
+        added = 0.0
+        for prompt, hashes in arrivals:
+            isl = len(prompt)
+            blocks = -(-isl // bs)
+            shared = shared_prefix(hashes)
+            if shared:
+                ov = len(list(takewhile(mine.__contains__, shared)))
+                lb = wt * (max(isl - ov * bs, 0) + pre[worker]) / bs + act[worker] + (
+                    blocks - state.held_counts(shared)[worker])
+            else:
+                lb = own + wt * isl / bs + blocks
+            own_cost = wt * isl / bs + blocks
+            ub = own_cost + _water_level(others, added)
+            yield lb - ub - 1e-9 * (abs(lb) + abs(ub) + 1.0)
+            added += own_cost
+
+    def exclusion_relief(self, state: ClusterState, request_id: int) -> float:
+        blocks, prefill = state.release_bound(request_id)
+        return blocks + self.config.overlap_score_weight * prefill / self.block_size
 
     def routed(self, request: Request, worker: int, dp_rank: int, state: ClusterState) -> None:
         new = self._last_new_tokens.pop(request.request_id, request.prompt_len)

@@ -16,6 +16,14 @@ ended by an arrival are released to it (``Engine.take_run_kv_events``) before ro
 stepping would have delivered them. With several workers *and* KV or FPM sinks runs are off,
 because a sink's interleaving of workers would then differ from stepping's.
 
+In timestamp mode without sessions, deadlines or sinks (several dp_size-1 workers), a run
+may also look past arrivals its router *proves* it will send elsewhere
+(``Router.exclusion_margins``: round-robin exactly; the KV router from bounds on how each
+slot's cost can move until the arrival, see :meth:`RunDriver._extend`). Such arrivals are
+routed while the run is in flight, after its completions and KV events up to their time were
+released, exactly as stepping would route them; an arrival routed to a worker whose run
+extends past it is an internal error (:meth:`RunDriver.check_routed`).
+
 Runs continue through completions when no completion can release work (no later session
 turn, no concurrency limit): the requests completed before a run's last pass are known when
 it starts (``EngineRunStarted.completed_at``) and are retired at their own boundary before any
@@ -29,12 +37,15 @@ from __future__ import annotations
 
 import heapq
 import os
+from collections.abc import Callable
+from operator import sub
 from typing import TYPE_CHECKING
 
 from servesim.runs import EngineRunStarted
 
 if TYPE_CHECKING:
     from servesim.engine import Engine
+    from servesim.replay.cluster import ClusterState
     from servesim.replay.driver import Replayer
 
 
@@ -55,6 +66,16 @@ class RunDriver:
         self.count = 0  # runs in flight
         self.cross_worker = cross_worker
         self.flush = rp.router.wants_kv_events or bool(rp.kv_sinks)
+        self.pass_ms = [0.0] * num_workers  # each worker's last run's mean pass duration
+        self.extended = 0  # runs whose horizon skipped arrivals proved to go elsewhere
+        # Per request, the most tokens it can emit (None: arrivals bound every run).
+        self.planned: list[int] | None = None
+        if exclusion_applies(rp, num_workers, cross_worker):
+            mml = getattr(rp.engines[0].ranks[0].config, "max_model_len", None)
+            self.planned = [
+                t.output_length if mml is None else min(t.output_length, max(0, mml - len(t.prompt)))
+                for t in rp.turns
+            ]
 
     def horizon(self, w: int, now: float) -> float:
         ext = self.ext
@@ -69,11 +90,19 @@ class RunDriver:
         return h
 
     def try_run(self, w: int, engine: Engine, now: float) -> bool:
-        run = engine.execute_run(now, self.horizon(w, now),
-                                 through_completions=not self.cross_worker)
+        horizon = self.horizon(w, now)
+        cap = 1 << 30
+        # A routed request still without its first token (prefill tokens pending) is almost
+        # always about to be admitted, which no run covers: no need to look ahead then.
+        if (self.planned is not None and horizon != float("inf") and self.pass_ms[w] > 0
+                and not self.rp.state.prefill_tokens[w]):
+            horizon, cap = self._extend(w, now, horizon)
+        run = engine.execute_run(now, horizon, cap, through_completions=not self.cross_worker)
         if run is None:
             return False
         rp = self.rp
+        if cap != 1 << 30:
+            self._check_completions(run)
         rp.passes += run.num_passes
         self.in_flight[w] = run
         self.released[w] = 0
@@ -130,6 +159,7 @@ class RunDriver:
             self.with_done -= 1
         self.in_flight[w] = None
         self.count -= 1
+        self.pass_ms[w] = (now - run.started_at_ms) / run.num_passes
         done = rp.engines[w].complete_run(run.first_pass_id, now)
         rp._dirty.add(w)  # noqa: SLF001
         eff = done.effects
@@ -150,6 +180,110 @@ class RunDriver:
         if rp._zero_streak[w]:  # noqa: SLF001
             rp._zero_streak[w] = 0  # noqa: SLF001
             rp._countdown[w] = None  # noqa: SLF001
+
+    def check_routed(self, w: int, now: float) -> None:
+        """Internal check: an arrival routed to ``w`` must not precede its run's last pass."""
+        run = self.in_flight[w]
+        if run is not None:
+            ends = run.pass_ends
+            last_start = ends[-2] if len(ends) > 1 else run.started_at_ms
+            if now <= last_start:
+                from servesim.replay.driver import ReplayError
+
+                raise ReplayError(
+                    f"internal: an arrival at {now} ms was routed to worker {w}, whose run "
+                    f"extends past it (last pass starts at {last_start} ms)")
+
+    # -- horizons past arrivals routed elsewhere -----------------------------------------
+
+    def _extend(self, w: int, now: float, horizon: float) -> tuple[float, int]:
+        """``(horizon, most passes)`` of a run on ``w`` that skips the next arrivals the router
+        proves go elsewhere.
+
+        The router's margins hold while ``w``'s requests that finish before an arrival
+        relieve less than its margin. A request finishes no sooner than after its remaining
+        ``planned - emitted`` tokens, one per steady pass, so a run of at most ``M`` passes
+        lets only the requests with at most ``M`` tokens left finish before a skipped arrival
+        (at most ``M`` passes end by it). For each number ``K`` of skipped arrivals this gives
+        the largest cap ``M``; ``K`` is chosen to make the run longest by the worker's last
+        pass duration (a guess that affects speed only, never results)."""
+        rp = self.rp
+        turns = rp._first_turns  # noqa: SLF001
+        i = max(rp._first_next - 1, 0)  # noqa: SLF001
+        while i < len(turns) and turns[i][0] <= now:
+            i += 1
+        if i >= len(turns) or turns[i][0] != horizon:
+            return horizon, 1 << 30  # the next event is no first turn
+        look = turns[i:i + LOOKAHEAD]
+        state, router, bs = rp.state, rp.router, rp.block_size
+        ntok, planned = rp.log.ntok, self.planned
+        assert planned is not None
+        per_pass = self.pass_ms[w]
+        best_len = -(-(horizon - now) // per_pass)  # passes before the first arrival, as now
+        best = (horizon, 1 << 30)
+        prompts = [rp.turns[rid].prompt for _at, _seq, rid in look]
+        arrivals = ((p, p.block_hashes_elided(bs)[0]) for p in prompts) if (
+            router.wants_block_hashes) else ((p, ()) for p in prompts)
+        margin = float("inf")
+        left: list[tuple[int, int]] | None = None
+        for k, m in enumerate(router.exclusion_margins(w, arrivals, state), 1):
+            if not m > 0:
+                break
+            margin = min(margin, m)
+            if left is None:  # built once the first arrival is excluded at all
+                ids = state.on_slot[w]
+                left = sorted(zip(map(sub, map(planned.__getitem__, ids),
+                                      map(ntok.__getitem__, ids)), ids, strict=True))
+            cap = _largest_cap(left, margin, state, router.exclusion_relief)
+            if cap < 1 or cap <= best_len:
+                break  # caps only shrink with more skipped arrivals: no longer run ahead
+            nxt = look[k][0] if k < len(look) else (
+                turns[i + k][0] if i + k < len(turns) else float("inf"))
+            length = min(cap, -(-(nxt - now) // per_pass))
+            if length > best_len:
+                best_len, best = length, (nxt, cap)
+        if best[0] != horizon:
+            self.extended += 1
+        return best
+
+    def _check_completions(self, run: EngineRunStarted) -> None:
+        """Internal check of the bound :meth:`_extend` relies on: a completion at pass ``j``
+        must have had at most ``j + 1`` tokens left."""
+        planned, ntok = self.planned, self.rp.log.ntok
+        assert planned is not None
+        for j, rid in run.completed_at:
+            if planned[rid] - ntok[rid] > j + 1:
+                from servesim.replay.driver import ReplayError
+
+                raise ReplayError(f"internal: request {rid} finished before its planned length")
+
+
+#: Arrivals a run start looks past at most.
+LOOKAHEAD = 16
+
+
+def _largest_cap(left: list[tuple[int, int]], margin: float, state: ClusterState,
+                 relief: Callable[[ClusterState, int], float]) -> int:
+    """The largest ``M`` with the summed relief of the requests with ``remaining <= M`` below
+    ``margin`` (``left``: ``(remaining tokens, request id)`` ascending); 1 << 30 when all fit."""
+    if not margin > 0:
+        return 0  # not even a run in which nothing finishes
+    total = 0.0
+    for rem, rid in left:
+        total += relief(state, rid)
+        if not total < margin:
+            return rem - 1
+    return 1 << 30
+
+
+def exclusion_applies(rp: Replayer, num_workers: int, cross_worker: bool) -> bool:
+    """Runs may skip arrivals proved to go elsewhere only in the case argued for: several
+    dp_size-1 workers in aggregated timestamp-mode replay without sessions, deadlines or
+    sinks, behind a router that proves exclusions."""
+    return (num_workers > 1 and not cross_worker and not rp._has_deadlines  # noqa: SLF001
+            and not rp.kv_sinks and not rp.fpm_sinks and rp.engines[0].dp_size == 1
+            and rp.concurrency is None and type(rp).__name__ == "Replayer"
+            and rp.router.proves_exclusion)
 
 
 __all__ = ["RunDriver", "runs_enabled_by_env"]

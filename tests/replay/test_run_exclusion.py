@@ -1,0 +1,229 @@
+"""Runs that look past arrivals proved to go to another worker (servesim.replay.runs).
+
+With several workers in timestamp mode without sessions, a run on worker ``w`` may continue
+past arrivals the router proves it will send elsewhere (``Router.exclusion_margins``). The
+results must stay byte-identical to stepping; the driver's internal checks (an arrival routed
+to a worker whose run extends past it, a request finishing sooner than its planned length
+allowed) turn a wrong bound into an error, so every replay here also exercises them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from servesim.config.engine import EngineConfig
+from servesim.config.sections import ReportConfig
+from servesim.factory import EngineFactory
+from servesim.replay.cluster import ClusterState, build_engines
+from servesim.replay.driver import Replayer, ReplayError
+from servesim.replay.mooncake import MooncakeTrace
+from servesim.replay.report import build_report, dumps, per_request_lines
+from servesim.replay.routers import KvRouter, RoundRobinRouter, _water_level
+from servesim.replay.runs import _largest_cap
+from servesim.timing import PolynomialTiming
+from servesim.tokens import TokenSeq
+from servesim_vllm.rank import VllmRank
+
+BLOCK = 4
+
+
+@st.composite
+def bursts(draw: Any) -> dict:
+    """Single-turn traces with same-time bursts, on 2-4 workers with small or large pools."""
+    n = draw(st.integers(2, 18))
+    lines, t = [], 0
+    for i in range(n):
+        t += draw(st.sampled_from([0, 0, 1, 7, 30, 90]))
+        hashes = [draw(st.integers(0, 2))] if draw(st.booleans()) else []
+        hashes += [100 + i * 10 + j for j in range(draw(st.integers(0, 5)))]
+        if not hashes:
+            hashes = [100 + i * 10]
+        lines.append(json.dumps({"timestamp": t, "hash_ids": hashes,
+                                 "output_length": draw(st.integers(1, 70))}))
+    return dict(lines=lines, workers=draw(st.integers(2, 4)), kv=draw(st.booleans()),
+                blocks=draw(st.sampled_from([24, 40, 4096])), caching=draw(st.booleans()))
+
+
+def _replayer(case: dict, runs: bool, router: Any = None) -> Replayer:
+    workload = MooncakeTrace.parse_lines(case["lines"], "t.jsonl", BLOCK)
+    workers = case["workers"]
+    if router is None:
+        router = (KvRouter if case["kv"] else RoundRobinRouter)(workers, 1, BLOCK)
+    cfg = EngineConfig(num_gpu_blocks=case["blocks"], block_size=BLOCK,
+                       enable_prefix_caching=case["caching"])
+    factory = EngineFactory(cfg, VllmRank, PolynomialTiming(), emit_kv_events=case["kv"])
+    return Replayer(build_engines(factory.build, workers), workload, router=router,
+                    block_size=BLOCK, record_token_times=True, runs=runs)
+
+
+def _outputs(rp: Replayer) -> tuple[str, list[str]]:
+    log = rp.run()
+    return dumps(build_report(log, ReportConfig())), list(per_request_lines(log))
+
+
+@settings(max_examples=60, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(bursts())
+def test_runs_past_excluded_arrivals_match_stepping(case: dict) -> None:
+    rp = _replayer(case, runs=True)
+    assert rp._runs is not None and rp._runs.planned is not None
+    assert _outputs(rp) == _outputs(_replayer(case, runs=False))
+
+
+def _staggered(workers: int, kv: bool) -> dict:
+    """Long decodes on every worker while arrivals keep coming: most arrivals can be proved
+    to go elsewhere while a loaded worker decodes."""
+    lines = [json.dumps({"timestamp": i * 20, "hash_ids": [1000 + i * 10 + j for j in range(i % 4 + 1)],
+                         "output_length": 80 + (i * 37) % 90}) for i in range(24)]
+    return dict(lines=lines, workers=workers, kv=kv, blocks=4096, caching=True)
+
+
+def _run_counts(case: dict, extend: bool) -> tuple[int, int, tuple[str, list[str]]]:
+    rp = _replayer(case, runs=True)
+    assert rp._runs is not None
+    if not extend:
+        rp._runs.planned = None  # what the driver does where exclusion does not apply
+    runs: list[int] = []
+    original = rp._runs.try_run
+
+    def spy(w: int, engine: Any, now: float) -> bool:
+        ok = original(w, engine, now)
+        if ok:
+            runs.append(w)
+        return ok
+
+    rp._runs.try_run = spy  # type: ignore[method-assign]
+    out = _outputs(rp)
+    return len(runs), rp._runs.extended, out
+
+
+@pytest.mark.parametrize("kv", [True, False])
+def test_exclusion_lengthens_runs_and_keeps_results(kv: bool) -> None:
+    case = _staggered(4, kv)
+    n_ext, extended, out = _run_counts(case, extend=True)
+    n_plain, none, plain = _run_counts(case, extend=False)
+    step = _outputs(_replayer(case, runs=False))
+    assert out == plain == step
+    assert none == 0 and extended > 0
+    assert n_ext < n_plain
+
+
+def test_exclusion_is_off_where_it_is_not_argued() -> None:
+    case = _staggered(1, True)
+    assert _replayer(case, runs=True)._runs.planned is None  # type: ignore[union-attr]
+    sess = dict(_staggered(2, True))
+    sess["lines"] = [json.dumps({**json.loads(x), "session_id": "s"}) for x in sess["lines"]]
+    assert _replayer(sess, runs=True)._runs.planned is None  # type: ignore[union-attr]
+
+
+class _Overconfident(RoundRobinRouter):
+    """Claims every arrival goes elsewhere: the driver's check must catch the lie."""
+
+    def exclusion_margins(self, worker: int, arrivals: Iterable[tuple[TokenSeq, Sequence[int]]],
+                          state: ClusterState) -> Iterator[float]:
+        for _ in arrivals:
+            yield float("inf")
+
+
+def test_a_wrong_exclusion_is_an_internal_error() -> None:
+    case = _staggered(2, False)
+    rp = _replayer(case, runs=True, router=_Overconfident(2, 1, BLOCK))
+    with pytest.raises(ReplayError, match="internal: an arrival"):
+        rp.run()
+
+
+def test_water_level_is_the_best_minimum_of_any_split() -> None:
+    assert _water_level([1.0, 5.0, 9.0], 0.0) == 1.0
+    assert _water_level([1.0, 5.0, 9.0], 2.0) == 3.0
+    assert _water_level([1.0, 5.0, 9.0], 4.0) == 5.0
+    assert _water_level([1.0, 5.0, 9.0], 12.0) == 9.0  # 4 to the first, 8 shared by two
+    assert _water_level([1.0, 5.0, 9.0], 15.0) == 10.0
+    assert _water_level([2.0], 3.5) == 5.5
+
+
+def test_largest_cap_counts_requests_that_may_finish() -> None:
+    state = ClusterState(2, 1)
+    for rid, blocks in ((0, 3), (1, 5), (2, 4)):
+        state.add(rid, 0, 0, blocks)
+    left = [(2, 0), (4, 1), (9, 2)]  # (tokens left, request id)
+
+    def relief(st: ClusterState, rid: int) -> float:
+        return float(st.release_bound(rid)[0])
+
+    assert _largest_cap(left, 0.0, state, relief) == 0
+    assert _largest_cap(left, 3.0, state, relief) == 1  # request 0 must not finish
+    assert _largest_cap(left, 3.5, state, relief) == 3  # request 0 may, request 1 not
+    assert _largest_cap(left, 12.5, state, relief) == 1 << 30
+
+
+def test_release_bound_covers_blocks_a_request_did_not_count() -> None:
+    state = ClusterState(1, 1)
+    state.add(0, 0, 8, 3, (11, 12))  # 2 hashed blocks + a tail block
+    state.add(1, 0, 8, 3, (11, 12))  # shares both: counts only its tail
+    assert state.active_blocks == [4]
+    assert state.release_bound(1) == (3, 8)
+    state.finish(0)
+    assert state.active_blocks == [3]  # request 1's finish now frees 3 > its counted 1
+    state.prefill_done(1)
+    assert state.release_bound(1) == (3, 0)
+    state.finish(1)
+    assert state.active_blocks == [0] and state.on_slot == [{}]
+
+
+@settings(max_examples=80, derandomize=True, deadline=None)
+@given(st.data())
+def test_kv_margins_are_safe_bounds(data: Any) -> None:
+    """Positive margins (less the relief of what finished on ``w``) exclude ``w`` whatever
+    the other slots do within the argued changes: finishes, first tokens, evictions."""
+    workers = data.draw(st.integers(2, 4))
+    router = KvRouter(workers, 1, BLOCK)
+    state = ClusterState(workers, 1)
+    rid = 0
+    for s in range(workers):
+        for _ in range(data.draw(st.integers(0, 4))):
+            isl = data.draw(st.integers(1, 40))
+            state.add(rid, s, data.draw(st.sampled_from([0, isl])), -(-isl // BLOCK))
+            rid += 1
+    w = data.draw(st.integers(0, workers - 1))
+    prompts = [TokenSeq_of(data.draw(st.integers(1, 40))) for _ in range(data.draw(st.integers(1, 5)))]
+    arrivals = [(p, p.block_hashes_elided(BLOCK)[0]) for p in prompts]
+    margins = list(router.exclusion_margins(w, arrivals, state))
+    relief = 0.0
+    for i, (p, hashes) in enumerate(arrivals):
+        if i >= len(margins) or not margins[i] - relief > 0:
+            break
+        # Arbitrary argued changes before this arrival: other slots finish or emit first
+        # tokens; w's requests finish only within the margin.
+        for r in list(state._req):
+            slot = state._req[r][0]
+            choice = data.draw(st.sampled_from(["keep", "first", "finish"]))
+            if slot != w and choice == "first":
+                state.prefill_done(r)
+            elif choice == "finish":
+                extra = router.exclusion_relief(state, r) if slot == w else 0.0
+                if slot == w and not margins[i] - (relief + extra) > 0:
+                    continue
+                relief += extra
+                state.finish(r)
+        req = Request_of(rid, p)
+        worker, dp = router.select(req, hashes, state)
+        assert worker != w
+        router.routed(req, worker, dp, state)
+        rid += 1
+
+
+def TokenSeq_of(n: int) -> TokenSeq:  # noqa: N802 - a small factory
+    from servesim.tokens import Tokens
+
+    return Tokens(list(range(7000 + n * 100, 7000 + n * 101)))
+
+
+def Request_of(rid: int, prompt: TokenSeq) -> Any:  # noqa: N802
+    from servesim.contract import Request
+
+    return Request(rid, prompt, 1)
