@@ -221,7 +221,7 @@ class RunDriver:
         per_pass = self.pass_ms[w]
         best_len = -(-(horizon - now) // per_pass)  # passes before the first arrival, as now
         best = (horizon, 1 << 30)
-        prompts = [rp.turns[rid].prompt for _at, _seq, rid in look]
+        prompts = (rp.turns[rid].prompt for _at, _seq, rid in look)  # lazy: often one read
         arrivals = ((p, p.block_hashes_elided(bs)[0]) for p in prompts) if (
             router.wants_block_hashes) else ((p, ()) for p in prompts)
         margin = float("inf")
