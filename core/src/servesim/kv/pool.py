@@ -82,7 +82,7 @@ class BlockPool:
         self.dp_rank = dp_rank
         self._evict = eviction if eviction is not None else LruEviction()
         # Pop from the end: block 0 is handed out first, which keeps traces readable.
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+        self._free: list[int] = _block_ids(num_blocks)[::-1]
         self._ref: list[int] = [0] * num_blocks
         self._hash: list[int | None] = [None] * num_blocks
         self._primary: dict[int, int] = {}
@@ -528,6 +528,19 @@ class BlockPool:
             return []
         self._events = []
         return events
+
+
+#: The int objects used as block ids, shared by every pool of the process: a multi-worker
+#: replay then walks one set of id objects instead of one per rank (a smaller working set for
+#: the per-block loops; ids above 256 are separate heap objects in CPython).
+_BLOCK_IDS: list[int] = []
+
+
+def _block_ids(n: int) -> list[int]:
+    """``list(range(n))``, built from the shared id objects."""
+    if len(_BLOCK_IDS) < n:
+        _BLOCK_IDS.extend(range(len(_BLOCK_IDS), n))
+    return _BLOCK_IDS[:n]
 
 
 __all__ = ["BlockPool", "BlockTable"]
