@@ -119,9 +119,10 @@ class LruEviction(EvictionPolicy):
         self.reserve(max(block_ids) + 1)
 
     def remove(self, block_id: int) -> None:
-        if block_id not in self:
+        batch = self._batch
+        if not 0 <= block_id < len(batch) or batch[block_id] is None:
             raise KeyError(block_id)
-        self._batch[block_id] = None
+        batch[block_id] = None
         self._len -= 1
         self._stale += 1
         if self._stale > self._len + _COMPACT_SLACK:
