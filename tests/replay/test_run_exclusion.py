@@ -24,7 +24,7 @@ from servesim.replay.driver import Replayer, ReplayError
 from servesim.replay.mooncake import MooncakeTrace
 from servesim.replay.report import build_report, dumps, per_request_lines
 from servesim.replay.routers import KvRouter, RoundRobinRouter, _water_level
-from servesim.replay.runs import _largest_cap
+from servesim.replay.runs import _Finishers
 from servesim.timing import PolynomialTiming
 from servesim.tokens import TokenSeq
 from servesim_vllm.rank import VllmRank
@@ -150,15 +150,17 @@ def test_largest_cap_counts_requests_that_may_finish() -> None:
     state = ClusterState(2, 1)
     for rid, blocks in ((0, 3), (1, 5), (2, 4)):
         state.add(rid, 0, 0, blocks)
-    left = [(2, 0), (4, 1), (9, 2)]  # (tokens left, request id)
 
     def relief(st: ClusterState, rid: int) -> float:
         return float(st.release_bound(rid)[0])
 
-    assert _largest_cap(left, 0.0, state, relief) == 0
-    assert _largest_cap(left, 3.0, state, relief) == 1  # request 0 must not finish
-    assert _largest_cap(left, 3.5, state, relief) == 3  # request 0 may, request 1 not
-    assert _largest_cap(left, 12.5, state, relief) == 1 << 30
+    # (tokens left, request id): (9, 2), (2, 0), (4, 1)
+    left = _Finishers([9 << 32 | 2, 2 << 32 | 0, 4 << 32 | 1], state, relief)
+    assert left.largest_cap(12.5) == 1 << 30
+    assert left.largest_cap(3.5) == 3  # request 0 may finish, request 1 not
+    assert left.largest_cap(3.0) == 1  # request 0 must not finish
+    assert left.largest_cap(0.0) == 0
+    assert _Finishers([], state, relief).largest_cap(1.0) == 1 << 30
 
 
 def test_release_bound_covers_blocks_a_request_did_not_count() -> None:

@@ -321,13 +321,11 @@ class KvRouter(Router):
         wt = self.config.overlap_score_weight
         bs = self.block_size
         pre, act = state.prefill_tokens, state.active_blocks
-        others = sorted(wt * p / bs + a for s, (p, a) in enumerate(zip(pre, act, strict=True))
-                        if s != worker)
-        if not others:
-            return
-        own = wt * pre[worker] / bs + act[worker]
-        if not own > others[0]:
-            return  # every margin below is at most own - others[0]
+        loads = [wt * p / bs + a for p, a in zip(pre, act, strict=True)]
+        own = loads.pop(worker)
+        if not loads or not own > min(loads):
+            return  # every margin below is at most own - min(loads)
+        others = sorted(loads)
         held = self.index._held  # noqa: SLF001
         mine = held[worker] if worker < len(held) else set()
         added = 0.0

@@ -38,7 +38,8 @@ from __future__ import annotations
 import heapq
 import os
 from collections.abc import Callable
-from operator import sub
+from itertools import repeat
+from operator import lshift, or_, sub
 from typing import TYPE_CHECKING
 
 from servesim.runs import EngineRunStarted
@@ -225,16 +226,17 @@ class RunDriver:
         arrivals = ((p, p.block_hashes_elided(bs)[0]) for p in prompts) if (
             router.wants_block_hashes) else ((p, ()) for p in prompts)
         margin = float("inf")
-        left: list[tuple[int, int]] | None = None
+        left: _Finishers | None = None
         for k, m in enumerate(router.exclusion_margins(w, arrivals, state), 1):
             if not m > 0:
                 break
             margin = min(margin, m)
             if left is None:  # built once the first arrival is excluded at all
                 ids = state.on_slot[w]
-                left = sorted(zip(map(sub, map(planned.__getitem__, ids),
-                                      map(ntok.__getitem__, ids)), ids, strict=True))
-            cap = _largest_cap(left, margin, state, router.exclusion_relief)
+                rems = map(sub, map(planned.__getitem__, ids), map(ntok.__getitem__, ids))
+                left = _Finishers(list(map(or_, map(lshift, rems, repeat(32)), ids)),
+                                  state, router.exclusion_relief)
+            cap = left.largest_cap(margin)
             if cap < 1 or cap <= best_len:
                 break  # caps only shrink with more skipped arrivals: no longer run ahead
             nxt = look[k][0] if k < len(look) else (
@@ -262,18 +264,42 @@ class RunDriver:
 LOOKAHEAD = 16
 
 
-def _largest_cap(left: list[tuple[int, int]], margin: float, state: ClusterState,
-                 relief: Callable[[ClusterState, int], float]) -> int:
-    """The largest ``M`` with the summed relief of the requests with ``remaining <= M`` below
-    ``margin`` (``left``: ``(remaining tokens, request id)`` ascending); 1 << 30 when all fit."""
-    if not margin > 0:
-        return 0  # not even a run in which nothing finishes
-    total = 0.0
-    for rem, rid in left:
-        total += relief(state, rid)
-        if not total < margin:
-            return rem - 1
-    return 1 << 30
+class _Finishers:
+    """A worker's in-flight requests by tokens left (ascending), drawn lazily from a heap of
+    ``remaining << 32 | request id`` keys with the running sum of their reliefs: a cap is
+    usually decided by the first one or two."""
+
+    __slots__ = ("_heap", "_rems", "_cum", "_state", "_relief")
+
+    def __init__(self, keys: list[int], state: ClusterState,
+                 relief: Callable[[ClusterState, int], float]) -> None:
+        heapq.heapify(keys)
+        self._heap = keys
+        self._rems: list[int] = []
+        self._cum: list[float] = []
+        self._state = state
+        self._relief = relief
+
+    def largest_cap(self, margin: float) -> int:
+        """The largest ``M`` with the summed relief of the requests with at most ``M`` tokens
+        left below ``margin``; 1 << 30 when all of them fit."""
+        if not margin > 0:
+            return 0  # not even a run in which nothing finishes
+        rems, cum = self._rems, self._cum
+        i = 0
+        while True:
+            if i == len(rems):
+                if not self._heap:
+                    return 1 << 30
+                key = heapq.heappop(self._heap)
+                rems.append(key >> 32)
+                cum.append((cum[-1] if cum else 0.0) + self._relief(self._state, key & _RID))
+            if not cum[i] < margin:
+                return rems[i] - 1
+            i += 1
+
+
+_RID = (1 << 32) - 1
 
 
 def exclusion_applies(rp: Replayer, num_workers: int, cross_worker: bool) -> bool:
