@@ -149,8 +149,8 @@ class HandoffAdapter(Protocol):
     def capacity_generation(self) -> int:
         """A counter that changes whenever KV capacity is freed."""
 
-    def metrics(self) -> Metrics:
-        """The rank's current metrics."""
+    def metrics(self) -> Metrics | None:
+        """The rank's current metrics (None when ``RankServices.record_metrics`` is off)."""
 
     def drain_kv_events(self) -> list[KvEvent]:
         """KV events buffered by the backend since the last drain."""

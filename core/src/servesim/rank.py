@@ -116,6 +116,9 @@ class RankServices:
     #: replay's KV router, no event sink): a rank may then coalesce events (e.g. one
     #: ``Removed`` per allocation) as long as applying them in order gives the same index.
     kv_events_router_only: bool = False
+    #: Nobody reads the occupancy snapshots (``CommandEffects.metrics``,
+    #: ``PassCompletionEffects.metrics``; the replay does not): a rank may leave them None.
+    record_metrics: bool = True
 
     def new_eviction_policy(self) -> EvictionPolicy:
         return self.make_eviction_policy()

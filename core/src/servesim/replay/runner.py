@@ -99,6 +99,7 @@ def simulate(
     )
     if router.wants_kv_events and not kv_sinks:
         factory.services = attrs.evolve(factory.services, kv_events_router_only=True)
+    factory.services = attrs.evolve(factory.services, record_metrics=False)
     if pass_log is not None:
         factory.services = attrs.evolve(factory.services, record_schedule=True)
     engines = build_engines(factory.build, sim.cluster.workers)

@@ -116,7 +116,7 @@ class TrtHandoffAdapter:
     def capacity_generation(self) -> int:
         return self.core.pool.releases
 
-    def metrics(self) -> Metrics:
+    def metrics(self) -> Metrics | None:
         return self.rank.metrics()
 
     def drain_kv_events(self) -> list[KvEvent]:

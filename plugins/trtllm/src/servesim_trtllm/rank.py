@@ -282,7 +282,9 @@ class TrtllmRank(Rank):
 
     # -- telemetry ----------------------------------------------------------------------
 
-    def metrics(self) -> Metrics:
+    def metrics(self) -> Metrics | None:
+        if not self.services.record_metrics:
+            return None
         core = self.core
         return Metrics(
             dp_rank=self.identity.dp_rank,

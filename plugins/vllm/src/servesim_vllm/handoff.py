@@ -101,7 +101,7 @@ class VllmHandoffAdapter:
     def capacity_generation(self) -> int:
         return self.sched.pool.releases
 
-    def metrics(self) -> Metrics:
+    def metrics(self) -> Metrics | None:
         return self.rank.metrics()
 
     def drain_kv_events(self) -> list[KvEvent]:

@@ -251,7 +251,9 @@ class VllmRank(Rank):
 
     # -- observability --------------------------------------------------------------------
 
-    def metrics(self) -> Metrics:
+    def metrics(self) -> Metrics | None:
+        if not self.services.record_metrics:
+            return None
         s = self.sched
         pool = s.pool
         return Metrics(
