@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servesim.config.engine import EngineConfig
 from servesim.config.sections import ReportConfig
+from servesim.contract import KvBlock, KvEvent, RemovedBlocks, Request, StoredBlocks
 from servesim.factory import EngineFactory
 from servesim.replay.cluster import ClusterState, build_engines
 from servesim.replay.driver import Replayer, ReplayError
@@ -26,7 +27,7 @@ from servesim.replay.report import build_report, dumps, per_request_lines
 from servesim.replay.routers import KvRouter, RoundRobinRouter, _water_level
 from servesim.replay.runs import _Finishers
 from servesim.timing import PolynomialTiming
-from servesim.tokens import TokenSeq
+from servesim.tokens import Tokens, TokenSeq
 from servesim_vllm.rank import VllmRank
 
 BLOCK = 4
@@ -49,11 +50,18 @@ def bursts(draw: Any) -> dict:
                 blocks=draw(st.sampled_from([24, 40, 4096])), caching=draw(st.booleans()))
 
 
+class _ProvingKv(KvRouter):
+    """The KV router with its exclusion proofs on (off by default: they cost about what they
+    save on the 4-worker benchmark)."""
+
+    exclusion_enabled = True
+
+
 def _replayer(case: dict, runs: bool, router: Any = None) -> Replayer:
     workload = MooncakeTrace.parse_lines(case["lines"], "t.jsonl", BLOCK)
     workers = case["workers"]
     if router is None:
-        router = (KvRouter if case["kv"] else RoundRobinRouter)(workers, 1, BLOCK)
+        router = (_ProvingKv if case["kv"] else RoundRobinRouter)(workers, 1, BLOCK)
     cfg = EngineConfig(num_gpu_blocks=case["blocks"], block_size=BLOCK,
                        enable_prefix_caching=case["caching"])
     factory = EngineFactory(cfg, VllmRank, PolynomialTiming(), emit_kv_events=case["kv"])
@@ -114,6 +122,8 @@ def test_exclusion_lengthens_runs_and_keeps_results(kv: bool) -> None:
 
 
 def test_exclusion_is_off_where_it_is_not_argued() -> None:
+    plain_kv = _replayer(_staggered(2, True), runs=True, router=KvRouter(2, 1, BLOCK))
+    assert plain_kv._runs.planned is None  # type: ignore[union-attr] # off by default
     case = _staggered(1, True)
     assert _replayer(case, runs=True)._runs.planned is None  # type: ignore[union-attr]
     sess = dict(_staggered(2, True))
@@ -177,30 +187,45 @@ def test_release_bound_covers_blocks_a_request_did_not_count() -> None:
     assert state.active_blocks == [0] and state.on_slot == [{}]
 
 
-@settings(max_examples=80, derandomize=True, deadline=None)
+def _stored(hashes: Sequence[int]) -> list[KvEvent]:
+    blocks = tuple(KvBlock(h, h) for h in hashes)
+    return [KvEvent(0, 0, StoredBlocks(None, blocks))]
+
+
+def _removed(hashes: Sequence[int]) -> list[KvEvent]:
+    return [KvEvent(0, 0, RemovedBlocks(tuple(hashes)))]
+
+
+@settings(max_examples=100, derandomize=True, deadline=None)
 @given(st.data())
 def test_kv_margins_are_safe_bounds(data: Any) -> None:
     """Positive margins (less the relief of what finished on ``w``) exclude ``w`` whatever
-    the other slots do within the argued changes: finishes, first tokens, evictions."""
+    the argued changes do before each arrival: other slots finish requests, emit first tokens,
+    store and evict blocks; ``w`` finishes requests within the margin and evicts blocks."""
     workers = data.draw(st.integers(2, 4))
     router = KvRouter(workers, 1, BLOCK)
     state = ClusterState(workers, 1)
+    lengths = st.integers(1, 24)
+    prompts = [_prompt(data.draw(lengths)) for _ in range(data.draw(st.integers(1, 5)))]
+    hashed = [(p, p.block_hashes_elided(BLOCK)[0]) for p in prompts]
     rid = 0
-    for s in range(workers):
+    for s in range(workers):  # requests in flight (some sharing the arrivals' prompts)
         for _ in range(data.draw(st.integers(0, 4))):
-            isl = data.draw(st.integers(1, 40))
-            state.add(rid, s, data.draw(st.sampled_from([0, isl])), -(-isl // BLOCK))
+            p, hashes = hashed[data.draw(st.integers(0, len(hashed) - 1))] if data.draw(
+                st.booleans()) else (_prompt(data.draw(lengths)), None)
+            isl = len(p)
+            state.add(rid, s, data.draw(st.sampled_from([0, isl])), -(-isl // BLOCK),
+                      list(hashes) if hashes is not None else None)
             rid += 1
+        for _p, hashes in hashed:  # cached prefixes
+            if hashes and data.draw(st.booleans()):
+                router.on_kv_events(s, _stored(hashes[:data.draw(st.integers(1, len(hashes)))]))
     w = data.draw(st.integers(0, workers - 1))
-    prompts = [TokenSeq_of(data.draw(st.integers(1, 40))) for _ in range(data.draw(st.integers(1, 5)))]
-    arrivals = [(p, p.block_hashes_elided(BLOCK)[0]) for p in prompts]
-    margins = list(router.exclusion_margins(w, arrivals, state))
+    margins = list(router.exclusion_margins(w, hashed, state))
     relief = 0.0
-    for i, (p, hashes) in enumerate(arrivals):
+    for i, (p, hashes) in enumerate(hashed):
         if i >= len(margins) or not margins[i] - relief > 0:
             break
-        # Arbitrary argued changes before this arrival: other slots finish or emit first
-        # tokens; w's requests finish only within the margin.
         for r in list(state._req):
             slot = state._req[r][0]
             choice = data.draw(st.sampled_from(["keep", "first", "finish"]))
@@ -212,20 +237,18 @@ def test_kv_margins_are_safe_bounds(data: Any) -> None:
                     continue
                 relief += extra
                 state.finish(r)
-        req = Request_of(rid, p)
+        for s in range(workers):
+            if hashes and data.draw(st.booleans()):
+                router.on_kv_events(s, _removed(hashes[-1:]))
+            elif s != w and hashes and data.draw(st.booleans()):
+                router.on_kv_events(s, _stored(hashes))
+        req = Request(rid, p, 1)
         worker, dp = router.select(req, hashes, state)
         assert worker != w
         router.routed(req, worker, dp, state)
         rid += 1
 
 
-def TokenSeq_of(n: int) -> TokenSeq:  # noqa: N802 - a small factory
-    from servesim.tokens import Tokens
-
+def _prompt(n: int) -> TokenSeq:
+    """``n`` tokens; prompts of equal length are equal (so they share blocks)."""
     return Tokens(list(range(7000 + n * 100, 7000 + n * 101)))
-
-
-def Request_of(rid: int, prompt: TokenSeq) -> Any:  # noqa: N802
-    from servesim.contract import Request
-
-    return Request(rid, prompt, 1)

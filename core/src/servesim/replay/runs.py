@@ -231,12 +231,16 @@ class RunDriver:
             if not m > 0:
                 break
             margin = min(margin, m)
-            if left is None:  # built once the first arrival is excluded at all
+            if margin == float("inf"):  # an exact exclusion (round-robin): no relief matters
+                cap = 1 << 30
+            elif left is None:  # built once the first arrival is excluded at all
                 ids = state.on_slot[w]
                 rems = map(sub, map(planned.__getitem__, ids), map(ntok.__getitem__, ids))
                 left = _Finishers(list(map(or_, map(lshift, rems, repeat(32)), ids)),
                                   state, router.exclusion_relief)
-            cap = left.largest_cap(margin)
+                cap = left.largest_cap(margin)
+            else:
+                cap = left.largest_cap(margin)
             if cap < 1 or cap <= best_len:
                 break  # caps only shrink with more skipped arrivals: no longer run ahead
             nxt = look[k][0] if k < len(look) else (
