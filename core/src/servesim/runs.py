@@ -209,6 +209,41 @@ class BlockRunPending:
         self.fpm_fields: dict[str, Any] | None = None
         self.queued = 0  # waiting requests during the run (held back: none is admitted)
 
+    def take_events(self, pool: Any, j: int) -> None:
+        """File the events ``pool`` published since its last drain under pass ``j``."""
+        evs = pool.drain_events()
+        if evs:
+            self.kv_events.setdefault(j, []).extend(evs)
+
+    def metrics_factory(self, final: Metrics | None) -> Callable[[], list[Metrics]] | None:
+        """``RunEffects.pass_metrics_factory`` for this run, given the snapshot the rank takes
+        when the run completes (None when the rank records no metrics: nor does the run)."""
+        if final is None:
+            return None
+        return lambda: self._pass_metrics(final)
+
+    def _pass_metrics(self, final: Metrics) -> list[Metrics]:
+        """Each pass's occupancy snapshot: intermediate passes see the pool after their own
+        block steps and the batch less the run's completions so far (no command ran, so the
+        queue is as it was); the last pass reports ``final``."""
+        occupancy, departures = self.occupancy, self.departures
+        out = []
+        at = dep = 0
+        left = len(self.members)
+        for j in range(len(self.ends) - 1):
+            while at + 1 < len(occupancy) and occupancy[at + 1][0] <= j:
+                at += 1
+            while dep < len(departures) and departures[dep][0] <= j:
+                left -= departures[dep][1]
+                dep += 1
+            _, a, i = occupancy[at]
+            out.append(Metrics(dp_rank=final.dp_rank, active_blocks=a, inactive_blocks=i,
+                               total_blocks=final.total_blocks, running_requests=left,
+                               waiting_requests=self.queued,
+                               preemptions_total=final.preemptions_total))
+        out.append(final)
+        return out
+
 
 def take_run_kv_events(
     kv_events: dict[int, list[KvEvent]], before_pass: int

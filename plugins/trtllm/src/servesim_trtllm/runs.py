@@ -40,12 +40,11 @@ request not in plain decode, and the queue conditions above.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from servesim.contract import (
     ForwardPassMetrics,
     KvEvent,
-    Metrics,
     OutputBatch,
     Welford,
     WorkerType,
@@ -309,10 +308,10 @@ def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, running: list[TrtReq
             # An allocation could fail, or GNE admission (after the running requests, in
             # the same step) could reuse a block this pass publishes: stepping decides.
             if j and leftover:
-                _take_events(pool, run, 0)
+                run.take_events(pool, 0)
             return j
         if j and leftover:
-            _take_events(pool, run, 0)
+            run.take_events(pool, 0)
         leftover = False
         _pass_block_steps(core, running, due, j, native)
         for i in due:
@@ -324,9 +323,9 @@ def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, running: list[TrtReq
             core.remove(r)
         occupancy.append((j, pool.num_active, pool.num_inactive))
         if events_on:
-            _take_events(pool, run, j)
+            run.take_events(pool, j)
     if leftover:
-        _take_events(pool, run, 0)
+        run.take_events(pool, 0)
     return k
 
 
@@ -389,12 +388,6 @@ def _pass_block_steps(core: TrtCore, running: list[TrtRequest], due: list[int], 
         full = (r.num_computed + j + 1) // bs
         if full > r.table.num_cached:
             core._finalize(r, full)  # noqa: SLF001
-
-
-def _take_events(pool: Any, run: TrtRunPending, j: int) -> None:
-    evs = pool.drain_events()
-    if evs:
-        run.kv_events.setdefault(j, []).extend(evs)
 
 
 def _commit(rank: TrtllmRank, run: TrtRunPending, running: list[TrtRequest], k: int,
@@ -461,39 +454,15 @@ def complete_run(rank: TrtllmRank, run: TrtRunPending, end_ms: float) -> RunEffe
     core = rank.core
     pool = core.pool
     # Events published by commands applied during the last pass belong to it.
-    late = pool.drain_events()
-    if late:
-        run.kv_events.setdefault(k - 1, []).extend(late)
+    run.take_events(pool, k - 1)
     last = run.effects
     tokens = last.outputs.token_request_ids
     absent: list[int] = []
     if len(tokens) != len(run.last_emitters):
         present = set(tokens)
         absent = [r for r in run.last_emitters if r not in present]
-    final = rank.metrics()  # stepping's complete_pass snapshot, taken now
-    queued, m = run.queued, len(run.members)
-    occupancy = run.occupancy
-    departures = run.departures
-
-    def pass_metrics() -> list[Metrics]:
-        out = []
-        at = dep = 0
-        left = m
-        for j in range(k - 1):
-            while at + 1 < len(occupancy) and occupancy[at + 1][0] <= j:
-                at += 1
-            while dep < len(departures) and departures[dep][0] <= j:
-                left -= departures[dep][1]
-                dep += 1
-            _, a, i = occupancy[at]
-            # Intermediate passes: no command ran, so only the run's own completions changed
-            # the batch, and the queue is as it was.
-            out.append(Metrics(dp_rank=final.dp_rank, active_blocks=a, inactive_blocks=i,
-                               total_blocks=final.total_blocks, running_requests=left,
-                               waiting_requests=queued, preemptions_total=final.preemptions_total))
-        out.append(final)
-        return out
-
+    # Stepping's complete_pass snapshot, taken now.
+    pass_metrics = run.metrics_factory(rank.metrics())
     effects = RunEffects(
         started_at_ms=run.started_at_ms, pass_ends=run.ends, members=run.members,
         absent_last=absent, completed=list(last.outputs.completed), kv_events=run.kv_events,

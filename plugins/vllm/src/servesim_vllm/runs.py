@@ -33,14 +33,13 @@ readmission, which the driver's run statistics do not model).
 from __future__ import annotations
 
 import heapq
-from operator import mul
 from collections.abc import Iterator
+from operator import mul
 from typing import TYPE_CHECKING, Any
 
 from servesim.contract import (
     ForwardPassMetrics,
     KvEvent,
-    Metrics,
     OutputBatch,
     WorkerType,
 )
@@ -93,7 +92,7 @@ def _steady_batch(
         # and within the pool; advance its lengths and passes left by that run's k.
         _, k, lens, rems = cache
         if min(rems) <= k:  # members completed in it are gone from the batch
-            lens = [x + k for x, r in zip(lens, rems) if r > k]
+            lens = [x + k for x, r in zip(lens, rems, strict=True) if r > k]
             rems = [r - k for r in rems if r > k]
         else:
             lens = [x + k for x in lens]
@@ -267,7 +266,7 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, firsts: list[int],
     else:
         cross = [(f, i) for i, f in enumerate(firsts) if f < k and f < rems[i]]
         # Completions inside the run as (pass, batch index, True): after the pass's crossings.
-        cross.extend((rem - 1, i, True) for i, rem in enumerate(rems) if rem <= k)  # type: ignore[misc]
+        cross.extend((rem - 1, i, True) for i, rem in enumerate(rems) if rem <= k)
     heapq.heapify(cross)
     while cross:
         j = cross[0][0]
@@ -288,10 +287,10 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, firsts: list[int],
         if need > avail:
             # The allocation could fail: stepping must decide (preemption) at this pass.
             if j and leftover:
-                _take_events(pool, run, 0)
+                run.take_events(pool, 0)
             return j
         if j and leftover:
-            _take_events(pool, run, 0)
+            run.take_events(pool, 0)
             leftover = False
         avail -= need
         for i in due:
@@ -308,17 +307,11 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, firsts: list[int],
             avail = len(free) + len(evict)
         occupancy.append((j, pool.num_active, pool.num_inactive))
         if events_on:
-            _take_events(pool, run, j)
+            run.take_events(pool, j)
             leftover = False
     if leftover:
-        _take_events(pool, run, 0)
+        run.take_events(pool, 0)
     return k
-
-
-def _take_events(pool: Any, run: VllmRunPending, j: int) -> None:
-    evs = pool.drain_events()
-    if evs:
-        run.kv_events.setdefault(j, []).extend(evs)
 
 
 def _block_step(s: Any, req: VllmRequest, length: int) -> None:
@@ -372,7 +365,7 @@ def _commit(rank: VllmRank, run: VllmRunPending, k: int, first_done: int,
             req.status = Status.FINISHED
             del s.requests[rid]
         if completed_at:
-            emitters = [rid for rid, rem in zip(members, rems) if rem >= k]
+            emitters = [rid for rid, rem in zip(members, rems, strict=True) if rem >= k]
         s.running = [r for r in running if r.status is Status.RUNNING]
         if completed_at:
             completed_at.sort(key=lambda c: c[0])  # stable: batch order within a pass
@@ -408,48 +401,14 @@ def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffec
     last = run.effects
     # Events published by commands applied during the last pass belong to it (as stepping's
     # complete_pass drains them).
-    late = rank.sched.pool.drain_events()
-    if late:
-        run.kv_events.setdefault(k - 1, []).extend(late)
+    run.take_events(rank.sched.pool, k - 1)
     tokens = last.outputs.token_request_ids
     absent: list[int] = []
     if len(tokens) != len(run.last_emitters):
         present = set(tokens)
         absent = [r for r in run.last_emitters if r not in present]
-    s = rank.sched
-    pool = s.pool
-    # The final snapshot is taken now (as stepping's complete_pass does); Metrics objects are
-    # built only if someone reads them.
-    final = (pool.num_active, pool.num_inactive, len(s.running), len(s.waiting),
-             s.preemptions_total)
-    queued = run.queued
-    dp = rank.identity.dp_rank
-    capacity = pool.capacity
-    m = len(run.members)
-    occupancy = run.occupancy
-    departures = run.departures
-
-    def pass_metrics() -> list[Metrics]:
-        out = []
-        at = 0
-        left = m
-        dep = 0
-        for j in range(k - 1):
-            while at + 1 < len(occupancy) and occupancy[at + 1][0] <= j:
-                at += 1
-            while dep < len(departures) and departures[dep][0] <= j:
-                left -= departures[dep][1]
-                dep += 1
-            _, a, i = occupancy[at]
-            # Intermediate passes: the batch is whole and the queue as it was (no command ran).
-            out.append(Metrics(dp_rank=dp, active_blocks=a, inactive_blocks=i,
-                               total_blocks=capacity, running_requests=left,
-                               waiting_requests=queued, preemptions_total=final[4]))
-        out.append(Metrics(dp_rank=dp, active_blocks=final[0], inactive_blocks=final[1],
-                           total_blocks=capacity, running_requests=final[2],
-                           waiting_requests=final[3], preemptions_total=final[4]))
-        return out
-
+    # Stepping's complete_pass snapshot, taken now.
+    pass_metrics = run.metrics_factory(rank.metrics())
     effects = RunEffects(
         started_at_ms=run.started_at_ms, pass_ends=run.ends, members=run.members,
         absent_last=absent, completed=list(last.outputs.completed), kv_events=run.kv_events,
