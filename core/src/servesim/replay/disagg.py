@@ -298,20 +298,9 @@ class DisaggReplayer(Replayer):
                 busy = True
                 if rid not in held:
                     self._fail(rid, now)  # rejected at admission: never handed off
-            if eff.kv_events:
+            if self._publish_pass(w, rc.dp_rank, eff, now):
                 busy = True
-                self._kv(w, now, eff.kv_events)
-            if eff.forward_pass_metrics is not None:
-                for sink in self.fpm_sinks:
-                    _publish(sink, w, now, eff.forward_pass_metrics)
-            if eff.lifecycle_events:
-                busy = True
-                self._lifecycle(w, rc.dp_rank, eff.lifecycle_events, now)
-        if busy or not self._last_zero[w]:
-            self._zero_streak[w] = 0
-            self._countdown[w] = None
-            return
-        self._livelock_guard(w, now)
+        self._end_pass(w, busy, now)
 
     # -- the handoff ----------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 
-from servesim.contract import KvEvent, PassStartEffects, Request, Submit
+from servesim.contract import KvEvent, PassCompletionEffects, PassStartEffects, Request, Submit
 from servesim.engine import Engine, EnginePassStarted
 from servesim.errors import CommandRejected, SimError, TraceError
 from servesim.passlog import PassLogWriter
@@ -386,15 +386,27 @@ class Replayer:
             for rid in out.completed:
                 busy = True
                 self._terminal(rid, now)
-            if eff.kv_events:
+            if self._publish_pass(w, rc.dp_rank, eff, now):
                 busy = True
-                self._kv(w, now, eff.kv_events)
-            if eff.forward_pass_metrics is not None:
-                for sink in self.fpm_sinks:
-                    _publish(sink, w, now, eff.forward_pass_metrics)
-            if eff.lifecycle_events:
-                busy = True
-                self._lifecycle(w, rc.dp_rank, eff.lifecycle_events, now)
+        self._end_pass(w, busy, now)
+
+    def _publish_pass(self, w: int, dp_rank: int, eff: PassCompletionEffects, now: float) -> bool:
+        """A completed pass's KV events, FPM and lifecycle events, which every kind of worker
+        publishes alike; True when any of them counts as progress (the livelock guard)."""
+        busy = False
+        if eff.kv_events:
+            busy = True
+            self._kv(w, now, eff.kv_events)
+        if eff.forward_pass_metrics is not None:
+            for sink in self.fpm_sinks:
+                _publish(sink, w, now, eff.forward_pass_metrics)
+        if eff.lifecycle_events:
+            busy = True
+            self._lifecycle(w, dp_rank, eff.lifecycle_events, now)
+        return busy
+
+    def _end_pass(self, w: int, busy: bool, now: float) -> None:
+        """After a completed pass: reset the zero-duration streak, or check for a livelock."""
         if busy or not self._last_zero[w]:
             if self._zero_streak[w]:
                 self._zero_streak[w] = 0
