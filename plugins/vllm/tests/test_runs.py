@@ -219,7 +219,7 @@ def test_consecutive_runs_reuse_the_batch_and_a_cancel_drops_it(monkeypatch: Any
 
     def spy(rank: Any) -> Any:
         s = rank.sched
-        reads.append(s.run_cache is not None and s.run_cache[0] is s.running)
+        reads.append(s.run_cache is not None and s.run_cache.running is s.running)
         return real(rank)
 
     monkeypatch.setattr(vruns, "_steady_batch", spy)
@@ -244,3 +244,52 @@ def test_consecutive_runs_reuse_the_batch_and_a_cancel_drops_it(monkeypatch: Any
     a, b = _per_pass(step), _per_pass(run)
     assert sorted(a) == sorted(b)
     assert all(_key(a[p]) == _key(b[p]) for p in a)
+
+
+def test_passes_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) -> None:
+    """A pass that admits an arrival into a steady batch schedules the members from the
+    cache the previous run left (servesim_vllm.steady) instead of stepping each one; the
+    members' own counters stay stale until something else needs them. Three shapes of
+    newcomer: a short prompt (joins the cache), a prompt longer than the token budget
+    (still prefilling after the pass: the members are synced), and an arrival into a pool
+    too tight for the members' next blocks (the cache is declined, stepping preempts).
+    Every observable matches stepping pass by pass."""
+    from servesim_vllm import scheduler as vsched
+    from servesim_vllm import steady
+
+    taken: list[bool] = []
+    kept: list[bool] = []
+    real_step, real_after = steady.steady_step, steady.after_step
+
+    def spy_step(s: Any) -> bool:
+        taken.append(real_step(s))
+        return taken[-1]
+
+    def spy_after(s: Any, finishing: int) -> None:
+        real_after(s, finishing)
+        kept.append(s.run_cache is not None)
+
+    monkeypatch.setattr(vsched, "steady_step", spy_step)
+    monkeypatch.setattr(vsched, "after_step", spy_after)
+    arrivals = [(0.0, Request(i, Tokens([i * 1000 + t for t in range(9)]), 40 + 7 * i))
+                for i in range(3)]
+    arrivals += [(60.0, Request(3, Tokens([3000 + t for t in range(6)]), 30)),
+                 (120.0, Request(4, Tokens([4000 + t for t in range(50)]), 20))]
+    # Budget 24: request 3 (6 tokens) joins the cache; request 4 (50 tokens) is chunked.
+    # 22 blocks of 4: after request 3 joins, the members' next blocks no longer fit.
+    for cfg, expected in ((dict(num_gpu_blocks=400, block_size=4, max_num_batched_tokens=24),
+                           [(True, True), (True, False)]),
+                          (dict(num_gpu_blocks=22, block_size=4), [(True, True), (False, None)])):
+        taken.clear()
+        kept.clear()
+        step = _run(cfg, arrivals, [], runs=False)
+        assert not taken  # stepping alone never leaves a cache
+        run = _run(cfg, arrivals, [], runs=True, through=True)
+        assert list(zip(taken, [*kept, None]))[:2] == expected
+        preempted = [p for c in run.passes for r in c.by_rank for p in r.effects.pressure_events]
+        assert bool(preempted) == (expected[1][0] is False)
+        for rid, trace in step.requests.items():
+            assert trace.token_times == run.requests[rid].token_times, rid
+        a, b = _per_pass(step), _per_pass(run)
+        assert sorted(a) == sorted(b)
+        assert all(_key(a[p]) == _key(b[p]) for p in a)

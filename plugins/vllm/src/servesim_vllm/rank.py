@@ -39,6 +39,7 @@ from servesim.timing.base import scaled_ms
 
 from servesim_vllm import behaviour as _behaviour
 from servesim_vllm import runs as _runs
+from servesim_vllm import steady as _steady
 from servesim_vllm.config import VllmConfig
 from servesim_vllm.handoff import VllmHandoffAdapter, head_blocked_externally
 from servesim_vllm.scheduler import PassResult, VllmScheduler
@@ -113,6 +114,7 @@ class VllmRank(Rank):
         self, command: Command, ctx: CommandContext, pending: VllmPendingPass | None
     ) -> CommandEffects:
         """The handoff commands (servesim.handoff.HandoffBook; aisimulate-engine.md §8.2)."""
+        _steady.sync(self.sched)  # the book may read or change running requests
         book = self.book
         busy = ctx.pass_in_flight
         retained = pending.effects if pending is not None else None

@@ -53,6 +53,7 @@ from servesim.runs import (
 from servesim.timing.base import scaled_ms
 
 from servesim_vllm.request import Status
+from servesim_vllm.steady import SteadyCache, block_step
 
 if TYPE_CHECKING:
     from servesim_vllm.rank import VllmRank
@@ -65,12 +66,13 @@ VllmRunPending = BlockRunPending
 
 def _steady_batch(
     rank: VllmRank,
-) -> tuple[int, int, int, list[int], list[int], list[int]] | None:
+) -> tuple[int, int, int, list[int], list[int], list[int], list[int]] | None:
     """``(sum of lengths, sum of squares, passes until the first completion, first block
-    crossing pass per request (batch order), passes left per request, lengths)`` of a steady
-    batch, or None when the next pass would not be a plain decode of every running request.
-    One loop over the batch (the per-run cost that stepping pays per pass), or none when the
-    previous run left its lengths and passes left (``run_cache``, set by :func:`_commit`)."""
+    crossing pass per request (batch order), passes left per request, lengths, request ids)``
+    of a steady batch, or None when the next pass would not be a plain decode of every
+    running request. One loop over the batch (the per-run cost that stepping pays per pass),
+    or none when a run or steady pass left the batch in ``run_cache``
+    (servesim_vllm.steady; the members' own counters are then stale)."""
     s = rank.sched
     if rank.config.worker_type is not WorkerType.AGGREGATED:
         return None
@@ -87,16 +89,12 @@ def _steady_batch(
         return None
     bs = s.bs
     cache = s.run_cache
-    if cache is not None and cache[0] is running:
-        # Only runs touched the batch since the last one: every member is still steady
-        # and within the pool; advance its lengths and passes left by that run's k.
-        _, k, lens, rems = cache
-        if min(rems) <= k:  # members completed in it are gone from the batch
-            lens = [x + k for x, r in zip(lens, rems, strict=True) if r > k]
-            rems = [r - k for r in rems if r > k]
-        else:
-            lens = [x + k for x in lens]
-            rems = [r - k for r in rems]
+    if cache is not None:
+        # Only runs and steady passes touched the batch since the cache was set: every
+        # member is still steady and within the pool.
+        if cache.running is not running:
+            raise RuntimeError("vllm rank: the steady batch cache lost track of the running list")
+        lens, rems, rids = cache.current()
     else:
         tail = running[-1]
         if tail.computed != tail.length - 1 or not tail.generated:
@@ -116,6 +114,7 @@ def _steady_batch(
                 return None
             add_rem(max_out - gen)
             add_len(length)
+        rids = [req.rid for req in running]
     first_done = min(rems)
     if first_done < 1:
         return None
@@ -123,7 +122,7 @@ def _steady_batch(
     # (allocate); bs 1 crosses every pass. First crossings as bare ints: the (pass, index)
     # heap entries are built only for the few inside the run (_replay_crossings).
     cross = [0 if r <= 1 else bs - r for r in [x % bs for x in lens]]
-    return sum(lens), sum(map(mul, lens, lens)), first_done, cross, rems, lens
+    return sum(lens), sum(map(mul, lens, lens)), first_done, cross, rems, lens, rids
 
 
 # Passes priced one by one before switching to numpy chunks (both bit-identical): most runs
@@ -160,7 +159,7 @@ def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
     shape = _steady_batch(rank)
     if shape is None:
         return None
-    total, sq, first_done, cross, rems, lens = shape
+    total, sq, first_done, cross, rems, lens, rids = shape
     s = rank.sched
     m = len(s.running)
     ends: list[float] = []
@@ -169,37 +168,37 @@ def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
     if (not stopped and through_completions and not s.waiting and first_done < max_passes):
         # Every member emitted up to the first completion before the horizon: continue
         # without the completed ones (priced per segment between completions).
-        for seg, j1 in _segments(s.running, rems, total, sq):
+        for seg, j1 in _segments(lens, rems, total, sq):
             segments.append(seg)
             j1 = min(j1, max_passes)
             j0, seg_total, _sq, seg_m = seg
             if j1 <= j0 or _pass_ends(rank, ends[-1], horizon, seg_total, seg_m, j0, j1, ends):
                 break
     run = VllmRunPending(now)
-    k = _replay_crossings(rank, run, cross, len(ends), rems, first_done)
+    k = _replay_crossings(rank, run, cross, len(ends), rems, first_done, lens)
     if k == 0:
         return None
     del ends[k:]
     run.ends = ends
     run.segments = [seg for seg in segments if seg[0] < k]
-    completed_at = _commit(rank, run, k, first_done, rems)
-    s.run_cache = (s.running, k, lens, rems)
+    completed_at = _commit(rank, run, k, first_done, rems, lens, rids)
+    s.run_cache = SteadyCache(s.running, k, lens, rems, rids)
     return RankRun(now, tuple(ends), run, completed_at)
 
 
-def _segments(running: list[VllmRequest], rems: list[int], total: int,
+def _segments(lens: list[int], rems: list[int], total: int,
               sq: int) -> Iterator[tuple[tuple[int, int, int, int], int]]:
     """After the first completion: ``((first pass, summed pre-run lengths, squares, batch
     size), end pass)`` of each stretch of the batch between completions (a member with
     ``rem`` passes left emits at passes ``0 .. rem-1``). Lazy, in completion order: a run
     that stops at the horizon touches only the members that completed before it."""
     order = sorted(range(len(rems)), key=rems.__getitem__)  # stable: batch order within
-    m = len(running)
+    m = len(lens)
     at = 0
     while at < m:
         rem = rems[order[at]]
         while at < m and rems[order[at]] == rem:
-            length = running[order[at]].length
+            length = lens[order[at]]
             total -= length
             sq -= length * length
             at += 1
@@ -244,7 +243,7 @@ def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
 
 
 def _replay_crossings(rank: VllmRank, run: VllmRunPending, firsts: list[int],
-                      k: int, rems: list[int], first_done: int) -> int:
+                      k: int, rems: list[int], first_done: int, lens: list[int]) -> int:
     """Apply the block steps of passes ``< k`` in (pass, batch) order, then each pass's
     completions (releases, in batch order), draining KV events per pass; returns the passes
     kept (fewer when an allocation could fail at some pass)."""
@@ -280,8 +279,7 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, firsts: list[int],
                 due.append(item[1])
         need = 0
         for i in due:
-            req = running[i]
-            grow = -(-(req.length + j) // bs) - len(req.table.ids)
+            grow = -(-(lens[i] + j) // bs) - len(running[i].table.ids)
             if grow > 0:
                 need += grow
         if need > avail:
@@ -294,9 +292,8 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, firsts: list[int],
             leftover = False
         avail -= need
         for i in due:
-            req = running[i]
-            length = req.length + j
-            _block_step(s, req, length)
+            length = lens[i] + j
+            block_step(s, running[i], length)
             nxt = j + 1 if bs == 1 or length % bs == 0 else j + bs - 1
             if nxt < k and nxt < rems[i]:
                 heapq.heappush(cross, (nxt, i))
@@ -314,51 +311,28 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, firsts: list[int],
     return k
 
 
-def _block_step(s: Any, req: VllmRequest, length: int) -> None:
-    """What ``VllmScheduler._schedule`` does to the pool for a one-token decode step of a
-    request whose pre-pass length is ``length`` (its allocation cannot fail here)."""
-    bs = s.bs
-    table = req.table
-    target = -(-length // bs)
-    if target > len(table.ids):
-        if not s.pool.allocate(table, target, ()):
-            raise RuntimeError(f"run: allocation for request {req.rid} failed despite headroom")
-    if s.caching:
-        full = length // bs
-        if full > table.num_cached:
-            seq = req.finalize_seq(full, bs, s.lazy_hashes and req.request.output_token_ids is None)
-            tokens = None
-            if s.token_ids_in_events:
-                tokens = lambda i: req.tokens(i * bs, (i + 1) * bs)  # noqa: E731
-            s.pool.finalize(table, full, seq, req.loc, tokens)
-
-
 def _commit(rank: VllmRank, run: VllmRunPending, k: int, first_done: int,
-            rems: list[int]) -> tuple[tuple[int, int], ...]:
-    """Advance every request by its tokens in the run (``k``, or up to its completion); finish
-    the completed ones (their blocks were released at their pass). Returns the completions
-    before the last pass as ``(pass, request id)``."""
+            rems: list[int], lens: list[int], rids: list[int]) -> tuple[tuple[int, int], ...]:
+    """Finish the requests that completed in the run (their blocks were released at their
+    pass); the others advance by ``k`` only in the cache the caller leaves
+    (servesim_vllm.steady). Returns the completions before the last pass as
+    ``(pass, request id)``."""
     s = rank.sched
     running = s.running
-    members = [req.rid for req in running]
+    members = rids
     completed: list[int] = []
     completed_at: list[tuple[int, int]] = []
-    for req in running:  # steady: computed stays length - 1 (_steady_batch)
-        req.length += k
-        req.computed += k
-        req.generated += k
     emitters = members
     if k >= first_done:
-        # Fix up the few members that completed within the run (fewer than k tokens).
+        # The members that completed within the run (up to k tokens each).
         for i in [i for i, rem in enumerate(rems) if rem <= k]:
             req = running[i]
             rem = rems[i]
             rid = req.rid
+            req.length = lens[i] + rem
+            req.computed = req.length - 1
+            req.generated = req.max_out
             if rem < k:
-                short = k - rem
-                req.length -= short
-                req.computed -= short
-                req.generated -= short
                 completed_at.append((rem - 1, rid))
             else:
                 completed.append(rid)

@@ -39,6 +39,7 @@ from servesim.rank import RankServices
 from servesim_vllm.handoff import admit_prebuilt_only
 from servesim_vllm.behaviour import Behaviour, resolve
 from servesim_vllm.request import Status, VllmRequest
+from servesim_vllm.steady import SteadyCache, after_step, steady_step, sync
 
 _BLOCKED = -1
 _CURRENT_PREEMPTED = -2
@@ -151,9 +152,10 @@ class VllmScheduler:
         # of never-admitted requests and of the known lengths of preempted ones.
         self.queued_prefill = [0, 0, 0]
         self.queued_decode = [0, 0, 0]
-        # Left by a run of steady passes for the next one (servesim_vllm.runs): valid while
-        # nothing but runs touched the running requests, so run_pass and cancel drop it.
-        self.run_cache: Any = None
+        # The steady batch left by a run or a steady pass (servesim_vllm.steady.SteadyCache):
+        # while set, the running requests' counters are stale and the cache holds them;
+        # anything else that reads or changes running requests syncs first.
+        self.run_cache: SteadyCache | None = None
         # Pass-local state (valid only inside run_pass).
         self._now = 0.0
         self._budget = 0
@@ -182,10 +184,10 @@ class VllmScheduler:
 
     def cancel(self, rid: RequestId) -> bool:
         """Drop a waiting or running request and free its blocks; False if unknown."""
-        req = self.requests.pop(rid, None)
-        if req is None:
+        if rid not in self.requests:
             return False
-        self.run_cache = None
+        sync(self)
+        req = self.requests.pop(rid)
         if req.status is Status.RUNNING:
             self.running.remove(req)
         else:
@@ -197,15 +199,20 @@ class VllmScheduler:
     # -- the pass -------------------------------------------------------------------------
 
     def run_pass(self, now: float) -> PassResult:
-        self.run_cache = None
         self._now = now
         self._budget = self.max_tokens
         self._res = res = PassResult()
         self._preempted_in_pass = False
-        self._schedule_running()
+        steady = self.run_cache is not None and steady_step(self)
+        if not steady:
+            sync(self)
+            self._schedule_running()
+        finishing = len(res.later)  # a steady pass's later: only members finishing now
         self._admit_waiting()
         self._prefill_time(res)
         self._emit(res)
+        if steady:
+            after_step(self, finishing)
         return res
 
     def _schedule_running(self) -> None:
