@@ -265,8 +265,8 @@ def test_passes_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) 
         taken.append(real_step(s))
         return taken[-1]
 
-    def spy_after(s: Any, finishing: int) -> None:
-        real_after(s, finishing)
+    def spy_after(s: Any) -> None:
+        real_after(s)
         kept.append(s.run_cache is not None)
 
     monkeypatch.setattr(vsched, "steady_step", spy_step)

@@ -47,6 +47,9 @@ class VllmRequest:
         "blocks",
         "work",
         "lazy_seq",
+        "sb",
+        "se",
+        "sn",
     )
 
     def __init__(self, request: Request, max_model_len: int | None) -> None:
@@ -70,6 +73,11 @@ class VllmRequest:
         self.work: object | None = None  # this pass's scheduling details (scheduler-owned)
         # Prompt hashes followed by unique placeholders for generated blocks (finalize_seq).
         self.lazy_seq: list[int] | None = None
+        # Length minus the pass counter, end pass and batch serial while the request is in
+        # a steady batch (servesim_vllm.steady); meaningless otherwise.
+        self.sb = 0
+        self.se = 0
+        self.sn = 0
 
     @property
     def finished_generating(self) -> bool:

@@ -24,6 +24,11 @@ Pass ``j``'s decode time uses the same call and float operations as stepping:
 pre-run length, and ``end = start + scaled_ms(0.0, speedup) + scaled_ms(decode, decode_speedup)``,
 so boundaries are bit-identical (including the nanosecond rounding of ``scaled_ms``).
 
+The batch is held as a :class:`servesim_vllm.steady.SteadyBatch`: a run visits only the
+members whose block steps or completions fall inside it (a heap of next block steps, buckets
+of completion passes), so its cost does not grow with the batch, and the members' own counters
+are written back only when something other than runs and steady passes needs them.
+
 Runs are declined (stepping is used) for anything else: a non-aggregated worker, handoff
 state, schedule recording, a batch larger than the token budget, and any running request
 whose prompt plus output could outgrow the whole pool (it could later be rejected on
@@ -32,9 +37,7 @@ readmission, which the driver's run statistics do not model).
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator
-from operator import mul
 from typing import TYPE_CHECKING, Any
 
 from servesim.contract import (
@@ -53,7 +56,7 @@ from servesim.runs import (
 from servesim.timing.base import scaled_ms
 
 from servesim_vllm.request import Status
-from servesim_vllm.steady import SteadyCache, block_step
+from servesim_vllm.steady import SteadyBatch, block_step, growth
 
 if TYPE_CHECKING:
     from servesim_vllm.rank import VllmRank
@@ -64,15 +67,10 @@ VllmRunPending = BlockRunPending
 
 
 
-def _steady_batch(
-    rank: VllmRank,
-) -> tuple[int, int, int, list[int], list[int], list[int], list[int]] | None:
-    """``(sum of lengths, sum of squares, passes until the first completion, first block
-    crossing pass per request (batch order), passes left per request, lengths, request ids)``
-    of a steady batch, or None when the next pass would not be a plain decode of every
-    running request. One loop over the batch (the per-run cost that stepping pays per pass),
-    or none when a run or steady pass left the batch in ``run_cache``
-    (servesim_vllm.steady; the members' own counters are then stale)."""
+def _steady_batch(rank: VllmRank) -> SteadyBatch | None:
+    """The running batch as a :class:`SteadyBatch` (the one a run or steady pass left in
+    ``run_cache``, else built from the requests: one loop over the batch), or None when the
+    next pass would not be a plain decode of every running request."""
     s = rank.sched
     if rank.config.worker_type is not WorkerType.AGGREGATED:
         return None
@@ -87,42 +85,18 @@ def _steady_batch(
     m = len(running)
     if m == 0 or m > s.max_tokens:
         return None
-    bs = s.bs
-    cache = s.run_cache
-    if cache is not None:
-        # Only runs and steady passes touched the batch since the cache was set: every
-        # member is still steady and within the pool.
-        if cache.running is not running:
-            raise RuntimeError("vllm rank: the steady batch cache lost track of the running list")
-        lens, rems, rids = cache.current()
-    else:
-        tail = running[-1]
-        if tail.computed != tail.length - 1 or not tail.generated:
-            return None  # the newest member (a just-admitted request) is still prefilling
-        limit = s.usable_blocks * bs  # without vLLM's null block when set
-        lens = []
-        add_len = lens.append
-        rems = []
-        add_rem = rems.append
-        for req in running:
-            length = req.length
-            gen = req.generated
-            if req.computed != length - 1 or not gen:
-                return None
-            max_out = req.max_out
-            if req.prompt_len + max_out > limit:
-                return None
-            add_rem(max_out - gen)
-            add_len(length)
-        rids = [req.rid for req in running]
-    first_done = min(rems)
-    if first_done < 1:
-        return None
-    # Pass j crosses a block boundary when (length + j) % bs is 0 (finalize) or 1
-    # (allocate); bs 1 crosses every pass. First crossings as bare ints: the (pass, index)
-    # heap entries are built only for the few inside the run (_replay_crossings).
-    cross = [0 if r <= 1 else bs - r for r in [x % bs for x in lens]]
-    return sum(lens), sum(map(mul, lens, lens)), first_done, cross, rems, lens, rids
+    batch = s.run_cache
+    if batch is not None:
+        if batch.running is not running or batch.m != m:
+            raise RuntimeError("vllm rank: the steady batch lost track of the running list")
+        return batch
+    tail = running[-1]
+    if tail.computed != tail.length - 1 or not tail.generated:
+        return None  # the newest member (a just-admitted request) is still prefilling
+    # Without vLLM's null block when set.
+    batch = SteadyBatch.build(running, s.bs, s.usable_blocks * s.bs)
+    s.run_cache = batch  # exact even if no run follows: nothing advanced yet
+    return batch
 
 
 # Passes priced one by one before switching to numpy chunks (both bit-identical): most runs
@@ -156,55 +130,58 @@ def _admission_blocked(s: Any) -> bool:
 
 def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
                 through_completions: bool = False) -> RankRun | None:
-    shape = _steady_batch(rank)
-    if shape is None:
+    batch = _steady_batch(rank)
+    if batch is None:
         return None
-    total, sq, first_done, cross, rems, lens, rids = shape
     s = rank.sched
-    m = len(s.running)
+    m = batch.m
+    total, sq = batch.sums(batch.P)
+    first_done = batch.end_heap[0] - batch.P
     ends: list[float] = []
     segments = [(0, total, sq, m)]
     stopped = _pass_ends(rank, now, horizon, total, m, 0, min(first_done, max_passes), ends)
     if (not stopped and through_completions and not s.waiting and first_done < max_passes):
         # Every member emitted up to the first completion before the horizon: continue
         # without the completed ones (priced per segment between completions).
-        for seg, j1 in _segments(lens, rems, total, sq):
+        for seg, j1 in _segments(batch, total, sq):
             segments.append(seg)
             j1 = min(j1, max_passes)
             j0, seg_total, _sq, seg_m = seg
             if j1 <= j0 or _pass_ends(rank, ends[-1], horizon, seg_total, seg_m, j0, j1, ends):
                 break
     run = VllmRunPending(now)
-    k = _replay_crossings(rank, run, cross, len(ends), rems, first_done, lens)
+    members = batch.rids
+    k, finished = _replay_crossings(rank, run, batch, len(ends))
     if k == 0:
         return None
     del ends[k:]
     run.ends = ends
     run.segments = [seg for seg in segments if seg[0] < k]
-    completed_at = _commit(rank, run, k, first_done, rems, lens, rids)
-    s.run_cache = SteadyCache(s.running, k, lens, rems, rids)
+    completed_at = _commit(rank, run, batch, k, members, finished)
     return RankRun(now, tuple(ends), run, completed_at)
 
 
-def _segments(lens: list[int], rems: list[int], total: int,
+def _segments(batch: SteadyBatch, total: int,
               sq: int) -> Iterator[tuple[tuple[int, int, int, int], int]]:
     """After the first completion: ``((first pass, summed pre-run lengths, squares, batch
     size), end pass)`` of each stretch of the batch between completions (a member with
     ``rem`` passes left emits at passes ``0 .. rem-1``). Lazy, in completion order: a run
     that stops at the horizon touches only the members that completed before it."""
-    order = sorted(range(len(rems)), key=rems.__getitem__)  # stable: batch order within
-    m = len(lens)
-    at = 0
-    while at < m:
-        rem = rems[order[at]]
-        while at < m and rems[order[at]] == rem:
-            length = lens[order[at]]
+    P0 = batch.P
+    m = batch.m
+    ends = batch.ends
+    keys = sorted(ends)
+    last = len(keys) - 1
+    for at, end in enumerate(keys):
+        done = ends[end]
+        for req in done:
+            length = req.sb + P0
             total -= length
             sq -= length * length
-            at += 1
-        if at == m:
+        m -= len(done)
+        if at == last:
             return
-        yield (rem, total, sq, m - at), rems[order[at]]
+        yield (end - P0, total, sq, m), keys[at + 1] - P0
 
 
 def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
@@ -242,15 +219,15 @@ def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
     return price_decode_chunks(timing, m, total, kv_total, dsp, j, kmax, start, horizon, ends)
 
 
-def _replay_crossings(rank: VllmRank, run: VllmRunPending, firsts: list[int],
-                      k: int, rems: list[int], first_done: int, lens: list[int]) -> int:
+def _replay_crossings(rank: VllmRank, run: VllmRunPending, batch: SteadyBatch,
+                      k: int) -> tuple[int, list[tuple[int, list[VllmRequest]]]]:
     """Apply the block steps of passes ``< k`` in (pass, batch) order, then each pass's
-    completions (releases, in batch order), draining KV events per pass; returns the passes
-    kept (fewer when an allocation could fail at some pass)."""
+    completions (releases, in batch order), draining KV events per pass. Returns the passes
+    kept (fewer when an allocation could fail at some pass) and ``(pass, requests)`` of the
+    completions in them, which have left the batch."""
     s = rank.sched
     pool = s.pool
     bs = s.bs
-    running = s.running
     free, evict = pool._free, pool._evict  # noqa: SLF001 - allocation headroom
     avail = len(free) + len(evict)
     events_on = pool.events_enabled
@@ -259,48 +236,42 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, firsts: list[int],
     # Events left by commands since the last pass belong to pass 0, as when stepping; they
     # are taken once pass 0 is certain to be kept.
     leftover = events_on
-    cross: list[Any]
-    if k < first_done:
-        cross = [(f, i) for i, f in enumerate(firsts) if f < k]
-    else:
-        cross = [(f, i) for i, f in enumerate(firsts) if f < k and f < rems[i]]
-        # Completions inside the run as (pass, batch index, True): after the pass's crossings.
-        cross.extend((rem - 1, i, True) for i, rem in enumerate(rems) if rem <= k)
-    heapq.heapify(cross)
-    while cross:
-        j = cross[0][0]
-        due = []
-        finished = []
-        while cross and cross[0][0] == j:
-            item = heapq.heappop(cross)
-            if len(item) == 3:
-                finished.append(item[1])
-            else:
-                due.append(item[1])
+    P0 = batch.P
+    limit = P0 + k
+    cross, end_heap = batch.cross, batch.end_heap
+    finished: list[tuple[int, list[VllmRequest]]] = []
+    while True:
+        pc = cross[0][0] if cross else limit
+        pe = end_heap[0] - 1 if end_heap else limit  # the last pass of the next completion
+        p = pc if pc < pe else pe
+        if p >= limit:
+            break
+        j = p - P0
         need = 0
-        for i in due:
-            grow = -(-(lens[i] + j) // bs) - len(running[i].table.ids)
-            if grow > 0:
-                need += grow
-        if need > avail:
-            # The allocation could fail: stepping must decide (preemption) at this pass.
-            if j and leftover:
-                run.take_events(pool, 0)
-            return j
+        due = batch.pop_crossings(p) if pc == p else ()
+        if due:
+            need = growth(due, p, bs)
+            if need > avail:
+                # The allocation could fail: stepping must decide (preemption) at this pass.
+                batch.unpop(p, due)
+                if j and leftover:
+                    run.take_events(pool, 0)
+                return j, finished
         if j and leftover:
             run.take_events(pool, 0)
             leftover = False
-        avail -= need
-        for i in due:
-            length = lens[i] + j
-            block_step(s, running[i], length)
-            nxt = j + 1 if bs == 1 or length % bs == 0 else j + bs - 1
-            if nxt < k and nxt < rems[i]:
-                heapq.heappush(cross, (nxt, i))
-        if finished:
+        if due:
+            avail -= need
+            for req in due:
+                length = req.sb + p
+                block_step(s, req, length)
+                batch.step_done(p, req, length)
+        if pe == p:
             # As _emit after _schedule_running: completions release after the allocations.
-            for i in finished:
-                pool.release(running[i].table)
+            done = batch.finish(p + 1)
+            for req in done:
+                pool.release(req.table)
+            finished.append((j, done))
             avail = len(free) + len(evict)
         occupancy.append((j, pool.num_active, pool.num_inactive))
         if events_on:
@@ -308,41 +279,41 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, firsts: list[int],
             leftover = False
     if leftover:
         run.take_events(pool, 0)
-    return k
+    return k, finished
 
 
-def _commit(rank: VllmRank, run: VllmRunPending, k: int, first_done: int,
-            rems: list[int], lens: list[int], rids: list[int]) -> tuple[tuple[int, int], ...]:
-    """Finish the requests that completed in the run (their blocks were released at their
-    pass); the others advance by ``k`` only in the cache the caller leaves
+def _commit(rank: VllmRank, run: VllmRunPending, batch: SteadyBatch, k: int,
+            members: list[int], finished: list[tuple[int, list[VllmRequest]]]
+            ) -> tuple[tuple[int, int], ...]:
+    """Advance the batch by ``k`` passes and finish the requests that completed in the run
+    (their blocks were released at their pass); the others advance only in the batch
     (servesim_vllm.steady). Returns the completions before the last pass as
     ``(pass, request id)``."""
     s = rank.sched
-    running = s.running
-    members = rids
     completed: list[int] = []
     completed_at: list[tuple[int, int]] = []
     emitters = members
-    if k >= first_done:
-        # The members that completed within the run (up to k tokens each).
-        for i in [i for i, rem in enumerate(rems) if rem <= k]:
-            req = running[i]
-            rem = rems[i]
-            rid = req.rid
-            req.length = lens[i] + rem
-            req.computed = req.length - 1
-            req.generated = req.max_out
-            if rem < k:
-                completed_at.append((rem - 1, rid))
-            else:
-                completed.append(rid)
-            req.status = Status.FINISHED
-            del s.requests[rid]
+    batch.P += k
+    if finished:
+        for j, done in finished:
+            last = j == k - 1
+            for req in done:
+                rid = req.rid
+                length = req.sb + req.se
+                req.length = length
+                req.computed = length - 1
+                req.generated = req.max_out
+                req.status = Status.FINISHED
+                del s.requests[rid]
+                if last:
+                    completed.append(rid)
+                else:
+                    completed_at.append((j, rid))
+        s.running = batch.running = [r for r in s.running if r.status is Status.RUNNING]
+        batch.rids = [r.rid for r in s.running]
         if completed_at:
-            emitters = [rid for rid, rem in zip(members, rems, strict=True) if rem >= k]
-        s.running = [r for r in running if r.status is Status.RUNNING]
-        if completed_at:
-            completed_at.sort(key=lambda c: c[0])  # stable: batch order within a pass
+            gone = {rid for _j, rid in completed_at}
+            emitters = [rid for rid in members if rid not in gone]
             before = run.completed_before
             for j, rid in completed_at:
                 before.setdefault(j, []).append(rid)

@@ -36,10 +36,10 @@ from servesim.contract import (
 from servesim.kv.pool import BlockPool
 from servesim.rank import RankServices
 
-from servesim_vllm.handoff import admit_prebuilt_only
 from servesim_vllm.behaviour import Behaviour, resolve
+from servesim_vllm.handoff import admit_prebuilt_only
 from servesim_vllm.request import Status, VllmRequest
-from servesim_vllm.steady import SteadyCache, after_step, steady_step, sync
+from servesim_vllm.steady import SteadyBatch, after_step, steady_step, sync
 
 _BLOCKED = -1
 _CURRENT_PREEMPTED = -2
@@ -152,10 +152,10 @@ class VllmScheduler:
         # of never-admitted requests and of the known lengths of preempted ones.
         self.queued_prefill = [0, 0, 0]
         self.queued_decode = [0, 0, 0]
-        # The steady batch left by a run or a steady pass (servesim_vllm.steady.SteadyCache):
-        # while set, the running requests' counters are stale and the cache holds them;
+        # The steady batch left by a run or a steady pass (servesim_vllm.steady.SteadyBatch):
+        # while set, the running requests' counters are stale and the batch holds them;
         # anything else that reads or changes running requests syncs first.
-        self.run_cache: SteadyCache | None = None
+        self.run_cache: SteadyBatch | None = None
         # Pass-local state (valid only inside run_pass).
         self._now = 0.0
         self._budget = 0
@@ -207,12 +207,11 @@ class VllmScheduler:
         if not steady:
             sync(self)
             self._schedule_running()
-        finishing = len(res.later)  # a steady pass's later: only members finishing now
         self._admit_waiting()
         self._prefill_time(res)
         self._emit(res)
         if steady:
-            after_step(self, finishing)
+            after_step(self)
         return res
 
     def _schedule_running(self) -> None:

@@ -1,86 +1,169 @@
 """The steady batch kept between runs and passes, with its members' counters held lazily.
 
 After a run of steady decode passes (servesim_vllm.runs) every running request is a plain
-decoder: its prompt is done and one sampled token is left to compute. While that holds,
-the batch is fully described by three lists in batch order (known lengths, passes left,
-request ids) taken ``k`` passes ago: a member's length now is ``lens[i] + k`` and it
-completes after ``rems[i] - k`` more passes (members with ``rems[i] <= k`` have already
-completed and are no longer running).
+decoder: its prompt is done and one sampled token is left to compute. While that holds, a
+:class:`SteadyBatch` describes the batch by a pass counter ``P`` that only it advances, and
+per member two constants (slots on the request): ``sb``, its length minus ``P``, and
+``se``, the value of ``P`` after its last pass. What changes from pass to pass is then
+found without visiting every member:
 
-While such a :class:`SteadyCache` is set, the running requests' own ``length``,
-``computed`` and ``generated`` are stale: neither a run nor a steady pass writes them, so
-neither pays a Python-level step per member. :func:`sync` writes them back, and everything
+* the members whose block steps fall in pass ``P`` (a pre-pass length ``L`` with
+  ``L % bs`` 0 or 1: :func:`block_step`) are the top of a heap of ``(pass, serial, request)``
+  entries, one per member, in batch order (serials follow the running list's order);
+* the members completing with pass ``P`` are ``ends[P + 1]``, in batch order;
+* the batch's summed lengths and squares come from the sums of ``sb`` and ``sb**2``.
+
+While a batch is set (``VllmScheduler.run_cache``), the running requests' own ``length``,
+``computed`` and ``generated`` are stale. :func:`sync` writes them back, and everything
 that reads or changes running requests other than runs and :func:`steady_step` calls it
 first (``VllmScheduler.run_pass`` when the pass is not steady, ``cancel``, the handoff
 commands).
 
 :func:`steady_step` is the first half of ``VllmScheduler.run_pass`` for such a batch: it
 schedules every member as ``_schedule_running`` would (one token each, block steps in batch
-order, completions left for ``_emit``), without touching the members. Admission, prefill
+order, completions left for ``_emit``) without touching the others. Admission, prefill
 pricing and ``_emit`` then run as usual; :func:`after_step` adds the newly admitted requests
-to the cache, or syncs when one of them is not a plain decoder yet.
+to the batch, or syncs when one of them is not a plain decoder yet.
 """
 
 from __future__ import annotations
 
-from operator import mul
-from typing import TYPE_CHECKING, Any
+import heapq
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from servesim_vllm.request import VllmRequest
     from servesim_vllm.scheduler import VllmScheduler
 
 
-class SteadyCache:
-    """Lengths, passes left and ids of the running batch ``k`` passes ago (batch order);
-    entries with ``rems[i] <= k`` belong to members that completed since."""
+class SteadyBatch:
+    """The running batch of a steady rank (see the module docstring)."""
 
-    __slots__ = ("running", "k", "lens", "rems", "rids")
+    __slots__ = ("running", "P", "bs", "m", "sum_b", "sum_b2", "cross", "ends", "end_heap",
+                 "rids", "serial")
 
-    def __init__(self, running: list[VllmRequest], k: int, lens: list[int], rems: list[int],
-                 rids: list[int]) -> None:
+    def __init__(self, running: list[VllmRequest], bs: int) -> None:
         self.running = running
-        self.k = k
-        self.lens = lens
-        self.rems = rems
-        self.rids = rids
+        self.P = 0
+        self.bs = bs
+        self.m = 0
+        self.sum_b = 0
+        self.sum_b2 = 0
+        self.cross: list[tuple[int, int, VllmRequest]] = []
+        self.ends: dict[int, list[VllmRequest]] = {}
+        self.end_heap: list[int] = []
+        self.rids: list[int] = []
+        self.serial = 0
 
-    def current(self) -> tuple[list[int], list[int], list[int]]:
-        """``(lens, rems, rids)`` of the members running now, in batch order."""
-        k = self.k
-        lens, rems, rids = self.lens, self.rems, self.rids
-        if not k:
-            return lens, rems, rids
-        if min(rems) <= k:  # members completed since are gone from the batch
-            keep = [r > k for r in rems]
-            lens = [x + k for x, live in zip(lens, keep, strict=True) if live]
-            rids = [rid for rid, live in zip(rids, keep, strict=True) if live]
-            rems = [r - k for r in rems if r > k]
+    @classmethod
+    def build(cls, running: list[VllmRequest], bs: int, limit: int) -> SteadyBatch | None:
+        """From the requests' own counters; None when a member is not a plain decoder, or
+        could outgrow the pool (``limit`` tokens: readmission could reject it)."""
+        for req in running:
+            if req.computed != req.length - 1 or not req.generated:
+                return None
+            if req.prompt_len + req.max_out > limit or req.generated >= req.max_out:
+                return None
+        batch = cls(running, bs)
+        batch.add(running)
+        batch.rids = [req.rid for req in running]
+        return batch
+
+    def add(self, reqs: list[VllmRequest]) -> None:
+        """Members joining at the end of the batch, their own counters current at ``P``."""
+        P, bs = self.P, self.bs
+        cross, ends = self.cross, self.ends
+        serial = self.serial
+        sum_b = sum_b2 = 0
+        for req in reqs:
+            length = req.length
+            b = length - P
+            end = P + req.max_out - req.generated
+            req.sb = b
+            req.se = end
+            req.sn = serial
+            sum_b += b
+            sum_b2 += b * b
+            r = length % bs
+            first = P if r <= 1 else P + bs - r
+            if first < end:
+                heapq.heappush(cross, (first, serial, req))
+            serial += 1
+            bucket = ends.get(end)
+            if bucket is None:
+                ends[end] = [req]
+                heapq.heappush(self.end_heap, end)
+            else:
+                bucket.append(req)
+        self.serial = serial
+        self.m += len(reqs)
+        self.sum_b += sum_b
+        self.sum_b2 += sum_b2
+
+    def sums(self, P: int) -> tuple[int, int]:
+        """Summed lengths and squared lengths of the members before pass ``P``."""
+        sb = self.sum_b
+        return sb + self.m * P, self.sum_b2 + 2 * P * sb + self.m * P * P
+
+    def pop_crossings(self, P: int) -> list[VllmRequest]:
+        """The members with a block step in pass ``P``, in batch order (taken off the heap:
+        :meth:`step_done` puts their next one back, :meth:`unpop` restores them)."""
+        cross = self.cross
+        due = []
+        while cross and cross[0][0] == P:
+            due.append(heapq.heappop(cross)[2])
+        return due
+
+    def unpop(self, P: int, due: list[VllmRequest]) -> None:
+        for req in due:
+            heapq.heappush(self.cross, (P, req.sn, req))
+
+    def step_done(self, P: int, req: VllmRequest, length: int) -> None:
+        """After ``req``'s block step in pass ``P`` at pre-pass length ``length``: queue its
+        next one (the following pass after a block filled, else the next block edge)."""
+        bs = self.bs
+        nxt = P + 1 if bs == 1 or length % bs == 0 else P + bs - 1
+        if nxt < req.se:
+            heapq.heappush(self.cross, (nxt, req.sn, req))
+
+    def finish(self, end: int) -> list[VllmRequest]:
+        """Remove the members whose last pass was ``end - 1``; returns them (batch order)."""
+        done = self.ends.pop(end)
+        heap = self.end_heap
+        if heap and heap[0] == end:
+            heapq.heappop(heap)
         else:
-            lens = [x + k for x in lens]
-            rems = [r - k for r in rems]
-        return lens, rems, rids
+            heap.remove(end)
+            heapq.heapify(heap)
+        sum_b = sum_b2 = 0
+        for req in done:
+            b = req.sb
+            sum_b += b
+            sum_b2 += b * b
+        self.m -= len(done)
+        self.sum_b -= sum_b
+        self.sum_b2 -= sum_b2
+        return done
+
+    def write_back(self, members: list[VllmRequest]) -> None:
+        """Set the members' own counters to their values now."""
+        P = self.P
+        for req in members:
+            length = req.sb + P
+            req.length = length
+            req.computed = length - 1
+            req.generated = req.max_out - (req.se - P)
 
 
 def sync(s: VllmScheduler) -> None:
-    """Write the cached counters back into the running requests and drop the cache."""
-    cache = s.run_cache
-    if cache is None:
+    """Write the batch's counters back into the running requests and drop the batch."""
+    batch = s.run_cache
+    if batch is None:
         return
     s.run_cache = None
-    if cache.running is not s.running:
-        raise RuntimeError("vllm rank: the steady batch cache lost track of the running list")
-    _write_back(s.running, cache)
-
-
-def _write_back(members: list[VllmRequest], cache: SteadyCache) -> None:
-    lens, rems, _rids = cache.current()
-    if len(lens) != len(members):
-        raise RuntimeError("vllm rank: the steady batch cache lost track of the running list")
-    for req, length, rem in zip(members, lens, rems, strict=True):
-        req.length = length
-        req.computed = length - 1
-        req.generated = req.max_out - rem
+    if batch.running is not s.running or batch.m != len(s.running):
+        raise RuntimeError("vllm rank: the steady batch lost track of the running list")
+    batch.write_back(s.running)
 
 
 def block_step(s: VllmScheduler, req: VllmRequest, length: int) -> None:
@@ -102,67 +185,82 @@ def block_step(s: VllmScheduler, req: VllmRequest, length: int) -> None:
             s.pool.finalize(table, full, seq, req.loc, tokens)
 
 
+def growth(due: list[VllmRequest], P: int, bs: int) -> int:
+    """Blocks the block steps of ``due`` in pass ``P`` allocate."""
+    need = 0
+    for req in due:
+        grow = -(-(req.sb + P) // bs) - len(req.table.ids)
+        if grow > 0:
+            need += grow
+    return need
+
+
 def steady_step(s: VllmScheduler) -> bool:
-    """Schedule the running batch of this pass from the cache, as ``_schedule_running``
-    would; False, having changed nothing, when the pass is not a steady one (handoff state,
-    or an allocation that could fail and must preempt)."""
-    cache = s.run_cache
+    """Schedule the running batch of this pass from the steady batch, as
+    ``_schedule_running`` would; False, having changed nothing, when the pass is not a
+    steady one (handoff state, or an allocation that could fail and must preempt)."""
+    batch = s.run_cache
     running = s.running
-    if cache.running is not running:
-        raise RuntimeError("vllm rank: the steady batch cache lost track of the running list")
+    if batch.running is not running:
+        raise RuntimeError("vllm rank: the steady batch lost track of the running list")
     book = s.book
     if book is not None and (book.sources or book.dests or book.events or book.blocks_admission):
         return False
-    m = len(running)
+    m = batch.m
     if m == 0 or m > s.max_tokens:
         return False
-    lens, rems, rids = cache.current()
-    bs = s.bs
-    pool = s.pool
-    due = range(m) if bs == 1 else [i for i, x in enumerate(lens) if x % bs <= 1]
+    P = batch.P
+    due = batch.pop_crossings(P)
     if due:
-        need = 0
-        for i in due:
-            grow = -(-lens[i] // bs) - len(running[i].table.ids)
-            if grow > 0:
-                need += grow
-        if need > len(pool._free) + len(pool._evict):  # noqa: SLF001 - allocation headroom
+        pool = s.pool
+        if growth(due, P, s.bs) > len(pool._free) + len(pool._evict):  # noqa: SLF001
+            batch.unpop(P, due)
             return False
-        for i in due:
-            block_step(s, running[i], lens[i])
+        for req in due:
+            length = req.sb + P
+            block_step(s, req, length)
+            batch.step_done(P, req, length)
     res = s._res  # noqa: SLF001 - the pass being built
     res.order = running[:]
-    res.token_rids = list(rids)
-    if min(rems) == 1:  # this pass's token is the last for these (completed in _emit)
-        res.later = [running[i] for i, r in enumerate(rems) if r == 1]
-    res.plain = [m, sum(lens), sum(map(mul, lens, lens))]
+    res.token_rids = batch.rids[:]
+    finishing = batch.ends.get(P + 1)
+    if finishing:  # this pass's token is their last (completed in _emit)
+        res.later = finishing[:]
+    total, sq = batch.sums(P)
+    res.plain = [m, total, sq]
     s._budget = s.max_tokens - m  # noqa: SLF001
-    s.run_cache = SteadyCache(running, 1, lens, rems, rids)
     return True
 
 
-def after_step(s: VllmScheduler, finished_members: int) -> None:
-    """After a pass begun by :func:`steady_step`: the running list is its surviving members
-    followed by the requests admitted in the pass. Keep the cache when every newcomer is a
+def after_step(s: VllmScheduler) -> None:
+    """After a pass begun by :func:`steady_step`: the running list is the surviving members
+    followed by the requests admitted in the pass. Keep the batch when every newcomer is a
     plain decoder now; otherwise sync the members and drop it."""
-    cache = s.run_cache
+    batch = s.run_cache
+    batch.P += 1
+    P = batch.P
+    if P in batch.ends:
+        batch.finish(P)
+    survivors = batch.m
     running = s.running
-    survivors = len(cache.rems) - finished_members
+    if len(running) < survivors:
+        raise RuntimeError("vllm rank: the steady batch lost track of the running list")
+    batch.running = running
+    if survivors != len(batch.rids):
+        batch.rids = [req.rid for req in running[:survivors]]
     new = running[survivors:]
-    cache.running = running
     if not new:
         return
     limit = s.usable_blocks * s.bs
     for req in new:
-        if req.computed != req.length - 1 or not req.generated or req.prompt_len + req.max_out > limit:
+        if (req.computed != req.length - 1 or not req.generated
+                or req.prompt_len + req.max_out > limit or req.generated >= req.max_out):
             # The newcomers' own counters are current: write back the members' and drop it.
             s.run_cache = None
-            _write_back(running[:survivors], cache)
+            batch.write_back(running[:survivors])
             return
-    # New lists: a run's effects may still hold the old ones (its members).
-    cache.lens = cache.lens + [req.length - 1 for req in new]
-    cache.rems = cache.rems + [req.max_out - req.generated + 1 for req in new]
-    cache.rids = cache.rids + [req.rid for req in new]
+    batch.add(new)
+    batch.rids = batch.rids + [req.rid for req in new]
 
 
-__all__ = ["SteadyCache", "after_step", "block_step", "steady_step", "sync"]
+__all__ = ["SteadyBatch", "after_step", "block_step", "growth", "steady_step", "sync"]
