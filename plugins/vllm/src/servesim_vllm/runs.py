@@ -309,11 +309,19 @@ def _commit(rank: VllmRank, run: VllmRunPending, batch: SteadyBatch, k: int,
                     completed.append(rid)
                 else:
                     completed_at.append((j, rid))
-        s.running = batch.running = [r for r in s.running if r.status is Status.RUNNING]
-        batch.rids = [r.rid for r in s.running]
+        # In place, few at a time: the batch keeps the running list (and a new ids list,
+        # as the run's effects hold the old one as its members).
+        running = s.running
+        rids = members[:]
+        for _j, done in finished:
+            for req in done:
+                running.remove(req)
+                rids.remove(req.rid)
+        batch.rids = rids
         if completed_at:
-            gone = {rid for _j, rid in completed_at}
-            emitters = [rid for rid in members if rid not in gone]
+            emitters = members[:]
+            for _j, rid in completed_at:
+                emitters.remove(rid)
             before = run.completed_before
             for j, rid in completed_at:
                 before.setdefault(j, []).append(rid)

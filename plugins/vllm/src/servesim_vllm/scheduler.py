@@ -498,7 +498,7 @@ class VllmScheduler:
         plain, plain_sum, plain_sq = res.plain
         priced = priced_sum = 0
         fpm_n = fpm_sum = fpm_sq = 0
-        finished = False
+        finished: list[VllmRequest] = []
         work = res.work
         for req in res.later:
             w = work.get(req.rid)
@@ -506,7 +506,7 @@ class VllmScheduler:
                 # A plain decoder whose token (taken at scheduling) was its last.
                 completed.append(req.rid)
                 self._finish(req, res)
-                finished = True
+                finished.append(req)
                 continue
             length = req.length
             terminal = req.generated >= req.max_out
@@ -520,7 +520,7 @@ class VllmScheduler:
                 completed.append(req.rid)  # terminal after prefill: no token
                 w.terminal = True
                 self._finish(req, res)
-                finished = True
+                finished.append(req)
                 continue
             if req.generated or not w.prompt_tokens:
                 # An activated handoff destination (no prompt work) is a plain decoder.
@@ -536,9 +536,13 @@ class VllmScheduler:
             if req.generated >= req.max_out:
                 completed.append(req.rid)
                 self._finish(req, res)
-                finished = True
+                finished.append(req)
         if finished:
-            self.running = [r for r in self.running if r.status is Status.RUNNING]
+            if len(finished) > 8:
+                self.running = [r for r in self.running if r.status is Status.RUNNING]
+            else:  # in place: a steady batch (servesim_vllm.steady) keeps the list
+                for req in finished:
+                    self.running.remove(req)
         res.decode_stats = (plain + fpm_n, plain_sum + fpm_sum, plain_sq + fpm_sq)
         self._decode_time(res, plain + priced, plain_sum + priced_sum)
 

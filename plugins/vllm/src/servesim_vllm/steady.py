@@ -240,14 +240,15 @@ def after_step(s: VllmScheduler) -> None:
     batch.P += 1
     P = batch.P
     if P in batch.ends:
-        batch.finish(P)
+        rids = batch.rids[:]
+        for req in batch.finish(P):
+            rids.remove(req.rid)
+        batch.rids = rids
     survivors = batch.m
     running = s.running
     if len(running) < survivors:
         raise RuntimeError("vllm rank: the steady batch lost track of the running list")
     batch.running = running
-    if survivors != len(batch.rids):
-        batch.rids = [req.rid for req in running[:survivors]]
     new = running[survivors:]
     if not new:
         return
