@@ -16,6 +16,7 @@ from servesim.config.engine import EngineConfig
 from servesim.config.sections import ReportConfig
 from servesim.factory import EngineFactory
 from servesim.replay.cluster import build_engines
+from servesim.replay.cohorts import CohortLog
 from servesim.replay.driver import Replayer
 from servesim.replay.mooncake import MooncakeTrace
 from servesim.replay.report import build_report, dumps, per_request_lines
@@ -41,7 +42,7 @@ def cases(draw: Any) -> dict:
     )
 
 
-def _replay(case: dict, runs: bool) -> tuple[str, list[str], list, list]:
+def _replay(case: dict, runs: bool, token_times: bool = True) -> tuple[str, list[str], list, list]:
     workload = MooncakeTrace.parse_lines(case["lines"], "t.jsonl", BLOCK)
     workers = case["workers"]
     router_cls = KvRouter if case["kv"] else RoundRobinRouter
@@ -55,8 +56,10 @@ def _replay(case: dict, runs: bool) -> tuple[str, list[str], list, list]:
     rp = Replayer(build_engines(factory.build, workers), workload, router=router,
                   block_size=BLOCK, concurrency=case["concurrency"],
                   kv_sinks=[kv_sink] if sinks else [], fpm_sinks=[fpm_sink] if sinks else [],
-                  record_token_times=True, runs=runs)
+                  record_token_times=token_times, runs=runs)
     log = rp.run()
+    # Without token times, runs log each worker's steady batch as a cohort.
+    assert isinstance(log, CohortLog) == (runs and not token_times)
     report = dumps(build_report(log, ReportConfig()))
     return report, list(per_request_lines(log)), kv_sink.events, fpm_sink.metrics
 
@@ -71,6 +74,17 @@ def test_replay_with_runs_is_byte_identical(case: dict) -> None:
     assert step[1] == run[1]
     assert step[2] == run[2]
     assert step[3] == run[3]
+
+
+@settings(max_examples=50, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_replay_with_runs_and_cohorts_is_byte_identical(case: dict) -> None:
+    """The same without per-request token times: the run replay's log keeps steady batches
+    as cohorts (servesim.replay.cohorts); its report and settled per-request fields match."""
+    step = _replay(case, runs=False, token_times=False)
+    run = _replay(case, runs=True, token_times=False)
+    assert step == run
 
 
 def test_runs_take_most_passes_of_a_steady_replay() -> None:
@@ -124,3 +138,15 @@ def test_runs_through_completions_retire_before_the_next_arrival() -> None:
     rp.run()
     assert sum(mid) >= 3  # completions inside runs, not at their ends
     assert _replay(case, True)[:2] == _replay(case, False)[:2]
+
+
+def test_a_run_stops_for_a_worker_starting_a_pass_at_the_same_time() -> None:
+    """Concurrency mode, two round-robin workers becoming ready at the same time: worker 0's
+    run must not extend past the first pass, because worker 1 starts its pass only after it
+    (in worker order) and that pass's completion releases a session whose turn goes to
+    worker 0. Before the fix this replay stopped with an internal error."""
+    lines = [json.dumps({"timestamp": 0, "hash_ids": [0], "output_length": n})
+             for n in (3, 2, 1, 1, 1)]
+    case = dict(lines=lines, workers=2, kv=False, concurrency=2, blocks=30, caching=False)
+    for token_times in (True, False):
+        assert _replay(case, True, token_times) == _replay(case, False, token_times)

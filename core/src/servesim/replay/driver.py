@@ -31,6 +31,7 @@ from servesim.errors import CommandRejected, SimError, TraceError
 from servesim.passlog import PassLogWriter
 from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
+from servesim.replay.cohorts import CohortLog
 from servesim.replay.routers import RoundRobinRouter, Router
 from servesim.replay.runs import RunDriver, runs_enabled_by_env
 from servesim.replay.stats import RequestLog
@@ -120,6 +121,12 @@ class Replayer:
             runs = False
         cross = concurrency is not None or any(t >= 0 for t in self.next_turn)
         self._runs = RunDriver(self, len(self.engines), cross) if runs else None
+        # With runs, a worker's steady batch is logged as one cohort (servesim.replay.cohorts)
+        # keyed by the worker; only dp_size-1 engines run runs, so only they get a key.
+        self._log_key: list[int | None] = [None] * len(self.engines)
+        if self._runs is not None and not record_token_times and type(self) is Replayer:
+            self.log = CohortLog(self.log.input_length)
+            self._log_key = [w if e.dp_size == 1 else None for w, e in enumerate(self.engines)]
 
     # -- event queue --------------------------------------------------------------------
 
@@ -213,6 +220,7 @@ class Replayer:
                 reported = self._finished
                 self.progress(self._finished, total, now)
         self._check_drained()
+        self.log.settle()
         if self.progress is not None:
             self.progress(self._finished, total, self.now)
         return self.log
@@ -368,6 +376,7 @@ class Replayer:
         done = self.engines[w].complete_pass(pass_id, now)
         self._dirty.add(w)
         log, state = self.log, self.state
+        key = self._log_key[w]
         busy = self._start_busy[w]
         for rc in done.by_rank:
             eff = rc.effects
@@ -376,16 +385,19 @@ class Replayer:
             out = eff.outputs
             if out.token_request_ids:
                 busy = True
-                for rid in log.tokens(out.token_request_ids, now):
+                for rid in log.tokens(out.token_request_ids, now, key):
                     state.prefill_done(rid)
             for rid, cached in out.cached_tokens.items():
                 if log.cached[rid] is None:
                     log.cached[rid] = cached
             for rid in out.rejected:
                 log.rejected[rid] = True
-            for rid in out.completed:
+            if out.completed:
                 busy = True
-                self._terminal(rid, now)
+                if key is not None:
+                    log.leave(key, out.completed)
+                for rid in out.completed:
+                    self._terminal(rid, now)
             if self._publish_pass(w, rc.dp_rank, eff, now):
                 busy = True
         self._end_pass(w, busy, now)

@@ -85,8 +85,16 @@ class RunDriver:
         h = ext[0][0] if ext else float("inf")
         if self.cross_worker:
             for v, e in enumerate(self.rp.engines):
+                if v == w:
+                    continue
                 end = e.pending_end_ms
-                if v != w and end is not None and end < h:
+                if end is None:
+                    # An idle worker that is ready starts a pass at this same time (later in
+                    # the driver's worker order), whose end can release work at any time:
+                    # only one pass is certain to precede it.
+                    if h > now and e.is_ready():
+                        h = now
+                elif end < h:
                     h = end
         return h
 
@@ -103,7 +111,7 @@ class RunDriver:
             return False
         rp = self.rp
         if cap != 1 << 30:
-            self._check_completions(run)
+            self._check_completions(w, run)
         rp.passes += run.num_passes
         self.in_flight[w] = run
         self.released[w] = 0
@@ -166,7 +174,7 @@ class RunDriver:
         eff = done.effects
         ends = eff.pass_ends
         rp.log.run_tokens(eff.members, eff.absent_last, ends, eff.started_at_ms,
-                          eff.completed_before)
+                          eff.completed_before, rp._log_key[w], eff.completed)  # noqa: SLF001
         for j in sorted(eff.kv_events):
             if eff.kv_events[j]:
                 rp._kv(w, ends[j], eff.kv_events[j])  # noqa: SLF001
@@ -234,6 +242,7 @@ class RunDriver:
             if margin == float("inf"):  # an exact exclusion (round-robin): no relief matters
                 cap = 1 << 30
             elif left is None:  # built once the first arrival is excluded at all
+                rp.log.settle_worker(w)  # ntok current (servesim.replay.cohorts)
                 ids = state.on_slot[w]
                 rems = map(sub, map(planned.__getitem__, ids), map(ntok.__getitem__, ids))
                 left = _Finishers(list(map(or_, map(lshift, rems, repeat(32)), ids)),
@@ -252,11 +261,13 @@ class RunDriver:
             self.extended += 1
         return best
 
-    def _check_completions(self, run: EngineRunStarted) -> None:
+    def _check_completions(self, w: int, run: EngineRunStarted) -> None:
         """Internal check of the bound :meth:`_extend` relies on: a completion at pass ``j``
         must have had at most ``j + 1`` tokens left."""
         planned, ntok = self.planned, self.rp.log.ntok
         assert planned is not None
+        if run.completed_at:
+            self.rp.log.settle_worker(w)  # ntok current (servesim.replay.cohorts)
         for j, rid in run.completed_at:
             if planned[rid] - ntok[rid] > j + 1:
                 from servesim.replay.driver import ReplayError

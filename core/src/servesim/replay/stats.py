@@ -122,6 +122,17 @@ def _exact_dot(x: np.ndarray, w: np.ndarray) -> float:
     return math.fsum(np.concatenate([prod, err]).tolist())
 
 
+def _counts(k: int, absent_last: Sequence[int],
+            completed_before: dict[int, list[int]] | None) -> dict[int, int] | None:
+    """Tokens of the run members that emitted fewer than ``k`` (None when none did)."""
+    if not completed_before and not absent_last:
+        return None
+    count = {rid: j + 1 for j, rids in (completed_before or {}).items() for rid in rids}
+    for rid in absent_last:
+        count[rid] = k - 1
+    return count
+
+
 class RequestLog:
     """What every request saw. Times are simulated ms; ``-1.0`` means "not yet"."""
 
@@ -159,11 +170,12 @@ class RequestLog:
 
     # -- recording (hot path) ----------------------------------------------------------
 
-    def tokens(self, rids: Sequence[int], now: float) -> list[int]:
+    def tokens(self, rids: Sequence[int], now: float, key: int | None = None) -> list[int]:
         """Record one pass's emitted tokens at ``now``; returns ids that got their first token.
 
         A request has a first token exactly when its ``last`` time is set (times are >= 0),
-        so one read serves both the check and the gap."""
+        so one read serves both the check and the gap. ``key`` (the worker) serves
+        :class:`servesim.replay.cohorts.CohortLog`; this class ignores it."""
         first, last, ntok = self.first, self.last, self.ntok
         itl_append = self.itl.append
         firsts = []
@@ -197,35 +209,33 @@ class RequestLog:
 
     def run_tokens(self, members: Sequence[int], absent_last: Sequence[int],
                    ends: Sequence[float], start: float | None = None,
-                   completed_before: dict[int, list[int]] | None = None) -> None:
+                   completed_before: dict[int, list[int]] | None = None,
+                   key: int | None = None, completed: Sequence[int] = ()) -> None:
         """Record a run that started at ``start``: every member (already past its first
         token) emitted one token at each of ``ends`` (those in ``absent_last`` none at the
         last). The ``k - 1`` later gaps are shared by all members and stored once with a
         weight; so is the first gap of members whose previous token came at ``start`` (all
         but the newest, usually). A member's first gap ever (its time to second token) stays
         an individual sample, so the report can find it. ``completed_before`` maps a pass
-        ``j < k - 1`` to the members whose last token was at pass ``j``."""
-        if completed_before:
-            self._run_tokens_with_stops(members, absent_last, ends, start, completed_before)
-            return
+        ``j < k - 1`` to the members whose last token was at pass ``j``. ``key`` (the
+        worker) and ``completed`` (the members that finished with the last pass) serve
+        :class:`servesim.replay.cohorts.CohortLog`; this class ignores them."""
         k = len(ends)
+        count = _counts(k, absent_last, completed_before)
+        at_start = self._first_gaps(members, count, k, ends, start)
+        self._shared_gaps(len(members), k, ends, start, at_start, absent_last, completed_before)
+
+    def _first_gaps(self, members: Sequence[int], count: dict[int, int] | None, k: int,
+                    ends: Sequence[float], start: float | None) -> int:
+        """Each member's first gap in a run and its last time and token count (``count``:
+        tokens of the members with fewer than ``k``); returns how many first gaps began at
+        ``start`` and are not a first gap ever (they are stored shared)."""
         e0 = ends[0]
-        absent = set(absent_last)
         last, ntok = self.last, self.ntok
         itl_append, rid_append = self.itl.append, self.itl_rid.append
+        tt = self.token_times
         at_start = 0
-        if absent:
-            for rid in members:
-                n = k - 1 if rid in absent else k
-                if n:
-                    if last[rid] == start and ntok[rid] > 1:
-                        at_start += 1
-                    else:
-                        itl_append(e0 - last[rid])
-                        rid_append(rid)
-                    last[rid] = ends[n - 1]
-                    ntok[rid] += n
-        else:
+        if count is None:
             # Every member emitted at every pass (the common case).
             end = ends[-1]
             for rid in members:
@@ -236,51 +246,13 @@ class RequestLog:
                     rid_append(rid)
                 last[rid] = end
                 ntok[rid] += k
-        m = len(members)
-        n_last = m - len(absent)
-        if at_start:
-            assert start is not None
-            self.shared_gap.append(e0 - start)
-            self.shared_weight.append(at_start)
-        if k > 1:
-            self.shared_gap.extend([ends[j] - ends[j - 1] for j in range(1, k)])
-            weights = self.shared_weight
-            weights.extend(array("q", [m]) * (k - 2))
-            weights.append(n_last)
-        counts = self.tokens_per_second
-        first_second = int(e0 // 1000.0)
-        if first_second == int(ends[-1] // 1000.0):  # the whole run in one second: one update
-            counts[first_second] = counts.get(first_second, 0) + m * (k - 1) + n_last
-        else:
-            for j in range(k):
-                second = int(ends[j] // 1000.0)
-                counts[second] = counts.get(second, 0) + (n_last if j == k - 1 else m)
-        if self.token_times is not None:
-            tt = self.token_times
-            for rid in members:
-                tt[rid].extend(ends[:-1] if rid in absent else ends)
-
-    def _run_tokens_with_stops(self, members: Sequence[int], absent_last: Sequence[int],
-                               ends: Sequence[float], start: float | None,
-                               completed_before: dict[int, list[int]]) -> None:
-        """:meth:`run_tokens` for a run that some members left early: member ``r`` emitted at
-        passes ``0 .. n_r - 1``; gap ``j`` is shared by the members emitting at pass ``j``."""
-        k = len(ends)
-        e0 = ends[0]
-        count = {rid: j + 1 for j, rids in completed_before.items() for rid in rids}
-        for rid in absent_last:
-            count[rid] = k - 1
-        emitting = [len(members)] * k  # members emitting at each pass
-        for j, rids in completed_before.items():
-            for p in range(j + 1, k):
-                emitting[p] -= len(rids)
-        emitting[k - 1] -= len(absent_last)
-        last, ntok = self.last, self.ntok
-        itl_append, rid_append = self.itl.append, self.itl_rid.append
-        at_start = 0
-        tt = self.token_times
+            if tt is not None:
+                for rid in members:
+                    tt[rid].extend(ends)
+            return at_start
+        get = count.get
         for rid in members:
-            n = count.get(rid, k)
+            n = get(rid, k)
             if n:
                 if last[rid] == start and ntok[rid] > 1:
                     at_start += 1
@@ -291,19 +263,56 @@ class RequestLog:
                 ntok[rid] += n
                 if tt is not None:
                     tt[rid].extend(ends[:n])
+        return at_start
+
+    def _shared_gaps(self, m: int, k: int, ends: Sequence[float], start: float | None,
+                     at_start: int, absent_last: Sequence[int],
+                     completed_before: dict[int, list[int]] | None) -> None:
+        """The gaps a run's ``m`` members share (the first ones that began at ``start``, and
+        every later one, weighted by the members emitting then) and the per-second counts."""
+        e0 = ends[0]
         if at_start:
             assert start is not None
             self.shared_gap.append(e0 - start)
             self.shared_weight.append(at_start)
-        for j in range(1, k):
-            if emitting[j]:
-                self.shared_gap.append(ends[j] - ends[j - 1])
-                self.shared_weight.append(emitting[j])
         counts = self.tokens_per_second
-        for j in range(k):
-            if emitting[j]:
+        if completed_before:
+            emitting = [m] * k  # members emitting at each pass
+            for j, rids in completed_before.items():
+                for p in range(j + 1, k):
+                    emitting[p] -= len(rids)
+            emitting[k - 1] -= len(absent_last)
+            for j in range(1, k):
+                if emitting[j]:
+                    self.shared_gap.append(ends[j] - ends[j - 1])
+                    self.shared_weight.append(emitting[j])
+            for j in range(k):
+                if emitting[j]:
+                    second = int(ends[j] // 1000.0)
+                    counts[second] = counts.get(second, 0) + emitting[j]
+            return
+        n_last = m - len(set(absent_last))
+        if k > 1:
+            self.shared_gap.extend([ends[j] - ends[j - 1] for j in range(1, k)])
+            weights = self.shared_weight
+            weights.extend(array("q", [m]) * (k - 2))
+            weights.append(n_last)
+        first_second = int(e0 // 1000.0)
+        if first_second == int(ends[-1] // 1000.0):  # the whole run in one second: one update
+            counts[first_second] = counts.get(first_second, 0) + m * (k - 1) + n_last
+        else:
+            for j in range(k):
                 second = int(ends[j] // 1000.0)
-                counts[second] = counts.get(second, 0) + emitting[j]
+                counts[second] = counts.get(second, 0) + (n_last if j == k - 1 else m)
+
+    def leave(self, key: int, rids: Sequence[int]) -> None:
+        """``rids`` finished on worker ``key`` (the cohort log's hook; nothing here)."""
+
+    def settle(self) -> None:
+        """Make every per-request field current (the cohort log's hook; nothing here)."""
+
+    def settle_worker(self, key: int) -> None:
+        """Make the fields of worker ``key``'s requests current (the cohort log's hook)."""
 
     def admission(self, rid: int, reused: int) -> None:
         """A (re-)admission reusing ``reused`` prompt tokens. ``reused`` keeps the latest
