@@ -23,6 +23,8 @@ from servesim.replay.workload import Session, Turn, make_workload, mark_unique_p
 from servesim.testing.strategies import mooncake_lines
 from servesim.timing import PolynomialTiming
 from servesim.tokens import RepeatedBlockTokens, Tokens
+from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig
+from servesim_trtllm.rank import TrtllmRank
 from servesim_vllm.rank import VllmRank
 
 
@@ -85,6 +87,8 @@ def cases(draw: Any) -> dict:
         blocks=draw(st.sampled_from([12, 30, 4096])),
         trace_block=draw(st.sampled_from([2, 4, 8])),
         engine_block=draw(st.sampled_from([1, 2, 4])),
+        # trtllm's MAX_UTILIZATION pauses requests, which re-hit their own blocks.
+        backend=draw(st.sampled_from(["vllm", "vllm", "trtllm-gne", "trtllm-mu"])),
     )
 
 
@@ -96,7 +100,14 @@ def _replay(case: dict, elide: bool) -> tuple[str, list[str]]:
     workers = case["workers"]
     router = (KvRouter if case["kv"] else RoundRobinRouter)(workers, 1, bs)
     cfg = EngineConfig(num_gpu_blocks=case["blocks"], block_size=bs)
-    factory = EngineFactory(cfg, VllmRank, PolynomialTiming(), emit_kv_events=case["kv"])
+    backend = case.get("backend", "vllm")
+    if backend == "vllm":
+        factory = EngineFactory(cfg, VllmRank, PolynomialTiming(), emit_kv_events=case["kv"])
+    else:
+        policy = (CapacitySchedulerPolicy.MAX_UTILIZATION if backend == "trtllm-mu"
+                  else CapacitySchedulerPolicy.GUARANTEED_NO_EVICT)
+        factory = EngineFactory(cfg, TrtllmRank, PolynomialTiming(), emit_kv_events=case["kv"],
+                                backend_config=TrtllmConfig(capacity_scheduler_policy=policy))
     if case["kv"]:
         factory.services = attrs.evolve(factory.services, kv_events_router_only=True)
     rp = Replayer(build_engines(factory.build, workers), workload, router=router, block_size=bs,
@@ -105,7 +116,7 @@ def _replay(case: dict, elide: bool) -> tuple[str, list[str]]:
     return dumps(build_report(log, ReportConfig())), list(per_request_lines(log))
 
 
-@settings(max_examples=60, derandomize=True, deadline=None,
+@settings(max_examples=100, derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_replay_with_placeholders_is_byte_identical(case: dict) -> None:
@@ -125,5 +136,21 @@ def test_a_preempted_request_hits_its_own_placeholder_blocks() -> None:
     assert (report, rows) == _replay(case, elide=False)
     # Prompt blocks took placeholders too, not only the generated ones.
     assert elided > _PlaceholderCounter.next - before - elided
+    assert json.loads(report)["num_preemptions"] == 1
+    assert [json.loads(r)["reused_input_tokens"] for r in rows] == [0, 16]
+
+
+def test_a_paused_trtllm_request_hits_its_own_placeholder_blocks() -> None:
+    """The trtllm rank elides too: under MAX_UTILIZATION the newer of two unique prompts is
+    paused and readmitted reusing 16 tokens of its own placeholder blocks, as with real
+    hashes."""
+    lines = [json.dumps({"timestamp": 0, "hash_ids": [10 + i, 20 + i, 30 + i],
+                         "output_length": 12}) for i in range(2)]
+    case = dict(lines=lines, workers=1, kv=False, blocks=20, trace_block=4, engine_block=2,
+                backend="trtllm-mu")
+    before = _PlaceholderCounter.next
+    report, rows = _replay(case, elide=True)
+    assert _PlaceholderCounter.next - before == 22  # 11 full blocks each, none hashed
+    assert (report, rows) == _replay(case, elide=False)
     assert json.loads(report)["num_preemptions"] == 1
     assert [json.loads(r)["reused_input_tokens"] for r in rows] == [0, 16]

@@ -103,6 +103,7 @@ class TrtCore:
         self._order = 0
         self._salt = salt
         self.token_ids_in_events = False  # engine.emit_kv_token_ids, when events are on
+        self.elide = False  # prompts load placeholder-elided hashes (set by the rank)
         self.book: Any = None  # handoff bookkeeping (servesim_trtllm.handoff), set by the rank
 
     # -- commands -----------------------------------------------------------------------
@@ -111,6 +112,8 @@ class TrtCore:
         """Enqueue with the reference's normalisation (dynamo-mocker.md §6)."""
         r = TrtRequest(request, self._order, self.bs, self._salt)
         self._order += 1
+        if self.elide:
+            r.blocks.load_prompt(self.bs, elide=True)
         prompt = r.prompt_len
         limit = self.limits.max_num_tokens
         if prompt >= self.capacity_tokens:

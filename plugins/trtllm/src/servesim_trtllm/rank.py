@@ -94,6 +94,15 @@ class TrtllmRank(Rank):
             config, trt, effective_limits(config, trt), pool, services.timing, identity.seed_offset
         )
         self.core.token_ids_in_events = config.emit_kv_token_ids and services.emit_kv_events
+        if services.kv_events_router_only:
+            # Only the KV router reads the events (as the vllm rank): coalesce removals, and
+            # publish nothing for placeholder blocks (no prompt can match them).
+            pool.coalesce_removals = True
+            pool.events_for_placeholders = False
+        # Trace-unique prompt blocks, and every block after them, may take placeholders
+        # when nothing outside the rank reads hashes (TokenSeq.block_hashes_elided).
+        self.core.elide = config.enable_prefix_caching and (
+            not pool.events_enabled or services.kv_events_router_only)
         self.handoff = TrtHandoffAdapter(self)
         self._stalled: tuple[int, int] | None = None  # see waiting_for_external_command
         self.book = HandoffBook(self.handoff)
