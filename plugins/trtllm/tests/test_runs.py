@@ -211,3 +211,22 @@ def test_zero_duration_decode_passes_end_a_run_each() -> None:
     assert [r.effects.num_passes for r in run.runs] == [1] * len(run.runs)
     _assert_same(step, run)
     assert run.requests[0].token_times == [3.0] * 7
+
+
+def test_max_utilization_runs_keep_the_active_list_order() -> None:
+    """Requests 1 and 4 share their first block: ``beneficialToSkip`` holds 4 back a step, so
+    5 is admitted first, yet max_utilization schedules the active list in submission order
+    (4 before 5). A run must emit in that order too (it emitted 5 before 4 before the fix)."""
+    shared = [7_000_000 + i for i in range(16)]
+
+    def req(rid: int, prefix: int, own: int, out: int) -> tuple[float, Request]:
+        return 0.0, Request(rid, Tokens(shared[:prefix] + [rid * 100_000 + i for i in range(own)]),
+                            out)
+
+    arrivals = [req(0, 0, 1, 0), req(1, 16, 1, 0), req(2, 0, 1, 0), req(3, 0, 1, 0),
+                req(4, 16, 1, 2), req(5, 0, 1, 3)]
+    cfg = dict(num_gpu_blocks=4096, block_size=16)
+    step = _run("max_utilization", cfg, arrivals, [], runs=False)
+    run = _run("max_utilization", cfg, arrivals, [], runs=True)
+    assert run.runs and [r.effects.members for r in run.runs][0] == [4, 5]
+    _assert_same(step, run)

@@ -16,8 +16,10 @@ shared gaps).
 How the cohort is recognised: the rank lists a pass's tokens and a run's members in batch
 order, and a steady batch only drops members (finished) and appends them (admitted). A call
 whose id list starts with exactly the cohort's ids is the cohort emitting; the ids after it
-are recorded individually (and, after a run, join). Anything else (a member preempted or
-held back by the token budget) dissolves the cohort first: its members' fields are written
+are recorded individually (and, after a run, join). A pass none of whose ids is in the
+cohort leaves it as it is: its members did not emit (SGLang runs prefill passes without the
+decoding batch). Anything else (a member preempted or held back by the token budget)
+dissolves the cohort first: its members' fields are written
 back and the call is recorded as by :class:`~servesim.replay.stats.RequestLog`. Members
 that finish leave one at a time (:meth:`CohortLog.leave`, and ``completed`` of a run).
 
@@ -35,10 +37,11 @@ from servesim.replay.stats import RequestLog, _counts
 
 
 class _Cohort:
-    __slots__ = ("ids", "t", "n")
+    __slots__ = ("ids", "members", "t", "n")
 
     def __init__(self, ids: list[int], t: float) -> None:
         self.ids = ids  # batch order
+        self.members = set(ids)
         self.t = t  # every member's last token time
         self.n = 0  # tokens each member emitted since the cohort began (see ntok)
 
@@ -66,7 +69,10 @@ class CohortLog(RequestLog):
                 if len(rids) == size:
                     return []
                 return super().tokens(rids[size:], now)
-            self._dissolve(key)
+            if not c.members.isdisjoint(rids):
+                self._dissolve(key)
+            # else: a pass the cohort sat out (SGLang's prefill passes run without the
+            # decoding batch): its members' last tokens stay at ``t``.
         return super().tokens(rids, now)
 
     def run_tokens(self, members: Sequence[int], absent_last: Sequence[int],
@@ -95,10 +101,12 @@ class CohortLog(RequestLog):
         if emitted:
             self.shared_gap.append(ends[0] - c.t)
             self.shared_weight.append(emitted)
+        inside = c.members
         for rid, n in leaving:
             ntok[rid] += c.n + n
             last[rid] = ends[n - 1] if n else c.t
             ids.remove(rid)
+            inside.discard(rid)
         c.n += k
         c.t = ends[-1]
         for rid in completed:  # finished with the last pass: leave after it
@@ -106,6 +114,7 @@ class CohortLog(RequestLog):
                 ntok[rid] += c.n
                 last[rid] = c.t
                 ids.remove(rid)
+                inside.discard(rid)
         if outsiders:
             done = set(completed)
             joining = [rid for rid in outsiders
@@ -114,6 +123,7 @@ class CohortLog(RequestLog):
             for rid in joining:
                 ntok[rid] -= n
             ids.extend(joining)
+            inside.update(joining)
         if not ids:
             del self.cohorts[key]
         self._shared_gaps(len(members), k, ends, start, at_start, absent_last, completed_before)
@@ -122,12 +132,13 @@ class CohortLog(RequestLog):
         c = self.cohorts.get(key)
         if c is None:
             return
-        ids = c.ids
+        ids, members = c.ids, c.members
         for rid in rids:
-            if rid in ids:
+            if rid in members:
                 self.ntok[rid] += c.n
                 self.last[rid] = c.t
                 ids.remove(rid)
+                members.discard(rid)
         if not ids:
             del self.cohorts[key]
 

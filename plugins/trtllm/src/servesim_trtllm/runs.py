@@ -118,6 +118,15 @@ def _limit(value: int | None) -> float:
     return float("inf") if value is None else float(value)
 
 
+def _batch_order(rank: TrtllmRank) -> dict[int, TrtRequest]:
+    """The order a steady step schedules the running requests in: admission order, except
+    under max_utilization, which walks the active list in submission order (``core.reqs``;
+    a steady run there has an empty queue, so the two hold the same requests). They differ
+    after a ``beneficialToSkip`` or a pause admitted a request out of submission order."""
+    core = rank.core
+    return core.reqs if rank.policy is _MU else core.running
+
+
 def _steady(rank: TrtllmRank) -> tuple[int, int, int, list[int], list[int]] | None:
     """``(Σ lengths, Σ squares, passes until the first completion, first block event per
     request as pass * _IDX + batch index, passes left per request)`` or None when the next
@@ -146,7 +155,7 @@ def _steady(rank: TrtllmRank) -> tuple[int, int, int, list[int], list[int]] | No
     rems: list[int] = []
     add_rem = rems.append
     i = 0
-    for r in running.values():
+    for r in _batch_order(rank).values():
         gen = r.generated
         length = r.prompt_len + gen
         c = r.num_computed
@@ -186,7 +195,7 @@ def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
     if shape is None:
         return None
     total, sq, first_done, cross, all_rems = shape
-    running = list(core.running.values())
+    running = list(_batch_order(rank).values())
     m = len(running)
     ends: list[float] = []
     segments = [(0, total, sq, m)]
