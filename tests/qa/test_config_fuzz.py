@@ -121,13 +121,20 @@ def documents(draw: st.DrawFn) -> dict[str, Any]:
         node = doc
         for part in section.split("."):
             child = node.get(part)
-            node = node.setdefault(part, {}) if child is None or isinstance(child, dict) else {}
+            if child is None:  # absent, or a null drawn earlier: a section from here on
+                child = node[part] = {}
+            node = child if isinstance(child, dict) else {}  # a scalar drawn earlier stays
         node[key] = draw(values)
     if draw(st.booleans()):
-        doc.setdefault("workload", {})["synthetic"] = {
-            **doc.get("workload", {}).get("synthetic", {}),
-            "num_requests": 4,
-        }
+        workload = doc.get("workload")
+        if workload is None:
+            workload = doc["workload"] = {}
+        if isinstance(workload, dict):
+            synthetic = workload.get("synthetic")
+            workload["synthetic"] = {
+                **(synthetic if isinstance(synthetic, dict) else {}),
+                "num_requests": 4,
+            }
     return doc
 
 
