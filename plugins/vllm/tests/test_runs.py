@@ -209,7 +209,7 @@ def test_runs_stop_at_completions_while_requests_wait() -> None:
 
 def test_consecutive_runs_reuse_the_batch_and_a_cancel_drops_it(monkeypatch: Any) -> None:
     """Runs split only by command times follow each other without a stepped pass: each
-    takes the lengths the previous one left (``run_cache``) instead of re-reading the batch.
+    takes the lengths the previous one left (``steady``) instead of re-reading the batch.
     A cancel in between changes the batch, so the cache is dropped and the next run reads
     the requests again; everything still matches stepping pass by pass."""
     from servesim_vllm import runs as vruns
@@ -219,7 +219,7 @@ def test_consecutive_runs_reuse_the_batch_and_a_cancel_drops_it(monkeypatch: Any
 
     def spy(rank: Any) -> Any:
         s = rank.sched
-        reads.append(s.run_cache is not None and s.run_cache.running is s.running)
+        reads.append(s.steady is not None and s.steady.running is s.running)
         return real(rank)
 
     monkeypatch.setattr(vruns, "_steady_batch", spy)
@@ -267,7 +267,7 @@ def test_passes_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) 
 
     def spy_after(s: Any) -> None:
         real_after(s)
-        kept.append(s.run_cache is not None)
+        kept.append(s.steady is not None)
 
     monkeypatch.setattr(vsched, "steady_step", spy_step)
     monkeypatch.setattr(vsched, "after_step", spy_after)
@@ -285,7 +285,7 @@ def test_passes_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) 
         step = _run(cfg, arrivals, [], runs=False)
         assert not taken  # stepping alone never leaves a cache
         run = _run(cfg, arrivals, [], runs=True, through=True)
-        assert list(zip(taken, [*kept, None]))[:2] == expected
+        assert list(zip(taken, [*kept, None], strict=False))[:2] == expected
         preempted = [p for c in run.passes for r in c.by_rank for p in r.effects.pressure_events]
         assert bool(preempted) == (expected[1][0] is False)
         for rid, trace in step.requests.items():

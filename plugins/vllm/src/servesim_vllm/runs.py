@@ -69,7 +69,7 @@ VllmRunPending = BlockRunPending
 
 def _steady_batch(rank: VllmRank) -> SteadyBatch | None:
     """The running batch as a :class:`SteadyBatch` (the one a run or steady pass left in
-    ``run_cache``, else built from the requests: one loop over the batch), or None when the
+    ``steady``, else built from the requests: one loop over the batch), or None when the
     next pass would not be a plain decode of every running request."""
     s = rank.sched
     if rank.config.worker_type is not WorkerType.AGGREGATED:
@@ -85,7 +85,7 @@ def _steady_batch(rank: VllmRank) -> SteadyBatch | None:
     m = len(running)
     if m == 0 or m > s.max_tokens:
         return None
-    batch = s.run_cache
+    batch = s.steady
     if batch is not None:
         if batch.running is not running or batch.m != m:
             raise RuntimeError("vllm rank: the steady batch lost track of the running list")
@@ -95,7 +95,7 @@ def _steady_batch(rank: VllmRank) -> SteadyBatch | None:
         return None  # the newest member (a just-admitted request) is still prefilling
     # Without vLLM's null block when set.
     batch = SteadyBatch.build(running, s.bs, s.usable_blocks * s.bs)
-    s.run_cache = batch  # exact even if no run follows: nothing advanced yet
+    s.steady = batch  # exact even if no run follows: nothing advanced yet
     return batch
 
 

@@ -155,7 +155,7 @@ class VllmScheduler:
         # The steady batch left by a run or a steady pass (servesim_vllm.steady.SteadyBatch):
         # while set, the running requests' counters are stale and the batch holds them;
         # anything else that reads or changes running requests syncs first.
-        self.run_cache: SteadyBatch | None = None
+        self.steady: SteadyBatch | None = None
         # Pass-local state (valid only inside run_pass).
         self._now = 0.0
         self._budget = 0
@@ -203,14 +203,14 @@ class VllmScheduler:
         self._budget = self.max_tokens
         self._res = res = PassResult()
         self._preempted_in_pass = False
-        steady = self.run_cache is not None and steady_step(self)
-        if not steady:
+        from_batch = self.steady is not None and steady_step(self)
+        if not from_batch:
             sync(self)
             self._schedule_running()
         self._admit_waiting()
         self._prefill_time(res)
         self._emit(res)
-        if steady:
+        if from_batch:
             after_step(self)
         return res
 

@@ -13,7 +13,7 @@ found without visiting every member:
 * the members completing with pass ``P`` are ``ends[P + 1]``, in batch order;
 * the batch's summed lengths and squares come from the sums of ``sb`` and ``sb**2``.
 
-While a batch is set (``VllmScheduler.run_cache``), the running requests' own ``length``,
+While a batch is set (``VllmScheduler.steady``), the running requests' own ``length``,
 ``computed`` and ``generated`` are stale. :func:`sync` writes them back, and everything
 that reads or changes running requests other than runs and :func:`steady_step` calls it
 first (``VllmScheduler.run_pass`` when the pass is not steady, ``cancel``, the handoff
@@ -157,10 +157,10 @@ class SteadyBatch:
 
 def sync(s: VllmScheduler) -> None:
     """Write the batch's counters back into the running requests and drop the batch."""
-    batch = s.run_cache
+    batch = s.steady
     if batch is None:
         return
-    s.run_cache = None
+    s.steady = None
     if batch.running is not s.running or batch.m != len(s.running):
         raise RuntimeError("vllm rank: the steady batch lost track of the running list")
     batch.write_back(s.running)
@@ -199,7 +199,7 @@ def steady_step(s: VllmScheduler) -> bool:
     """Schedule the running batch of this pass from the steady batch, as
     ``_schedule_running`` would; False, having changed nothing, when the pass is not a
     steady one (handoff state, or an allocation that could fail and must preempt)."""
-    batch = s.run_cache
+    batch = s.steady
     running = s.running
     if batch.running is not running:
         raise RuntimeError("vllm rank: the steady batch lost track of the running list")
@@ -236,7 +236,7 @@ def after_step(s: VllmScheduler) -> None:
     """After a pass begun by :func:`steady_step`: the running list is the surviving members
     followed by the requests admitted in the pass. Keep the batch when every newcomer is a
     plain decoder now; otherwise sync the members and drop it."""
-    batch = s.run_cache
+    batch = s.steady
     batch.P += 1
     P = batch.P
     if P in batch.ends:
@@ -257,7 +257,7 @@ def after_step(s: VllmScheduler) -> None:
         if (req.computed != req.length - 1 or not req.generated
                 or req.prompt_len + req.max_out > limit or req.generated >= req.max_out):
             # The newcomers' own counters are current: write back the members' and drop it.
-            s.run_cache = None
+            s.steady = None
             batch.write_back(running[:survivors])
             return
     batch.add(new)
