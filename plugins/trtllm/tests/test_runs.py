@@ -230,3 +230,40 @@ def test_max_utilization_runs_keep_the_active_list_order() -> None:
     run = _run("max_utilization", cfg, arrivals, [], runs=True)
     assert run.runs and [r.effects.members for r in run.runs][0] == [4, 5]
     _assert_same(step, run)
+
+
+def test_steps_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) -> None:
+    """A guaranteed-no-evict step that admits an arrival into a steady batch schedules the
+    members from the batch a run left (servesim_trtllm.steady); their own counters stay
+    stale. A short prompt joins the batch; a prompt longer than the token budget is still
+    in context after its step, so the members are written back and the batch dropped. Every
+    observable matches stepping pass by pass, and the invariant check (which syncs first)
+    holds after each pass."""
+    from servesim_trtllm import rank as trank
+    from servesim_trtllm import steady
+
+    taken: list[int | None] = []
+    kept: list[bool] = []
+    real_step, real_after = steady.steady_step, steady.after_step
+
+    def spy_step(core: Any, budget: float) -> int | None:
+        taken.append(real_step(core, budget))
+        return taken[-1]
+
+    def spy_after(core: Any, work: Any) -> None:
+        real_after(core, work)
+        kept.append(core.steady is not None)
+        core.check_invariants()
+
+    monkeypatch.setattr(trank, "steady_step", spy_step)
+    monkeypatch.setattr(trank, "after_step", spy_after)
+    arrivals = [(0.0, Request(i, Tokens([i * 1000 + t for t in range(9)]), 40 + 7 * i))
+                for i in range(3)]
+    arrivals += [(60.0, Request(3, Tokens([3000 + t for t in range(6)]), 30)),
+                 (120.0, Request(4, Tokens([4000 + t for t in range(50)]), 20))]
+    cfg = dict(num_gpu_blocks=400, block_size=4, max_num_batched_tokens=24)
+    step = _run("guaranteed_no_evict", cfg, arrivals, [], runs=False)
+    assert not taken  # stepping alone never leaves a batch
+    run = _run("guaranteed_no_evict", cfg, arrivals, [], runs=True, through=True)
+    assert taken[:2] == [3, 4] and kept[:2] == [True, False]
+    _assert_same(step, run)

@@ -42,6 +42,7 @@ from servesim.timing.base import TimingModel, scaled_ms
 from servesim_trtllm.config import CapacitySchedulerPolicy, Limits, TrtllmConfig
 from servesim_trtllm.handoff import detach_held_source
 from servesim_trtllm.request import TrtRequest
+from servesim_trtllm.steady import SteadyBatch
 from servesim_trtllm.work import StepWork
 
 
@@ -104,6 +105,9 @@ class TrtCore:
         self._salt = salt
         self.token_ids_in_events = False  # engine.emit_kv_token_ids, when events are on
         self.elide = False  # prompts load placeholder-elided hashes (set by the rank)
+        # The steady batch left by a run or a steady step (servesim_trtllm.steady): while
+        # set, its members' num_computed and generated are stale (see sync).
+        self.steady: SteadyBatch | None = None
         self.book: Any = None  # handoff bookkeeping (servesim_trtllm.handoff), set by the rank
 
     # -- commands -----------------------------------------------------------------------
@@ -192,9 +196,20 @@ class TrtCore:
         """``(num_gpu_blocks − active_blocks) − Σ_running blocks_needed_to_finish``."""
         return self.num_blocks - self.pool.num_active - self.reserved
 
+    def sync(self) -> None:
+        """Write a steady batch's counters back into its members and drop the batch
+        (servesim_trtllm.steady): before anything but runs and steady steps reads them."""
+        batch = self.steady
+        if batch is None:
+            return
+        self.steady = None
+        reqs = self.reqs
+        batch.write_back([reqs[rid] for rid in batch.rids])
+
     def check_invariants(self) -> None:
         """Test aid: incremental bookkeeping equals recomputation; no request is in both
         queues; computed ≤ allocated ≤ sequence (dynamo-mocker.md §10)."""
+        self.sync()
         reserved = sum(r.total_blocks - len(r.table) for r in self.running.values())
         assert reserved == self.reserved, (reserved, self.reserved)
         assert not (self.running.keys() & self.waiting.keys())

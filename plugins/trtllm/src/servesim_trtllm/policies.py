@@ -83,6 +83,11 @@ def _schedule_request(core: TrtCore, r: TrtRequest, budget: float, work: StepWor
 
 
 def schedule_reference(core: TrtCore, work: StepWork) -> None:
+    admit_reference(core, work, _schedule_running_reference(core, work))
+
+
+def _schedule_running_reference(core: TrtCore, work: StepWork) -> float:
+    """The running requests in admission order while the budget lasts; the budget left."""
     budget = _budget(core)
     bs = core.bs
     scheduled, tokens = work.scheduled, work.tokens
@@ -105,6 +110,11 @@ def schedule_reference(core: TrtCore, work: StepWork) -> None:
         if used is None:
             break
         budget -= used
+    return budget
+
+
+def admit_reference(core: TrtCore, work: StepWork, budget: float) -> None:
+    """FIFO admission while the reservation check passes (strict head-of-line blocking)."""
     max_batch = _max_batch(core)
     while core.waiting and len(core.running) < max_batch:
         r = next(iter(core.waiting.values()))

@@ -49,10 +49,12 @@ from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig, effect
 from servesim_trtllm.core import TrtCore
 from servesim_trtllm.handoff import TrtHandoffAdapter
 from servesim_trtllm.policies import (
+    admit_reference,
     schedule_max_utilization,
     schedule_reference,
     schedule_static_batch,
 )
+from servesim_trtllm.steady import after_step, emit_members, steady_step
 from servesim_trtllm.work import StepWork
 
 
@@ -62,6 +64,11 @@ class TrtllmPending:
 
     started_at_ms: float
     effects: PassCompletionEffects
+
+
+def _step_budget(core: TrtCore) -> float:
+    limit = core.limits.max_num_tokens
+    return float("inf") if limit is None else float(limit)
 
 
 class TrtllmRank(Rank):
@@ -133,6 +140,8 @@ class TrtllmRank(Rank):
 
     def apply(self, command: Command, ctx: CommandContext, pending: Any | None) -> CommandEffects:
         core = self.core
+        if not isinstance(command, Submit):
+            core.sync()  # a cancel or handoff command may read or change running requests
         if isinstance(command, Submit):
             rid = command.request.request_id
             if rid in core.reqs:
@@ -206,6 +215,61 @@ class TrtllmRank(Rank):
     def execute_pass(self, now_ms: float) -> RankPass:
         core = self.core
         work = StepWork()
+        # A steady batch left by a run (servesim_trtllm.steady): a guaranteed-no-evict step
+        # schedules its members from it; anything else reads the requests, so it syncs.
+        members = None
+        if core.steady is not None:
+            if self.policy is CapacitySchedulerPolicy.GUARANTEED_NO_EVICT and not self._handoff_state():
+                members = steady_step(core, _step_budget(core))
+            if members is None:
+                core.sync()
+        if members is not None:
+            admit_reference(core, work, _step_budget(core) - members)
+        else:
+            self._schedule(work, now_ms)
+        worker = self.config.worker_type
+        # Decode workers receive computed prompts; prefill workers emit the first token
+        # from the prefill forward (dynamo-mocker.md §7.2).
+        prefill_ms = 0.0 if worker is WorkerType.DECODE else core.prefill_ms(work)
+        ready, priced, kv_tokens = core.ready_and_priced(work)
+        base = None
+        if members is not None:  # every member samples, priced by the decode call
+            assert core.steady is not None
+            total, sq = core.steady.sums(core.steady.P)
+            base = (members, total, sq)
+            priced += members
+            kv_tokens += total
+        decode_ms = 0.0 if worker is WorkerType.PREFILL else core.decode_ms(priced, kv_tokens)
+        outputs = OutputBatch()
+        for r in work.rejected:
+            outputs.completed.append(r.rid)
+            outputs.rejected.append(r.rid)
+        fpm = self._forward_pass_metrics(work, base)  # scheduled shape, before emission
+        if members is not None:
+            emit_members(core, outputs)  # the members come first in batch order
+        finished = core.emit(ready, outputs)
+        if members is not None:
+            after_step(core, work)
+        self._prefilled = work.prefilled
+        self._model_work = bool(work.scheduled or members)
+        idle = not (work.scheduled or members or work.admissions or outputs.completed)
+        self._stalled = (core.pool.releases, len(core.reqs)) if idle else None
+        effects = PassCompletionEffects(
+            outputs=outputs,
+            kv_events=core.pool.drain_events(),
+            forward_pass_metrics=fpm,
+            decode_acceptance=DecodeAcceptance(priced, priced),
+            schedule=self._schedule_record(work, finished),
+        )
+        if self.book.events:
+            effects.lifecycle_events = self.book.drain_events()  # SourceHeld (§4.8)
+        start = PassStartEffects(admissions=tuple(work.admissions), pressure_events=tuple(work.pressure))
+        end_ms = now_ms + prefill_ms + decode_ms
+        return RankPass(end_ms, start, TrtllmPending(now_ms, effects))
+
+    def _schedule(self, work: StepWork, now_ms: float) -> None:
+        """The capacity policy's step over the requests themselves."""
+        core = self.core
         if self.handoff.activated:
             self.handoff.admit_activated(work, core.limits.max_batch_size)
         # A pending destination blocks fresh admission (§8.2 step 3): hide the queue.
@@ -223,34 +287,12 @@ class TrtllmRank(Rank):
             if hidden is not None:
                 hidden.update(core.waiting)
                 core.waiting = hidden
-        worker = self.config.worker_type
-        # Decode workers receive computed prompts; prefill workers emit the first token
-        # from the prefill forward (dynamo-mocker.md §7.2).
-        prefill_ms = 0.0 if worker is WorkerType.DECODE else core.prefill_ms(work)
-        ready, priced, kv_tokens = core.ready_and_priced(work)
-        decode_ms = 0.0 if worker is WorkerType.PREFILL else core.decode_ms(priced, kv_tokens)
-        outputs = OutputBatch()
-        for r in work.rejected:
-            outputs.completed.append(r.rid)
-            outputs.rejected.append(r.rid)
-        fpm = self._forward_pass_metrics(work)  # scheduled shape, before emission
-        finished = core.emit(ready, outputs)
-        self._prefilled = work.prefilled
-        self._model_work = bool(work.scheduled)
-        idle = not (work.scheduled or work.admissions or outputs.completed)
-        self._stalled = (core.pool.releases, len(core.reqs)) if idle else None
-        effects = PassCompletionEffects(
-            outputs=outputs,
-            kv_events=core.pool.drain_events(),
-            forward_pass_metrics=fpm,
-            decode_acceptance=DecodeAcceptance(priced, priced),
-            schedule=self._schedule_record(work, finished),
-        )
-        if self.book.events:
-            effects.lifecycle_events = self.book.drain_events()  # SourceHeld (§4.8)
-        start = PassStartEffects(admissions=tuple(work.admissions), pressure_events=tuple(work.pressure))
-        end_ms = now_ms + prefill_ms + decode_ms
-        return RankPass(end_ms, start, TrtllmPending(now_ms, effects))
+
+    def _handoff_state(self) -> bool:
+        """Whether handoff bookkeeping could take part in a step (no steady batch then)."""
+        book = self.book
+        return bool(book.sources or book.dests or book.events or book.holding
+                    or book.blocks_admission or self.handoff.activated)
 
     def complete_pass(self, pending: TrtllmPending, end_ms: float) -> PassCompletionEffects:
         effects = pending.effects
@@ -305,14 +347,18 @@ class TrtllmRank(Rank):
             preemptions_total=core.pauses_total,
         )
 
-    def _forward_pass_metrics(self, work: StepWork) -> ForwardPassMetrics | None:
+    def _forward_pass_metrics(
+        self, work: StepWork, base: tuple[int, int, int] | None = None
+    ) -> ForwardPassMetrics | None:
         """dynamo-mocker.md §4.5 / aisimulate-engine.md §4.9; queued decodes are paused
-        requests (prompt + generated), the analogue of vLLM's preempted ones."""
+        requests (prompt + generated), the analogue of vLLM's preempted ones. ``base``:
+        ``(count, Σ lengths, Σ squares)`` of the decodes of a steady batch's members, which
+        are not in ``work``."""
         if not self.services.emit_forward_pass_metrics:
             return None
         prefill = Welford()
         prefill_tokens = prefill_kv = 0
-        n = s1 = s2 = 0  # decodes: exact integer sums instead of a per-item Welford
+        n, s1, s2 = base or (0, 0, 0)  # decodes: exact integer sums, not a per-item Welford
         decodes = [r for r in work.scheduled if r.rid not in work.context_ids]
         for r, pb, pt, tokens in work.contexts:
             if pt > 0:

@@ -43,6 +43,9 @@ class TrtRequest:
         "reject",
         "total_blocks",
         "blocks",
+        "sb",
+        "se",
+        "sn",
     )
 
     def __init__(self, request: Request, order: int, block_size: int, salt: int) -> None:
@@ -63,6 +66,11 @@ class TrtRequest:
         self.reject = False
         self.total_blocks = 0
         self.blocks = SequenceBlocks(request, salt)
+        # Sequence length minus the pass counter, end pass and batch serial while the
+        # request is in a steady batch (servesim_trtllm.steady); meaningless otherwise.
+        self.sb = 0
+        self.se = 0
+        self.sn = 0
 
     # -- lengths ----------------------------------------------------------------------------
 

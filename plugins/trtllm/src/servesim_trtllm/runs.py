@@ -33,13 +33,17 @@ Pass ``j`` is priced as stepping prices it: ``start + decode`` with
 ``decode = scaled_ms(predict_decode_ms(m, S + j*m, (S + j*m) // m, capacity), decode_speedup)``
 (the prefill term is exactly 0.0), numpy chunks for long runs (bit-identical).
 
+The batch is held as a :class:`servesim_trtllm.steady.SteadyBatch`: a run visits only the
+members whose block steps or completions fall inside it, and the members' own counters are
+written back only when something other than runs and steady steps needs them.
+
 Declined (stepping is used): a non-aggregated worker, handoff state, schedule recording, any
 request not in plain decode, and the queue conditions above.
 """
 
 from __future__ import annotations
 
-import heapq
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from servesim.contract import (
@@ -59,6 +63,7 @@ from servesim.runs import (
 from servesim.timing.base import scaled_ms
 
 from servesim_trtllm.config import CapacitySchedulerPolicy
+from servesim_trtllm.steady import SteadyBatch, block_steps, growth, is_plain_decode
 
 if TYPE_CHECKING:
     from servesim_trtllm.core import TrtCore
@@ -67,9 +72,6 @@ if TYPE_CHECKING:
 
 _GNE = CapacitySchedulerPolicy.GUARANTEED_NO_EVICT
 _MU = CapacitySchedulerPolicy.MAX_UTILIZATION
-_NEVER = 1 << 62
-_KEY = 1 << 40  # (passes left) * _KEY + length orders members by completion
-_IDX = 1 << 24  # agenda entries are pass * _IDX + batch index (plain ints heap fastest)
 # Passes priced one by one before switching to numpy chunks (both bit-identical): most runs
 # end within a few passes, where numpy's per-call overhead would dominate.
 _VECTOR_MIN = 16
@@ -77,19 +79,6 @@ _VECTOR_MIN = 16
 
 TrtRunPending = BlockRunPending
 
-
-
-def _next_event(c: int, nblocks: int, bs: int, caching: bool) -> int:
-    """Passes from now until a decode whose pre-pass computed count is ``c`` (holding
-    ``nblocks`` blocks) allocates (target ``c + 1 + d`` past the table) or fills a block."""
-    d = nblocks * bs - c
-    if d < 0:
-        d = 0
-    if caching:
-        f = (-(c + 1)) % bs
-        if f < d:
-            d = f
-    return d
 
 
 def _head_watch(core: TrtCore) -> set[int] | None | bool:
@@ -118,7 +107,7 @@ def _limit(value: int | None) -> float:
     return float("inf") if value is None else float(value)
 
 
-def _batch_order(rank: TrtllmRank) -> dict[int, TrtRequest]:
+def batch_order(rank: TrtllmRank) -> dict[int, TrtRequest]:
     """The order a steady step schedules the running requests in: admission order, except
     under max_utilization, which walks the active list in submission order (``core.reqs``;
     a steady run there has an empty queue, so the two hold the same requests). They differ
@@ -127,60 +116,38 @@ def _batch_order(rank: TrtllmRank) -> dict[int, TrtRequest]:
     return core.reqs if rank.policy is _MU else core.running
 
 
-def _steady(rank: TrtllmRank) -> tuple[int, int, int, list[int], list[int]] | None:
-    """``(Σ lengths, Σ squares, passes until the first completion, first block event per
-    request as pass * _IDX + batch index, passes left per request)`` or None when the next
-    step is not steady."""
+def _steady(rank: TrtllmRank) -> SteadyBatch | None:
+    """The running batch as a :class:`SteadyBatch` (the one a run or steady step left in
+    ``core.steady``, else built from the requests: one loop over the batch), or None when
+    the next step is not steady."""
     core = rank.core
     if rank.config.worker_type is not WorkerType.AGGREGATED or rank.services.record_schedule:
         return None
     book = rank.book
     if book.sources or book.dests or book.events or book.holding or rank.handoff.activated:
         return None
-    running = core.running
-    m = len(running)
-    if m == 0 or m > _limit(core.limits.max_num_tokens) or 2 * m >= _IDX:
-        return None
     policy = rank.policy
-    if policy is not _GNE and m > _limit(core.limits.max_batch_size):
-        return None
     if policy is _MU and core.waiting:
         return None
-    bs = core.bs
-    caching = core.pool.prefix_caching
-    total = sq = 0
-    first_done = _NEVER
-    cross: list[int] = []
-    add = cross.append
-    rems: list[int] = []
-    add_rem = rems.append
-    i = 0
-    for r in _batch_order(rank).values():
-        gen = r.generated
-        length = r.prompt_len + gen
-        c = r.num_computed
-        # Running requests hold KV (started); one emitted token implies first_output_sent.
-        if c != length - 1 or c < r.ctx_len or not gen:
-            return None
-        left = r.max_output - gen
-        if left < first_done:
-            first_done = left
-        add_rem(left)
-        total += length
-        sq += length * length
-        # _next_event inlined (this loop is the per-run cost stepping pays per pass).
-        d = len(r.table.ids) * bs - c
-        if d < 0:
-            d = 0
-        if caching:
-            f = -length % bs
-            if f < d:
-                d = f
-        add(d * _IDX + i)
-        i += 1
-    if first_done < 1:
+    order = batch_order(rank)
+    m = len(order)
+    if m == 0 or m > _limit(core.limits.max_num_tokens):
         return None
-    return total, sq, first_done, cross, rems
+    if policy is not _GNE and m > _limit(core.limits.max_batch_size):
+        return None
+    batch = core.steady
+    if batch is not None:
+        if batch.m != m:
+            raise RuntimeError("trtllm rank: the steady batch lost track of the running requests")
+        return batch
+    members = list(order.values())
+    for r in members:
+        if not is_plain_decode(r):
+            return None
+    batch = SteadyBatch(core.bs, core.pool.prefix_caching)
+    batch.add(members)
+    core.steady = batch  # exact even if no run follows: nothing advanced yet
+    return batch
 
 
 def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
@@ -191,34 +158,33 @@ def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
     if head is False:
         return None
     watch = head if isinstance(head, set) and head else None
-    shape = _steady(rank)
-    if shape is None:
+    batch = _steady(rank)
+    if batch is None:
         return None
-    total, sq, first_done, cross, all_rems = shape
-    running = list(_batch_order(rank).values())
-    m = len(running)
+    m = batch.m
+    total, sq = batch.sums(batch.P)
+    first_done = batch.end_heap[0] - batch.P
     ends: list[float] = []
     segments = [(0, total, sq, m)]
     stopped = _pass_ends(rank, now, horizon, total, m, 0, min(first_done, max_passes), ends)
-    rems: list[int] | None = None
     if not stopped and first_done < max_passes and through_completions and _may_continue(rank):
         # Every member emitted up to the first completion before the horizon: continue
         # without the completed ones (priced per segment between completions).
-        rems = all_rems
-        keyed = [rem * _KEY + r.prompt_len + r.generated
-                 for r, rem in zip(running, rems, strict=True)]
-        segments += _more_segments(rank, horizon, keyed, total, sq, m, first_done,
-                                   max_passes, ends)
-    elif len(ends) >= first_done:
-        rems = all_rems
+        for seg, j1 in _segments(batch, total, sq):
+            segments.append(seg)
+            j1 = min(j1, max_passes)
+            j0, seg_total, _sq, seg_m = seg
+            if j1 <= j0 or _pass_ends(rank, ends[-1], horizon, seg_total, seg_m, j0, j1, ends):
+                break
     run = TrtRunPending(now)
-    k = _replay_crossings(rank, run, running, cross, len(ends), watch, rems)
+    members = batch.rids
+    k, finished = _replay_crossings(rank, run, batch, len(ends), watch)
     if k == 0:
         return None
     del ends[k:]
     run.ends = ends
     run.segments = [seg for seg in segments if seg[0] < k]
-    completed_at = _commit(rank, run, running, k, rems)
+    completed_at = _commit(rank, run, batch, k, members, finished)
     return RankRun(now, tuple(ends), run, completed_at)
 
 
@@ -229,29 +195,26 @@ def _may_continue(rank: TrtllmRank) -> bool:
     return rank.policy is CapacitySchedulerPolicy.STATIC_BATCH or not rank.core.waiting
 
 
-def _more_segments(rank: TrtllmRank, horizon: float, keyed: list[int], total: int, sq: int,
-                   m: int, first_done: int, max_passes: int,
-                   ends: list[float]) -> list[tuple[int, int, int, int]]:
-    """Price the passes after the first completion, one segment ``(first pass, Σ pre-run
-    lengths, Σ squares, batch size)`` between completions at a time, until the horizon, the
-    last member's completion or ``max_passes``. Members leave in order of passes left
-    (``keyed`` is heapified in place and popped only as far as the run gets)."""
-    heapq.heapify(keyed)
-    out: list[tuple[int, int, int, int]] = []
-    j0 = first_done
-    while True:
-        while keyed and keyed[0] // _KEY == j0:
-            length = heapq.heappop(keyed) % _KEY
+def _segments(batch: SteadyBatch, total: int,
+              sq: int) -> Iterator[tuple[tuple[int, int, int, int], int]]:
+    """After the first completion: ``((first pass, Σ pre-run lengths, Σ squares, batch
+    size), end pass)`` of each stretch of the batch between completions, lazily, in
+    completion order (a run stopping at the horizon touches only the completions before)."""
+    P0 = batch.P
+    m = batch.m
+    ends = batch.ends
+    keys = sorted(ends)
+    last = len(keys) - 1
+    for at, end in enumerate(keys):
+        done = ends[end]
+        for r in done:
+            length = r.sb + P0
             total -= length
             sq -= length * length
-            m -= 1
-        if m == 0 or j0 >= max_passes:
-            return out
-        j1 = min(keyed[0] // _KEY, max_passes)
-        out.append((j0, total, sq, m))
-        if _pass_ends(rank, ends[-1], horizon, total, m, j0, j1, ends):
-            return out
-        j0 = j1
+        m -= len(done)
+        if at == last:
+            return
+        yield (end - P0, total, sq, m), keys[at + 1] - P0
 
 
 def _pass_ends(rank: TrtllmRank, now: float, horizon: float, total: int, m: int,
@@ -279,91 +242,71 @@ def _pass_ends(rank: TrtllmRank, now: float, horizon: float, total: int, m: int,
     return price_decode_chunks(timing, m, total, capacity, dsp, j, kmax, start, horizon, ends)
 
 
-def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, running: list[TrtRequest],
-                      cross: list[int], k: int, watch: set[int] | None,
-                      rems: list[int] | None) -> int:
+def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, batch: SteadyBatch, k: int,
+                      watch: set[int] | None) -> tuple[int, list[tuple[int, list[TrtRequest]]]]:
     """Apply the block steps of passes ``< k`` in (pass, batch) order, then each pass's
     completions (``TrtCore.remove`` in batch order, as ``emit`` after scheduling), draining KV
-    events per pass; returns the passes kept (fewer when an allocation could fail at some
-    pass, or when a block it would finalise is one the held-back queue head could reuse)."""
+    events per pass. Returns the passes kept (fewer when an allocation could fail at some
+    pass, or when a block it would finalise is one the held-back queue head could reuse) and
+    ``(pass, requests)`` of the completions in them, which have left the batch."""
     core = rank.core
     pool = core.pool
-    bs = core.bs
-    caching = pool.prefix_caching
-    native = core.native
-    n = len(running)
     free, evict = pool._free, pool._evict  # noqa: SLF001 - allocation headroom
     events_on = pool.events_enabled
     occupancy = run.occupancy
     occupancy.append((-1, pool.num_active, pool.num_inactive))
     leftover = events_on  # events left by commands belong to pass 0, as when stepping
-    cross = _agenda(cross, k, rems)
-    while cross:
-        j = cross[0] // _IDX
-        due = []
-        finished = []
-        while cross and cross[0] // _IDX == j:
-            i = heapq.heappop(cross) % _IDX
-            if i < n:
-                due.append(i)
-            else:
-                finished.append(running[i - n])
-        need = 0
-        for i in due:
-            r = running[i]
-            if r.num_computed + j + 1 > len(r.table.ids) * bs:
-                need += 1
-        if need > len(free) + len(evict) or (watch and _would_publish(core, running, due, j, watch)):
+    P0 = batch.P
+    limit = P0 + k
+    cross, end_heap = batch.cross, batch.end_heap
+    finished: list[tuple[int, list[TrtRequest]]] = []
+    while True:
+        pc = cross[0][0] if cross else limit
+        pe = end_heap[0] - 1 if end_heap else limit  # the last pass of the next completion
+        p = pc if pc < pe else pe
+        if p >= limit:
+            break
+        j = p - P0
+        due = batch.pop_crossings(p) if pc == p else []
+        if due and (growth(core, due, p) > len(free) + len(evict)
+                    or (watch and _would_publish(core, due, p, watch))):
             # An allocation could fail, or GNE admission (after the running requests, in
             # the same step) could reuse a block this pass publishes: stepping decides.
+            batch.unpop(p, due)
             if j and leftover:
                 run.take_events(pool, 0)
-            return j
+            return j, finished
         if j and leftover:
             run.take_events(pool, 0)
         leftover = False
-        _pass_block_steps(core, running, due, j, native)
-        for i in due:
-            r = running[i]
-            nxt = j + 1 + _next_event(r.num_computed + j + 1, len(r.table.ids), bs, caching)
-            if nxt < k and (rems is None or nxt < rems[i]):
-                heapq.heappush(cross, nxt * _IDX + i)
-        for r in finished:
-            core.remove(r)
+        if due:
+            block_steps(core, due, p)
+            for r in due:
+                batch.step_done(p, r)
+        if pe == p:
+            done = batch.finish(p + 1)
+            for r in done:
+                length = r.sb + p + 1
+                r.num_computed = length - 1
+                r.generated = length - r.prompt_len
+                core.remove(r)
+            finished.append((j, done))
         occupancy.append((j, pool.num_active, pool.num_inactive))
         if events_on:
             run.take_events(pool, j)
     if leftover:
         run.take_events(pool, 0)
-    return k
+    return k, finished
 
 
-def _agenda(cross: list[int], k: int, rems: list[int] | None) -> list[int]:
-    """The heap of a run's per-request events before pass ``k``, as ``pass * _IDX + x``:
-    block steps with ``x`` the batch index (only while the request still decodes) and
-    completions with ``x = n + batch index``, which sort after the pass's block steps and in
-    batch order."""
-    lim = k * _IDX
-    if rems is None:
-        out = [c for c in cross if c < lim]
-    else:
-        n = len(rems)
-        out = [c for c in cross if c < lim and c // _IDX < rems[c % _IDX]]
-        out.extend((rem - 1) * _IDX + n + i for i, rem in enumerate(rems) if rem <= k)
-    heapq.heapify(out)
-    return out
-
-
-def _would_publish(core: TrtCore, running: list[TrtRequest], due: list[int], j: int,
-                   watch: set[int]) -> bool:
-    """Whether pass ``j`` would finalise a block whose sequence hash is in ``watch``
+def _would_publish(core: TrtCore, due: list[TrtRequest], P: int, watch: set[int]) -> bool:
+    """Whether pass ``P`` would finalise a block whose sequence hash is in ``watch``
     (computing the hashes has no observable effect)."""
     bs = core.bs
     if not core.pool.prefix_caching:
         return False
-    for i in due:
-        r = running[i]
-        target = r.num_computed + j + 1
+    for r in due:
+        target = r.sb + P
         if target % bs == 0:
             full = target // bs
             seq, _ = r.hashes(full, bs)
@@ -372,65 +315,31 @@ def _would_publish(core: TrtCore, running: list[TrtRequest], due: list[int], j: 
     return False
 
 
-def _pass_block_steps(core: TrtCore, running: list[TrtRequest], due: list[int], j: int,
-                      native: bool) -> None:
-    """What :meth:`TrtCore.decode_step` (and, for native policies, ``flush_finalize``) do to
-    the pool at pass ``j`` for the requests in ``due`` (batch order)."""
-    bs = core.bs
-    pool = core.pool
-    caching = pool.prefix_caching
-    fin: list[TrtRequest] = []
-    for i in due:
-        r = running[i]
-        target = r.num_computed + j + 1
-        table = r.table
-        if target > len(table.ids) * bs:
-            if not pool.allocate(table, len(table.ids) + 1):
-                raise RuntimeError(f"run: allocation for request {r.rid} failed despite headroom")
-            core.reserved -= 1
-        if caching and target % bs == 0:
-            if native:
-                fin.append(r)
-            else:
-                core._finalize(r, target // bs)  # noqa: SLF001 - the stepping path's call
-    for r in fin:
-        full = (r.num_computed + j + 1) // bs
-        if full > r.table.num_cached:
-            core._finalize(r, full)  # noqa: SLF001
-
-
-def _commit(rank: TrtllmRank, run: TrtRunPending, running: list[TrtRequest], k: int,
-            rems: list[int] | None) -> tuple[tuple[int, int], ...]:
-    """Advance every member by its tokens in the run (``k``, or up to its completion; the
-    completed ones were removed at their pass). Returns the completions before the last pass
-    as ``(pass, request id)``, in stepping's order."""
+def _commit(rank: TrtllmRank, run: TrtRunPending, batch: SteadyBatch, k: int,
+            members: list[int], finished: list[tuple[int, list[TrtRequest]]]
+            ) -> tuple[tuple[int, int], ...]:
+    """Advance the batch by ``k`` passes (the members' own counters stay stale,
+    servesim_trtllm.steady; the completed ones were removed at their pass). Returns the
+    completions before the last pass as ``(pass, request id)``, in stepping's order."""
     core = rank.core
-    members = [r.rid for r in running]
     completed: list[int] = []
     completed_at: list[tuple[int, int]] = []
     emitters = members
-    if rems is None or min(rems) > k:
-        for r in running:
-            r.num_computed += k
-            r.generated += k
-    else:
-        emitters = []
-        for r, rem in zip(running, rems, strict=True):
-            step = k if rem > k else rem
-            r.num_computed += step
-            r.generated += step
-            if rem == k:
+    batch.P += k
+    for j, done in finished:
+        for r in done:
+            if j == k - 1:
                 completed.append(r.rid)
-            elif rem < k:
-                completed_at.append((rem - 1, r.rid))
-            if rem >= k:
-                emitters.append(r.rid)
-        if completed_at:
-            completed_at.sort(key=lambda c: c[0])  # stable: batch order within a pass
-            before = run.completed_before
-            for j, rid in completed_at:
-                before.setdefault(j, []).append(rid)
-            run.departures = [(j, len(rids)) for j, rids in sorted(before.items())]
+            else:
+                completed_at.append((j, r.rid))
+    if completed_at:
+        emitters = members[:]
+        for _j, rid in completed_at:
+            emitters.remove(rid)
+        before = run.completed_before
+        for j, rid in completed_at:
+            before.setdefault(j, []).append(rid)
+        run.departures = [(j, len(rids)) for j, rids in sorted(before.items())]
     run.members = members
     run.last_emitters = emitters
     run.queued = len(core.waiting)
