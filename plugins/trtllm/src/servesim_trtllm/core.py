@@ -42,7 +42,7 @@ from servesim.timing.base import TimingModel, scaled_ms
 from servesim_trtllm.config import CapacitySchedulerPolicy, Limits, TrtllmConfig
 from servesim_trtllm.handoff import detach_held_source
 from servesim_trtllm.request import TrtRequest
-from servesim_trtllm.steady import SteadyBatch
+from servesim_trtllm.steady import TrtSteadyBatch
 from servesim_trtllm.work import StepWork
 
 
@@ -107,7 +107,7 @@ class TrtCore:
         self.elide = False  # prompts load placeholder-elided hashes (set by the rank)
         # The steady batch left by a run or a steady step (servesim_trtllm.steady): while
         # set, its members' num_computed and generated are stale (see sync).
-        self.steady: SteadyBatch | None = None
+        self.steady: TrtSteadyBatch | None = None
         self.book: Any = None  # handoff bookkeeping (servesim_trtllm.handoff), set by the rank
 
     # -- commands -----------------------------------------------------------------------

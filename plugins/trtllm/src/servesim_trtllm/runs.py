@@ -33,7 +33,7 @@ Pass ``j`` is priced as stepping prices it: ``start + decode`` with
 ``decode = scaled_ms(predict_decode_ms(m, S + j*m, (S + j*m) // m, capacity), decode_speedup)``
 (the prefill term is exactly 0.0), numpy chunks for long runs (bit-identical).
 
-The batch is held as a :class:`servesim_trtllm.steady.SteadyBatch`: a run visits only the
+The batch is held as a :class:`servesim_trtllm.steady.TrtSteadyBatch`: a run visits only the
 members whose block steps or completions fall inside it, and the members' own counters are
 written back only when something other than runs and steady steps needs them.
 
@@ -43,7 +43,6 @@ request not in plain decode, and the queue conditions above.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from servesim.contract import (
@@ -60,10 +59,11 @@ from servesim.runs import (
     price_decode_chunks,
     take_run_kv_events,
 )
+from servesim.steady import replay_steps
 from servesim.timing.base import scaled_ms
 
 from servesim_trtllm.config import CapacitySchedulerPolicy
-from servesim_trtllm.steady import SteadyBatch, block_steps, growth, is_plain_decode
+from servesim_trtllm.steady import TrtSteadyBatch, block_steps, growth, is_plain_decode
 
 if TYPE_CHECKING:
     from servesim_trtllm.core import TrtCore
@@ -116,8 +116,8 @@ def batch_order(rank: TrtllmRank) -> dict[int, TrtRequest]:
     return core.reqs if rank.policy is _MU else core.running
 
 
-def _steady(rank: TrtllmRank) -> SteadyBatch | None:
-    """The running batch as a :class:`SteadyBatch` (the one a run or steady step left in
+def _steady(rank: TrtllmRank) -> TrtSteadyBatch | None:
+    """The running batch as a :class:`TrtSteadyBatch` (the one a run or steady step left in
     ``core.steady``, else built from the requests: one loop over the batch), or None when
     the next step is not steady."""
     core = rank.core
@@ -144,7 +144,7 @@ def _steady(rank: TrtllmRank) -> SteadyBatch | None:
     for r in members:
         if not is_plain_decode(r):
             return None
-    batch = SteadyBatch(core.bs, core.pool.prefix_caching)
+    batch = TrtSteadyBatch(core.bs, core.pool.prefix_caching)
     batch.add(members)
     core.steady = batch  # exact even if no run follows: nothing advanced yet
     return batch
@@ -163,14 +163,14 @@ def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
         return None
     m = batch.m
     total, sq = batch.sums(batch.P)
-    first_done = batch.end_heap[0] - batch.P
+    first_done = batch.first_done()
     ends: list[float] = []
     segments = [(0, total, sq, m)]
     stopped = _pass_ends(rank, now, horizon, total, m, 0, min(first_done, max_passes), ends)
     if not stopped and first_done < max_passes and through_completions and _may_continue(rank):
         # Every member emitted up to the first completion before the horizon: continue
         # without the completed ones (priced per segment between completions).
-        for seg, j1 in _segments(batch, total, sq):
+        for seg, j1 in batch.segments(total, sq):
             segments.append(seg)
             j1 = min(j1, max_passes)
             j0, seg_total, _sq, seg_m = seg
@@ -193,28 +193,6 @@ def _may_continue(rank: TrtllmRank) -> bool:
     members: nothing waits (GNE would admit into the freed room; MU runs only with an empty
     queue), or the static batch, which is joined only once every member has completed."""
     return rank.policy is CapacitySchedulerPolicy.STATIC_BATCH or not rank.core.waiting
-
-
-def _segments(batch: SteadyBatch, total: int,
-              sq: int) -> Iterator[tuple[tuple[int, int, int, int], int]]:
-    """After the first completion: ``((first pass, Σ pre-run lengths, Σ squares, batch
-    size), end pass)`` of each stretch of the batch between completions, lazily, in
-    completion order (a run stopping at the horizon touches only the completions before)."""
-    P0 = batch.P
-    m = batch.m
-    ends = batch.ends
-    keys = sorted(ends)
-    last = len(keys) - 1
-    for at, end in enumerate(keys):
-        done = ends[end]
-        for r in done:
-            length = r.sb + P0
-            total -= length
-            sq -= length * length
-        m -= len(done)
-        if at == last:
-            return
-        yield (end - P0, total, sq, m), keys[at + 1] - P0
 
 
 def _pass_ends(rank: TrtllmRank, now: float, horizon: float, total: int, m: int,
@@ -242,61 +220,32 @@ def _pass_ends(rank: TrtllmRank, now: float, horizon: float, total: int, m: int,
     return price_decode_chunks(timing, m, total, capacity, dsp, j, kmax, start, horizon, ends)
 
 
-def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, batch: SteadyBatch, k: int,
+def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, batch: TrtSteadyBatch, k: int,
                       watch: set[int] | None) -> tuple[int, list[tuple[int, list[TrtRequest]]]]:
     """Apply the block steps of passes ``< k`` in (pass, batch) order, then each pass's
     completions (``TrtCore.remove`` in batch order, as ``emit`` after scheduling), draining KV
-    events per pass. Returns the passes kept (fewer when an allocation could fail at some
-    pass, or when a block it would finalise is one the held-back queue head could reuse) and
-    ``(pass, requests)`` of the completions in them, which have left the batch."""
+    events per pass (servesim.steady.replay_steps). Returns the passes kept (fewer when an
+    allocation could fail at some pass, or when a block it would finalise is one the
+    held-back queue head could reuse: GNE admission, after the running requests in the same
+    step, could then hit it, and stepping decides) and ``(pass, requests)`` of the
+    completions in them, which have left the batch."""
     core = rank.core
     pool = core.pool
     free, evict = pool._free, pool._evict  # noqa: SLF001 - allocation headroom
-    events_on = pool.events_enabled
-    occupancy = run.occupancy
-    occupancy.append((-1, pool.num_active, pool.num_inactive))
-    leftover = events_on  # events left by commands belong to pass 0, as when stepping
-    P0 = batch.P
-    limit = P0 + k
-    cross, end_heap = batch.cross, batch.end_heap
-    finished: list[tuple[int, list[TrtRequest]]] = []
-    while True:
-        pc = cross[0][0] if cross else limit
-        pe = end_heap[0] - 1 if end_heap else limit  # the last pass of the next completion
-        p = pc if pc < pe else pe
-        if p >= limit:
-            break
-        j = p - P0
-        due = batch.pop_crossings(p) if pc == p else []
-        if due and (growth(core, due, p) > len(free) + len(evict)
-                    or (watch and _would_publish(core, due, p, watch))):
-            # An allocation could fail, or GNE admission (after the running requests, in
-            # the same step) could reuse a block this pass publishes: stepping decides.
-            batch.unpop(p, due)
-            if j and leftover:
-                run.take_events(pool, 0)
-            return j, finished
-        if j and leftover:
-            run.take_events(pool, 0)
-        leftover = False
-        if due:
-            block_steps(core, due, p)
-            for r in due:
-                batch.step_done(p, r)
-        if pe == p:
-            done = batch.finish(p + 1)
-            for r in done:
-                length = r.sb + p + 1
-                r.num_computed = length - 1
-                r.generated = length - r.prompt_len
-                core.remove(r)
-            finished.append((j, done))
-        occupancy.append((j, pool.num_active, pool.num_inactive))
-        if events_on:
-            run.take_events(pool, j)
-    if leftover:
-        run.take_events(pool, 0)
-    return k, finished
+
+    def blocked(due: list[TrtRequest], p: int) -> bool:
+        return growth(core, due, p) > len(free) + len(evict) or bool(
+            watch and _would_publish(core, due, p, watch))
+
+    def step(due: list[TrtRequest], p: int) -> None:
+        block_steps(core, due, p)
+
+    def leave(done: list[TrtRequest], p: int) -> None:
+        for r in done:
+            batch.write(r, r.sb + p + 1, 0)
+            core.remove(r)
+
+    return replay_steps(batch, run, pool, k, blocked, step, leave)
 
 
 def _would_publish(core: TrtCore, due: list[TrtRequest], P: int, watch: set[int]) -> bool:
@@ -315,7 +264,7 @@ def _would_publish(core: TrtCore, due: list[TrtRequest], P: int, watch: set[int]
     return False
 
 
-def _commit(rank: TrtllmRank, run: TrtRunPending, batch: SteadyBatch, k: int,
+def _commit(rank: TrtllmRank, run: TrtRunPending, batch: TrtSteadyBatch, k: int,
             members: list[int], finished: list[tuple[int, list[TrtRequest]]]
             ) -> tuple[tuple[int, int], ...]:
     """Advance the batch by ``k`` passes (the members' own counters stay stale,

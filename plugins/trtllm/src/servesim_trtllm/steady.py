@@ -1,19 +1,12 @@
 """The steady batch kept between runs and steps, with its members' counters held lazily.
 
-The trtllm counterpart of ``servesim_vllm.steady`` (see there for the idea). After a run of
-steady decode passes (servesim_trtllm.runs) every running request is a plain decode: its
-context is computed and its newest sampled token is the one left to compute. While that
-holds, :class:`SteadyBatch` describes the batch by a pass counter ``P`` and per member two
-constants (slots on the request): ``sb``, its sequence length minus ``P``, and ``se``, the
-value of ``P`` after its last pass. Before pass ``P`` a member has computed
-``sb + P - 1`` tokens and generated ``sb + P - prompt_len``.
-
-* The members whose decode in pass ``P`` allocates a block (its target ``sb + P`` passes the
-  table) or fills one are the top of a heap of ``(pass, serial, request)`` entries, one per
-  member, in batch order (serials follow the order the policy walks the batch in:
-  :func:`servesim_trtllm.runs.batch_order`).
-* The members completing with pass ``P`` are ``ends[P + 1]``, in batch order.
-* The batch's summed sequence lengths and squares come from the sums of ``sb`` and ``sb**2``.
+After a run of steady decode passes (servesim_trtllm.runs) every running request is a plain
+decode: its context is computed and its newest sampled token is the one left to compute.
+:class:`TrtSteadyBatch` holds that batch lazily (servesim.steady.SteadyBatch): before pass
+``P`` a member has computed ``sb + P - 1`` tokens and generated ``sb + P - prompt_len``; its
+block steps are the decodes that allocate a block (the target ``sb + P`` passes the table)
+or fill one, and serials follow the order the policy walks the batch in
+(:func:`servesim_trtllm.runs.batch_order`).
 
 While a batch is set (``TrtCore.steady``), the running requests' own ``num_computed`` and
 ``generated`` are stale; :meth:`TrtCore.sync` writes them back, and everything else that
@@ -28,8 +21,9 @@ members' share of emission and add the newly admitted requests to the batch.
 
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING
+
+from servesim.steady import SteadyBatch
 
 if TYPE_CHECKING:
     from servesim.contract import OutputBatch
@@ -60,110 +54,31 @@ def is_plain_decode(r: TrtRequest) -> bool:
             and gen < r.max_output)
 
 
-class SteadyBatch:
-    """The running batch of a steady trtllm rank (see the module docstring)."""
+class TrtSteadyBatch(SteadyBatch):
+    """The running batch of a steady trtllm rank: a member's next block step is its next
+    allocation or filled block (:func:`next_event`)."""
 
-    __slots__ = ("P", "bs", "caching", "m", "sum_b", "sum_b2", "cross", "ends", "end_heap",
-                 "rids", "serial")
+    __slots__ = ("caching",)
 
     def __init__(self, bs: int, caching: bool) -> None:
-        self.P = 0
-        self.bs = bs
+        super().__init__(bs)
         self.caching = caching
-        self.m = 0
-        self.sum_b = 0
-        self.sum_b2 = 0
-        self.cross: list[tuple[int, int, TrtRequest]] = []
-        self.ends: dict[int, list[TrtRequest]] = {}
-        self.end_heap: list[int] = []
-        self.rids: list[int] = []
-        self.serial = 0
 
-    def add(self, reqs: list[TrtRequest]) -> None:
-        """Members joining at the end of the batch, their own counters current at ``P``."""
-        P, bs, caching = self.P, self.bs, self.caching
-        cross, ends = self.cross, self.ends
-        serial = self.serial
-        sum_b = sum_b2 = 0
-        for r in reqs:
-            length = r.prompt_len + r.generated
-            b = length - P
-            end = P + r.max_output - r.generated
-            r.sb = b
-            r.se = end
-            r.sn = serial
-            sum_b += b
-            sum_b2 += b * b
-            first = P + next_event(length - 1, len(r.table.ids), bs, caching)
-            if first < end:
-                heapq.heappush(cross, (first, serial, r))
-            serial += 1
-            bucket = ends.get(end)
-            if bucket is None:
-                ends[end] = [r]
-                heapq.heappush(self.end_heap, end)
-            else:
-                bucket.append(r)
-        self.serial = serial
-        self.m += len(reqs)
-        self.sum_b += sum_b
-        self.sum_b2 += sum_b2
-        self.rids = self.rids + [r.rid for r in reqs]  # new list: run effects may hold the old
+    def length(self, r: TrtRequest) -> int:
+        return r.prompt_len + r.generated
 
-    def sums(self, P: int) -> tuple[int, int]:
-        """Summed sequence lengths and squares of the members before pass ``P``."""
-        sb = self.sum_b
-        return sb + self.m * P, self.sum_b2 + 2 * P * sb + self.m * P * P
+    def left(self, r: TrtRequest) -> int:
+        return r.max_output - r.generated
 
-    def pop_crossings(self, P: int) -> list[TrtRequest]:
-        """The members with a block step in pass ``P``, in batch order (off the heap:
-        :meth:`step_done` queues their next one, :meth:`unpop` restores them)."""
-        cross = self.cross
-        due = []
-        while cross and cross[0][0] == P:
-            due.append(heapq.heappop(cross)[2])
-        return due
+    def first_step(self, r: TrtRequest, length: int) -> int:
+        return next_event(length - 1, len(r.table.ids), self.bs, self.caching)
 
-    def unpop(self, P: int, due: list[TrtRequest]) -> None:
-        for r in due:
-            heapq.heappush(self.cross, (P, r.sn, r))
+    def next_step(self, r: TrtRequest, P: int) -> int:
+        return P + 1 + next_event(r.sb + P, len(r.table.ids), self.bs, self.caching)
 
-    def step_done(self, P: int, r: TrtRequest) -> None:
-        """After ``r``'s block step in pass ``P`` (its table as it is now): queue its next."""
-        nxt = P + 1 + next_event(r.sb + P, len(r.table.ids), self.bs, self.caching)
-        if nxt < r.se:
-            heapq.heappush(self.cross, (nxt, r.sn, r))
-
-    def finish(self, end: int) -> list[TrtRequest]:
-        """Remove the members whose last pass was ``end - 1``; returns them (batch order)."""
-        done = self.ends.pop(end)
-        heap = self.end_heap
-        if heap and heap[0] == end:
-            heapq.heappop(heap)
-        else:
-            heap.remove(end)
-            heapq.heapify(heap)
-        sum_b = sum_b2 = 0
-        for r in done:
-            b = r.sb
-            sum_b += b
-            sum_b2 += b * b
-        self.m -= len(done)
-        self.sum_b -= sum_b
-        self.sum_b2 -= sum_b2
-        rids = self.rids[:]
-        for r in done:
-            rids.remove(r.rid)
-        self.rids = rids
-        return done
-
-    def write_back(self, members: list[TrtRequest]) -> None:
-        """Set the members' own counters to their values now."""
-        P = self.P
-        for r in members:
-            length = r.sb + P
-            r.num_computed = length - 1
-            r.generated = length - r.prompt_len
+    def write(self, r: TrtRequest, length: int, left: int) -> None:
+        r.num_computed = length - 1
+        r.generated = length - r.prompt_len
 
 
 def growth(core: TrtCore, due: list[TrtRequest], P: int) -> int:
@@ -213,7 +128,7 @@ def steady_step(core: TrtCore, budget: float) -> int | None:
     if m == 0 or m > budget or m != len(core.running):
         return None
     P = batch.P
-    due = batch.pop_crossings(P)
+    due = batch.pop_steps(P)
     if due:
         pool = core.pool
         if growth(core, due, P) > len(pool._free) + len(pool._evict):  # noqa: SLF001
@@ -236,9 +151,7 @@ def emit_members(core: TrtCore, out: OutputBatch) -> None:
     if P in batch.ends:
         completed = out.completed
         for r in batch.finish(P):
-            length = r.sb + P
-            r.num_computed = length - 1
-            r.generated = length - r.prompt_len
+            batch.write(r, r.sb + P, 0)
             core.remove(r)
             completed.append(r.rid)
 
@@ -257,5 +170,5 @@ def after_step(core: TrtCore, work: StepWork) -> None:
     batch.add(new)
 
 
-__all__ = ["SteadyBatch", "after_step", "block_steps", "emit_members", "growth",
+__all__ = ["TrtSteadyBatch", "after_step", "block_steps", "emit_members", "growth",
            "is_plain_decode", "next_event", "steady_step"]

@@ -24,7 +24,7 @@ Pass ``j``'s decode time uses the same call and float operations as stepping:
 pre-run length, and ``end = start + scaled_ms(0.0, speedup) + scaled_ms(decode, decode_speedup)``,
 so boundaries are bit-identical (including the nanosecond rounding of ``scaled_ms``).
 
-The batch is held as a :class:`servesim_vllm.steady.SteadyBatch`: a run visits only the
+The batch is held as a :class:`servesim_vllm.steady.VllmSteadyBatch`: a run visits only the
 members whose block steps or completions fall inside it (a heap of next block steps, buckets
 of completion passes), so its cost does not grow with the batch, and the members' own counters
 are written back only when something other than runs and steady passes needs them.
@@ -37,7 +37,6 @@ readmission, which the driver's run statistics do not model).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from servesim.contract import (
@@ -53,10 +52,11 @@ from servesim.runs import (
     price_decode_chunks,
     take_run_kv_events,
 )
+from servesim.steady import replay_steps
 from servesim.timing.base import scaled_ms
 
 from servesim_vllm.request import Status
-from servesim_vllm.steady import SteadyBatch, block_step, growth
+from servesim_vllm.steady import VllmSteadyBatch, block_step, growth
 
 if TYPE_CHECKING:
     from servesim_vllm.rank import VllmRank
@@ -67,8 +67,8 @@ VllmRunPending = BlockRunPending
 
 
 
-def _steady_batch(rank: VllmRank) -> SteadyBatch | None:
-    """The running batch as a :class:`SteadyBatch` (the one a run or steady pass left in
+def _steady_batch(rank: VllmRank) -> VllmSteadyBatch | None:
+    """The running batch as a :class:`VllmSteadyBatch` (the one a run or steady pass left in
     ``steady``, else built from the requests: one loop over the batch), or None when the
     next pass would not be a plain decode of every running request."""
     s = rank.sched
@@ -94,7 +94,7 @@ def _steady_batch(rank: VllmRank) -> SteadyBatch | None:
     if tail.computed != tail.length - 1 or not tail.generated:
         return None  # the newest member (a just-admitted request) is still prefilling
     # Without vLLM's null block when set.
-    batch = SteadyBatch.build(running, s.bs, s.usable_blocks * s.bs)
+    batch = VllmSteadyBatch.build(running, s.bs, s.usable_blocks * s.bs)
     s.steady = batch  # exact even if no run follows: nothing advanced yet
     return batch
 
@@ -136,14 +136,14 @@ def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
     s = rank.sched
     m = batch.m
     total, sq = batch.sums(batch.P)
-    first_done = batch.end_heap[0] - batch.P
+    first_done = batch.first_done()
     ends: list[float] = []
     segments = [(0, total, sq, m)]
     stopped = _pass_ends(rank, now, horizon, total, m, 0, min(first_done, max_passes), ends)
     if (not stopped and through_completions and not s.waiting and first_done < max_passes):
         # Every member emitted up to the first completion before the horizon: continue
         # without the completed ones (priced per segment between completions).
-        for seg, j1 in _segments(batch, total, sq):
+        for seg, j1 in batch.segments(total, sq):
             segments.append(seg)
             j1 = min(j1, max_passes)
             j0, seg_total, _sq, seg_m = seg
@@ -159,29 +159,6 @@ def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
     run.segments = [seg for seg in segments if seg[0] < k]
     completed_at = _commit(rank, run, batch, k, members, finished)
     return RankRun(now, tuple(ends), run, completed_at)
-
-
-def _segments(batch: SteadyBatch, total: int,
-              sq: int) -> Iterator[tuple[tuple[int, int, int, int], int]]:
-    """After the first completion: ``((first pass, summed pre-run lengths, squares, batch
-    size), end pass)`` of each stretch of the batch between completions (a member with
-    ``rem`` passes left emits at passes ``0 .. rem-1``). Lazy, in completion order: a run
-    that stops at the horizon touches only the members that completed before it."""
-    P0 = batch.P
-    m = batch.m
-    ends = batch.ends
-    keys = sorted(ends)
-    last = len(keys) - 1
-    for at, end in enumerate(keys):
-        done = ends[end]
-        for req in done:
-            length = req.sb + P0
-            total -= length
-            sq -= length * length
-        m -= len(done)
-        if at == last:
-            return
-        yield (end - P0, total, sq, m), keys[at + 1] - P0
 
 
 def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
@@ -219,70 +196,33 @@ def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
     return price_decode_chunks(timing, m, total, kv_total, dsp, j, kmax, start, horizon, ends)
 
 
-def _replay_crossings(rank: VllmRank, run: VllmRunPending, batch: SteadyBatch,
+def _replay_crossings(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch,
                       k: int) -> tuple[int, list[tuple[int, list[VllmRequest]]]]:
     """Apply the block steps of passes ``< k`` in (pass, batch) order, then each pass's
-    completions (releases, in batch order), draining KV events per pass. Returns the passes
-    kept (fewer when an allocation could fail at some pass) and ``(pass, requests)`` of the
-    completions in them, which have left the batch."""
+    completions (releases, in batch order, as _emit after _schedule_running), draining KV
+    events per pass (servesim.steady.replay_steps). Returns the passes kept (fewer when an
+    allocation could fail at some pass: stepping must decide, preempting) and
+    ``(pass, requests)`` of the completions in them, which have left the batch."""
     s = rank.sched
     pool = s.pool
     bs = s.bs
     free, evict = pool._free, pool._evict  # noqa: SLF001 - allocation headroom
-    avail = len(free) + len(evict)
-    events_on = pool.events_enabled
-    occupancy = run.occupancy
-    occupancy.append((-1, pool.num_active, pool.num_inactive))
-    # Events left by commands since the last pass belong to pass 0, as when stepping; they
-    # are taken once pass 0 is certain to be kept.
-    leftover = events_on
-    P0 = batch.P
-    limit = P0 + k
-    cross, end_heap = batch.cross, batch.end_heap
-    finished: list[tuple[int, list[VllmRequest]]] = []
-    while True:
-        pc = cross[0][0] if cross else limit
-        pe = end_heap[0] - 1 if end_heap else limit  # the last pass of the next completion
-        p = pc if pc < pe else pe
-        if p >= limit:
-            break
-        j = p - P0
-        need = 0
-        due = batch.pop_crossings(p) if pc == p else ()
-        if due:
-            need = growth(due, p, bs)
-            if need > avail:
-                # The allocation could fail: stepping must decide (preemption) at this pass.
-                batch.unpop(p, due)
-                if j and leftover:
-                    run.take_events(pool, 0)
-                return j, finished
-        if j and leftover:
-            run.take_events(pool, 0)
-            leftover = False
-        if due:
-            avail -= need
-            for req in due:
-                length = req.sb + p
-                block_step(s, req, length)
-                batch.step_done(p, req, length)
-        if pe == p:
-            # As _emit after _schedule_running: completions release after the allocations.
-            done = batch.finish(p + 1)
-            for req in done:
-                pool.release(req.table)
-            finished.append((j, done))
-            avail = len(free) + len(evict)
-        occupancy.append((j, pool.num_active, pool.num_inactive))
-        if events_on:
-            run.take_events(pool, j)
-            leftover = False
-    if leftover:
-        run.take_events(pool, 0)
-    return k, finished
+
+    def blocked(due: list[VllmRequest], p: int) -> bool:
+        return growth(due, p, bs) > len(free) + len(evict)
+
+    def step(due: list[VllmRequest], p: int) -> None:
+        for req in due:
+            block_step(s, req, req.sb + p)
+
+    def leave(done: list[VllmRequest], p: int) -> None:
+        for req in done:
+            pool.release(req.table)
+
+    return replay_steps(batch, run, pool, k, blocked, step, leave)
 
 
-def _commit(rank: VllmRank, run: VllmRunPending, batch: SteadyBatch, k: int,
+def _commit(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
             members: list[int], finished: list[tuple[int, list[VllmRequest]]]
             ) -> tuple[tuple[int, int], ...]:
     """Advance the batch by ``k`` passes and finish the requests that completed in the run
@@ -299,25 +239,18 @@ def _commit(rank: VllmRank, run: VllmRunPending, batch: SteadyBatch, k: int,
             last = j == k - 1
             for req in done:
                 rid = req.rid
-                length = req.sb + req.se
-                req.length = length
-                req.computed = length - 1
-                req.generated = req.max_out
+                batch.write(req, req.sb + req.se, 0)
                 req.status = Status.FINISHED
                 del s.requests[rid]
                 if last:
                     completed.append(rid)
                 else:
                     completed_at.append((j, rid))
-        # In place, few at a time: the batch keeps the running list (and a new ids list,
-        # as the run's effects hold the old one as its members).
+        # In place, few at a time: the batch keeps the running list.
         running = s.running
-        rids = members[:]
         for _j, done in finished:
             for req in done:
                 running.remove(req)
-                rids.remove(req.rid)
-        batch.rids = rids
         if completed_at:
             emitters = members[:]
             for _j, rid in completed_at:

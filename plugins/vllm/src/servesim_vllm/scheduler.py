@@ -39,7 +39,7 @@ from servesim.rank import RankServices
 from servesim_vllm.behaviour import Behaviour, resolve
 from servesim_vllm.handoff import admit_prebuilt_only
 from servesim_vllm.request import Status, VllmRequest
-from servesim_vllm.steady import SteadyBatch, after_step, steady_step, sync
+from servesim_vllm.steady import VllmSteadyBatch, after_step, steady_step, sync
 
 _BLOCKED = -1
 _CURRENT_PREEMPTED = -2
@@ -152,10 +152,10 @@ class VllmScheduler:
         # of never-admitted requests and of the known lengths of preempted ones.
         self.queued_prefill = [0, 0, 0]
         self.queued_decode = [0, 0, 0]
-        # The steady batch left by a run or a steady pass (servesim_vllm.steady.SteadyBatch):
+        # The steady batch left by a run or a steady pass (servesim_vllm.steady.VllmSteadyBatch):
         # while set, the running requests' counters are stale and the batch holds them;
         # anything else that reads or changes running requests syncs first.
-        self.steady: SteadyBatch | None = None
+        self.steady: VllmSteadyBatch | None = None
         # Pass-local state (valid only inside run_pass).
         self._now = 0.0
         self._budget = 0

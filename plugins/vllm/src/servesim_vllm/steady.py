@@ -1,17 +1,10 @@
-"""The steady batch kept between runs and passes, with its members' counters held lazily.
+"""The vllm rank's steady batch (servesim.steady), kept between runs and passes.
 
 After a run of steady decode passes (servesim_vllm.runs) every running request is a plain
-decoder: its prompt is done and one sampled token is left to compute. While that holds, a
-:class:`SteadyBatch` describes the batch by a pass counter ``P`` that only it advances, and
-per member two constants (slots on the request): ``sb``, its length minus ``P``, and
-``se``, the value of ``P`` after its last pass. What changes from pass to pass is then
-found without visiting every member:
-
-* the members whose block steps fall in pass ``P`` (a pre-pass length ``L`` with
-  ``L % bs`` 0 or 1: :func:`block_step`) are the top of a heap of ``(pass, serial, request)``
-  entries, one per member, in batch order (serials follow the running list's order);
-* the members completing with pass ``P`` are ``ends[P + 1]``, in batch order;
-* the batch's summed lengths and squares come from the sums of ``sb`` and ``sb**2``.
+decoder: its prompt is done and one sampled token is left to compute. :class:`VllmSteadyBatch`
+holds that batch lazily (servesim.steady.SteadyBatch): a member's block steps fall where its
+pre-pass length ``L`` has ``L % bs`` 0 (a block fills: :meth:`BlockPool.finalize`) or 1 (it
+needs a new block: :meth:`BlockPool.allocate`), one after the other at a block edge.
 
 While a batch is set (``VllmScheduler.steady``), the running requests' own ``length``,
 ``computed`` and ``generated`` are stale. :func:`sync` writes them back, and everything
@@ -28,131 +21,58 @@ to the batch, or syncs when one of them is not a plain decoder yet.
 
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING
+
+from servesim.steady import SteadyBatch
 
 if TYPE_CHECKING:
     from servesim_vllm.request import VllmRequest
     from servesim_vllm.scheduler import VllmScheduler
 
 
-class SteadyBatch:
-    """The running batch of a steady rank (see the module docstring)."""
+class VllmSteadyBatch(SteadyBatch):
+    """The running batch of a steady vllm rank; ``running`` is the scheduler's list."""
 
-    __slots__ = ("running", "P", "bs", "m", "sum_b", "sum_b2", "cross", "ends", "end_heap",
-                 "rids", "serial")
+    __slots__ = ("running",)
 
     def __init__(self, running: list[VllmRequest], bs: int) -> None:
+        super().__init__(bs)
         self.running = running
-        self.P = 0
-        self.bs = bs
-        self.m = 0
-        self.sum_b = 0
-        self.sum_b2 = 0
-        self.cross: list[tuple[int, int, VllmRequest]] = []
-        self.ends: dict[int, list[VllmRequest]] = {}
-        self.end_heap: list[int] = []
-        self.rids: list[int] = []
-        self.serial = 0
 
     @classmethod
-    def build(cls, running: list[VllmRequest], bs: int, limit: int) -> SteadyBatch | None:
+    def build(cls, running: list[VllmRequest], bs: int, limit: int) -> VllmSteadyBatch | None:
         """From the requests' own counters; None when a member is not a plain decoder, or
         could outgrow the pool (``limit`` tokens: readmission could reject it)."""
         for req in running:
-            if req.computed != req.length - 1 or not req.generated:
-                return None
-            if req.prompt_len + req.max_out > limit or req.generated >= req.max_out:
+            if not _plain_decoder(req, limit):
                 return None
         batch = cls(running, bs)
         batch.add(running)
-        batch.rids = [req.rid for req in running]
         return batch
 
-    def add(self, reqs: list[VllmRequest]) -> None:
-        """Members joining at the end of the batch, their own counters current at ``P``."""
-        P, bs = self.P, self.bs
-        cross, ends = self.cross, self.ends
-        serial = self.serial
-        sum_b = sum_b2 = 0
-        for req in reqs:
-            length = req.length
-            b = length - P
-            end = P + req.max_out - req.generated
-            req.sb = b
-            req.se = end
-            req.sn = serial
-            sum_b += b
-            sum_b2 += b * b
-            r = length % bs
-            first = P if r <= 1 else P + bs - r
-            if first < end:
-                heapq.heappush(cross, (first, serial, req))
-            serial += 1
-            bucket = ends.get(end)
-            if bucket is None:
-                ends[end] = [req]
-                heapq.heappush(self.end_heap, end)
-            else:
-                bucket.append(req)
-        self.serial = serial
-        self.m += len(reqs)
-        self.sum_b += sum_b
-        self.sum_b2 += sum_b2
+    def length(self, r: VllmRequest) -> int:
+        return r.length
 
-    def sums(self, P: int) -> tuple[int, int]:
-        """Summed lengths and squared lengths of the members before pass ``P``."""
-        sb = self.sum_b
-        return sb + self.m * P, self.sum_b2 + 2 * P * sb + self.m * P * P
+    def left(self, r: VllmRequest) -> int:
+        return r.max_out - r.generated
 
-    def pop_crossings(self, P: int) -> list[VllmRequest]:
-        """The members with a block step in pass ``P``, in batch order (taken off the heap:
-        :meth:`step_done` puts their next one back, :meth:`unpop` restores them)."""
-        cross = self.cross
-        due = []
-        while cross and cross[0][0] == P:
-            due.append(heapq.heappop(cross)[2])
-        return due
+    def first_step(self, r: VllmRequest, length: int) -> int:
+        rem = length % self.bs
+        return 0 if rem <= 1 else self.bs - rem
 
-    def unpop(self, P: int, due: list[VllmRequest]) -> None:
-        for req in due:
-            heapq.heappush(self.cross, (P, req.sn, req))
-
-    def step_done(self, P: int, req: VllmRequest, length: int) -> None:
-        """After ``req``'s block step in pass ``P`` at pre-pass length ``length``: queue its
-        next one (the following pass after a block filled, else the next block edge)."""
+    def next_step(self, r: VllmRequest, P: int) -> int:
         bs = self.bs
-        nxt = P + 1 if bs == 1 or length % bs == 0 else P + bs - 1
-        if nxt < req.se:
-            heapq.heappush(self.cross, (nxt, req.sn, req))
+        return P + 1 if bs == 1 or (r.sb + P) % bs == 0 else P + bs - 1
 
-    def finish(self, end: int) -> list[VllmRequest]:
-        """Remove the members whose last pass was ``end - 1``; returns them (batch order)."""
-        done = self.ends.pop(end)
-        heap = self.end_heap
-        if heap and heap[0] == end:
-            heapq.heappop(heap)
-        else:
-            heap.remove(end)
-            heapq.heapify(heap)
-        sum_b = sum_b2 = 0
-        for req in done:
-            b = req.sb
-            sum_b += b
-            sum_b2 += b * b
-        self.m -= len(done)
-        self.sum_b -= sum_b
-        self.sum_b2 -= sum_b2
-        return done
+    def write(self, r: VllmRequest, length: int, left: int) -> None:
+        r.length = length
+        r.computed = length - 1
+        r.generated = r.max_out - left
 
-    def write_back(self, members: list[VllmRequest]) -> None:
-        """Set the members' own counters to their values now."""
-        P = self.P
-        for req in members:
-            length = req.sb + P
-            req.length = length
-            req.computed = length - 1
-            req.generated = req.max_out - (req.se - P)
+
+def _plain_decoder(req: VllmRequest, limit: int) -> bool:
+    return (req.computed == req.length - 1 and req.generated > 0
+            and req.generated < req.max_out and req.prompt_len + req.max_out <= limit)
 
 
 def sync(s: VllmScheduler) -> None:
@@ -210,16 +130,15 @@ def steady_step(s: VllmScheduler) -> bool:
     if m == 0 or m > s.max_tokens:
         return False
     P = batch.P
-    due = batch.pop_crossings(P)
+    due = batch.pop_steps(P)
     if due:
         pool = s.pool
         if growth(due, P, s.bs) > len(pool._free) + len(pool._evict):  # noqa: SLF001
             batch.unpop(P, due)
             return False
         for req in due:
-            length = req.sb + P
-            block_step(s, req, length)
-            batch.step_done(P, req, length)
+            block_step(s, req, req.sb + P)
+            batch.step_done(P, req)
     res = s._res  # noqa: SLF001 - the pass being built
     res.order = running[:]
     res.token_rids = batch.rids[:]
@@ -240,10 +159,7 @@ def after_step(s: VllmScheduler) -> None:
     batch.P += 1
     P = batch.P
     if P in batch.ends:
-        rids = batch.rids[:]
-        for req in batch.finish(P):
-            rids.remove(req.rid)
-        batch.rids = rids
+        batch.finish(P)
     survivors = batch.m
     running = s.running
     if len(running) < survivors:
@@ -254,14 +170,12 @@ def after_step(s: VllmScheduler) -> None:
         return
     limit = s.usable_blocks * s.bs
     for req in new:
-        if (req.computed != req.length - 1 or not req.generated
-                or req.prompt_len + req.max_out > limit or req.generated >= req.max_out):
+        if not _plain_decoder(req, limit):
             # The newcomers' own counters are current: write back the members' and drop it.
             s.steady = None
             batch.write_back(running[:survivors])
             return
     batch.add(new)
-    batch.rids = batch.rids + [req.rid for req in new]
 
 
-__all__ = ["SteadyBatch", "after_step", "block_step", "growth", "steady_step", "sync"]
+__all__ = ["VllmSteadyBatch", "after_step", "block_step", "growth", "steady_step", "sync"]

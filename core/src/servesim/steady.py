@@ -1,0 +1,250 @@
+"""A steady decode batch held lazily, for ranks with runs of passes (DESIGN.md §7).
+
+After a run of steady decode passes (servesim.runs) every running request of a block-pool rank
+is a plain decoder: it computes one token per pass and samples one. While that holds, a
+:class:`SteadyBatch` describes the batch by a pass counter ``P`` that only it advances, and per
+member three constants kept on the request itself (slots ``sb``, ``se``, ``sn``):
+
+* ``sb``: its sequence length minus ``P`` (its length before pass ``P`` is ``sb + P``);
+* ``se``: the value of ``P`` after its last pass (it emits in passes ``P .. se - 1``);
+* ``sn``: its serial, increasing in batch order.
+
+What changes from pass to pass is then found without visiting every member:
+
+* the members with a *block step* in pass ``P`` (a block to allocate or to finalise) are the
+  top of a heap of ``(pass, serial, request)`` entries, at most one per member, so they come
+  out in batch order; the rank says when a member's next step falls (:meth:`first_step`,
+  :meth:`next_step`);
+* the members whose last pass is ``P`` are ``ends[P + 1]``, in batch order;
+* the summed lengths and squared lengths come from the sums of ``sb`` and ``sb**2``.
+
+While a batch is set, the members' own counters are stale; the rank writes them back
+(:meth:`write_back`) before anything but its runs and steady passes reads them.
+:func:`replay_steps` walks a run's block steps and completions in stepping's order, and
+:meth:`SteadyBatch.segments` yields the stretches between completions for pricing.
+Backends subclass :class:`SteadyBatch` with their requests' fields and block geometry
+(``servesim_vllm.steady``, ``servesim_trtllm.steady``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+class SteadyBatch:
+    """A steady batch (see the module docstring). Subclasses define :meth:`length`,
+    :meth:`left`, :meth:`first_step`, :meth:`next_step` and :meth:`write`."""
+
+    __slots__ = ("P", "bs", "m", "sum_b", "sum_b2", "cross", "ends", "end_heap", "rids",
+                 "serial")
+
+    def __init__(self, bs: int) -> None:
+        self.P = 0
+        self.bs = bs
+        self.m = 0
+        self.sum_b = 0
+        self.sum_b2 = 0
+        self.cross: list[tuple[int, int, Any]] = []
+        self.ends: dict[int, list[Any]] = {}
+        self.end_heap: list[int] = []
+        self.rids: list[int] = []
+        self.serial = 0
+
+    # -- backend hooks ----------------------------------------------------------------------
+
+    def length(self, r: Any) -> int:
+        """``r``'s sequence length now, from its own counters."""
+        raise NotImplementedError
+
+    def left(self, r: Any) -> int:
+        """Tokens ``r`` has left to emit, from its own counters (>= 1)."""
+        raise NotImplementedError
+
+    def first_step(self, r: Any, length: int) -> int:
+        """Passes from now until ``r``'s next block step (0: this pass)."""
+        raise NotImplementedError
+
+    def next_step(self, r: Any, P: int) -> int:
+        """After ``r``'s block step in pass ``P``: the pass of its next one."""
+        raise NotImplementedError
+
+    def write(self, r: Any, length: int, left: int) -> None:
+        """Set ``r``'s own counters for sequence length ``length`` with ``left`` to emit."""
+        raise NotImplementedError
+
+    # -- membership -------------------------------------------------------------------------
+
+    def add(self, reqs: list[Any]) -> None:
+        """Members joining at the end of the batch, their own counters current at ``P``."""
+        P = self.P
+        cross, ends = self.cross, self.ends
+        serial = self.serial
+        sum_b = sum_b2 = 0
+        for r in reqs:
+            length = self.length(r)
+            b = length - P
+            end = P + self.left(r)
+            r.sb = b
+            r.se = end
+            r.sn = serial
+            sum_b += b
+            sum_b2 += b * b
+            first = P + self.first_step(r, length)
+            if first < end:
+                heapq.heappush(cross, (first, serial, r))
+            serial += 1
+            bucket = ends.get(end)
+            if bucket is None:
+                ends[end] = [r]
+                heapq.heappush(self.end_heap, end)
+            else:
+                bucket.append(r)
+        self.serial = serial
+        self.m += len(reqs)
+        self.sum_b += sum_b
+        self.sum_b2 += sum_b2
+        self.rids = self.rids + [r.rid for r in reqs]  # new list: run effects may hold the old
+
+    def finish(self, end: int) -> list[Any]:
+        """Remove the members whose last pass was ``end - 1``; returns them (batch order)."""
+        done = self.ends.pop(end)
+        heap = self.end_heap
+        if heap and heap[0] == end:
+            heapq.heappop(heap)
+        else:
+            heap.remove(end)
+            heapq.heapify(heap)
+        sum_b = sum_b2 = 0
+        for r in done:
+            b = r.sb
+            sum_b += b
+            sum_b2 += b * b
+        self.m -= len(done)
+        self.sum_b -= sum_b
+        self.sum_b2 -= sum_b2
+        rids = self.rids[:]
+        for r in done:
+            rids.remove(r.rid)
+        self.rids = rids
+        return done
+
+    def write_back(self, members: list[Any]) -> None:
+        """Set the members' own counters to their values now."""
+        P = self.P
+        for r in members:
+            self.write(r, r.sb + P, r.se - P)
+
+    # -- passes -----------------------------------------------------------------------------
+
+    def sums(self, P: int) -> tuple[int, int]:
+        """Summed lengths and squared lengths of the members before pass ``P``."""
+        sb = self.sum_b
+        return sb + self.m * P, self.sum_b2 + 2 * P * sb + self.m * P * P
+
+    def first_done(self) -> int:
+        """Passes until the first member's last pass, plus one (>= 1)."""
+        return self.end_heap[0] - self.P
+
+    def pop_steps(self, P: int) -> list[Any]:
+        """The members with a block step in pass ``P``, in batch order, off the heap
+        (:meth:`step_done` queues each one's next, :meth:`unpop` restores them)."""
+        cross = self.cross
+        due = []
+        while cross and cross[0][0] == P:
+            due.append(heapq.heappop(cross)[2])
+        return due
+
+    def unpop(self, P: int, due: list[Any]) -> None:
+        for r in due:
+            heapq.heappush(self.cross, (P, r.sn, r))
+
+    def step_done(self, P: int, r: Any) -> None:
+        nxt = self.next_step(r, P)
+        if nxt < r.se:
+            heapq.heappush(self.cross, (nxt, r.sn, r))
+
+    def segments(self, total: int, sq: int) -> Iterator[tuple[tuple[int, int, int, int], int]]:
+        """For a run from ``P`` whose batch has summed lengths ``total`` and squares ``sq``:
+        after the first completion, ``((first pass, summed pre-run lengths, squares, batch
+        size), end pass)`` of each stretch between completions (a member emits at passes
+        ``0 .. se - P - 1``). Lazy, in completion order: a run that stops at the horizon
+        touches only the members that completed before it."""
+        P0 = self.P
+        m = self.m
+        ends = self.ends
+        keys = sorted(ends)
+        last = len(keys) - 1
+        for at, end in enumerate(keys):
+            done = ends[end]
+            for r in done:
+                length = r.sb + P0
+                total -= length
+                sq -= length * length
+            m -= len(done)
+            if at == last:
+                return
+            yield (end - P0, total, sq, m), keys[at + 1] - P0
+
+
+def replay_steps(
+    batch: SteadyBatch,
+    run: Any,
+    pool: Any,
+    k: int,
+    blocked: Callable[[list[Any], int], bool],
+    step: Callable[[list[Any], int], None],
+    leave: Callable[[list[Any], int], None],
+) -> tuple[int, list[tuple[int, list[Any]]]]:
+    """Walk a run of ``k`` passes from ``batch.P`` in stepping's order: each pass's block
+    steps (``step(due, P)``, batch order), then its completions (``leave(done, P)``, batch
+    order, after they left the batch), filing the KV events ``pool`` published under each
+    pass of ``run`` (a ``servesim.runs.BlockRunPending``). ``blocked(due, P)`` says a pass's
+    block steps must be left to stepping (an allocation could fail, ...): the run then ends
+    before that pass. Returns the passes kept and ``(pass, requests)`` of the completions in
+    them. ``batch.P`` is not advanced."""
+    events_on = pool.events_enabled
+    occupancy = run.occupancy
+    occupancy.append((-1, pool.num_active, pool.num_inactive))
+    # Events left by commands since the last pass belong to pass 0, as when stepping; they
+    # are taken once pass 0 is certain to be kept.
+    leftover = events_on
+    P0 = batch.P
+    limit = P0 + k
+    cross, end_heap = batch.cross, batch.end_heap
+    finished: list[tuple[int, list[Any]]] = []
+    while True:
+        pc = cross[0][0] if cross else limit
+        pe = end_heap[0] - 1 if end_heap else limit  # the last pass of the next completion
+        p = pc if pc < pe else pe
+        if p >= limit:
+            break
+        j = p - P0
+        due = batch.pop_steps(p) if pc == p else []
+        if due and blocked(due, p):
+            batch.unpop(p, due)
+            if j and leftover:
+                run.take_events(pool, 0)
+            return j, finished
+        if j and leftover:
+            run.take_events(pool, 0)
+            leftover = False
+        if due:
+            step(due, p)
+            for r in due:
+                batch.step_done(p, r)
+        if pe == p:
+            done = batch.finish(p + 1)
+            leave(done, p)
+            finished.append((j, done))
+        occupancy.append((j, pool.num_active, pool.num_inactive))
+        if events_on:
+            run.take_events(pool, j)
+            leftover = False
+    if leftover:
+        run.take_events(pool, 0)
+    return k, finished
+
+
+__all__ = ["SteadyBatch", "replay_steps"]

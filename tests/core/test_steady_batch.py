@@ -1,0 +1,90 @@
+"""servesim.steady: the lazy steady batch and its run walk, on a toy request type."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servesim.steady import SteadyBatch, replay_steps
+
+
+class Req:
+    def __init__(self, rid: int, length: int, left: int) -> None:
+        self.rid, self.length, self.left_ = rid, length, left
+        self.sb = self.se = self.sn = 0
+
+
+class Toy(SteadyBatch):
+    """A block step whenever the pre-pass length is a multiple of ``bs``."""
+
+    __slots__ = ()
+
+    def length(self, r: Req) -> int:
+        return r.length
+
+    def left(self, r: Req) -> int:
+        return r.left_
+
+    def first_step(self, r: Req, length: int) -> int:
+        return -length % self.bs
+
+    def next_step(self, r: Req, P: int) -> int:
+        return P + self.bs
+
+    def write(self, r: Req, length: int, left: int) -> None:
+        r.length, r.left_ = length, left
+
+
+class Pool:
+    events_enabled = False
+    num_active = num_inactive = 0
+
+
+class Run:
+    def __init__(self) -> None:
+        self.occupancy: list[Any] = []
+
+
+def _batch() -> tuple[Toy, list[Req]]:
+    reqs = [Req(0, 10, 5), Req(1, 7, 2), Req(2, 12, 9)]
+    batch = Toy(4)
+    batch.add(reqs)
+    return batch, reqs
+
+
+def test_sums_and_completions_follow_the_pass_counter() -> None:
+    batch, _ = _batch()
+    assert batch.sums(0) == (29, 100 + 49 + 144)
+    assert batch.sums(3) == (38, 13 * 13 + 10 * 10 + 15 * 15)
+    assert batch.first_done() == 2 and batch.rids == [0, 1, 2]
+    segs = list(batch.segments(*batch.sums(0)))
+    # Request 1 leaves after pass 1, request 0 after pass 4; request 2 runs to the end.
+    assert segs == [((2, 22, 244, 2), 5), ((5, 12, 144, 1), 9)]
+
+
+def test_a_run_walks_block_steps_then_completions_in_batch_order() -> None:
+    batch, reqs = _batch()
+    seen: list[tuple[str, int, list[int]]] = []
+    k, finished = replay_steps(
+        batch, Run(), Pool(), 6,
+        blocked=lambda due, p: False,
+        step=lambda due, p: seen.append(("step", p, [r.rid for r in due])),
+        leave=lambda done, p: seen.append(("leave", p, [r.rid for r in done])),
+    )
+    # Block steps where the pre-pass length is a multiple of 4: request 2 at passes 0 and 4
+    # (12, 16), request 1 at pass 1 (8, its last pass), request 0 at pass 2 (12). A pass's
+    # completions come after its block steps.
+    assert seen == [("step", 0, [2]), ("step", 1, [1]), ("leave", 1, [1]), ("step", 2, [0]),
+                    ("step", 4, [2]), ("leave", 4, [0])]
+    assert k == 6 and [(j, [r.rid for r in d]) for j, d in finished] == [(1, [1]), (4, [0])]
+    assert batch.m == 1 and batch.rids == [2]
+    batch.P += k
+    batch.write_back([reqs[2]])
+    assert (reqs[2].length, reqs[2].left_) == (18, 3)
+
+
+def test_a_blocked_pass_ends_the_run_before_it_and_keeps_its_steps() -> None:
+    batch, _ = _batch()
+    k, finished = replay_steps(batch, Run(), Pool(), 6, blocked=lambda due, p: p == 2,
+                               step=lambda due, p: None, leave=lambda done, p: None)
+    assert k == 2 and [j for j, _ in finished] == [1]
+    assert batch.pop_steps(2)[0].rid == 0  # restored for stepping to decide
