@@ -209,6 +209,24 @@ class BlockRunPending:
         self.fpm_fields: dict[str, Any] | None = None
         self.queued = 0  # waiting requests during the run (held back: none is admitted)
 
+    def set_members(self, members: list[int], completed: list[int],
+                    completed_at: list[tuple[int, int]]) -> None:
+        """The run's members and its last pass's outputs: every member emits at every pass,
+        except that those in ``completed_at`` (``(pass j < k - 1, id)``, in stepping's order)
+        stop after their pass; ``completed`` finished with the last pass."""
+        emitters = members
+        if completed_at:
+            emitters = members[:]
+            for _j, rid in completed_at:
+                emitters.remove(rid)
+            before = self.completed_before
+            for j, rid in completed_at:
+                before.setdefault(j, []).append(rid)
+            self.departures = [(j, len(rids)) for j, rids in sorted(before.items())]
+        self.members = members
+        self.last_emitters = emitters
+        self.effects.outputs = OutputBatch(token_request_ids=list(emitters), completed=completed)
+
     def take_events(self, pool: Any, j: int) -> None:
         """File the events ``pool`` published since its last drain under pass ``j``."""
         evs = pool.drain_events()

@@ -48,7 +48,6 @@ from typing import TYPE_CHECKING
 from servesim.contract import (
     ForwardPassMetrics,
     KvEvent,
-    OutputBatch,
     Welford,
     WorkerType,
 )
@@ -273,7 +272,6 @@ def _commit(rank: TrtllmRank, run: TrtRunPending, batch: TrtSteadyBatch, k: int,
     core = rank.core
     completed: list[int] = []
     completed_at: list[tuple[int, int]] = []
-    emitters = members
     batch.P += k
     for j, done in finished:
         for r in done:
@@ -281,18 +279,8 @@ def _commit(rank: TrtllmRank, run: TrtRunPending, batch: TrtSteadyBatch, k: int,
                 completed.append(r.rid)
             else:
                 completed_at.append((j, r.rid))
-    if completed_at:
-        emitters = members[:]
-        for _j, rid in completed_at:
-            emitters.remove(rid)
-        before = run.completed_before
-        for j, rid in completed_at:
-            before.setdefault(j, []).append(rid)
-        run.departures = [(j, len(rids)) for j, rids in sorted(before.items())]
-    run.members = members
-    run.last_emitters = emitters
+    run.set_members(members, completed, completed_at)
     run.queued = len(core.waiting)
-    run.effects.outputs = OutputBatch(token_request_ids=list(emitters), completed=completed)
     run.counter0 = rank._fpm_counter  # noqa: SLF001
     rank._fpm_counter += k  # noqa: SLF001
     rank._prefilled = False  # noqa: SLF001

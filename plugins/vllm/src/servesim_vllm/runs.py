@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 from servesim.contract import (
     ForwardPassMetrics,
     KvEvent,
-    OutputBatch,
     WorkerType,
 )
 from servesim.runs import (
@@ -232,7 +231,6 @@ def _commit(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
     s = rank.sched
     completed: list[int] = []
     completed_at: list[tuple[int, int]] = []
-    emitters = members
     batch.P += k
     if finished:
         for j, done in finished:
@@ -251,18 +249,8 @@ def _commit(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
         for _j, done in finished:
             for req in done:
                 running.remove(req)
-        if completed_at:
-            emitters = members[:]
-            for _j, rid in completed_at:
-                emitters.remove(rid)
-            before = run.completed_before
-            for j, rid in completed_at:
-                before.setdefault(j, []).append(rid)
-            run.departures = [(j, len(rids)) for j, rids in sorted(before.items())]
-    run.members = members
-    run.last_emitters = emitters
+    run.set_members(members, completed, completed_at)
     run.queued = len(s.waiting)
-    run.effects.outputs = OutputBatch(token_request_ids=list(emitters), completed=completed)
     run.counter0 = rank._pass_counter  # noqa: SLF001
     rank._pass_counter += k  # noqa: SLF001
     rank._prefilled = False  # noqa: SLF001
