@@ -188,6 +188,37 @@ class SteadyBatch:
             yield (end - P0, total, sq, m), keys[at + 1] - P0
 
 
+def plan_passes(
+    batch: SteadyBatch,
+    now: float,
+    max_passes: int,
+    through_completions: bool,
+    pass_ends: Callable[[float, int, int, int, int, list[float]], bool],
+) -> tuple[list[float], list[tuple[int, int, int, int]]]:
+    """The ends of a run's passes from ``now`` and its pricing segments ``(first pass,
+    summed pre-run lengths, squares, batch size)``. ``pass_ends(start, total, m, j0, j1,
+    ends)`` is the backend's pricing: it appends the ends of passes ``j0 .. j1 - 1`` of ``m``
+    decoders of summed pre-run length ``total`` (pass ``j0`` starting at ``start``) and says
+    whether it stopped early (the horizon, a zero-duration pass). The run stops at the first
+    completion unless ``through_completions``; then the batch shrinks at each completion."""
+    m = batch.m
+    total, sq = batch.sums(batch.P)
+    first_done = batch.first_done()
+    ends: list[float] = []
+    segments = [(0, total, sq, m)]
+    stopped = pass_ends(now, total, m, 0, min(first_done, max_passes), ends)
+    if not stopped and through_completions and first_done < max_passes:
+        # Every member emitted up to the first completion before the horizon: continue
+        # without the completed ones (priced per segment between completions).
+        for seg, j1 in batch.segments(total, sq):
+            segments.append(seg)
+            j1 = min(j1, max_passes)
+            j0, seg_total, _sq, seg_m = seg
+            if j1 <= j0 or pass_ends(ends[-1], seg_total, seg_m, j0, j1, ends):
+                break
+    return ends, segments
+
+
 def replay_steps(
     batch: SteadyBatch,
     run: Any,
@@ -247,4 +278,4 @@ def replay_steps(
     return k, finished
 
 
-__all__ = ["SteadyBatch", "replay_steps"]
+__all__ = ["SteadyBatch", "plan_passes", "replay_steps"]

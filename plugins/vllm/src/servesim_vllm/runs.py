@@ -51,7 +51,7 @@ from servesim.runs import (
     price_decode_chunks,
     take_run_kv_events,
 )
-from servesim.steady import replay_steps
+from servesim.steady import plan_passes, replay_steps
 from servesim.timing.base import scaled_ms
 
 from servesim_vllm.request import Status
@@ -133,21 +133,12 @@ def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
     if batch is None:
         return None
     s = rank.sched
-    m = batch.m
-    total, sq = batch.sums(batch.P)
-    first_done = batch.first_done()
-    ends: list[float] = []
-    segments = [(0, total, sq, m)]
-    stopped = _pass_ends(rank, now, horizon, total, m, 0, min(first_done, max_passes), ends)
-    if (not stopped and through_completions and not s.waiting and first_done < max_passes):
-        # Every member emitted up to the first completion before the horizon: continue
-        # without the completed ones (priced per segment between completions).
-        for seg, j1 in batch.segments(total, sq):
-            segments.append(seg)
-            j1 = min(j1, max_passes)
-            j0, seg_total, _sq, seg_m = seg
-            if j1 <= j0 or _pass_ends(rank, ends[-1], horizon, seg_total, seg_m, j0, j1, ends):
-                break
+
+    def price(start: float, total: int, m: int, j0: int, j1: int, ends: list[float]) -> bool:
+        return _pass_ends(rank, start, horizon, total, m, j0, j1, ends)
+
+    ends, segments = plan_passes(batch, now, max_passes,
+                                 through_completions and not s.waiting, price)
     run = VllmRunPending(now)
     members = batch.rids
     k, finished = _replay_crossings(rank, run, batch, len(ends))
