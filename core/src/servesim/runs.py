@@ -180,15 +180,13 @@ def pass_gaps(ends: Sequence[float]) -> list[float]:
 
 
 
-class BlockRunPending:
-    """A committed run of a block-pool backend (vllm, trtllm), kept between
-    ``execute_run`` and ``complete_run``. ``effects`` is the *last* pass's retained completion
-    effects, so a command applied mid-pass suppresses outputs exactly as with a stepped
-    pending pass."""
+class RunPending:
+    """What every backend keeps of a committed run between ``execute_run`` and
+    ``complete_run``. ``effects`` is the *last* pass's retained completion effects, so a
+    command applied mid-pass suppresses outputs exactly as with a stepped pending pass."""
 
-    __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events", "occupancy",
-                 "segments", "counter0", "fpm_fields", "queued", "last_emitters",
-                 "completed_before", "departures")
+    __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events",
+                 "completed_before", "queued")
 
     def __init__(self, started_at_ms: float) -> None:
         self.started_at_ms = started_at_ms
@@ -196,6 +194,25 @@ class BlockRunPending:
         self.members: list[int] = []
         self.effects = PassCompletionEffects()
         self.kv_events: dict[int, list[KvEvent]] = {}
+        self.completed_before: dict[int, list[int]] = {}  # pass j < k-1 -> completed there
+        self.queued = 0  # waiting requests during the run (held back: none is admitted)
+
+    def take_events(self, source: Any, j: int) -> None:
+        """File the events ``source`` (a pool or cache) published since its last drain
+        under pass ``j``."""
+        evs = source.drain_events()
+        if evs:
+            self.kv_events.setdefault(j, []).extend(evs)
+
+
+class BlockRunPending(RunPending):
+    """A committed run of a block-pool backend (vllm, trtllm)."""
+
+    __slots__ = ("occupancy", "segments", "counter0", "fpm_fields", "last_emitters",
+                 "departures")
+
+    def __init__(self, started_at_ms: float) -> None:
+        super().__init__(started_at_ms)
         # (pass, active blocks, inactive blocks) after each pass that changed the pool; the
         # first entry (pass -1) is the state before the run. Per-pass Metrics derive from it.
         self.occupancy: list[tuple[int, int, int]] = []
@@ -203,11 +220,9 @@ class BlockRunPending:
         # passes between completions (FPMs derive from them).
         self.segments: list[tuple[int, int, int, int]] = []
         self.last_emitters: list[int] = []  # members emitting at the last pass
-        self.completed_before: dict[int, list[int]] = {}  # pass j < k-1 -> completed there
         self.departures: list[tuple[int, int]] = []  # (pass, requests completed there)
         self.counter0 = 0
         self.fpm_fields: dict[str, Any] | None = None
-        self.queued = 0  # waiting requests during the run (held back: none is admitted)
 
     def set_members(self, members: list[int], completed: list[int],
                     completed_at: list[tuple[int, int]]) -> None:
@@ -226,12 +241,6 @@ class BlockRunPending:
         self.members = members
         self.last_emitters = emitters
         self.effects.outputs = OutputBatch(token_request_ids=list(emitters), completed=completed)
-
-    def take_events(self, pool: Any, j: int) -> None:
-        """File the events ``pool`` published since its last drain under pass ``j``."""
-        evs = pool.drain_events()
-        if evs:
-            self.kv_events.setdefault(j, []).extend(evs)
 
     def metrics_factory(self, final: Metrics | None) -> Callable[[], list[Metrics]] | None:
         """``RunEffects.pass_metrics_factory`` for this run, given the snapshot the rank takes

@@ -43,10 +43,9 @@ from servesim.contract import (
     KvEvent,
     Metrics,
     OutputBatch,
-    PassCompletionEffects,
     WorkerType,
 )
-from servesim.runs import RankRun, RunEffects
+from servesim.runs import RankRun, RunEffects, RunPending, take_run_kv_events
 from servesim.timing.base import scaled_ms
 
 from servesim_sglang.policies import FcfsPolicy
@@ -57,34 +56,16 @@ if TYPE_CHECKING:
     from servesim_sglang.request import SglangRequest
 
 
-class SglangRunPending:
-    """A committed run. ``effects`` is the *last* pass's retained completion effects, so a
-    command applied mid-pass suppresses outputs exactly as with a stepped pending pass."""
+class SglangRunPending(RunPending):
+    """A committed sglang run (servesim.runs.RunPending)."""
 
-    __slots__ = (
-        "started_at_ms",
-        "ends",
-        "members",
-        "effects",
-        "kv_events",
-        "used",
-        "present",
-        "fpms",
-        "completed_before",
-        "queued",
-    )
+    __slots__ = ("used", "present", "fpms")
 
     def __init__(self, started_at_ms: float) -> None:
-        self.started_at_ms = started_at_ms
-        self.ends: list[float] = []
-        self.members: list[int] = []
-        self.effects = PassCompletionEffects()
-        self.kv_events: dict[int, list[KvEvent]] = {}
+        super().__init__(started_at_ms)
         self.used: list[int] = []  # used pages after each pass but the last
         self.present: list[int] = []  # members decoding in each pass
         self.fpms: list[dict[str, Any]] | None = None
-        self.completed_before: dict[int, list[int]] = {}  # pass j < k - 1 -> completed there
-        self.queued = 0  # waiting requests during the run (held back: none is admitted)
 
 
 class _Plan:
@@ -295,9 +276,7 @@ def execute_run(
     run.members = [r.rid for r in s.running]
     run.queued = len(s.waiting)
     # Events left by earlier commands belong to pass 0's boundary, as when stepping.
-    leftover = s.cache.drain_events()
-    if leftover:
-        run.kv_events[0] = leftover
+    run.take_events(s.cache, 0)
     if s.cache.emit or rank.services.emit_forward_pass_metrics:
         _stepped(rank, run, k)
     else:
@@ -326,9 +305,7 @@ def _stepped(rank: SglangRank, run: SglangRunPending, k: int) -> None:
             raise RuntimeError(f"sglang run: pass {j} left the steady batch")
         if out.completed and j < k - 1:
             run.completed_before[j] = list(out.completed)
-        evs = s.cache.drain_events()
-        if evs:
-            run.kv_events.setdefault(j, []).extend(evs)
+        run.take_events(s.cache, j)
         if fpm_on:
             fpms.append(rank._fpm(out))  # noqa: SLF001
         start = out.end_ms
@@ -549,18 +526,13 @@ def _finish_rank(rank: SglangRank, run: SglangRunPending, completed: list[int], 
 
 
 def take_kv_events(run: SglangRunPending, before_pass: int) -> dict[int, list[KvEvent]]:
-    out = {j: evs for j, evs in run.kv_events.items() if j < before_pass}
-    for j in out:
-        del run.kv_events[j]
-    return out
+    return take_run_kv_events(run.kv_events, before_pass)
 
 
 def complete_run(rank: SglangRank, run: SglangRunPending, end_ms: float) -> RunEffects:
     k = len(run.ends)
     last = run.effects
-    late = rank.cache.drain_events()  # commands applied while the last pass was in flight
-    if late:
-        run.kv_events.setdefault(k - 1, []).extend(late)
+    run.take_events(rank.cache, k - 1)  # commands applied while the last pass was in flight
     tokens = last.outputs.token_request_ids
     absent: list[int] = []
     k_last = run.present[-1]
