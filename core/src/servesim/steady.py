@@ -148,22 +148,32 @@ class SteadyBatch:
         return self.end_heap[0] - self.P
 
     def pop_steps(self, P: int) -> list[Any]:
-        """The members with a block step in pass ``P``, in batch order, off the heap
-        (:meth:`step_done` queues each one's next, :meth:`unpop` restores them)."""
+        """The members with a block step in pass ``P``, in batch order, off the heap."""
         cross = self.cross
         due = []
         while cross and cross[0][0] == P:
             due.append(heapq.heappop(cross)[2])
         return due
 
-    def unpop(self, P: int, due: list[Any]) -> None:
+    def step_pass(self, P: int, blocked: Callable[[list[Any], int], bool],
+                  step: Callable[[list[Any], int], None]) -> bool:
+        """Apply the block steps of pass ``P`` (``step(due, P)``, the members in batch
+        order) and queue each member's next one; False, changing nothing, when
+        ``blocked(due, P)`` says they must be left to stepping (an allocation could fail)."""
+        due = self.pop_steps(P)
+        if not due:
+            return True
+        cross = self.cross
+        if blocked(due, P):
+            for r in due:
+                heapq.heappush(cross, (P, r.sn, r))
+            return False
+        step(due, P)
         for r in due:
-            heapq.heappush(self.cross, (P, r.sn, r))
-
-    def step_done(self, P: int, r: Any) -> None:
-        nxt = self.next_step(r, P)
-        if nxt < r.se:
-            heapq.heappush(self.cross, (nxt, r.sn, r))
+            nxt = self.next_step(r, P)
+            if nxt < r.se:
+                heapq.heappush(cross, (nxt, r.sn, r))
+        return True
 
     def segments(self, total: int, sq: int) -> Iterator[tuple[tuple[int, int, int, int], int]]:
         """For a run from ``P`` whose batch has summed lengths ``total`` and squares ``sq``:
@@ -252,19 +262,11 @@ def replay_steps(
         if p >= limit:
             break
         j = p - P0
-        due = batch.pop_steps(p) if pc == p else []
-        if due and blocked(due, p):
-            batch.unpop(p, due)
-            if j and leftover:
-                run.take_events(pool, 0)
-            return j, finished
         if j and leftover:
             run.take_events(pool, 0)
             leftover = False
-        if due:
-            step(due, p)
-            for r in due:
-                batch.step_done(p, r)
+        if pc == p and not batch.step_pass(p, blocked, step):
+            return j, finished
         if pe == p:
             done = batch.finish(p + 1)
             leave(done, p)

@@ -62,7 +62,7 @@ from servesim.steady import plan_passes, replay_steps
 from servesim.timing.base import scaled_ms
 
 from servesim_trtllm.config import CapacitySchedulerPolicy
-from servesim_trtllm.steady import TrtSteadyBatch, block_steps, growth, is_plain_decode
+from servesim_trtllm.steady import TrtSteadyBatch, is_plain_decode, pass_steps
 
 if TYPE_CHECKING:
     from servesim_trtllm.core import TrtCore
@@ -220,22 +220,17 @@ def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, batch: TrtSteadyBatc
     step, could then hit it, and stepping decides) and ``(pass, requests)`` of the
     completions in them, which have left the batch."""
     core = rank.core
-    pool = core.pool
-    free, evict = pool._free, pool._evict  # noqa: SLF001 - allocation headroom
+    short, step = pass_steps(core)
 
     def blocked(due: list[TrtRequest], p: int) -> bool:
-        return growth(core, due, p) > len(free) + len(evict) or bool(
-            watch and _would_publish(core, due, p, watch))
-
-    def step(due: list[TrtRequest], p: int) -> None:
-        block_steps(core, due, p)
+        return short(due, p) or bool(watch and _would_publish(core, due, p, watch))
 
     def leave(done: list[TrtRequest], p: int) -> None:
         for r in done:
             batch.write(r, r.sb + p + 1, 0)
             core.remove(r)
 
-    return replay_steps(batch, run, pool, k, blocked, step, leave)
+    return replay_steps(batch, run, core.pool, k, blocked, step, leave)
 
 
 def _would_publish(core: TrtCore, due: list[TrtRequest], P: int, watch: set[int]) -> bool:

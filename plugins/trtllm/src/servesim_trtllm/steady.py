@@ -21,6 +21,7 @@ members' share of emission and add the newly admitted requests to the batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from servesim.steady import SteadyBatch
@@ -81,14 +82,26 @@ class TrtSteadyBatch(SteadyBatch):
         r.generated = length - r.prompt_len
 
 
-def growth(core: TrtCore, due: list[TrtRequest], P: int) -> int:
-    """Blocks the decodes of ``due`` allocate in pass ``P`` (one each at most)."""
-    limit = core.bs
-    need = 0
-    for r in due:
-        if r.sb + P > len(r.table.ids) * limit:
-            need += 1
-    return need
+def pass_steps(core: TrtCore) -> tuple[Callable[[list[TrtRequest], int], bool],
+                                        Callable[[list[TrtRequest], int], None]]:
+    """``(blocked, step)`` for :meth:`SteadyBatch.step_pass`: a pass's block steps are left
+    to stepping when the blocks its decodes allocate (one each at most) could run short,
+    and are otherwise :func:`block_steps`."""
+    pool = core.pool
+    free, evict = pool._free, pool._evict  # noqa: SLF001 - allocation headroom
+    bs = core.bs
+
+    def blocked(due: list[TrtRequest], P: int) -> bool:
+        need = 0
+        for r in due:
+            if r.sb + P > len(r.table.ids) * bs:
+                need += 1
+        return need > len(free) + len(evict)
+
+    def step(due: list[TrtRequest], P: int) -> None:
+        block_steps(core, due, P)
+
+    return blocked, step
 
 
 def block_steps(core: TrtCore, due: list[TrtRequest], P: int) -> None:
@@ -127,16 +140,8 @@ def steady_step(core: TrtCore, budget: float) -> int | None:
     m = batch.m
     if m == 0 or m > budget or m != len(core.running):
         return None
-    P = batch.P
-    due = batch.pop_steps(P)
-    if due:
-        pool = core.pool
-        if growth(core, due, P) > len(pool._free) + len(pool._evict):  # noqa: SLF001
-            batch.unpop(P, due)
-            return None
-        block_steps(core, due, P)
-        for r in due:
-            batch.step_done(P, r)
+    if not batch.step_pass(batch.P, *pass_steps(core)):
+        return None
     return m
 
 
@@ -170,5 +175,5 @@ def after_step(core: TrtCore, work: StepWork) -> None:
     batch.add(new)
 
 
-__all__ = ["TrtSteadyBatch", "after_step", "block_steps", "emit_members", "growth",
-           "is_plain_decode", "next_event", "steady_step"]
+__all__ = ["TrtSteadyBatch", "after_step", "block_steps", "emit_members", "is_plain_decode",
+           "next_event", "pass_steps", "steady_step"]

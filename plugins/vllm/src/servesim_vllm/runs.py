@@ -55,7 +55,7 @@ from servesim.steady import plan_passes, replay_steps
 from servesim.timing.base import scaled_ms
 
 from servesim_vllm.request import Status
-from servesim_vllm.steady import VllmSteadyBatch, block_step, growth
+from servesim_vllm.steady import VllmSteadyBatch, pass_steps
 
 if TYPE_CHECKING:
     from servesim_vllm.rank import VllmRank
@@ -195,21 +195,12 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatc
     ``(pass, requests)`` of the completions in them, which have left the batch."""
     s = rank.sched
     pool = s.pool
-    bs = s.bs
-    free, evict = pool._free, pool._evict  # noqa: SLF001 - allocation headroom
-
-    def blocked(due: list[VllmRequest], p: int) -> bool:
-        return growth(due, p, bs) > len(free) + len(evict)
-
-    def step(due: list[VllmRequest], p: int) -> None:
-        for req in due:
-            block_step(s, req, req.sb + p)
 
     def leave(done: list[VllmRequest], p: int) -> None:
         for req in done:
             pool.release(req.table)
 
-    return replay_steps(batch, run, pool, k, blocked, step, leave)
+    return replay_steps(batch, run, pool, k, *pass_steps(s), leave)
 
 
 def _commit(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,

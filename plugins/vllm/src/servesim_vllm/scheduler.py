@@ -385,15 +385,8 @@ class VllmScheduler:
                 if victim is req:
                     return _CURRENT_PREEMPTED
         req.computed = new_computed
-        if self.caching:
-            full = new_computed // bs
-            if full > table.num_cached:
-                seq = req.finalize_seq(
-                    full, bs, self.lazy_hashes and req.request.output_token_ids is None)
-                tokens = None
-                if self.token_ids_in_events:
-                    tokens = lambda i: req.tokens(i * bs, (i + 1) * bs)  # noqa: E731
-                self.pool.finalize(table, full, seq, req.loc, tokens)
+        if self.caching and new_computed // bs > table.num_cached:
+            self.finalize_blocks(req, new_computed // bs)
         prompt_tokens = (new_computed if new_computed < plen else plen) - prompt_before
         work = _Work(req, desired, prompt_tokens, prompt_before)
         res = self._res
@@ -405,6 +398,16 @@ class VllmScheduler:
             res.token_rids.append(req.rid)
         self._budget = budget - desired
         return desired
+
+    def finalize_blocks(self, req: VllmRequest, full: int) -> None:
+        """Make the request's first ``full`` blocks cache-visible (its computed tokens fill
+        them, dynamo-mocker.md §2.6): those past ``table.num_cached`` publish ``Stored``."""
+        bs = self.bs
+        seq = req.finalize_seq(full, bs, self.lazy_hashes and req.request.output_token_ids is None)
+        tokens = None
+        if self.token_ids_in_events:
+            tokens = lambda i: req.tokens(i * bs, (i + 1) * bs)  # noqa: E731
+        self.pool.finalize(req.table, full, seq, req.loc, tokens)
 
     def _unchunked_need(self, req: VllmRequest, eff: int, prompt_left: int) -> int:
         """Tokens that must fit the budget whole with chunked prefill off: the prompt remainder

@@ -21,6 +21,7 @@ to the batch, or syncs when one of them is not a plain decoder yet.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from servesim.steady import SteadyBatch
@@ -95,24 +96,32 @@ def block_step(s: VllmScheduler, req: VllmRequest, length: int) -> None:
     if target > len(table.ids):
         if not s.pool.allocate(table, target, ()):
             raise RuntimeError(f"vllm rank: allocation for request {req.rid} failed despite headroom")
-    if s.caching:
-        full = length // bs
-        if full > table.num_cached:
-            seq = req.finalize_seq(full, bs, s.lazy_hashes and req.request.output_token_ids is None)
-            tokens = None
-            if s.token_ids_in_events:
-                tokens = lambda i: req.tokens(i * bs, (i + 1) * bs)  # noqa: E731
-            s.pool.finalize(table, full, seq, req.loc, tokens)
+    if s.caching and length // bs > table.num_cached:
+        s.finalize_blocks(req, length // bs)
 
 
-def growth(due: list[VllmRequest], P: int, bs: int) -> int:
-    """Blocks the block steps of ``due`` in pass ``P`` allocate."""
-    need = 0
-    for req in due:
-        grow = -(-(req.sb + P) // bs) - len(req.table.ids)
-        if grow > 0:
-            need += grow
-    return need
+def pass_steps(s: VllmScheduler) -> tuple[Callable[[list[VllmRequest], int], bool],
+                                           Callable[[list[VllmRequest], int], None]]:
+    """``(blocked, step)`` for :meth:`SteadyBatch.step_pass`: a pass's block steps are left
+    to stepping when the blocks they allocate could run short (it would preempt), and are
+    otherwise :func:`block_step` for each member."""
+    pool = s.pool
+    free, evict = pool._free, pool._evict  # noqa: SLF001 - allocation headroom
+    bs = s.bs
+
+    def blocked(due: list[VllmRequest], P: int) -> bool:
+        need = 0
+        for req in due:
+            grow = -(-(req.sb + P) // bs) - len(req.table.ids)
+            if grow > 0:
+                need += grow
+        return need > len(free) + len(evict)
+
+    def step(due: list[VllmRequest], P: int) -> None:
+        for req in due:
+            block_step(s, req, req.sb + P)
+
+    return blocked, step
 
 
 def steady_step(s: VllmScheduler) -> bool:
@@ -130,15 +139,8 @@ def steady_step(s: VllmScheduler) -> bool:
     if m == 0 or m > s.max_tokens:
         return False
     P = batch.P
-    due = batch.pop_steps(P)
-    if due:
-        pool = s.pool
-        if growth(due, P, s.bs) > len(pool._free) + len(pool._evict):  # noqa: SLF001
-            batch.unpop(P, due)
-            return False
-        for req in due:
-            block_step(s, req, req.sb + P)
-            batch.step_done(P, req)
+    if not batch.step_pass(P, *pass_steps(s)):
+        return False
     res = s._res  # noqa: SLF001 - the pass being built
     res.order = running[:]
     res.token_rids = batch.rids[:]
@@ -178,4 +180,4 @@ def after_step(s: VllmScheduler) -> None:
     batch.add(new)
 
 
-__all__ = ["VllmSteadyBatch", "after_step", "block_step", "growth", "steady_step", "sync"]
+__all__ = ["VllmSteadyBatch", "after_step", "block_step", "pass_steps", "steady_step", "sync"]
