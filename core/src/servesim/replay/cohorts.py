@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from servesim.replay.stats import RequestLog, _counts
+from servesim.replay.stats import RequestLog, run_token_counts
 
 
 class _Cohort:
@@ -90,7 +90,7 @@ class CohortLog(RequestLog):
             return
         k = len(ends)
         ids = c.ids
-        count = _counts(k, absent_last, completed_before)
+        count = run_token_counts(k, absent_last, completed_before)
         outsiders = members[len(ids):]
         at_start = self._first_gaps(outsiders, count, k, ends, start) if outsiders else 0
         # The cohort's first gaps, then the members leaving it early.

@@ -122,7 +122,7 @@ def _exact_dot(x: np.ndarray, w: np.ndarray) -> float:
     return math.fsum(np.concatenate([prod, err]).tolist())
 
 
-def _counts(k: int, absent_last: Sequence[int],
+def run_token_counts(k: int, absent_last: Sequence[int],
             completed_before: dict[int, list[int]] | None) -> dict[int, int] | None:
     """Tokens of the run members that emitted fewer than ``k`` (None when none did)."""
     if not completed_before and not absent_last:
@@ -221,7 +221,7 @@ class RequestLog:
         worker) and ``completed`` (the members that finished with the last pass) serve
         :class:`servesim.replay.cohorts.CohortLog`; this class ignores them."""
         k = len(ends)
-        count = _counts(k, absent_last, completed_before)
+        count = run_token_counts(k, absent_last, completed_before)
         at_start = self._first_gaps(members, count, k, ends, start)
         self._shared_gaps(len(members), k, ends, start, at_start, absent_last, completed_before)
 
