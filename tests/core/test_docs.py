@@ -41,7 +41,8 @@ def spec_hooks() -> dict[str, str]:
 
 def test_spec_module_and_plugin_manager_agree() -> None:
     pm_hooks = {n for n in dir(make_plugin_manager(autoload=False).hook) if n.startswith("servesim_")}
-    assert pm_hooks == set(spec_hooks()) == set(HOOK_KINDS)
+    assert pm_hooks == set(spec_hooks())
+    assert set(HOOK_KINDS) <= pm_hooks  # registration hooks; the rest are documented below
 
 
 @pytest.mark.parametrize("hook", sorted(spec_hooks()))

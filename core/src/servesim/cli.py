@@ -38,7 +38,9 @@ def _cli_run() -> ModuleType | None:
     return module
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, with_plugins: bool = True) -> argparse.ArgumentParser:
+    """The ``servesim`` parser; ``with_plugins`` adds the commands of installed plugins
+    (``servesim_add_commands``)."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="GPU-free simulator of LLM-serving engines. With no command, runs the "
@@ -68,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     plugins = sub.add_parser("plugins", help="list discovered plugins grouped by kind")
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    if with_plugins:
+        from servesim.plugins import Plugins
+
+        Plugins().add_commands(sub)
     return parser
 
 
@@ -176,9 +182,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args_list:
         args_list = ["run"]
     try:
-        parser = build_parser()
+        # Plugins add commands only when the word is not a built-in one: `servesim run` does
+        # not load every plugin's command machinery before the replay's own plugin load.
+        first = args_list[0]
+        builtin = first in COMMANDS or (first.startswith("-") and first not in ("-h", "--help"))
+        parser = build_parser(with_plugins=not builtin)
         args = parser.parse_args(args_list)
-        status = COMMANDS[args.command](args)
+        func = getattr(args, "servesim_command", None) or COMMANDS[args.command]
+        status = func(args)
         sys.stdout.flush()  # a closed pipe fails here, inside the handler below
         return status
     except UserError as exc:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from servesim._markers import hookspec
 
 if TYPE_CHECKING:
+    import argparse
+
     from servesim.registry import Registry
 
 
@@ -87,6 +89,25 @@ def servesim_register_schedule_policies(registry: Registry) -> None:
     """
 
 
+@hookspec
+def servesim_add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add subcommands to the ``servesim`` command line (as pytest's ``pytest_addoption`` and
+    llm's ``register_commands`` let plugins extend theirs).
+
+    Add each command with ``parser = subparsers.add_parser(NAME, help=...)``, declare its
+    arguments on ``parser``, and name the function that runs it with
+    ``parser.set_defaults(servesim_command=func)``: ``func(args: argparse.Namespace) -> int``
+    returns the exit status. Raise :class:`servesim.errors.UserError` (or a subclass) for bad
+    input; the CLI prints it as one line with exit status 2. A name already taken by a built-in
+    command or another plugin is a :class:`~servesim.errors.PluginError` naming both.
+
+    Keep the hook cheap: import the command's machinery inside ``func``, not at module level,
+    so ``servesim run`` does not pay for commands it does not use.
+
+    :param subparsers: the ``servesim`` parser's subparsers action.
+    """
+
+
 HOOK_KINDS: dict[str, str] = {
     "servesim_register_backends": "backend",
     "servesim_register_timing_models": "timing_model",
@@ -97,10 +118,12 @@ HOOK_KINDS: dict[str, str] = {
     "servesim_register_routers": "router",
     "servesim_register_schedule_policies": "schedule_policy",
 }
-"""Hook name → registry kind, in the order ``servesim plugins`` lists them."""
+"""Hook name → registry kind, in the order ``servesim plugins`` lists them. Hooks not named
+here (``servesim_add_commands``) register no named implementations."""
 
 __all__ = [
     "HOOK_KINDS",
+    "servesim_add_commands",
     "servesim_register_backends",
     "servesim_register_eviction_policies",
     "servesim_register_fpm_sinks",

@@ -19,6 +19,7 @@ name then names both distributions), and caches the result.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.metadata
 import os
@@ -296,6 +297,33 @@ class Plugins:
                     f"plugin {name!r} ({pm.distribution_of(name)}) failed in {hook_name}: "
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
+
+    def add_commands(self, subparsers: argparse._SubParsersAction) -> None:
+        """Let every plugin add CLI subcommands (``servesim_add_commands``), one plugin at a
+        time and in :meth:`_ordered_impls` order, so a clash or a failure names the plugin and
+        its distribution."""
+        pm = self.pm
+        for impl in self._ordered_impls("servesim_add_commands"):
+            name = impl.plugin_name
+            where = f"plugin {name!r} ({pm.distribution_of(name)})"
+            before = set(subparsers.choices)
+            kwargs = {"subparsers": subparsers}
+            try:
+                impl.function(*(kwargs[arg] for arg in impl.argnames))
+            except argparse.ArgumentError as exc:  # a name another command already holds
+                raise PluginError(f"{where} failed in servesim_add_commands: {exc}") from exc
+            except PluginError:
+                raise
+            except Exception as exc:
+                raise PluginError(
+                    f"{where} failed in servesim_add_commands: {type(exc).__name__}: {exc}"
+                ) from exc
+            for cmd in set(subparsers.choices) - before:
+                if subparsers.choices[cmd].get_default("servesim_command") is None:
+                    raise PluginError(
+                        f"{where} added command {cmd!r} without "
+                        "set_defaults(servesim_command=func)"
+                    )
 
     def plugin_infos(self) -> list[PluginInfo]:
         """Every registered plugin with its distribution and implemented hooks, by name."""
