@@ -14,18 +14,20 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+import attrs
 from attrs import field, frozen
 from servesim.kv.eviction import EvictableBlock
 from servesim.kv.eviction_keyed import KeyedEviction
 
 
-def _ascending(_obj: object, _attr: object, value: tuple[int, ...]) -> None:
+def _ascending(_obj: object, attr: attrs.Attribute, value: tuple[int, ...]) -> None:
+    # (message, attribute): the config loader then reports the key path of the field.
     if not value:
-        raise ValueError("thresholds: expected at least one threshold")
+        raise ValueError("expected at least one threshold", attr)
     if any(t < 1 for t in value):
-        raise ValueError("thresholds: expected every threshold >= 1 (0 hits is the coldest tier)")
+        raise ValueError("expected every threshold >= 1 (0 hits is the coldest tier)", attr)
     if any(b <= a for a, b in zip(value, value[1:], strict=False)):
-        raise ValueError(f"thresholds: expected strictly ascending thresholds, got {list(value)}")
+        raise ValueError(f"expected strictly ascending thresholds, got {list(value)}", attr)
 
 
 @frozen(kw_only=True)
