@@ -281,4 +281,13 @@ def replay_under(backend: str, policy: Any, *sets: str) -> dict[str, Any]:
     return simulate(load_config(None, [*base, *sets])).report
 
 
-__all__ = ["EVICTION_CHECKS", "check_eviction_policy", "replay_under"]
+def replay_figures(backend: str, policy: Any) -> tuple[float, int, float]:
+    """``(prefix-hit rate, preemptions, p99 TTFT ms)`` of :func:`replay_under`, after checking
+    that every request completed: the row of docs/eviction.md a plugin's tests pin."""
+    report = replay_under(backend, policy)
+    if report["completed"] != report["num_requests"]:
+        raise AssertionError(f"{report['completed']} of {report['num_requests']} requests completed")
+    return report["prefix_cache_hit_rate"], report["num_preemptions"], report["p99_ttft_ms"]
+
+
+__all__ = ["EVICTION_CHECKS", "check_eviction_policy", "replay_figures", "replay_under"]
