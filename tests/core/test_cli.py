@@ -104,7 +104,7 @@ def test_validate_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
             "{}",
             ["engine.eviction_policy=mru"],
             "--set engine.eviction_policy=mru: engine.eviction_policy: "
-            "unknown eviction_policy 'mru'; installed: lru",
+            "unknown eviction_policy 'mru'; installed: lfu, lineage, lru, multi_lru",
         ),
         ("{}", ["engine.nope=1"], "--set engine.nope=1: engine.nope: unknown key"),
         ("{}", ["nope"], "--set: expected KEY=VALUE"),

@@ -265,7 +265,7 @@ ERRORS = [
         "engine: {eviction_policy: mru}",
         [],
         "engine.eviction_policy",
-        "unknown eviction_policy 'mru'; installed: lru",
+        "unknown eviction_policy 'mru'; installed: lfu, lineage, lru, multi_lru",
     ),
     (
         "engine: {vlm: {x: 1}}",

@@ -176,7 +176,7 @@ SET_CASES = [
         "engine.timing_model.type=nope",
         "engine.timing_model.type: unknown timing_model 'nope'; installed: fixed",
     ),
-    ("engine.eviction_policy=nope", "engine.eviction_policy: unknown eviction_policy 'nope'; installed: lru"),
+    ("engine.eviction_policy=nope", "engine.eviction_policy: unknown eviction_policy 'nope'; installed: lfu, lineage, lru, multi_lru"),
     (
         "sinks.kv_events=[{type: nope}]",
         "sinks.kv_events[0].type: unknown kv_event_sink 'nope'; installed: jsonl",

@@ -136,6 +136,10 @@ class Rank(ABC):
 
     config_class: ClassVar[type | None] = None
     default_block_size: ClassVar[int] = 16
+    #: The ``engine.eviction_policy`` kinds the backend's KV cache drives, checked at
+    #: validation (servesim.kv.eviction.eviction_refusal): "lru" (the built-in only), "ids"
+    #: (any EvictionPolicy), "records" (a RecordEvictionPolicy).
+    eviction_support: ClassVar[frozenset[str]] = frozenset({"lru"})
 
     def __init__(
         self,

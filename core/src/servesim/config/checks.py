@@ -55,7 +55,7 @@ ENGINE_RULES: tuple[Rule, ...] = (
     ("head_dim", _int_ge(1), "an integer >= 1 or null", True),
     ("kv_dtype_bytes", _finite_gt(0), "a finite number > 0", False),
     ("backend", lambda v: bool(v), "a backend name", False),
-    ("eviction_policy", lambda v: bool(v), "an eviction policy name", False),
+    ("eviction_policy", lambda v: bool(v), "an eviction policy name or {type: NAME, ...}", False),
 )
 
 CLUSTER_RULES: tuple[Rule, ...] = (

@@ -103,6 +103,15 @@ def _mapping(value: Any, _t: type) -> dict[str, Any]:
     return dict(value)
 
 
+def _name_or_mapping(value: Any, _t: Any) -> str | dict[str, Any]:
+    """A plugin chosen by name or as ``{type: NAME, ...options}`` (engine.eviction_policy)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        return _mapping(value, dict)
+    raise InvalidValue(f"expected a name or a mapping {{type: NAME, ...options}}, got {show(value)}")
+
+
 def _enum_factory(cl: type[enum.Enum]) -> Callable[[Any, type], enum.Enum]:
     values = [m.value for m in cl]
 
@@ -124,6 +133,7 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook(bool, _bool)
     conv.register_structure_hook(str, _str)
     conv.register_structure_hook_func(lambda t: t == dict[str, Any], _mapping)
+    conv.register_structure_hook_func(lambda t: t == (str | dict[str, Any]), _name_or_mapping)
     conv.register_structure_hook_factory(
         lambda t: isinstance(t, type) and issubclass(t, enum.Enum), _enum_factory
     )

@@ -58,7 +58,8 @@ class EngineConfig:
     aic_nextn: int | None = None
     aic_nextn_accept_rates: str | None = None
     aic_mtp_seed: int = 42
-    eviction_policy: str = "lru"
+    # A name, or {type: NAME, ...options} structured into the policy's config_class.
+    eviction_policy: str | dict[str, Any] = "lru"
     timing_model: dict[str, Any] = field(factory=_default_timing)
 
     @property

@@ -25,6 +25,7 @@ from servesim.config.yaml_io import apply_sets, read_yaml
 from servesim.contract import WorkerType
 from servesim.errors import ConfigError, PluginError
 from servesim.factory import EngineFactory
+from servesim.kv.eviction import eviction_refusal, policy_factory
 from servesim.plugins import Plugins, disabled_hint
 from servesim.timing.base import TimingModel
 
@@ -136,6 +137,45 @@ def _options(ctx: _Ctx, obj: Any, data: Any, path: str, what: str, problems: lis
     return value
 
 
+def _eviction_factory(
+    ctx: _Ctx, config: EngineConfig, rank_class: Any, path: str, problems: list[Problem]
+) -> Callable[[], Any] | None:
+    """``engine.eviction_policy`` (``NAME`` or ``{type: NAME, ...options}``) as a factory of
+    one policy per cache, after building one: a constructor that fails, or a backend that
+    cannot drive the policy, is a problem at ``path`` naming the policy's plugin."""
+    spec = config.eviction_policy
+    options: dict[str, Any] = {}
+    name_path = path
+    if isinstance(spec, Mapping):
+        options = dict(spec)
+        name_path = f"{path}.type"
+        if "type" not in options:
+            problems.append((name_path, "required key missing"))
+            return None
+        spec = options.pop("type")
+    cls = _lookup(ctx, "eviction_policy", spec, name_path, problems)
+    if cls is None:
+        return None
+    found: list[Problem] = []
+    policy_config = _options(ctx, cls, options, path, f"eviction policy {spec!r}", found)
+    problems.extend(found)
+    if found or rank_class is None:
+        return None
+    entry = ctx.plugins.registry("eviction_policy").entry(spec)
+    origin = f" (plugin {entry.plugin} from {entry.distribution})"
+    factory = policy_factory(cls, policy_config)
+    try:
+        policy = factory()
+    except Exception as exc:  # noqa: BLE001 - a plugin's constructor may raise anything
+        problems.append((path, f"eviction policy {spec!r} failed to build: {exc!r}{origin}"))
+        return None
+    refusal = eviction_refusal(rank_class, policy)
+    if refusal:
+        problems.append((path, f"backend {config.backend!r} {refusal}{origin}"))
+        return None
+    return factory
+
+
 def _explain_unknown(problems: list[Problem], rest: Mapping[str, Any], path: str, ctx: _Ctx) -> None:
     """An unknown key holding a mapping was most likely meant as a backend's section."""
     installed = ", ".join(ctx.plugins.backends().names()) or "(none)"
@@ -176,7 +216,7 @@ def _resolve(ctx: _Ctx, raw: Any, path: str) -> tuple[EngineResolution | None, l
     if timing_class is not None:
         what = f"timing model {timing_type!r}"
         timing_config = _options(ctx, timing_class, timing, tm_path, what, problems)
-    eviction = _lookup(ctx, "eviction_policy", config.eviction_policy, f"{path}.eviction_policy", problems)
+    eviction = _eviction_factory(ctx, config, rank_class, f"{path}.eviction_policy", problems)
     if problems:
         return None, problems
     backend_config = backend_configs.get(config.backend)

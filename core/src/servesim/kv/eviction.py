@@ -1,21 +1,149 @@
-"""Eviction policies order the inactive (evictable) blocks of a block pool.
+"""Eviction policies order the evictable units of a KV cache.
 
-A policy sees block ids only. The pool calls :meth:`EvictionPolicy.push` when a cached block's
-reference count drops to zero, :meth:`remove` when a request reuses it, and :meth:`pop` to
-choose a victim when it needs a free block. Register policies through
-``servesim_register_eviction_policies``; ``lru`` is built in.
+Two kinds, told apart by the class attribute ``uses_records`` (the cache asks for nothing it
+does not need, so the cheap kind keeps the replay's fast paths):
+
+* :class:`EvictionPolicy` (``uses_records = False``) sees block ids only, in the order blocks
+  become evictable. The pool calls :meth:`EvictionPolicy.push` when a cached block's reference
+  count drops to zero, :meth:`~EvictionPolicy.remove` when a request reuses it, and
+  :meth:`~EvictionPolicy.pop` to choose a victim. ``lru``, the reference's default
+  (dynamo-mocker.md §3.2), is one; runs of passes stay available with it.
+* :class:`RecordEvictionPolicy` (``uses_records = True``) receives an :class:`EvictableBlock`
+  record for every evictable unit (a cached block of the vLLM and TRT-LLM block pools, a leaf
+  page of SGLang's radix tree), the current simulated time with every call, and a
+  notification of every hit on a unit that is in use. Its ranks step pass by pass: a run of
+  passes does not give the per-pass time the records carry.
+
+Register either kind through ``servesim_register_eviction_policies``. A class with a
+``config_class`` is built as ``cls(config)`` from ``engine.eviction_policy: {type: NAME,
+...options}``; without one it is built as ``cls()``. :mod:`servesim.kv.eviction_records`
+holds the pool that drives a record policy.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from typing import ClassVar
+from collections.abc import Callable
+from functools import partial
+from typing import Any, ClassVar
+
+
+class EvictableBlock:
+    """What a cache tells a :class:`RecordEvictionPolicy` about one evictable unit.
+
+    The cache owns the record and refreshes its fields before each call that hands it over;
+    a policy may keep it (for instance in a heap) and compare records by identity. A unit
+    that stops being evictable and becomes evictable again comes back as a new record.
+
+    * ``block_id``: the unit's id, unique among the cache's resident units.
+    * ``block_hash``, ``parent_hash``: the chained sequence hash of the unit and of the unit
+      before it in its sequence (None at position 0), as in the KV events (§3.1).
+    * ``position``: the unit's index in its sequence (0 = first block or page).
+    * ``num_tokens``: tokens it holds (the block or page size).
+    * ``ref_count``: requests using it (0 while it is evictable).
+    * ``hit_count``: how often a request found it cached and reused it.
+    * ``last_access_ms``: the simulated start of the pass that last stored, used or released it.
+    * ``generated``: True when it holds generated (output) tokens, False when only prompt.
+    * ``tier``: the memory tier, 0 for device (GPU) memory, the only tier servesim models.
+    """
+
+    __slots__ = ("block_id", "block_hash", "parent_hash", "position", "num_tokens", "ref_count",
+                 "hit_count", "last_access_ms", "generated", "tier")
+
+    def __init__(self, block_id: int, block_hash: int | None, parent_hash: int | None,
+                 position: int, num_tokens: int, *, ref_count: int = 0, hit_count: int = 0,
+                 last_access_ms: float = 0.0, generated: bool = False, tier: int = 0) -> None:
+        self.block_id = block_id
+        self.block_hash = block_hash
+        self.parent_hash = parent_hash
+        self.position = position
+        self.num_tokens = num_tokens
+        self.ref_count = ref_count
+        self.hit_count = hit_count
+        self.last_access_ms = last_access_ms
+        self.generated = generated
+        self.tier = tier
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"EvictableBlock({fields})"
+
+
+class RecordEvictionPolicy(ABC):
+    """Orders evictable units from their records (see the module docstring).
+
+    The cache calls, with the current simulated time ``now_ms``:
+
+    * :meth:`insert` when a unit becomes evictable (no request uses it any more);
+    * :meth:`remove` when an evictable unit stops being evictable: a request reused it
+      (``hit_count`` already counts that hit) or the cache's structure changed (a radix leaf
+      gained a child or was extended);
+    * :meth:`hit` when a request reuses a unit that another request is using;
+    * :meth:`evict` to choose a victim: remove it and return its record.
+    """
+
+    uses_records: ClassVar[bool] = True
+    config_class: ClassVar[type | None] = None
+
+    @abstractmethod
+    def insert(self, block: EvictableBlock, now_ms: float) -> None:
+        """``block`` became evictable."""
+
+    @abstractmethod
+    def remove(self, block: EvictableBlock, now_ms: float) -> None:
+        """``block`` (present) stopped being evictable."""
+
+    @abstractmethod
+    def evict(self, now_ms: float) -> EvictableBlock:
+        """Remove and return the next victim. Only called when ``len(self) > 0``."""
+
+    def hit(self, block: EvictableBlock, now_ms: float) -> None:
+        """A request reused ``block`` while another request was using it (so it is not
+        evictable now). By default nothing happens: the record's ``hit_count`` counts it."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def __contains__(self, block: object) -> bool:
+        """Whether ``block`` (a record) is one of the evictable units held."""
+
+
+def policy_factory(cls: type, config: Any = None) -> Callable[[], Any]:
+    """A zero-argument callable building one policy per cache: ``cls(config)`` for a class
+    with a ``config_class``, ``cls()`` otherwise."""
+    if getattr(cls, "config_class", None) is None:
+        return cls
+    return partial(cls, config)
+
+
+def uses_records(policy: object) -> bool:
+    """Whether ``policy`` is a record policy (the cache must build records for it)."""
+    return bool(getattr(policy, "uses_records", False))
+
+
+def eviction_refusal(rank_class: type, policy: object) -> str | None:
+    """Why ``rank_class`` cannot honour ``policy`` (None when it can), from its class attribute
+    ``eviction_support``, a set of: ``"records"`` (it drives a :class:`RecordEvictionPolicy`),
+    ``"ids"`` (any :class:`EvictionPolicy`), ``"lru"`` (the built-in ``lru`` only, for a cache
+    with its own LRU order or none at all)."""
+    support = getattr(rank_class, "eviction_support", frozenset({"lru"}))
+    if uses_records(policy):
+        if "records" in support:
+            return None
+        return "cannot drive an eviction policy that orders block records"
+    if "ids" in support or ("lru" in support and type(policy) is LruEviction):
+        return None
+    if "lru" in support and "records" in support:
+        return "drives only the built-in 'lru' and eviction policies that order block records"
+    return "drives no eviction policy but the built-in 'lru'"
 
 
 class EvictionPolicy(ABC):
-    """Orders evictable blocks."""
+    """Orders evictable blocks by id (see the module docstring)."""
 
+    uses_records: ClassVar[bool] = False
     config_class: ClassVar[type | None] = None
 
     @abstractmethod

@@ -47,14 +47,16 @@ class BlockTable:
     """One request's physical blocks, in sequence order.
 
     ``ids[:num_cached]`` are cache-visible (hashed); the rest are private to the request.
-    Owned by the request, mutated only through :class:`BlockPool`.
+    Owned by the request, mutated only through :class:`BlockPool`. ``prompt_len`` (set by the
+    request's owner) tells a record eviction policy which blocks hold generated tokens.
     """
 
-    __slots__ = ("ids", "num_cached")
+    __slots__ = ("ids", "num_cached", "prompt_len")
 
-    def __init__(self) -> None:
+    def __init__(self, prompt_len: int = 0) -> None:
         self.ids: list[int] = []
         self.num_cached = 0
+        self.prompt_len = prompt_len
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -65,6 +67,10 @@ class BlockTable:
 
 class BlockPool:
     """``num_blocks`` physical blocks shared by the requests of one rank."""
+
+    #: True for a pool that keeps records for a record eviction policy, which needs the
+    #: per-pass time that only stepping gives: its rank declines runs of passes.
+    steps_only = False
 
     def __init__(
         self,
@@ -79,6 +85,9 @@ class BlockPool:
             raise ValueError(f"num_blocks must be > 0, got {num_blocks}")
         self.capacity = num_blocks
         self.prefix_caching = enable_prefix_caching
+        # Simulated start of the current pass, set by the rank; only a record eviction
+        # policy reads it (servesim.kv.eviction_records).
+        self.now = 0.0
         self.dp_rank = dp_rank
         self._evict = eviction if eviction is not None else LruEviction()
         # Pop from the end: block 0 is handed out first, which keeps traces readable.

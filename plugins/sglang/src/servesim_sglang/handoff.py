@@ -82,7 +82,7 @@ class SglangHandoffAdapter:
         req = entry.state
         if req is None:
             req = entry.state = SglangRequest(entry.request)
-        got = self.cache.acquire(req.tokens, req.prompt_len, req.prompt_len)
+        got = self.cache.acquire(req.tokens, req.prompt_len, req.prompt_len, req.prompt_len)
         if got is None:
             return None
         req.lease, prefix = got

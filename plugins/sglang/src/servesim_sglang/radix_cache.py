@@ -62,18 +62,24 @@ class KvLease:
 
     ``touch`` is the tick of the lease's latest in-place leaf extension, whose recency update
     of the locked path is deferred until the lock is released (see :meth:`RadixCache.cache_prefix`).
+    ``prompt_len`` tells a record eviction policy which cached pages hold generated tokens.
     """
 
-    __slots__ = ("node", "cached", "pages", "touch")
+    __slots__ = ("node", "cached", "pages", "touch", "prompt_len")
 
-    def __init__(self, node: RadixNode, cached: int, pages: int) -> None:
+    def __init__(self, node: RadixNode, cached: int, pages: int, prompt_len: int = 0) -> None:
         self.node = node
         self.cached = cached
         self.pages = pages
         self.touch = 0
+        self.prompt_len = prompt_len
 
 
 class RadixCache:
+    #: True for a tree driving a record eviction policy, which needs the per-pass time that
+    #: only stepping gives: its rank declines runs of passes (servesim_sglang.radix_records).
+    steps_only = False
+
     def __init__(
         self,
         total_tokens: int,
@@ -95,6 +101,8 @@ class RadixCache:
         self.emit = emit_kv_events
         self.emit_token_ids = emit_token_ids
         self.dp_rank = dp_rank
+        # Simulated start of the current pass, set by the scheduler (read by record policies).
+        self.now = 0.0
         self.events: list[KvEvent] = []
         self._event_id = 0
         self._clock = 0
@@ -392,7 +400,8 @@ class RadixCache:
     def pages_for(self, tokens: int) -> int:
         return -(-tokens // self.page_size)
 
-    def acquire(self, tokens: Sequence[int], limit: int, target: int) -> tuple[KvLease, int] | None:
+    def acquire(self, tokens: Sequence[int], limit: int, target: int,
+                prompt_len: int = 0) -> tuple[KvLease, int] | None:
         """Match (at most ``limit`` tokens), lock, evict if needed, then take pages so the
         request owns KV for ``target`` tokens. None (nothing changed) when it cannot fit."""
         prefix, node = self._match_and_lock(tokens, limit)
@@ -401,7 +410,7 @@ class RadixCache:
             self.unlock(node)
             return None
         self.free_pages -= need
-        return KvLease(node, prefix, prefix // self.page_size + need), prefix
+        return KvLease(node, prefix, prefix // self.page_size + need, prompt_len), prefix
 
     def _make_room(self, pages: int) -> bool:
         tokens = pages * self.page_size

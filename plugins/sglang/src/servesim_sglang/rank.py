@@ -63,7 +63,7 @@ from servesim_sglang import runs as _runs
 from servesim_sglang.config import SglangConfig, scheduler_params, validate
 from servesim_sglang.handoff import SglangHandoffAdapter
 from servesim_sglang.policies import resolve_policy
-from servesim_sglang.radix_cache import RadixCache
+from servesim_sglang.radix_records import make_radix_cache
 from servesim_sglang.request import SglangRequest
 from servesim_sglang.scheduler import PassOutcome, SglangScheduler
 
@@ -88,6 +88,8 @@ class SglangRank(Rank):
 
     config_class = SglangConfig
     default_block_size = 1
+    # The tree keeps SGLang's own LRU order for lru; a record policy orders its leaf pages.
+    eviction_support = frozenset({"lru", "records"})
     # Disaggregated replay reserves an SGLang decode worker's KV before the prefill runs
     # (servesim.replay.disagg; SGLang's decode side pre-allocates for the transfer).
     reserve_destination_first = True
@@ -105,9 +107,10 @@ class SglangRank(Rank):
         super().__init__(identity, config, sg, services)
         self.params = scheduler_params(config, sg, identity.dp_size)
         policy_cls = resolve_policy(sg.schedule_policy, policy_registry)
-        cache = RadixCache(
+        cache = make_radix_cache(
             self.params.total_tokens,
             self.params.page_size,
+            eviction=services.new_eviction_policy(),
             enable_prefix_caching=config.enable_prefix_caching,
             emit_kv_events=services.emit_kv_events and config.enable_prefix_caching,
             emit_token_ids=config.emit_kv_token_ids,
@@ -322,6 +325,8 @@ class SglangRank(Rank):
         self, now_ms: float, horizon_ms: float, max_passes: int, through_completions: bool = False
     ) -> RankRun | None:
         """A run of steady decode passes (servesim_sglang.runs), or None to step."""
+        if self.cache.steps_only:
+            return None
         return _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
 
     def complete_run(self, pending: _runs.SglangRunPending, end_ms: float) -> RunEffects:

@@ -167,6 +167,7 @@ class SglangScheduler:
 
     def run_pass(self, now: float) -> PassOutcome:
         out = PassOutcome(end_ms=now)
+        self.cache.now = now
         handoff = self.handoff
         if handoff is not None and handoff.activated:
             handoff.admit_activated(out)
@@ -292,7 +293,7 @@ class SglangScheduler:
             return _Stop.BUDGET
         chunk_end = start + chunk
         if first:
-            got = cache.acquire(req.tokens, start, chunk_end)
+            got = cache.acquire(req.tokens, start, chunk_end, req.prompt_len)
             if got is None:
                 return _Stop.OOM
             req.lease, prefix = got

@@ -40,7 +40,7 @@ from servesim.contract import (
 )
 from servesim.errors import CommandRejected, ConfigError
 from servesim.handoff import HandoffBook, suppress_request
-from servesim.kv.pool import BlockPool
+from servesim.kv.eviction_records import make_block_pool
 from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
 from servesim.runs import RankRun, RunEffects
 
@@ -76,6 +76,7 @@ class TrtllmRank(Rank):
 
     config_class = TrtllmConfig
     default_block_size = 32
+    eviction_support = frozenset({"ids", "records"})
 
     def __init__(
         self,
@@ -90,9 +91,10 @@ class TrtllmRank(Rank):
         if problems:
             path, message = problems[0]
             raise ConfigError(message, path=path)
-        pool = BlockPool(
+        pool = make_block_pool(
             config.num_gpu_blocks,
             eviction=services.new_eviction_policy(),
+            block_size=config.bs,
             enable_prefix_caching=config.enable_prefix_caching,
             emit_events=services.emit_kv_events,
             dp_rank=identity.dp_rank,
@@ -214,6 +216,7 @@ class TrtllmRank(Rank):
 
     def execute_pass(self, now_ms: float) -> RankPass:
         core = self.core
+        core.pool.now = now_ms
         work = StepWork()
         # A steady batch left by a run (servesim_trtllm.steady): a guaranteed-no-evict step
         # schedules its members from it; anything else reads the requests, so it syncs.
@@ -311,6 +314,8 @@ class TrtllmRank(Rank):
     def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int,
                     through_completions: bool = False) -> RankRun | None:
         """A run of steady decode passes (servesim_trtllm.runs), or None to step."""
+        if self.core.pool.steps_only:
+            return None
         return _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
 
     def complete_run(self, pending: _runs.TrtRunPending, end_ms: float) -> RunEffects:

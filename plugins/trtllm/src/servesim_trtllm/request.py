@@ -57,7 +57,7 @@ class TrtRequest:
         self.generated = 0
         self.num_computed = 0
         self.ctx_len = self.prompt_len
-        self.table = BlockTable()
+        self.table = BlockTable(self.prompt_len)
         self.cached_tokens = 0  # prefix-cache hit of the current (re)admission
         self.first_cached: int | None = None  # hit at first admission (Output.cached_tokens)
         self.first_output_sent = False

@@ -61,6 +61,7 @@ class VllmRank(Rank):
 
     config_class: ClassVar[type | None] = VllmConfig
     default_block_size: ClassVar[int] = 64
+    eviction_support: ClassVar[frozenset[str]] = frozenset({"ids", "records"})
 
     def __init__(
         self,
@@ -218,6 +219,8 @@ class VllmRank(Rank):
     def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int,
                     through_completions: bool = False) -> RankRun | None:
         """A run of steady decode passes (servesim_vllm.runs), or None to step."""
+        if self.sched.pool.steps_only:
+            return None
         run = _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
         if run is not None:
             # nothing is left running only if the run's last pass finished it

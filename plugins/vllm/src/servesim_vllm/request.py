@@ -64,7 +64,7 @@ class VllmRequest:
         self.length = self.prompt_len
         self.generated = 0
         self.computed = 0
-        self.table = BlockTable()
+        self.table = BlockTable(self.prompt_len)
         self.status = Status.WAITING
         self.preemptions = 0
         self.cached_prefix: int | None = None

@@ -33,7 +33,7 @@ from servesim.contract import (
     Request,
     RequestId,
 )
-from servesim.kv.pool import BlockPool
+from servesim.kv.eviction_records import make_block_pool
 from servesim.rank import RankServices
 
 from servesim_vllm.behaviour import Behaviour, resolve
@@ -124,9 +124,10 @@ class VllmScheduler:
         self.beh = behaviour or resolve(None)
         # vLLM's null block is never handed out (docs/conformance.md, difference 1).
         self.usable_blocks = config.num_gpu_blocks - (1 if self.beh.null_block else 0)
-        self.pool = BlockPool(
+        self.pool = make_block_pool(
             self.usable_blocks,
             eviction=services.new_eviction_policy(),
+            block_size=self.bs,
             enable_prefix_caching=config.enable_prefix_caching,
             emit_events=services.emit_kv_events,
             dp_rank=dp_rank,
@@ -200,6 +201,7 @@ class VllmScheduler:
 
     def run_pass(self, now: float) -> PassResult:
         self._now = now
+        self.pool.now = now
         self._budget = self.max_tokens
         self._res = res = PassResult()
         self._preempted_in_pass = False
