@@ -29,6 +29,7 @@ from servesim.plugins import Plugins, disabled_hint
 from servesim.timing.base import TimingModel
 
 DEFAULT_TIMING_MODEL = "polynomial"
+AUTO = "auto"
 SINK_LISTS: tuple[tuple[str, str], ...] = (("kv_events", "kv_event_sink"), ("fpm", "fpm_sink"))
 
 
@@ -158,6 +159,9 @@ def _resolve(ctx: _Ctx, raw: Any, path: str) -> tuple[EngineResolution | None, l
     backends = ctx.plugins.backends()
     rest = {k: v for k, v in raw.items() if k not in backends}
     sections = {k: v for k, v in raw.items() if k in backends}
+    auto_blocks = rest.get("num_gpu_blocks") == AUTO
+    if auto_blocks:  # sized by the timing model once it and the block size are known
+        del rest["num_gpu_blocks"]
     config, problems = structure_at(ctx.conv, rest, EngineConfig, path)
     if config is None:
         _explain_unknown(problems, rest, path, ctx)
@@ -183,6 +187,8 @@ def _resolve(ctx: _Ctx, raw: Any, path: str) -> tuple[EngineResolution | None, l
     if backend_config is None and rank_class.config_class is not None:
         backend_config = rank_class.config_class()
     resolved = resolve_block_size(config, rank_class.default_block_size_for(backend_config))
+    if auto_blocks:
+        resolved = _auto_blocks(resolved, timing_class, timing_config, timing_type, path, problems)
     for key, msg in rank_class.validate_config(resolved, backend_config):
         problems.append((path + key[len("engine") :] if key.startswith("engine") else key, msg))
     if problems:
@@ -190,6 +196,24 @@ def _resolve(ctx: _Ctx, raw: Any, path: str) -> tuple[EngineResolution | None, l
     return EngineResolution(
         resolved, rank_class, backend_config, timing_type, timing_class, timing_config, eviction
     ), []
+
+
+def _auto_blocks(
+    config: EngineConfig, timing_class: Any, timing_config: Any, timing_type: str, path: str,
+    problems: list[Problem],
+) -> EngineConfig:
+    """``num_gpu_blocks: auto``: the pool the timing model's GPU memory holds."""
+    key = f"{path}.num_gpu_blocks"
+    try:
+        blocks = timing_class.auto_num_gpu_blocks(timing_config, config)
+    except (ValueError, OSError) as exc:
+        problems.append((key, f"cannot size the KV pool automatically: {exc}"))
+        return config
+    if blocks is None:
+        problems.append((key, f"'auto' needs a timing model that knows the GPU (such as 'aic'); "
+                              f"timing model {timing_type!r} does not"))
+        return config
+    return attrs.evolve(config, num_gpu_blocks=int(blocks))
 
 
 def resolve_engine(ctx: _Ctx, raw: Any, path: str = "engine") -> EngineResolution:
@@ -396,7 +420,7 @@ class LoadedConfig:
 
 def _build_timing(engine: EngineResolution, path: str, source: str | None) -> TimingModel:
     try:
-        return engine.timing_class.from_config(engine.timing_config)
+        return engine.timing_class.for_engine(engine.timing_config, engine.config)
     except ConfigError as exc:
         if exc.source is not None or source is None:
             raise
