@@ -1,0 +1,117 @@
+"""``aic`` through the real loader and replay: config errors list the valid names, the KV
+pool can be sized from the GPU, specs are cached on disk, and a replay's token times are the
+priced passes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from servesim.config.loader import load_config
+from servesim.errors import ConfigError
+from servesim.replay.runner import simulate
+from servesim_aic import catalog, deployment
+from servesim_aic.config import AicTimingConfig
+
+MODEL = "Qwen/Qwen3-32B"
+
+
+def _config(tmp_path, timing: str, engine: str = "", workload: str = "") -> str:
+    path = tmp_path / "sim.yaml"
+    path.write_text(f"engine:\n  timing_model: {{type: aic, {timing}}}\n{engine}{workload}")
+    return str(path)
+
+
+@pytest.mark.parametrize(("key", "value", "listed"), [
+    ("model", "acme/NotAModel", "Qwen/Qwen3-32B"),
+    ("system", "h999_sxm", "h200_sxm"),
+    ("kv_cache_dtype", "fp3", "bfloat16, int8, fp8"),
+])
+def test_unknown_names_are_config_errors_listing_the_valid_ones(tmp_path, key, value, listed):
+    options = {"model": MODEL, key: value}
+    timing = ", ".join(f"{k}: {v}" for k, v in options.items())
+    with pytest.raises(ConfigError) as info:
+        load_config(_config(tmp_path, timing))
+    assert info.value.path == f"engine.timing_model.{key}"
+    assert repr(value) in str(info.value) and listed in str(info.value)
+
+
+def test_unknown_backend_lists_the_systems_backends(tmp_path):
+    path = _config(tmp_path, f"model: {MODEL}, backend: tensorflow-serving")
+    with pytest.raises(ConfigError) as info:
+        load_config(path).timing_model()
+    assert info.value.path == "engine.timing_model"
+    assert "'tensorflow-serving'" in str(info.value) and "sglang, trtllm, vllm" in str(info.value)
+
+
+def test_catalog_has_the_documented_systems_and_models():
+    assert {"h100_sxm", "h200_sxm", "b200_sxm", "a100_sxm", "l40s", "gb200"} <= set(catalog.systems())
+    assert {"Qwen/Qwen3-32B", "meta-llama/Meta-Llama-3.1-8B"} <= set(catalog.models())
+    assert catalog.backends("h200_sxm") == ("sglang", "trtllm", "vllm")
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
+def test_auto_pool_is_aiconfigurators_kv_estimate(tmp_path, backend):
+    from aiconfigurator_core.sdk.memory import estimate_num_gpu_blocks
+
+    engine = f"  backend: {backend}\n  num_gpu_blocks: auto\n  block_size: 64\n"
+    loaded = load_config(_config(tmp_path, f"model: {MODEL}, gpu_memory_utilization: 0.8", engine))
+    expected = estimate_num_gpu_blocks(
+        MODEL, "h200_sxm", backend, "current", scheduler_block_size=64, max_num_tokens=8192,
+        max_batch_size=256, memory_fraction_kind=deployment.FRACTION_KIND[backend],
+        memory_fraction_value=0.8)
+    assert loaded.sim.engine.num_gpu_blocks == expected
+    assert 1000 < expected < 10**5  # ~250k tokens of Qwen3-32B KV beside its 64 GB of weights
+    assert loaded.resolved()["engine"]["num_gpu_blocks"] == expected
+
+
+def test_more_gpus_hold_more_kv(tmp_path):
+    one = load_config(_config(tmp_path, f"model: {MODEL}", "  num_gpu_blocks: auto\n")).sim.engine
+    two = load_config(_config(tmp_path, f"model: {MODEL}, tp: 2", "  num_gpu_blocks: auto\n")).sim.engine
+    assert two.num_gpu_blocks > 2 * one.num_gpu_blocks  # the weights are split too
+
+
+def test_auto_pool_needs_a_timing_model_that_knows_the_gpu(tmp_path):
+    path = tmp_path / "sim.yaml"
+    path.write_text("engine:\n  num_gpu_blocks: auto\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path))
+    assert info.value.path == "engine.num_gpu_blocks" and "'polynomial'" in str(info.value)
+
+
+def test_compiled_specs_are_reused_from_disk(tmp_path, monkeypatch):
+    from servesim.config.engine import EngineConfig
+
+    dep = deployment.resolve(AicTimingConfig(model="meta-llama/Meta-Llama-3.1-8B"), EngineConfig())
+    spec = deployment.compiled_spec(dep, tmp_path)
+    assert (tmp_path / f"{dep.key()}.spec").read_bytes() == spec
+
+    def no_compile(*_a, **_k):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr("aiconfigurator_core.sdk.engine.compile_engine", no_compile)
+    assert deployment.compiled_spec(dep, tmp_path) == spec
+    other = deployment.resolve(AicTimingConfig(model="meta-llama/Meta-Llama-3.1-8B", tp=2), EngineConfig())
+    assert other.key() != dep.key()
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
+def test_one_request_replay_follows_the_priced_passes(tmp_path, backend):
+    """One 1024-token prompt, 6 output tokens: TTFT is one prefill forward, and every later
+    gap is one decode step at the growing context (1025, 1026, ...)."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 1024, "output_length": 6,
+                                 "hash_ids": [1, 2]}) + "\n")
+    engine = f"  backend: {backend}\n  block_size: 64\n"
+    workload = f"workload:\n  trace: {{path: {trace}}}\n"
+    loaded = load_config(_config(tmp_path, f"model: {MODEL}", engine, workload))
+    result = simulate(loaded, record_token_times=True)
+    timing = loaded.timing_model()
+    times = result.log.token_times[0]
+    prefill = timing.predict_prefill_ms(1, 1024, 0)
+    assert times[0] == pytest.approx(prefill, abs=1e-6)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    priced = [timing.predict_decode_ms(1, c, c, 1) for c in range(1025, 1030)]
+    assert gaps == pytest.approx(priced, abs=1e-5)
+    again = simulate(load_config(_config(tmp_path, f"model: {MODEL}", engine, workload)))
+    assert json.dumps(again.report, sort_keys=True) == json.dumps(result.report, sort_keys=True)
