@@ -57,8 +57,9 @@ def build_parser(*, with_plugins: bool = True) -> argparse.ArgumentParser:
         run.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     validate = sub.add_parser("validate", help="check a config file without running it")
-    validate.add_argument("config", metavar="CONFIG.yaml",
-                          help="the YAML config to check (its trace file is read too)")
+    validate.add_argument("config", metavar="CONFIG.yaml", nargs="+",
+                          help="the YAML config to check (its trace file is read too); several are "
+                               "merged in order, later keys winning")
     validate.add_argument(
         "--set",
         dest="sets",
@@ -93,6 +94,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from servesim.config.loader import load_config
 
     loaded = load_config(args.config, args.sets)
+    args.config = loaded.source
     loaded.timing_model()  # a timing model may reject its options only when built
     sim = loaded.sim
     trace = sim.workload.trace

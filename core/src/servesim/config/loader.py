@@ -10,7 +10,7 @@ was expected (rule 10); loading never raises anything else for bad input.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -21,7 +21,7 @@ from servesim.config.converter import Problem, make_converter, show, structure_a
 from servesim.config.engine import EngineConfig, resolve_block_size
 from servesim.config.sections import ClusterConfig, ReportConfig, SinksConfig, WorkloadConfig
 from servesim.config.sim import SECTIONS, SimConfig
-from servesim.config.yaml_io import apply_sets, read_yaml
+from servesim.config.yaml_io import apply_sets, merge_files
 from servesim.contract import WorkerType
 from servesim.errors import ConfigError, PluginError
 from servesim.factory import EngineFactory
@@ -444,16 +444,19 @@ def _jsonable(value: Any) -> Any:
 
 
 def load_config(
-    path: str | None, sets: list[str] | tuple[str, ...] = (), plugins: Plugins | None = None
+    path: str | Sequence[str] | None, sets: list[str] | tuple[str, ...] = (), plugins: Plugins | None = None
 ) -> LoadedConfig:
-    """Load and validate a YAML config (``path`` None: built-in defaults) with ``--set``
-    overrides (``a.b=value``, values parsed as YAML) applied to the raw data first."""
-    raw: Any = read_yaml(path) if path is not None else {}
+    """Load and validate a YAML config (``path`` None or empty: built-in defaults; several
+    paths: merged in order, later keys winning) with ``--set`` overrides (``a.b=value``,
+    values parsed as YAML) applied to the raw data first."""
+    paths = [path] if isinstance(path, str) else list(path or ())
+    raw, file_origins = merge_files(paths) if paths else ({}, {})
+    path = paths[0] if len(paths) == 1 else (" + ".join(paths) if paths else None)
     if not isinstance(raw, dict):
         raise ConfigError(
             f"expected a mapping of sections ({', '.join(SECTIONS)}), got {show(raw)}", source=path
         )
-    origins = apply_sets(raw, sets)
+    origins = {**file_origins, **apply_sets(raw, sets)}
     ctx = _Ctx(make_converter(), plugins if plugins is not None else Plugins(), path, origins)
     return build(raw, ctx)
 
