@@ -69,6 +69,10 @@ def build_parser(*, with_plugins: bool = True) -> argparse.ArgumentParser:
         help="override a config key, e.g. engine.max_num_seqs=64 (repeatable)",
     )
 
+    from servesim import calibrate
+
+    calibrate.add_arguments(sub.add_parser("calibrate", help="fit a timing model to measured forward passes"))
+
     plugins = sub.add_parser("plugins", help="list discovered plugins grouped by kind")
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
     if with_plugins:
@@ -175,7 +179,13 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plugins": cmd_plugins}
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from servesim import calibrate
+
+    return calibrate.run(args)
+
+
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plugins": cmd_plugins, "calibrate": cmd_calibrate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

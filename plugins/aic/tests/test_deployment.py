@@ -115,3 +115,24 @@ def test_one_request_replay_follows_the_priced_passes(tmp_path, backend):
     assert gaps == pytest.approx(priced, abs=1e-5)
     again = simulate(load_config(_config(tmp_path, f"model: {MODEL}", engine, workload)))
     assert json.dumps(again.report, sort_keys=True) == json.dumps(result.report, sort_keys=True)
+
+
+@pytest.mark.parametrize("model", ["interpolated", "polynomial"])
+def test_calibration_round_trip_from_an_aic_run(tmp_path, model):
+    """FPMs of an AIC-timed run, fitted and layered over the same base, give a report whose
+    means agree within 5 %."""
+    from servesim import cli
+
+    fpm = tmp_path / "fpm.jsonl"
+    engine = "  backend: vllm\n  num_gpu_blocks: 4000\n"
+    workload = ("workload:\n  synthetic: {num_requests: 120, rate: 3.0, input_length: 'uniform:256:2048', "
+                "output_length: 'uniform:32:160'}\n")
+    base = _config(tmp_path, f"model: {MODEL}", engine, workload)
+    measured = simulate(load_config(base, [f"sinks.fpm=[{{type: jsonl, path: {fpm}}}]"])).report
+    fitted = tmp_path / "fitted.yaml"
+    args = ["calibrate", str(fpm), "--model", model, "-o", str(fitted)]
+    assert cli.main(args + (["--kv-tokens", str(4000 * 64)] if model == "polynomial" else [])) == 0
+    again = simulate(load_config([base, str(fitted)])).report
+    assert again["config"]["engine"]["timing_model"]["type"] == model
+    for key in ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms"):
+        assert again[key] == pytest.approx(measured[key], rel=0.05), key

@@ -409,6 +409,7 @@ class LoadedConfig:
         conv = self._ctx.conv
         engine = conv.unstructure(self.engine.config)
         timing = conv.unstructure(self.engine.timing_config) if self.engine.timing_config is not None else {}
+        timing = {k: v for k, v in timing.items() if v is not None}  # unset options: defaults
         engine["timing_model"] = {"type": self.engine.timing_type, **timing}
         if self.engine.backend_config is not None:
             engine[self.sim.engine.backend] = conv.unstructure(self.engine.backend_config)
