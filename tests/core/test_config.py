@@ -246,7 +246,7 @@ ERRORS = [
         "engine: {timing_model: {type: polynomial, a: 1}}",
         [],
         "engine.timing_model.a",
-        "unknown key; timing model 'polynomial' takes no options",
+        "unknown key; expected one of: decode, prefill",
     ),
     (
         "engine: {timing_model: {type: fixed, prefill_ms: fast}}",

@@ -278,6 +278,37 @@ def _check_worker_type(engine: EngineResolution | None, cluster: Any) -> list[Pr
     ]
 
 
+def _check_pools(
+    ctx: _Ctx, engine: EngineResolution, engine_section: Mapping[str, Any], cluster: Any
+) -> list[Problem]:
+    """Each pool's engine resolves; names are unique; every pool shares the router's slot
+    layout (``dp_size``) and hash granularity (``block_size``) with ``engine:``."""
+    problems: list[Problem] = []
+    if not cluster.pools:
+        return problems
+    if cluster.prefill_workers or cluster.decode_workers:
+        problems.append(("cluster.pools", "pools and a prefill/decode split cannot be combined"))
+    seen: set[str] = set()
+    for i, pool in enumerate(cluster.pools):
+        path = f"cluster.pools[{i}]"
+        if not pool.name or pool.name in seen:
+            problems.append((f"{path}.name", f"expected a unique non-empty name, got {show(pool.name)}"))
+        seen.add(pool.name)
+        if pool.workers < 1:
+            problems.append((f"{path}.workers", f"expected an integer >= 1, got {pool.workers}"))
+        resolved, found = _resolve(ctx, merge_engine(engine_section, pool.engine), f"{path}.engine")
+        problems += found
+        if resolved is None:
+            continue
+        for key in ("dp_size", "block_size", "worker_type"):
+            mine, base = getattr(resolved.config, key), getattr(engine.config, key)
+            if mine != base:
+                problems.append((f"{path}.engine.{key}", f"every pool must have engine.{key} "
+                                 f"{show(getattr(base, 'value', base))} (one router over all pools), "
+                                 f"got {show(getattr(mine, 'value', mine))}"))
+    return problems
+
+
 def _structure_sections(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     problems: list[Problem] = []
     for key in raw:
@@ -319,6 +350,8 @@ def build(raw: Any, ctx: _Ctx) -> LoadedConfig:
         overrides = getattr(sections["cluster"], role, None)
         if overrides and engine is not None:
             problems += _resolve(ctx, merge_engine(engine_section, overrides), f"cluster.{role}")[1]
+    if engine is not None:
+        problems += _check_pools(ctx, engine, engine_section, sections["cluster"])
     if problems or engine is None:
         raise ctx.fail(problems)
     sim = SimConfig(engine=engine.config, **sections)
@@ -386,9 +419,13 @@ class LoadedConfig:
         timing: TimingModel | None = None
         if overrides:
             engine = resolve_engine(self._ctx, merge_engine(self._engine_section, overrides), path)
-            if (engine.timing_type, engine.timing_config) != (
+            # One instance serves every engine (aisimulate-engine.md §6.5) unless the model
+            # prices by its engine section too (it overrides TimingModel.for_engine).
+            by_engine = engine.timing_class.for_engine.__func__ is not TimingModel.for_engine.__func__
+            if (engine.timing_type, engine.timing_config, engine.config if by_engine else None) != (
                 self.engine.timing_type,
                 self.engine.timing_config,
+                self.engine.config if by_engine else None,
             ):
                 timing = _build_timing(engine, f"{path}.timing_model", self.source)
         return EngineFactory(
@@ -416,6 +453,8 @@ class LoadedConfig:
         out = {"engine": engine}
         for name in SECTIONS[1:]:
             out[name] = conv.unstructure(getattr(self.sim, name))
+        if not out["cluster"].get("pools"):
+            out["cluster"].pop("pools", None)  # a homogeneous cluster reads as it always did
         return _jsonable(out)
 
 

@@ -40,6 +40,12 @@ class TimingModel(ABC):
         knows no GPU to size the pool from (the loader then reports a config error)."""
         return None
 
+    @property
+    def gpus_per_rank(self) -> int:
+        """GPUs one rank's forward pass runs on (tensor x pipeline parallel), for per-GPU
+        report figures; 1 unless the model knows its deployment."""
+        return 1
+
     @abstractmethod
     def predict_prefill_ms(self, batch_size: int, mean_isl: int, mean_prefix: int) -> float:
         """Prefill time of ``batch_size`` requests whose mean input length after this pass is

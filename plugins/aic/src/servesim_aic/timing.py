@@ -60,6 +60,10 @@ class AicTiming(TimingModel):
         return deployment.num_gpu_blocks(dep, config, engine, engine.bs)
 
     @property
+    def gpus_per_rank(self) -> int:
+        return self.deployment.tp * self.deployment.pp
+
+    @property
     def engine(self) -> Any:
         """The compiled ``AicEngine`` (built on first use, shared per deployment)."""
         if self._engine is None:
