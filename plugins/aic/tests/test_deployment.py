@@ -136,3 +136,32 @@ def test_calibration_round_trip_from_an_aic_run(tmp_path, model):
     assert again["config"]["engine"]["timing_model"]["type"] == model
     for key in ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms"):
         assert again[key] == pytest.approx(measured[key], rel=0.05), key
+
+
+def test_pools_on_two_gpus_count_their_gpus(tmp_path):
+    """2 workers on H200 with TP 2 beside 4 on H100 with TP 1: 4 GPUs each, the faster
+    deployment decodes faster, and each pool sizes its own KV pool."""
+    cluster = ("cluster:\n  pools:\n"
+               "    - {name: h200-tp2, workers: 2, engine: {timing_model: {tp: 2}}}\n"
+               "    - {name: h100-tp1, workers: 4, engine: {timing_model: {system: h100_sxm}}}\n")
+    workload = "workload:\n  synthetic: {num_requests: 60, rate: 6.0}\n"
+    path = _config(tmp_path, f"model: {MODEL}", "  num_gpu_blocks: auto\n", cluster + workload)
+    loaded = load_config(path)
+    h200, h100 = simulate(loaded).report["pools"]
+    assert (h200["workers"], h200["gpus"], h100["workers"], h100["gpus"]) == (2, 4, 4, 4)
+    assert (h200["completed"], h100["completed"]) == (20, 40)  # round robin over 6 workers
+    assert h200["mean_tpot_ms"] < h100["mean_tpot_ms"]
+    blocks = [loaded.engine_factory(p.engine).config.num_gpu_blocks for p in loaded.sim.cluster.pools]
+    assert blocks[0] > 2 * blocks[1]
+
+
+def test_one_prefill_one_decode_worker(tmp_path):
+    """A 1P1D split prices both roles with the deployment; the report keeps its split keys."""
+    workload = "workload:\n  synthetic: {num_requests: 40, rate: 4.0}\n"
+    cluster = "cluster: {prefill_workers: 1, decode_workers: 1}\n"
+    path = _config(tmp_path, f"model: {MODEL}", "  num_gpu_blocks: auto\n", cluster + workload)
+    report = simulate(load_config(path)).report
+    assert report["num_handoffs"] == report["completed"] == 40
+    agg = simulate(load_config(_config(tmp_path, f"model: {MODEL}", "  num_gpu_blocks: auto\n",
+                                       workload))).report
+    assert report["mean_ttft_prefill_ms"] > 0 and 15.0 < report["mean_tpot_ms"] < agg["mean_tpot_ms"] + 5.0
