@@ -165,3 +165,14 @@ def test_one_prefill_one_decode_worker(tmp_path):
     agg = simulate(load_config(_config(tmp_path, f"model: {MODEL}", "  num_gpu_blocks: auto\n",
                                        workload))).report
     assert report["mean_ttft_prefill_ms"] > 0 and 15.0 < report["mean_tpot_ms"] < agg["mean_tpot_ms"] + 5.0
+
+
+def test_docs_table_is_what_the_model_predicts():
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    spec = importlib.util.spec_from_file_location("aic_table", root / "benchmarks" / "aic_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.table() in (root / "docs" / "timing.md").read_text()
