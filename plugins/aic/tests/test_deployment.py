@@ -176,3 +176,15 @@ def test_docs_table_is_what_the_model_predicts():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.table() in (root / "docs" / "timing.md").read_text()
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
+def test_runs_of_passes_equal_stepping(tmp_path, monkeypatch, backend):
+    """Decode prices change with the context pass by pass; runs (DESIGN.md §7) price them
+    through predict_decode_ms_many and must give the stepped report byte for byte."""
+    workload = "workload:\n  synthetic: {num_requests: 50, rate: 2.0, output_length: 'uniform:64:300'}\n"
+    path = _config(tmp_path, f"model: {MODEL}", f"  backend: {backend}\n  num_gpu_blocks: 3000\n", workload)
+    with_runs = json.dumps(simulate(load_config(path)).report, sort_keys=True)
+    monkeypatch.setenv("SERVESIM_RUNS", "0")
+    stepped = json.dumps(simulate(load_config(path)).report, sort_keys=True)
+    assert stepped == with_runs
