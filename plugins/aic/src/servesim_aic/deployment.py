@@ -152,25 +152,20 @@ def engine_for(dep: Deployment, directory: Path) -> Any:
 
 def num_gpu_blocks(dep: Deployment, cfg: AicTimingConfig, engine: EngineConfig, block_size: int) -> int:
     """KV blocks per rank that fit beside the weights and activations in
-    ``gpu_memory_utilization`` of the GPU's memory (aiconfigurator's KV-cache estimate)."""
+    ``gpu_memory_utilization`` of the GPU's memory (aiconfigurator's KV-cache estimate, for
+    the engine's token and sequence budgets)."""
     from aiconfigurator_core.sdk.memory import estimate_num_gpu_blocks
 
-    kwargs = dep.compile_kwargs()
     with quiet():
-        blocks = _estimate(estimate_num_gpu_blocks, dep, cfg, engine, block_size, kwargs)
+        blocks = estimate_num_gpu_blocks(
+            dep.model, dep.system, dep.backend, dep.backend_version,
+            scheduler_block_size=block_size,
+            max_num_tokens=engine.max_num_batched_tokens or 8192,
+            max_batch_size=engine.max_num_seqs or 256,
+            memory_fraction_kind=FRACTION_KIND[dep.backend],
+            memory_fraction_value=cfg.gpu_memory_utilization,
+            **dep.compile_kwargs(),
+        )
     if blocks < 1 or not math.isfinite(blocks):
         raise ValueError(f"{dep.model} leaves no room for a KV cache on {dep.tp * dep.pp} x {dep.system}")
     return int(blocks)
-
-
-def _estimate(estimate_num_gpu_blocks: Any, dep: Deployment, cfg: AicTimingConfig, engine: EngineConfig,
-              block_size: int, kwargs: dict[str, Any]) -> int:
-    return estimate_num_gpu_blocks(
-        dep.model, dep.system, dep.backend, dep.backend_version,
-        scheduler_block_size=block_size,
-        max_num_tokens=engine.max_num_batched_tokens or 8192,
-        max_batch_size=engine.max_num_seqs or 256,
-        memory_fraction_kind=FRACTION_KIND[dep.backend],
-        memory_fraction_value=cfg.gpu_memory_utilization,
-        **kwargs,
-    )
