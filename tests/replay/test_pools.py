@@ -100,3 +100,11 @@ def test_homogeneous_reports_do_not_mention_pools(tmp_path):
     loaded = _load(tmp_path, "cluster: {workers: 2}\n")
     assert "pools" not in loaded.resolved()["cluster"]
     assert "pools" not in simulate(loaded).report
+
+
+def test_a_pools_timing_model_is_checked_when_loading(tmp_path):
+    profile = tmp_path / "missing.json"
+    cluster = f"cluster:\n  pools: [{{name: a}}, {{name: b, engine: {{timing_model: {{type: interpolated, profile: {profile}}}}}}}]\n"
+    with pytest.raises(ConfigError) as info:
+        _load(tmp_path, cluster)
+    assert info.value.path.startswith("cluster.pools[1].engine.timing_model") and "missing.json" in str(info.value)

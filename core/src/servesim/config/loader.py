@@ -300,6 +300,7 @@ def _check_pools(
         problems += found
         if resolved is None:
             continue
+        problems += _pool_timing(resolved, path, ctx.source)
         for key in ("dp_size", "block_size", "worker_type"):
             mine, base = getattr(resolved.config, key), getattr(engine.config, key)
             if mine != base:
@@ -307,6 +308,21 @@ def _check_pools(
                                  f"{show(getattr(base, 'value', base))} (one router over all pools), "
                                  f"got {show(getattr(mine, 'value', mine))}"))
     return problems
+
+
+def _pool_timing(engine: EngineResolution, path: str, source: str | None) -> list[Problem]:
+    """A pool's own timing model, built now rather than when its workers are."""
+    try:
+        _build_timing(engine, f"{path}.engine.timing_model", source)
+    except ConfigError as exc:
+        text = str(exc)
+        for part in (exc.source, exc.path):
+            if part and text.startswith(f"{part}: "):
+                text = text[len(part) + 2 :]
+        key = exc.path or f"{path}.engine.timing_model"
+        # A model names its own keys from engine: (interpolated's profile); this is the pool's.
+        return [(f"{path}.{key}" if key.startswith("engine.") else key, text)]
+    return []
 
 
 def _structure_sections(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
