@@ -167,9 +167,11 @@ def test_no_arguments_means_run(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(servesim.cli_run, "run", fake_run)
     assert cli.main([]) == 7
-    assert seen[0].command == "run" and seen[0].config is None and seen[0].sets == []
+    assert seen[0].command == "run" and seen[0].config == [] and seen[0].sets == []
     assert cli.main(["run", "x.yaml", "--set", "engine.dp_size=2"]) == 7
-    assert (seen[1].config, seen[1].sets) == ("x.yaml", ["engine.dp_size=2"])
+    assert (seen[1].config, seen[1].sets) == (["x.yaml"], ["engine.dp_size=2"])
+    assert cli.main(["run", "base.yaml", "fit.yaml"]) == 7
+    assert seen[2].config == ["base.yaml", "fit.yaml"]
 
 
 def test_run_without_replay_module(

@@ -174,7 +174,7 @@ SET_CASES = [
     ),
     (
         "engine.timing_model.type=nope",
-        "engine.timing_model.type: unknown timing_model 'nope'; installed: fixed",
+        "engine.timing_model.type: unknown timing_model 'nope'; installed: aic, fixed",
     ),
     ("engine.eviction_policy=nope", "engine.eviction_policy: unknown eviction_policy 'nope'; installed: lfu, lineage, lru, multi_lru"),
     (

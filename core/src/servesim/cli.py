@@ -57,8 +57,9 @@ def build_parser(*, with_plugins: bool = True) -> argparse.ArgumentParser:
         run.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     validate = sub.add_parser("validate", help="check a config file without running it")
-    validate.add_argument("config", metavar="CONFIG.yaml",
-                          help="the YAML config to check (its trace file is read too)")
+    validate.add_argument("config", metavar="CONFIG.yaml", nargs="+",
+                          help="the YAML config to check (its trace file is read too); several are "
+                               "merged in order, later keys winning")
     validate.add_argument(
         "--set",
         dest="sets",
@@ -67,6 +68,10 @@ def build_parser(*, with_plugins: bool = True) -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a config key, e.g. engine.max_num_seqs=64 (repeatable)",
     )
+
+    from servesim import calibrate
+
+    calibrate.add_arguments(sub.add_parser("calibrate", help="fit a timing model to measured forward passes"))
 
     plugins = sub.add_parser("plugins", help="list discovered plugins grouped by kind")
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -93,6 +98,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from servesim.config.loader import load_config
 
     loaded = load_config(args.config, args.sets)
+    args.config = loaded.source
     loaded.timing_model()  # a timing model may reject its options only when built
     sim = loaded.sim
     trace = sim.workload.trace
@@ -173,7 +179,13 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plugins": cmd_plugins}
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from servesim import calibrate
+
+    return calibrate.run(args)
+
+
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plugins": cmd_plugins, "calibrate": cmd_calibrate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,8 +21,9 @@ from servesim.errors import UserError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``servesim run`` arguments to ``parser``."""
-    parser.add_argument("config", nargs="?", default=None, metavar="CONFIG.yaml",
-                        help="YAML config (engine/cluster/workload/report/sinks); optional")
+    parser.add_argument("config", nargs="*", default=[], metavar="CONFIG.yaml",
+                        help="YAML config (engine/cluster/workload/report/sinks); optional; several "
+                             "are merged in order, later keys winning")
     parser.add_argument("--trace", default=None, metavar="PATH",
                         help="replay this Mooncake JSONL trace (sets workload.trace.path)")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",

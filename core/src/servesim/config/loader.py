@@ -10,7 +10,7 @@ was expected (rule 10); loading never raises anything else for bad input.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -21,7 +21,7 @@ from servesim.config.converter import Problem, make_converter, show, structure_a
 from servesim.config.engine import EngineConfig, resolve_block_size
 from servesim.config.sections import ClusterConfig, ReportConfig, SinksConfig, WorkloadConfig
 from servesim.config.sim import SECTIONS, SimConfig
-from servesim.config.yaml_io import apply_sets, read_yaml
+from servesim.config.yaml_io import apply_sets, merge_files
 from servesim.contract import WorkerType
 from servesim.errors import ConfigError, PluginError
 from servesim.factory import EngineFactory
@@ -30,6 +30,7 @@ from servesim.plugins import Plugins, disabled_hint
 from servesim.timing.base import TimingModel
 
 DEFAULT_TIMING_MODEL = "polynomial"
+AUTO = "auto"
 SINK_LISTS: tuple[tuple[str, str], ...] = (("kv_events", "kv_event_sink"), ("fpm", "fpm_sink"))
 
 
@@ -198,6 +199,9 @@ def _resolve(ctx: _Ctx, raw: Any, path: str) -> tuple[EngineResolution | None, l
     backends = ctx.plugins.backends()
     rest = {k: v for k, v in raw.items() if k not in backends}
     sections = {k: v for k, v in raw.items() if k in backends}
+    auto_blocks = rest.get("num_gpu_blocks") == AUTO
+    if auto_blocks:  # sized by the timing model once it and the block size are known
+        del rest["num_gpu_blocks"]
     config, problems = structure_at(ctx.conv, rest, EngineConfig, path)
     if config is None:
         _explain_unknown(problems, rest, path, ctx)
@@ -223,6 +227,8 @@ def _resolve(ctx: _Ctx, raw: Any, path: str) -> tuple[EngineResolution | None, l
     if backend_config is None and rank_class.config_class is not None:
         backend_config = rank_class.config_class()
     resolved = resolve_block_size(config, rank_class.default_block_size_for(backend_config))
+    if auto_blocks:
+        resolved = _auto_blocks(resolved, timing_class, timing_config, timing_type, path, problems)
     for key, msg in rank_class.validate_config(resolved, backend_config):
         problems.append((path + key[len("engine") :] if key.startswith("engine") else key, msg))
     if problems:
@@ -230,6 +236,24 @@ def _resolve(ctx: _Ctx, raw: Any, path: str) -> tuple[EngineResolution | None, l
     return EngineResolution(
         resolved, rank_class, backend_config, timing_type, timing_class, timing_config, eviction
     ), []
+
+
+def _auto_blocks(
+    config: EngineConfig, timing_class: Any, timing_config: Any, timing_type: str, path: str,
+    problems: list[Problem],
+) -> EngineConfig:
+    """``num_gpu_blocks: auto``: the pool the timing model's GPU memory holds."""
+    key = f"{path}.num_gpu_blocks"
+    try:
+        blocks = timing_class.auto_num_gpu_blocks(timing_config, config)
+    except (ValueError, OSError) as exc:
+        problems.append((key, f"cannot size the KV pool automatically: {exc}"))
+        return config
+    if blocks is None:
+        problems.append((key, f"'auto' needs a timing model that knows the GPU (such as 'aic'); "
+                              f"timing model {timing_type!r} does not"))
+        return config
+    return attrs.evolve(config, num_gpu_blocks=int(blocks))
 
 
 def resolve_engine(ctx: _Ctx, raw: Any, path: str = "engine") -> EngineResolution:
@@ -294,6 +318,53 @@ def _check_worker_type(engine: EngineResolution | None, cluster: Any) -> list[Pr
     ]
 
 
+def _check_pools(
+    ctx: _Ctx, engine: EngineResolution, engine_section: Mapping[str, Any], cluster: Any
+) -> list[Problem]:
+    """Each pool's engine resolves; names are unique; every pool shares the router's slot
+    layout (``dp_size``) and hash granularity (``block_size``) with ``engine:``."""
+    problems: list[Problem] = []
+    if not cluster.pools:
+        return problems
+    if cluster.prefill_workers or cluster.decode_workers:
+        problems.append(("cluster.pools", "pools and a prefill/decode split cannot be combined"))
+    seen: set[str] = set()
+    for i, pool in enumerate(cluster.pools):
+        path = f"cluster.pools[{i}]"
+        if not pool.name or pool.name in seen:
+            problems.append((f"{path}.name", f"expected a unique non-empty name, got {show(pool.name)}"))
+        seen.add(pool.name)
+        if pool.workers < 1:
+            problems.append((f"{path}.workers", f"expected an integer >= 1, got {pool.workers}"))
+        resolved, found = _resolve(ctx, merge_engine(engine_section, pool.engine), f"{path}.engine")
+        problems += found
+        if resolved is None:
+            continue
+        problems += _pool_timing(resolved, path, ctx.source)
+        for key in ("dp_size", "block_size", "worker_type"):
+            mine, base = getattr(resolved.config, key), getattr(engine.config, key)
+            if mine != base:
+                problems.append((f"{path}.engine.{key}", f"every pool must have engine.{key} "
+                                 f"{show(getattr(base, 'value', base))} (one router over all pools), "
+                                 f"got {show(getattr(mine, 'value', mine))}"))
+    return problems
+
+
+def _pool_timing(engine: EngineResolution, path: str, source: str | None) -> list[Problem]:
+    """A pool's own timing model, built now rather than when its workers are."""
+    try:
+        _build_timing(engine, f"{path}.engine.timing_model", source)
+    except ConfigError as exc:
+        text = str(exc)
+        for part in (exc.source, exc.path):
+            if part and text.startswith(f"{part}: "):
+                text = text[len(part) + 2 :]
+        key = exc.path or f"{path}.engine.timing_model"
+        # A model names its own keys from engine: (interpolated's profile); this is the pool's.
+        return [(f"{path}.{key}" if key.startswith("engine.") else key, text)]
+    return []
+
+
 def _structure_sections(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     problems: list[Problem] = []
     for key in raw:
@@ -335,6 +406,8 @@ def build(raw: Any, ctx: _Ctx) -> LoadedConfig:
         overrides = getattr(sections["cluster"], role, None)
         if overrides and engine is not None:
             problems += _resolve(ctx, merge_engine(engine_section, overrides), f"cluster.{role}")[1]
+    if engine is not None:
+        problems += _check_pools(ctx, engine, engine_section, sections["cluster"])
     if problems or engine is None:
         raise ctx.fail(problems)
     sim = SimConfig(engine=engine.config, **sections)
@@ -402,9 +475,13 @@ class LoadedConfig:
         timing: TimingModel | None = None
         if overrides:
             engine = resolve_engine(self._ctx, merge_engine(self._engine_section, overrides), path)
-            if (engine.timing_type, engine.timing_config) != (
+            # One instance serves every engine (aisimulate-engine.md §6.5) unless the model
+            # prices by its engine section too (it overrides TimingModel.for_engine).
+            by_engine = engine.timing_class.for_engine.__func__ is not TimingModel.for_engine.__func__
+            if (engine.timing_type, engine.timing_config, engine.config if by_engine else None) != (
                 self.engine.timing_type,
                 self.engine.timing_config,
+                self.engine.config if by_engine else None,
             ):
                 timing = _build_timing(engine, f"{path}.timing_model", self.source)
         return EngineFactory(
@@ -425,18 +502,21 @@ class LoadedConfig:
         conv = self._ctx.conv
         engine = conv.unstructure(self.engine.config)
         timing = conv.unstructure(self.engine.timing_config) if self.engine.timing_config is not None else {}
+        timing = {k: v for k, v in timing.items() if v is not None}  # unset options: defaults
         engine["timing_model"] = {"type": self.engine.timing_type, **timing}
         if self.engine.backend_config is not None:
             engine[self.sim.engine.backend] = conv.unstructure(self.engine.backend_config)
         out = {"engine": engine}
         for name in SECTIONS[1:]:
             out[name] = conv.unstructure(getattr(self.sim, name))
+        if not out["cluster"].get("pools"):
+            out["cluster"].pop("pools", None)  # a homogeneous cluster reads as it always did
         return _jsonable(out)
 
 
 def _build_timing(engine: EngineResolution, path: str, source: str | None) -> TimingModel:
     try:
-        return engine.timing_class.from_config(engine.timing_config)
+        return engine.timing_class.for_engine(engine.timing_config, engine.config)
     except ConfigError as exc:
         if exc.source is not None or source is None:
             raise
@@ -460,16 +540,19 @@ def _jsonable(value: Any) -> Any:
 
 
 def load_config(
-    path: str | None, sets: list[str] | tuple[str, ...] = (), plugins: Plugins | None = None
+    path: str | Sequence[str] | None, sets: list[str] | tuple[str, ...] = (), plugins: Plugins | None = None
 ) -> LoadedConfig:
-    """Load and validate a YAML config (``path`` None: built-in defaults) with ``--set``
-    overrides (``a.b=value``, values parsed as YAML) applied to the raw data first."""
-    raw: Any = read_yaml(path) if path is not None else {}
+    """Load and validate a YAML config (``path`` None or empty: built-in defaults; several
+    paths: merged in order, later keys winning) with ``--set`` overrides (``a.b=value``,
+    values parsed as YAML) applied to the raw data first."""
+    paths = [path] if isinstance(path, str) else list(path or ())
+    raw, file_origins = merge_files(paths) if paths else ({}, {})
+    path = paths[0] if len(paths) == 1 else (" + ".join(paths) if paths else None)
     if not isinstance(raw, dict):
         raise ConfigError(
             f"expected a mapping of sections ({', '.join(SECTIONS)}), got {show(raw)}", source=path
         )
-    origins = apply_sets(raw, sets)
+    origins = {**file_origins, **apply_sets(raw, sets)}
     ctx = _Ctx(make_converter(), plugins if plugins is not None else Plugins(), path, origins)
     return build(raw, ctx)
 

@@ -12,6 +12,16 @@ from attrs import field, frozen
 
 
 @frozen(kw_only=True)
+class PoolConfig:
+    """One pool of a heterogeneous cluster: ``workers`` aggregated workers named ``name``
+    whose engine is ``engine:`` with ``engine`` (overrides) merged over it."""
+
+    name: str
+    workers: int = 1
+    engine: dict[str, Any] = field(factory=dict)
+
+
+@frozen(kw_only=True)
 class ClusterConfig:
     """Aggregated workers behind a router.
 
@@ -24,6 +34,9 @@ class ClusterConfig:
       is then unused.
     * ``handoff_latency_ms``: the prefill→decode transfer time used when the engine gives
       none (no ``kv_transfer_bandwidth`` or KV size; aisimulate-engine.md §8.2 step 4).
+    * ``pools``: a heterogeneous cluster (:mod:`servesim.replay.pools`): pools of aggregated
+      workers, each with its own engine overrides (and so its own timing model), behind
+      one router; ``workers`` is then unused.
     """
 
     workers: int = 1
@@ -34,6 +47,7 @@ class ClusterConfig:
     prefill_engine: dict[str, Any] = field(factory=dict)
     decode_engine: dict[str, Any] = field(factory=dict)
     handoff_latency_ms: float = 0.0
+    pools: tuple[PoolConfig, ...] = ()
 
 
 @frozen(kw_only=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -70,6 +71,37 @@ def read_yaml(path: str) -> Any:
         raise ConfigError(f"config file is not UTF-8 text: {exc.reason}", source=path) from None
     data = parse_yaml(text, path)
     return {} if data is None else data
+
+
+def merge_files(paths: Sequence[str]) -> tuple[Any, dict[str, str]]:
+    """The YAML files merged in order: mappings merge key by key, anything else (a list, a
+    scalar) is replaced by the later file's value. Returns the merged data and, for every key
+    a later file set, the file it came from (so an error names the file that set the key).
+    A later ``engine.timing_model`` naming a different ``type`` replaces the earlier model's
+    options instead of mixing two models'."""
+    merged: Any = read_yaml(paths[0])
+    origins: dict[str, str] = {}
+    for path in paths[1:]:
+        data = read_yaml(path)
+        if not isinstance(data, dict) or not isinstance(merged, dict):
+            merged = data
+            continue
+        _merge_into(merged, data, "", path, origins)
+    return merged, origins
+
+
+def _merge_into(base: dict[str, Any], over: dict[str, Any], prefix: str, source: str,
+                origins: dict[str, str]) -> None:
+    for key, value in over.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        prev = base.get(key)
+        switch = path.endswith("timing_model") and isinstance(value, dict) and isinstance(prev, dict) \
+            and "type" in value and value["type"] != prev.get("type", "polynomial")
+        if isinstance(value, dict) and isinstance(prev, dict) and not switch:
+            _merge_into(prev, value, path, source, origins)
+        else:
+            base[key] = value
+            origins[path] = source
 
 
 def parse_set(item: str) -> tuple[list[str], Any]:

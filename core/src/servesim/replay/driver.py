@@ -106,6 +106,8 @@ class Replayer:
         self._last_zero = [False] * len(self.engines)
         self._last_retry = [NO_RETRY_HINT] * len(self.engines)
         self.passes = 0
+        # Per worker, the modelled time its passes took (pool utilisation, servesim.replay.pools).
+        self.pass_busy_ms = [0.0] * len(self.engines)
         self.now = 0.0
         # Engines whose state changed at the current time: only they can become ready.
         self._dirty: set[int] = set()
@@ -348,6 +350,7 @@ class Replayer:
             if started is None:
                 continue
             self.passes += 1
+            self.pass_busy_ms[w] += started.end_ms - now
             self._pass_start[w] = now
             self._start_busy[w] = self._start_effects(w, started, now)
             self._last_zero[w] = started.end_ms == now

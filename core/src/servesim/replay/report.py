@@ -262,6 +262,10 @@ def format_table(report: dict[str, Any], wall_s: float | None = None) -> str:
             ("Prefill worker utilization", util["prefill"]),
             ("Decode worker utilization", util["decode"]),
         ]))
+    if "pools" in report:  # a heterogeneous cluster (servesim.replay.pools)
+        from servesim.replay.pools import format_pools
+
+        sections.append(("Pools", format_pools(report["pools"])))
     return _render(sections)
 
 

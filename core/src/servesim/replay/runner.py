@@ -81,9 +81,8 @@ def simulate(
     workload = load_workload(sim.workload, plugins)
     router_class = plugins.routers().get(sim.cluster.router)
     block_size = sim.engine.bs
-    router: Router = router_class(
-        sim.cluster.workers, sim.engine.dp_size, block_size, loaded.router_config
-    )
+    num_workers = sum(p.workers for p in sim.cluster.pools) or sim.cluster.workers
+    router: Router = router_class(num_workers, sim.engine.dp_size, block_size, loaded.router_config)
     kv_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("kv_events", [])]
     fpm_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("fpm", [])]
     if disaggregated and pass_log is not None:
@@ -93,16 +92,28 @@ def simulate(
     # Aggregated replay: only the ranks and the router (which routes each request before any
     # worker has seen its tokens) read prompt hashes, so trace-unique blocks may skip them.
     mark_unique_prompts(workload)
-    factory = loaded.engine_factory(
-        emit_kv_events=bool(kv_sinks) or router.wants_kv_events,
-        emit_forward_pass_metrics=bool(fpm_sinks),
-    )
-    if router.wants_kv_events and not kv_sinks:
-        factory.services = attrs.evolve(factory.services, kv_events_router_only=True)
-    factory.services = attrs.evolve(factory.services, record_metrics=False)
-    if pass_log is not None:
-        factory.services = attrs.evolve(factory.services, record_schedule=True)
-    engines = build_engines(factory.build, sim.cluster.workers)
+
+    def make_factory(overrides: Any = None, path: str = "engine overrides") -> Any:
+        factory = loaded.engine_factory(
+            overrides,
+            emit_kv_events=bool(kv_sinks) or router.wants_kv_events,
+            emit_forward_pass_metrics=bool(fpm_sinks),
+            path=path,
+        )
+        if router.wants_kv_events and not kv_sinks:
+            factory.services = attrs.evolve(factory.services, kv_events_router_only=True)
+        factory.services = attrs.evolve(factory.services, record_metrics=False)
+        if pass_log is not None:
+            factory.services = attrs.evolve(factory.services, record_schedule=True)
+        return factory
+
+    spans = None
+    if sim.cluster.pools:
+        from servesim.replay.pools import build_pool_engines
+
+        engines, spans = build_pool_engines(loaded, make_factory)
+    else:
+        engines = build_engines(make_factory().build, sim.cluster.workers)
     writer = _open_pass_log(pass_log)
     replayer = Replayer(
         engines,
@@ -125,6 +136,10 @@ def simulate(
         if writer is not None:
             writer.close()
     report = build_report(log, sim.report, loaded.resolved())
+    if spans is not None:
+        from servesim.replay.pools import pool_report
+
+        report["pools"] = _clean(pool_report(log, spans, replayer.pass_busy_ms, sim.report.percentiles))
     return SimResult(report, log, replayer.session_of, replayer.passes)
 
 

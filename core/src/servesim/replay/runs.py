@@ -113,6 +113,7 @@ class RunDriver:
         if cap != 1 << 30:
             self._check_completions(w, run)
         rp.passes += run.num_passes
+        rp.pass_busy_ms[w] += run.end_ms - now  # a run's passes follow each other from now
         self.in_flight[w] = run
         self.released[w] = 0
         self.retired[w] = 0

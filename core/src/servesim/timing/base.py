@@ -27,6 +27,25 @@ class TimingModel(ABC):
         """Build from the structured ``config_class`` instance (None when there is none)."""
         return cls() if config is None else cls(config)  # type: ignore[call-arg]
 
+    @classmethod
+    def for_engine(cls, config: Any, engine: Any) -> TimingModel:
+        """Build for one engine section ``engine`` (its :class:`EngineConfig`, block size
+        resolved). A model whose prices depend on the engine (its backend, ``dp_size``)
+        overrides this; the default ignores the engine."""
+        return cls.from_config(config)
+
+    @classmethod
+    def auto_num_gpu_blocks(cls, config: Any, engine: Any) -> int | None:
+        """KV blocks per rank for ``engine.num_gpu_blocks: auto``, or None when the model
+        knows no GPU to size the pool from (the loader then reports a config error)."""
+        return None
+
+    @property
+    def gpus_per_rank(self) -> int:
+        """GPUs one rank's forward pass runs on (tensor x pipeline parallel), for per-GPU
+        report figures; 1 unless the model knows its deployment."""
+        return 1
+
     @abstractmethod
     def predict_prefill_ms(self, batch_size: int, mean_isl: int, mean_prefix: int) -> float:
         """Prefill time of ``batch_size`` requests whose mean input length after this pass is

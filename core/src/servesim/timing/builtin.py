@@ -18,19 +18,44 @@ DECODE_B = 54.01
 DECODE_C = 5.74
 
 
+def _coefficients(_inst: object, attribute: object, value: tuple[float, ...] | None) -> None:
+    if value is None:
+        return
+    name = getattr(attribute, "name", "value")
+    if len(value) != 3 or not all(isinstance(v, float) and math.isfinite(v) for v in value):
+        raise ValueError(f"{name} must be three finite numbers [a, b, c] (a*x^2 + b*x + c), got {value!r}")
+
+
+@frozen
+class PolynomialTimingConfig:
+    """Optional coefficients ``[a, b, c]`` replacing the reference's: ``prefill`` over the
+    batch's new tokens, ``decode`` over KV utilisation (``servesim calibrate`` fits them)."""
+
+    prefill: tuple[float, float, float] | None = field(default=None, validator=_coefficients)
+    decode: tuple[float, float, float] | None = field(default=None, validator=_coefficients)
+
+
 class PolynomialTiming(TimingModel):
     """Prefill is quadratic in the batch's new tokens; decode is quadratic in KV usage.
 
     ``T = batch * (isl - prefix)``; prefill = ``4.209989e-7 T² + 1.518344e-2 T + 16.50142``
     (0 when T is 0). Decode with ``u = min(active/total, 1)`` (1 if total is 0) is
-    ``max(1, -25.74 u² + 54.01 u + 5.74)`` ms (0 for an empty batch).
+    ``max(1, -25.74 u² + 54.01 u + 5.74)`` ms (0 for an empty batch). Fitted coefficients
+    (:class:`PolynomialTimingConfig`) replace either polynomial.
     """
+
+    config_class = PolynomialTimingConfig
+
+    def __init__(self, config: PolynomialTimingConfig | None = None) -> None:
+        cfg = config or PolynomialTimingConfig()
+        self.pa, self.pb, self.pc = cfg.prefill or (PREFILL_A, PREFILL_B, PREFILL_C)
+        self.da, self.db, self.dc = cfg.decode or (DECODE_A, DECODE_B, DECODE_C)
 
     def predict_prefill_ms(self, batch_size: int, mean_isl: int, mean_prefix: int) -> float:
         t = batch_size * max(mean_isl - mean_prefix, 0)
         if batch_size <= 0 or t <= 0:
             return 0.0
-        return max(0.0, PREFILL_A * t * t + PREFILL_B * t + PREFILL_C)
+        return max(0.0, self.pa * t * t + self.pb * t + self.pc)
 
     def predict_decode_ms(
         self, batch_size: int, active_kv_tokens: int, mean_context_length: int, total_kv_tokens: int
@@ -38,7 +63,7 @@ class PolynomialTiming(TimingModel):
         if batch_size <= 0:
             return 0.0
         u = min(active_kv_tokens / total_kv_tokens, 1.0) if total_kv_tokens > 0 else 1.0
-        return max(1.0, DECODE_A * u * u + DECODE_B * u + DECODE_C)
+        return max(1.0, self.da * u * u + self.db * u + self.dc)
 
     def predict_decode_ms_many(
         self, batch_size: int, active_kv_tokens: np.ndarray, total_kv_tokens: int
@@ -50,7 +75,7 @@ class PolynomialTiming(TimingModel):
             u = np.minimum(active_kv_tokens / total_kv_tokens, 1.0)
         else:
             u = np.ones(len(active_kv_tokens))
-        return np.maximum(1.0, DECODE_A * u * u + DECODE_B * u + DECODE_C)
+        return np.maximum(1.0, self.da * u * u + self.db * u + self.dc)
 
 
 def _finite_non_negative(_inst: object, attribute: object, value: float) -> None:
