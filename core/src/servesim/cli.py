@@ -1,4 +1,4 @@
-"""The ``servesim`` command: ``run`` (the default), ``validate`` and ``plugins``.
+"""The ``servesim`` command: ``run`` (the default), ``validate``, ``plugins`` and ``plot``.
 
 Every :class:`~servesim.errors.UserError` is caught here, at the edge, and printed as one line
 ``servesim: error: <message>`` with exit status 2 and no traceback (style-anchors.md rule 10,
@@ -70,6 +70,9 @@ def build_parser(*, with_plugins: bool = True) -> argparse.ArgumentParser:
 
     plugins = sub.add_parser("plugins", help="list discovered plugins grouped by kind")
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    from servesim.plot.command import add_arguments as plot_arguments
+
+    plot_arguments(sub.add_parser("plot", help="draw a run's figures from its saved files"))
     if with_plugins:
         from servesim.plugins import Plugins
 
@@ -173,7 +176,13 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plugins": cmd_plugins}
+def cmd_plot(args: argparse.Namespace) -> int:
+    from servesim.plot.command import run
+
+    return run(args)
+
+
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plugins": cmd_plugins, "plot": cmd_plot}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
