@@ -1,0 +1,68 @@
+"""Where a sweep's points run: ``local`` (processes on this machine) or ``ray`` (a Ray
+cluster). Both call :func:`servesim.sweep.point.run_point` and yield ``(index, record)`` as
+points finish, in whatever order; the caller files records by index, so results do not
+depend on the executor or on finishing order.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from servesim.errors import UserError
+from servesim.sweep.point import run_point
+from servesim.sweep.spec import Point
+
+Result = tuple[int, dict[str, Any]]
+
+
+def default_parallel() -> int:
+    return os.cpu_count() or 1
+
+
+def run_local(base: str, points: Sequence[tuple[int, Point]], parallel: int) -> Iterator[Result]:
+    """One process per point at most ``parallel`` at a time (``spawn``ed: no state of the
+    parent is inherited); with ``parallel`` 1 the points run in this process."""
+    if parallel <= 1 or len(points) <= 1:
+        for index, point in points:
+            yield index, run_point(base, point)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(parallel, len(points)), mp_context=context) as pool:
+        futures = {pool.submit(run_point, base, point): index for index, point in points}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
+def run_ray(base: str, points: Sequence[tuple[int, Point]], parallel: int,
+            address: str | None) -> Iterator[Result]:
+    """Points as Ray tasks on the cluster at ``address``, or on a local one started here
+    (``parallel`` CPUs) and shut down afterwards."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--executor ray needs Ray: pip install 'servesim[ray]'") from None
+    started = False
+    if not ray.is_initialized():
+        try:
+            if address is not None:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=parallel, include_dashboard=False, log_to_driver=False)
+        except ConnectionError as exc:
+            raise UserError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
+        started = True
+    try:
+        task = ray.remote(num_cpus=1)(run_point)
+        pending = {task.remote(base, point): index for index, point in points}
+        while pending:
+            done, _rest = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                yield pending.pop(ref), ray.get(ref)
+    finally:
+        if started:
+            ray.shutdown()
