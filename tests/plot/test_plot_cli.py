@@ -141,3 +141,12 @@ def test_run_without_plot_loads_neither_matplotlib_nor_rich() -> None:
             "print(sorted(m for m in ('matplotlib', 'rich', 'pyarrow', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_an_unusable_plot_folder_fails_before_the_run(tmp_path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["run", "--plot", str(blocker / "figs"), *_sets()]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no report table: the run never started
+    assert captured.err.startswith(f"servesim: error: cannot create the figures folder '{blocker}/figs'")

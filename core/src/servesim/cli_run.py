@@ -15,8 +15,13 @@ import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from servesim.errors import UserError
+
+if TYPE_CHECKING:
+    from servesim.plot.timeline import TimelineRecorder
+    from servesim.replay.runner import SimResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +81,30 @@ def _check_writable(path: str, origin: str) -> None:
         raise UserError(f"{origin}: cannot write {path!r}: {reason}")
 
 
+def _timeline(plot_dir: str | None) -> TimelineRecorder | None:
+    """The pass-metrics collector of ``--plot``, only then (servesim.plot.timeline). The
+    folder is made now: a bad one fails before the run, not after it."""
+    if not plot_dir:
+        return None
+    try:
+        os.makedirs(plot_dir, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the figures folder {plot_dir!r}: "
+                        f"{exc.strerror or exc}") from None
+    from servesim.plot.timeline import TimelineRecorder
+
+    return TimelineRecorder()
+
+
+def _figures(plot_dir: str | None, result: SimResult, timeline: TimelineRecorder | None) -> list[str]:
+    if not plot_dir:
+        return []
+    from servesim.plot.data import from_sim
+    from servesim.plot.draw import write_figures
+
+    return write_figures(from_sim(result, timeline), plot_dir)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``servesim run``; returns the exit status (UserErrors propagate to the CLI edge)."""
     from servesim.config.loader import load_config
@@ -98,11 +127,7 @@ def run(args: argparse.Namespace) -> int:
     if pass_log:
         _check_writable(pass_log, "--pass-log")
     plot_dir = getattr(args, "plot", None) or report_cfg.plot
-    timeline = None
-    if plot_dir:
-        from servesim.plot.timeline import TimelineRecorder
-
-        timeline = TimelineRecorder()
+    timeline = _timeline(plot_dir)
     progress = None
     if not args.quiet and sys.stderr.isatty():
         from servesim.progress import RunProgress
@@ -121,12 +146,7 @@ def run(args: argparse.Namespace) -> int:
     if per_request_path:
         lines = per_request_lines(result.log, result.session_ids)
         _write(per_request_path, "".join(line + "\n" for line in lines))
-    figures: list[str] = []
-    if plot_dir:
-        from servesim.plot.data import from_sim
-        from servesim.plot.draw import write_figures
-
-        figures = write_figures(from_sim(result, timeline), plot_dir)
+    figures = _figures(plot_dir, result, timeline)
     if args.quiet:
         pass  # docs/configuration.md: nothing on stdout, --json included; files are written
     elif getattr(args, "json", False):

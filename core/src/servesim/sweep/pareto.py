@@ -1,6 +1,6 @@
 """``DIR/pareto.png``: each configuration's throughput per GPU (y, higher is better) against
-its SLA latency (x, lower is better), the Pareto front highlighted and the constraint on x
-drawn. :func:`front` computes the front apart from drawing, for tests."""
+its SLA latency (x, lower is better), the Pareto front highlighted, the configurations that
+meet every constraint circled and the constraint on x drawn. :func:`front` computes the front apart from drawing, for tests."""
 
 from __future__ import annotations
 
@@ -38,7 +38,11 @@ def draw(path: str, configs: Sequence[Config], x: str, y: str, objectives: Objec
                label="configurations")
     ax.plot([xy[i][0] for i in on], [xy[i][1] for i in on], "o-", color="tab:red",
             label="Pareto front")
-    for i in on:
+    feasible = [i for i, c in enumerate(shown) if c.feasible]
+    if feasible:
+        ax.scatter([xy[i][0] for i in feasible], [xy[i][1] for i in feasible], s=90,
+                   facecolors="none", edgecolors="tab:green", label="meets the constraints")
+    for i in sorted(set(on) | set(feasible)):
         ax.annotate(shown[i].label, xy[i], textcoords="offset points", xytext=(6, 4), fontsize=7)
     for c in objectives.constraints:
         if c.key == x:

@@ -11,7 +11,8 @@
     objectives:
       maximize: output_throughput_per_gpu     # or minimize:
       subject_to: ["p99_ttft_ms <= 500"]
-    pareto: {x: p99_ttft_ms, y: output_throughput_per_gpu}   # optional
+    pareto: {x: p99_ttft_ms, y: output_throughput_per_gpu}   # optional; by default x is
+                               # the first constraint on a *_ms key, y the objective
 
 Every problem is a :class:`~servesim.errors.ConfigError` naming the sweep file and the key
 path (``grid.engine.max_num_seqs``, ``points[1]``, ``objectives.subject_to[0]``).
@@ -178,7 +179,8 @@ def _objectives(raw: Any, source: str) -> Objectives:
 
 
 def _pareto(raw: Any, objectives: Objectives, source: str) -> tuple[str, str]:
-    x = objectives.constraints[0].key if objectives.constraints else "p99_ttft_ms"
+    latency = [c.key for c in objectives.constraints if c.key.endswith("_ms")]
+    x = latency[0] if latency else "p99_ttft_ms"
     y = objectives.key
     if raw is None:
         return x, y
