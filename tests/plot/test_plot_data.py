@@ -19,6 +19,7 @@ from servesim.replay.runner import simulate
 SMALL = ["workload.synthetic.num_requests=120", "workload.synthetic.rate=12"]
 KV4 = [*SMALL, "cluster.workers=4", "cluster.router=kv", "workload.synthetic.rate=40"]
 TIGHT = [*SMALL, "engine.num_gpu_blocks=120", "workload.synthetic.rate=40"]
+DP2 = [*SMALL, "engine.dp_size=2", "workload.synthetic.rate=30"]
 SPLIT = ["workload.synthetic.num_requests=60", "workload.synthetic.rate=20",
          "cluster.prefill_workers=1", "cluster.decode_workers=2", "engine.num_gpu_blocks=300"]
 
@@ -36,7 +37,8 @@ def _columns(rec: TimelineRecorder) -> dict:
             for key, rank in rec.ranks.items()}
 
 
-@pytest.mark.parametrize("sets", [SMALL, KV4, TIGHT, SPLIT], ids=["1w", "4w-kv", "tight", "split"])
+@pytest.mark.parametrize("sets", [SMALL, KV4, TIGHT, DP2, SPLIT],
+                         ids=["1w", "4w-kv", "tight", "dp2", "split"])
 def test_timeline_is_the_same_with_runs_and_stepping(sets, monkeypatch) -> None:
     from servesim.engine import Engine
 
@@ -50,14 +52,15 @@ def test_timeline_is_the_same_with_runs_and_stepping(sets, monkeypatch) -> None:
 
     monkeypatch.setattr(Engine, "execute_run", counting)
     with_runs, rec_runs = _run(sets, monkeypatch, runs=True)
-    if sets is not SPLIT:  # the split's replayer steps
+    if sets is not SPLIT and sets is not DP2:  # these decline runs and step
         assert any(started), "no run was taken: the comparison would prove nothing"
     stepped, rec_steps = _run(sets, monkeypatch, runs=False)
     assert _columns(rec_runs) == _columns(rec_steps)
     assert dumps(with_runs.report) == dumps(stepped.report)
 
 
-@pytest.mark.parametrize("sets", [SMALL, KV4, TIGHT, SPLIT], ids=["1w", "4w-kv", "tight", "split"])
+@pytest.mark.parametrize("sets", [SMALL, KV4, TIGHT, DP2, SPLIT],
+                         ids=["1w", "4w-kv", "tight", "dp2", "split"])
 def test_collecting_the_timeline_leaves_the_report_unchanged(sets, monkeypatch) -> None:
     plain, _ = _run(sets, monkeypatch, timeline=False)
     plotted, rec = _run(sets, monkeypatch)
