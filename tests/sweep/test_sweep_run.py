@@ -168,3 +168,16 @@ def test_sweep_progress_bar_counts_points_and_failures() -> None:
     assert any(re.fullmatch(r"\S+ 3/4 points 1 failed wall \d:\d\d:\d\d ETA \S+", ln)
                for ln in lines)
     assert re.fullmatch(r"━+ 4/4 points 1 failed wall \d:\d\d:\d\d ETA 0:00:00", lines[-1])
+
+
+def test_an_unreachable_ray_address_fails_at_once(sweep_file, tmp_path, capsys) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port on this host that nobody listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code = main(["sweep", str(sweep_file), "--out", str(tmp_path / "o"), "--executor", "ray",
+                 "--address", f"127.0.0.1:{port}"])
+    assert code == 2
+    assert capsys.readouterr().err.startswith(
+        f"servesim: error: cannot reach the Ray cluster at '127.0.0.1:{port}': ")

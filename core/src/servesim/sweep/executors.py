@@ -48,6 +48,8 @@ def run_ray(base: str, points: Sequence[tuple[int, Point]], parallel: int,
         raise UserError("--executor ray needs Ray: pip install 'servesim[ray]'") from None
     started = False
     if not ray.is_initialized():
+        if address is not None:
+            _check_reachable(address)
         try:
             if address is not None:
                 ray.init(address=address, log_to_driver=False)
@@ -66,3 +68,19 @@ def run_ray(base: str, points: Sequence[tuple[int, Point]], parallel: int,
     finally:
         if started:
             ray.shutdown()
+
+
+def _check_reachable(address: str) -> None:
+    """Fail at once on a ``host:port`` (or ``ray://host:port``) nobody listens on: Ray itself
+    retries for minutes. Other forms (``auto``) are left to Ray."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host, int(port)), timeout=5.0):
+            pass
+    except OSError as exc:
+        raise UserError(f"cannot reach the Ray cluster at {address!r}: "
+                        f"{exc.strerror or exc}") from None
