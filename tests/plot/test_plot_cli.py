@@ -92,6 +92,18 @@ def test_wire_schema_fpm_lays_passes_end_to_end(tmp_path) -> None:
     assert np.allclose(ranks[("abc", 0)].preempt_ms, [25.0, 25.0])  # queued decode 0 -> 2
 
 
+def test_wire_schema_fpm_with_simulated_clock(tmp_path) -> None:
+    """servesim's own nested JSONL lines carry ``at_ms``; a zero-length pass with work stays."""
+    lines = [json.loads(_wire("0", 0.0, 0, 2, 0, 0)) | {"at_ms": 40.0},
+             json.loads(_wire("0", 0.0, 0, 0, 0, 0)) | {"at_ms": 41.0},  # heartbeat
+             json.loads(_wire("0", 0.003, 0, 2, 0, 0)) | {"at_ms": 50.0}]
+    path = tmp_path / "f.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    c = load_fpm(str(path))[("0", 0)].columns
+    assert c["end_ms"].tolist() == [40.0, 50.0]
+    assert c["duration_ms"].tolist() == [0.0, 3.0]
+
+
 def test_wire_schema_fpm_draws_a_timeline(tmp_path) -> None:
     fpm = tmp_path / "wire.jsonl"
     fpm.write_text(_wire("0", 0.02, 512, 0, 1, 0) + "\n" + _wire("0", 0.01, 0, 1, 0, 0) + "\n")

@@ -8,7 +8,8 @@ FPM lines come in two shapes, told apart per line:
 * the wire schema of Dynamo's and vLLM's ``ForwardPassMetrics`` (ecosystem.md §5,
   wire-facts.md "FPM"): ``{"version", "worker_id", "dp_rank", "counter_id", "wall_time",
   "scheduled_requests": {...}, "queued_requests": {...}}``. ``wall_time`` is the pass's length in
-  seconds; a line with ``wall_time`` 0 is an idle heartbeat and is skipped. Without an
+  seconds; a line with ``wall_time`` 0 and nothing scheduled or queued is an idle heartbeat
+  and is skipped. Without an
   ``at_ms`` key a rank's passes are laid end to end (its busy time), since the wire message
   carries no clock.
 
@@ -150,6 +151,14 @@ def _wire_metrics(rec: dict[str, Any], path: str, line: int) -> ForwardPassMetri
                               duration_ms=float(wall) * 1000.0, **values)
 
 
+def _is_heartbeat(m: ForwardPassMetrics) -> bool:
+    """Dynamo's idle beat: no time and nothing scheduled or queued (a zero-length pass that
+    did schedule work is kept)."""
+    return m.duration_ms == 0.0 and not (
+        m.num_prefill_requests or m.num_decode_requests or m.num_queued_prefill
+        or m.num_queued_decode)
+
+
 def load_fpm(path: str) -> dict[tuple[str, int], RankPasses]:
     """Per ``(worker, dp_rank)``, the passes of an FPM JSONL file (either shape)."""
     recorder = TimelineRecorder()
@@ -158,7 +167,7 @@ def load_fpm(path: str) -> dict[tuple[str, int], RankPasses]:
         if "scheduled_requests" in rec:
             metrics = _wire_metrics(rec, path, line)
             worker = str(_field(rec, "worker_id", path, line, (str, int)))
-            if metrics.duration_ms == 0.0:
+            if _is_heartbeat(metrics):
                 continue  # an idle heartbeat, not a pass
         else:
             values = {k: _field(rec, k, path, line, (int, float)) for k in _FLAT}
