@@ -170,9 +170,14 @@ def best_table(configs: Sequence[Config], objectives: Objectives, total: int) ->
     for key in keys:
         table.add_column(key, justify="right")
     for i, c in enumerate(best(configs, objectives), 1):
-        table.add_row(str(i), c.label, *(f"{c.values[k]:,.2f}" if k in c.values else "-"
-                                         for k in keys))
+        table.add_row(str(i), c.label, *(_cell(c.values.get(k)) for k in keys))
     return table
+
+
+def _cell(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{int(value):,}" if value.is_integer() else f"{value:,.2f}"
 
 
 def ensure_rows(records: Sequence[dict[str, Any] | None]) -> list[dict[str, Any]]:
