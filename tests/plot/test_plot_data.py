@@ -10,7 +10,7 @@ import pytest
 from servesim.cli import main
 from servesim.config.loader import load_config
 from servesim.plot import series as S
-from servesim.plot.data import from_sim
+from servesim.plot.data import RequestTable, from_sim
 from servesim.plot.files import load
 from servesim.plot.timeline import COLUMNS, TimelineRecorder
 from servesim.replay.report import dumps
@@ -30,6 +30,12 @@ def _run(sets: list[str], monkeypatch: pytest.MonkeyPatch, runs: bool = True,
     rec = TimelineRecorder() if timeline else None
     result = simulate(load_config(None, sets), timeline=rec, record_token_times=False)
     return result, rec
+
+
+def _requests(result, rec) -> RequestTable:
+    req = from_sim(result, rec).requests
+    assert req is not None
+    return req
 
 
 def _columns(rec: TimelineRecorder) -> dict:
@@ -100,7 +106,8 @@ def test_cdf_marks_are_the_reports_percentiles(monkeypatch) -> None:
         assert (np.diff(cdf.y) > 0).all()
         for p in (50, 90, 99):
             assert cdf.marks[float(p)] == pytest.approx(rep[f"p{p}_{metric}_ms"], abs=1e-6)
-    assert len(cdfs["ttft"].x) <= rep["completed"]
+    ttft = cdfs["ttft"]
+    assert ttft is not None and len(ttft.x) <= rep["completed"]
 
 
 def test_weighted_cdf_counts_weights() -> None:
@@ -122,7 +129,7 @@ def test_report_only_cdf_uses_the_report_percentiles() -> None:
 
 def test_split_breakdown_sums_to_ttft_and_matches_the_report(monkeypatch) -> None:
     result, rec = _run(SPLIT, monkeypatch)
-    req = from_sim(result, rec).requests
+    req = _requests(result, rec)
     b = S.ttft_breakdown(req)
     assert b is not None and len(b.prefill) == result.report["num_handoffs"]
     rep = result.report
@@ -136,7 +143,7 @@ def test_split_breakdown_sums_to_ttft_and_matches_the_report(monkeypatch) -> Non
 
 def test_worker_balance_adds_up_to_the_report(monkeypatch) -> None:
     result, rec = _run(KV4, monkeypatch)
-    bal = S.worker_balance(from_sim(result, rec).requests)
+    bal = S.worker_balance(_requests(result, rec))
     assert bal.workers.tolist() == [0, 1, 2, 3]
     assert int(bal.requests.sum()) == result.report["completed"]
     log = result.log
@@ -157,6 +164,7 @@ def test_saved_files_give_the_runs_figure_data(tmp_path, monkeypatch) -> None:
     result, rec = _run(TIGHT, monkeypatch)
     live = from_sim(result, rec)
     # the files round times to 1e-6 ms: the same samples, to that rounding
+    assert saved.requests is not None and live.requests is not None
     saved_samples = S.latency_samples(saved.requests)
     for metric, sample in S.latency_samples(live.requests).items():
         other = saved_samples[metric]

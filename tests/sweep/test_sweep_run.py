@@ -55,7 +55,7 @@ def test_local_and_ray_executors_write_identical_results(sweep_file, tmp_path, c
 
 
 def test_records_rows_failures_and_the_best_table(sweep_file, tmp_path, capsys) -> None:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     out_dir = tmp_path / "o"
     assert main(["sweep", str(sweep_file), "--out", str(out_dir), "--parallel", "1"]) == 0
@@ -83,7 +83,7 @@ def test_records_rows_failures_and_the_best_table(sweep_file, tmp_path, capsys) 
             assert row["output_throughput_per_gpu"] == pytest.approx(
                 row["output_throughput"] / row["gpus"])
     # the table lists the feasible configurations, best first, by mean over seeds
-    means: dict[tuple, list[float]] = {}
+    means: dict[tuple, list[dict]] = {}
     for row in rows:
         if row["status"] == "ok":
             key = (row["set.engine.max_num_seqs"], row["set.cluster.workers"])

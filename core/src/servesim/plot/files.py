@@ -180,16 +180,16 @@ def load_fpm(path: str) -> dict[tuple[str, int], RankPasses]:
         if at is None:
             at = busy[key] = busy.get(key, 0.0) + metrics.duration_ms
         recorder.pass_metrics(worker, float(at), metrics)
-    out = {}
-    for key, rank in sorted(recorder.ranks.items(), key=lambda kv: _order(kv[0])):
+    out: dict[tuple[str, int], RankPasses] = {}
+    for (label, dp), rank in sorted(recorder.ranks.items(), key=lambda kv: _order(kv[0])):
         cols = {n: np.frombuffer(rank.columns[n], dtype=np.float64).copy() for n in COLUMNS}
-        out[key] = RankPasses(cols, inferred_preemptions(cols["end_ms"], cols["queued_decode"]))
+        out[(str(label), dp)] = RankPasses(cols, inferred_preemptions(cols["end_ms"], cols["queued_decode"]))
     return out
 
 
-def _order(key: tuple[str, int]) -> tuple[int, int | str, int]:
+def _order(key: tuple[int | str, int]) -> tuple[int, int | str, int]:
     """Numbered workers in numeric order, then named ones (a real engine's ids) by name."""
-    worker, dp = key
+    worker, dp = str(key[0]), key[1]
     return (0, int(worker), dp) if worker.isdigit() else (1, worker, dp)
 
 

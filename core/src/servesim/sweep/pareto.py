@@ -1,6 +1,7 @@
 """``DIR/pareto.png``: each configuration's throughput per GPU (y, higher is better) against
 its SLA latency (x, lower is better), the Pareto front highlighted, the configurations that
-meet every constraint circled and the constraint on x drawn. :func:`front` computes the front apart from drawing, for tests."""
+meet every constraint circled and the constraint on x drawn. :func:`front` computes the
+front apart from drawing, for tests."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ def base_path(sweep: Sweep, out_dir: str) -> str:
     """The base config's file: the sweep's own, or the inline one written to DIR/base.yaml."""
     if isinstance(sweep.base, str):
         return sweep.base
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
     path = os.path.join(out_dir, "base.yaml")
     with open(path, "w", encoding="utf-8") as fh:

@@ -45,7 +45,8 @@ def flat_report(report: dict[str, Any], gpus: int | None) -> dict[str, Any]:
 def rows(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
     """``(columns, rows)`` in point order."""
     set_keys = sorted({k for r in records for k in r["overrides"]})
-    out, report_keys = [], set()
+    out: list[dict[str, Any]] = []
+    report_keys: set[str] = set()
     for r in records:
         row: dict[str, Any] = {k: r[k] for k in META}
         for k in set_keys:
@@ -69,7 +70,7 @@ def write_csv(path: str, columns: list[str], table: list[dict[str, Any]]) -> Non
 
 
 def _arrow_column(values: list[Any]) -> Any:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     present = [v for v in values if v is not None]
     if present and all(isinstance(v, bool) for v in present):
@@ -84,7 +85,7 @@ def _arrow_column(values: list[Any]) -> Any:
 
 def write_parquet(path: str, columns: list[str], table: list[dict[str, Any]]) -> None:
     import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     arrays = {c: _arrow_column([row.get(c) for row in table]) for c in columns}
     pq.write_table(pa.table(arrays), path)
