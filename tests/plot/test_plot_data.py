@@ -185,3 +185,33 @@ def test_saved_files_give_the_runs_figure_data(tmp_path, monkeypatch) -> None:
     # an FPM file has no preemption event: they are read from the queued decode counts
     inferred = saved.ranks[("0", 0)].preempt_ms
     assert 0 < len(inferred) <= result.report["num_preemptions"]
+
+
+def test_figures_draw_the_series(monkeypatch) -> None:
+    """The lines in the figures are the series' arrays: CDFs (and a compared run's), SLA
+    thresholds, and each rank's running and waiting counts."""
+    from servesim.plot.draw import latency_figure, timeline_figure
+
+    sla = [*TIGHT, "report.sla_ttft_ms=300"]
+    result, rec = _run(sla, monkeypatch)
+    data = from_sim(result, rec)
+    other, other_rec = _run(SMALL, monkeypatch)
+    compare = from_sim(other, other_rec)
+    compare.label = "other"
+    fig = latency_figure(data, compare)
+    mine, theirs = S.latency_cdfs(data), S.latency_cdfs(compare)
+    for ax, metric in zip(fig.axes, S.METRICS, strict=True):
+        lines = {ln.get_label(): ln for ln in ax.lines}
+        assert np.array_equal(lines["run"].get_xdata(), mine[metric].x)
+        assert np.array_equal(lines["run"].get_ydata(), mine[metric].y)
+        assert np.array_equal(lines["other"].get_xdata(), theirs[metric].x)
+        sla_lines = [ln for name, ln in lines.items() if name.startswith("SLA")]
+        assert [list(ln.get_xdata()) for ln in sla_lines] == ([[300.0, 300.0]]
+                                                               if metric == "ttft" else [])
+    tl = S.rank_timeline(data, ("0", 0))
+    lines = {ln.get_label(): ln for ln in timeline_figure(data, "0").axes[0].lines}
+    assert np.array_equal(lines["running"].get_xdata(), tl.t_ms / 1000.0)
+    assert np.array_equal(lines["running"].get_ydata(), tl.running)
+    assert np.array_equal(lines["waiting"].get_ydata(), tl.waiting)
+    assert len(lines["preemption"].get_xdata()) == result.report["num_preemptions"]
+    assert np.array_equal(lines["arrival"].get_xdata(), tl.arrivals_ms / 1000.0)
