@@ -136,6 +136,10 @@ def test_a_point_record_is_the_run_report(sweep_file, tmp_path) -> None:
     sets = ["engine.max_num_seqs=16", "cluster.workers=2", "workload.seed=2"]
     report = simulate(load_config(str(tmp_path / "base.yaml"), sets)).report
     assert dumps(record["report"]) == dumps(report)
+    # `servesim plot` draws a point's CDFs from its record
+    path = next(p for p in (out_dir / "points").glob("*.json") if json.loads(p.read_text()) == record)
+    assert main(["plot", str(path), "-o", str(tmp_path / "fig")]) == 0
+    assert (tmp_path / "fig" / "latency_cdf.png").is_file()
 
 
 def test_cli_argument_errors(sweep_file, tmp_path, capsys) -> None:

@@ -47,11 +47,14 @@ def _open(path: str) -> Any:
 
 
 def load_report(path: str) -> dict[str, Any]:
+    """A report JSON (``--output-json``), or the report inside a sweep point's record."""
     with _open(path) as fh:
         try:
             report = json.load(fh)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputFileError(f"not a JSON report: {exc}", file=path) from None
+    if isinstance(report, dict) and isinstance(report.get("report"), dict) and "overrides" in report:
+        report = report["report"]  # a sweep point's record (servesim.sweep.point)
     if not isinstance(report, dict) or "completed" not in report:
         raise InputFileError("not a servesim report (no 'completed' key)", file=path)
     return report
