@@ -185,3 +185,36 @@ def test_an_unreachable_ray_address_fails_at_once(sweep_file, tmp_path, capsys) 
     assert code == 2
     assert capsys.readouterr().err.startswith(
         f"servesim: error: cannot reach the Ray cluster at '127.0.0.1:{port}': ")
+
+
+def test_a_worker_process_that_dies_fails_its_points(tmp_path, monkeypatch) -> None:
+    """Points whose process ended abruptly (as under the kernel's OOM killer: the pool is
+    broken) are recorded failed with the reason; none is lost and the sweep goes on."""
+    import concurrent.futures as cf
+    from concurrent.futures.process import BrokenProcessPool
+
+    from servesim.sweep.executors import run_local
+    from servesim.sweep.spec import Point
+
+    class BrokenPool:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pass
+
+        def __enter__(self) -> BrokenPool:
+            return self
+
+        def __exit__(self, *args: object) -> None:
+            pass
+
+        def submit(self, fn: object, *args: object) -> cf.Future:
+            future: cf.Future = cf.Future()
+            future.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+            return future
+
+    monkeypatch.setattr(cf, "ProcessPoolExecutor", BrokenPool)
+    points = [(0, Point((("engine.max_num_seqs", 4),), None)), (1, Point((), None))]
+    got = dict(run_local(str(tmp_path / "base.yaml"), points, parallel=2))
+    assert sorted(got) == [0, 1]
+    assert [got[i]["status"] for i in (0, 1)] == ["failed", "failed"]
+    assert got[0]["error"] == "BrokenProcessPool: a child process terminated abruptly"
+    assert got[0]["overrides"] == {"engine.max_num_seqs": 4} and got[1]["id"] == points[1][1].id

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from servesim.errors import UserError
-from servesim.sweep.point import run_point
+from servesim.sweep.point import new_record, run_point
 from servesim.sweep.spec import Point
 
 Result = tuple[int, dict[str, Any]]
@@ -33,9 +33,14 @@ def run_local(base: str, points: Sequence[tuple[int, Point]], parallel: int) -> 
 
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(parallel, len(points)), mp_context=context) as pool:
-        futures = {pool.submit(run_point, base, point): index for index, point in points}
+        futures = {pool.submit(run_point, base, point): (index, point) for index, point in points}
         for future in as_completed(futures):
-            yield futures[future], future.result()
+            index, point = futures[future]
+            try:
+                record = future.result()
+            except Exception as exc:  # noqa: BLE001 - a worker that died (memory) fails its point
+                record = new_record(point, exc)
+            yield index, record
 
 
 def run_ray(base: str, points: Sequence[tuple[int, Point]], parallel: int,
@@ -60,11 +65,16 @@ def run_ray(base: str, points: Sequence[tuple[int, Point]], parallel: int,
         started = True
     try:
         task = ray.remote(num_cpus=1)(run_point)
-        pending = {task.remote(base, point): index for index, point in points}
+        pending = {task.remote(base, point): (index, point) for index, point in points}
         while pending:
             done, _rest = ray.wait(list(pending), num_returns=1)
             for ref in done:
-                yield pending.pop(ref), ray.get(ref)
+                index, point = pending.pop(ref)
+                try:
+                    record = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - a lost task or node fails its point
+                    record = new_record(point, exc)
+                yield index, record
     finally:
         if started:
             ray.shutdown()

@@ -79,11 +79,17 @@ def _located(exc: ConfigError, point: Point, origin: str, sweep: Sweep, base: st
     return exc
 
 
+def new_record(point: Point, error: BaseException | None = None) -> dict[str, Any]:
+    """A point's record: empty, or failed with ``error``."""
+    return {"id": point.id, "seed": point.seed, "overrides": dict(point.overrides),
+            "status": "ok" if error is None else "failed",
+            "error": None if error is None else f"{type(error).__name__}: {error}",
+            "gpus": None, "report": None}
+
+
 def run_point(base: str, point: Point) -> dict[str, Any]:
     """Replay one point (in a worker process); any failure becomes a failed record."""
-    record: dict[str, Any] = {"id": point.id, "seed": point.seed,
-                              "overrides": dict(point.overrides), "status": "ok", "error": None,
-                              "gpus": None, "report": None}
+    record = new_record(point)
     try:
         from servesim.config.loader import load_config
         from servesim.replay.runner import simulate
@@ -93,6 +99,5 @@ def run_point(base: str, point: Point) -> dict[str, Any]:
         record["gpus"] = gpus_of(resolved)
         record["report"] = simulate(loaded).report
     except Exception as exc:  # noqa: BLE001 - a failed point is data, not the sweep's end
-        record["status"] = "failed"
-        record["error"] = f"{type(exc).__name__}: {exc}"
+        return new_record(point, exc)
     return record
