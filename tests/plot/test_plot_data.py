@@ -136,6 +136,14 @@ def test_split_breakdown_sums_to_ttft_and_matches_the_report(monkeypatch) -> Non
     assert b.prefill.mean() == pytest.approx(rep["mean_ttft_prefill_ms"], abs=1e-5)
     assert b.transfer.mean() == pytest.approx(rep["mean_ttft_transfer_ms"], abs=1e-5)
     assert b.decode.mean() == pytest.approx(rep["mean_ttft_decode_ms"], abs=1e-5)
+    data = from_sim(result, rec)
+    assert [S.worker_role(data, w) for w in S.workers_of(data)] == ["prefill", "decode", "decode"]
+    bal = S.worker_balance(req)
+    assert bal.workers.tolist() == [0, 1, 2]
+    done = rep["completed"]
+    assert bal.requests[0] == done and bal.requests[1] + bal.requests[2] == done
+    assert bal.hit_rate[0] == pytest.approx(rep["prefix_cache_hit_rate"], abs=1e-6)
+    assert np.isnan(bal.hit_rate[1:]).all()
     total = b.prefill + b.transfer + b.decode
     assert (np.diff(total) >= -1e-9).all()  # sorted by TTFT
     assert total.mean() == pytest.approx(rep["mean_ttft_ms"], abs=1e-5)

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from servesim.plot.timeline import TimelineRecorder
     from servesim.replay.runner import SimResult
 
-#: Per-request handoff times of a prefill/decode split that the TTFT breakdown reads.
-HANDOFF_KEYS = ("source_held_ms", "destination_activated_ms")
+#: Per-request handoff fields of a prefill/decode split: the times the TTFT breakdown reads
+#: and the prefill worker (the balance figure's prefix hits happen there).
+HANDOFF_KEYS = ("source_held_ms", "destination_activated_ms", "prefill_worker")
 
 
 @define

@@ -136,7 +136,8 @@ def timeline_figure(data: PlotData, worker: str) -> Figure:
     for ax in (ax_req, ax_kv, ax_tok):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper right")
-    fig.suptitle(f"Worker {worker} timeline")
+    role = S.worker_role(data, worker)
+    fig.suptitle(f"Worker {worker} timeline" + (f" ({role})" if role else ""))
     return fig
 
 

@@ -128,6 +128,16 @@ def rank_timeline(data: PlotData, key: tuple[str, int]) -> RankTimeline:
                         c["batch_tokens"], np.sort(rank.preempt_ms), arrivals)
 
 
+def worker_role(data: PlotData, worker: str) -> str | None:
+    """``prefill`` or ``decode`` for a worker of a prefill/decode split (prefill workers are
+    numbered first, servesim.replay.disagg), None otherwise."""
+    cluster = (data.report.get("config") or {}).get("cluster") or {}
+    prefill = cluster.get("prefill_workers") or 0
+    if not prefill or not worker.isdigit():
+        return None
+    return "prefill" if int(worker) < prefill else "decode"
+
+
 def workers_of(data: PlotData) -> list[str]:
     """Worker labels with a timeline, in first-seen order."""
     return list(dict.fromkeys(w for w, _dp in data.ranks))
@@ -160,7 +170,9 @@ def ttft_breakdown(req: RequestTable) -> TtftBreakdown | None:
 @frozen
 class WorkerBalance:
     """Per worker (ascending id): completed requests and prefix-cache hit rate (reused over
-    prompt tokens of its completed requests, as the report's ``prefix_cache_hit_rate``)."""
+    prompt tokens of its completed requests, as the report's ``prefix_cache_hit_rate``). In a
+    prefill/decode split a request counts on its prefill and its decode worker, and the hit
+    rate, which the prefill side makes, is NaN on decode workers."""
 
     workers: np.ndarray
     requests: np.ndarray
@@ -169,11 +181,17 @@ class WorkerBalance:
 
 def worker_balance(req: RequestTable) -> WorkerBalance:
     ok = req.completed()
-    workers = np.unique(req.worker[ok])
+    prefill = None if req.handoff is None else req.handoff["prefill_worker"].astype(np.int64)
+    workers = np.unique(req.worker[ok] if prefill is None
+                        else np.concatenate((prefill[ok], req.worker[ok])))
     counts, rates = [], []
     for w in workers:
-        mine = ok & (req.worker == w)
-        prompt = int(req.input_length[mine].sum())
-        counts.append(int(mine.sum()))
-        rates.append(float(req.reused[mine].sum()) / prompt if prompt else 0.0)
+        decoded = ok & (req.worker == w)
+        placed = decoded if prefill is None else ok & (prefill == w)
+        prompt = int(req.input_length[placed].sum())
+        counts.append(int((decoded | placed).sum()))
+        if prefill is not None and not placed.any():
+            rates.append(float("nan"))
+        else:
+            rates.append(float(req.reused[placed].sum()) / prompt if prompt else 0.0)
     return WorkerBalance(workers, np.array(counts, dtype=np.int64), np.array(rates))
