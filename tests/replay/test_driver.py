@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from replay_toy import ToyRank, make_factory
@@ -287,20 +288,26 @@ def test_progress_reports_completed_and_simulated_time():
     assert len(seen) > 2 and all(a[0] <= b[0] and a[2] <= b[2] for a, b in zip(seen, seen[1:], strict=False))
 
 
-def test_progress_line_renders_only_after_delay():
+def test_progress_bar_renders_only_after_delay():
     import io
 
-    from servesim.cli_run import Progress
+    from servesim.progress import RunProgress
 
     stream = io.StringIO()
-    p = Progress(stream, delay_s=3600.0)
+    p = RunProgress(stream, delay_s=3600.0)
     p(1, 10, 500.0)
     p.finish()
     assert stream.getvalue() == ""
-    p = Progress(stream, delay_s=0.0)
+    p = RunProgress(stream, delay_s=0.0, interval_s=0.0)
     p(5, 10, 1500.0)
+    p(10, 10, 3000.0)
     p.finish()
-    assert stream.getvalue() == "\r[###############...............] 5/10 requests  sim 1.5 s\n"
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
+    lines = [ln for ln in text.replace("\r", "\n").split("\n") if ln.strip()]
+    assert re.fullmatch(r"\S+ 5/10 requests sim 1\.5 s wall \d:\d\d:\d\d ETA \S+ [\d,]+ req/s", lines[0])
+    assert re.fullmatch(r"━+ 10/10 requests sim 3\.0 s wall \d:\d\d:\d\d ETA 0:00:00 [\d,]+ req/s",
+                        lines[-1])
+    assert text.endswith("\n")
 
 
 def test_cluster_state_counts_shared_active_blocks_once():

@@ -1,10 +1,11 @@
 """``servesim run``: replay a workload through a simulated deployment and print a report.
 
 ``servesim run [CONFIG.yaml] [--trace PATH] [--set key=value ...] [--output-json PATH] [--pass-log PATH]
-[--per-request PATH] [--json] [--quiet]``. With no config and no trace it runs the built-in default
-scenario (a seeded synthetic workload with shared prefixes on one worker). The report table
-goes to stdout; a progress line goes to stderr only when stderr is a terminal and the run has
-taken more than a second. Wall-clock time is read only here, never inside the simulation.
+[--per-request PATH] [--plot DIR] [--json] [--quiet]``. With no config and no trace it runs the
+built-in default scenario (a seeded synthetic workload with shared prefixes on one worker). The
+report table goes to stdout; a progress bar (servesim.progress) goes to stderr only when stderr
+is a terminal and the run has taken more than a second. Wall-clock time is read only here and
+there, never inside the simulation.
 """
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ import json
 import os
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING
 
 from servesim.errors import UserError
+
+if TYPE_CHECKING:
+    from servesim.plot.timeline import TimelineRecorder
+    from servesim.replay.runner import SimResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,41 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write one JSON line per request here (overrides report.per_request)")
     parser.add_argument("--pass-log", default=None, metavar="PATH",
                         help="write one JSON line per engine pass here (docs/conformance.md)")
+    parser.add_argument("--plot", default=None, metavar="DIR",
+                        help="write PNG figures of the run here (overrides report.plot; "
+                        "docs/report.md)")
     parser.add_argument("--json", action="store_true",
                         help="print the report JSON on stdout instead of the table")
     parser.add_argument("--quiet", action="store_true",
                         help="print nothing on success, not even --json (files are still written)")
-
-
-class Progress:
-    """``completed/total requests, simulated time`` on one rewritten stderr line."""
-
-    def __init__(self, stream: TextIO, delay_s: float = 1.0, interval_s: float = 0.1) -> None:
-        self.stream = stream
-        self.start = time.monotonic()
-        self.delay_s = delay_s
-        self.interval_s = interval_s
-        self.last = -1.0
-        self.shown = False
-
-    def __call__(self, completed: int, total: int, now_ms: float) -> None:
-        wall = time.monotonic()
-        if not self.shown and wall - self.start < self.delay_s:
-            return
-        if self.shown and wall - self.last < self.interval_s and completed != total:
-            return
-        self.shown = True
-        self.last = wall
-        width = 30
-        filled = width * completed // total if total else width
-        bar = "#" * filled + "." * (width - filled)
-        self.stream.write(f"\r[{bar}] {completed}/{total} requests  sim {now_ms / 1000.0:,.1f} s")
-        self.stream.flush()
-
-    def finish(self) -> None:
-        if self.shown:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def _write(path: str, text: str) -> None:
@@ -105,6 +82,30 @@ def _check_writable(path: str, origin: str) -> None:
         raise UserError(f"{origin}: cannot write {path!r}: {reason}")
 
 
+def _timeline(plot_dir: str | None) -> TimelineRecorder | None:
+    """The pass-metrics collector of ``--plot``, only then (servesim.plot.timeline). The
+    folder is made now: a bad one fails before the run, not after it."""
+    if not plot_dir:
+        return None
+    try:
+        os.makedirs(plot_dir, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the figures folder {plot_dir!r}: "
+                        f"{exc.strerror or exc}") from None
+    from servesim.plot.timeline import TimelineRecorder
+
+    return TimelineRecorder()
+
+
+def _figures(plot_dir: str | None, result: SimResult, timeline: TimelineRecorder | None) -> list[str]:
+    if not plot_dir:
+        return []
+    from servesim.plot.data import from_sim
+    from servesim.plot.draw import write_figures
+
+    return write_figures(from_sim(result, timeline), plot_dir)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``servesim run``; returns the exit status (UserErrors propagate to the CLI edge)."""
     from servesim.config.loader import load_config
@@ -126,13 +127,17 @@ def run(args: argparse.Namespace) -> int:
     pass_log = getattr(args, "pass_log", None)
     if pass_log:
         _check_writable(pass_log, "--pass-log")
+    plot_dir = getattr(args, "plot", None) or report_cfg.plot
+    timeline = _timeline(plot_dir)
     progress = None
     if not args.quiet and sys.stderr.isatty():
-        progress = Progress(sys.stderr)
+        from servesim.progress import RunProgress
+
+        progress = RunProgress(sys.stderr)
     started = time.monotonic()
     try:
         result = simulate(loaded, record_token_times=per_request_path is not None, progress=progress,
-                          pass_log=pass_log)
+                          pass_log=pass_log, timeline=timeline)
     finally:
         if progress is not None:
             progress.finish()
@@ -142,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     if per_request_path:
         lines = per_request_lines(result.log, result.session_ids)
         _write(per_request_path, "".join(line + "\n" for line in lines))
+    figures = _figures(plot_dir, result, timeline)
     if args.quiet:
         pass  # docs/configuration.md: nothing on stdout, --json included; files are written
     elif getattr(args, "json", False):
@@ -152,4 +158,6 @@ def run(args: argparse.Namespace) -> int:
                             ("pass log", pass_log)):
             if path:
                 sys.stdout.write(f"{label} written to {path}\n")
+        if figures:
+            sys.stdout.write(f"{len(figures)} figures written to {plot_dir}\n")
     return 0

@@ -109,6 +109,7 @@ class ReportConfig:
     percentiles: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
     output_json: str | None = None
     per_request: str | None = None
+    plot: str | None = None
 
 
 @frozen(kw_only=True)

@@ -256,7 +256,8 @@ class DisaggReplayer(Replayer):
             for adm in eff.admissions:
                 if first[adm.request_id] < 0:
                     first[adm.request_id] = now
-            self.log.num_preemptions += len(eff.pressure_events)
+            if eff.pressure_events:
+                self._preempted(w, rs.dp_rank, now, len(eff.pressure_events))
             if eff.kv_events:
                 self._kv(w, now, eff.kv_events)
             busy = busy or bool(eff.admissions or eff.pressure_events or eff.kv_events)
@@ -506,7 +507,7 @@ def build_disagg_replayer(
     sim = loaded.sim
     cluster = sim.cluster
     router_class = loaded.plugins.routers().get(cluster.router)
-    emit_fpm = bool(fpm_sinks)
+    emit_fpm = bool(fpm_sinks) or kwargs.get("timeline") is not None
     pools = []
     for role, count, overrides in (
         ("prefill", cluster.prefill_workers, cluster.prefill_engine),

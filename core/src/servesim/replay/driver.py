@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from servesim.contract import KvEvent, PassCompletionEffects, PassStartEffects, Request, Submit
 from servesim.engine import Engine, EnginePassStarted
@@ -37,6 +38,10 @@ from servesim.replay.runs import RunDriver, runs_enabled_by_env
 from servesim.replay.stats import RequestLog
 from servesim.replay.workload import Workload
 from servesim.sinks import FpmSink, KvEventSink, SinkError
+
+if TYPE_CHECKING:
+    from servesim.contract import ForwardPassMetrics, Metrics
+    from servesim.plot.timeline import TimelineRecorder
 
 _PASS_END, _ARRIVAL, _DEADLINE, _EXTERNAL = 0, 1, 2, 3
 # A session's first turn in timestamp mode: an arrival fed to the heap one at a time.
@@ -68,6 +73,7 @@ class Replayer:
         progress: ProgressFn | None = None,
         runs: bool | None = None,
         pass_log: PassLogWriter | None = None,
+        timeline: TimelineRecorder | None = None,
     ) -> None:
         if not engines:
             raise ValueError("a replay needs at least one engine")
@@ -87,6 +93,9 @@ class Replayer:
         self.fpm_sinks = list(fpm_sinks)
         self.progress = progress
         self.pass_log = pass_log
+        # Per-worker pass metrics and preemptions for figures (servesim.plot.timeline). Kept
+        # per worker, so unlike a sink it needs no cross-worker order and runs stay on.
+        self.timeline = timeline
         self._pass_start = [0.0] * len(self.engines)
         self.turns = workload.turns()
         self.log = RequestLog([t.input_length for t in self.turns],
@@ -366,7 +375,7 @@ class Replayer:
             for adm in eff.admissions:
                 log.admission(adm.request_id, adm.reused_input_tokens)
             if eff.pressure_events:
-                log.num_preemptions += len(eff.pressure_events)
+                self._preempted(w, rs.dp_rank, now, len(eff.pressure_events))
             if eff.kv_events:
                 self._kv(w, now, eff.kv_events)
             busy = busy or bool(eff.admissions or eff.pressure_events or eff.kv_events)
@@ -413,12 +422,24 @@ class Replayer:
             busy = True
             self._kv(w, now, eff.kv_events)
         if eff.forward_pass_metrics is not None:
-            for sink in self.fpm_sinks:
-                _publish(sink, w, now, eff.forward_pass_metrics)
+            self._fpm(w, now, eff.forward_pass_metrics, eff.metrics)
         if eff.lifecycle_events:
             busy = True
             self._lifecycle(w, dp_rank, eff.lifecycle_events, now)
         return busy
+
+    def _fpm(self, w: int, at: float, fpm: ForwardPassMetrics, occupancy: Metrics | None) -> None:
+        """A pass's forward-pass metrics, to the sinks and with its occupancy snapshot (KV
+        blocks in use, when the rank reports it) to the timeline."""
+        for sink in self.fpm_sinks:
+            _publish(sink, w, at, fpm)
+        if self.timeline is not None:
+            self.timeline.pass_metrics(w, at, fpm, occupancy)
+
+    def _preempted(self, w: int, dp_rank: int, now: float, count: int) -> None:
+        self.log.num_preemptions += count
+        if self.timeline is not None:
+            self.timeline.preempted(w, dp_rank, now, count)
 
     def _end_pass(self, w: int, busy: bool, now: float) -> None:
         """After a completed pass: reset the zero-duration streak, or check for a livelock."""
@@ -484,13 +505,14 @@ class Replayer:
     def _run_internal(self, w: int, now: float) -> None:
         self._deadline_at[w] = None
         self._dirty.add(w)
-        for _rank, eff in self.engines[w].process_internal_work(now):
-            self._absorb(w, eff, now)
+        for rank, eff in self.engines[w].process_internal_work(now):
+            self._absorb(w, rank, eff, now)
 
-    def _absorb(self, w: int, eff: PassStartEffects, now: float) -> None:
+    def _absorb(self, w: int, dp_rank: int, eff: PassStartEffects, now: float) -> None:
         for adm in eff.admissions:
             self.log.admission(adm.request_id, adm.reused_input_tokens)
-        self.log.num_preemptions += len(eff.pressure_events)
+        if eff.pressure_events:
+            self._preempted(w, dp_rank, now, len(eff.pressure_events))
         if eff.kv_events:
             self._kv(w, now, eff.kv_events)
 

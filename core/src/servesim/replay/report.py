@@ -79,6 +79,13 @@ def _gaps(log: RequestLog, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     return np.concatenate(values), np.concatenate(weights), ttst
 
 
+def itl_samples(log: RequestLog) -> tuple[np.ndarray, np.ndarray]:
+    """The pooled inter-token gaps of completed requests as ``(values, weights)``, as the
+    report's ``itl`` statistics count them (for figures)."""
+    values, weights, _ttst = _gaps(log, log.completed_mask())
+    return values, weights
+
+
 def _first_occurrences(ids: np.ndarray, n: int) -> np.ndarray:
     """Index of each distinct id's first occurrence in ``ids`` (ids in ``[0, n)``), in
     ascending id order: ``np.unique(ids, return_index=True)[1]`` without sorting."""

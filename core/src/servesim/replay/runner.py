@@ -24,6 +24,7 @@ from servesim.sinks import build_sink
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
+    from servesim.plot.timeline import TimelineRecorder
     from servesim.plugins import Plugins
 
 
@@ -69,11 +70,13 @@ def simulate(
     record_token_times: bool = False,
     progress: ProgressFn | None = None,
     pass_log: str | None = None,
+    timeline: TimelineRecorder | None = None,
 ) -> SimResult:
     """Replay ``loaded``'s workload on its cluster; sinks are closed afterwards.
 
     ``pass_log``: write one line per engine pass there (:mod:`servesim.passlog`); only then
-    are ranks asked to record their schedules.
+    are ranks asked to record their schedules. ``timeline``: collect each pass's metrics and
+    the preemptions there for figures (ranks then build forward-pass metrics).
     """
     disaggregated = _check_supported(loaded)
     sim = loaded.sim
@@ -88,7 +91,8 @@ def simulate(
     if disaggregated and pass_log is not None:
         raise UserError("--pass-log is not supported with a prefill/decode split yet")
     if disaggregated:
-        return _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress)
+        return _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress,
+                                timeline)
     # Aggregated replay: only the ranks and the router (which routes each request before any
     # worker has seen its tokens) read prompt hashes, so trace-unique blocks may skip them.
     mark_unique_prompts(workload)
@@ -97,12 +101,13 @@ def simulate(
         factory = loaded.engine_factory(
             overrides,
             emit_kv_events=bool(kv_sinks) or router.wants_kv_events,
-            emit_forward_pass_metrics=bool(fpm_sinks),
+            emit_forward_pass_metrics=bool(fpm_sinks) or timeline is not None,
             path=path,
         )
         if router.wants_kv_events and not kv_sinks:
             factory.services = attrs.evolve(factory.services, kv_events_router_only=True)
-        factory.services = attrs.evolve(factory.services, record_metrics=False)
+        # Occupancy snapshots feed only the timeline's KV usage.
+        factory.services = attrs.evolve(factory.services, record_metrics=timeline is not None)
         if pass_log is not None:
             factory.services = attrs.evolve(factory.services, record_schedule=True)
         return factory
@@ -127,6 +132,7 @@ def simulate(
         record_token_times=record_token_times,
         progress=progress,
         pass_log=writer,
+        timeline=timeline,
     )
     try:
         log = replayer.run()
@@ -159,6 +165,7 @@ def _simulate_disagg(
     fpm_sinks: list[Any],
     record_token_times: bool,
     progress: ProgressFn | None,
+    timeline: TimelineRecorder | None = None,
 ) -> SimResult:
     """A prefill/decode split (servesim.replay.disagg); the report gains its handoff keys."""
     from servesim.replay.disagg import build_disagg_replayer
@@ -170,6 +177,7 @@ def _simulate_disagg(
         arrival_speedup_ratio=sim.workload.arrival_speedup_ratio,
         record_token_times=record_token_times,
         progress=progress,
+        timeline=timeline,
     )
     try:
         log = replayer.run()

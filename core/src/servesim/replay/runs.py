@@ -179,12 +179,10 @@ class RunDriver:
         for j in sorted(eff.kv_events):
             if eff.kv_events[j]:
                 rp._kv(w, ends[j], eff.kv_events[j])  # noqa: SLF001
-        if eff.forward_pass_metrics is not None and rp.fpm_sinks:
-            from servesim.replay.driver import _publish
-
+        if eff.forward_pass_metrics is not None and (rp.fpm_sinks or rp.timeline is not None):
+            occupancy = eff.pass_metrics if rp.timeline is not None else None
             for j, fpm in enumerate(eff.forward_pass_metrics):
-                for sink in rp.fpm_sinks:
-                    _publish(sink, w, ends[j], fpm)
+                rp._fpm(w, ends[j], fpm, occupancy[j] if occupancy else None)  # noqa: SLF001
         for rid in eff.completed:
             rp._terminal(rid, now)  # noqa: SLF001
         if rp._zero_streak[w]:  # noqa: SLF001
