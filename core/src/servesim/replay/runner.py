@@ -20,7 +20,7 @@ from servesim.replay.routers import Router
 from servesim.replay.stats import RequestLog
 from servesim.replay.synthetic import generate
 from servesim.replay.workload import Workload, mark_unique_prompts
-from servesim.sinks import build_sink
+from servesim.sink_build import build_sinks
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
@@ -84,10 +84,10 @@ def simulate(
     router: Router = router_class(
         sim.cluster.workers, sim.engine.dp_size, block_size, loaded.router_config
     )
-    kv_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("kv_events", [])]
-    fpm_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("fpm", [])]
     if disaggregated and pass_log is not None:
         raise UserError("--pass-log is not supported with a prefill/decode split yet")
+    built = build_sinks(loaded)
+    kv_sinks, fpm_sinks = built["kv_events"], built["fpm"]
     if disaggregated:
         return _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress)
     # Aggregated replay: only the ranks and the router (which routes each request before any
