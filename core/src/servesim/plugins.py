@@ -325,6 +325,33 @@ class Plugins:
                         "set_defaults(servesim_command=func)"
                     )
 
+    def culprit(self, exc: BaseException) -> str | None:
+        """``plugin NAME from DIST`` for the installed plugin whose code raised ``exc`` (the
+        innermost traceback frame in a plugin's package, following ``__cause__`` and
+        ``__context__``), or None when no plugin's code is on the traceback (core's own
+        built-ins are part of servesim, not plugins)."""
+        owners: dict[str, str] = {}
+        for registry in self.registries().values():
+            for entry in registry:
+                package = (getattr(entry.obj, "__module__", None) or "").partition(".")[0]
+                if package and package != PROJECT and package not in owners:
+                    owners[package] = f"plugin {entry.plugin} from {entry.distribution}"
+        seen: set[int] = set()
+        current: BaseException | None = exc
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            tb = current.__traceback__
+            frames = []
+            while tb is not None:
+                frames.append(tb.tb_frame.f_globals.get("__name__", ""))
+                tb = tb.tb_next
+            for module in reversed(frames):
+                owner = owners.get(str(module).partition(".")[0])
+                if owner is not None:
+                    return owner
+            current = current.__cause__ or current.__context__
+        return None
+
     def plugin_infos(self) -> list[PluginInfo]:
         """Every registered plugin with its distribution and implemented hooks, by name."""
         pm = self.pm

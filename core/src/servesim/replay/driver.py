@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from servesim.contract import KvEvent, PassCompletionEffects, PassStartEffects, Request, Submit
 from servesim.engine import Engine, EnginePassStarted
 from servesim.errors import CommandRejected, SimError, TraceError
+from servesim.observers import FinishedRequest, Observers
 from servesim.passlog import PassLogWriter
 from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
@@ -68,6 +69,7 @@ class Replayer:
         progress: ProgressFn | None = None,
         runs: bool | None = None,
         pass_log: PassLogWriter | None = None,
+        observers: Observers | None = None,
     ) -> None:
         if not engines:
             raise ValueError("a replay needs at least one engine")
@@ -87,6 +89,8 @@ class Replayer:
         self.fpm_sinks = list(fpm_sinks)
         self.progress = progress
         self.pass_log = pass_log
+        # servesim.observers: None unless a plugin watches the run (then no runs of passes).
+        self.observers = observers if observers is not None and observers.watches_run else None
         self._pass_start = [0.0] * len(self.engines)
         self.turns = workload.turns()
         self.log = RequestLog([t.input_length for t in self.turns],
@@ -118,6 +122,8 @@ class Replayer:
         if runs is None:
             runs = runs_enabled_by_env()
         if len(self.engines) > 1 and (self.kv_sinks or self.fpm_sinks):
+            runs = False
+        if self.observers is not None:
             runs = False
         cross = concurrency is not None or any(t >= 0 for t in self.next_turn)
         self._runs = RunDriver(self, len(self.engines), cross) if runs else None
@@ -406,6 +412,8 @@ class Replayer:
         """A completed pass's KV events, FPM and lifecycle events, which every kind of worker
         publishes alike; True when any of them counts as progress (the livelock guard)."""
         busy = False
+        if self.observers is not None:
+            self.observers.pass_completed(w, dp_rank, self._pass_start[w], now, eff)
         if eff.kv_events:
             busy = True
             self._kv(w, now, eff.kv_events)
@@ -459,6 +467,8 @@ class Replayer:
     def _terminal(self, rid: int, now: float) -> None:
         self.turns[rid].prompt.forget_block_hashes()  # memory: a finished prompt's hashes
         self.log.done[rid] = now
+        if self.observers is not None:
+            self.observers.request_finished(self._finished_record(rid, now))
         self.state.finish(rid)
         self._in_flight -= 1
         self._finished += 1
@@ -467,6 +477,15 @@ class Replayer:
             self._push(now + self.turns[nxt].delay_ms / self.speedup, _ARRIVAL, nxt)
         elif self.concurrency is not None:
             self._activate_session(now)
+
+    def _finished_record(self, rid: int, now: float) -> FinishedRequest:
+        log = self.log
+        return FinishedRequest(
+            request_id=rid, session_id=self.session_of[rid], worker_id=log.worker[rid],
+            dp_rank=log.dp_rank[rid], arrival_ms=log.arrival[rid], first_token_ms=log.first[rid],
+            finished_ms=now, input_tokens=log.input_length[rid], output_tokens=log.ntok[rid],
+            cached_tokens=log.cached[rid], rejected=log.rejected[rid],
+        )
 
     # -- internal work and events ---------------------------------------------------------
 

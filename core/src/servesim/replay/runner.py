@@ -11,7 +11,8 @@ import attrs
 from attrs import define
 
 from servesim.config.sections import SyntheticConfig, WorkloadConfig
-from servesim.errors import ConfigError, UserError
+from servesim.errors import ConfigError, PluginRunError, UserError
+from servesim.observers import Observers
 from servesim.passlog import PassLogWriter
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import ProgressFn, Replayer
@@ -73,8 +74,27 @@ def simulate(
     """Replay ``loaded``'s workload on its cluster; sinks are closed afterwards.
 
     ``pass_log``: write one line per engine pass there (:mod:`servesim.passlog`); only then
-    are ranks asked to record their schedules.
+    are ranks asked to record their schedules. An exception raised by an installed plugin's
+    code becomes a :class:`~servesim.errors.PluginRunError` naming the plugin and its
+    distribution (the original is its ``__cause__``); core's own failures pass unchanged.
     """
+    try:
+        return _simulate(loaded, record_token_times, progress, pass_log)
+    except UserError:
+        raise
+    except Exception as exc:
+        culprit = loaded.plugins.culprit(exc)
+        if culprit is None:
+            raise
+        raise PluginRunError(f"{culprit} failed during the run: {type(exc).__name__}: {exc}") from exc
+
+
+def _simulate(
+    loaded: LoadedConfig,
+    record_token_times: bool,
+    progress: ProgressFn | None,
+    pass_log: str | None,
+) -> SimResult:
     disaggregated = _check_supported(loaded)
     sim = loaded.sim
     plugins = loaded.plugins
@@ -88,8 +108,13 @@ def simulate(
         raise UserError("--pass-log is not supported with a prefill/decode split yet")
     built = build_sinks(loaded)
     kv_sinks, fpm_sinks = built["kv_events"], built["fpm"]
+    observers = Observers.of(plugins)
+    if observers is not None:
+        observers.run_started(loaded)
     if disaggregated:
-        return _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress)
+        result = _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress,
+                                  observers)
+        return _with_extra(result, observers, loaded)
     # Aggregated replay: only the ranks and the router (which routes each request before any
     # worker has seen its tokens) read prompt hashes, so trace-unique blocks may skip them.
     mark_unique_prompts(workload)
@@ -116,6 +141,7 @@ def simulate(
         record_token_times=record_token_times,
         progress=progress,
         pass_log=writer,
+        observers=observers,
     )
     try:
         log = replayer.run()
@@ -125,7 +151,14 @@ def simulate(
         if writer is not None:
             writer.close()
     report = build_report(log, sim.report, loaded.resolved())
-    return SimResult(report, log, replayer.session_of, replayer.passes)
+    return _with_extra(SimResult(report, log, replayer.session_of, replayer.passes), observers, loaded)
+
+
+def _with_extra(result: SimResult, observers: Observers | None, loaded: LoadedConfig) -> SimResult:
+    """The report with the keys ``servesim_report_extra`` implementations add."""
+    if observers is not None:
+        result.report.update(observers.report_extra(result.report, loaded))
+    return result
 
 
 def _open_pass_log(path: str | None) -> PassLogWriter | None:
@@ -144,6 +177,7 @@ def _simulate_disagg(
     fpm_sinks: list[Any],
     record_token_times: bool,
     progress: ProgressFn | None,
+    observers: Observers | None = None,
 ) -> SimResult:
     """A prefill/decode split (servesim.replay.disagg); the report gains its handoff keys."""
     from servesim.replay.disagg import build_disagg_replayer
@@ -155,6 +189,7 @@ def _simulate_disagg(
         arrival_speedup_ratio=sim.workload.arrival_speedup_ratio,
         record_token_times=record_token_times,
         progress=progress,
+        observers=observers,
     )
     try:
         log = replayer.run()
