@@ -89,6 +89,7 @@ class ConformanceReport:
 
     checks: list[str] = field(factory=list)
     failures: list[str] = field(factory=list)
+    kind: str = "rank"
 
     @property
     def ok(self) -> bool:
@@ -97,7 +98,7 @@ class ConformanceReport:
     def raise_if_failed(self) -> None:
         if self.failures:
             lines = "\n  - ".join(self.failures)
-            raise AssertionError(f"rank conformance failed ({len(self.failures)}):\n  - {lines}")
+            raise AssertionError(f"{self.kind} conformance failed ({len(self.failures)}):\n  - {lines}")
 
 
 # --------------------------------------------------------------------------- workload
