@@ -325,11 +325,11 @@ class Plugins:
                         "set_defaults(servesim_command=func)"
                     )
 
-    def culprit(self, exc: BaseException) -> str | None:
-        """``plugin NAME from DIST`` for the installed plugin whose code raised ``exc`` (the
-        innermost traceback frame in a plugin's package, following ``__cause__`` and
-        ``__context__``), or None when no plugin's code is on the traceback (core's own
-        built-ins are part of servesim, not plugins)."""
+    def culprit(self, exc: BaseException) -> tuple[str, BaseException] | None:
+        """``(plugin NAME from DIST, the exception it raised)`` for the installed plugin whose
+        code raised ``exc`` or an exception ``exc`` wraps (the innermost traceback frame in a
+        plugin's package, following ``__cause__`` and ``__context__``), or None when no
+        plugin's code is on the traceback (core's own built-ins are servesim, not plugins)."""
         owners: dict[str, str] = {}
         for registry in self.registries().values():
             for entry in registry:
@@ -348,7 +348,7 @@ class Plugins:
             for module in reversed(frames):
                 owner = owners.get(str(module).partition(".")[0])
                 if owner is not None:
-                    return owner
+                    return owner, current
             current = current.__cause__ or current.__context__
         return None
 

@@ -30,8 +30,13 @@ from servesim.sinks import FpmSink, KvEventSink, SinkContext
 KV_EVENT_TYPES = {StoredBlocks: "BlockStored", RemovedBlocks: "BlockRemoved", ClearedBlocks: "AllBlocksCleared"}
 FPM_EVENT_TYPES = ("ForwardPassMetrics",)
 
+def _non_empty(_inst: object, attribute: Any, value: Sequence[Any]) -> None:
+    if not value:
+        raise ValueError(f"{attribute.name} must list at least one sink spec, got []")
+
+
 def _specs() -> Any:
-    return field(validator=validators.min_len(1))
+    return field(validator=_non_empty)
 
 
 _ints = validators.optional(validators.deep_iterable(validators.instance_of(int)))

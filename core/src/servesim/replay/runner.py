@@ -86,7 +86,11 @@ def simulate(
         culprit = loaded.plugins.culprit(exc)
         if culprit is None:
             raise
-        raise PluginRunError(f"{culprit} failed during the run: {type(exc).__name__}: {exc}") from exc
+        label, raised = culprit
+        message = f"{label} failed during the run: {type(raised).__name__}: {raised}"
+        if raised is not exc:  # what servesim was doing (a sink's time, a poisoned engine)
+            message += f" ({exc})"
+        raise PluginRunError(message) from exc
 
 
 def _simulate(
