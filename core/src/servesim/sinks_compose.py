@@ -13,7 +13,8 @@ Each wraps the sinks listed under its ``sinks:`` key, built through the run's re
   starting at an offset in ``[0, every)`` drawn from ``seed``, so a seed gives the same
   sample on every run.
 
-Closing a composing sink closes every wrapped sink once, in list order.
+Closing a composing sink closes every wrapped sink once, in list order; publishing to it
+after that is a :class:`~servesim.sinks.SinkError`, even for an event it would drop.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from attrs import field, frozen, validators
 
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvEvent, RemovedBlocks, StoredBlocks
-from servesim.sinks import FpmSink, KvEventSink, SinkContext
+from servesim.sinks import FpmSink, KvEventSink, SinkContext, SinkError
 
 KV_EVENT_TYPES = {StoredBlocks: "BlockStored", RemovedBlocks: "BlockRemoved", ClearedBlocks: "AllBlocksCleared"}
 FPM_EVENT_TYPES = ("ForwardPassMetrics",)
@@ -125,6 +126,7 @@ class TeeKvEventSink(KvEventSink):
 
     def __init__(self, sinks: Sequence[KvEventSink]) -> None:
         self.sinks = list(sinks)
+        self.closed = False
 
     @classmethod
     def from_config(cls, config: TeeConfig, context: SinkContext) -> TeeKvEventSink:
@@ -135,6 +137,7 @@ class TeeKvEventSink(KvEventSink):
             sink.publish(worker_id, at_ms, events)
 
     def close(self) -> None:
+        self.closed = True
         _close_all(self.sinks)
 
 
@@ -158,6 +161,8 @@ class FilterKvEventSink(TeeKvEventSink):
         return self.types is None or KV_EVENT_TYPES.get(type(event.data)) in self.types
 
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
+        if self.closed:
+            raise SinkError("filter kv-event sink: publish after close")
         if not self.window.admits(worker_id, at_ms):
             return
         kept = [e for e in events if self._keeps(e)]
@@ -179,6 +184,8 @@ class SampleKvEventSink(TeeKvEventSink):
         return cls(context.build_all(config.sinks, "sinks"), config)
 
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
+        if self.closed:
+            raise SinkError("sample kv-event sink: publish after close")
         start, every, offset = self.seen, self.every, self.offset
         self.seen = start + len(events)
         kept = [e for i, e in enumerate(events, start) if i % every == offset]
@@ -194,6 +201,7 @@ class TeeFpmSink(FpmSink):
 
     def __init__(self, sinks: Sequence[FpmSink]) -> None:
         self.sinks = list(sinks)
+        self.closed = False
 
     @classmethod
     def from_config(cls, config: TeeConfig, context: SinkContext) -> TeeFpmSink:
@@ -204,6 +212,7 @@ class TeeFpmSink(FpmSink):
             sink.publish(worker_id, at_ms, metrics)
 
     def close(self) -> None:
+        self.closed = True
         _close_all(self.sinks)
 
 
@@ -222,6 +231,8 @@ class FilterFpmSink(TeeFpmSink):
         return cls(context.build_all(config.sinks, "sinks"), config)
 
     def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
+        if self.closed:
+            raise SinkError("filter fpm sink: publish after close")
         window = self.window
         if self.none or not window.admits(worker_id, at_ms):
             return
@@ -244,6 +255,8 @@ class SampleFpmSink(TeeFpmSink):
         return cls(context.build_all(config.sinks, "sinks"), config)
 
     def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
+        if self.closed:
+            raise SinkError("sample fpm sink: publish after close")
         index = self.seen
         self.seen = index + 1
         if index % self.every == self.offset:
