@@ -132,3 +132,29 @@ def test_no_observer_no_calls() -> None:
     from servesim.observers import Observers
 
     assert Observers.of(Plugins(autoload=False)) is None
+
+
+def test_an_observer_can_sit_a_run_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    from servesim.observers import Observers
+
+    mod = install(monkeypatch, "picky_watcher", '''
+from servesim import hookimpl
+
+passes = []
+
+
+@hookimpl
+def servesim_run_started(config):
+    return config.sim.cluster.workers > 1
+
+
+@hookimpl
+def servesim_pass_completed(worker_id, end_ms):
+    passes.append((worker_id, end_ms))
+''', dist="picky-dist")
+    one = load_config(None, ["workload.synthetic.num_requests=10"])
+    assert Observers.of(one.plugins).run_started(one) is None  # nobody watches: runs stay on
+    simulate(one)
+    assert mod.passes == []
+    result = simulate(load_config(None, ["workload.synthetic.num_requests=10", "cluster.workers=2"]))
+    assert len(mod.passes) == result.passes and {w for w, _ in mod.passes} == {0, 1}

@@ -121,9 +121,12 @@ def servesim_add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 @hookspec
-def servesim_run_started(config: LoadedConfig) -> None:
+def servesim_run_started(config: LoadedConfig) -> bool | None:
     """A run is about to start (``servesim run`` or :func:`servesim.replay.simulate`): reset
     any per-run state an observer keeps, since one process may run several simulations.
+
+    Return False to sit this run out: the plugin's other observer hooks are then not called
+    for it, and a run nobody watches keeps runs of passes. Any other result (None) watches.
 
     :param config: the validated configuration (``config.sim`` holds the typed sections,
         ``config.resolved()`` the full resolved configuration as plain data).

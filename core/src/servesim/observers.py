@@ -50,12 +50,13 @@ class FinishedRequest:
 
 
 class _Impl:
-    __slots__ = ("function", "argnames", "label")
+    __slots__ = ("function", "argnames", "label", "plugin")
 
-    def __init__(self, function: Any, argnames: tuple[str, ...], label: str) -> None:
+    def __init__(self, function: Any, argnames: tuple[str, ...], label: str, plugin: str) -> None:
         self.function = function
         self.argnames = argnames
         self.label = label
+        self.plugin = plugin
 
 
 class Observers:
@@ -75,7 +76,7 @@ class Observers:
             for impl in plugins._ordered_impls(hook):  # noqa: SLF001 - the facade's order
                 name = impl.plugin_name
                 label = f"plugin {name} from {pm.distribution_of(name)}"
-                rows.append(_Impl(impl.function, tuple(impl.argnames), label))
+                rows.append(_Impl(impl.function, tuple(impl.argnames), label, name))
             found[hook] = rows
         if not any(found.values()):
             return None
@@ -93,8 +94,17 @@ class Observers:
             results.append((impl.label, result))
         return results
 
-    def run_started(self, config: Any) -> None:
-        self._call("servesim_run_started", {"config": config})
+    def run_started(self, config: Any) -> Observers | None:
+        """Tell every observer a run starts; the observers of this run, or None when none
+        is left: a plugin whose ``servesim_run_started`` returns False sits the run out
+        (its other observer hooks are not called for it)."""
+        out = self._call("servesim_run_started", {"config": config})
+        idle = {impl.plugin for impl, (_, result) in zip(self._impls["servesim_run_started"], out, strict=True)
+                if result is False}
+        if not idle:
+            return self
+        kept = {hook: [i for i in impls if i.plugin not in idle] for hook, impls in self._impls.items()}
+        return Observers(kept) if any(kept.values()) else None
 
     def pass_completed(
         self, worker_id: int, dp_rank: int, start_ms: float, end_ms: float, effects: PassCompletionEffects

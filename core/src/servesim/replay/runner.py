@@ -114,7 +114,7 @@ def _simulate(
     kv_sinks, fpm_sinks = built["kv_events"], built["fpm"]
     observers = Observers.of(plugins)
     if observers is not None:
-        observers.run_started(loaded)
+        observers = observers.run_started(loaded)
     if disaggregated:
         result = _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress,
                                   observers)
