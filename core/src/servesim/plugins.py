@@ -327,9 +327,10 @@ class Plugins:
 
     def culprit(self, exc: BaseException) -> tuple[str, BaseException] | None:
         """``(plugin NAME from DIST, the exception it raised)`` for the installed plugin whose
-        code raised ``exc`` or an exception ``exc`` wraps (the innermost traceback frame in a
-        plugin's package, following ``__cause__`` and ``__context__``), or None when no
-        plugin's code is on the traceback (core's own built-ins are servesim, not plugins)."""
+        code raised ``exc`` or an exception ``exc`` wraps (following ``__cause__`` and
+        ``__context__``): the innermost traceback frame outside libraries is in that plugin's
+        package. None when servesim's own code raised each of them (core's built-ins are
+        servesim, not plugins)."""
         owners: dict[str, str] = {}
         for registry in self.registries().values():
             for entry in registry:
@@ -345,10 +346,16 @@ class Plugins:
             while tb is not None:
                 frames.append(tb.tb_frame.f_globals.get("__name__", ""))
                 tb = tb.tb_next
+            # The raising frame decides, skipping library frames (json, numpy...): a plugin's
+            # own code, or servesim's (a core check refusing a plugin's value is not the
+            # plugin's crash).
             for module in reversed(frames):
-                owner = owners.get(str(module).partition(".")[0])
+                package = str(module).partition(".")[0]
+                owner = owners.get(package)
                 if owner is not None:
                     return owner, current
+                if package == PROJECT:
+                    break
             current = current.__cause__ or current.__context__
         return None
 
