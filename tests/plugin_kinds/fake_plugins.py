@@ -21,7 +21,9 @@ class _Dist:
         self.entry_points = [importlib.metadata.EntryPoint(n, v, "servesim") for n, v in eps.items()]
 
 
-def install(monkeypatch: pytest.MonkeyPatch, name: str, source: str, dist: str = "fake-dist") -> types.ModuleType:
+def install(
+    monkeypatch: pytest.MonkeyPatch, name: str, source: str, dist: str = "fake-dist"
+) -> types.ModuleType:
     """Make ``source`` the module ``name``, the entry point ``name`` of distribution ``dist``."""
     mod = types.ModuleType(name)
     exec(compile(textwrap.dedent(source), f"<{name}>", "exec"), mod.__dict__)  # noqa: S102

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from servesim.plugins import Plugins
 from servesim.replay.routers import RoundRobinRouter, Router
-from servesim.sinks import FpmSink, KvEventSink
 from servesim.sinks_builtin import JsonlKvEventSink, JsonlSinkConfig, MemoryFpmSink, MemoryKvEventSink
 from servesim.sinks_compose import SampleConfig, SampleKvEventSink, TeeKvEventSink
 from servesim.testing import (
@@ -68,13 +67,16 @@ def test_timing_kit_passes_builtins() -> None:
     assert check_timing_model(lambda: FixedTiming(None)).ok
 
 
-@pytest.mark.parametrize(("cls", "failing"), [
-    (NegativeDecode, {"durations_valid", "pure", "default_pass_matches_methods"}),
-    (Drifting, {"pure", "default_pass_matches_methods"}),
-    (SloppyMany, {"many_matches_scalar"}),
-    (BusyIdle, {"empty_pass_is_free"}),
-    (NanPass, {"durations_valid"}),
-])
+@pytest.mark.parametrize(
+    ("cls", "failing"),
+    [
+        (NegativeDecode, {"durations_valid", "pure", "default_pass_matches_methods"}),
+        (Drifting, {"pure", "default_pass_matches_methods"}),
+        (SloppyMany, {"many_matches_scalar"}),
+        (BusyIdle, {"empty_pass_is_free"}),
+        (NanPass, {"durations_valid"}),
+    ],
+)
 def test_timing_kit_catches(cls: type, failing: set[str]) -> None:
     report = check_timing_model(cls, raise_on_failure=False)
     assert _failed(report) == failing, report.failures
@@ -126,23 +128,35 @@ class NotASink:
 
 def test_sink_kit_passes_builtins(tmp_path: Path) -> None:
     out = tmp_path / "k.jsonl"
-    assert check_kv_event_sink(lambda: JsonlKvEventSink(JsonlSinkConfig(str(out))), read_back=lambda s: out.read_text()).ok
-    assert check_kv_event_sink(lambda: TeeKvEventSink([MemoryKvEventSink()]), read_back=lambda s: s.sinks[0].events).ok
-    assert check_kv_event_sink(lambda: SampleKvEventSink([MemoryKvEventSink()], SampleConfig(sinks=({},), every=2))).ok
+    assert check_kv_event_sink(
+        lambda: JsonlKvEventSink(JsonlSinkConfig(str(out))), read_back=lambda s: out.read_text()
+    ).ok
+    assert check_kv_event_sink(
+        lambda: TeeKvEventSink([MemoryKvEventSink()]), read_back=lambda s: s.sinks[0].events
+    ).ok
+    assert check_kv_event_sink(
+        lambda: SampleKvEventSink([MemoryKvEventSink()], SampleConfig(sinks=({},), every=2))
+    ).ok
     assert check_fpm_sink(MemoryFpmSink, read_back=lambda s: s.metrics).ok
 
 
-@pytest.mark.parametrize(("make", "kind", "failing"), [
-    (Dropping, "kv", {"no_silent_drop_after_close"}),
-    (Consuming, "kv", {"leaves_input_alone"}),
-    (CloseOnce, "fpm", {"close_once_is_enough"}),
-    (Unrepeatable, "fpm", {"repeatable"}),
-    (NotASink, "kv", {"is_sink", "no_silent_drop_after_close"}),
-])
+@pytest.mark.parametrize(
+    ("make", "kind", "failing"),
+    [
+        (Dropping, "kv", {"no_silent_drop_after_close"}),
+        (Consuming, "kv", {"leaves_input_alone"}),
+        (CloseOnce, "fpm", {"close_once_is_enough"}),
+        (Unrepeatable, "fpm", {"repeatable"}),
+        (NotASink, "kv", {"is_sink", "no_silent_drop_after_close"}),
+    ],
+)
 def test_sink_kit_catches(make: Any, kind: str, failing: set[str]) -> None:
     check = check_kv_event_sink if kind == "kv" else check_fpm_sink
-    report = check(make, read_back=lambda s: (getattr(s, "tag", None), getattr(s, "metrics", None)),
-                   raise_on_failure=False)
+    report = check(
+        make,
+        read_back=lambda s: (getattr(s, "tag", None), getattr(s, "metrics", None)),
+        raise_on_failure=False,
+    )
     assert _failed(report) == failing, report.failures
 
 
@@ -180,22 +194,30 @@ def test_router_kit_passes_builtins() -> None:
         assert check_router(routers.get(name)).ok, name
 
 
-@pytest.mark.parametrize(("cls", "failing"), [
-    # out of range: the driver's own bookkeeping then fails too
-    (OffByOne, {"choices_in_range", "select_leaves_state_alone", "deterministic"}),
-    (Moody, {"deterministic"}),
-    (Meddling, {"select_leaves_state_alone"}),
-    (Forgetful, {"records_routed"}),
-    (int, {"is_router", "choices_in_range", "select_leaves_state_alone", "deterministic", "records_routed"}),
-])
+@pytest.mark.parametrize(
+    ("cls", "failing"),
+    [
+        # out of range: the driver's own bookkeeping then fails too
+        (OffByOne, {"choices_in_range", "select_leaves_state_alone", "deterministic"}),
+        (Moody, {"deterministic"}),
+        (Meddling, {"select_leaves_state_alone"}),
+        (Forgetful, {"records_routed"}),
+        (
+            int,
+            {"is_router", "choices_in_range", "select_leaves_state_alone", "deterministic", "records_routed"},
+        ),
+    ],
+)
 def test_router_kit_catches(cls: type, failing: set[str]) -> None:
     assert _failed(check_router(cls, raise_on_failure=False)) == failing
 
 
 # --------------------------------------------------------------------------- trace formats
 
-GOOD = ('{"timestamp": 0, "input_length": 40, "output_length": 3, "hash_ids": [1, 2, 3]}\n'
-        '{"timestamp": 5, "input_length": 20, "output_length": 2, "hash_ids": [1, 2]}\n')
+GOOD = (
+    '{"timestamp": 0, "input_length": 40, "output_length": 3, "hash_ids": [1, 2, 3]}\n'
+    '{"timestamp": 5, "input_length": 20, "output_length": 2, "hash_ids": [1, 2]}\n'
+)
 
 
 @pytest.fixture
@@ -222,7 +244,9 @@ def test_trace_kit_catches(samples: tuple[str, str]) -> None:
 
     def oserror(path: str, *, trace_block_size: int, options: Any = None) -> Any:
         with open(path) as fh:  # a missing file escapes as OSError; a bad line as ValueError
-            return mooncake.read(fh.name, trace_block_size=trace_block_size) if "bad" not in path else int("x")
+            return (
+                mooncake.read(fh.name, trace_block_size=trace_block_size) if "bad" not in path else int("x")
+            )
 
     def sparse_ids(path: str, *, trace_block_size: int, options: Any = None) -> Any:
         w = mooncake.read(path, trace_block_size=trace_block_size)

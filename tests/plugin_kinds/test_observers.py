@@ -14,7 +14,7 @@ from servesim.replay.runner import simulate
 
 SETS = ["workload.synthetic.num_requests=40", "engine.num_gpu_blocks=120", "cluster.workers=2"]
 
-OBSERVER = '''
+OBSERVER = """
 from servesim import hookimpl
 
 seen = {"passes": [], "finished": [], "starts": 0}
@@ -40,7 +40,7 @@ def servesim_request_finished(request):
 @hookimpl
 def servesim_report_extra(report, config):
     return {"observer_passes": len(seen["passes"]), "observer_workers": config.sim.cluster.workers}
-'''
+"""
 
 
 def _report(plugins: Plugins | None = None, sets: list[str] = SETS) -> tuple[dict[str, Any], Any]:
@@ -67,7 +67,12 @@ def test_observers_see_every_pass_and_request(monkeypatch: pytest.MonkeyPatch) -
     for r in finished:
         rid = r.request_id
         assert (r.worker_id, r.arrival_ms, r.first_token_ms, r.finished_ms, r.output_tokens) == (
-            log.worker[rid], log.arrival[rid], log.first[rid], log.done[rid], log.ntok[rid])
+            log.worker[rid],
+            log.arrival[rid],
+            log.first[rid],
+            log.done[rid],
+            log.ntok[rid],
+        )
         assert r.input_tokens == log.input_length[rid] and not r.rejected
     assert [r.finished_ms for r in finished] == sorted(r.finished_ms for r in finished)
     _report()
@@ -89,40 +94,57 @@ def test_observers_in_a_prefill_decode_split(monkeypatch: pytest.MonkeyPatch) ->
 def test_report_key_clash_and_observer_failure_are_named(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    install(monkeypatch, "clash", '''
+    install(
+        monkeypatch,
+        "clash",
+        """
 from servesim import hookimpl
 
 @hookimpl
 def servesim_report_extra(report):
     return {"completed": 0}
-''', dist="clash-dist")
+""",
+        dist="clash-dist",
+    )
     assert fail(["run", "--set", "workload.synthetic.num_requests=3"], capsys) == (
         f"plugin clash from clash-dist {VERSION}: report key 'completed' is already set by the report itself"
     )
     monkeypatch.undo()
-    install(monkeypatch, "crash", '''
+    install(
+        monkeypatch,
+        "crash",
+        """
 from servesim import hookimpl
 
 @hookimpl
 def servesim_request_finished(request):
     raise LookupError(f"no bucket for request {request.request_id}")
-''', dist="crash-dist")
+""",
+        dist="crash-dist",
+    )
     assert fail(["run", "--set", "workload.synthetic.num_requests=3"], capsys) == (
         f"plugin crash from crash-dist {VERSION} failed in servesim_request_finished: "
         "LookupError: no bucket for request 0"
     )
 
 
-def test_report_extra_appears_in_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_extra_appears_in_json(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import json
 
-    install(monkeypatch, "extra_only", '''
+    install(
+        monkeypatch,
+        "extra_only",
+        """
 from servesim import hookimpl
 
 @hookimpl
 def servesim_report_extra(report, config):
     return {"cost_usd": round(report["duration"] * 0.001, 6)}
-''', dist="extra-dist")
+""",
+        dist="extra-dist",
+    )
     assert main(["run", "--set", "workload.synthetic.num_requests=3", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["cost_usd"] == round(report["duration"] * 0.001, 6)
@@ -137,7 +159,10 @@ def test_no_observer_no_calls() -> None:
 def test_an_observer_can_sit_a_run_out(monkeypatch: pytest.MonkeyPatch) -> None:
     from servesim.observers import Observers
 
-    mod = install(monkeypatch, "picky_watcher", '''
+    mod = install(
+        monkeypatch,
+        "picky_watcher",
+        """
 from servesim import hookimpl
 
 passes = []
@@ -151,7 +176,9 @@ def servesim_run_started(config):
 @hookimpl
 def servesim_pass_completed(worker_id, end_ms):
     passes.append((worker_id, end_ms))
-''', dist="picky-dist")
+""",
+        dist="picky-dist",
+    )
     one = load_config(None, ["workload.synthetic.num_requests=10"])
     assert Observers.of(one.plugins).run_started(one) is None  # nobody watches: runs stay on
     simulate(one)

@@ -53,8 +53,13 @@ def shaped(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _report(backend: str, timing: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    sets = [f"engine.backend={backend}", f"engine.timing_model.type={timing}",
-            "workload.synthetic.num_requests=120", f"engine.num_gpu_blocks={BLOCKS[backend]}", *extra]
+    sets = [
+        f"engine.backend={backend}",
+        f"engine.timing_model.type={timing}",
+        "workload.synthetic.num_requests=120",
+        f"engine.num_gpu_blocks={BLOCKS[backend]}",
+        *extra,
+    ]
     report = simulate(load_config(None, sets)).report
     del report["config"]
     return report
@@ -77,16 +82,33 @@ def test_default_pass_pricing_is_the_backends_pricing(shaped: Any, backend: str,
 def _one_request(tmp_path: Path, backend: str, timing: str, *sets: str) -> None:
     trace = tmp_path / "one.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 3, "hash_ids": [1]}\n')
-    simulate(load_config(None, [f"workload.trace.path={trace}", "workload.trace.trace_block_size=16",
-                                f"engine.backend={backend}", f"engine.timing_model.type={timing}",
-                                "engine.block_size=4", *sets]))
+    simulate(
+        load_config(
+            None,
+            [
+                f"workload.trace.path={trace}",
+                "workload.trace.trace_block_size=16",
+                f"engine.backend={backend}",
+                f"engine.timing_model.type={timing}",
+                "engine.block_size=4",
+                *sets,
+            ],
+        )
+    )
 
 
 def test_vllm_chunked_prefill_then_decode_shapes(shaped: Any, tmp_path: Path) -> None:
     # aisimulate-engine.md §6.3: a 10-token prompt with a budget of 4 prefills as (1,4,0),
     # (1,8,4), (1,10,8); after a prompt and one sampled token the decode context is prompt + 1.
-    _one_request(tmp_path, "vllm", "recording", "engine.max_num_batched_tokens=4",
-                 "engine.num_layers=32", "engine.num_kv_heads=8", "engine.head_dim=128")
+    _one_request(
+        tmp_path,
+        "vllm",
+        "recording",
+        "engine.max_num_batched_tokens=4",
+        "engine.num_layers=32",
+        "engine.num_kv_heads=8",
+        "engine.head_dim=128",
+    )
     got = [(s.prefill, s.decode, s.active_kv_tokens) for s in shaped.shapes]
     assert got == [
         ((PrefillChunk(4, 0),), (), 0),
@@ -105,17 +127,27 @@ def test_vllm_chunked_prefill_then_decode_shapes(shaped: Any, tmp_path: Path) ->
 def test_sglang_and_trtllm_shapes(shaped: Any, tmp_path: Path) -> None:
     _one_request(tmp_path, "sglang", "recording")
     assert [(s.prefill, s.decode) for s in shaped.shapes] == [
-        ((PrefillChunk(10, 0),), ()), ((), (11,)), ((), (12,))]
+        ((PrefillChunk(10, 0),), ()),
+        ((), (11,)),
+        ((), (12,)),
+    ]
     shaped.shapes.clear()
     _one_request(tmp_path, "trtllm", "recording")
     assert [(s.prefill, s.decode) for s in shaped.shapes] == [
-        ((PrefillChunk(10, 0),), ()), ((), (11,)), ((), (12,))]
+        ((PrefillChunk(10, 0),), ()),
+        ((), (11,)),
+        ((), (12,)),
+    ]
 
 
 @pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
 def test_a_pass_only_model_prices_every_pass_and_declines_runs(shaped: Any, backend: str) -> None:
-    sets = [f"engine.backend={backend}", "engine.timing_model.type=per_token",
-            "workload.synthetic.num_requests=60", f"engine.num_gpu_blocks={BLOCKS[backend]}"]
+    sets = [
+        f"engine.backend={backend}",
+        "engine.timing_model.type=per_token",
+        "workload.synthetic.num_requests=60",
+        f"engine.num_gpu_blocks={BLOCKS[backend]}",
+    ]
     result = simulate(load_config(None, sets))
     assert result.report["completed"] == 60
     assert len(shaped.shapes) == result.passes  # one shape per pass: no run priced passes in bulk
@@ -155,4 +187,6 @@ def test_default_adapter_role_rules() -> None:
     assert model.predict_pass_ms(shape(WorkerType.PREFILL, mixed)) == 10.0
     assert model.predict_pass_ms(shape(WorkerType.DECODE, mixed)) == 0.5
     # equal integer-division means: the prefill call is skipped (§6.3)
-    assert model.predict_pass_ms(shape(WorkerType.AGGREGATED, (PrefillChunk(1, 0), PrefillChunk(0, 0)))) == 0.5
+    assert (
+        model.predict_pass_ms(shape(WorkerType.AGGREGATED, (PrefillChunk(1, 0), PrefillChunk(0, 0)))) == 0.5
+    )

@@ -43,8 +43,10 @@ def test_tee_gives_every_sink_everything_and_closes_each_once() -> None:
 
 
 def test_filter_by_worker_dp_rank_type_and_window() -> None:
-    spec = ("sinks.kv_events=[{type: filter, workers: [0, 1], dp_ranks: [0], event_types: [BlockStored, "
-            "AllBlocksCleared], start_ms: 1.5, end_ms: 9.0, sinks: [{type: memory}]}]")
+    spec = (
+        "sinks.kv_events=[{type: filter, workers: [0, 1], dp_ranks: [0], event_types: [BlockStored, "
+        "AllBlocksCleared], start_ms: 1.5, end_ms: 9.0, sinks: [{type: memory}]}]"
+    )
     (flt,) = _built([spec])["kv_events"]
     _feed(flt, _events())
     (mem,) = flt.sinks
@@ -62,10 +64,13 @@ def test_filter_fpm_by_dp_rank_and_window() -> None:
 
 def test_sample_keeps_every_nth_from_a_seeded_offset() -> None:
     def kept(seed: int) -> list[int]:
-        (smp,) = _built([f"sinks.kv_events=[{{type: sample, every: 3, seed: {seed}, sinks: [{{type: memory}}]}}]"])[
-            "kv_events"]
+        (smp,) = _built(
+            [f"sinks.kv_events=[{{type: sample, every: 3, seed: {seed}, sinks: [{{type: memory}}]}}]"]
+        )["kv_events"]
         for i in range(10):
-            smp.publish(0, float(i), [KvEvent(2 * i, 0, ClearedBlocks()), KvEvent(2 * i + 1, 0, ClearedBlocks())])
+            smp.publish(
+                0, float(i), [KvEvent(2 * i, 0, ClearedBlocks()), KvEvent(2 * i + 1, 0, ClearedBlocks())]
+            )
         return [e.event_id for _, _, e in smp.sinks[0].events]
 
     import random
@@ -79,9 +84,11 @@ def test_sample_keeps_every_nth_from_a_seeded_offset() -> None:
 def test_nested_composition_in_a_run_writes_what_a_plain_sink_writes(tmp_path: Path) -> None:
     plain, a, b = (tmp_path / n for n in ("plain.jsonl", "a.jsonl", "b.jsonl"))
     simulate(load_config(None, [*SMALL, f"sinks.kv_events=[{{type: jsonl, path: {plain}}}]"]))
-    nested = (f"sinks.kv_events=[{{type: tee, sinks: [{{type: jsonl, path: {a}}}, {{type: filter, "
-              f"event_types: [BlockRemoved], sinks: [{{type: jsonl, path: {b}}}]}}]}}, "
-              f"{{type: memory}}]")
+    nested = (
+        f"sinks.kv_events=[{{type: tee, sinks: [{{type: jsonl, path: {a}}}, {{type: filter, "
+        f"event_types: [BlockRemoved], sinks: [{{type: jsonl, path: {b}}}]}}]}}, "
+        f"{{type: memory}}]"
+    )
     simulate(load_config(None, [*SMALL, nested]))
     assert a.read_text() == plain.read_text() and plain.stat().st_size > 0
     removed = [line for line in plain.read_text().splitlines() if json.loads(line)["type"] == "BlockRemoved"]
@@ -89,21 +96,30 @@ def test_nested_composition_in_a_run_writes_what_a_plain_sink_writes(tmp_path: P
 
 
 def test_bad_nested_key_names_its_path(capsys: pytest.CaptureFixture[str]) -> None:
-    spec = ("sinks.kv_events=[{type: tee, sinks: [{type: memory}, {type: filter, "
-            "sinks: [{type: jsonl, path: x, colour: red}]}]}]")
+    spec = (
+        "sinks.kv_events=[{type: tee, sinks: [{type: memory}, {type: filter, "
+        "sinks: [{type: jsonl, path: x, colour: red}]}]}]"
+    )
     assert fail(["run", "--set", spec], capsys) == (
-        f"--set {spec}: sinks.kv_events[0].sinks[1].sinks[0].colour: "
-        "unknown key; expected one of: path"
+        f"--set {spec}: sinks.kv_events[0].sinks[1].sinks[0].colour: unknown key; expected one of: path"
     )
     assert fail(["run", "--set", "sinks.fpm=[{type: tee, sinks: [{type: nope}]}]"], capsys).startswith(
-        "--set sinks.fpm=[{type: tee, sinks: [{type: nope}]}]: sinks.fpm[0].sinks[0].type: unknown fpm_sink 'nope'")
-    assert fail(["run", "--set", "sinks.kv_events=[{type: filter, event_types: [Stored], sinks: [{type: memory}]}]"],
-                capsys).endswith("sinks.kv_events[0].event_types[0]: unknown event type 'Stored'; expected one of "
-                                 "BlockStored, BlockRemoved, AllBlocksCleared")
+        "--set sinks.fpm=[{type: tee, sinks: [{type: nope}]}]: "
+        "sinks.fpm[0].sinks[0].type: unknown fpm_sink 'nope'"
+    )
+    assert fail(
+        ["run", "--set", "sinks.kv_events=[{type: filter, event_types: [Stored], sinks: [{type: memory}]}]"],
+        capsys,
+    ).endswith(
+        "sinks.kv_events[0].event_types[0]: unknown event type 'Stored'; expected one of "
+        "BlockStored, BlockRemoved, AllBlocksCleared"
+    )
 
 
 def test_composite_needs_sinks_and_sample_needs_every() -> None:
-    with pytest.raises(ConfigError, match=r"sinks.kv_events\[0\].sinks: sinks must list at least one sink spec"):
+    with pytest.raises(
+        ConfigError, match=r"sinks.kv_events\[0\].sinks: sinks must list at least one sink spec"
+    ):
         load_config(None, ["sinks.kv_events=[{type: tee, sinks: []}]"])
     with pytest.raises(ConfigError, match=r"sinks.fpm\[0\].every"):
         load_config(None, ["sinks.fpm=[{type: sample, every: 0, sinks: [{type: memory}]}]"])
@@ -117,6 +133,9 @@ def test_trace_shorthand(tmp_path: Path) -> None:
     loaded = load_config(str(short))
     assert loaded.sim.workload.trace.path == str(trace)
     assert loaded.sim.workload.trace.format == "mooncake"
-    assert load_config(str(short), ["workload.trace.trace_block_size=16"]).sim.workload.trace.trace_block_size == 16
+    assert (
+        load_config(str(short), ["workload.trace.trace_block_size=16"]).sim.workload.trace.trace_block_size
+        == 16
+    )
     assert load_config(None, [f"workload.trace={trace}"]).sim.workload.trace.path == str(trace)
     assert simulate(loaded).report["completed"] == 1

@@ -13,7 +13,7 @@ from servesim.plugins import servesim_version
 CORE = f"servesim {servesim_version()}"
 PLUGIN = f"(plugin broken from broken-dist {VERSION})"
 
-SOURCE = '''
+SOURCE = """
 from servesim import hookimpl
 from servesim.replay.routers import RoundRobinRouter
 from servesim.sinks import KvEventSink
@@ -64,7 +64,7 @@ def servesim_register_timing_models(registry):
 @hookimpl
 def servesim_register_routers(registry):
     registry.add("picky", PickyRouter)
-'''
+"""
 
 
 @pytest.fixture
@@ -78,25 +78,33 @@ def _config(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
-def test_validate_constructs_sinks_nested_ones_too(broken: None, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    cfg = _config(tmp_path, "sinks:\n  kv_events:\n    - {type: tee, sinks: [{type: memory}, {type: raising}]}\n")
+def test_validate_constructs_sinks_nested_ones_too(
+    broken: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _config(
+        tmp_path, "sinks:\n  kv_events:\n    - {type: tee, sinks: [{type: memory}, {type: raising}]}\n"
+    )
     assert fail(["validate", cfg], capsys) == (
         f"{cfg}: sinks.kv_events[0].sinks[1]: kv event sink 'raising' failed to start: "
         f"ValueError: no endpoint configured {PLUGIN}"
     )
 
 
-def test_validate_constructs_the_timing_model(broken: None, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_constructs_the_timing_model(
+    broken: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = _config(tmp_path, "engine:\n  timing_model: {type: abstract}\n")
     line = fail(["validate", cfg], capsys)
-    assert line.startswith(f"{cfg}: engine.timing_model: timing model 'abstract' rejected its options: "
-                           "Can't instantiate abstract class AbstractTiming")
+    assert line.startswith(
+        f"{cfg}: engine.timing_model: timing model 'abstract' rejected its options: "
+        "Can't instantiate abstract class AbstractTiming"
+    )
     assert line.endswith(PLUGIN)
 
 
-def test_validate_constructs_the_router(broken: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_constructs_the_router(
+    broken: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = _config(tmp_path, "cluster: {workers: 2, router: picky}\n")
     assert fail(["validate", cfg], capsys) == (
         f"{cfg}: cluster.router: router 'picky' failed to start: KeyError: 'zone' {PLUGIN}"
@@ -122,14 +130,17 @@ def test_validate_creates_no_sink_files(tmp_path: Path, capsys: pytest.CaptureFi
     )
 
 
-def test_a_plugin_failing_during_a_run_is_named(broken: None, tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_plugin_failing_during_a_run_is_named(
+    broken: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = _config(tmp_path, "sinks:\n  kv_events: [{type: flaky}]\n")
     assert main(["validate", cfg]) == 0
     capsys.readouterr()
     line = fail(["run", cfg], capsys)
-    assert line.startswith(f"plugin broken from broken-dist {VERSION} failed during the run: RuntimeError: "
-                           "connection reset (sink FlakySink failed at ")
+    assert line.startswith(
+        f"plugin broken from broken-dist {VERSION} failed during the run: RuntimeError: "
+        "connection reset (sink FlakySink failed at "
+    )
     assert line.endswith(" ms: connection reset)")
     cfg = _config(tmp_path, "engine:\n  timing_model: {type: exploding}\n")
     assert fail(["run", cfg], capsys) == (

@@ -182,7 +182,8 @@ SET_CASES = [
     ("engine.eviction_policy=nope", "engine.eviction_policy: unknown eviction_policy 'nope'; installed: lru"),
     (
         "sinks.kv_events=[{type: nope}]",
-        "sinks.kv_events[0].type: unknown kv_event_sink 'nope'; installed: filter, jsonl, memory, sample, tee",
+        "sinks.kv_events[0].type: unknown kv_event_sink 'nope'; "
+        "installed: filter, jsonl, memory, sample, tee",
     ),
     ("sinks.kv_events.0.path=x", "sinks.kv_events: expected a list, got {'0': {'path': 'x'}}"),
     ("workload.trace.format=nope", "workload.trace.format: unknown trace_format 'nope'; installed: mooncake"),

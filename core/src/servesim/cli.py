@@ -91,7 +91,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from servesim.config.loader import load_config
-
     from servesim.validate import construct_all
 
     loaded = load_config(args.config, args.sets)

@@ -99,8 +99,11 @@ class Observers:
         is left: a plugin whose ``servesim_run_started`` returns False sits the run out
         (its other observer hooks are not called for it)."""
         out = self._call("servesim_run_started", {"config": config})
-        idle = {impl.plugin for impl, (_, result) in zip(self._impls["servesim_run_started"], out, strict=True)
-                if result is False}
+        idle = {
+            impl.plugin
+            for impl, (_, result) in zip(self._impls["servesim_run_started"], out, strict=True)
+            if result is False
+        }
         if not idle:
             return self
         kept = {hook: [i for i in impls if i.plugin not in idle] for hook, impls in self._impls.items()}
@@ -109,10 +112,16 @@ class Observers:
     def pass_completed(
         self, worker_id: int, dp_rank: int, start_ms: float, end_ms: float, effects: PassCompletionEffects
     ) -> None:
-        self._call("servesim_pass_completed", {
-            "worker_id": worker_id, "dp_rank": dp_rank, "start_ms": start_ms, "end_ms": end_ms,
-            "effects": effects,
-        })
+        self._call(
+            "servesim_pass_completed",
+            {
+                "worker_id": worker_id,
+                "dp_rank": dp_rank,
+                "start_ms": start_ms,
+                "end_ms": end_ms,
+                "effects": effects,
+            },
+        )
 
     def request_finished(self, request: FinishedRequest) -> None:
         self._call("servesim_request_finished", {"request": request})
@@ -126,8 +135,10 @@ class Observers:
             if result is None:
                 continue
             if not isinstance(result, Mapping):
-                raise PluginRunError(f"{label}: servesim_report_extra must return a mapping or "
-                                     f"None, got {type(result).__name__}")
+                raise PluginRunError(
+                    f"{label}: servesim_report_extra must return a mapping or "
+                    f"None, got {type(result).__name__}"
+                )
             for key, value in result.items():
                 if not isinstance(key, str):
                     raise PluginRunError(f"{label}: report keys must be strings, got {key!r}")

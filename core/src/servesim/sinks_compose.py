@@ -28,8 +28,13 @@ from attrs import field, frozen, validators
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvEvent, RemovedBlocks, StoredBlocks
 from servesim.sinks import FpmSink, KvEventSink, SinkContext, SinkError
 
-KV_EVENT_TYPES = {StoredBlocks: "BlockStored", RemovedBlocks: "BlockRemoved", ClearedBlocks: "AllBlocksCleared"}
+KV_EVENT_TYPES = {
+    StoredBlocks: "BlockStored",
+    RemovedBlocks: "BlockRemoved",
+    ClearedBlocks: "AllBlocksCleared",
+}
 FPM_EVENT_TYPES = ("ForwardPassMetrics",)
+
 
 def _non_empty(_inst: object, attribute: Any, value: Sequence[Any]) -> None:
     if not value:
@@ -78,11 +83,15 @@ def _check_types(config: FilterConfig, known: Sequence[str], context: SinkContex
         if name not in known:
             raise ConfigError(
                 f"unknown event type {name!r}; expected one of {', '.join(known)}",
-                path=f"{context.path}.event_types[{i}]", source=context.source,
+                path=f"{context.path}.event_types[{i}]",
+                source=context.source,
             )
     if config.start_ms is not None and config.end_ms is not None and config.end_ms < config.start_ms:
-        raise ConfigError(f"must be >= start_ms ({config.start_ms}), got {config.end_ms}",
-                          path=f"{context.path}.end_ms", source=context.source)
+        raise ConfigError(
+            f"must be >= start_ms ({config.start_ms}), got {config.end_ms}",
+            path=f"{context.path}.end_ms",
+            source=context.source,
+        )
 
 
 class _Window:

@@ -30,23 +30,23 @@ def _message(exc: ConfigError) -> str:
     return text
 
 
-def _construct(
-    loaded: LoadedConfig, kind: str, name: str, path: str, build: Callable[[], Any]
-) -> Any:
+def _construct(loaded: LoadedConfig, kind: str, name: str, path: str, build: Callable[[], Any]) -> Any:
     """``build()``, with any failure named by ``path`` and the plugin behind ``name``."""
     label = plugin_label(loaded.plugins, kind, name)
     what = kind.replace("_", " ")
     try:
         return build()
     except ConfigError as exc:
-        raise ConfigError(f"{_message(exc)} ({label})", path=exc.path or path,
-                          source=exc.source or loaded.source) from exc
+        raise ConfigError(
+            f"{_message(exc)} ({label})", path=exc.path or path, source=exc.source or loaded.source
+        ) from exc
     except UserError as exc:
         raise ConfigError(f"{exc} ({label})", path=path, source=loaded.source) from exc
     except Exception as exc:  # the plugin's own code
         raise ConfigError(
             f"{what} {name!r} failed to start: {type(exc).__name__}: {exc} ({label})",
-            path=path, source=loaded.source,
+            path=path,
+            source=loaded.source,
         ) from exc
 
 
@@ -68,8 +68,13 @@ def construct_all(loaded: LoadedConfig) -> None:
     sim = loaded.sim
     _construct(loaded, "timing_model", engine.timing_type, "engine.timing_model", loaded.timing_model)
     # The eviction policy: one instance per KV pool at run time; built once here.
-    _construct(loaded, "eviction_policy", sim.engine.eviction_policy, "engine.eviction_policy",
-               loaded.eviction_factory)
+    _construct(
+        loaded,
+        "eviction_policy",
+        sim.engine.eviction_policy,
+        "engine.eviction_policy",
+        loaded.eviction_factory,
+    )
     for path, overrides in _engine_roles(loaded):
         backend = sim.engine.backend
         if overrides is not None:
@@ -82,7 +87,10 @@ def construct_all(loaded: LoadedConfig) -> None:
     router_class = loaded.plugins.routers().get(cluster.router)
     workers = cluster.prefill_workers or cluster.workers
     _construct(
-        loaded, "router", cluster.router, "cluster.router",
+        loaded,
+        "router",
+        cluster.router,
+        "cluster.router",
         lambda: router_class(workers, sim.engine.dp_size, sim.engine.bs, loaded.router_config),
     )
     built = build_sinks(loaded, validating=True)

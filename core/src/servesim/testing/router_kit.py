@@ -89,8 +89,12 @@ def check_choices_in_range(s: _Subject) -> list[str]:
     bad = []
     for workers, dp in SHAPES:
         for i, choice in enumerate(_drive(s, workers, dp)):
-            valid = (len(choice) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in choice)
-                     and 0 <= choice[0] < workers and 0 <= choice[1] < dp)
+            valid = (
+                len(choice) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in choice)
+                and 0 <= choice[0] < workers
+                and 0 <= choice[1] < dp
+            )
             if not valid:
                 bad.append(f"{workers} workers x dp {dp}: request {i} routed to {choice!r}")
     return bad[:10]
@@ -118,8 +122,10 @@ def check_records_routed(s: _Subject) -> list[str]:
     router.routed(request, worker, rank, state)
     slot = state.slot(worker, rank)
     if state.prefill_tokens[slot] != request.prompt_len:
-        return [f"after routed, slot {slot} holds {state.prefill_tokens[slot]} pending prefill tokens, "
-                f"expected the prompt's {request.prompt_len}"]
+        return [
+            f"after routed, slot {slot} holds {state.prefill_tokens[slot]} pending prefill tokens, "
+            f"expected the prompt's {request.prompt_len}"
+        ]
     return []
 
 
@@ -137,8 +143,9 @@ def check_router(
     router_class: type, config: Any = None, *, skip: Iterable[str] = (), raise_on_failure: bool = True
 ) -> ConformanceReport:
     """Run every router check (minus ``skip``) on ``router_class`` built with ``config``."""
-    return run_checks("router", ROUTER_CHECKS, _Subject(router_class, config), skip=skip,
-                      raise_on_failure=raise_on_failure)
+    return run_checks(
+        "router", ROUTER_CHECKS, _Subject(router_class, config), skip=skip, raise_on_failure=raise_on_failure
+    )
 
 
 __all__ = ["ROUTER_CHECKS", "check_router", "kit_requests"]

@@ -53,15 +53,27 @@ def kv_stream() -> Stream:
 
 def fpm_stream() -> Stream:
     return [
-        (w, t, ForwardPassMetrics(worker_id=w, dp_rank=d, counter_id=i, num_prefill_requests=i,
-                                  sum_prefill_tokens=100 * i, num_decode_requests=3, duration_ms=t))
+        (
+            w,
+            t,
+            ForwardPassMetrics(
+                worker_id=w,
+                dp_rank=d,
+                counter_id=i,
+                num_prefill_requests=i,
+                sum_prefill_tokens=100 * i,
+                num_decode_requests=3,
+                duration_ms=t,
+            ),
+        )
         for i, (w, d, t) in enumerate([(0, 0, 1.0), (0, 1, 1.0), (1, 0, 2.5), (0, 0, 4.0)])
     ]
 
 
 class _Subject:
-    def __init__(self, make: MakeSink, base: type, stream: Callable[[], Stream],
-                 read_back: Callable[[Any], Any] | None) -> None:
+    def __init__(
+        self, make: MakeSink, base: type, stream: Callable[[], Stream], read_back: Callable[[Any], Any] | None
+    ) -> None:
         self.make = make
         self.base = base
         self.stream = stream
@@ -140,8 +152,11 @@ SINK_CHECKS = {
 
 
 def check_kv_event_sink(
-    make_sink: MakeSink, *, read_back: Callable[[Any], Any] | None = None,
-    skip: Iterable[str] = (), raise_on_failure: bool = True,
+    make_sink: MakeSink,
+    *,
+    read_back: Callable[[Any], Any] | None = None,
+    skip: Iterable[str] = (),
+    raise_on_failure: bool = True,
 ) -> ConformanceReport:
     """Run every sink check (minus ``skip``) on KV-event sinks from ``make_sink``."""
     subject = _Subject(make_sink, KvEventSink, kv_stream, read_back)
@@ -149,8 +164,11 @@ def check_kv_event_sink(
 
 
 def check_fpm_sink(
-    make_sink: MakeSink, *, read_back: Callable[[Any], Any] | None = None,
-    skip: Iterable[str] = (), raise_on_failure: bool = True,
+    make_sink: MakeSink,
+    *,
+    read_back: Callable[[Any], Any] | None = None,
+    skip: Iterable[str] = (),
+    raise_on_failure: bool = True,
 ) -> ConformanceReport:
     """Run every sink check (minus ``skip``) on forward-pass-metric sinks from ``make_sink``."""
     subject = _Subject(make_sink, FpmSink, fpm_stream, read_back)

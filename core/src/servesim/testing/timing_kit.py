@@ -35,11 +35,20 @@ from servesim.timing.shape import EngineGeometry, PassShape, PrefillChunk, price
 
 MakeModel = Callable[[], Any]
 TOTAL_KV = 64 * 1024
-PREFILL_GRID = [(b, isl, p) for b in (1, 2, 7, 64) for isl in (1, 16, 513, 8192) for p in (0, isl // 2, isl - 1)]
+PREFILL_GRID = [
+    (b, isl, p) for b in (1, 2, 7, 64) for isl in (1, 16, 513, 8192) for p in (0, isl // 2, isl - 1)
+]
 DECODE_GRID = [(b, ctx) for b in (1, 3, 32, 256) for ctx in (1, 17, 1024, 16384)]
 GEOMETRY = EngineGeometry(
-    num_layers=32, num_kv_heads=8, head_dim=128, kv_dtype_bytes=2.0, kv_bytes_per_token=131072.0,
-    block_size=16, num_gpu_blocks=TOTAL_KV // 16, max_num_seqs=256, max_num_batched_tokens=8192,
+    num_layers=32,
+    num_kv_heads=8,
+    head_dim=128,
+    kv_dtype_bytes=2.0,
+    kv_bytes_per_token=131072.0,
+    block_size=16,
+    num_gpu_blocks=TOTAL_KV // 16,
+    max_num_seqs=256,
+    max_num_batched_tokens=8192,
     dp_size=1,
 )
 
@@ -63,8 +72,10 @@ def _shape(role: WorkerType, chunks: tuple[PrefillChunk, ...], decode: tuple[int
 
 def _two_methods(model: Any) -> bool:
     cls = type(model)
-    return (cls.predict_prefill_ms is not TimingModel.predict_prefill_ms
-            and cls.predict_decode_ms is not TimingModel.predict_decode_ms)
+    return (
+        cls.predict_prefill_ms is not TimingModel.predict_prefill_ms
+        and cls.predict_decode_ms is not TimingModel.predict_decode_ms
+    )
 
 
 def _calls(model: Any) -> list[tuple[str, Callable[[], Any]]]:
@@ -72,8 +83,13 @@ def _calls(model: Any) -> list[tuple[str, Callable[[], Any]]]:
     out: list[tuple[str, Callable[[], Any]]] = []
     if _two_methods(model):
         out += [(f"predict_prefill_ms{a}", lambda a=a: model.predict_prefill_ms(*a)) for a in PREFILL_GRID]
-        out += [(f"predict_decode_ms{(b, b * c, c, TOTAL_KV)}",
-                 lambda b=b, c=c: model.predict_decode_ms(b, b * c, c, TOTAL_KV)) for b, c in DECODE_GRID]
+        out += [
+            (
+                f"predict_decode_ms{(b, b * c, c, TOTAL_KV)}",
+                lambda b=b, c=c: model.predict_decode_ms(b, b * c, c, TOTAL_KV),
+            )
+            for b, c in DECODE_GRID
+        ]
     for i, shape in enumerate(sample_shapes()):
         out.append((f"predict_pass_ms(sample shape {i})", lambda s=shape: model.predict_pass_ms(s)))
     return out
@@ -91,7 +107,12 @@ def check_is_timing_model(make: MakeModel) -> list[str]:
 def check_durations_valid(make: MakeModel) -> list[str]:
     bad = []
     for label, value in _values(make()):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
             bad.append(f"{label} returned {value!r}, not a finite number >= 0")
     return bad[:10]
 
@@ -151,7 +172,9 @@ def _methods_price(model: Any, shape: PassShape) -> float:
             prefill = scaled_ms(model.predict_prefill_ms(n, isl, prefix), shape.speedup_ratio)
     m = len(shape.decode)
     if m and shape.worker_type is not WorkerType.PREFILL:
-        raw = model.predict_decode_ms(m, shape.active_kv_tokens, sum(shape.decode) // m, shape.total_kv_tokens)
+        raw = model.predict_decode_ms(
+            m, shape.active_kv_tokens, sum(shape.decode) // m, shape.total_kv_tokens
+        )
         decode = scaled_ms(raw, shape.decode_speedup)
     return prefill + decode
 

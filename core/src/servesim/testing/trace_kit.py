@@ -43,9 +43,17 @@ class _Subject:
 
 def _summary(workload: Workload) -> list[tuple[Any, ...]]:
     return [
-        (s.session_id, s.start_ms, t.request_id, t.delay_ms, t.input_length, t.output_length,
-         list(t.prompt.tokens(0, min(t.input_length, 64))))
-        for s in workload.sessions for t in s.turns
+        (
+            s.session_id,
+            s.start_ms,
+            t.request_id,
+            t.delay_ms,
+            t.input_length,
+            t.output_length,
+            list(t.prompt.tokens(0, min(t.input_length, 64))),
+        )
+        for s in workload.sessions
+        for t in s.turns
     ]
 
 
@@ -119,8 +127,13 @@ TRACE_CHECKS = {
 
 
 def check_trace_format(
-    reader: Any, good_path: str, malformed_path: str | None = None, *, trace_block_size: int = 16,
-    skip: Iterable[str] = (), raise_on_failure: bool = True,
+    reader: Any,
+    good_path: str,
+    malformed_path: str | None = None,
+    *,
+    trace_block_size: int = 16,
+    skip: Iterable[str] = (),
+    raise_on_failure: bool = True,
 ) -> ConformanceReport:
     """Run every trace-format check (minus ``skip``) on ``reader`` with the sample files."""
     subject = _Subject(reader, good_path, malformed_path, trace_block_size)

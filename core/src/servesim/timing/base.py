@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from servesim.timing.shape import PassShape
 
 
-class TimingModel(ABC):
+class TimingModel(ABC):  # noqa: B024 - either contract will do; __new__ refuses neither
     """Predicts forward-pass durations. Register subclasses through
     ``servesim_register_timing_models``; ``config_class`` (an attrs class or None) validates
     the model's parameters from ``engine.timing_model``."""

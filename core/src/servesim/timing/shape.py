@@ -159,13 +159,22 @@ class ShapePricer:
         """A pricer when ``timing`` prices whole passes, else None (the two-method path)."""
         return cls(timing, config, dp_rank) if prices_pass_shapes(timing) else None
 
-    def price(self, prefill: list[PrefillChunk], decode: list[int], active_kv_tokens: int,
-              total_kv_tokens: int) -> float:
+    def price(
+        self, prefill: list[PrefillChunk], decode: list[int], active_kv_tokens: int, total_kv_tokens: int
+    ) -> float:
         """The pass's duration in ms, rounded to whole nanoseconds; a non-finite or negative
         result is an error, as for the two methods."""
         shape = PassShape(
-            self.backend, self.worker_type, self.dp_rank, self.geometry, tuple(prefill),
-            tuple(decode), active_kv_tokens, total_kv_tokens, self.speedup, self.decode_speedup,
+            self.backend,
+            self.worker_type,
+            self.dp_rank,
+            self.geometry,
+            tuple(prefill),
+            tuple(decode),
+            active_kv_tokens,
+            total_kv_tokens,
+            self.speedup,
+            self.decode_speedup,
         )
         ms = self.timing.predict_pass_ms(shape)
         if not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms < 0:

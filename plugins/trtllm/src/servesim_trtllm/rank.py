@@ -43,8 +43,8 @@ from servesim.handoff import HandoffBook, suppress_request
 from servesim.kv.pool import BlockPool
 from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
 from servesim.runs import RankRun, RunEffects
-
 from servesim.timing.shape import PrefillChunk, ShapePricer
+
 from servesim_trtllm import runs as _runs
 from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig, effective_limits, validate
 from servesim_trtllm.core import TrtCore
@@ -248,7 +248,9 @@ class TrtllmRank(Rank):
             base = (members, total, sq)
             priced += members
             kv_tokens += total
-        decode_ms = 0.0 if worker is WorkerType.PREFILL or shapes is not None else core.decode_ms(priced, kv_tokens)
+        decode_ms = 0.0
+        if worker is not WorkerType.PREFILL and shapes is None:
+            decode_ms = core.decode_ms(priced, kv_tokens)
         outputs = OutputBatch()
         for r in work.rejected:
             outputs.completed.append(r.rid)

@@ -40,10 +40,10 @@ from servesim.timing.base import scaled_ms
 from servesim_vllm import behaviour as _behaviour
 from servesim_vllm import runs as _runs
 from servesim_vllm import steady as _steady
-from servesim_vllm.shape import shaped_pass_ms
 from servesim_vllm.config import VllmConfig
 from servesim_vllm.handoff import VllmHandoffAdapter, head_blocked_externally
 from servesim_vllm.scheduler import PassResult, VllmScheduler
+from servesim_vllm.shape import shaped_pass_ms
 
 
 @attrs.define(slots=True)

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 
 def shaped_pass_ms(sched: VllmScheduler, res: PassResult) -> tuple[float, bool]:
     """The pass's duration from the model's ``predict_pass_ms``, and whether it prefilled."""
-    chunks = [PrefillChunk(w.prompt_tokens, w.prefix_tokens) for w in res.work.values() if w.prompt_tokens > 0]
+    chunks = [
+        PrefillChunk(w.prompt_tokens, w.prefix_tokens) for w in res.work.values() if w.prompt_tokens > 0
+    ]
     work = res.work
     priced = res.priced or {}
     decode = []
