@@ -67,14 +67,11 @@ def construct_all(loaded: LoadedConfig) -> None:
     engine = loaded.engine
     sim = loaded.sim
     _construct(loaded, "timing_model", engine.timing_type, "engine.timing_model", loaded.timing_model)
-    # The eviction policy: one instance per KV pool at run time; built once here.
-    _construct(
-        loaded,
-        "eviction_policy",
-        sim.engine.eviction_policy,
-        "engine.eviction_policy",
-        loaded.eviction_factory,
-    )
+    # The eviction policy: one instance per KV pool at run time; built once here. Whether the
+    # backend can honour it belongs to the backend's validate_config (checked while loading).
+    policy = sim.engine.eviction_policy
+    policy_name = policy if isinstance(policy, str) else policy.get("type", "lru")
+    _construct(loaded, "eviction_policy", policy_name, "engine.eviction_policy", loaded.eviction_factory)
     for path, overrides in _engine_roles(loaded):
         backend = sim.engine.backend
         if overrides is not None:

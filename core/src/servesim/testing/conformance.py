@@ -89,7 +89,8 @@ class ConformanceReport:
 
     checks: list[str] = field(factory=list)
     failures: list[str] = field(factory=list)
-    kind: str = "rank"
+    #: What was checked, for the failure message ("rank", "eviction policy", ...).
+    subject: str = "rank"
 
     @property
     def ok(self) -> bool:
@@ -98,7 +99,7 @@ class ConformanceReport:
     def raise_if_failed(self) -> None:
         if self.failures:
             lines = "\n  - ".join(self.failures)
-            raise AssertionError(f"{self.kind} conformance failed ({len(self.failures)}):\n  - {lines}")
+            raise AssertionError(f"{self.subject} conformance failed ({len(self.failures)}):\n  - {lines}")
 
 
 # --------------------------------------------------------------------------- workload

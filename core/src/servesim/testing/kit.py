@@ -29,7 +29,7 @@ def run_checks(
     unknown = skipped - set(checks)
     if unknown:
         raise ValueError(f"unknown checks {sorted(unknown)}; known: {', '.join(checks)}")
-    report = ConformanceReport(kind=what)
+    report = ConformanceReport(subject=what)
     for name, check in checks.items():
         if name in skipped:
             continue
