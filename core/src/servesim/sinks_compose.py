@@ -123,153 +123,136 @@ def _close_all(sinks: Sequence[Any]) -> None:
         raise first
 
 
-def _offset(config: SampleConfig) -> int:
-    return random.Random(config.seed).randrange(config.every)
+class _Wrapping:
+    """What every composing sink shares: the wrapped sinks, built from ``config.sinks``;
+    closing each of them once; refusing to publish after close."""
+
+    label = "tee"
+    config_class: Any = TeeConfig
+
+    def __init__(self, sinks: Sequence[Any], config: Any = None) -> None:
+        self.sinks = list(sinks)
+        self.closed = False
+        self.setup(config)
+
+    def setup(self, config: Any) -> None:
+        """Read the options (a tee has none beyond its sinks)."""
+
+    @classmethod
+    def check(cls, config: Any, context: SinkContext) -> None:
+        """Reject options the config class alone cannot (a filter's event types)."""
+
+    @classmethod
+    def from_config(cls, config: Any, context: SinkContext) -> Any:
+        cls.check(config, context)
+        return cls(context.build_all(config.sinks, "sinks"), config)
+
+    def _open(self) -> None:
+        if self.closed:
+            raise SinkError(f"{self.label} sink: publish after close")
+
+    def close(self) -> None:
+        self.closed = True
+        _close_all(self.sinks)
+
+
+class _Filtering(_Wrapping):
+    label = "filter"
+    config_class = FilterConfig
+    event_types: tuple[str, ...] = ()
+
+    def setup(self, config: FilterConfig) -> None:
+        self.window = _Window(config)
+        self.types = None if config.event_types is None else frozenset(config.event_types)
+
+    @classmethod
+    def check(cls, config: FilterConfig, context: SinkContext) -> None:
+        _check_types(config, cls.event_types, context)
+
+
+class _Sampling(_Wrapping):
+    label = "sample"
+    config_class = SampleConfig
+
+    def setup(self, config: SampleConfig) -> None:
+        self.every = config.every
+        self.offset = random.Random(config.seed).randrange(config.every)
+        self.seen = 0
 
 
 # --------------------------------------------------------------------------- KV events
 
 
-class TeeKvEventSink(KvEventSink):
-    config_class = TeeConfig
-
-    def __init__(self, sinks: Sequence[KvEventSink]) -> None:
-        self.sinks = list(sinks)
-        self.closed = False
-
-    @classmethod
-    def from_config(cls, config: TeeConfig, context: SinkContext) -> TeeKvEventSink:
-        return cls(context.build_all(config.sinks, "sinks"))
-
+class TeeKvEventSink(_Wrapping, KvEventSink):
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
+        self._open()
         for sink in self.sinks:
             sink.publish(worker_id, at_ms, events)
 
-    def close(self) -> None:
-        self.closed = True
-        _close_all(self.sinks)
 
-
-class FilterKvEventSink(TeeKvEventSink):
-    config_class = FilterConfig  # type: ignore[assignment]
-
-    def __init__(self, sinks: Sequence[KvEventSink], config: FilterConfig) -> None:
-        super().__init__(sinks)
-        self.window = _Window(config)
-        self.dp_ranks = self.window.dp_ranks
-        self.types = None if config.event_types is None else frozenset(config.event_types)
-
-    @classmethod
-    def from_config(cls, config: FilterConfig, context: SinkContext) -> FilterKvEventSink:  # type: ignore[override]
-        _check_types(config, tuple(KV_EVENT_TYPES.values()), context)
-        return cls(context.build_all(config.sinks, "sinks"), config)
+class FilterKvEventSink(_Filtering, KvEventSink):
+    event_types = tuple(KV_EVENT_TYPES.values())
 
     def _keeps(self, event: KvEvent) -> bool:
-        if self.dp_ranks is not None and event.dp_rank not in self.dp_ranks:
+        dp_ranks = self.window.dp_ranks
+        if dp_ranks is not None and event.dp_rank not in dp_ranks:
             return False
         return self.types is None or KV_EVENT_TYPES.get(type(event.data)) in self.types
 
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
-        if self.closed:
-            raise SinkError("filter kv-event sink: publish after close")
+        self._open()
         if not self.window.admits(worker_id, at_ms):
             return
         kept = [e for e in events if self._keeps(e)]
         if kept:
-            super().publish(worker_id, at_ms, kept)
+            for sink in self.sinks:
+                sink.publish(worker_id, at_ms, kept)
 
 
-class SampleKvEventSink(TeeKvEventSink):
-    config_class = SampleConfig  # type: ignore[assignment]
-
-    def __init__(self, sinks: Sequence[KvEventSink], config: SampleConfig) -> None:
-        super().__init__(sinks)
-        self.every = config.every
-        self.offset = _offset(config)
-        self.seen = 0
-
-    @classmethod
-    def from_config(cls, config: SampleConfig, context: SinkContext) -> SampleKvEventSink:  # type: ignore[override]
-        return cls(context.build_all(config.sinks, "sinks"), config)
-
+class SampleKvEventSink(_Sampling, KvEventSink):
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
-        if self.closed:
-            raise SinkError("sample kv-event sink: publish after close")
+        self._open()
         start, every, offset = self.seen, self.every, self.offset
         self.seen = start + len(events)
         kept = [e for i, e in enumerate(events, start) if i % every == offset]
         if kept:
-            super().publish(worker_id, at_ms, kept)
+            for sink in self.sinks:
+                sink.publish(worker_id, at_ms, kept)
 
 
 # --------------------------------------------------------------------------- forward-pass metrics
 
 
-class TeeFpmSink(FpmSink):
-    config_class = TeeConfig
-
-    def __init__(self, sinks: Sequence[FpmSink]) -> None:
-        self.sinks = list(sinks)
-        self.closed = False
-
-    @classmethod
-    def from_config(cls, config: TeeConfig, context: SinkContext) -> TeeFpmSink:
-        return cls(context.build_all(config.sinks, "sinks"))
-
+class TeeFpmSink(_Wrapping, FpmSink):
     def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
+        self._open()
         for sink in self.sinks:
             sink.publish(worker_id, at_ms, metrics)
 
-    def close(self) -> None:
-        self.closed = True
-        _close_all(self.sinks)
 
-
-class FilterFpmSink(TeeFpmSink):
-    config_class = FilterConfig  # type: ignore[assignment]
-
-    def __init__(self, sinks: Sequence[FpmSink], config: FilterConfig) -> None:
-        super().__init__(sinks)
-        self.window = _Window(config)
-        # The only FPM type is ForwardPassMetrics: an empty list lets nothing through.
-        self.none = config.event_types is not None and not config.event_types
-
-    @classmethod
-    def from_config(cls, config: FilterConfig, context: SinkContext) -> FilterFpmSink:  # type: ignore[override]
-        _check_types(config, FPM_EVENT_TYPES, context)
-        return cls(context.build_all(config.sinks, "sinks"), config)
+class FilterFpmSink(_Filtering, FpmSink):
+    event_types = FPM_EVENT_TYPES
 
     def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
-        if self.closed:
-            raise SinkError("filter fpm sink: publish after close")
+        self._open()
         window = self.window
-        if self.none or not window.admits(worker_id, at_ms):
+        # The only FPM type is ForwardPassMetrics: an empty list lets nothing through.
+        if self.types is not None and not self.types or not window.admits(worker_id, at_ms):
             return
         if window.dp_ranks is not None and metrics.dp_rank not in window.dp_ranks:
             return
-        super().publish(worker_id, at_ms, metrics)
+        for sink in self.sinks:
+            sink.publish(worker_id, at_ms, metrics)
 
 
-class SampleFpmSink(TeeFpmSink):
-    config_class = SampleConfig  # type: ignore[assignment]
-
-    def __init__(self, sinks: Sequence[FpmSink], config: SampleConfig) -> None:
-        super().__init__(sinks)
-        self.every = config.every
-        self.offset = _offset(config)
-        self.seen = 0
-
-    @classmethod
-    def from_config(cls, config: SampleConfig, context: SinkContext) -> SampleFpmSink:  # type: ignore[override]
-        return cls(context.build_all(config.sinks, "sinks"), config)
-
+class SampleFpmSink(_Sampling, FpmSink):
     def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
-        if self.closed:
-            raise SinkError("sample fpm sink: publish after close")
+        self._open()
         index = self.seen
         self.seen = index + 1
         if index % self.every == self.offset:
-            super().publish(worker_id, at_ms, metrics)
+            for sink in self.sinks:
+                sink.publish(worker_id, at_ms, metrics)
 
 
 __all__ = [
