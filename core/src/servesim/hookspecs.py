@@ -46,6 +46,8 @@ def servesim_register_timing_models(registry: Registry) -> None:
 
     :param registry: the ``timing_model`` registry; ``engine.timing_model.type`` selects one,
         and the other keys of ``engine.timing_model`` are structured into its ``config_class``.
+        A model implements ``predict_prefill_ms`` and ``predict_decode_ms`` (batch means) or
+        ``predict_pass_ms(shape)`` (a pass's full :class:`~servesim.timing.shape.PassShape`).
     """
 
 
@@ -62,7 +64,9 @@ def servesim_register_kv_event_sinks(registry: Registry) -> None:
     """Register KV-event sinks: ``registry.add(name, KvEventSinkSubclass)``.
 
     :param registry: the ``kv_event_sink`` registry; entries of ``sinks.kv_events`` select one
-        by ``type`` and configure it with the remaining keys.
+        by ``type`` and configure it with the remaining keys. The class's
+        ``from_config(config, context)`` builds it; a composing sink builds the sinks it wraps
+        through ``context`` (:class:`servesim.sinks.SinkContext`).
     """
 
 
