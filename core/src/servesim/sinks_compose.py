@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from attrs import field, frozen, validators
 
@@ -45,7 +45,7 @@ def _specs() -> Any:
     return field(validator=_non_empty)
 
 
-_ints = validators.optional(validators.deep_iterable(validators.instance_of(int)))
+_ints: Any = validators.optional(validators.deep_iterable(validators.instance_of(int)))
 
 
 @frozen(kw_only=True)
@@ -128,7 +128,7 @@ class _Wrapping:
     closing each of them once; refusing to publish after close."""
 
     label = "tee"
-    config_class: Any = TeeConfig
+    config_class: ClassVar[type | None] = TeeConfig
 
     def __init__(self, sinks: Sequence[Any], config: Any = None) -> None:
         self.sinks = list(sinks)
@@ -158,7 +158,7 @@ class _Wrapping:
 
 class _Filtering(_Wrapping):
     label = "filter"
-    config_class = FilterConfig
+    config_class: ClassVar[type | None] = FilterConfig
     event_types: tuple[str, ...] = ()
 
     def setup(self, config: FilterConfig) -> None:
@@ -172,7 +172,7 @@ class _Filtering(_Wrapping):
 
 class _Sampling(_Wrapping):
     label = "sample"
-    config_class = SampleConfig
+    config_class: ClassVar[type | None] = SampleConfig
 
     def setup(self, config: SampleConfig) -> None:
         self.every = config.every

@@ -11,6 +11,7 @@ pass, no trace replay, and sinks are built with ``validating=True``, so they cre
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +80,7 @@ def construct_all(loaded: LoadedConfig) -> None:
             backend = factory.config.backend
         else:
             factory = loaded.engine_factory()
-        _construct(loaded, "backend", backend, f"{path}.backend", lambda f=factory: f.build(0))
+        _construct(loaded, "backend", backend, f"{path}.backend", functools.partial(factory.build, 0))
     cluster = sim.cluster
     router_class = loaded.plugins.routers().get(cluster.router)
     workers = cluster.prefill_workers or cluster.workers

@@ -67,7 +67,7 @@ def _drive(s: _Subject, workers: int, dp: int, problems: list[str] | None = None
         choice = router.select(request, offered, state)
         if problems is not None and _snapshot(state) != before:
             problems.append(f"select changed the cluster state (request {request.request_id})")
-        chosen.append(tuple(choice))  # type: ignore[arg-type]
+        chosen.append(tuple(choice))
         worker, rank = choice
         router.routed(request, worker, rank, state)
         if router.wants_kv_events:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -82,16 +83,12 @@ def _calls(model: Any) -> list[tuple[str, Callable[[], Any]]]:
     """Every duration the kit asks for, labelled by its inputs, as calls not yet made."""
     out: list[tuple[str, Callable[[], Any]]] = []
     if _two_methods(model):
-        out += [(f"predict_prefill_ms{a}", lambda a=a: model.predict_prefill_ms(*a)) for a in PREFILL_GRID]
-        out += [
-            (
-                f"predict_decode_ms{(b, b * c, c, TOTAL_KV)}",
-                lambda b=b, c=c: model.predict_decode_ms(b, b * c, c, TOTAL_KV),
-            )
-            for b, c in DECODE_GRID
-        ]
+        out += [(f"predict_prefill_ms{a}", partial(model.predict_prefill_ms, *a)) for a in PREFILL_GRID]
+        for b, c in DECODE_GRID:
+            args = (b, b * c, c, TOTAL_KV)
+            out.append((f"predict_decode_ms{args}", partial(model.predict_decode_ms, *args)))
     for i, shape in enumerate(sample_shapes()):
-        out.append((f"predict_pass_ms(sample shape {i})", lambda s=shape: model.predict_pass_ms(s)))
+        out.append((f"predict_pass_ms(sample shape {i})", partial(model.predict_pass_ms, shape)))
     return out
 
 

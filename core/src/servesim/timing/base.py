@@ -36,7 +36,7 @@ class TimingModel(ABC):  # noqa: B024 - either contract will do; __new__ refuses
     @classmethod
     def from_config(cls, config: Any) -> TimingModel:
         """Build from the structured ``config_class`` instance (None when there is none)."""
-        return cls() if config is None else cls(config)  # type: ignore[call-arg]
+        return cls() if config is None else cls(config)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> TimingModel:
         # Either contract will do; a class that gives neither cannot be built, with the

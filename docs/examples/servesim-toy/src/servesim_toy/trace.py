@@ -18,7 +18,7 @@ class CsvTrace:
                 lines = fh.read().splitlines()
         except OSError as exc:
             raise TraceError(f"cannot read: {exc.strerror or exc}", file=path) from None
-        sessions = []
+        sessions: list[Session] = []
         for number, line in enumerate(lines, 1):
             if not line.strip() or line.startswith("timestamp_ms"):
                 continue
