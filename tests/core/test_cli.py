@@ -49,7 +49,9 @@ def test_plugins_table_lists_every_kind_and_plugin(capsys: pytest.CaptureFixture
     backend_rows = lines[lines.index("backend:") + 1 : lines.index("timing_model:")]
     assert ["toy", "plugin", "toy", "(servesim-toy", f"{version})"] in [row.split() for row in backend_rows]
     assert any(line.split()[:3] == ["lru", "plugin", "servesim.builtins.kv"] for line in lines)
-    assert f"  toy  (servesim-toy {version}): register_backends, register_timing_models" in lines
+    assert (f"  toy  (servesim-toy {version}): add_commands, pass_completed, register_backends, "
+            "register_kv_event_sinks, register_routers, register_timing_models, register_trace_formats, "
+            "report_extra, run_started") in lines
 
 
 def test_plugins_json(capsys: pytest.CaptureFixture[str]) -> None:

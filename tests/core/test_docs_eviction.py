@@ -15,7 +15,7 @@ LINEAGE = ROOT / "plugins" / "lineage" / "src" / "servesim_lineage"
 
 
 def _section() -> str:
-    start = PAGE.index("\n## An eviction policy\n")
+    start = PAGE.index("\n## 5. Eviction policy\n")
     nxt = PAGE.find("\n## ", start + 1)
     return PAGE[start : nxt if nxt > 0 else len(PAGE)]
 

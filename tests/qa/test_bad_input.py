@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 from servesim.cli import main
+from servesim.plugins import servesim_version
+
+VERSION = servesim_version()
 
 GOOD = {"timestamp": 0, "input_length": 100, "output_length": 3, "hash_ids": [1]}
 SMALL = ["--set", "workload.synthetic.num_requests=2"]
@@ -179,7 +182,8 @@ SET_CASES = [
     ("engine.eviction_policy=nope", "engine.eviction_policy: unknown eviction_policy 'nope'; installed: lfu, lineage, lru, multi_lru"),
     (
         "sinks.kv_events=[{type: nope}]",
-        "sinks.kv_events[0].type: unknown kv_event_sink 'nope'; installed: jsonl",
+        "sinks.kv_events[0].type: unknown kv_event_sink 'nope'; "
+        "installed: filter, jsonl, memory, sample, tee",
     ),
     ("sinks.kv_events.0.path=x", "sinks.kv_events: expected a list, got {'0': {'path': 'x'}}"),
     ("workload.trace.format=nope", "workload.trace.format: unknown trace_format 'nope'; installed: mooncake"),
@@ -281,7 +285,9 @@ def test_unwritable_outputs_fail_before_the_run(tmp_path: Path, capsys: pytest.C
     )
     for kind in ("kv_events", "fpm"):
         sink = f"sinks.{kind}=[{{type: jsonl, path: {bad}}}]"
-        assert fail(["run", *SMALL, "--set", sink], capsys).endswith(f"{bad!r}: cannot open: Not a directory")
+        assert fail(["run", *SMALL, "--set", sink], capsys).endswith(
+            f"{bad!r}: cannot open: Not a directory (plugin servesim.builtins.sinks from servesim {VERSION})"
+        )
 
 
 def test_missing_output_folders_are_created(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

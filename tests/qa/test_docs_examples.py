@@ -152,3 +152,18 @@ def test_run_usage_block_matches_the_parser(capsys: pytest.CaptureFixture[str]) 
     real = set(re.findall(r"(--[a-z-]+)", help_text)) - {"--help"}
     assert documented == real
     assert all(f"| `{flag}" in doc for flag in real)
+
+
+def test_configuration_composing_sinks_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The composing-sinks example of configuration.md, on a small two-worker run."""
+    body = next(b for _, b in blocks(ROOT / "docs" / "configuration.md", "yaml") if "type: tee" in b)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sim.yaml").write_text(body + "cluster: {workers: 2}\nengine: {num_gpu_blocks: 60}\n"
+                                       "workload: {synthetic: {num_requests: 40}}\n")
+    assert main(["run", "sim.yaml", "--quiet"]) == 0
+    out = tmp_path / "out"
+    every = [json.loads(line) for line in (out / "kv_events.jsonl").read_text().splitlines()]
+    removed = [json.loads(line) for line in (out / "worker0_removed.jsonl").read_text().splitlines()]
+    assert removed == [e for e in every if e["worker"] == 0 and e["type"] == "BlockRemoved"] and removed
+    sampled = (out / "fpm_sample.jsonl").read_text().splitlines()
+    assert sampled and all(json.loads(line)["type"] == "ForwardPassMetrics" for line in sampled)

@@ -103,10 +103,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from servesim.config.loader import load_config
+    from servesim.validate import construct_all
 
     loaded = load_config(args.config, args.sets)
     args.config = loaded.source
-    loaded.timing_model()  # a timing model may reject its options only when built
+    construct_all(loaded)  # a plugin may reject its options only when built
     sim = loaded.sim
     trace = sim.workload.trace
     if trace is not None:

@@ -24,6 +24,7 @@ from servesim.contract import (
 from servesim.errors import EngineError, EnginePoisoned
 from servesim.rank import NO_RETRY_HINT, CommandContext, Rank, RankIdentity, RetryHint
 from servesim.runs import EngineRunCompleted, EngineRunStarted, check_run
+from servesim.timing.shape import prices_pass_shapes
 
 
 @frozen(slots=True)
@@ -85,6 +86,10 @@ class Engine:
         # The common dp_size-1 engine: the group logic reduces to its one rank, and the
         # per-pass methods below take a direct path (same calls, in the same order).
         self._single: Rank | None = self.ranks[0] if self.dp_size == 1 else None
+        # A timing model that prices whole passes is priced pass by pass: runs price many
+        # passes at once through the two-method contract (servesim.timing.shape).
+        services = getattr(self.ranks[0], "services", None)
+        self._runs_allowed = not prices_pass_shapes(getattr(services, "timing", None))
 
     @classmethod
     def build(
@@ -324,7 +329,7 @@ class Engine:
         validate_time("now_ms", now_ms)
         if self._pending is not None:
             raise EngineError(f"engine {self.worker_id}: a pass is already in flight")
-        if self.dp_size != 1 or not now_ms < horizon_ms or max_passes < 1:
+        if self.dp_size != 1 or not now_ms < horizon_ms or max_passes < 1 or not self._runs_allowed:
             return None
         rank = self.ranks[0]
         if not rank.is_ready() or rank.waiting_for_external_command():

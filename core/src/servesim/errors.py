@@ -41,6 +41,11 @@ class PluginError(UserError):
     """Plugin discovery or registration failed (duplicate or unknown names, bad hooks)."""
 
 
+class PluginRunError(UserError):
+    """An installed plugin raised during a run; the message names the plugin and its
+    distribution, and ``__cause__`` keeps the original exception."""
+
+
 class EngineError(SimError):
     """Misuse of the engine contract (bad time, wrong pass id, pass already in flight)."""
 

@@ -1,20 +1,32 @@
 """Every servesim hook, typed and documented (style-anchors.md rule 1).
 
-Each hook receives a :class:`servesim.registry.Registry` and registers named implementations
-into it; names are what YAML selects. Hook arguments only ever grow: a new argument is added
-at the end, and implementations may accept a subset (pluggy allows it), so old plugins keep
-working. Each hook is called once per plugin manager, on every registered plugin.
+Three families:
+
+* registration hooks (``servesim_register_*``) receive a :class:`servesim.registry.Registry`
+  and register named implementations into it; names are what YAML selects. Each is called
+  once per plugin manager, on every registered plugin;
+* ``servesim_add_commands`` adds CLI subcommands;
+* observer hooks (``servesim_run_started``, ``servesim_pass_completed``,
+  ``servesim_request_finished``, ``servesim_report_extra``) watch a run and add report keys
+  (servesim.observers); with none implemented the driver makes no call at all.
+
+Hook arguments only ever grow: a new argument is added at the end, and implementations may
+accept a subset (pluggy allows it), so old plugins keep working.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from servesim._markers import hookspec
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Mapping
 
+    from servesim.config.loader import LoadedConfig
+    from servesim.contract import PassCompletionEffects
+    from servesim.observers import FinishedRequest
     from servesim.registry import Registry
 
 
@@ -34,6 +46,8 @@ def servesim_register_timing_models(registry: Registry) -> None:
 
     :param registry: the ``timing_model`` registry; ``engine.timing_model.type`` selects one,
         and the other keys of ``engine.timing_model`` are structured into its ``config_class``.
+        A model implements ``predict_prefill_ms`` and ``predict_decode_ms`` (batch means) or
+        ``predict_pass_ms(shape)`` (a pass's full :class:`~servesim.timing.shape.PassShape`).
     """
 
 
@@ -50,7 +64,9 @@ def servesim_register_kv_event_sinks(registry: Registry) -> None:
     """Register KV-event sinks: ``registry.add(name, KvEventSinkSubclass)``.
 
     :param registry: the ``kv_event_sink`` registry; entries of ``sinks.kv_events`` select one
-        by ``type`` and configure it with the remaining keys.
+        by ``type`` and configure it with the remaining keys. The class's
+        ``from_config(config, context)`` builds it; a composing sink builds the sinks it wraps
+        through ``context`` (:class:`servesim.sinks.SinkContext`).
     """
 
 
@@ -108,6 +124,66 @@ def servesim_add_commands(subparsers: argparse._SubParsersAction) -> None:
     """
 
 
+@hookspec
+def servesim_run_started(config: LoadedConfig) -> bool | None:
+    """A run is about to start (``servesim run`` or :func:`servesim.replay.simulate`): reset
+    any per-run state an observer keeps, since one process may run several simulations.
+
+    Return False to sit this run out: the plugin's other observer hooks are then not called
+    for it, and a run nobody watches keeps runs of passes. Any other result (None) watches.
+
+    :param config: the validated configuration (``config.sim`` holds the typed sections,
+        ``config.resolved()`` the full resolved configuration as plain data).
+    """
+
+
+@hookspec
+def servesim_pass_completed(
+    worker_id: int, dp_rank: int, start_ms: float, end_ms: float, effects: PassCompletionEffects
+) -> None:
+    """One rank's pass completed, in simulated-time order (ranks of one worker in rank order).
+
+    Called once per rank per pass, after the driver consumed the pass (tokens logged, KV
+    events and forward-pass metrics published). Observe only: do not keep ``effects`` past
+    the call or change it. While any plugin implements this hook the driver steps pass by
+    pass instead of committing runs of passes; the report is the same.
+
+    :param worker_id: the worker (engine) index in the cluster (prefill workers first in a
+        prefill/decode split).
+    :param dp_rank: the attention data-parallel rank inside the worker.
+    :param start_ms: simulated time the pass started.
+    :param end_ms: simulated time it completed (its outputs are visible from then on).
+    :param effects: the rank's :class:`~servesim.contract.PassCompletionEffects` (outputs,
+        KV events, forward-pass metrics when a sink asked for them).
+    """
+
+
+@hookspec
+def servesim_request_finished(request: FinishedRequest) -> None:
+    """A request finished (completed, or rejected by its engine), at ``request.finished_ms``.
+
+    Called once per request in the order requests finish. Like ``servesim_pass_completed``
+    it makes the driver step pass by pass.
+
+    :param request: a :class:`servesim.observers.FinishedRequest` (ids, worker, arrival,
+        first-token and finish times, token counts, whether it was rejected).
+    """
+
+
+@hookspec
+def servesim_report_extra(report: dict[str, Any], config: LoadedConfig) -> Mapping[str, Any] | None:
+    """Keys to add to the run's report (the JSON ``--output-json`` writes and ``--json``
+    prints; the table shows only servesim's own keys).
+
+    Return a mapping of new keys to JSON-serialisable values, or None. A key the report
+    already has, or one another plugin adds, is a :class:`~servesim.errors.PluginRunError`
+    naming both. Called once per run after the report is built, one plugin at a time.
+
+    :param report: the report so far (read it; do not change it).
+    :param config: the validated configuration of the run.
+    """
+
+
 HOOK_KINDS: dict[str, str] = {
     "servesim_register_backends": "backend",
     "servesim_register_timing_models": "timing_model",
@@ -119,11 +195,12 @@ HOOK_KINDS: dict[str, str] = {
     "servesim_register_schedule_policies": "schedule_policy",
 }
 """Hook name → registry kind, in the order ``servesim plugins`` lists them. Hooks not named
-here (``servesim_add_commands``) register no named implementations."""
+here (``servesim_add_commands`` and the observer hooks) register no named implementations."""
 
 __all__ = [
     "HOOK_KINDS",
     "servesim_add_commands",
+    "servesim_pass_completed",
     "servesim_register_backends",
     "servesim_register_eviction_policies",
     "servesim_register_fpm_sinks",
@@ -132,4 +209,7 @@ __all__ = [
     "servesim_register_schedule_policies",
     "servesim_register_timing_models",
     "servesim_register_trace_formats",
+    "servesim_report_extra",
+    "servesim_request_finished",
+    "servesim_run_started",
 ]

@@ -325,6 +325,40 @@ class Plugins:
                         "set_defaults(servesim_command=func)"
                     )
 
+    def culprit(self, exc: BaseException) -> tuple[str, BaseException] | None:
+        """``(plugin NAME from DIST, the exception it raised)`` for the installed plugin whose
+        code raised ``exc`` or an exception ``exc`` wraps (following ``__cause__`` and
+        ``__context__``): the innermost traceback frame outside libraries is in that plugin's
+        package. None when servesim's own code raised each of them (core's built-ins are
+        servesim, not plugins)."""
+        owners: dict[str, str] = {}
+        for registry in self.registries().values():
+            for entry in registry:
+                package = (getattr(entry.obj, "__module__", None) or "").partition(".")[0]
+                if package and package != PROJECT and package not in owners:
+                    owners[package] = f"plugin {entry.plugin} from {entry.distribution}"
+        seen: set[int] = set()
+        current: BaseException | None = exc
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            tb = current.__traceback__
+            frames = []
+            while tb is not None:
+                frames.append(tb.tb_frame.f_globals.get("__name__", ""))
+                tb = tb.tb_next
+            # The raising frame decides, skipping library frames (json, numpy...): a plugin's
+            # own code, or servesim's (a core check refusing a plugin's value is not the
+            # plugin's crash).
+            for module in reversed(frames):
+                package = str(module).partition(".")[0]
+                owner = owners.get(package)
+                if owner is not None:
+                    return owner, current
+                if package == PROJECT:
+                    break
+            current = current.__cause__ or current.__context__
+        return None
+
     def plugin_infos(self) -> list[PluginInfo]:
         """Every registered plugin with its distribution and implemented hooks, by name."""
         pm = self.pm

@@ -4,13 +4,20 @@ A sink receives events in order and must not block the simulation. Errors are re
 swallowed: a sink that raises stops the run with a :class:`SinkError` naming the sink. Register
 sinks through ``servesim_register_kv_event_sinks`` / ``servesim_register_fpm_sinks``; sinks are
 chosen by name in YAML (``sinks.kv_events: [{type: jsonl, path: ...}]``).
+
+A sink is built by its class's :meth:`KvEventSink.from_config` (or :meth:`FpmSink.from_config`),
+which gets the structured ``config_class`` instance and a :class:`SinkContext`. The default
+calls ``cls()`` or ``cls(config)``, so a sink whose constructor takes only its config needs
+nothing more; a composing sink overrides ``from_config`` and builds the sinks it wraps from
+their specs with :meth:`SinkContext.build_all` (servesim.sinks_compose holds the built-in
+``tee``, ``filter`` and ``sample``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from servesim.contract import ForwardPassMetrics, KvEvent
 from servesim.errors import SimError
@@ -20,10 +27,36 @@ class SinkError(SimError):
     """A sink failed while receiving events."""
 
 
+class SinkContext(Protocol):
+    """What a sink's ``from_config`` may use (servesim.sink_build.SinkBuilder implements it).
+
+    ``kind`` is ``"kv_event_sink"`` or ``"fpm_sink"``; ``path`` is the key path of the sink
+    being built (``sinks.kv_events[0]``), ``source`` the config file (or None); ``validating``
+    is True under ``servesim validate``, where a sink must not create files or open sockets.
+    """
+
+    kind: str
+    path: str
+    source: str | None
+    validating: bool
+
+    def build(self, spec: Any, key: str) -> Any:
+        """Build one sink of the same kind from ``spec`` (``{type: NAME, ...options}``) found
+        at ``key`` below :attr:`path`; a problem is a ConfigError naming the full key path."""
+
+    def build_all(self, specs: Any, key: str) -> list[Any]:
+        """Build every spec of the list at ``key`` below :attr:`path`, in order."""
+
+
 class KvEventSink(ABC):
     """Receives KV events as they become visible (at pass end for pass-produced events)."""
 
     config_class: ClassVar[type | None] = None
+
+    @classmethod
+    def from_config(cls, config: Any, context: SinkContext) -> KvEventSink:
+        """Build from the structured ``config_class`` instance (None when there is none)."""
+        return cls() if config is None else cls(config)  # type: ignore[call-arg]
 
     @abstractmethod
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
@@ -38,6 +71,11 @@ class FpmSink(ABC):
 
     config_class: ClassVar[type | None] = None
 
+    @classmethod
+    def from_config(cls, config: Any, context: SinkContext) -> FpmSink:
+        """Build from the structured ``config_class`` instance (None when there is none)."""
+        return cls() if config is None else cls(config)  # type: ignore[call-arg]
+
     @abstractmethod
     def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
         """One forward pass's metrics, completed at ``at_ms``."""
@@ -46,5 +84,10 @@ class FpmSink(ABC):
         """Flush and release resources; called once at the end of a run."""
 
 
-def build_sink(cls: type, config: Any) -> Any:
-    return cls() if config is None else cls(config)
+def build_sink(cls: type, config: Any, context: SinkContext | None = None) -> Any:
+    """``cls.from_config(config, context)``; a class that is not a servesim sink (a bare
+    callable registered as one) is called like a constructor."""
+    from_config = getattr(cls, "from_config", None)
+    if from_config is None:
+        return cls() if config is None else cls(config)
+    return from_config(config, context)

@@ -42,7 +42,7 @@ from servesim.contract import (
     StoredBlocks,
 )
 from servesim.errors import UserError
-from servesim.sinks import FpmSink, KvEventSink, SinkError
+from servesim.sinks import FpmSink, KvEventSink, SinkContext, SinkError
 
 
 class SinkOpenError(SinkError, UserError):
@@ -97,9 +97,13 @@ class MemoryFpmSink(FpmSink):
 class _JsonlWriter:
     """A buffered line writer whose every failure is a SinkError naming ``label``."""
 
-    def __init__(self, label: str, config: JsonlSinkConfig) -> None:
+    def __init__(self, label: str, config: JsonlSinkConfig, *, validating: bool = False) -> None:
         self.name = f"jsonl {label} sink {config.path!r}"
         self._fh: IO[str] | None = None
+        if validating:  # servesim validate: check the path, create nothing
+            if Path(config.path).is_dir():
+                raise SinkOpenError(f"{self.name}: cannot open: it is a directory")
+            return
         try:
             path = Path(config.path)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -176,8 +180,12 @@ class JsonlKvEventSink(KvEventSink):
 
     config_class = JsonlSinkConfig
 
-    def __init__(self, config: JsonlSinkConfig) -> None:
-        self._out = _JsonlWriter("kv-event", config)
+    def __init__(self, config: JsonlSinkConfig, *, validating: bool = False) -> None:
+        self._out = _JsonlWriter("kv-event", config, validating=validating)
+
+    @classmethod
+    def from_config(cls, config: JsonlSinkConfig, context: SinkContext | None) -> JsonlKvEventSink:
+        return cls(config, validating=context is not None and context.validating)
 
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
         try:
@@ -195,8 +203,12 @@ class JsonlFpmSink(FpmSink):
 
     config_class = JsonlSinkConfig
 
-    def __init__(self, config: JsonlSinkConfig) -> None:
-        self._out = _JsonlWriter("fpm", config)
+    def __init__(self, config: JsonlSinkConfig, *, validating: bool = False) -> None:
+        self._out = _JsonlWriter("fpm", config, validating=validating)
+
+    @classmethod
+    def from_config(cls, config: JsonlSinkConfig, context: SinkContext | None) -> JsonlFpmSink:
+        return cls(config, validating=context is not None and context.validating)
 
     def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
         try:

@@ -1,4 +1,5 @@
-"""Built-in sinks for KV events and forward-pass metrics: ``memory`` and ``jsonl``."""
+"""Built-in sinks for KV events and forward-pass metrics: ``memory`` and ``jsonl``, and the
+composing ``tee``, ``filter`` and ``sample`` (servesim.sinks_compose)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,22 @@ if TYPE_CHECKING:
 @hookimpl
 def servesim_register_kv_event_sinks(registry: Registry) -> None:
     from servesim.sinks_builtin import JsonlKvEventSink, MemoryKvEventSink
+    from servesim.sinks_compose import FilterKvEventSink, SampleKvEventSink, TeeKvEventSink
 
     registry.add("memory", MemoryKvEventSink)
     registry.add("jsonl", JsonlKvEventSink)
+    registry.add("tee", TeeKvEventSink)
+    registry.add("filter", FilterKvEventSink)
+    registry.add("sample", SampleKvEventSink)
 
 
 @hookimpl
 def servesim_register_fpm_sinks(registry: Registry) -> None:
     from servesim.sinks_builtin import JsonlFpmSink, MemoryFpmSink
+    from servesim.sinks_compose import FilterFpmSink, SampleFpmSink, TeeFpmSink
 
     registry.add("memory", MemoryFpmSink)
     registry.add("jsonl", JsonlFpmSink)
+    registry.add("tee", TeeFpmSink)
+    registry.add("filter", FilterFpmSink)
+    registry.add("sample", SampleFpmSink)

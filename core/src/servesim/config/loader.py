@@ -287,17 +287,30 @@ def _check_plugins(
     for attr, kind in SINK_LISTS:
         specs[attr] = []
         for i, entry in enumerate(getattr(sinks, attr, ())):
-            path = f"sinks.{attr}[{i}]"
-            options = dict(entry)
-            if "type" not in options:
-                problems.append((f"{path}.type", "required key missing"))
-                continue
-            name = options.pop("type")
-            cls = _lookup(ctx, kind, name, f"{path}.type", problems)
-            if cls is not None:
-                cfg = _options(ctx, cls, options, path, f"{kind.replace('_', ' ')} {name!r}", problems)
-                specs[attr].append((name, cls, cfg))
+            spec = structure_spec(ctx, kind, entry, f"sinks.{attr}[{i}]", problems)
+            if spec is not None:
+                specs[attr].append(spec)
     return router_config, specs, problems
+
+
+def structure_spec(
+    ctx: _Ctx, kind: str, entry: Any, path: str, problems: list[Problem]
+) -> tuple[str, Any, Any] | None:
+    """``{type: NAME, ...options}`` at ``path`` → ``(NAME, registered class, structured
+    options)``, or None with the problems added (a sink spec, top-level or nested)."""
+    if not isinstance(entry, Mapping):
+        problems.append((path, f"expected a mapping with a 'type' key, got {show(entry)}"))
+        return None
+    options = dict(entry)
+    if "type" not in options:
+        problems.append((f"{path}.type", "required key missing"))
+        return None
+    name = options.pop("type")
+    cls = _lookup(ctx, kind, name, f"{path}.type", problems)
+    if cls is None:
+        return None
+    cfg = _options(ctx, cls, options, path, f"{kind.replace('_', ' ')} {name!r}", problems)
+    return name, cls, cfg
 
 
 def _check_worker_type(engine: EngineResolution | None, cluster: Any) -> list[Problem]:
@@ -539,6 +552,15 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def expand_trace_shorthand(raw: dict[str, Any]) -> None:
+    """``workload.trace: PATH`` means ``workload.trace: {path: PATH}`` (what a new user
+    writes first). Applied before and after ``--set``, so ``--set workload.trace.path=...``
+    extends a shorthand and ``--set workload.trace=PATH`` is one."""
+    workload = raw.get("workload")
+    if isinstance(workload, dict) and isinstance(workload.get("trace"), str):
+        workload["trace"] = {"path": workload["trace"]}
+
+
 def load_config(
     path: str | Sequence[str] | None, sets: list[str] | tuple[str, ...] = (), plugins: Plugins | None = None
 ) -> LoadedConfig:
@@ -552,7 +574,9 @@ def load_config(
         raise ConfigError(
             f"expected a mapping of sections ({', '.join(SECTIONS)}), got {show(raw)}", source=path
         )
+    expand_trace_shorthand(raw)
     origins = {**file_origins, **apply_sets(raw, sets)}
+    expand_trace_shorthand(raw)
     ctx = _Ctx(make_converter(), plugins if plugins is not None else Plugins(), path, origins)
     return build(raw, ctx)
 

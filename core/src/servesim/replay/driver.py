@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from servesim.contract import KvEvent, PassCompletionEffects, PassStartEffects, Request, Submit
 from servesim.engine import Engine, EnginePassStarted
 from servesim.errors import CommandRejected, SimError, TraceError
+from servesim.observers import FinishedRequest, Observers
 from servesim.passlog import PassLogWriter
 from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
@@ -74,6 +75,7 @@ class Replayer:
         runs: bool | None = None,
         pass_log: PassLogWriter | None = None,
         timeline: TimelineRecorder | None = None,
+        observers: Observers | None = None,
     ) -> None:
         if not engines:
             raise ValueError("a replay needs at least one engine")
@@ -96,6 +98,8 @@ class Replayer:
         # Per-worker pass metrics and preemptions for figures (servesim.plot.timeline). Kept
         # per worker, so unlike a sink it needs no cross-worker order and runs stay on.
         self.timeline = timeline
+        # servesim.observers: None unless a plugin watches the run (then no runs of passes).
+        self.observers = observers if observers is not None and observers.watches_run else None
         self._pass_start = [0.0] * len(self.engines)
         self.turns = workload.turns()
         self.log = RequestLog([t.input_length for t in self.turns],
@@ -129,6 +133,8 @@ class Replayer:
         if runs is None:
             runs = runs_enabled_by_env()
         if len(self.engines) > 1 and (self.kv_sinks or self.fpm_sinks):
+            runs = False
+        if self.observers is not None:
             runs = False
         cross = concurrency is not None or any(t >= 0 for t in self.next_turn)
         self._runs = RunDriver(self, len(self.engines), cross) if runs else None
@@ -418,6 +424,8 @@ class Replayer:
         """A completed pass's KV events, FPM and lifecycle events, which every kind of worker
         publishes alike; True when any of them counts as progress (the livelock guard)."""
         busy = False
+        if self.observers is not None:
+            self.observers.pass_completed(w, dp_rank, self._pass_start[w], now, eff)
         if eff.kv_events:
             busy = True
             self._kv(w, now, eff.kv_events)
@@ -483,6 +491,8 @@ class Replayer:
     def _terminal(self, rid: int, now: float) -> None:
         self.turns[rid].prompt.forget_block_hashes()  # memory: a finished prompt's hashes
         self.log.done[rid] = now
+        if self.observers is not None:
+            self.observers.request_finished(self._finished_record(rid, now))
         self.state.finish(rid)
         self._in_flight -= 1
         self._finished += 1
@@ -491,6 +501,15 @@ class Replayer:
             self._push(now + self.turns[nxt].delay_ms / self.speedup, _ARRIVAL, nxt)
         elif self.concurrency is not None:
             self._activate_session(now)
+
+    def _finished_record(self, rid: int, now: float) -> FinishedRequest:
+        log = self.log
+        return FinishedRequest(
+            request_id=rid, session_id=self.session_of[rid], worker_id=log.worker[rid],
+            dp_rank=log.dp_rank[rid], arrival_ms=log.arrival[rid], first_token_ms=log.first[rid],
+            finished_ms=now, input_tokens=log.input_length[rid], output_tokens=log.ntok[rid],
+            cached_tokens=log.cached[rid], rejected=log.rejected[rid],
+        )
 
     # -- internal work and events ---------------------------------------------------------
 

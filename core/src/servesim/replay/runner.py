@@ -11,7 +11,8 @@ import attrs
 from attrs import define
 
 from servesim.config.sections import SyntheticConfig, WorkloadConfig
-from servesim.errors import ConfigError, UserError
+from servesim.errors import ConfigError, PluginRunError, UserError
+from servesim.observers import Observers
 from servesim.passlog import PassLogWriter
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import ProgressFn, Replayer
@@ -20,7 +21,7 @@ from servesim.replay.routers import Router
 from servesim.replay.stats import RequestLog
 from servesim.replay.synthetic import generate
 from servesim.replay.workload import Workload, mark_unique_prompts
-from servesim.sinks import build_sink
+from servesim.sink_build import build_sinks
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
@@ -77,7 +78,32 @@ def simulate(
     ``pass_log``: write one line per engine pass there (:mod:`servesim.passlog`); only then
     are ranks asked to record their schedules. ``timeline``: collect each pass's metrics and
     the preemptions there for figures (ranks then build forward-pass metrics).
+    An exception raised by an installed plugin's code becomes a
+    :class:`~servesim.errors.PluginRunError` naming the plugin and its distribution (the
+    original is its ``__cause__``); core's own failures pass unchanged.
     """
+    try:
+        return _simulate(loaded, record_token_times, progress, pass_log, timeline)
+    except UserError:
+        raise
+    except Exception as exc:
+        culprit = loaded.plugins.culprit(exc)
+        if culprit is None:
+            raise
+        label, raised = culprit
+        message = f"{label} failed during the run: {type(raised).__name__}: {raised}"
+        if raised is not exc:  # what servesim was doing (a sink's time, a poisoned engine)
+            message += f" ({exc})"
+        raise PluginRunError(message) from exc
+
+
+def _simulate(
+    loaded: LoadedConfig,
+    record_token_times: bool,
+    progress: ProgressFn | None,
+    pass_log: str | None,
+    timeline: TimelineRecorder | None,
+) -> SimResult:
     disaggregated = _check_supported(loaded)
     sim = loaded.sim
     plugins = loaded.plugins
@@ -86,13 +112,17 @@ def simulate(
     block_size = sim.engine.bs
     num_workers = sum(p.workers for p in sim.cluster.pools) or sim.cluster.workers
     router: Router = router_class(num_workers, sim.engine.dp_size, block_size, loaded.router_config)
-    kv_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("kv_events", [])]
-    fpm_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("fpm", [])]
     if disaggregated and pass_log is not None:
         raise UserError("--pass-log is not supported with a prefill/decode split yet")
+    built = build_sinks(loaded)
+    kv_sinks, fpm_sinks = built["kv_events"], built["fpm"]
+    observers = Observers.of(plugins)
+    if observers is not None:
+        observers = observers.run_started(loaded)
     if disaggregated:
-        return _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress,
-                                timeline)
+        result = _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress,
+                                  timeline, observers)
+        return _with_extra(result, observers, loaded)
     # Aggregated replay: only the ranks and the router (which routes each request before any
     # worker has seen its tokens) read prompt hashes, so trace-unique blocks may skip them.
     mark_unique_prompts(workload)
@@ -133,6 +163,7 @@ def simulate(
         progress=progress,
         pass_log=writer,
         timeline=timeline,
+        observers=observers,
     )
     try:
         log = replayer.run()
@@ -146,7 +177,14 @@ def simulate(
         from servesim.replay.pools import pool_report
 
         report["pools"] = _clean(pool_report(log, spans, replayer.pass_busy_ms, sim.report.percentiles))
-    return SimResult(report, log, replayer.session_of, replayer.passes)
+    return _with_extra(SimResult(report, log, replayer.session_of, replayer.passes), observers, loaded)
+
+
+def _with_extra(result: SimResult, observers: Observers | None, loaded: LoadedConfig) -> SimResult:
+    """The report with the keys ``servesim_report_extra`` implementations add."""
+    if observers is not None:
+        result.report.update(observers.report_extra(result.report, loaded))
+    return result
 
 
 def _open_pass_log(path: str | None) -> PassLogWriter | None:
@@ -166,6 +204,7 @@ def _simulate_disagg(
     record_token_times: bool,
     progress: ProgressFn | None,
     timeline: TimelineRecorder | None = None,
+    observers: Observers | None = None,
 ) -> SimResult:
     """A prefill/decode split (servesim.replay.disagg); the report gains its handoff keys."""
     from servesim.replay.disagg import build_disagg_replayer
@@ -178,6 +217,7 @@ def _simulate_disagg(
         record_token_times=record_token_times,
         progress=progress,
         timeline=timeline,
+        observers=observers,
     )
     try:
         log = replayer.run()

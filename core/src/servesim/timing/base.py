@@ -4,18 +4,29 @@ Matches the AISimulate ``TimingModel`` trait (aisimulate-engine.md §6.2-§6.3):
 shared by every rank of an engine, and it is pure (no clock, no hidden state that changes
 results). Ranks call it with the batch composition described in §6.3 and apply speed-up
 ratios themselves through :func:`scaled_ms`.
+
+A model implements either the two batch-mean methods (``predict_prefill_ms`` and
+``predict_decode_ms``) or :meth:`TimingModel.predict_pass_ms`, which prices one pass from
+its full :class:`~servesim.timing.shape.PassShape`. The default ``predict_pass_ms`` is the
+adapter between the two: it prices a shape through the two methods exactly as the backends
+do (:func:`servesim.timing.shape.default_pass_ms`). Backends call ``predict_pass_ms`` only
+for a model that overrides it; such a model also makes engines decline runs of passes
+(they price many passes at once through ``predict_decode_ms_many``).
 """
 
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from abc import ABC
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from servesim.timing.shape import PassShape
 
-class TimingModel(ABC):
+
+class TimingModel(ABC):  # noqa: B024 - either contract will do; __new__ refuses neither
     """Predicts forward-pass durations. Register subclasses through
     ``servesim_register_timing_models``; ``config_class`` (an attrs class or None) validates
     the model's parameters from ``engine.timing_model``."""
@@ -25,7 +36,21 @@ class TimingModel(ABC):
     @classmethod
     def from_config(cls, config: Any) -> TimingModel:
         """Build from the structured ``config_class`` instance (None when there is none)."""
-        return cls() if config is None else cls(config)  # type: ignore[call-arg]
+        return cls() if config is None else cls(config)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TimingModel:
+        # Either contract will do; a class that gives neither cannot be built, with the
+        # TypeError an abstract class gives (validation reports it with its plugin).
+        base = TimingModel
+        shaped = cls.predict_pass_ms is not base.predict_pass_ms
+        means = (cls.predict_prefill_ms is not base.predict_prefill_ms
+                 and cls.predict_decode_ms is not base.predict_decode_ms)
+        if not (shaped or means):
+            raise TypeError(
+                f"Can't instantiate abstract class {cls.__name__}: it implements neither "
+                "predict_pass_ms nor both predict_prefill_ms and predict_decode_ms"
+            )
+        return super().__new__(cls)
 
     @classmethod
     def for_engine(cls, config: Any, engine: Any) -> TimingModel:
@@ -46,16 +71,25 @@ class TimingModel(ABC):
         report figures; 1 unless the model knows its deployment."""
         return 1
 
-    @abstractmethod
     def predict_prefill_ms(self, batch_size: int, mean_isl: int, mean_prefix: int) -> float:
         """Prefill time of ``batch_size`` requests whose mean input length after this pass is
         ``mean_isl`` and whose mean already-computed/cached prefix is ``mean_prefix``."""
+        raise NotImplementedError(f"{type(self).__name__} prices whole passes (predict_pass_ms) only")
 
-    @abstractmethod
     def predict_decode_ms(
         self, batch_size: int, active_kv_tokens: int, mean_context_length: int, total_kv_tokens: int
     ) -> float:
         """Decode time of one forward over ``batch_size`` decoding requests."""
+        raise NotImplementedError(f"{type(self).__name__} prices whole passes (predict_pass_ms) only")
+
+    def predict_pass_ms(self, shape: PassShape) -> float:
+        """Duration in ms of one pass of ``shape`` (speed-ups applied), from the pass's full
+        composition. The default prices it through the two methods as every backend does
+        (:func:`servesim.timing.shape.default_pass_ms`); an override may call it for the
+        parts it does not model itself."""
+        from servesim.timing.shape import default_pass_ms
+
+        return default_pass_ms(self, shape)
 
     def predict_decode_ms_many(
         self, batch_size: int, active_kv_tokens: np.ndarray, total_kv_tokens: int

@@ -58,6 +58,7 @@ from servesim.rank import (
     SameTimestampRetry,
 )
 from servesim.runs import RankRun, RunEffects
+from servesim.timing.shape import ShapePricer
 
 from servesim_sglang import runs as _runs
 from servesim_sglang.config import SglangConfig, scheduler_params, validate
@@ -125,6 +126,7 @@ class SglangRank(Rank):
             decode_speedup=config.decode_speedup_ratio,
             worker_type=config.worker_type,
         )
+        self.sched.shapes = ShapePricer.for_rank(services.timing, config, identity.dp_rank)
         self.cache = cache
         self.requests: dict[int, SglangRequest] = {}
         self.handoff = SglangHandoffAdapter(self)

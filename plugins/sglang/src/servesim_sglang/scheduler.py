@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from servesim.contract import Admission, PressureEvent, PressureKind, PressureState, WorkerType
 from servesim.timing.base import scaled_ms
+from servesim.timing.shape import PrefillChunk, ShapePricer
 
 from servesim_sglang.radix_cache import RadixCache
 from servesim_sglang.request import SglangRequest
@@ -141,6 +142,8 @@ class SglangScheduler:
         self._retracted_ids: set[int] = set()
         # Disaggregated handoff hooks (servesim_sglang.handoff.SglangHandoffAdapter).
         self.handoff: Any = None
+        # Set by the rank for a timing model that prices pass shapes (servesim.timing.shape).
+        self.shapes: ShapePricer | None = None
 
     # -- policy context (read-only view for SchedulePolicy) ------------------------------
 
@@ -192,7 +195,11 @@ class SglangScheduler:
             out.prefill_pass = True
             out.model_work = any(item[1] > 0 for item in out.prefill_items)
             fresh = [r for r in can_run if r.materialized >= r.seq_len]
-            out.end_ms = now + self._prefill_ms(batch, total_isl // batch, total_prefix // batch)
+            if self.shapes is None:
+                out.end_ms = now + self._prefill_ms(batch, total_isl // batch, total_prefix // batch)
+            else:  # every request of the round, a fully cached one as a 0-token chunk
+                chunks = [PrefillChunk(tokens, prefix) for _, tokens, prefix, _ in out.prefill_items]
+                out.end_ms = now + self.shapes.price(chunks, [], 0, self.p.total_tokens)
             self._first_tokens(fresh, out)
             # (a held handoff source keeps its lease but has nothing left to run)
             self.running.extend(r for r in fresh if r.lease is not None and r.remaining_output)
@@ -397,10 +404,14 @@ class SglangScheduler:
             return bool(retracted)
         total_ctx = sum([len(r.tokens) for r in running])
         n = len(running)
-        raw = self.timing.predict_decode_ms(
-            n, min(total_ctx, self.p.total_tokens), total_ctx // n, self.p.total_tokens
-        )
-        decode_ms = scaled_ms(raw, self.speedup * self.decode_speedup)
+        if self.shapes is None:
+            raw = self.timing.predict_decode_ms(
+                n, min(total_ctx, self.p.total_tokens), total_ctx // n, self.p.total_tokens
+            )
+            decode_ms = scaled_ms(raw, self.speedup * self.decode_speedup)
+        else:
+            lens = [len(r.tokens) for r in running]
+            decode_ms = self.shapes.price([], lens, min(total_ctx, self.p.total_tokens), self.p.total_tokens)
         if not self._reserve(growth):
             self._end_stuck(out)
             return bool(retracted)

@@ -382,7 +382,9 @@ class TrtCore:
         raw = self.timing.predict_decode_ms(priced, kv_tokens, kv_tokens // priced, self.capacity_tokens)
         return scaled_ms(raw, self.config.decode_speedup)
 
-    def ready_and_priced(self, work: StepWork) -> tuple[list[TrtRequest], int, int]:
+    def ready_and_priced(
+        self, work: StepWork, lens: list[int] | None = None
+    ) -> tuple[list[TrtRequest], int, int]:
         """Requests that sample this step, and how many the decode call prices (with
         their summed sequence lengths).
 
@@ -391,7 +393,8 @@ class TrtCore:
         other sampling request — decodes, and a fresh request whose whole prompt was
         cached — is priced by the decode call (the reference prices a fully cached prompt
         with a decode call over its prompt length). ``first_token_decode_call`` prices
-        the context-sampled tokens too.
+        the context-sampled tokens too. ``lens``, when given, receives each priced
+        request's length in batch order (a pass shape's decode contexts).
         """
         ready: list[TrtRequest] = []
         append = ready.append
@@ -408,6 +411,8 @@ class TrtCore:
                     if r.max_output > gen:
                         priced += 1
                         kv += length
+                        if lens is not None:
+                            lens.append(length)
             return ready, priced, kv
         for r in work.scheduled:
             length = r.prompt_len + r.generated
@@ -416,6 +421,8 @@ class TrtCore:
                 if r.max_output > r.generated and r.rid not in computed_context:
                     priced += 1
                     kv += length
+                    if lens is not None:
+                        lens.append(length)
         return ready, priced, kv
 
     def emit(self, ready: list[TrtRequest], out: OutputBatch) -> list[RequestId]:

@@ -43,6 +43,7 @@ from servesim.handoff import HandoffBook, suppress_request
 from servesim.kv.eviction_records import make_block_pool
 from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
 from servesim.runs import RankRun, RunEffects
+from servesim.timing.shape import PrefillChunk, ShapePricer
 
 from servesim_trtllm import runs as _runs
 from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig, effective_limits, validate
@@ -120,6 +121,7 @@ class TrtllmRank(Rank):
         self._fpm_counter = 0
         self._prefilled = False
         self._model_work = False
+        self._shapes = ShapePricer.for_rank(services.timing, config, identity.dp_rank)
 
     @classmethod
     def validate_config(cls, config: EngineConfig, backend_config: Any) -> list[tuple[str, str]]:
@@ -233,8 +235,15 @@ class TrtllmRank(Rank):
         worker = self.config.worker_type
         # Decode workers receive computed prompts; prefill workers emit the first token
         # from the prefill forward (dynamo-mocker.md §7.2).
-        prefill_ms = 0.0 if worker is WorkerType.DECODE else core.prefill_ms(work)
-        ready, priced, kv_tokens = core.ready_and_priced(work)
+        shapes = self._shapes
+        if shapes is None:
+            prefill_ms = 0.0 if worker is WorkerType.DECODE else core.prefill_ms(work)
+            ready, priced, kv_tokens = core.ready_and_priced(work)
+        else:  # the model prices the whole pass; members is None (runs decline)
+            lens: list[int] = []
+            ready, priced, kv_tokens = core.ready_and_priced(work, lens)
+            chunks = [PrefillChunk(pt, pb) for _, pb, pt, _ in work.contexts if pt > 0]
+            prefill_ms = shapes.price(chunks, lens, kv_tokens, core.capacity_tokens)
         base = None
         if members is not None:  # every member samples, priced by the decode call
             assert core.steady is not None
@@ -242,7 +251,9 @@ class TrtllmRank(Rank):
             base = (members, total, sq)
             priced += members
             kv_tokens += total
-        decode_ms = 0.0 if worker is WorkerType.PREFILL else core.decode_ms(priced, kv_tokens)
+        decode_ms = 0.0
+        if worker is not WorkerType.PREFILL and shapes is None:
+            decode_ms = core.decode_ms(priced, kv_tokens)
         outputs = OutputBatch()
         for r in work.rejected:
             outputs.completed.append(r.rid)

@@ -43,6 +43,7 @@ from servesim_vllm import steady as _steady
 from servesim_vllm.config import VllmConfig
 from servesim_vllm.handoff import VllmHandoffAdapter, head_blocked_externally
 from servesim_vllm.scheduler import PassResult, VllmScheduler
+from servesim_vllm.shape import shaped_pass_ms
 
 
 @attrs.define(slots=True)
@@ -180,11 +181,15 @@ class VllmRank(Rank):
         res = self.sched.run_pass(now_ms)
         self._note_trailing_step(len(res.completed) > len(res.rejected))
         worker = self.config.worker_type
-        prefill_ms = 0.0 if worker is WorkerType.DECODE else res.prefill_ms
-        # A prefill worker's first token comes out of the prefill forward (§7.2).
-        decode_ms = 0.0 if worker is WorkerType.PREFILL else res.decode_ms
-        end = now_ms + scaled_ms(prefill_ms, self._speedup) + scaled_ms(decode_ms, self._decode_speedup)
-        self._prefilled = prefill_ms > 0
+        if self.sched.shapes is None:
+            prefill_ms = 0.0 if worker is WorkerType.DECODE else res.prefill_ms
+            # A prefill worker's first token comes out of the prefill forward (§7.2).
+            decode_ms = 0.0 if worker is WorkerType.PREFILL else res.decode_ms
+            end = now_ms + scaled_ms(prefill_ms, self._speedup) + scaled_ms(decode_ms, self._decode_speedup)
+            self._prefilled = prefill_ms > 0
+        else:
+            duration, self._prefilled = shaped_pass_ms(self.sched, res)
+            end = now_ms + duration
         self._worked = bool(res.order)
         outputs = OutputBatch(
             token_request_ids=res.token_rids,

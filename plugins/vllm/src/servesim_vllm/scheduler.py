@@ -35,6 +35,7 @@ from servesim.contract import (
 )
 from servesim.kv.eviction_records import make_block_pool
 from servesim.rank import RankServices
+from servesim.timing.shape import ShapePricer
 
 from servesim_vllm.behaviour import Behaviour, resolve
 from servesim_vllm.handoff import admit_prebuilt_only
@@ -80,6 +81,7 @@ class PassResult:
         "decode_stats",
         "later",
         "plain",
+        "priced",
     )
 
     def __init__(self) -> None:
@@ -106,6 +108,9 @@ class PassResult:
         self.later: list[VllmRequest] = []
         # [count, sum, sum of squares] of the plain decoders' pre-pass lengths.
         self.plain = [0, 0, 0]
+        # For a timing model that prices pass shapes: rid -> length of each request with
+        # ``work`` that the decode call prices (servesim_vllm.shape).
+        self.priced: dict[RequestId, int] | None = None
 
 
 class VllmScheduler:
@@ -121,6 +126,7 @@ class VllmScheduler:
         self.cfg = config
         self.bs = config.bs
         self.timing = services.timing
+        self.shapes = ShapePricer.for_rank(services.timing, config, dp_rank)
         self.beh = behaviour or resolve(None)
         # vLLM's null block is never handed out (docs/conformance.md, difference 1).
         self.usable_blocks = config.num_gpu_blocks - (1 if self.beh.null_block else 0)
@@ -467,7 +473,7 @@ class VllmScheduler:
                 count += 1
                 isl += w.prefix_tokens + w.prompt_tokens
                 prefix += w.prefix_tokens
-        if count:
+        if count and self.shapes is None:
             res.prefill_ms = self.timing.predict_prefill_ms(count, isl // count, prefix // count)
 
     def _unschedule(self, victim: VllmRequest) -> None:
@@ -533,6 +539,10 @@ class VllmScheduler:
                 # even in the pass that re-prefilled it (matches the reference peer).
                 priced += 1
                 priced_sum += length
+                if self.shapes is not None:
+                    if res.priced is None:
+                        res.priced = {}
+                    res.priced[req.rid] = length
             if not req.cached_signaled:
                 req.cached_signaled = True
                 res.cached_tokens[req.rid] = req.cached_prefix or 0
@@ -555,7 +565,7 @@ class VllmScheduler:
         """active_kv_tokens is the sum of the decoders' logical lengths, not physical blocks:
         the reference peer's decode times match this (aisimulate-engine.md §6.3)."""
         res.decoders = decoders
-        if decoders:
+        if decoders and self.shapes is None:
             total = self.cfg.num_gpu_blocks * self.bs
             res.decode_ms = self.timing.predict_decode_ms(decoders, kv_sum, kv_sum // decoders, total)
 

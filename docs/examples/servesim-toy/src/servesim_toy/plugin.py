@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from servesim import hookimpl
 
 if TYPE_CHECKING:
+    import argparse
+
     from servesim.registry import Registry
 
 
@@ -19,6 +21,61 @@ def servesim_register_backends(registry: Registry) -> None:
 
 @hookimpl
 def servesim_register_timing_models(registry: Registry) -> None:
+    from servesim_toy.roofline import RooflineTiming
     from servesim_toy.timing import ConstantTiming
 
     registry.add("toy_constant", ConstantTiming)
+    registry.add("toy_roofline", RooflineTiming)
+
+
+@hookimpl
+def servesim_register_kv_event_sinks(registry: Registry) -> None:
+    from servesim_toy.sinks import TallySink
+
+    registry.add("toy_tally", TallySink)
+
+
+@hookimpl
+def servesim_register_routers(registry: Registry) -> None:
+    from servesim_toy.router import LeastLoadedRouter
+
+    registry.add("toy_least_loaded", LeastLoadedRouter)
+
+
+@hookimpl
+def servesim_register_trace_formats(registry: Registry) -> None:
+    from servesim_toy.trace import CsvTrace
+
+    registry.add("toy_csv", CsvTrace)
+
+
+@hookimpl
+def servesim_run_started(config: Any) -> bool:
+    from servesim_toy.observer import run_started
+
+    return run_started(config)
+
+
+@hookimpl
+def servesim_pass_completed(worker_id: int) -> None:
+    from servesim_toy.observer import pass_completed
+
+    pass_completed(worker_id)
+
+
+@hookimpl
+def servesim_report_extra() -> dict[str, Any]:
+    from servesim_toy.observer import report_extra
+
+    return report_extra()
+
+
+@hookimpl
+def servesim_add_commands(subparsers: argparse._SubParsersAction) -> None:
+    from servesim_toy.observer import write_trace
+
+    p = subparsers.add_parser("toy-trace", help="write a sample trace for the toy_csv format")
+    p.add_argument("out", metavar="OUT.csv")
+    p.add_argument("--requests", type=int, default=20)
+    p.add_argument("--gap-ms", type=float, default=50.0)
+    p.set_defaults(servesim_command=write_trace)

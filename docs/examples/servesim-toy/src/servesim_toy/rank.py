@@ -35,6 +35,7 @@ from servesim import (
 from servesim.config.engine import EngineConfig
 from servesim.contract import Admission, Command
 from servesim.timing import scaled_ms
+from servesim.timing.shape import PrefillChunk, ShapePricer
 
 
 @frozen
@@ -72,6 +73,9 @@ class ToyRank(Rank):
         self.owned: set[int] = set()  # submitted and not yet finished or cancelled
         self.in_flight = False
         self.passes = 0
+        # Set when the timing model prices whole passes (servesim.timing.shape); else None
+        # and the two batch-mean methods price each pass, as the lines below show.
+        self.shapes = ShapePricer.for_rank(services.timing, config, identity.dp_rank)
 
     @classmethod
     def validate_config(cls, config: EngineConfig, backend_config: Any) -> list[tuple[str, str]]:
@@ -111,6 +115,8 @@ class ToyRank(Rank):
         return not self.in_flight and not self.waiting and not self.running
 
     def execute_pass(self, now_ms: float) -> RankPass:
+        # Context lengths of the requests running before this pass, for a pass shape.
+        contexts = [run.request.prompt_len + run.emitted for run in self.running]
         admitted: list[Request] = []
         while self.waiting and len(self.running) < self.backend_config.max_running:
             req = self.waiting.popleft()
@@ -132,7 +138,7 @@ class ToyRank(Rank):
                 still_running.append(run)
         decoding = len(self.running) - len(admitted)
         self.running = still_running
-        duration = self._duration(admitted, decoding)
+        duration = self._duration(admitted, decoding, contexts)
         fpm = ForwardPassMetrics(
             worker_id=self.identity.worker_id,
             dp_rank=self.identity.dp_rank,
@@ -148,8 +154,12 @@ class ToyRank(Rank):
         start = PassStartEffects(admissions=tuple(Admission(r.request_id, 0) for r in admitted))
         return RankPass(now_ms + duration, start, _Pending(outputs, fpm, list(outputs.completed)))
 
-    def _duration(self, admitted: list[Request], decoding: int) -> float:
+    def _duration(self, admitted: list[Request], decoding: int, contexts: list[int]) -> float:
         timing, cfg = self.services.timing, self.config
+        if self.shapes is not None:  # the model prices whole passes from their shape
+            if admitted:
+                return self.shapes.price([PrefillChunk(r.prompt_len, 0) for r in admitted], [], 0, 0)
+            return self.shapes.price([], contexts, sum(contexts), 0)
         if admitted:
             mean_isl = sum(r.prompt_len for r in admitted) // len(admitted)
             return scaled_ms(timing.predict_prefill_ms(len(admitted), mean_isl, 0), cfg.speedup_ratio)

@@ -1,0 +1,192 @@
+"""A pass's full shape, for timing models that price whole passes (``predict_pass_ms``).
+
+The two-method contract (``predict_prefill_ms`` / ``predict_decode_ms``) sees batch means.
+A model that overrides :meth:`servesim.timing.base.TimingModel.predict_pass_ms` instead gets
+a :class:`PassShape`: every request's prefill chunk (tokens computed, cached prefix, context
+length) or decode context length, the worker's role, its dp rank, the backend, and the
+engine's geometry. Backends build a shape only for such a model
+(:func:`prices_pass_shapes`), so every other model keeps its exact results at no cost.
+
+docs/writing-a-plugin.md ("Timing models") says exactly which requests each backend lists,
+and how each one prices a mixed pass through the two methods.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from attrs import frozen
+
+from servesim.contract import WorkerType
+
+if TYPE_CHECKING:
+    from servesim.config.engine import EngineConfig
+    from servesim.timing.base import TimingModel
+
+
+@frozen
+class EngineGeometry:
+    """The engine a pass runs on (``engine:`` keys; None where the config leaves them unset).
+
+    ``num_layers``, ``num_kv_heads``, ``head_dim`` and ``kv_dtype_bytes`` describe the model's
+    KV cache (``kv_bytes_per_token`` is their product with 2 unless set directly);
+    ``block_size`` is resolved to the backend's default.
+    """
+
+    num_layers: int | None
+    num_kv_heads: int | None
+    head_dim: int | None
+    kv_dtype_bytes: float
+    kv_bytes_per_token: float | None
+    block_size: int
+    num_gpu_blocks: int
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    dp_size: int
+
+    @classmethod
+    def of(cls, config: EngineConfig) -> EngineGeometry:
+        from servesim.handoff import kv_bytes_per_token
+
+        return cls(
+            num_layers=config.num_layers,
+            num_kv_heads=config.num_kv_heads,
+            head_dim=config.head_dim,
+            kv_dtype_bytes=config.kv_dtype_bytes,
+            kv_bytes_per_token=kv_bytes_per_token(config),
+            block_size=config.bs,
+            num_gpu_blocks=config.num_gpu_blocks,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            dp_size=config.dp_size,
+        )
+
+
+@frozen
+class PrefillChunk:
+    """One request's prompt work in a pass: ``tokens`` computed now, after ``cached_prefix``
+    tokens that were computed in earlier passes or hit in the prefix cache."""
+
+    tokens: int
+    cached_prefix: int
+
+    @property
+    def context_length(self) -> int:
+        """The request's computed length at the end of the pass."""
+        return self.cached_prefix + self.tokens
+
+
+@frozen
+class PassShape:
+    """Everything a pass does that its duration can depend on.
+
+    * ``prefill``: the chunks the backend's prefill call counts, in batch order;
+    * ``decode``: the context length of every request the decode call prices, in batch
+      order (a vLLM request re-prefilled after preemption that already generated appears in
+      both, as the backend prices it in both);
+    * ``active_kv_tokens`` / ``total_kv_tokens``: the KV occupancy the backend passes its
+      decode call (the decode contexts' sum; SGLang clamps it to the pool) and the pool's
+      capacity in tokens;
+    * ``speedup_ratio`` / ``decode_speedup``: the engine's speed-ups for prefill and for
+      decode (``speedup_ratio * decode_speedup_ratio``), which the default pricing applies.
+    """
+
+    backend: str
+    worker_type: WorkerType
+    dp_rank: int
+    geometry: EngineGeometry
+    prefill: tuple[PrefillChunk, ...]
+    decode: tuple[int, ...]
+    active_kv_tokens: int
+    total_kv_tokens: int
+    speedup_ratio: float
+    decode_speedup: float
+
+
+def prices_pass_shapes(timing: Any) -> bool:
+    """True when ``timing`` overrides ``predict_pass_ms`` (backends then price from shapes,
+    and engines decline runs of passes)."""
+    from servesim.timing.base import TimingModel
+
+    method = getattr(type(timing), "predict_pass_ms", None)
+    return method is not None and method is not TimingModel.predict_pass_ms
+
+
+def default_pass_ms(timing: TimingModel, shape: PassShape) -> float:
+    """The two-method pricing every backend applies today, from a shape.
+
+    Prefill (not on a decode worker): one call over the chunks with integer-division means
+    ``(n, Σ(prefix+tokens)//n, Σprefix//n)``, skipped when the means are equal
+    (aisimulate-engine.md §6.3). Decode (not on a prefill worker): one call
+    ``(n, active_kv_tokens, Σcontext//n, total_kv_tokens)``. Each is scaled by its speed-up
+    and rounded to whole nanoseconds (:func:`~servesim.timing.base.scaled_ms`); the pass
+    lasts their sum (prefill and decode run one after the other, §6.4).
+    """
+    from servesim.timing.base import scaled_ms
+
+    prefill_ms = decode_ms = 0.0
+    chunks = shape.prefill
+    if chunks and shape.worker_type is not WorkerType.DECODE:
+        n = len(chunks)
+        prefix = sum(c.cached_prefix for c in chunks)
+        isl = prefix + sum(c.tokens for c in chunks)
+        if isl // n > prefix // n:
+            prefill_ms = scaled_ms(timing.predict_prefill_ms(n, isl // n, prefix // n), shape.speedup_ratio)
+    contexts = shape.decode
+    if contexts and shape.worker_type is not WorkerType.PREFILL:
+        n = len(contexts)
+        raw = timing.predict_decode_ms(n, shape.active_kv_tokens, sum(contexts) // n, shape.total_kv_tokens)
+        decode_ms = scaled_ms(raw, shape.decode_speedup)
+    return prefill_ms + decode_ms
+
+
+class ShapePricer:
+    """What a backend keeps to price its passes from shapes: the parts of a shape that do
+    not change between passes, and the model."""
+
+    def __init__(self, timing: TimingModel, config: EngineConfig, dp_rank: int) -> None:
+        self.timing = timing
+        self.backend = config.backend
+        self.worker_type = config.worker_type
+        self.dp_rank = dp_rank
+        self.geometry = EngineGeometry.of(config)
+        self.speedup = config.speedup_ratio
+        self.decode_speedup = config.decode_speedup
+
+    @classmethod
+    def for_rank(cls, timing: Any, config: EngineConfig, dp_rank: int) -> ShapePricer | None:
+        """A pricer when ``timing`` prices whole passes, else None (the two-method path)."""
+        return cls(timing, config, dp_rank) if prices_pass_shapes(timing) else None
+
+    def price(
+        self, prefill: list[PrefillChunk], decode: list[int], active_kv_tokens: int, total_kv_tokens: int
+    ) -> float:
+        """The pass's duration in ms, rounded to whole nanoseconds; a non-finite or negative
+        result is an error, as for the two methods."""
+        shape = PassShape(
+            self.backend,
+            self.worker_type,
+            self.dp_rank,
+            self.geometry,
+            tuple(prefill),
+            tuple(decode),
+            active_kv_tokens,
+            total_kv_tokens,
+            self.speedup,
+            self.decode_speedup,
+        )
+        ms = self.timing.predict_pass_ms(shape)
+        if not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms < 0:
+            raise ValueError(f"timing model returned an invalid pass duration {ms!r}")
+        return round(ms * 1e6) / 1e6
+
+
+__all__ = [
+    "EngineGeometry",
+    "PassShape",
+    "PrefillChunk",
+    "ShapePricer",
+    "default_pass_ms",
+    "prices_pass_shapes",
+]
