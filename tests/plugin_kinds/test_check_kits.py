@@ -40,6 +40,7 @@ class Drifting(PolynomialTiming):
     """Hidden state: every call is a little slower."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.calls = 0
 
     def predict_prefill_ms(self, batch_size: int, mean_isl: int, mean_prefix: int) -> float:
