@@ -4,6 +4,10 @@ A sink receives events in order and must not block the simulation. Errors are re
 swallowed: a sink that raises stops the run with a :class:`SinkError` naming the sink. Register
 sinks through ``servesim_register_kv_event_sinks`` / ``servesim_register_fpm_sinks``; sinks are
 chosen by name in YAML (``sinks.kv_events: [{type: jsonl, path: ...}]``).
+
+A sink that needs to know the deployment (ports per dp rank, block size, backend) defines
+``bind(context: SinkContext)``; the replay calls it once, after building the sinks and before
+the first publish.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
+
+from attrs import frozen
 
 from servesim.contract import ForwardPassMetrics, KvEvent
 from servesim.errors import SimError
@@ -24,6 +30,9 @@ class KvEventSink(ABC):
     """Receives KV events as they become visible (at pass end for pass-produced events)."""
 
     config_class: ClassVar[type | None] = None
+    #: True when the sink needs the tokens of stored blocks: the ranks then materialise them
+    #: (``engine.emit_kv_token_ids``).
+    wants_token_ids: bool = False
 
     @abstractmethod
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
@@ -44,6 +53,25 @@ class FpmSink(ABC):
 
     def close(self) -> None:
         """Flush and release resources; called once at the end of a run."""
+
+
+@frozen
+class SinkContext:
+    """What a sink may need to know about the replay before the first publish."""
+
+    num_workers: int
+    dp_size: int
+    block_size: int
+    backend: str
+    max_model_len: int | None = None
+
+
+def bind_sinks(sinks: Sequence[Any], context: SinkContext) -> None:
+    """Give every sink with a ``bind(context)`` method the replay's :class:`SinkContext`."""
+    for sink in sinks:
+        bind = getattr(sink, "bind", None)
+        if bind is not None:
+            bind(context)
 
 
 def build_sink(cls: type, config: Any) -> Any:

@@ -133,6 +133,8 @@ class DisaggReplayer(Replayer):
     """Replays a workload on a prefill pool and a decode pool (engines ``0..P-1`` are the
     prefill workers, ``P..P+D-1`` the decode workers)."""
 
+    merges_sinks = False  # it publishes on its own paths (handoffs), and never runs
+
     def __init__(
         self,
         prefill_engines: Sequence[Engine],
@@ -441,7 +443,7 @@ class DisaggReplayer(Replayer):
         if effects.lifecycle_events:
             self._lifecycle(w, self.prefill_dp[rid], effects.lifecycle_events, now)
 
-    def _kv(self, w: int, now: float, events: Sequence[KvEvent]) -> None:
+    def _kv(self, w: int, now: float, events: Sequence[KvEvent], start: float | None = None) -> None:
         """KV events feed the router of the worker's pool (prefill overlap routing)."""
         if w < self.num_prefill:
             if self.prefill_router.wants_kv_events:

@@ -20,7 +20,7 @@ from servesim.replay.routers import Router
 from servesim.replay.stats import RequestLog
 from servesim.replay.synthetic import generate
 from servesim.replay.workload import Workload, mark_unique_prompts
-from servesim.sinks import build_sink
+from servesim.sinks import SinkContext, bind_sinks, build_sink
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
@@ -86,6 +86,11 @@ def simulate(
     )
     kv_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("kv_events", [])]
     fpm_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("fpm", [])]
+    bind_sinks([*kv_sinks, *fpm_sinks], SinkContext(
+        num_workers=(sim.cluster.prefill_workers + sim.cluster.decode_workers if disaggregated
+                     else sim.cluster.workers), dp_size=sim.engine.dp_size, block_size=block_size,
+        backend=sim.engine.backend, max_model_len=sim.engine.max_model_len,
+    ))
     if disaggregated and pass_log is not None:
         raise UserError("--pass-log is not supported with a prefill/decode split yet")
     if disaggregated:
@@ -99,6 +104,8 @@ def simulate(
     )
     if router.wants_kv_events and not kv_sinks:
         factory.services = attrs.evolve(factory.services, kv_events_router_only=True)
+    if any(sink.wants_token_ids for sink in kv_sinks):
+        factory.config = attrs.evolve(factory.config, emit_kv_token_ids=True)
     factory.services = attrs.evolve(factory.services, record_metrics=False)
     if pass_log is not None:
         factory.services = attrs.evolve(factory.services, record_schedule=True)
