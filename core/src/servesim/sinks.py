@@ -7,7 +7,9 @@ chosen by name in YAML (``sinks.kv_events: [{type: jsonl, path: ...}]``).
 
 A sink that needs to know the deployment (ports per dp rank, block size, backend) defines
 ``bind(context: SinkContext)``; the replay calls it once, after building the sinks and before
-the first publish.
+the first publish. A sink with ``wants_token_times = True`` makes the replay record every
+token's time, and one with ``replay_done(log)`` gets the finished replay's
+:class:`~servesim.replay.stats.RequestLog` before it is closed.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class SinkContext:
     block_size: int
     backend: str
     max_model_len: int | None = None
+    num_gpu_blocks: int | None = None
 
 
 def bind_sinks(sinks: Sequence[Any], context: SinkContext) -> None:
@@ -72,6 +75,14 @@ def bind_sinks(sinks: Sequence[Any], context: SinkContext) -> None:
         bind = getattr(sink, "bind", None)
         if bind is not None:
             bind(context)
+
+
+def replay_done(sinks: Sequence[Any], log: Any) -> None:
+    """Hand the finished replay's request log to every sink with ``replay_done(log)``."""
+    for sink in sinks:
+        done = getattr(sink, "replay_done", None)
+        if done is not None:
+            done(log)
 
 
 def build_sink(cls: type, config: Any) -> Any:

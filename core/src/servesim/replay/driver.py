@@ -393,7 +393,7 @@ class Replayer:
         for rs in started.by_rank:
             eff = rs.effects
             for adm in eff.admissions:
-                log.admission(adm.request_id, adm.reused_input_tokens)
+                log.admission(adm.request_id, adm.reused_input_tokens, now)
             if eff.pressure_events:
                 log.num_preemptions += len(eff.pressure_events)
             if eff.kv_events:
@@ -518,7 +518,7 @@ class Replayer:
 
     def _absorb(self, w: int, eff: PassStartEffects, now: float) -> None:
         for adm in eff.admissions:
-            self.log.admission(adm.request_id, adm.reused_input_tokens)
+            self.log.admission(adm.request_id, adm.reused_input_tokens, now)
         self.log.num_preemptions += len(eff.pressure_events)
         if eff.kv_events:
             self._kv(w, now, eff.kv_events)

@@ -20,7 +20,7 @@ from servesim.replay.routers import Router
 from servesim.replay.stats import RequestLog
 from servesim.replay.synthetic import generate
 from servesim.replay.workload import Workload, mark_unique_prompts
-from servesim.sinks import SinkContext, bind_sinks, build_sink
+from servesim.sinks import SinkContext, bind_sinks, build_sink, replay_done
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
@@ -90,7 +90,11 @@ def simulate(
         num_workers=(sim.cluster.prefill_workers + sim.cluster.decode_workers if disaggregated
                      else sim.cluster.workers), dp_size=sim.engine.dp_size, block_size=block_size,
         backend=sim.engine.backend, max_model_len=sim.engine.max_model_len,
+        num_gpu_blocks=sim.engine.num_gpu_blocks,
     ))
+    sinks = [*kv_sinks, *fpm_sinks]
+    record_token_times = record_token_times or any(
+        getattr(sink, "wants_token_times", False) for sink in sinks)
     if disaggregated and pass_log is not None:
         raise UserError("--pass-log is not supported with a prefill/decode split yet")
     if disaggregated:
@@ -126,8 +130,9 @@ def simulate(
     )
     try:
         log = replayer.run()
+        replay_done(sinks, log)
     finally:
-        for sink in [*kv_sinks, *fpm_sinks]:
+        for sink in sinks:
             sink.close()
         if writer is not None:
             writer.close()
@@ -165,6 +170,7 @@ def _simulate_disagg(
     )
     try:
         log = replayer.run()
+        replay_done([*kv_sinks, *fpm_sinks], log)
     finally:
         for sink in [*kv_sinks, *fpm_sinks]:
             sink.close()
