@@ -16,7 +16,7 @@ from servesim.contract import (
     RemovedBlocks,
     StoredBlocks,
 )
-from servesim.jsonl_lines import fpm_line, kv_event_line
+from servesim.jsonl_lines import fpm_line, kv_event_line, kv_event_lines
 from servesim.sinks_builtin import fpm_record, kv_event_record
 
 u64 = st.integers(0, 2**64 - 1)
@@ -66,6 +66,12 @@ def test_fpm_line_is_json_dumps_of_the_record(w: int, at_ms: float, m: ForwardPa
 @given(w=st.integers(0, 1000), at_ms=at, e=kv_events())
 def test_kv_event_line_is_json_dumps_of_the_record(w: int, at_ms: float, e: KvEvent) -> None:
     assert kv_event_line(w, at_ms, e) == json.dumps(kv_event_record(w, at_ms, e), allow_nan=False) + "\n"
+
+
+@settings(max_examples=200, derandomize=True)
+@given(w=st.integers(0, 1000), at_ms=at, events=st.lists(kv_events(), max_size=6))
+def test_kv_event_lines_of_a_batch_are_each_events_line(w: int, at_ms: float, events: list) -> None:
+    assert kv_event_lines(w, at_ms, events) == "".join(kv_event_line(w, at_ms, e) for e in events)
 
 
 def test_non_finite_values_are_refused_as_json_would() -> None:

@@ -10,8 +10,10 @@ path. ``json`` writes ints and finite floats with their ``repr``; a NaN or infin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvEvent, RemovedBlocks, StoredBlocks
-from servesim.fpm_schema import FPM_VERSION, QUEUED_FIELDS, SCHEDULED_FIELDS
+from servesim.fpm_schema import FPM_VERSION
 
 
 def _float(x: float) -> str:
@@ -30,21 +32,43 @@ def _ints(values: object) -> str:
     return ", ".join(map(str, values))  # type: ignore[call-overload]
 
 
-def _group(m: ForwardPassMetrics, fields: tuple[tuple[str, str, bool], ...]) -> str:
-    parts = []
-    for wire, attr, is_float in fields:
-        v = getattr(m, attr)
-        parts.append(f'"{wire}": {_float(v) if is_float else int(v)}')
-    return "{" + ", ".join(parts) + "}"
-
-
 def fpm_line(worker_id: int, at_ms: float, m: ForwardPassMetrics) -> str:
+    f = _float
     return (
         f'{{"version": {FPM_VERSION}, "worker_id": "{int(worker_id)}", "dp_rank": {int(m.dp_rank)}, '
-        f'"counter_id": {int(m.counter_id)}, "wall_time": {_float(float(m.duration_ms) / 1000.0)}, '
-        f'"scheduled_requests": {_group(m, SCHEDULED_FIELDS)}, '
-        f'"queued_requests": {_group(m, QUEUED_FIELDS)}, "at_ms": {_num(at_ms)}}}\n'
+        f'"counter_id": {int(m.counter_id)}, "wall_time": {f(float(m.duration_ms) / 1000.0)}, '
+        f'"scheduled_requests": {{"num_prefill_requests": {int(m.num_prefill_requests)}, '
+        f'"sum_prefill_tokens": {int(m.sum_prefill_tokens)}, '
+        f'"var_prefill_length": {f(m.var_prefill_length)}, '
+        f'"sum_prefill_kv_tokens": {int(m.sum_prefill_kv_tokens)}, '
+        f'"num_decode_requests": {int(m.num_decode_requests)}, '
+        f'"sum_decode_kv_tokens": {int(m.sum_decode_kv_tokens)}, '
+        f'"var_decode_kv_tokens": {f(m.var_decode_kv_tokens)}}}, '
+        f'"queued_requests": {{"num_prefill_requests": {int(m.num_queued_prefill)}, '
+        f'"sum_prefill_tokens": {int(m.sum_queued_prefill_tokens)}, '
+        f'"var_prefill_length": {f(m.var_queued_prefill_length)}, '
+        f'"num_decode_requests": {int(m.num_queued_decode)}, '
+        f'"sum_decode_kv_tokens": {int(m.sum_queued_decode_kv_tokens)}, '
+        f'"var_decode_kv_tokens": {f(m.var_queued_decode_kv_tokens)}}}, "at_ms": {_num(at_ms)}}}\n'
     )
+
+
+def kv_event_lines(worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> str:
+    """The lines of one published batch (the head of each line is shared)."""
+    if not events:
+        return ""
+    dp = events[0].dp_rank
+    head = f'{{"worker": {worker_id}, "dp_rank": {dp}, "at_ms": {_num(at_ms)}, "event_id": '
+    out = []
+    for e in events:
+        data = e.data
+        if type(data) is RemovedBlocks and e.dp_rank == dp:
+            hashes = data.block_hashes
+            body = str(hashes[0]) if len(hashes) == 1 else ", ".join(map(str, hashes))
+            out.append(f'{head}{e.event_id}, "type": "BlockRemoved", "block_hashes": [{body}]}}\n')
+        else:
+            out.append(kv_event_line(worker_id, at_ms, e))
+    return "".join(out)
 
 
 def kv_event_line(worker_id: int, at_ms: float, event: KvEvent) -> str:
@@ -69,4 +93,4 @@ def kv_event_line(worker_id: int, at_ms: float, event: KvEvent) -> str:
     raise TypeError(f"unknown KV event data {type(data).__name__}")
 
 
-__all__ = ["fpm_line", "kv_event_line"]
+__all__ = ["fpm_line", "kv_event_line", "kv_event_lines"]

@@ -49,7 +49,7 @@ from servesim.contract import (
 )
 from servesim.errors import UserError
 from servesim.fpm_schema import fpm_object
-from servesim.jsonl_lines import fpm_line, kv_event_line
+from servesim.jsonl_lines import fpm_line, kv_event_lines
 from servesim.sinks import FpmSink, KvEventSink, SinkError
 
 
@@ -190,7 +190,7 @@ class JsonlKvEventSink(KvEventSink):
 
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
         try:
-            text = "".join([kv_event_line(worker_id, at_ms, e) for e in events])
+            text = kv_event_lines(worker_id, at_ms, events)
         except ValueError as exc:
             raise SinkError(f"{self._out.name}: cannot write: {exc}") from exc
         except (TypeError, AttributeError) as exc:

@@ -31,35 +31,43 @@ FLUSH_AT = 512
 class SinkMerge:
     """Buffers sink output of several workers; :meth:`release` hands it on in order."""
 
-    __slots__ = ("kv_sinks", "fpm_sinks", "buf", "_seq")
+    __slots__ = ("kv_sinks", "fpm_sinks", "buf", "_seq", "_min")
 
     def __init__(self, kv_sinks: Sequence[KvEventSink], fpm_sinks: Sequence[FpmSink]) -> None:
         self.kv_sinks = list(kv_sinks)
         self.fpm_sinks = list(fpm_sinks)
         self.buf: list[tuple[float, float, int, int, int, int, Any]] = []
         self._seq = 0
+        self._min = float("inf")  # the earliest time buffered: nothing to release before it
 
     def kv(self, w: int, at: float, start: float, events: Sequence[KvEvent]) -> None:
         self._seq += 1
         self.buf.append((at, start, w, events[0].dp_rank, self._seq, _KV, events))
+        if at < self._min:
+            self._min = at
 
     def fpm(self, w: int, at: float, start: float, metrics: ForwardPassMetrics) -> None:
         self._seq += 1
         self.buf.append((at, start, w, metrics.dp_rank, self._seq, _FPM, metrics))
+        if at < self._min:
+            self._min = at
 
     def release(self, watermark: float) -> None:
         """Hand on, in order, everything buffered at a time before ``watermark``."""
+        if watermark <= self._min:
+            return
         buf = self.buf
         buf.sort()
         cut = bisect_left(buf, (watermark,))
-        if cut:
-            out = buf[:cut]
-            del buf[:cut]
-            self._emit(out)
+        out = buf[:cut]
+        del buf[:cut]
+        self._min = buf[0][0] if buf else float("inf")
+        self._emit(out)
 
     def release_all(self) -> None:
         self.buf.sort()
         out, self.buf = self.buf, []
+        self._min = float("inf")
         self._emit(out)
 
     def _emit(self, entries: list[tuple[float, float, int, int, int, int, Any]]) -> None:
