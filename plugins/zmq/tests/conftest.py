@@ -16,8 +16,8 @@ def _free_range(n: int) -> int:
         try:
             for p in range(base, base + n):
                 s = socket.socket()
-                s.bind(("127.0.0.1", p))
                 held.append(s)
+                s.bind(("127.0.0.1", p))
             return base
         except OSError:
             continue

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from servesim.contract import (
@@ -520,6 +521,8 @@ def build_disagg_replayer(
             emit_forward_pass_metrics=emit_fpm,
             path=f"cluster.{role}_engine",
         )
+        if any(getattr(sink, "wants_token_ids", False) for sink in kv_sinks):
+            factory.config = attrs.evolve(factory.config, emit_kv_token_ids=True)
         first = 0 if role == "prefill" else cluster.prefill_workers
         pools.append((factory, [factory.build(first + i) for i in range(count)]))
     (pf, prefill), (df, decode) = pools
