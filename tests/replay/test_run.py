@@ -116,4 +116,3 @@ def test_half_a_disaggregated_split_is_refused_with_a_key_path(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(cfg, ["cluster.prefill_workers=1"], plugins())
     assert info.value.path == "cluster.decode_workers"
-

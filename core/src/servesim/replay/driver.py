@@ -529,7 +529,8 @@ class Replayer:
         if self.router.wants_kv_events:
             self.router.on_kv_events(w, events)
         if self._merge is not None:
-            self._merge.kv(w, now, now if start is None else start, events)
+            if self.kv_sinks:
+                self._merge.kv(w, now, now if start is None else start, events)
             return
         for sink in self.kv_sinks:
             _publish(sink, w, now, events)
