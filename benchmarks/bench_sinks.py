@@ -7,7 +7,8 @@
 Every configuration replays the same seeded trace in its own child process
 (``perf_child.py``, which times :func:`servesim.replay.runner.simulate` only) and prints one
 markdown row: CPU seconds of the replay (fastest of ``--repeat``; CPU rather than wall time, so
-that other load on the machine counts less), passes, and the ratio to the run without sinks. The target is ``jsonl-both`` at most 1.6x ``none`` on ``vllm-4w-kv``. Sinks write under
+that other load on the machine counts less), passes, and the ratio to the run without sinks.
+The target is ``jsonl-both`` at most 1.6x ``none`` on ``vllm-4w-kv``. Sinks write under
 a temporary folder; ``zmq-*`` publish to 127.0.0.1 with no subscriber and need servesim-zmq,
 ``prometheus`` needs servesim-prometheus.
 """

@@ -82,7 +82,8 @@ def kv_event_line(worker_id: int, at_ms: float, event: KvEvent) -> str:
                 f'"parent_block_hash": {parent}, '
                 f'"tokens_hashes": [{_ints(b.tokens_hash for b in blocks)}]')
         if blocks and all(b.token_ids is not None for b in blocks):
-            text += f', "token_ids": [{_ints(t for b in blocks for t in b.token_ids)}]'  # type: ignore[union-attr]
+            ids = _ints(t for b in blocks for t in b.token_ids)  # type: ignore[union-attr]
+            text += f', "token_ids": [{ids}]'
         if data.start_position is not None:
             text += f', "start_position": {data.start_position}'
         return head + text + "}\n"

@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 from prometheus_client import generate_latest
-
 from servesim.contract import ForwardPassMetrics
 from servesim_prometheus.metrics import EngineMetrics, FinishedRequest
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
-
 from servesim.config.loader import load_config
 from servesim.replay.runner import simulate
 
@@ -113,7 +112,8 @@ def test_sglang_backend_writes_sglang_names(tmp_path: Path) -> None:
     assert _final(series, "sglang:generation_tokens_total") == report["total_output_tokens"]
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) not installed")
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool (Debian package prometheus) not installed")
 def test_promtool_creates_blocks_from_the_file(tmp_path: Path) -> None:
     _report, text = _replay(tmp_path)
     done = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics",

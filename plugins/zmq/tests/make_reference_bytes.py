@@ -65,7 +65,8 @@ def fpm_payloads(cases: list[dict], dynamo_path: str) -> dict[str, str]:
         m = fpm.ForwardPassMetrics(
             worker_id=case["worker_id"], dp_rank=case["dp_rank"], counter_id=case["counter_id"],
             wall_time=case["wall_time"],
-            scheduled_requests=fpm.ScheduledRequestMetrics(**dict(zip(sched_names, case["scheduled"], strict=True))),
+            scheduled_requests=fpm.ScheduledRequestMetrics(
+                **dict(zip(sched_names, case["scheduled"], strict=True))),
             queued_requests=fpm.QueuedRequestMetrics(**dict(zip(queued_names, case["queued"], strict=True))))
         out[case["name"]] = fpm.encode(m).hex()
     return out

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from servesim.contract import (
     ClearedBlocks,
     ForwardPassMetrics,

@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wire_schema import AllBlocksCleared, BlockRemoved, BlockStored, decode_fpm, decode_kv  # noqa: E402
-
 from servesim.contract import ForwardPassMetrics, KvBlock, KvEvent, RemovedBlocks, StoredBlocks
 from servesim.sinks import SinkContext
 from servesim_zmq import ZmqFpmSink, ZmqFpmSinkConfig, ZmqKvEventSink, ZmqKvSinkConfig
+from wire_schema import AllBlocksCleared, BlockRemoved, BlockStored, decode_fpm, decode_kv  # noqa: E402
 
 TIMEOUT_MS = 5000  # bounds every receive; loopback delivery takes microseconds
 CTX = SinkContext(num_workers=2, dp_size=2, block_size=2, backend="vllm")
@@ -38,7 +38,7 @@ def _stored(i: int, dp: int, parent: int | None, h: int) -> KvEvent:
     return KvEvent(i, dp, StoredBlocks(parent, (KvBlock(h, h + 1, (h % 7, 3)),)))
 
 
-def test_kv_frames_on_offset_ports_decode_with_vllms_schema(free_ports) -> None:  # type: ignore[no-untyped-def]
+def test_kv_frames_on_offset_ports_decode_with_vllms_schema(free_ports: Any) -> None:
     base = free_ports(4)
     ctx = zmq.Context()
     subs = {off: _sub(ctx, base + off) for off in range(4)}
@@ -70,7 +70,7 @@ def test_kv_frames_on_offset_ports_decode_with_vllms_schema(free_ports) -> None:
     ctx.term()
 
 
-def test_replay_socket_answers_vllms_protocol(free_ports) -> None:  # type: ignore[no-untyped-def]
+def test_replay_socket_answers_vllms_protocol(free_ports: Any) -> None:
     base = free_ports(8)
     sink = ZmqKvEventSink(ZmqKvSinkConfig(endpoint=f"tcp://127.0.0.1:{base}",
                                           replay_endpoint=f"tcp://127.0.0.1:{base + 4}",
@@ -98,7 +98,7 @@ def _fpm(dp: int, counter: int, ms: float, decodes: int) -> ForwardPassMetrics:
                               duration_ms=ms)
 
 
-def test_fpm_frames_counters_and_heartbeats(free_ports) -> None:  # type: ignore[no-untyped-def]
+def test_fpm_frames_counters_and_heartbeats(free_ports: Any) -> None:
     base = free_ports(4)
     ctx = zmq.Context()
     sub = _sub(ctx, base + 2)  # worker 1, dp rank 0
@@ -122,7 +122,7 @@ def test_fpm_frames_counters_and_heartbeats(free_ports) -> None:  # type: ignore
     ctx.term()
 
 
-def test_a_replay_publishes_every_batch_and_pass(free_ports, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_replay_publishes_every_batch_and_pass(free_ports: Any, tmp_path: Path) -> None:
     """Two KV-routed vLLM workers with both zmq sinks and a JSONL FPM sink: the KV
     subscribers see one seq-numbered batch per publish, with token ids of every stored block,
     and the FPM subscribers one message per pass (the JSONL file's count) plus the final
@@ -168,7 +168,7 @@ def test_a_replay_publishes_every_batch_and_pass(free_ports, tmp_path: Path) -> 
     ctx.term()
 
 
-def test_bad_endpoints_are_config_errors_and_busy_ports_user_errors(free_ports) -> None:  # type: ignore[no-untyped-def]
+def test_bad_endpoints_are_config_errors_and_busy_ports_user_errors(free_ports: Any) -> None:
     from servesim.config.loader import load_config
     from servesim.errors import ConfigError, UserError
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from attrs import frozen
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
 from servesim.contract import ForwardPassMetrics
+
 from servesim_prometheus.families import FAMILIES, SGLANG_SCHEDULER_LABELS, Family, one_two_five
 
 

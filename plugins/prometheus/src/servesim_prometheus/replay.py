@@ -28,8 +28,8 @@ from collections import defaultdict
 from typing import IO, Any
 
 from prometheus_client.utils import floatToGoString
-
 from servesim.contract import ForwardPassMetrics
+
 from servesim_prometheus.metrics import EngineMetrics, FinishedRequest
 
 _Bins = dict[int, dict[str, list[Any]]]
@@ -109,12 +109,15 @@ class ReplayScrapes:
         return last
 
 
+def _escape(value: str) -> str:
+    """An OpenMetrics label value: backslash, newline and double quote escaped."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
 def _labels(labels: dict[str, str]) -> str:
     if not labels:
         return ""
-    esc = (f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(10), chr(92) + "n").replace(chr(34), chr(92) + chr(34))}"'
-           for k, v in labels.items())
-    return "{" + ",".join(esc) + "}"
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
 
 
 def _snapshot(m: EngineMetrics, points: dict[str, Any], ts: float, epoch_s: float) -> None:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from attrs import field, frozen, validators
-
 from servesim.contract import ForwardPassMetrics
 from servesim.errors import UserError
 from servesim.sinks import FpmSink, SinkContext, SinkError

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvEvent, RemovedBlocks, StoredBlocks
 from servesim.fpm_schema import fpm_object
 

@@ -17,6 +17,7 @@ from typing import Any
 from servesim.contract import ForwardPassMetrics, KvEvent
 from servesim.fpm_schema import heartbeat
 from servesim.sinks import FpmSink, KvEventSink, SinkContext, SinkError
+
 from servesim_zmq.config import ZmqFpmSinkConfig, ZmqKvSinkConfig
 
 

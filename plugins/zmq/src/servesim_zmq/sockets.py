@@ -16,10 +16,8 @@ import time
 from collections import deque
 
 import zmq
-
 from servesim.errors import UserError
 from servesim.sinks import SinkError
-from servesim_zmq.config import offset_endpoint
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
