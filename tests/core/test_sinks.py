@@ -95,14 +95,20 @@ def test_jsonl_fpm_sink(tmp_path: Path) -> None:
     sink.publish(3, 12.5, FPM)
     sink.publish(3, 20.0, ForwardPassMetrics(worker_id=3, dp_rank=0, counter_id=10))
     sink.close()
+    first_line = path.read_text().splitlines()[0]
+    # The wire object of servesim.fpm_schema (Dynamo's ForwardPassMetrics), then at_ms.
+    assert first_line == (
+        '{"version": 1, "worker_id": "3", "dp_rank": 1, "counter_id": 9, "wall_time": 0.0125, '
+        '"scheduled_requests": {"num_prefill_requests": 2, "sum_prefill_tokens": 40, '
+        '"var_prefill_length": 4.0, "sum_prefill_kv_tokens": 0, "num_decode_requests": 1, '
+        '"sum_decode_kv_tokens": 17, "var_decode_kv_tokens": 0.0}, '
+        '"queued_requests": {"num_prefill_requests": 0, "sum_prefill_tokens": 0, '
+        '"var_prefill_length": 0.0, "num_decode_requests": 0, "sum_decode_kv_tokens": 0, '
+        '"var_decode_kv_tokens": 0.0}, "at_ms": 12.5}'
+    )
     first, second = _lines(path)
-    assert list(first)[:4] == ["worker", "dp_rank", "at_ms", "type"]
-    assert first["type"] == "ForwardPassMetrics"
-    assert (first["worker"], first["dp_rank"], first["at_ms"], first["counter_id"]) == (3, 1, 12.5, 9)
-    assert first["num_prefill_requests"] == 2 and first["sum_prefill_tokens"] == 40
-    assert first["var_prefill_length"] == 4.0 and first["duration_ms"] == 12.5
-    assert "worker_id" not in first
-    assert (second["dp_rank"], second["counter_id"], second["num_decode_requests"]) == (0, 10, 0)
+    assert (second["dp_rank"], second["counter_id"], second["wall_time"]) == (0, 10, 0.0)
+    assert second["scheduled_requests"]["num_decode_requests"] == 0 and second["at_ms"] == 20.0
 
 
 def test_jsonl_errors_are_sink_errors_naming_the_sink(tmp_path: Path) -> None:
@@ -136,4 +142,16 @@ def test_built_in_sinks_are_registered_and_buildable(tmp_path: Path) -> None:
     sink = build_sink(cls, JsonlSinkConfig(str(tmp_path / "x.jsonl")))
     sink.publish(1, 2.0, FPM)
     sink.close()
-    assert _lines(tmp_path / "x.jsonl")[0]["worker"] == 1
+    assert _lines(tmp_path / "x.jsonl")[0]["worker_id"] == "1"
+
+
+def test_jsonl_kv_sink_asks_for_token_ids_when_configured(tmp_path: Path) -> None:
+    """``token_ids: true`` makes the replay materialise block tokens (the ranks' job), so
+    every BlockStored line carries them; by default the sink asks for nothing."""
+    from servesim.sinks_builtin import JsonlKvSinkConfig
+
+    plain = JsonlKvEventSink(JsonlSinkConfig(str(tmp_path / "a.jsonl")))
+    asked = JsonlKvEventSink(JsonlKvSinkConfig(str(tmp_path / "b.jsonl"), token_ids=True))
+    assert (plain.wants_token_ids, asked.wants_token_ids) == (False, True)
+    plain.close()
+    asked.close()

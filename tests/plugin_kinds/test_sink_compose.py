@@ -101,7 +101,7 @@ def test_bad_nested_key_names_its_path(capsys: pytest.CaptureFixture[str]) -> No
         "sinks: [{type: jsonl, path: x, colour: red}]}]}]"
     )
     assert fail(["run", "--set", spec], capsys) == (
-        f"--set {spec}: sinks.kv_events[0].sinks[1].sinks[0].colour: unknown key; expected one of: path"
+        f"--set {spec}: sinks.kv_events[0].sinks[1].sinks[0].colour: unknown key; expected one of: path, token_ids"
     )
     assert fail(["run", "--set", "sinks.fpm=[{type: tee, sinks: [{type: nope}]}]"], capsys).startswith(
         "--set sinks.fpm=[{type: tee, sinks: [{type: nope}]}]: "
@@ -139,3 +139,33 @@ def test_trace_shorthand(tmp_path: Path) -> None:
     )
     assert load_config(None, [f"workload.trace={trace}"]).sim.workload.trace.path == str(trace)
     assert simulate(loaded).report["completed"] == 1
+
+
+def test_composing_sinks_pass_on_bind_token_ids_and_the_finished_log(tmp_path: Path) -> None:
+    """A jsonl sink asking for token ids inside a tee inside a sample still gets them, and
+    every wrapped sink is bound to the deployment and handed the finished log."""
+    from servesim.sinks import SinkDeployment
+
+    nested = (
+        "sinks.kv_events=[{type: sample, every: 1, sinks: [{type: tee, sinks: ["
+        f"{{type: jsonl, path: '{tmp_path / 'kv.jsonl'}', token_ids: true}}, {{type: memory}}]}}]}}]"
+    )
+    (sample,) = _built([nested])["kv_events"]
+    (tee,) = sample.sinks
+    assert sample.wants_token_ids and tee.wants_token_ids
+    seen: list[object] = []
+    memory = tee.sinks[1]
+    memory.bind = seen.append  # type: ignore[attr-defined]
+    memory.replay_done = seen.append  # type: ignore[attr-defined]
+    deployment = SinkDeployment(num_workers=1, dp_size=1, block_size=16, backend="vllm")
+    sample.bind(deployment)
+    sample.replay_done("the log")
+    assert seen == [deployment, "the log"]
+    sample.close()
+    loaded = load_config(None, [*SMALL, nested])
+    block = loaded.sim.engine.bs
+    result = simulate(loaded)
+    lines = [json.loads(line) for line in (tmp_path / "kv.jsonl").read_text().splitlines()]
+    stored = [rec for rec in lines if rec["type"] == "BlockStored"]
+    assert stored and all(len(rec["token_ids"]) == block * len(rec["block_hashes"]) for rec in stored)
+    assert result.report["completed"] == 30

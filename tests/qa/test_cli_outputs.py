@@ -65,7 +65,7 @@ def test_outputs_are_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
             tuple((out / name).read_bytes() for name in ("r.json", "p.jsonl", "kv_events.jsonl", "fpm.jsonl"))
         )
     assert files[0] == files[1] == files[2]
-    assert files[0][2].count(b"BlockStored") > 0 and files[0][3].count(b"ForwardPassMetrics") > 0
+    assert files[0][2].count(b"BlockStored") > 0 and files[0][3].count(b"\"scheduled_requests\"") > 0
     report = json.loads(files[0][0])
     assert report["completed"] == 40
     assert len(files[0][1].splitlines()) == 40

@@ -11,6 +11,11 @@ calls ``cls()`` or ``cls(config)``, so a sink whose constructor takes only its c
 nothing more; a composing sink overrides ``from_config`` and builds the sinks it wraps from
 their specs with :meth:`SinkContext.build_all` (servesim.sinks_compose holds the built-in
 ``tee``, ``filter`` and ``sample``).
+A sink that needs to know the deployment (ports per dp rank, block size, backend) defines
+``bind(context: SinkDeployment)``; the replay calls it once, after building the sinks and before
+the first publish. A sink with ``wants_token_times = True`` makes the replay record every
+token's time, and one with ``replay_done(log)`` gets the finished replay's
+:class:`~servesim.replay.stats.RequestLog` before it is closed.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
+
+from attrs import frozen
 
 from servesim.contract import ForwardPassMetrics, KvEvent
 from servesim.errors import SimError
@@ -52,6 +59,9 @@ class KvEventSink(ABC):
     """Receives KV events as they become visible (at pass end for pass-produced events)."""
 
     config_class: ClassVar[type | None] = None
+    #: True when the sink needs the tokens of stored blocks: the ranks then materialise them
+    #: (``engine.emit_kv_token_ids``).
+    wants_token_ids: bool = False
 
     @classmethod
     def from_config(cls, config: Any, context: SinkContext) -> KvEventSink:
@@ -83,6 +93,34 @@ class FpmSink(ABC):
     def close(self) -> None:
         """Flush and release resources; called once at the end of a run."""
 
+
+@frozen
+class SinkDeployment:
+    """What a sink may need to know about the replay before the first publish (what
+    ``bind`` gets; not the build-time :class:`SinkContext`)."""
+
+    num_workers: int
+    dp_size: int
+    block_size: int
+    backend: str
+    max_model_len: int | None = None
+    num_gpu_blocks: int | None = None
+
+
+def bind_sinks(sinks: Sequence[Any], context: SinkDeployment) -> None:
+    """Give every sink with a ``bind(context)`` method the replay's :class:`SinkDeployment`."""
+    for sink in sinks:
+        bind = getattr(sink, "bind", None)
+        if bind is not None:
+            bind(context)
+
+
+def replay_done(sinks: Sequence[Any], log: Any) -> None:
+    """Hand the finished replay's request log to every sink with ``replay_done(log)``."""
+    for sink in sinks:
+        done = getattr(sink, "replay_done", None)
+        if done is not None:
+            done(log)
 
 def build_sink(cls: type, config: Any, context: SinkContext | None = None) -> Any:
     """``cls.from_config(config, context)``; a class that is not a servesim sink (a bare

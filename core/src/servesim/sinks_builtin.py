@@ -7,7 +7,8 @@ KV events — the identity of the event, then its data in a vLLM/Dynamo-like sha
 
     {"worker": 0, "dp_rank": 0, "at_ms": 12.5, "event_id": 3, "type": "BlockStored",
      "block_hashes": [..], "parent_block_hash": 123 | null, "tokens_hashes": [..],
-     "token_ids": [..] (only when the rank materialised block tokens; flattened like vLLM),
+     "token_ids": [..] (when the rank materialised block tokens, which ``token_ids: true``
+                        asks for; flattened like vLLM),
      "start_position": 0 (only when the rank reported one)}
     {"worker": 0, "dp_rank": 0, "at_ms": 12.5, "event_id": 4, "type": "BlockRemoved",
      "block_hashes": [..]}
@@ -16,9 +17,15 @@ KV events — the identity of the event, then its data in a vLLM/Dynamo-like sha
 ``block_hashes`` are sequence-aware (chained) hashes and ``tokens_hashes`` the token-only
 local hashes (dynamo-mocker.md §3.1), so a router can index either.
 
-Forward-pass metrics — ``{"worker", "dp_rank", "at_ms", "type": "ForwardPassMetrics"}``
-followed by every :class:`~servesim.contract.ForwardPassMetrics` field except the two
-identity fields already given.
+Forward-pass metrics — the nested object the ZMQ wire carries (:mod:`servesim.fpm_schema`,
+Dynamo's ``ForwardPassMetrics``), one per pass, with ``at_ms`` (the pass's simulated end)
+appended::
+
+    {"version": 1, "worker_id": "0", "dp_rank": 0, "counter_id": 7, "wall_time": 0.0123,
+     "scheduled_requests": {..}, "queued_requests": {..}, "at_ms": 12.5}
+
+Lines are formatted by :mod:`servesim.jsonl_lines`, byte for byte what ``json.dumps`` gives
+for these records.
 
 Errors never pass silently (sinks.py): any failure while opening, writing or closing is a
 :class:`~servesim.sinks.SinkError` naming the sink and its file.
@@ -31,7 +38,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-import attrs
 from attrs import field, frozen, validators
 
 from servesim.contract import (
@@ -42,6 +48,8 @@ from servesim.contract import (
     StoredBlocks,
 )
 from servesim.errors import UserError
+from servesim.fpm_schema import fpm_object
+from servesim.jsonl_lines import fpm_line, kv_event_lines
 from servesim.sinks import FpmSink, KvEventSink, SinkContext, SinkError
 
 
@@ -54,6 +62,14 @@ class JsonlSinkConfig:
     """``path``: the file to write (created or truncated; parent folders are created)."""
 
     path: str = field(validator=validators.instance_of(str))
+
+
+@frozen
+class JsonlKvSinkConfig(JsonlSinkConfig):
+    """``token_ids``: make every rank materialise the tokens of stored blocks (as
+    ``engine.emit_kv_token_ids`` does), so each ``BlockStored`` line carries them."""
+
+    token_ids: bool = field(default=False, validator=validators.instance_of(bool))
 
 
 # --------------------------------------------------------------------------- memory
@@ -112,10 +128,13 @@ class _JsonlWriter:
             raise SinkOpenError(f"{self.name}: cannot open: {exc.strerror or exc}") from exc
 
     def write(self, records: list[dict[str, Any]]) -> None:
+        self.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in records))
+
+    def write_text(self, text: str) -> None:
         if self._fh is None:
             raise SinkError(f"{self.name}: publish after close")
         try:
-            self._fh.write("".join(json.dumps(r, allow_nan=False) + "\n" for r in records))
+            self._fh.write(text)
         except (OSError, ValueError, TypeError) as exc:
             raise SinkError(f"{self.name}: cannot write: {exc}") from exc
 
@@ -157,42 +176,34 @@ def kv_event_record(worker_id: int, at_ms: float, event: KvEvent) -> dict[str, A
     return rec
 
 
-_FPM_FIELDS = tuple(
-    f.name for f in attrs.fields(ForwardPassMetrics) if f.name not in ("worker_id", "dp_rank")
-)
-
-
 def fpm_record(worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> dict[str, Any]:
     """The JSON object written for one forward pass (see the module docs)."""
-    rec: dict[str, Any] = {
-        "worker": worker_id,
-        "dp_rank": metrics.dp_rank,
-        "at_ms": at_ms,
-        "type": "ForwardPassMetrics",
-    }
-    for name in _FPM_FIELDS:
-        rec[name] = getattr(metrics, name)
+    rec = fpm_object(worker_id, metrics)
+    rec["at_ms"] = at_ms
     return rec
 
 
 class JsonlKvEventSink(KvEventSink):
     """Writes each KV event as one JSON line."""
 
-    config_class = JsonlSinkConfig
+    config_class = JsonlKvSinkConfig
 
-    def __init__(self, config: JsonlSinkConfig, *, validating: bool = False) -> None:
+    def __init__(self, config: JsonlKvSinkConfig, *, validating: bool = False) -> None:
         self._out = _JsonlWriter("kv-event", config, validating=validating)
+        self.wants_token_ids = getattr(config, "token_ids", False)
 
     @classmethod
-    def from_config(cls, config: JsonlSinkConfig, context: SinkContext | None) -> JsonlKvEventSink:
+    def from_config(cls, config: JsonlKvSinkConfig, context: SinkContext | None) -> JsonlKvEventSink:
         return cls(config, validating=context is not None and context.validating)
 
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
         try:
-            records = [kv_event_record(worker_id, at_ms, e) for e in events]
+            text = kv_event_lines(worker_id, at_ms, events)
+        except ValueError as exc:
+            raise SinkError(f"{self._out.name}: cannot write: {exc}") from exc
         except (TypeError, AttributeError) as exc:
             raise SinkError(f"{self._out.name}: {exc}") from exc
-        self._out.write(records)
+        self._out.write_text(text)
 
     def close(self) -> None:
         self._out.close()
@@ -212,10 +223,12 @@ class JsonlFpmSink(FpmSink):
 
     def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
         try:
-            record = fpm_record(worker_id, at_ms, metrics)
-        except AttributeError as exc:
+            text = fpm_line(worker_id, at_ms, metrics)
+        except ValueError as exc:
+            raise SinkError(f"{self._out.name}: cannot write: {exc}") from exc
+        except (AttributeError, TypeError) as exc:
             raise SinkError(f"{self._out.name}: {exc}") from exc
-        self._out.write([record])
+        self._out.write_text(text)
 
     def close(self) -> None:
         self._out.close()
@@ -224,6 +237,7 @@ class JsonlFpmSink(FpmSink):
 __all__ = [
     "JsonlFpmSink",
     "JsonlKvEventSink",
+    "JsonlKvSinkConfig",
     "JsonlSinkConfig",
     "MemoryFpmSink",
     "MemoryKvEventSink",

@@ -13,6 +13,9 @@ Each wraps the sinks listed under its ``sinks:`` key, built through the run's re
   starting at an offset in ``[0, every)`` drawn from ``seed``, so a seed gives the same
   sample on every run.
 
+A composing sink asks the replay for what any wrapped sink asks (``wants_token_ids``,
+``wants_token_times``) and hands ``bind`` and ``replay_done`` on to each of them.
+
 Closing a composing sink closes every wrapped sink once, in list order; publishing to it
 after that is a :class:`~servesim.sinks.SinkError`, even for an event it would drop.
 """
@@ -26,7 +29,15 @@ from typing import Any, ClassVar
 from attrs import field, frozen, validators
 
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvEvent, RemovedBlocks, StoredBlocks
-from servesim.sinks import FpmSink, KvEventSink, SinkContext, SinkError
+from servesim.sinks import (
+    FpmSink,
+    KvEventSink,
+    SinkContext,
+    SinkDeployment,
+    SinkError,
+    bind_sinks,
+    replay_done,
+)
 
 KV_EVENT_TYPES = {
     StoredBlocks: "BlockStored",
@@ -133,7 +144,16 @@ class _Wrapping:
     def __init__(self, sinks: Sequence[Any], config: Any = None) -> None:
         self.sinks = list(sinks)
         self.closed = False
+        # What the wrapped sinks ask of the replay, asked for them (servesim.sinks).
+        self.wants_token_ids = any(getattr(s, "wants_token_ids", False) for s in self.sinks)
+        self.wants_token_times = any(getattr(s, "wants_token_times", False) for s in self.sinks)
         self.setup(config)
+
+    def bind(self, context: SinkDeployment) -> None:
+        bind_sinks(self.sinks, context)
+
+    def replay_done(self, log: Any) -> None:
+        replay_done(self.sinks, log)
 
     def setup(self, config: Any) -> None:
         """Read the options (a tee has none beyond its sinks)."""

@@ -2,7 +2,8 @@
 
 Randomised Mooncake workloads (single- and multi-turn sessions, timestamp and concurrency
 mode) on vLLM workers, round-robin or KV routing: the report JSON and per-request lines must
-be byte-identical, and with one worker the KV-event and FPM sink streams too.
+be byte-identical, and the KV-event and FPM sink streams too (always with one worker; with
+several, when drawn: their output is merged in an order runs cannot change).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def cases(draw: Any) -> dict:
         concurrency=draw(st.sampled_from([None, None, 2])),
         blocks=draw(st.sampled_from([30, 64, 4096])),
         caching=draw(st.booleans()),
+        sinks=draw(st.booleans()),
     )
 
 
@@ -47,7 +49,7 @@ def _replay(case: dict, runs: bool, token_times: bool = True) -> tuple[str, list
     workers = case["workers"]
     router_cls = KvRouter if case["kv"] else RoundRobinRouter
     router = router_cls(workers, 1, BLOCK)
-    sinks = workers == 1
+    sinks = workers == 1 or case.get("sinks", False)
     kv_sink, fpm_sink = MemoryKvEventSink(), MemoryFpmSink()
     cfg = EngineConfig(num_gpu_blocks=case["blocks"], block_size=BLOCK,
                        enable_prefix_caching=case["caching"])

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from servesim.contract import (
@@ -132,6 +133,8 @@ _HANDOFF_TIMES = (
 class DisaggReplayer(Replayer):
     """Replays a workload on a prefill pool and a decode pool (engines ``0..P-1`` are the
     prefill workers, ``P..P+D-1`` the decode workers)."""
+
+    merges_sinks = False  # it publishes on its own paths (handoffs), and never runs
 
     def __init__(
         self,
@@ -442,7 +445,7 @@ class DisaggReplayer(Replayer):
         if effects.lifecycle_events:
             self._lifecycle(w, self.prefill_dp[rid], effects.lifecycle_events, now)
 
-    def _kv(self, w: int, now: float, events: Sequence[KvEvent]) -> None:
+    def _kv(self, w: int, now: float, events: Sequence[KvEvent], start: float | None = None) -> None:
         """KV events feed the router of the worker's pool (prefill overlap routing)."""
         if w < self.num_prefill:
             if self.prefill_router.wants_kv_events:
@@ -519,6 +522,8 @@ def build_disagg_replayer(
             emit_forward_pass_metrics=emit_fpm,
             path=f"cluster.{role}_engine",
         )
+        if any(getattr(sink, "wants_token_ids", False) for sink in kv_sinks):
+            factory.config = attrs.evolve(factory.config, emit_kv_token_ids=True)
         first = 0 if role == "prefill" else cluster.prefill_workers
         pools.append((factory, [factory.build(first + i) for i in range(count)]))
     (pf, prefill), (df, decode) = pools

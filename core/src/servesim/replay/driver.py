@@ -26,7 +26,14 @@ import heapq
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from servesim.contract import KvEvent, PassCompletionEffects, PassStartEffects, Request, Submit
+from servesim.contract import (
+    ForwardPassMetrics,
+    KvEvent,
+    PassCompletionEffects,
+    PassStartEffects,
+    Request,
+    Submit,
+)
 from servesim.engine import Engine, EnginePassStarted
 from servesim.errors import CommandRejected, SimError, TraceError
 from servesim.observers import FinishedRequest, Observers
@@ -36,12 +43,14 @@ from servesim.replay.cluster import ClusterState
 from servesim.replay.cohorts import CohortLog
 from servesim.replay.routers import RoundRobinRouter, Router
 from servesim.replay.runs import RunDriver, runs_enabled_by_env
+from servesim.replay.sink_merge import FLUSH_AT, SinkMerge
+from servesim.replay.sink_merge import publish as _publish
 from servesim.replay.stats import RequestLog
 from servesim.replay.workload import Workload
-from servesim.sinks import FpmSink, KvEventSink, SinkError
+from servesim.sinks import FpmSink, KvEventSink
 
 if TYPE_CHECKING:
-    from servesim.contract import ForwardPassMetrics, Metrics
+    from servesim.contract import Metrics
     from servesim.plot.timeline import TimelineRecorder
 
 _PASS_END, _ARRIVAL, _DEADLINE, _EXTERNAL = 0, 1, 2, 3
@@ -58,6 +67,10 @@ class ReplayError(SimError):
 
 class Replayer:
     """Replays ``workload`` through ``engines`` behind ``router``; :meth:`run` returns the log."""
+
+    # Several workers' sink output goes through a SinkMerge (replay/sink_merge.py), so runs
+    # of passes stay on; a subclass that publishes on its own paths turns it off.
+    merges_sinks = True
 
     def __init__(
         self,
@@ -132,8 +145,12 @@ class Replayer:
         # Runs of passes (servesim.replay.runs); None when stepping is forced or unsafe.
         if runs is None:
             runs = runs_enabled_by_env()
+        self._merge: SinkMerge | None = None
         if len(self.engines) > 1 and (self.kv_sinks or self.fpm_sinks):
-            runs = False
+            if self.merges_sinks:
+                self._merge = SinkMerge(self.kv_sinks, self.fpm_sinks)
+            else:
+                runs = False
         if self.observers is not None:
             runs = False
         cross = concurrency is not None or any(t >= 0 for t in self.next_turn)
@@ -214,9 +231,12 @@ class Replayer:
         steps = 0
         pop = heapq.heappop
         complete = self._complete
+        merge = self._merge
         while heap:
             ev = pop(heap)
             now = ev[0]
+            if merge is not None and now != self.now and len(merge.buf) >= FLUSH_AT:
+                merge.release(self._sink_watermark(now))
             self.now = now
             if ev[2] == _FIRST_TURN:
                 self._feed_first_turn()
@@ -237,6 +257,8 @@ class Replayer:
                 reported = self._finished
                 self.progress(self._finished, total, now)
         self._check_drained()
+        if merge is not None:
+            merge.release_all()
         self.log.settle()
         if self.progress is not None:
             self.progress(self._finished, total, self.now)
@@ -288,6 +310,16 @@ class Replayer:
         for rid in due:
             self._submit(rid, now)
         self._start_passes(now)
+
+    def _sink_watermark(self, now: float) -> float:
+        """Sink output before this time is complete: an in-flight run hands its passes'
+        output over only when it completes."""
+        wm = now
+        if self._runs is not None and self._runs.count:
+            for run in self._runs.in_flight:
+                if run is not None and run.pass_ends[0] < wm:
+                    wm = run.pass_ends[0]
+        return wm
 
     def _check_drained(self) -> None:
         stuck = [e.worker_id for e in self.engines if not e.is_drained()]
@@ -379,7 +411,7 @@ class Replayer:
         for rs in started.by_rank:
             eff = rs.effects
             for adm in eff.admissions:
-                log.admission(adm.request_id, adm.reused_input_tokens)
+                log.admission(adm.request_id, adm.reused_input_tokens, now)
             if eff.pressure_events:
                 self._preempted(w, rs.dp_rank, now, len(eff.pressure_events))
             if eff.kv_events:
@@ -424,25 +456,18 @@ class Replayer:
         """A completed pass's KV events, FPM and lifecycle events, which every kind of worker
         publishes alike; True when any of them counts as progress (the livelock guard)."""
         busy = False
+        start = self._pass_start[w]
         if self.observers is not None:
-            self.observers.pass_completed(w, dp_rank, self._pass_start[w], now, eff)
+            self.observers.pass_completed(w, dp_rank, start, now, eff)
         if eff.kv_events:
             busy = True
-            self._kv(w, now, eff.kv_events)
+            self._kv(w, now, eff.kv_events, start)
         if eff.forward_pass_metrics is not None:
-            self._fpm(w, now, eff.forward_pass_metrics, eff.metrics)
+            self._fpm(w, now, start, eff.forward_pass_metrics, eff.metrics)
         if eff.lifecycle_events:
             busy = True
             self._lifecycle(w, dp_rank, eff.lifecycle_events, now)
         return busy
-
-    def _fpm(self, w: int, at: float, fpm: ForwardPassMetrics, occupancy: Metrics | None) -> None:
-        """A pass's forward-pass metrics, to the sinks and with its occupancy snapshot (KV
-        blocks in use, when the rank reports it) to the timeline."""
-        for sink in self.fpm_sinks:
-            _publish(sink, w, at, fpm)
-        if self.timeline is not None:
-            self.timeline.pass_metrics(w, at, fpm, occupancy)
 
     def _preempted(self, w: int, dp_rank: int, now: float, count: int) -> None:
         self.log.num_preemptions += count
@@ -529,18 +554,37 @@ class Replayer:
 
     def _absorb(self, w: int, dp_rank: int, eff: PassStartEffects, now: float) -> None:
         for adm in eff.admissions:
-            self.log.admission(adm.request_id, adm.reused_input_tokens)
+            self.log.admission(adm.request_id, adm.reused_input_tokens, now)
         if eff.pressure_events:
             self._preempted(w, dp_rank, now, len(eff.pressure_events))
         if eff.kv_events:
             self._kv(w, now, eff.kv_events)
 
-    def _kv(self, w: int, now: float, events: Sequence[KvEvent]) -> None:
+    def _kv(self, w: int, now: float, events: Sequence[KvEvent], start: float | None = None) -> None:
+        """KV events visible at ``now``, from a pass that started at ``start`` (None: produced
+        at ``now`` itself, by a pass start, a submission or internal work)."""
         if self.router.wants_kv_events:
             self.router.on_kv_events(w, events)
+        if self._merge is not None:
+            if self.kv_sinks:
+                self._merge.kv(w, now, now if start is None else start, events)
+            return
         for sink in self.kv_sinks:
             _publish(sink, w, now, events)
 
+    def _fpm(
+        self, w: int, now: float, start: float, fpm: ForwardPassMetrics, occupancy: Metrics | None = None
+    ) -> None:
+        """A pass's forward-pass metrics, to the sinks (through the merge buffer when several
+        workers share them) and with its occupancy snapshot (KV blocks in use, when the rank
+        reports it) to the timeline."""
+        if self.timeline is not None:
+            self.timeline.pass_metrics(w, now, fpm, occupancy)
+        if self._merge is not None:
+            self._merge.fpm(w, now, start, fpm)
+            return
+        for sink in self.fpm_sinks:
+            _publish(sink, w, now, fpm)
 
 def _session_maps(workload: Workload) -> tuple[list[str], list[int], list[int]]:
     """Per request id: its session id, its session's index, and its next turn's id (or -1)."""
@@ -556,9 +600,3 @@ def _session_maps(workload: Workload) -> tuple[list[str], list[int], list[int]]:
             session_index[t.request_id] = i
     return session_of, session_index, next_turn
 
-
-def _publish(sink: KvEventSink | FpmSink, w: int, now: float, payload: object) -> None:
-    try:
-        sink.publish(w, now, payload)  # type: ignore[arg-type]
-    except Exception as exc:
-        raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc

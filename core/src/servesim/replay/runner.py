@@ -22,6 +22,7 @@ from servesim.replay.stats import RequestLog
 from servesim.replay.synthetic import generate
 from servesim.replay.workload import Workload, mark_unique_prompts
 from servesim.sink_build import build_sinks
+from servesim.sinks import SinkDeployment, bind_sinks, replay_done
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
@@ -116,6 +117,15 @@ def _simulate(
         raise UserError("--pass-log is not supported with a prefill/decode split yet")
     built = build_sinks(loaded)
     kv_sinks, fpm_sinks = built["kv_events"], built["fpm"]
+    bind_sinks([*kv_sinks, *fpm_sinks], SinkDeployment(
+        num_workers=(sim.cluster.prefill_workers + sim.cluster.decode_workers if disaggregated
+                     else num_workers), dp_size=sim.engine.dp_size, block_size=block_size,
+        backend=sim.engine.backend, max_model_len=sim.engine.max_model_len,
+        num_gpu_blocks=sim.engine.num_gpu_blocks,
+    ))
+    sinks = [*kv_sinks, *fpm_sinks]
+    record_token_times = record_token_times or any(
+        getattr(sink, "wants_token_times", False) for sink in sinks)
     observers = Observers.of(plugins)
     if observers is not None:
         observers = observers.run_started(loaded)
@@ -136,6 +146,8 @@ def _simulate(
         )
         if router.wants_kv_events and not kv_sinks:
             factory.services = attrs.evolve(factory.services, kv_events_router_only=True)
+        if any(sink.wants_token_ids for sink in kv_sinks):
+            factory.config = attrs.evolve(factory.config, emit_kv_token_ids=True)
         # Occupancy snapshots feed only the timeline's KV usage.
         factory.services = attrs.evolve(factory.services, record_metrics=timeline is not None)
         if pass_log is not None:
@@ -167,8 +179,9 @@ def _simulate(
     )
     try:
         log = replayer.run()
+        replay_done(sinks, log)
     finally:
-        for sink in [*kv_sinks, *fpm_sinks]:
+        for sink in sinks:
             sink.close()
         if writer is not None:
             writer.close()
@@ -221,6 +234,7 @@ def _simulate_disagg(
     )
     try:
         log = replayer.run()
+        replay_done([*kv_sinks, *fpm_sinks], log)
     finally:
         for sink in [*kv_sinks, *fpm_sinks]:
             sink.close()

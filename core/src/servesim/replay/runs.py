@@ -13,10 +13,10 @@ the run is its own ITL sample and the ``k - 1`` later gaps are stored once with 
 (:meth:`servesim.replay.stats.RequestLog.run_tokens`). KV events go to the router and sinks
 stamped with their own pass end; when a router reads KV state, the events of run passes that
 ended by an arrival are released to it (``Engine.take_run_kv_events``) before routing, as
-stepping would have delivered them. With several workers *and* KV or FPM sinks runs are off,
-because a sink's interleaving of workers would then differ from stepping's.
+stepping would have delivered them. With several workers, sink output is buffered and merged
+in one order that does not depend on runs (:mod:`servesim.replay.sink_merge`).
 
-In timestamp mode without sessions, deadlines or sinks (several dp_size-1 workers), a run
+In timestamp mode without sessions or deadlines (several dp_size-1 workers), a run
 may also look past arrivals its router *proves* it will send elsewhere
 (``Router.exclusion_margins``: round-robin exactly; the KV router from bounds on how each
 slot's cost can move until the arrival, see :meth:`RunDriver._extend`). Such arrivals are
@@ -140,7 +140,7 @@ class RunDriver:
                 self.released[w] = upto
                 for j in sorted(evs):
                     if evs[j]:
-                        rp._kv(w, ends[j], evs[j])  # noqa: SLF001
+                        rp._kv(w, ends[j], evs[j], ends[j - 1] if j else run.started_at_ms)  # noqa: SLF001
 
     def release_done(self, now: float) -> None:
         """Before routing at ``now``: retire requests completed at run passes ending by now."""
@@ -176,13 +176,15 @@ class RunDriver:
         ends = eff.pass_ends
         rp.log.run_tokens(eff.members, eff.absent_last, ends, eff.started_at_ms,
                           eff.completed_before, rp._log_key[w], eff.completed)  # noqa: SLF001
+        start = eff.started_at_ms
         for j in sorted(eff.kv_events):
             if eff.kv_events[j]:
-                rp._kv(w, ends[j], eff.kv_events[j])  # noqa: SLF001
+                rp._kv(w, ends[j], eff.kv_events[j], ends[j - 1] if j else start)  # noqa: SLF001
         if eff.forward_pass_metrics is not None and (rp.fpm_sinks or rp.timeline is not None):
             occupancy = eff.pass_metrics if rp.timeline is not None else None
             for j, fpm in enumerate(eff.forward_pass_metrics):
-                rp._fpm(w, ends[j], fpm, occupancy[j] if occupancy else None)  # noqa: SLF001
+                rp._fpm(w, ends[j], ends[j - 1] if j else start, fpm,  # noqa: SLF001
+                        occupancy[j] if occupancy else None)
         for rid in eff.completed:
             rp._terminal(rid, now)  # noqa: SLF001
         if rp._zero_streak[w]:  # noqa: SLF001
@@ -318,10 +320,12 @@ _RID = (1 << 32) - 1
 
 def exclusion_applies(rp: Replayer, num_workers: int, cross_worker: bool) -> bool:
     """Runs may skip arrivals proved to go elsewhere only in the case argued for: several
-    dp_size-1 workers in aggregated timestamp-mode replay without sessions, deadlines or
-    sinks, behind a router that proves exclusions."""
+    dp_size-1 workers in aggregated timestamp-mode replay without sessions or deadlines,
+    behind a router that proves exclusions; sinks only when their output is merged in an
+    order that does not depend on runs (servesim.replay.sink_merge)."""
+    sinks_ok = rp._merge is not None or not (rp.kv_sinks or rp.fpm_sinks)  # noqa: SLF001
     return (num_workers > 1 and not cross_worker and not rp._has_deadlines  # noqa: SLF001
-            and not rp.kv_sinks and not rp.fpm_sinks and rp.engines[0].dp_size == 1
+            and sinks_ok and rp.engines[0].dp_size == 1
             and rp.concurrency is None and type(rp).__name__ == "Replayer"
             and rp.router.proves_exclusion)
 

@@ -152,6 +152,7 @@ class RequestLog:
         self.cached: list[int | None] = [None] * n
         self.reused = [0] * n
         self.first_reused: list[int | None] = [None] * n
+        self.admitted = [-1.0] * n  # first admission (vLLM's "scheduled" time), simulated ms
         self.rejected = [False] * n
         self.itl = array("d")
         self.itl_rid = array("q")
@@ -314,13 +315,14 @@ class RequestLog:
     def settle_worker(self, key: int) -> None:
         """Make the fields of worker ``key``'s requests current (the cohort log's hook)."""
 
-    def admission(self, rid: int, reused: int) -> None:
-        """A (re-)admission reusing ``reused`` prompt tokens. ``reused`` keeps the latest
-        admission's value, as the reference's collector does (Dynamo 1.6.1: a request
+    def admission(self, rid: int, reused: int, at: float = -1.0) -> None:
+        """A (re-)admission at ``at`` reusing ``reused`` prompt tokens. ``reused`` keeps the
+        latest admission's value, as the reference's collector does (Dynamo 1.6.1: a request
         preempted and re-admitted reports the cache hit of its final admission)."""
         self.reused[rid] = reused
         if self.first_reused[rid] is None:
             self.first_reused[rid] = reused
+            self.admitted[rid] = at
 
     # -- views -------------------------------------------------------------------------
 

@@ -1,0 +1,83 @@
+"""Payload bytes equal what vLLM's and Dynamo's own msgspec classes encode.
+
+``data/reference_bytes.json`` holds those classes' bytes for ``data/wire_cases.json``
+(written by ``make_reference_bytes.py`` in vLLM 0.32's venv); with vLLM importable the
+comparison also runs live."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from servesim.contract import (
+    ClearedBlocks,
+    ForwardPassMetrics,
+    KvBlock,
+    KvEvent,
+    RemovedBlocks,
+    StoredBlocks,
+)
+from servesim_zmq.encode import fpm_payload, kv_batch
+
+DATA = Path(__file__).resolve().parent / "data"
+CASES = json.loads((DATA / "wire_cases.json").read_text())
+REFERENCE = json.loads((DATA / "reference_bytes.json").read_text())
+
+
+def servesim_events(case: dict) -> list[KvEvent]:
+    out = []
+    for i, ev in enumerate(case["events"]):
+        if "stored" in ev:
+            s = ev["stored"]
+            data = StoredBlocks(s["parent"], tuple(
+                KvBlock(h, h ^ 1, tuple(t)) for h, t in zip(s["hashes"], s["tokens"], strict=True)))
+        elif "removed" in ev:
+            data = RemovedBlocks(tuple(ev["removed"]))
+        else:
+            data = ClearedBlocks()
+        out.append(KvEvent(i, case["dp_rank"], data))
+    return out
+
+
+def servesim_fpm(case: dict) -> tuple[int, ForwardPassMetrics]:
+    s, q = case["scheduled"], case["queued"]
+    m = ForwardPassMetrics(
+        worker_id=int(case["worker_id"]), dp_rank=case["dp_rank"], counter_id=case["counter_id"],
+        num_prefill_requests=s[0], sum_prefill_tokens=s[1], var_prefill_length=s[2],
+        sum_prefill_kv_tokens=s[3], num_decode_requests=s[4], sum_decode_kv_tokens=s[5],
+        var_decode_kv_tokens=s[6], num_queued_prefill=q[0], sum_queued_prefill_tokens=q[1],
+        var_queued_prefill_length=q[2], num_queued_decode=q[3], sum_queued_decode_kv_tokens=q[4],
+        var_queued_decode_kv_tokens=q[5], duration_ms=case["wall_time"] * 1000.0)
+    return int(case["worker_id"]), m
+
+
+def ours_kv(case: dict) -> str:
+    return kv_batch(case["ts"], servesim_events(case), case["dp_rank"], case["block_size"]).hex()
+
+
+@pytest.mark.parametrize("case", CASES["kv"], ids=lambda c: c["name"])
+def test_kv_batch_bytes_equal_vllms(case: dict) -> None:
+    assert ours_kv(case) == REFERENCE["kv"][case["name"]]
+
+
+@pytest.mark.parametrize("case", CASES["fpm"], ids=lambda c: c["name"])
+def test_fpm_bytes_equal_dynamos(case: dict) -> None:
+    assert fpm_payload(*servesim_fpm(case)).hex() == REFERENCE["fpm"][case["name"]]
+
+
+def test_reference_bytes_come_from_the_pinned_versions() -> None:
+    assert REFERENCE["kv"]["_source"] == "vllm 0.32.0 vllm.distributed.kv_events"
+    assert set(REFERENCE["kv"]) - {"_source"} == {c["name"] for c in CASES["kv"]}
+    assert set(REFERENCE["fpm"]) - {"_source"} == {c["name"] for c in CASES["fpm"]}
+
+
+def test_kv_batch_bytes_equal_vllms_live() -> None:
+    pytest.importorskip("vllm.distributed.kv_events")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from make_reference_bytes import kv_payloads
+
+    live = kv_payloads(CASES["kv"])
+    for case in CASES["kv"]:
+        assert ours_kv(case) == live[case["name"]]

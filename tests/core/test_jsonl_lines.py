@@ -1,0 +1,80 @@
+"""servesim.jsonl_lines formats exactly what json.dumps gives for the sinks' records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from servesim.contract import (
+    ClearedBlocks,
+    ForwardPassMetrics,
+    KvBlock,
+    KvEvent,
+    RemovedBlocks,
+    StoredBlocks,
+)
+from servesim.jsonl_lines import fpm_line, kv_event_line, kv_event_lines
+from servesim.sinks_builtin import fpm_record, kv_event_record
+
+u64 = st.integers(0, 2**64 - 1)
+count = st.integers(0, 10**9)
+finite = st.floats(allow_nan=False, allow_infinity=False)
+at = st.one_of(finite, st.integers(0, 10**9))
+
+
+@st.composite
+def fpms(draw) -> ForwardPassMetrics:  # type: ignore[no-untyped-def]
+    ints = {k: draw(count) for k in (
+        "counter_id", "num_prefill_requests", "sum_prefill_tokens", "sum_prefill_kv_tokens",
+        "num_decode_requests", "sum_decode_kv_tokens", "num_queued_prefill",
+        "sum_queued_prefill_tokens", "num_queued_decode", "sum_queued_decode_kv_tokens")}
+    floats = {k: draw(st.floats(0, 1e12)) for k in (
+        "var_prefill_length", "var_decode_kv_tokens", "var_queued_prefill_length",
+        "var_queued_decode_kv_tokens", "duration_ms")}
+    return ForwardPassMetrics(worker_id=0, dp_rank=draw(st.integers(0, 64)), **ints, **floats)
+
+
+@st.composite
+def kv_events(draw) -> KvEvent:  # type: ignore[no-untyped-def]
+    kind = draw(st.sampled_from(["stored", "removed", "cleared"]))
+    if kind == "stored":
+        with_ids = draw(st.booleans())
+        blocks = tuple(
+            KvBlock(draw(u64), draw(u64),
+                    tuple(draw(st.lists(st.integers(0, 2**31), min_size=1, max_size=4)))
+                    if with_ids else None)
+            for _ in range(draw(st.integers(0, 4))))
+        data = StoredBlocks(draw(st.one_of(st.none(), u64)), blocks,
+                            draw(st.one_of(st.none(), count)))
+    elif kind == "removed":
+        data = RemovedBlocks(tuple(draw(st.lists(u64, max_size=4))))
+    else:
+        data = ClearedBlocks()
+    return KvEvent(draw(count), draw(st.integers(0, 64)), data)
+
+
+@settings(max_examples=300, derandomize=True)
+@given(w=st.integers(0, 1000), at_ms=at, m=fpms())
+def test_fpm_line_is_json_dumps_of_the_record(w: int, at_ms: float, m: ForwardPassMetrics) -> None:
+    assert fpm_line(w, at_ms, m) == json.dumps(fpm_record(w, at_ms, m), allow_nan=False) + "\n"
+
+
+@settings(max_examples=300, derandomize=True)
+@given(w=st.integers(0, 1000), at_ms=at, e=kv_events())
+def test_kv_event_line_is_json_dumps_of_the_record(w: int, at_ms: float, e: KvEvent) -> None:
+    assert kv_event_line(w, at_ms, e) == json.dumps(kv_event_record(w, at_ms, e), allow_nan=False) + "\n"
+
+
+@settings(max_examples=200, derandomize=True)
+@given(w=st.integers(0, 1000), at_ms=at, events=st.lists(kv_events(), max_size=6))
+def test_kv_event_lines_of_a_batch_are_each_events_line(w: int, at_ms: float, events: list) -> None:
+    assert kv_event_lines(w, at_ms, events) == "".join(kv_event_line(w, at_ms, e) for e in events)
+
+
+def test_non_finite_values_are_refused_as_json_would() -> None:
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        fpm_line(0, float("inf"), ForwardPassMetrics())
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        kv_event_line(0, float("nan"), KvEvent(0, 0, ClearedBlocks()))
