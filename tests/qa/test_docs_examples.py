@@ -166,4 +166,5 @@ def test_configuration_composing_sinks_example_runs(tmp_path: Path, monkeypatch:
     removed = [json.loads(line) for line in (out / "worker0_removed.jsonl").read_text().splitlines()]
     assert removed == [e for e in every if e["worker"] == 0 and e["type"] == "BlockRemoved"] and removed
     sampled = (out / "fpm_sample.jsonl").read_text().splitlines()
-    assert sampled and all(json.loads(line)["type"] == "ForwardPassMetrics" for line in sampled)
+    records = [json.loads(line) for line in sampled]
+    assert records and all(r["version"] == 1 and "scheduled_requests" in r for r in records)
