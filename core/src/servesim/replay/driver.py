@@ -409,6 +409,8 @@ class Replayer:
         if eff.kv_events:
             busy = True
             self._kv(w, now, eff.kv_events)
+        if eff.decode_acceptance.nextn:
+            self.log.acceptance(eff.decode_acceptance)
         if eff.forward_pass_metrics is not None:
             for sink in self.fpm_sinks:
                 _publish(sink, w, now, eff.forward_pass_metrics)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from servesim.config.sections import ReportConfig
+from servesim.speculative import acceptance_report
 from servesim.replay.stats import (
     RequestLog,
     distribution,
@@ -164,6 +165,9 @@ def build_report(
         "output_token_throughput_per_user", (1000.0 / uniq[positive])[::-1],
         counts[positive][::-1], pcts, unit=""))
     rep.update(_goodput_keys(a, cfg, dur_s))
+    if log.spec_nextn:
+        rep.update(acceptance_report(log.spec_drafts, log.spec_nextn, log.spec_accepted,
+                                     log.spec_per_pos))
     rep["config"] = resolved_config if resolved_config is not None else {}
     return _clean(rep)
 

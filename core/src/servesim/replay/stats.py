@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -167,6 +168,23 @@ class RequestLog:
         self.max_in_flight = 0
         # output tokens per whole simulated second (vLLM's max_output_tokens_per_s)
         self.tokens_per_second: dict[int, int] = {}
+        # Speculative decoding (servesim.speculative): drafts per forward (0: none seen),
+        # verification forwards, accepted drafts, and accepted drafts per position.
+        self.spec_nextn = 0
+        self.spec_drafts = 0
+        self.spec_accepted = 0
+        self.spec_per_pos: list[int] = []
+
+    def acceptance(self, acc: Any) -> None:
+        """Add one pass's :class:`servesim.contract.DecodeAcceptance` with drafts."""
+        if len(self.spec_per_pos) < acc.nextn:
+            self.spec_per_pos += [0] * (acc.nextn - len(self.spec_per_pos))
+            self.spec_nextn = acc.nextn
+        self.spec_drafts += acc.forwards
+        self.spec_accepted += acc.accepted_tokens - acc.forwards
+        per_pos = self.spec_per_pos
+        for i, n in enumerate(acc.accepted_per_pos):
+            per_pos[i] += n
 
     # -- recording (hot path) ----------------------------------------------------------
 

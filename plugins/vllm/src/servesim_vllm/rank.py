@@ -71,7 +71,8 @@ class VllmRank(Rank):
     ) -> None:
         super().__init__(identity, config, backend_config, services)
         self.behaviour = _behaviour.resolve(backend_config)
-        self.sched = VllmScheduler(config, services, identity.dp_rank, self.behaviour)
+        self.sched = VllmScheduler(config, services, identity.dp_rank, self.behaviour,
+                                   identity.seed_offset)
         if services.kv_events_router_only:
             # Only the KV router reads the events: coalesce removals, and hash generated
             # pseudo-token blocks lazily as with events off (no prompt can match them, so the
@@ -96,8 +97,6 @@ class VllmRank(Rank):
             problems.append(("engine.block_size", f"must be > 0, got {config.block_size}"))
         if config.num_gpu_blocks <= 0:
             problems.append(("engine.num_gpu_blocks", f"must be > 0, got {config.num_gpu_blocks}"))
-        if config.aic_nextn is not None:
-            problems.append(("engine.aic_nextn", "speculative decoding is not supported by vllm yet"))
         problems.extend(_behaviour.validate(backend_config))
         return problems
 
@@ -192,6 +191,8 @@ class VllmRank(Rank):
             cached_tokens=res.cached_tokens,
         )
         effects = PassCompletionEffects(outputs=outputs, kv_events=self.sched.pool.drain_events())
+        if self.sched.spec is not None:
+            effects.decode_acceptance = self.sched.spec.sampler.tally.take()
         if self.book.events:
             effects.lifecycle_events = self.book.drain_events()  # SourceHeld (§4.8)
         fpm = self._fpm(res) if self.services.emit_forward_pass_metrics else None
@@ -218,6 +219,8 @@ class VllmRank(Rank):
     def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int,
                     through_completions: bool = False) -> RankRun | None:
         """A run of steady decode passes (servesim_vllm.runs), or None to step."""
+        if self.sched.spec is not None:
+            return None  # a run's passes emit one token per member: bursts need stepping
         run = _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
         if run is not None:
             # nothing is left running only if the run's last pass finished it

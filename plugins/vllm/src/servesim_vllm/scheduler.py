@@ -39,6 +39,8 @@ from servesim.rank import RankServices
 from servesim_vllm.behaviour import Behaviour, resolve
 from servesim_vllm.handoff import admit_prebuilt_only
 from servesim_vllm.request import Status, VllmRequest
+from servesim_vllm.speculative import VllmSpeculation
+from servesim_vllm.speculative import emit as emit_speculative
 from servesim_vllm.steady import VllmSteadyBatch, after_step, steady_step, sync
 
 _BLOCKED = -1
@@ -117,6 +119,7 @@ class VllmScheduler:
         services: RankServices,
         dp_rank: int,
         behaviour: Behaviour | None = None,
+        seed_offset: int = 0,
     ) -> None:
         self.cfg = config
         self.bs = config.bs
@@ -145,6 +148,8 @@ class VllmScheduler:
         self.waiting: deque[VllmRequest] = deque()
         self.running: list[VllmRequest] = []
         self.preemptions_total = 0
+        # Speculative decoding (servesim_vllm.speculative), None when aic_nextn is unset.
+        self.spec = VllmSpeculation.build(config, seed_offset)
         # Handoff bookkeeping (servesim_vllm.handoff), attached by the rank.
         self.book: Any = None
         # Queued-request statistics for forward-pass metrics, kept incrementally so a pass
@@ -209,7 +214,10 @@ class VllmScheduler:
             self._schedule_running()
         self._admit_waiting()
         self._prefill_time(res)
-        self._emit(res)
+        if self.spec is None:
+            self._emit(res)
+        else:
+            emit_speculative(self, res)
         if from_batch:
             after_step(self)
         return res
@@ -225,6 +233,7 @@ class VllmScheduler:
         budget = self._budget
         n = total = sq = 0
         m = len(running)  # changes only on the slow path (preemption)
+        fast = self.spec is None  # a speculative decode step samples in emit_speculative
         while i < m and budget > 0:
             req = running[i]
             length = req.length
@@ -235,7 +244,7 @@ class VllmScheduler:
             # the pass reads this request except a preemption, which undoes it exactly
             # (_unschedule). Only a completion waits for _emit (releases follow admission).
             # (length % bs > 1: neither the step's first nor its last token is at a block edge.)
-            if req.computed == length - 1 and req.generated and length % bs > 1:
+            if req.computed == length - 1 and req.generated and length % bs > 1 and fast:
                 req.computed = length
                 order.append(req)
                 tokens.append(req.rid)
@@ -352,6 +361,10 @@ class VllmScheduler:
             max_cached = (req.length - 1) // bs * bs
             if cached > max_cached:
                 cached = max_cached
+        if self.spec is not None and cached >= bs:
+            # The drafter needs the hidden states of the last matched block: one more block
+            # of every non-empty hit is recomputed (servesim_vllm.speculative).
+            cached -= bs
         return cached, min(active * bs, cached)
 
     def _schedule(self, req: VllmRequest, cached_prefix: int, from_waiting: bool) -> int:
