@@ -215,8 +215,16 @@ class RequestLog:
         elif rids[-len(firsts):] == firsts:
             self.itl_rid.fromlist(rids[:-len(firsts)])
         else:
+            # Only a first token has no gap: later tokens of the same pass (a speculative
+            # burst) keep theirs.
             got = set(firsts)
-            self.itl_rid.fromlist([rid for rid in rids if rid not in got])
+            gaps = []
+            for rid in rids:
+                if rid in got:
+                    got.discard(rid)
+                else:
+                    gaps.append(rid)
+            self.itl_rid.fromlist(gaps)
         second = int(now // 1000.0)
         self.tokens_per_second[second] = self.tokens_per_second.get(second, 0) + len(rids)
         if self.token_times is not None:
