@@ -191,6 +191,8 @@ class StoredBlocks:
     parent_hash: int | None
     blocks: tuple[KvBlock, ...]
     start_position: int | None = None
+    #: Storage tier: None for device KV (G1); ``"CPU"`` for the host tier (servesim.kv.host_tier).
+    medium: str | None = None
 
 
 @frozen(slots=True)
@@ -198,6 +200,7 @@ class RemovedBlocks:
     """The final physical copies of these block hashes were evicted."""
 
     block_hashes: tuple[int, ...]
+    medium: str | None = None  # as StoredBlocks.medium
 
 
 @frozen(slots=True)

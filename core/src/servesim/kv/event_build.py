@@ -29,15 +29,18 @@ _BULK_FROM = 8
 
 def is_plain(cls: type, names: tuple[str, ...]) -> bool:
     """Whether ``cls`` is a slotted attrs class whose ``__init__`` does nothing but store the
-    fields ``names`` (in this order)."""
+    fields ``names`` (in this order) and, after them, fields with plain default values."""
     if not attrs.has(cls) or "__slots__" not in cls.__dict__:
         return False
     fields = attrs.fields(cls)
     init = getattr(cls.__init__, "__code__", None)
+    rest = fields[len(names):]
     return (
-        tuple(f.name for f in fields) == names
+        tuple(f.name for f in fields[:len(names)]) == names
+        and all(f.default is not attrs.NOTHING and not isinstance(f.default, attrs.Factory)
+                for f in rest)
         and all(f.validator is None and f.converter is None and f.init for f in fields)
-        and all(type(cls.__dict__.get(n)).__name__ == "member_descriptor" for n in names)
+        and all(type(cls.__dict__.get(f.name)).__name__ == "member_descriptor" for f in fields)
         and not hasattr(cls, "__attrs_pre_init__")
         and not hasattr(cls, "__attrs_post_init__")
         and init is not None
@@ -46,12 +49,14 @@ def is_plain(cls: type, names: tuple[str, ...]) -> bool:
 
 
 def maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
-    """``f(*values)`` building ``cls`` from all its field values, positionally."""
+    """``f(*values)`` building ``cls`` from the values of its fields ``names``, positionally;
+    any later fields keep their defaults."""
     if not is_plain(cls, names):
         return cls
     new = object.__new__
     sets = [cls.__dict__[n].__set__ for n in names]
-    if len(names) == 1:
+    defaults = [(cls.__dict__[f.name].__set__, f.default) for f in attrs.fields(cls)[len(names):]]
+    if len(names) == 1 and not defaults:
         (s0,) = sets
 
         def make1(a: object) -> Any:
@@ -60,7 +65,7 @@ def maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
             return o
 
         return make1
-    if len(names) == 3:
+    if len(names) == 3 and not defaults:
         s0, s1, s2 = sets
 
         def make3(a: object, b: object, c: object) -> Any:
@@ -71,6 +76,29 @@ def maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
             return o
 
         return make3
+    if len(names) in (1, 3) and len(defaults) == 1:
+        (d0, v0), = defaults
+        if len(names) == 1:
+            (s0,) = sets
+
+            def make1d(a: object) -> Any:
+                o = new(cls)
+                s0(o, a)
+                d0(o, v0)
+                return o
+
+            return make1d
+        s0, s1, s2 = sets
+
+        def make3d(a: object, b: object, c: object) -> Any:
+            o = new(cls)
+            s0(o, a)
+            s1(o, b)
+            s2(o, c)
+            d0(o, v0)
+            return o
+
+        return make3d
     return cls
 
 

@@ -111,6 +111,7 @@ class Replayer:
         self._dirty: set[int] = set()
         self._has_deadlines = any(
             type(r).next_internal_deadline_ms is not Rank.next_internal_deadline_ms
+            and getattr(r, "internal_deadlines", True)
             for e in self.engines
             for r in e.ranks
         )

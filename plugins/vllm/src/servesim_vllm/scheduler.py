@@ -38,6 +38,7 @@ from servesim.rank import RankServices
 
 from servesim_vllm.behaviour import Behaviour, resolve
 from servesim_vllm.handoff import admit_prebuilt_only
+from servesim_vllm.host_offload import BLOCKED, VllmHostOffload
 from servesim_vllm.request import Status, VllmRequest
 from servesim_vllm.speculative import VllmSpeculation
 from servesim_vllm.speculative import emit as emit_speculative
@@ -150,6 +151,8 @@ class VllmScheduler:
         self.preemptions_total = 0
         # Speculative decoding (servesim_vllm.speculative), None when aic_nextn is unset.
         self.spec = VllmSpeculation.build(config, seed_offset)
+        # Host KV offload G2 (servesim_vllm.host_offload), None when it is off.
+        self.host = VllmHostOffload.build(self, config)
         # Handoff bookkeeping (servesim_vllm.handoff), attached by the rank.
         self.book: Any = None
         # Queued-request statistics for forward-pass metrics, kept incrementally so a pass
@@ -195,6 +198,8 @@ class VllmScheduler:
         req = self.requests.pop(rid)
         if req.status is Status.RUNNING:
             self.running.remove(req)
+        elif req.status is Status.LOADING:
+            self.host.cancel(req)
         else:
             self.waiting.remove(req)
             self._queue_stats(req, -1)
@@ -213,6 +218,9 @@ class VllmScheduler:
             sync(self)
             self._schedule_running()
         self._admit_waiting()
+        if self.host is not None:
+            self.host.restore_skipped()
+            self.host.after_schedule(res)
         self._prefill_time(res)
         if self.spec is None:
             self._emit(res)
@@ -294,8 +302,20 @@ class VllmScheduler:
                 self._reject(req)
                 continue
             cached, active_cached = self._prefill_cost(req)
+            if self.host is not None:
+                if self._budget <= 0:
+                    break  # vLLM never queries the connector once the budget is spent
+                verdict = self.host.probe(req, cached, active_cached)
+                if verdict is not None:
+                    if verdict is BLOCKED:
+                        break
+                    continue  # parked on a host load, or skipped for this pass
+                cached, active_cached = self.host.frozen_cost(req, cached, active_cached, bs)
             needed = -(-req.length // bs) - active_cached // bs
-            if self.beh.scheduler_reserve_full_isl and needed > self.usable_blocks - pool.num_active:
+            room = self.usable_blocks - pool.num_active
+            if self.host is not None:
+                room -= self.host.tails(req)
+            if self.beh.scheduler_reserve_full_isl and needed > room:
                 if not running and self.book is not None and self.book.dests:
                     # Only prebuilt (activated) requests hold the KV this head waits for:
                     # let them run rather than stall the rank forever (servesim's no-hang rule).
@@ -312,7 +332,8 @@ class VllmScheduler:
             if req.cached_prefix is None:
                 req.cached_prefix = cached
             res = self._res
-            res.admissions.append(Admission(req.rid, cached))
+            tier = self.host.on_admitted(req, cached) if self.host is not None else None
+            res.admissions.append(Admission(req.rid, cached, tier))
             res.new_hits[req.rid] = cached
             if resumed:
                 res.resumed.append(req.rid)
