@@ -363,6 +363,8 @@ class Replayer:
             eff = rs.effects
             for adm in eff.admissions:
                 log.admission(adm.request_id, adm.reused_input_tokens)
+                if adm.cache_tier_attribution is not None:
+                    log.tier_attribution(adm.request_id, adm.cache_tier_attribution)
             if eff.pressure_events:
                 log.num_preemptions += len(eff.pressure_events)
             if eff.kv_events:
@@ -490,6 +492,8 @@ class Replayer:
     def _absorb(self, w: int, eff: PassStartEffects, now: float) -> None:
         for adm in eff.admissions:
             self.log.admission(adm.request_id, adm.reused_input_tokens)
+            if adm.cache_tier_attribution is not None:
+                self.log.tier_attribution(adm.request_id, adm.cache_tier_attribution)
         self.log.num_preemptions += len(eff.pressure_events)
         if eff.kv_events:
             self._kv(w, now, eff.kv_events)

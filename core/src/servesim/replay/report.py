@@ -266,7 +266,28 @@ def format_table(report: dict[str, Any], wall_s: float | None = None) -> str:
             ("Prefill worker utilization", util["prefill"]),
             ("Decode worker utilization", util["decode"]),
         ]))
+    sections += _feature_sections(report)
     return _render(sections)
+
+
+def _feature_sections(report: dict[str, Any]) -> list[tuple[str, list[tuple[str, Any]]]]:
+    """Speculative decoding and host-tier rows, when the report has them."""
+    out: list[tuple[str, list[tuple[str, Any]]]] = []
+    if report.get("spec_decode_num_drafts"):
+        out.append(("Speculative decoding", [
+            ("Drafts (verification forwards)", report["spec_decode_num_drafts"]),
+            ("Mean acceptance length", report["spec_decode_mean_acceptance_length"]),
+            ("Draft acceptance rate", report["spec_decode_draft_acceptance_rate"]),
+        ]))
+    host = report.get("host_offload")
+    if host is not None:
+        out.append(("Host KV tier", [
+            ("Prefix hit rate, device (G1)", report["prefix_cache_hit_rate_g1"]),
+            ("Prefix hit rate, host", report["prefix_cache_hit_rate_host"]),
+            ("Blocks stored to host", host["stored_blocks"]),
+            ("Blocks loaded from host", host["loaded_blocks"]),
+        ]))
+    return out
 
 
 def _render(sections: list[tuple[str, list[tuple[str, Any]]]]) -> str:

@@ -18,6 +18,7 @@ from servesim.replay.driver import ProgressFn, Replayer
 from servesim.replay.report import _clean, build_report
 from servesim.replay.routers import Router
 from servesim.replay.stats import RequestLog
+from servesim.replay.tiers import host_tier_report
 from servesim.replay.synthetic import generate
 from servesim.replay.workload import Workload, mark_unique_prompts
 from servesim.sinks import build_sink
@@ -125,6 +126,7 @@ def simulate(
         if writer is not None:
             writer.close()
     report = build_report(log, sim.report, loaded.resolved())
+    report.update(_clean(host_tier_report(engines, log)))
     return SimResult(report, log, replayer.session_of, replayer.passes)
 
 

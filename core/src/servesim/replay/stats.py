@@ -174,6 +174,18 @@ class RequestLog:
         self.spec_drafts = 0
         self.spec_accepted = 0
         self.spec_per_pos: list[int] = []
+        # First-admission cache-tier attribution (device, host), when a rank reports it.
+        self.tier_g1: list[int] | None = None
+        self.tier_host: list[int] | None = None
+
+    def tier_attribution(self, rid: int, tier: Any) -> None:
+        """A first admission's :class:`servesim.contract.CacheTierAttribution`: prompt
+        tokens already in device KV and those restored from the host tier."""
+        if self.tier_g1 is None:
+            self.tier_g1 = [0] * self.n
+            self.tier_host = [0] * self.n
+        self.tier_g1[rid] = tier.g1_reused_input_tokens
+        self.tier_host[rid] = tier.host_reused_input_tokens  # type: ignore[index]
 
     def acceptance(self, acc: Any) -> None:
         """Add one pass's :class:`servesim.contract.DecodeAcceptance` with drafts."""

@@ -88,4 +88,7 @@ def validate(config: EngineConfig, trt: TrtllmConfig) -> list[tuple[str, str]]:
         problems.append(("engine.block_size", f"must be >= 1, got {config.block_size}"))
     if config.aic_nextn is not None:
         problems.append(("engine.aic_nextn", "speculative decoding is not modelled by trtllm"))
+    if getattr(config, "native_host_offload", None) is not None:
+        # aisimulate-engine.md §9: the native host tier models vLLM's OffloadingConnector.
+        problems.append(("engine.native_host_offload", "host KV offload is modelled for vllm only"))
     return problems
