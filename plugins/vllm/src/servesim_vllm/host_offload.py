@@ -106,8 +106,6 @@ class VllmHostOffload:
     def probe(self, req: VllmRequest, cached: int, active: int) -> str | None:
         """After the G1 lookup of the waiting head: None to admit it through G1, else
         PARKED/SKIPPED (taken off the queue) or BLOCKED (no G1 room for its load)."""
-        if req.generated:
-            return None  # only a fresh request probes the host tier (as the reference)
         st = self.state(req)
         if st.activated:
             return None
@@ -188,7 +186,8 @@ class VllmHostOffload:
 
     def tails(self, candidate: VllmRequest) -> int:
         """Blocks promised to the rest of other loading or loaded requests (their full
-        footprint beyond the reserved prefix), which admission must leave free."""
+        footprint beyond the reserved prefix), which a new load must leave free (as vLLM's
+        ``_inflight_prefill_reserved_blocks`` for asynchronous loads)."""
         bs = self.s.bs
         total = 0
         for group in (self.parked.values(), self.activated.values()):
@@ -280,8 +279,19 @@ class VllmHostOffload:
         self.activated[req.rid] = req
         if s.caching:
             s.finalize_blocks(req, st.loaded_prefix)
-        req.status = Status.WAITING
+        # A preempted request keeps its generated tokens through the load.
+        req.status = Status.PREEMPTED if req.generated else Status.WAITING
         s._queue_stats(req, +1)  # noqa: SLF001
+
+    def requeue_preempted(self, victim: VllmRequest) -> None:
+        """A preempted request goes to the front of the queue, but behind the loaded
+        requests there: their admission releases the G1 blocks they reserved."""
+        waiting = self.s.waiting
+        activated = self.activated
+        i = 0
+        while i < len(waiting) and waiting[i].rid in activated:
+            i += 1
+        waiting.insert(i, victim)
 
     def cancel(self, req: VllmRequest) -> None:
         """Cancel a parked request's load now and free its reserved G1 blocks."""

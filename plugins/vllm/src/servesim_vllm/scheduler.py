@@ -312,10 +312,7 @@ class VllmScheduler:
                     continue  # parked on a host load, or skipped for this pass
                 cached, active_cached = self.host.frozen_cost(req, cached, active_cached, bs)
             needed = -(-req.length // bs) - active_cached // bs
-            room = self.usable_blocks - pool.num_active
-            if self.host is not None:
-                room -= self.host.tails(req)
-            if self.beh.scheduler_reserve_full_isl and needed > room:
+            if self.beh.scheduler_reserve_full_isl and needed > self.usable_blocks - pool.num_active:
                 if not running and self.book is not None and self.book.dests:
                     # Only prebuilt (activated) requests hold the KV this head waits for:
                     # let them run rather than stall the rank forever (servesim's no-hang rule).
@@ -480,7 +477,10 @@ class VllmScheduler:
         victim.status = Status.PREEMPTED
         victim.preemptions += 1
         self.preemptions_total += 1
-        self.waiting.appendleft(victim)
+        if self.host is not None and self.host.activated:
+            self.host.requeue_preempted(victim)
+        else:
+            self.waiting.appendleft(victim)
         self._queue_stats(victim, +1)
         self._preempted_in_pass = True
         after = PressureState(len(running), len(self.waiting), pool.num_active)
