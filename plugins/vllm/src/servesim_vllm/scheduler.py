@@ -356,12 +356,18 @@ class VllmScheduler:
         than the pool (dynamo-mocker.md §2.2). servesim applies the pool rule to readmitted
         requests too (their known tokens grew while generating), and rejects a prompt larger
         than the token budget when chunked prefill is off (vLLM refuses that configuration at
-        start-up), so no request can hang.
+        start-up), so no request can hang. With speculative decoding the pool rule counts
+        the request's next burst too.
         """
         cfg = self.cfg
         if cfg.max_model_len is not None and req.prompt_len >= cfg.max_model_len:
             return True
-        if -(-req.length // self.bs) > self.usable_blocks:
+        need = req.length
+        if self.spec is not None:
+            # A speculative step reserves its whole burst: one that can never fit would
+            # preempt its own request forever.
+            need += min(self.spec.max_burst, req.max_out - req.generated)
+        if -(-need // self.bs) > self.usable_blocks:
             return True
         return not cfg.enable_chunked_prefill and req.prompt_len > self.max_tokens
 

@@ -70,7 +70,8 @@ def emit(s: VllmScheduler, res: PassResult) -> None:
         return
     # Unlike a plain step, the verification forward covers the requests that just
     # prefilled too: their first burst is verified like any other (as the reference prices it).
-    s._decode_time(res, len(ready), sum(req.length for req in ready))  # noqa: SLF001
+    if not spec.prefill_worker:  # a prefill worker's tokens come out of the prefill forward
+        s._decode_time(res, len(ready), sum(req.length for req in ready))  # noqa: SLF001
     sampler = spec.sampler
     if spec.prefill_worker:
         bursts = [1] * len(ready)
