@@ -137,7 +137,10 @@ class HostTier:
         return t.deadline if t is not None else None
 
     def next_deadline(self) -> float | None:
-        return self._due[0][0] if self._due else None
+        due = self._due
+        while due and due[0][2] not in self._transfers:
+            heapq.heappop(due)  # cancelled
+        return due[0][0] if due else None
 
     @property
     def busy(self) -> bool:

@@ -184,9 +184,10 @@ class VllmRank(Rank):
         decode_ms = 0.0 if worker is WorkerType.PREFILL else res.decode_ms
         end = now_ms + scaled_ms(prefill_ms, self._speedup) + scaled_ms(decode_ms, self._decode_speedup)
         host = self.sched.host
-        if host is not None and end == now_ms and not res.order:
-            # Nothing could run before a host transfer ends (the reference advances a
-            # stalled pass to the next offload deadline).
+        if host is not None and end == now_ms and not res.order and self.sched.waiting:
+            # Every waiting request was skipped for a transfer in flight: nothing can run
+            # before a host transfer ends (the reference advances such a stalled pass to the
+            # next offload deadline).
             deadline = host.next_deadline()
             if deadline is not None and deadline > now_ms:
                 end = deadline
