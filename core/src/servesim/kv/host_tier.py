@@ -26,6 +26,7 @@ import heapq
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from itertools import islice
 
 from attrs import define, frozen
 
@@ -177,7 +178,7 @@ class HostTier:
         shortfall = len(missing) - (self.capacity - len(self._entries))
         if shortfall > 0:
             protected = set(keys)
-            victims = [k for k in self._lru if k not in protected][:shortfall]
+            victims = list(islice((k for k in self._lru if k not in protected), shortfall))
             if len(victims) < shortfall:
                 return None
             self._evict(victims)
