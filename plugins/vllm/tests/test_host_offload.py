@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from vllm_helpers import RecordingTiming, make_engine
+from vllm_helpers import RecordingTiming, make_engine, shared_prefix_requests
 
 from servesim.config.engine import EngineConfig
 from servesim.contract import (
@@ -146,12 +146,7 @@ workloads = st.lists(st.tuples(st.integers(0, 30), st.integers(0, 3), st.integer
        gbps=st.sampled_from([0.0, 0.5, 4.0]), cancel=st.integers(-1, 11))
 def test_random_host_workloads_drain_without_leaks(spec: list, g1: int, host: int, gbps: float,
                                                    cancel: int) -> None:
-    arrivals, t = [], 0.0
-    for i, (gap, group, plen, nout) in enumerate(spec):
-        t += gap
-        shared = [group * 1000 + k for k in range(plen // 2)]
-        tail = [50_000 + i * 100 + k for k in range(plen - len(shared))]
-        arrivals.append((t, Request(i, Tokens(shared + tail), nout)))
+    arrivals = shared_prefix_requests(spec)
     eng = host_engine(host_blocks=host, gbps=gbps, num_gpu_blocks=g1, emit_kv_events=True)
 
     def mid_pass(engine: Engine, now: float, trace) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from vllm_helpers import RecordingTiming, make_engine, req
+from vllm_helpers import RecordingTiming, make_engine, req, shared_prefix_requests
 
 from servesim.config.engine import EngineConfig, PreemptionMode
 from servesim.contract import HandoffId, Request, Submit, SubmitHandoffPrefill, WorkerType
@@ -129,12 +129,7 @@ workloads = st.lists(st.tuples(st.integers(0, 20), st.integers(0, 2), st.integer
           suppress_health_check=[HealthCheck.too_slow])
 @given(cfg=configs, spec=workloads)
 def test_random_speculative_workloads_deliver_every_token_once(cfg: dict, spec: list) -> None:
-    arrivals, t = [], 0.0
-    for i, (gap, group, plen, nout) in enumerate(spec):
-        t += gap
-        shared = [group * 1000 + k for k in range(plen // 2)]
-        tail = [50_000 + i * 100 + k for k in range(plen - len(shared))]
-        arrivals.append((t, Request(i, Tokens(shared + tail), nout)))
+    arrivals = shared_prefix_requests(spec)
     eng = make_engine(RecordingTiming(), **cfg)
     r = drive(eng, arrivals, max_passes=20_000)
     nextn = cfg["aic_nextn"]

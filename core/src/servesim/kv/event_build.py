@@ -53,10 +53,26 @@ def maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
     any later fields keep their defaults."""
     if not is_plain(cls, names):
         return cls
+    base = _slot_maker(cls, names)
+    rest = attrs.fields(cls)[len(names):]
+    if base is None or len(rest) > 1:
+        return cls
+    if not rest:
+        return base
+    set_default, default = cls.__dict__[rest[0].name].__set__, rest[0].default
+
+    def make_with_default(*values: object) -> Any:
+        o = base(*values)
+        set_default(o, default)
+        return o
+
+    return make_with_default
+
+
+def _slot_maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any] | None:
     new = object.__new__
     sets = [cls.__dict__[n].__set__ for n in names]
-    defaults = [(cls.__dict__[f.name].__set__, f.default) for f in attrs.fields(cls)[len(names):]]
-    if len(names) == 1 and not defaults:
+    if len(names) == 1:
         (s0,) = sets
 
         def make1(a: object) -> Any:
@@ -65,7 +81,7 @@ def maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
             return o
 
         return make1
-    if len(names) == 3 and not defaults:
+    if len(names) == 3:
         s0, s1, s2 = sets
 
         def make3(a: object, b: object, c: object) -> Any:
@@ -76,30 +92,7 @@ def maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
             return o
 
         return make3
-    if len(names) in (1, 3) and len(defaults) == 1:
-        (d0, v0), = defaults
-        if len(names) == 1:
-            (s0,) = sets
-
-            def make1d(a: object) -> Any:
-                o = new(cls)
-                s0(o, a)
-                d0(o, v0)
-                return o
-
-            return make1d
-        s0, s1, s2 = sets
-
-        def make3d(a: object, b: object, c: object) -> Any:
-            o = new(cls)
-            s0(o, a)
-            s1(o, b)
-            s2(o, c)
-            d0(o, v0)
-            return o
-
-        return make3d
-    return cls
+    return None
 
 
 kv_event: Callable[[int, int, object], KvEvent] = maker(KvEvent, ("event_id", "dp_rank", "data"))

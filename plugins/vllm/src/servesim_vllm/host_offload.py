@@ -142,7 +142,8 @@ class VllmHostOffload:
         end = base + matched
         # The admission rule still holds: the whole request must fit beside the running ones.
         needed = -(-req.length // bs) - active // bs
-        if s.beh.scheduler_reserve_full_isl and needed > s.usable_blocks - s.pool.num_active - self.tails(req):
+        room = s.usable_blocks - s.pool.num_active - self.tails(req)
+        if s.beh.scheduler_reserve_full_isl and needed > room:
             return BLOCKED
         if not s.pool.allocate(req.table, end, req.seq[:base] if base else ()):
             return BLOCKED
