@@ -66,6 +66,7 @@ from servesim_sglang.policies import resolve_policy
 from servesim_sglang.radix_cache import RadixCache
 from servesim_sglang.request import SglangRequest
 from servesim_sglang.scheduler import PassOutcome, SglangScheduler
+from servesim_sglang.speculative import SglangSpeculation
 
 
 @define
@@ -128,6 +129,7 @@ class SglangRank(Rank):
         self._stalled: tuple[int, int] | None = None  # see waiting_for_external_command
         self.book = HandoffBook(self.handoff)
         self.sched.handoff = self.handoff
+        self.sched.spec = SglangSpeculation.build(config, identity.seed_offset)
         self._c = _Counters()
         self._prefilled = False
         self._model_work = False
@@ -293,7 +295,8 @@ class SglangRank(Rank):
         total = sum(item[3] + item[1] for item in out.prefill_items)
         effects = PassCompletionEffects(
             outputs=batch,
-            decode_acceptance=DecodeAcceptance(out.decode_forwards, out.decode_forwards),
+            decode_acceptance=(DecodeAcceptance(out.decode_forwards, out.decode_forwards)
+                               if self.sched.spec is None else self.sched.spec.sampler.tally.take()),
             schedule=self._schedule_record(out) if self.services.record_schedule else None,
         )
         if self.book.events:
@@ -322,6 +325,8 @@ class SglangRank(Rank):
         self, now_ms: float, horizon_ms: float, max_passes: int, through_completions: bool = False
     ) -> RankRun | None:
         """A run of steady decode passes (servesim_sglang.runs), or None to step."""
+        if self.sched.spec is not None:
+            return None  # a run's passes emit one token per member: bursts need stepping
         return _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
 
     def complete_run(self, pending: _runs.SglangRunPending, end_ms: float) -> RunEffects:

@@ -1,0 +1,73 @@
+"""Speculative decoding on the ``sglang`` rank (dynamo-mocker.md §8.1).
+
+As the reference's SGLang decode step: every running request may emit a burst of up to
+``min(aic_nextn + 1, remaining)`` tokens (1 on a prefill worker), so the memory check
+retracts until every survivor's largest burst fits and evicts cached pages for it
+(``SglangScheduler._growth_pages`` counts the burst); the step is priced as one decode
+forward, as a plain decode step; each request then draws its burst and emits it, every
+token with the step's end time. The first token after a prefill comes out of the prefill
+forward, one token without drafts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from servesim.contract import WorkerType
+from servesim.speculative import SpeculativeSampler
+
+if TYPE_CHECKING:
+    from servesim.config.engine import EngineConfig
+
+    from servesim_sglang.request import SglangRequest
+    from servesim_sglang.scheduler import PassOutcome, SglangScheduler
+
+
+class SglangSpeculation:
+    __slots__ = ("sampler", "max_burst", "prefill_worker")
+
+    def __init__(self, sampler: SpeculativeSampler, prefill_worker: bool) -> None:
+        self.sampler = sampler
+        self.prefill_worker = prefill_worker
+        self.max_burst = 1 if prefill_worker else sampler.nextn + 1
+
+    @classmethod
+    def build(cls, config: EngineConfig, seed_offset: int) -> SglangSpeculation | None:
+        sampler = SpeculativeSampler.from_config(config, seed_offset)
+        if sampler is None:
+            return None
+        return cls(sampler, config.worker_type is WorkerType.PREFILL)
+
+    def burst(self, r: SglangRequest) -> int:
+        """The largest burst ``r`` can emit this step (what the memory check reserves)."""
+        return min(self.max_burst, r.remaining_output)
+
+
+def emit_bursts(s: SglangScheduler, running: list[SglangRequest],
+                out: PassOutcome) -> list[SglangRequest]:
+    """Each running request's burst (pages already reserved); the requests still running."""
+    spec = s.spec
+    assert spec is not None
+    cache = s.cache
+    ps = cache.page_size
+    keep = []
+    for r in running:
+        n = 1 if spec.prefill_worker else spec.sampler.sample(r.remaining_output)
+        lease = r.lease
+        assert lease is not None
+        for _ in range(n):
+            if len(r.tokens) + 1 > lease.pages * ps:
+                cache.free_pages -= 1
+                lease.pages += 1
+            s._emit(r, out)  # noqa: SLF001
+            r.materialized += 1
+        out.scheduled[r.rid] = n
+        if r.remaining_output == 0:
+            s._complete(r, out)  # noqa: SLF001
+        else:
+            cache.cache_prefix(lease, r.tokens, r.materialized)
+            keep.append(r)
+    return keep
+
+
+__all__ = ["SglangSpeculation", "emit_bursts"]
