@@ -267,6 +267,16 @@ class VllmScheduler:
                 budget -= 1
                 i += 1
                 continue
+            if (not fast and req.computed == length - 1 and req.generated and length % bs
+                    and length <= len(req.table.ids) * bs):
+                # Speculative: the last burst's dangling token, inside the blocks the burst
+                # took and completing none; emit_speculative samples the next burst.
+                req.computed = length
+                order.append(req)
+                later.append(req)
+                budget -= 1
+                i += 1
+                continue
             self._budget = budget
             res.plain = [n, total, sq]
             used = self._schedule(req, 0, from_waiting=False)
@@ -522,6 +532,8 @@ class VllmScheduler:
             self._budget += undone.tokens
             return
         self._budget += 1
+        if self.spec is not None:
+            return  # a speculative dangling-token step sampled nothing yet
         length = victim.length - 1
         victim.length = length
         victim.generated -= 1
