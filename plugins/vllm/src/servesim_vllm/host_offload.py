@@ -103,6 +103,13 @@ class VllmHostOffload:
 
     # -- admission ------------------------------------------------------------------------
 
+    def admission(self, req: VllmRequest, cached: int, active: int) -> str | None:
+        """The waiting head after its G1 lookup: :meth:`probe`, or BLOCKED once the pass's
+        budget is spent (vLLM never queries the connector then)."""
+        if self.s._budget <= 0:  # noqa: SLF001
+            return BLOCKED
+        return self.probe(req, cached, active)
+
     def probe(self, req: VllmRequest, cached: int, active: int) -> str | None:
         """After the G1 lookup of the waiting head: None to admit it through G1, else
         PARKED/SKIPPED (taken off the queue) or BLOCKED (no G1 room for its load)."""
@@ -289,6 +296,9 @@ class VllmHostOffload:
         requests there: their admission releases the G1 blocks they reserved."""
         waiting = self.s.waiting
         activated = self.activated
+        if not activated:
+            waiting.appendleft(victim)
+            return
         i = 0
         while i < len(waiting) and waiting[i].rid in activated:
             i += 1

@@ -312,13 +312,11 @@ class VllmScheduler:
                 self._reject(req)
                 continue
             cached, active_cached = self._prefill_cost(req)
-            if self.host is not None:
-                if self._budget <= 0:
-                    break  # vLLM never queries the connector once the budget is spent
-                verdict = self.host.probe(req, cached, active_cached)
+            if self.host is not None:  # the host tier's lookup follows G1's (host_offload)
+                verdict = self.host.admission(req, cached, active_cached)
+                if verdict is BLOCKED:
+                    break
                 if verdict is not None:
-                    if verdict is BLOCKED:
-                        break
                     continue  # parked on a host load, or skipped for this pass
                 cached, active_cached = self.host.frozen_cost(req, cached, active_cached, bs)
             needed = -(-req.length // bs) - active_cached // bs
@@ -493,10 +491,7 @@ class VllmScheduler:
         victim.status = Status.PREEMPTED
         victim.preemptions += 1
         self.preemptions_total += 1
-        if self.host is not None and self.host.activated:
-            self.host.requeue_preempted(victim)
-        else:
-            self.waiting.appendleft(victim)
+        (self.host.requeue_preempted if self.host is not None else self.waiting.appendleft)(victim)
         self._queue_stats(victim, +1)
         self._preempted_in_pass = True
         after = PressureState(len(running), len(self.waiting), pool.num_active)
