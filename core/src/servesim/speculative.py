@@ -69,6 +69,39 @@ class SpeculativeSampler:
         return n if n < remaining else remaining
 
 
+class Speculation:
+    """One rank's speculative decoding: its sampler and the largest burst a request may emit
+    in one forward (``aic_nextn + 1``; 1 on a prefill worker, whose only token comes out of
+    the prefill forward, without drafts)."""
+
+    __slots__ = ("sampler", "max_burst", "prefill_worker")
+
+    def __init__(self, sampler: SpeculativeSampler, prefill_worker: bool) -> None:
+        self.sampler = sampler
+        self.prefill_worker = prefill_worker
+        self.max_burst = 1 if prefill_worker else sampler.nextn + 1
+
+    @classmethod
+    def build(cls, config: object, seed_offset: int) -> Speculation | None:
+        """None when ``aic_nextn`` is unset."""
+        sampler = SpeculativeSampler.from_config(config, seed_offset)
+        if sampler is None:
+            return None
+        worker = getattr(config, "worker_type", None)
+        return cls(sampler, getattr(worker, "value", worker) == "prefill")
+
+    def largest_burst(self, remaining: int) -> int:
+        """What a request with ``remaining`` outputs may emit this forward (the blocks to
+        reserve before sampling)."""
+        return self.max_burst if self.max_burst < remaining else remaining
+
+    def draw_burst(self, remaining: int) -> int:
+        """This forward's burst: 1 on a prefill worker (no draw), else a clamped draw."""
+        if self.prefill_worker:
+            return 1 if remaining > 0 else 0
+        return self.sampler.sample(remaining)
+
+
 class AcceptanceTally:
     """Counters of one rank, drained once per pass into ``PassCompletionEffects``."""
 
@@ -117,4 +150,4 @@ def acceptance_report(drafts: int, nextn: int, accepted: int, per_pos: Sequence[
     }
 
 
-__all__ = ["AcceptanceTally", "SpeculativeSampler", "acceptance_report"]
+__all__ = ["AcceptanceTally", "Speculation", "SpeculativeSampler", "acceptance_report"]

@@ -57,6 +57,7 @@ from servesim.rank import (
     RetryHint,
     SameTimestampRetry,
 )
+from servesim.speculative import Speculation
 from servesim.runs import RankRun, RunEffects
 
 from servesim_sglang import runs as _runs
@@ -66,7 +67,6 @@ from servesim_sglang.policies import resolve_policy
 from servesim_sglang.radix_cache import RadixCache
 from servesim_sglang.request import SglangRequest
 from servesim_sglang.scheduler import PassOutcome, SglangScheduler
-from servesim_sglang.speculative import SglangSpeculation
 
 
 @define
@@ -129,7 +129,7 @@ class SglangRank(Rank):
         self._stalled: tuple[int, int] | None = None  # see waiting_for_external_command
         self.book = HandoffBook(self.handoff)
         self.sched.handoff = self.handoff
-        self.sched.spec = SglangSpeculation.build(config, identity.seed_offset)
+        self.sched.spec = Speculation.build(config, identity.seed_offset)
         self._c = _Counters()
         self._prefilled = False
         self._model_work = False

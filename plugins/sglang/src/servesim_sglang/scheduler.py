@@ -471,9 +471,9 @@ class SglangScheduler:
         """Pages every running request needs for its next token (``ceil(len+1) - held``)."""
         ps = self.cache.page_size
         if self.spec is not None:  # every request's largest burst
-            burst = self.spec.burst
-            return sum([-(-(len(r.tokens) + burst(r)) // ps) - (r.lease.pages if r.lease else 0)
-                        for r in running])
+            burst = self.spec.largest_burst
+            return sum([-(-(len(r.tokens) + burst(r.remaining_output)) // ps)
+                        - (r.lease.pages if r.lease else 0) for r in running])
         if ps == 1:
             return sum([len(r.tokens) + 1 - (r.lease.pages if r.lease else 0) for r in running])
         return sum([-(-(len(r.tokens) + 1) // ps) - (r.lease.pages if r.lease else 0) for r in running])

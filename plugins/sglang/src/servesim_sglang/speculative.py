@@ -13,34 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from servesim.contract import WorkerType
-from servesim.speculative import SpeculativeSampler
-
 if TYPE_CHECKING:
-    from servesim.config.engine import EngineConfig
-
     from servesim_sglang.request import SglangRequest
     from servesim_sglang.scheduler import PassOutcome, SglangScheduler
-
-
-class SglangSpeculation:
-    __slots__ = ("sampler", "max_burst", "prefill_worker")
-
-    def __init__(self, sampler: SpeculativeSampler, prefill_worker: bool) -> None:
-        self.sampler = sampler
-        self.prefill_worker = prefill_worker
-        self.max_burst = 1 if prefill_worker else sampler.nextn + 1
-
-    @classmethod
-    def build(cls, config: EngineConfig, seed_offset: int) -> SglangSpeculation | None:
-        sampler = SpeculativeSampler.from_config(config, seed_offset)
-        if sampler is None:
-            return None
-        return cls(sampler, config.worker_type is WorkerType.PREFILL)
-
-    def burst(self, r: SglangRequest) -> int:
-        """The largest burst ``r`` can emit this step (what the memory check reserves)."""
-        return min(self.max_burst, r.remaining_output)
 
 
 def emit_bursts(s: SglangScheduler, running: list[SglangRequest],
@@ -52,7 +27,7 @@ def emit_bursts(s: SglangScheduler, running: list[SglangRequest],
     ps = cache.page_size
     keep = []
     for r in running:
-        n = 1 if spec.prefill_worker else spec.sampler.sample(r.remaining_output)
+        n = spec.draw_burst(r.remaining_output)
         lease = r.lease
         assert lease is not None
         for _ in range(n):
@@ -70,4 +45,4 @@ def emit_bursts(s: SglangScheduler, running: list[SglangRequest],
     return keep
 
 
-__all__ = ["SglangSpeculation", "emit_bursts"]
+__all__ = ["emit_bursts"]

@@ -42,6 +42,7 @@ from servesim.errors import CommandRejected, ConfigError
 from servesim.handoff import HandoffBook, suppress_request
 from servesim.kv.pool import BlockPool
 from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
+from servesim.speculative import Speculation
 from servesim.runs import RankRun, RunEffects
 
 from servesim_trtllm import runs as _runs
@@ -103,7 +104,7 @@ class TrtllmRank(Rank):
         )
         self.core.token_ids_in_events = config.emit_kv_token_ids and services.emit_kv_events
         # Speculative decoding (servesim_trtllm.speculative), None when aic_nextn is unset.
-        self.spec = _speculative.TrtSpeculation.build(config, identity.seed_offset)
+        self.spec = Speculation.build(config, identity.seed_offset)
         if services.kv_events_router_only:
             # Only the KV router reads the events (as the vllm rank): coalesce removals, and
             # publish nothing for placeholder blocks (no prompt can match them).

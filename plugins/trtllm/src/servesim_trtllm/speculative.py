@@ -16,32 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from servesim.contract import OutputBatch, RequestId, WorkerType
-from servesim.speculative import SpeculativeSampler
+from servesim.contract import OutputBatch, RequestId
 
 if TYPE_CHECKING:
-    from servesim.config.engine import EngineConfig
+    from servesim.speculative import Speculation
 
     from servesim_trtllm.core import TrtCore
     from servesim_trtllm.request import TrtRequest
-
-
-class TrtSpeculation:
-    """The sampler and burst limit of one rank."""
-
-    __slots__ = ("sampler", "max_burst", "prefill_worker")
-
-    def __init__(self, sampler: SpeculativeSampler, prefill_worker: bool) -> None:
-        self.sampler = sampler
-        self.prefill_worker = prefill_worker
-        self.max_burst = 1 if prefill_worker else sampler.nextn + 1
-
-    @classmethod
-    def build(cls, config: EngineConfig, seed_offset: int) -> TrtSpeculation | None:
-        sampler = SpeculativeSampler.from_config(config, seed_offset)
-        if sampler is None:
-            return None
-        return cls(sampler, config.worker_type is WorkerType.PREFILL)
 
 
 def priced(ready: list[TrtRequest]) -> tuple[int, int]:
@@ -54,7 +35,7 @@ def priced(ready: list[TrtRequest]) -> tuple[int, int]:
     return n, kv
 
 
-def emit(core: TrtCore, spec: TrtSpeculation, ready: list[TrtRequest],
+def emit(core: TrtCore, spec: Speculation, ready: list[TrtRequest],
          out: OutputBatch) -> list[RequestId]:
     """Emit each ready request's burst (see the module docstring); the finished ids."""
     bs = core.bs
@@ -62,12 +43,11 @@ def emit(core: TrtCore, spec: TrtSpeculation, ready: list[TrtRequest],
     need = 0
     for r in sampling:
         length = r.prompt_len + r.generated
-        burst = min(spec.max_burst, r.max_output - r.generated)
+        burst = spec.largest_burst(r.max_output - r.generated)
         need += -(-(length + burst) // bs) - len(r.table.ids)
     if need > core.pool.num_free + core.pool.num_inactive:
         sampling = []  # no room for the bursts, and this policy never preempts
-    bursts = {r.rid: (1 if spec.prefill_worker else spec.sampler.sample(r.max_output - r.generated))
-              for r in sampling}
+    bursts = {r.rid: spec.draw_burst(r.max_output - r.generated) for r in sampling}
     finished: list[RequestId] = []
     for r in ready:
         if not r.first_output_sent and (r.rid in bursts or r.max_output <= r.generated):
@@ -98,4 +78,4 @@ def _keep_dangling(core: TrtCore, r: TrtRequest) -> None:
         core.finalize_through(r, full)
 
 
-__all__ = ["TrtSpeculation", "emit", "priced"]
+__all__ = ["emit", "priced"]

@@ -35,12 +35,12 @@ from servesim.contract import (
 )
 from servesim.kv.pool import BlockPool
 from servesim.rank import RankServices
+from servesim.speculative import Speculation
 
 from servesim_vllm.behaviour import Behaviour, resolve
 from servesim_vllm.handoff import admit_prebuilt_only
 from servesim_vllm.host_offload import BLOCKED, VllmHostOffload
 from servesim_vllm.request import Status, VllmRequest
-from servesim_vllm.speculative import VllmSpeculation
 from servesim_vllm.speculative import emit as emit_speculative
 from servesim_vllm.steady import VllmSteadyBatch, after_step, steady_step, sync
 
@@ -150,7 +150,7 @@ class VllmScheduler:
         self.running: list[VllmRequest] = []
         self.preemptions_total = 0
         # Speculative decoding (servesim_vllm.speculative), None when aic_nextn is unset.
-        self.spec = VllmSpeculation.build(config, seed_offset)
+        self.spec = Speculation.build(config, seed_offset)
         # Host KV offload G2 (servesim_vllm.host_offload), None when it is off.
         self.host = VllmHostOffload.build(self, config)
         # Handoff bookkeeping (servesim_vllm.handoff), attached by the rank.

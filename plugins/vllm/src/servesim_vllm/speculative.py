@@ -27,34 +27,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from servesim.contract import WorkerType
 from servesim.kv.pool import BlockTable
-from servesim.speculative import SpeculativeSampler
 
 from servesim_vllm.request import Status, VllmRequest
 
 if TYPE_CHECKING:
-    from servesim.config.engine import EngineConfig
+    from collections.abc import Callable
 
     from servesim_vllm.scheduler import PassResult, VllmScheduler
-
-
-class VllmSpeculation:
-    """The sampler and burst limit of one rank."""
-
-    __slots__ = ("sampler", "max_burst", "prefill_worker")
-
-    def __init__(self, config: EngineConfig, seed_offset: int) -> None:
-        sampler = SpeculativeSampler.from_config(config, seed_offset)
-        assert sampler is not None
-        self.sampler = sampler
-        self.prefill_worker = config.worker_type is WorkerType.PREFILL
-        # A prefill worker's only token comes out of the prefill forward: no drafts.
-        self.max_burst = 1 if self.prefill_worker else sampler.nextn + 1
-
-    @classmethod
-    def build(cls, config: EngineConfig, seed_offset: int) -> VllmSpeculation | None:
-        return cls(config, seed_offset) if config.aic_nextn is not None else None
 
 
 def emit(s: VllmScheduler, res: PassResult) -> None:
@@ -65,18 +45,14 @@ def emit(s: VllmScheduler, res: PassResult) -> None:
     ready = _finish_terminal(s, res)
     if not ready:
         return
-    ready, reserved = _reserve(s, ready, spec.max_burst)
+    ready, reserved = _reserve(s, ready, spec.largest_burst)
     if reserved is None:
         return
     # Unlike a plain step, the verification forward covers the requests that just
     # prefilled too: their first burst is verified like any other (as the reference prices it).
     if not spec.prefill_worker:  # a prefill worker's tokens come out of the prefill forward
         s._decode_time(res, len(ready), sum(req.length for req in ready))  # noqa: SLF001
-    sampler = spec.sampler
-    if spec.prefill_worker:
-        bursts = [1] * len(ready)
-    else:
-        bursts = [sampler.sample(req.max_out - req.generated) for req in ready]
+    bursts = [spec.draw_burst(req.max_out - req.generated) for req in ready]
     finished = False
     for req, burst in zip(ready, bursts, strict=True):
         finished |= _emit_burst(s, res, req, burst, reserved)
@@ -118,7 +94,7 @@ def _finish_terminal(s: VllmScheduler, res: PassResult) -> list[VllmRequest]:
 
 
 def _reserve(
-    s: VllmScheduler, ready: list[VllmRequest], max_burst: int
+    s: VllmScheduler, ready: list[VllmRequest], largest: Callable[[int], int]
 ) -> tuple[list[VllmRequest], BlockTable | None]:
     """Reserve the blocks of every ready request's largest burst, preempting until they fit;
     ``(still ready, reservation)``, or ``([], None)`` when nothing is left to run."""
@@ -126,8 +102,7 @@ def _reserve(
     while True:
         need = 0
         for req in ready:
-            left = req.max_out - req.generated
-            burst = max_burst if max_burst < left else left
+            burst = largest(req.max_out - req.generated)
             need += -(-(req.length + burst) // bs) - -(-req.length // bs)
         reserved = BlockTable()
         if s.pool.allocate(reserved, need):
@@ -169,4 +144,4 @@ def _emit_burst(
     return False
 
 
-__all__ = ["VllmSpeculation", "emit"]
+__all__ = ["emit"]
