@@ -142,7 +142,7 @@ class SglangScheduler:
         self._retracted_ids: set[int] = set()
         # Disaggregated handoff hooks (servesim_sglang.handoff.SglangHandoffAdapter).
         self.handoff: Any = None
-        # Speculative decoding (servesim_sglang.speculative.SglangSpeculation), set by the rank.
+        # Speculative decoding (servesim.speculative.Speculation), set by the rank.
         self.spec: Any = None
 
     # -- policy context (read-only view for SchedulePolicy) ------------------------------
