@@ -22,6 +22,7 @@ u64 = st.integers(0, 2**64 - 1)
 count = st.integers(0, 10**9)
 finite = st.floats(allow_nan=False, allow_infinity=False)
 at = st.one_of(finite, st.integers(0, 10**9))
+mediums = st.sampled_from([None, "CPU"])  # host-tier events carry a medium (servesim.kv.host_tier)
 
 
 @st.composite
@@ -47,9 +48,9 @@ def kv_events(draw) -> KvEvent:  # type: ignore[no-untyped-def]
                     if with_ids else None)
             for _ in range(draw(st.integers(0, 4))))
         data = StoredBlocks(draw(st.one_of(st.none(), u64)), blocks,
-                            draw(st.one_of(st.none(), count)))
+                            draw(st.one_of(st.none(), count)), draw(mediums))
     elif kind == "removed":
-        data = RemovedBlocks(tuple(draw(st.lists(u64, max_size=4))))
+        data = RemovedBlocks(tuple(draw(st.lists(u64, max_size=4))), draw(mediums))
     else:
         data = ClearedBlocks()
     return KvEvent(draw(count), draw(st.integers(0, 64)), data)

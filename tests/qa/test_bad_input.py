@@ -90,6 +90,18 @@ CONFIG_CASES = [
         "engine: {aic_nextn: 2, decode_speedup_ratio: 2}",
         ["engine.decode_speedup_ratio: expected 1.0 when aic_nextn is set, got 2.0"],
     ),
+    (
+        "engine: {native_host_offload: {num_host_blocks: 8}}",
+        ["engine.native_host_offload: needs engine.kv_bytes_per_token"],
+    ),
+    (
+        "engine: {kv_bytes_per_token: 2, native_host_offload: {num_host_blocks: 0}}",
+        ["engine.native_host_offload.num_host_blocks: expected an integer >= 1, got 0"],
+    ),
+    (
+        "engine: {native_host_offload: {num_host_blocks: 8, bogus: 1}}",
+        ["engine.native_host_offload.bogus: unknown key"],
+    ),
     ("cluster: {workers: -1}", ["cluster.workers: expected an integer >= 0, got -1"]),
     ("cluster: {router_config: {x: 1}}", ["cluster.router_config.x: unknown key; router 'round_robin'"]),
     ("workload: {seed: -1}", ["workload.seed: expected an integer >= 0, got -1"]),

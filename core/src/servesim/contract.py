@@ -191,6 +191,8 @@ class StoredBlocks:
     parent_hash: int | None
     blocks: tuple[KvBlock, ...]
     start_position: int | None = None
+    #: Storage tier: None for device KV (G1); ``"CPU"`` for the host tier (servesim.kv.host_tier).
+    medium: str | None = None
 
 
 @frozen(slots=True)
@@ -198,6 +200,7 @@ class RemovedBlocks:
     """The final physical copies of these block hashes were evicted."""
 
     block_hashes: tuple[int, ...]
+    medium: str | None = None  # as StoredBlocks.medium
 
 
 @frozen(slots=True)
@@ -511,10 +514,18 @@ class ForwardPassMetrics:
 
 @frozen(slots=True)
 class DecodeAcceptance:
-    """Acceptance-length telemetry: plain decode contributes (1, 1) per request."""
+    """Acceptance-length telemetry: plain decode contributes (1, 1) per request.
+
+    With speculative decoding (servesim.speculative) ``accepted_tokens`` counts the base
+    token plus the accepted drafts of each verification forward, before clamping to the
+    request's remaining output; ``nextn`` is the draft count and ``accepted_per_pos[i]``
+    how many forwards accepted draft ``i`` (both empty without speculation).
+    """
 
     accepted_tokens: int = 0
     forwards: int = 0
+    nextn: int = 0
+    accepted_per_pos: tuple[int, ...] = ()
 
 
 @frozen(slots=True)

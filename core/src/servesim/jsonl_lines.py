@@ -62,7 +62,7 @@ def kv_event_lines(worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> s
     out = []
     for e in events:
         data = e.data
-        if type(data) is RemovedBlocks and e.dp_rank == dp:
+        if type(data) is RemovedBlocks and e.dp_rank == dp and data.medium is None:
             hashes = data.block_hashes
             body = str(hashes[0]) if len(hashes) == 1 else ", ".join(map(str, hashes))
             out.append(f'{head}{e.event_id}, "type": "BlockRemoved", "block_hashes": [{body}]}}\n')
@@ -86,9 +86,12 @@ def kv_event_line(worker_id: int, at_ms: float, event: KvEvent) -> str:
             text += f', "token_ids": [{ids}]'
         if data.start_position is not None:
             text += f', "start_position": {data.start_position}'
+        if data.medium is not None:
+            text += f', "medium": "{data.medium}"'
         return head + text + "}\n"
     if isinstance(data, RemovedBlocks):
-        return head + f'"type": "BlockRemoved", "block_hashes": [{_ints(data.block_hashes)}]}}\n'
+        medium = "" if data.medium is None else f', "medium": "{data.medium}"'
+        return head + f'"type": "BlockRemoved", "block_hashes": [{_ints(data.block_hashes)}]{medium}}}\n'
     if isinstance(data, ClearedBlocks):
         return head + '"type": "AllBlocksCleared"}\n'
     raise TypeError(f"unknown KV event data {type(data).__name__}")

@@ -9,9 +9,10 @@ KV events — the identity of the event, then its data in a vLLM/Dynamo-like sha
      "block_hashes": [..], "parent_block_hash": 123 | null, "tokens_hashes": [..],
      "token_ids": [..] (when the rank materialised block tokens, which ``token_ids: true``
                         asks for; flattened like vLLM),
-     "start_position": 0 (only when the rank reported one)}
+     "start_position": 0 (only when the rank reported one),
+     "medium": "CPU" (only for a host-tier block, servesim.kv.host_tier)}
     {"worker": 0, "dp_rank": 0, "at_ms": 12.5, "event_id": 4, "type": "BlockRemoved",
-     "block_hashes": [..]}
+     "block_hashes": [..], "medium": "CPU" (host tier only)}
     {"worker": 0, "dp_rank": 0, "at_ms": 12.5, "event_id": 5, "type": "AllBlocksCleared"}
 
 ``block_hashes`` are sequence-aware (chained) hashes and ``tokens_hashes`` the token-only
@@ -166,9 +167,13 @@ def kv_event_record(worker_id: int, at_ms: float, event: KvEvent) -> dict[str, A
             rec["token_ids"] = [t for b in data.blocks for t in b.token_ids]  # type: ignore[union-attr]
         if data.start_position is not None:
             rec["start_position"] = data.start_position
+        if data.medium is not None:
+            rec["medium"] = data.medium
     elif isinstance(data, RemovedBlocks):
         rec["type"] = "BlockRemoved"
         rec["block_hashes"] = list(data.block_hashes)
+        if data.medium is not None:
+            rec["medium"] = data.medium
     elif isinstance(data, ClearedBlocks):
         rec["type"] = "AllBlocksCleared"
     else:

@@ -58,7 +58,8 @@ def max_reuse(result) -> dict[int, int]:
 
 
 def test_golden_cases_present() -> None:
-    assert CASES == ["dp2_retraction", "lpm_queue", "page16_chunked", "prefix_fcfs", "retraction"]
+    assert CASES == ["dp2_retraction", "lpm_queue", "page16_chunked", "prefix_fcfs", "retraction",
+                     "spec_accept_all", "spec_retraction"]
 
 
 @pytest.mark.parametrize("case", CASES)

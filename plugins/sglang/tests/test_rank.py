@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from servesim.kv.host_tier import NativeHostOffloadConfig
 from servesim.config.engine import EngineConfig
 from servesim.contract import (
     CancelRequest,
@@ -109,10 +110,12 @@ def test_validate_config_names_key_paths() -> None:
         SglangRank.validate_config(EngineConfig(backend="sglang", block_size=4), SglangConfig(page_size=4))
         == []
     )
-    unsupported = EngineConfig(backend="sglang", aic_nextn=2, worker_type=WorkerType.PREFILL, block_size=0)
+    host = NativeHostOffloadConfig(num_host_blocks=8)
+    unsupported = EngineConfig(backend="sglang", native_host_offload=host, worker_type=WorkerType.PREFILL,
+                               block_size=0)
     assert [p for p, _ in SglangRank.validate_config(unsupported, SglangConfig())] == [
         "engine.block_size",
-        "engine.aic_nextn",
+        "engine.native_host_offload",
     ]
     with pytest.raises(EngineError, match="engine.sglang.page_size: 2 differs"):
         make_engine({"block_size": 4}, {"page_size": 2})

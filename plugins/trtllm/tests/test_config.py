@@ -85,7 +85,9 @@ def test_yaml_section_structures_policy_by_name() -> None:
         (["engine.trtllm.max_num_tokens=-5"], "engine.trtllm.max_num_tokens"),
         (["engine.trtllm.bogus=1"], "engine.trtllm.bogus"),
         (["engine.worker_type=midway"], "engine.worker_type"),
-        (["engine.aic_nextn=2"], "engine.aic_nextn"),
+        (["engine.aic_nextn=2", "engine.trtllm.capacity_scheduler_policy=max_utilization"],
+         "engine.aic_nextn"),
+        (["engine.native_host_offload={num_host_blocks: 4}"], "engine.native_host_offload"),
         (
             ["engine.trtllm.capacity_scheduler_policy=max_utilization", "engine.trtllm.max_num_tokens=16"],
             "engine.trtllm.max_num_tokens",

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from vllm_helpers import RecordingTiming, make_engine
+from vllm_helpers import RecordingTiming, make_engine, shared_prefix_requests
 
 from servesim.config.engine import PreemptionMode
-from servesim.contract import Request, StoredBlocks
+from servesim.contract import StoredBlocks
 from servesim.testing.driver import drive
-from servesim.tokens import Tokens
 
 configs = st.fixed_dictionaries({
     "block_size": st.sampled_from([2, 4, 8]),
@@ -34,20 +33,11 @@ workloads = st.lists(
 )
 
 
-def _requests(spec: list[tuple[int, int, int, int]]) -> list[tuple[float, Request]]:
-    out, t = [], 0.0
-    for i, (gap, group, plen, nout) in enumerate(spec):
-        t += gap
-        shared = [group * 1000 + k for k in range(plen // 2)]
-        tail = [50_000 + i * 100 + k for k in range(plen - len(shared))]
-        out.append((t, Request(i, Tokens(shared + tail), nout)))
-    return out
-
 
 @settings(max_examples=120, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cfg=configs, spec=workloads)
 def test_random_workloads_drain_cleanly(cfg: dict, spec: list) -> None:
-    arrivals = _requests(spec)
+    arrivals = shared_prefix_requests(spec)
     eng = make_engine(RecordingTiming(), emit_kv_events=True, **cfg)
     r = drive(eng, arrivals, max_passes=20_000)
     terminals = [rid for c in r.completions for rc in c.by_rank for rid in rc.effects.outputs.completed]

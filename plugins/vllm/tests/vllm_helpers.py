@@ -45,3 +45,13 @@ def req(rid: int, prompt: list[int] | int, out: int, **kw: Any) -> Request:
     return Request(rid, Tokens(toks), out, **kw)
 
 
+def shared_prefix_requests(spec: list[tuple[int, int, int, int]]) -> list[tuple[float, Request]]:
+    """``(arrival gap ms, prefix group, prompt length, output tokens)`` rows as arrivals: the
+    first half of each prompt is its group's shared prefix, the rest unique to the request."""
+    out, t = [], 0.0
+    for i, (gap, group, plen, nout) in enumerate(spec):
+        t += gap
+        shared = [group * 1000 + k for k in range(plen // 2)]
+        tail = [50_000 + i * 100 + k for k in range(plen - len(shared))]
+        out.append((t, Request(i, Tokens(shared + tail), nout)))
+    return out

@@ -81,3 +81,18 @@ def test_kv_batch_bytes_equal_vllms_live() -> None:
     live = kv_payloads(CASES["kv"])
     for case in CASES["kv"]:
         assert ours_kv(case) == live[case["name"]]
+
+
+def test_host_tier_events_carry_medium_cpu() -> None:
+    """Host-tier (G2) events publish ``medium: "CPU"``, as vLLM's offloading connector does;
+    device events keep ``"GPU"``."""
+    from servesim.contract import KvBlock, KvEvent, RemovedBlocks, StoredBlocks
+    from servesim_zmq.encode import kv_event_maps
+
+    host = KvEvent(0, 0, StoredBlocks(None, (KvBlock(7, 7, (1, 2)),), None, "CPU"))
+    (stored,) = kv_event_maps(host, block_size=2)
+    assert stored["medium"] == "CPU" and stored["token_ids"] == [1, 2]
+    removed = kv_event_maps(KvEvent(1, 0, RemovedBlocks((7, 8), "CPU")), block_size=2)
+    assert [(m["block_hashes"], m["medium"]) for m in removed] == [([7], "CPU"), ([8], "CPU")]
+    (device,) = kv_event_maps(KvEvent(2, 0, RemovedBlocks((9,))), block_size=2)
+    assert device["medium"] == "GPU"

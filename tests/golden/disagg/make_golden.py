@@ -115,6 +115,36 @@ CASES: dict[str, dict] = {
         "decode_engine": {"num_gpu_blocks": 320},
         "workers": (1, 1),
     },
+    # Speculative decoding on both roles, deterministic acceptance (rates 0 and 1): the
+    # prefill worker emits one token, the decode worker verifies bursts.
+    "vllm_spec_1p1d": {
+        "trace": ["-n", "40", "--rate", "25", "--seed", "7", *LOAD],
+        "engine": {"kv_transfer_bandwidth": 2.0, "kv_bytes_per_token": 131072, "aic_nextn": 2,
+                   "aic_nextn_accept_rates": "1,1"},
+        "workers": (1, 1),
+    },
+    "vllm_spec_tight_decode": {
+        "trace": ["-n", "30", "--rate", "30", "--seed", "3", *LOAD],
+        "engine": {"kv_transfer_bandwidth": 4.0, "kv_bytes_per_token": 131072, "aic_nextn": 3,
+                   "aic_nextn_accept_rates": "1,1,0"},
+        "decode_engine": {"num_gpu_blocks": 80},
+        "workers": (1, 1),
+    },
+    "trtllm_spec_1p1d": {
+        "backend": "trtllm",
+        "trace": ["-n", "40", "--rate", "25", "--seed", "7", *LOAD],
+        "engine": {"kv_transfer_bandwidth": 2.0, "kv_bytes_per_token": 131072, "aic_nextn": 3,
+                   "aic_nextn_accept_rates": "1,1,0"},
+        "decode_engine": {"num_gpu_blocks": 160},
+        "workers": (1, 1),
+    },
+    "sglang_spec_1p1d": {
+        "backend": "sglang",
+        "trace": ["-n", "40", "--rate", "25", "--seed", "7", *LOAD],
+        "engine": {"kv_transfer_bandwidth": 2.0, "kv_bytes_per_token": 131072,
+                   "block_size": 16, "aic_nextn": 2, "aic_nextn_accept_rates": "1,1"},
+        "workers": (1, 1),
+    },
     # No transfer model: the handoff is instantaneous.
     "vllm_no_transfer_time": {
         "trace": ["-n", "30", "--rate", "20", "--seed", "9", *LOAD],

@@ -3,7 +3,7 @@
 Not a test: it needs the peer (``/work/shared/tools/peer_dynamo.py``, Dynamo 1.6.1's mocker
 replay with ``engine_type=sglang``). CI only reads the checked-in ``*.json`` files.
 
-    python tests/golden/sglang/regenerate.py [PEER_SCRIPT]
+    python tests/golden/sglang/regenerate.py [PEER_SCRIPT] [CASE ...]
 
 Each case is ``<name>.trace.jsonl`` (Mooncake JSONL, 64 tokens per hash id, distinct
 timestamps because the peer's report identifies requests by arrival time) plus
@@ -37,6 +37,10 @@ CASES: dict[str, dict] = {
     "dp2_retraction": {"dp_size": 2, "num_gpu_blocks": 3000},
     # A queue builds (max 16 running, 2048 prefill tokens per pass) and LPM reorders it.
     "lpm_queue": {"max_num_seqs": 16, "sglang": {"schedule_policy": "lpm", "max_prefill_tokens": 2048}},
+    # Speculative decoding with deterministic acceptance (rates 0 and 1): bursts, their
+    # memory check and retraction under pressure.
+    "spec_accept_all": {"aic_nextn": 2, "aic_nextn_accept_rates": "1,1"},
+    "spec_retraction": {"num_gpu_blocks": 4000, "aic_nextn": 3, "aic_nextn_accept_rates": "1,1,0"},
 }
 
 
@@ -72,8 +76,11 @@ def _dump(doc: dict) -> str:
 
 
 def main() -> None:
-    peer = sys.argv[1] if len(sys.argv) > 1 else PEER
-    for name, config in CASES.items():
+    args = sys.argv[1:]
+    names = [a for a in args if a in CASES] or list(CASES)  # case names select cases
+    peer = next((a for a in args if a not in CASES), PEER)
+    for name in names:
+        config = CASES[name]
         trace = HERE / f"{name}.trace.jsonl"
         *rows, summary = run_peer(peer, trace, config)
         expected = [

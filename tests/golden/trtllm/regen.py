@@ -2,7 +2,7 @@
 
 Run by hand, never by the tests (CI has no reference):
 
-    python tests/golden/trtllm/regen.py
+    python tests/golden/trtllm/regen.py [CASE ...]
 
 Each case directory holds ``trace.jsonl`` (Mooncake, from /work/shared/tools/make_trace.py
 with ``--block-size 64``) and ``config.json`` (``{"engine": {...}}`` with the reference's
@@ -63,5 +63,7 @@ def regen(case: Path) -> None:
 
 
 if __name__ == "__main__":
+    names = set(sys.argv[1:])  # only these cases; all when none is given
     for case in sorted(p for p in HERE.iterdir() if (p / "config.json").exists()):
-        regen(case)
+        if not names or case.name in names:
+            regen(case)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate the vllm golden data from the reference peer (not run by CI).
 
-    python tests/golden/vllm/make_golden.py
+    python tests/golden/vllm/make_golden.py [CASE ...]
 
 For each case: make a trace with ``make_trace.py``, run Dynamo's mocker through
 ``peer_dynamo.py`` with ``report_jsonl_path`` and ``trace_block_size``, and keep the
@@ -44,6 +44,25 @@ CASES = {
                                 {"num_gpu_blocks": 40, "enable_prefix_caching": False}),
     "speedup_ratios": (["-n", "40", "--rate", "40", "--seed", "9"],
                        {"num_gpu_blocks": 1000, "speedup_ratio": 2.0, "decode_speedup_ratio": 1.5}),
+    # Speculative decoding (aic_nextn) with acceptance rates of 0 and 1, where the
+    # reference's sampler is deterministic: bursts, reservations, the dangling token and the
+    # extra recomputed prefix block agree request for request.
+    "spec_accept_all": (["-n", "40", "--rate", "20", "--seed", "7"],
+                        {"num_gpu_blocks": 1000, "aic_nextn": 2, "aic_nextn_accept_rates": "1,1"}),
+    "spec_reject_all": (["-n", "40", "--rate", "20", "--seed", "7"],
+                        {"num_gpu_blocks": 1000, "aic_nextn": 1, "aic_nextn_accept_rates": "0"}),
+    "spec_two_of_three": (["-n", "40", "--rate", "20", "--seed", "9"],
+                          {"num_gpu_blocks": 1000, "aic_nextn": 3, "aic_nextn_accept_rates": "1,1,0"}),
+    "spec_preempt_lifo": (["-n", "40", "--rate", "20", "--seed", "7"],
+                          {"num_gpu_blocks": 60, "aic_nextn": 3, "aic_nextn_accept_rates": "1,1,1"}),
+    "spec_preempt_fifo": (["-n", "30", "--rate", "20", "--seed", "11"],
+                          {"num_gpu_blocks": 50, "preemption_mode": "fifo", "aic_nextn": 2,
+                           "aic_nextn_accept_rates": "1,1"}),
+    "spec_dp2": (["-n", "40", "--rate", "20", "--seed", "7"],
+                 {"num_gpu_blocks": 200, "dp_size": 2, "aic_nextn": 2, "aic_nextn_accept_rates": "1,1"}),
+    "spec_max_model_len": (["-n", "40", "--rate", "20", "--seed", "7"],
+                           {"num_gpu_blocks": 300, "max_model_len": 1200, "aic_nextn": 5,
+                            "aic_nextn_accept_rates": "1,1,1,1,1"}),
 }
 LAUNCH_KEYS = ("dp_size",)  # top-level keys for the peer, EngineConfig fields for servesim
 KEPT = ("arrival_time_ms", "first_token_ms", "terminal_time_ms", "output_length",
@@ -51,7 +70,10 @@ KEPT = ("arrival_time_ms", "first_token_ms", "terminal_time_ms", "output_length"
 
 
 def main() -> None:
+    names = sys.argv[1:] or list(CASES)
     for name, (trace_args, engine) in CASES.items():
+        if name not in names:
+            continue
         trace = HERE / f"{name}.trace.jsonl"
         subprocess.run([sys.executable, str(TOOLS / "make_trace.py"), *trace_args, *COMMON,
                         "-o", str(trace)], check=True)
@@ -78,6 +100,8 @@ def main() -> None:
                      r["admission_history"][0]["reused_input_tokens"]
                      if r["admission_history"] else None),
                  "admissions": len(r["admission_history"]),
+                 **({"admission_reused": [a["reused_input_tokens"] for a in r["admission_history"]]}
+                    if "aic_nextn" in engine else {}),
                  "dp_rank": r["routing_history"][0]["dp_rank"] if r["routing_history"] else 0}
                 for r in rows
             ],

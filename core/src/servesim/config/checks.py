@@ -58,6 +58,14 @@ ENGINE_RULES: tuple[Rule, ...] = (
     ("eviction_policy", lambda v: bool(v), "an eviction policy name or {type: NAME, ...}", False),
 )
 
+# aisimulate-engine.md §5.4; bandwidth 0 means instantaneous.
+HOST_OFFLOAD_RULES: tuple[Rule, ...] = (
+    ("num_host_blocks", _int_ge(1), "an integer >= 1", False),
+    ("d2h_bandwidth_gbps", _finite_ge(0), "a finite number >= 0 (GB/s; 0 is instantaneous)", False),
+    ("h2d_bandwidth_gbps", _finite_ge(0), "a finite number >= 0 (GB/s; 0 is instantaneous)", False),
+    ("latency_to_first_byte_ms", _finite_ge(0), "a finite number >= 0", False),
+)
+
 CLUSTER_RULES: tuple[Rule, ...] = (
     ("workers", _int_ge(0), "an integer >= 0", False),
     ("prefill_workers", _int_ge(0), "an integer >= 0", False),
@@ -132,6 +140,9 @@ def check_engine(engine: Any, prefix: str = "engine") -> list[Problem]:
     elif nextn is None and getattr(engine, "aic_nextn_accept_rates", None) is not None:
         # rule 5: rates without a draft count would be silently ignored
         problems.append((f"{prefix}.aic_nextn_accept_rates", "set without aic_nextn; set both or neither"))
+    host = getattr(engine, "native_host_offload", None)
+    if host is not None:
+        problems += apply_rules(host, f"{prefix}.native_host_offload", HOST_OFFLOAD_RULES)
     return problems
 
 

@@ -16,6 +16,7 @@ import attrs
 from attrs import field, frozen
 
 from servesim.contract import TransferTimingMode, WorkerType
+from servesim.kv.host_tier import NativeHostOffloadConfig
 
 
 class PreemptionMode(enum.Enum):
@@ -58,6 +59,8 @@ class EngineConfig:
     aic_nextn: int | None = None
     aic_nextn_accept_rates: str | None = None
     aic_mtp_seed: int = 42
+    # Host KV tier G2 (servesim.kv.host_tier; vllm only): null disables it.
+    native_host_offload: NativeHostOffloadConfig | None = None
     # A name, or {type: NAME, ...options} structured into the policy's config_class.
     eviction_policy: str | dict[str, Any] = "lru"
     timing_model: dict[str, Any] = field(factory=_default_timing)

@@ -29,15 +29,18 @@ _BULK_FROM = 8
 
 def is_plain(cls: type, names: tuple[str, ...]) -> bool:
     """Whether ``cls`` is a slotted attrs class whose ``__init__`` does nothing but store the
-    fields ``names`` (in this order)."""
+    fields ``names`` (in this order) and, after them, fields with plain default values."""
     if not attrs.has(cls) or "__slots__" not in cls.__dict__:
         return False
     fields = attrs.fields(cls)
     init = getattr(cls.__init__, "__code__", None)
+    rest = fields[len(names):]
     return (
-        tuple(f.name for f in fields) == names
+        tuple(f.name for f in fields[:len(names)]) == names
+        and all(f.default is not attrs.NOTHING and not isinstance(f.default, attrs.Factory)
+                for f in rest)
         and all(f.validator is None and f.converter is None and f.init for f in fields)
-        and all(type(cls.__dict__.get(n)).__name__ == "member_descriptor" for n in names)
+        and all(type(cls.__dict__.get(f.name)).__name__ == "member_descriptor" for f in fields)
         and not hasattr(cls, "__attrs_pre_init__")
         and not hasattr(cls, "__attrs_post_init__")
         and init is not None
@@ -46,9 +49,27 @@ def is_plain(cls: type, names: tuple[str, ...]) -> bool:
 
 
 def maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
-    """``f(*values)`` building ``cls`` from all its field values, positionally."""
+    """``f(*values)`` building ``cls`` from the values of its fields ``names``, positionally;
+    any later fields keep their defaults."""
     if not is_plain(cls, names):
         return cls
+    base = _slot_maker(cls, names)
+    rest = attrs.fields(cls)[len(names):]
+    if base is None or len(rest) > 1:
+        return cls
+    if not rest:
+        return base
+    set_default, default = cls.__dict__[rest[0].name].__set__, rest[0].default
+
+    def make_with_default(*values: object) -> Any:
+        o = base(*values)
+        set_default(o, default)
+        return o
+
+    return make_with_default
+
+
+def _slot_maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any] | None:
     new = object.__new__
     sets = [cls.__dict__[n].__set__ for n in names]
     if len(names) == 1:
@@ -71,7 +92,7 @@ def maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
             return o
 
         return make3
-    return cls
+    return None
 
 
 kv_event: Callable[[int, int, object], KvEvent] = maker(KvEvent, ("event_id", "dp_rank", "data"))

@@ -139,6 +139,7 @@ class Replayer:
         self._dirty: set[int] = set()
         self._has_deadlines = any(
             type(r).next_internal_deadline_ms is not Rank.next_internal_deadline_ms
+            and getattr(r, "internal_deadlines", True)
             for e in self.engines
             for r in e.ranks
         )
@@ -412,6 +413,8 @@ class Replayer:
             eff = rs.effects
             for adm in eff.admissions:
                 log.admission(adm.request_id, adm.reused_input_tokens, now)
+                if adm.cache_tier_attribution is not None:
+                    log.tier_attribution(adm.request_id, adm.cache_tier_attribution)
             if eff.pressure_events:
                 self._preempted(w, rs.dp_rank, now, len(eff.pressure_events))
             if eff.kv_events:
@@ -462,6 +465,8 @@ class Replayer:
         if eff.kv_events:
             busy = True
             self._kv(w, now, eff.kv_events, start)
+        if eff.decode_acceptance.nextn:
+            self.log.acceptance(eff.decode_acceptance)
         if eff.forward_pass_metrics is not None:
             self._fpm(w, now, start, eff.forward_pass_metrics, eff.metrics)
         if eff.lifecycle_events:
@@ -555,6 +560,8 @@ class Replayer:
     def _absorb(self, w: int, dp_rank: int, eff: PassStartEffects, now: float) -> None:
         for adm in eff.admissions:
             self.log.admission(adm.request_id, adm.reused_input_tokens, now)
+            if adm.cache_tier_attribution is not None:
+                self.log.tier_attribution(adm.request_id, adm.cache_tier_attribution)
         if eff.pressure_events:
             self._preempted(w, dp_rank, now, len(eff.pressure_events))
         if eff.kv_events:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from servesim.config.sections import ReportConfig
+from servesim.speculative import acceptance_report
 from servesim.replay.stats import (
     RequestLog,
     distribution,
@@ -171,6 +172,9 @@ def build_report(
         "output_token_throughput_per_user", (1000.0 / uniq[positive])[::-1],
         counts[positive][::-1], pcts, unit=""))
     rep.update(_goodput_keys(a, cfg, dur_s))
+    if log.spec_nextn:
+        rep.update(acceptance_report(log.spec_drafts, log.spec_nextn, log.spec_accepted,
+                                     log.spec_per_pos))
     rep["config"] = resolved_config if resolved_config is not None else {}
     return _clean(rep)
 
@@ -273,7 +277,28 @@ def format_table(report: dict[str, Any], wall_s: float | None = None) -> str:
         from servesim.replay.pools import format_pools
 
         sections.append(("Pools", format_pools(report["pools"])))
+    sections += _feature_sections(report)
     return _render(sections)
+
+
+def _feature_sections(report: dict[str, Any]) -> list[tuple[str, list[tuple[str, Any]]]]:
+    """Speculative decoding and host-tier rows, when the report has them."""
+    out: list[tuple[str, list[tuple[str, Any]]]] = []
+    if report.get("spec_decode_num_drafts"):
+        out.append(("Speculative decoding", [
+            ("Drafts (verification forwards)", report["spec_decode_num_drafts"]),
+            ("Mean acceptance length", report["spec_decode_mean_acceptance_length"]),
+            ("Draft acceptance rate", report["spec_decode_draft_acceptance_rate"]),
+        ]))
+    host = report.get("host_offload")
+    if host is not None:
+        out.append(("Host KV tier", [
+            ("Prefix hit rate, device (G1)", report["prefix_cache_hit_rate_g1"]),
+            ("Prefix hit rate, host", report["prefix_cache_hit_rate_host"]),
+            ("Blocks stored to host", host["stored_blocks"]),
+            ("Blocks loaded from host", host["loaded_blocks"]),
+        ]))
+    return out
 
 
 def _render(sections: list[tuple[str, list[tuple[str, Any]]]]) -> str:

@@ -158,6 +158,8 @@ class KvIndex:
             s = base + ev.dp_rank
             blocks = held[s] if s < len(held) else self._slot_set(s)
             data = ev.data
+            if getattr(data, "medium", None) is not None:
+                continue  # the index scores device (G1) residency; host-tier events differ
             if isinstance(data, RemovedBlocks):
                 blocks.difference_update(data.block_hashes)
             elif isinstance(data, StoredBlocks):

@@ -20,6 +20,7 @@ from servesim.replay.report import _clean, build_report
 from servesim.replay.routers import Router
 from servesim.replay.stats import RequestLog
 from servesim.replay.synthetic import generate
+from servesim.replay.tiers import host_tier_report
 from servesim.replay.workload import Workload, mark_unique_prompts
 from servesim.sink_build import build_sinks
 from servesim.sinks import SinkDeployment, bind_sinks, replay_done
@@ -190,6 +191,7 @@ def _simulate(
         from servesim.replay.pools import pool_report
 
         report["pools"] = _clean(pool_report(log, spans, replayer.pass_busy_ms, sim.report.percentiles))
+    report.update(_clean(host_tier_report(engines, log)))
     return _with_extra(SimResult(report, log, replayer.session_of, replayer.passes), observers, loaded)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -168,6 +169,35 @@ class RequestLog:
         self.max_in_flight = 0
         # output tokens per whole simulated second (vLLM's max_output_tokens_per_s)
         self.tokens_per_second: dict[int, int] = {}
+        # Speculative decoding (servesim.speculative): drafts per forward (0: none seen),
+        # verification forwards, accepted drafts, and accepted drafts per position.
+        self.spec_nextn = 0
+        self.spec_drafts = 0
+        self.spec_accepted = 0
+        self.spec_per_pos: list[int] = []
+        # First-admission cache-tier attribution (device, host), when a rank reports it.
+        self.tier_g1: list[int] | None = None
+        self.tier_host: list[int] | None = None
+
+    def tier_attribution(self, rid: int, tier: Any) -> None:
+        """A first admission's :class:`servesim.contract.CacheTierAttribution`: prompt
+        tokens already in device KV and those restored from the host tier."""
+        if self.tier_g1 is None:
+            self.tier_g1 = [0] * self.n
+            self.tier_host = [0] * self.n
+        self.tier_g1[rid] = tier.g1_reused_input_tokens
+        self.tier_host[rid] = tier.host_reused_input_tokens  # type: ignore[index]
+
+    def acceptance(self, acc: Any) -> None:
+        """Add one pass's :class:`servesim.contract.DecodeAcceptance` with drafts."""
+        if len(self.spec_per_pos) < acc.nextn:
+            self.spec_per_pos += [0] * (acc.nextn - len(self.spec_per_pos))
+            self.spec_nextn = acc.nextn
+        self.spec_drafts += acc.forwards
+        self.spec_accepted += acc.accepted_tokens - acc.forwards
+        per_pos = self.spec_per_pos
+        for i, n in enumerate(acc.accepted_per_pos):
+            per_pos[i] += n
 
     # -- recording (hot path) ----------------------------------------------------------
 
@@ -198,8 +228,16 @@ class RequestLog:
         elif rids[-len(firsts):] == firsts:
             self.itl_rid.fromlist(rids[:-len(firsts)])
         else:
+            # Only a first token has no gap: later tokens of the same pass (a speculative
+            # burst) keep theirs.
             got = set(firsts)
-            self.itl_rid.fromlist([rid for rid in rids if rid not in got])
+            gaps = []
+            for rid in rids:
+                if rid in got:
+                    got.discard(rid)
+                else:
+                    gaps.append(rid)
+            self.itl_rid.fromlist(gaps)
         second = int(now // 1000.0)
         self.tokens_per_second[second] = self.tokens_per_second.get(second, 0) + len(rids)
         if self.token_times is not None:

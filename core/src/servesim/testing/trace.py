@@ -68,6 +68,9 @@ def run_trace(
         trace.terminals[rid] = []
     now, i = 0.0, 0
     for _ in range(max_passes):
+        # Internal work due by now settles before a command at now (aisimulate-engine.md §9
+        # "Driver obligation"), and again for what the arrivals made due.
+        _settle_internal(engine, now, trace)
         i = _deliver(engine, queue, i, now, float("inf"), submitted, trace)
         _settle_internal(engine, now, trace)
         started = engine.execute_pass(now) if engine.is_ready() else None

@@ -57,6 +57,7 @@ from servesim.rank import (
     RetryHint,
     SameTimestampRetry,
 )
+from servesim.speculative import Speculation
 from servesim.runs import RankRun, RunEffects
 from servesim.timing.shape import ShapePricer
 
@@ -133,6 +134,7 @@ class SglangRank(Rank):
         self._stalled: tuple[int, int] | None = None  # see waiting_for_external_command
         self.book = HandoffBook(self.handoff)
         self.sched.handoff = self.handoff
+        self.sched.spec = Speculation.build(config, identity.seed_offset)
         self._c = _Counters()
         self._prefilled = False
         self._model_work = False
@@ -298,7 +300,8 @@ class SglangRank(Rank):
         total = sum(item[3] + item[1] for item in out.prefill_items)
         effects = PassCompletionEffects(
             outputs=batch,
-            decode_acceptance=DecodeAcceptance(out.decode_forwards, out.decode_forwards),
+            decode_acceptance=(DecodeAcceptance(out.decode_forwards, out.decode_forwards)
+                               if self.sched.spec is None else self.sched.spec.sampler.tally.take()),
             schedule=self._schedule_record(out) if self.services.record_schedule else None,
         )
         if self.book.events:
@@ -327,7 +330,9 @@ class SglangRank(Rank):
         self, now_ms: float, horizon_ms: float, max_passes: int, through_completions: bool = False
     ) -> RankRun | None:
         """A run of steady decode passes (servesim_sglang.runs), or None to step."""
-        if self.cache.steps_only:
+        if self.cache.steps_only or self.sched.spec is not None:
+            # A record eviction policy needs every step; a run's passes emit one token per
+            # member, and speculative bursts need stepping.
             return None
         return _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
 

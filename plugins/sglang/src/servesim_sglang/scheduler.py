@@ -47,6 +47,7 @@ from servesim.timing.shape import PrefillChunk, ShapePricer
 
 from servesim_sglang.radix_cache import RadixCache
 from servesim_sglang.request import SglangRequest
+from servesim_sglang.speculative import emit_bursts
 
 if TYPE_CHECKING:
     from servesim.timing.base import TimingModel
@@ -144,6 +145,8 @@ class SglangScheduler:
         self.handoff: Any = None
         # Set by the rank for a timing model that prices pass shapes (servesim.timing.shape).
         self.shapes: ShapePricer | None = None
+        # Speculative decoding (servesim.speculative.Speculation), set by the rank.
+        self.spec: Any = None
 
     # -- policy context (read-only view for SchedulePolicy) ------------------------------
 
@@ -418,7 +421,10 @@ class SglangScheduler:
         out.model_work = True
         out.decode_forwards = n
         out.end_ms = now + decode_ms
-        self.running = self._emit_decode_tokens(running, out)
+        if self.spec is None:
+            self.running = self._emit_decode_tokens(running, out)
+        else:
+            self.running = emit_bursts(self, running, out)
         return bool(retracted)
 
     def _end_stuck(self, out: PassOutcome) -> None:
@@ -476,6 +482,10 @@ class SglangScheduler:
     def _growth_pages(self, running: list[SglangRequest]) -> int:
         """Pages every running request needs for its next token (``ceil(len+1) - held``)."""
         ps = self.cache.page_size
+        if self.spec is not None:  # every request's largest burst
+            burst = self.spec.largest_burst
+            return sum([-(-(len(r.tokens) + burst(r.remaining_output)) // ps)
+                        - (r.lease.pages if r.lease else 0) for r in running])
         if ps == 1:
             return sum([len(r.tokens) + 1 - (r.lease.pages if r.lease else 0) for r in running])
         return sum([-(-(len(r.tokens) + 1) // ps) - (r.lease.pages if r.lease else 0) for r in running])

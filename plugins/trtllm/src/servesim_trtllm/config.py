@@ -86,6 +86,11 @@ def validate(config: EngineConfig, trt: TrtllmConfig) -> list[tuple[str, str]]:
         problems.append(("engine.num_gpu_blocks", f"must be >= 1, got {config.num_gpu_blocks}"))
     if config.block_size is not None and config.block_size < 1:
         problems.append(("engine.block_size", f"must be >= 1, got {config.block_size}"))
-    if config.aic_nextn is not None:
-        problems.append(("engine.aic_nextn", "speculative decoding is not modelled by trtllm"))
+    gne = trt.capacity_scheduler_policy is CapacitySchedulerPolicy.GUARANTEED_NO_EVICT
+    if config.aic_nextn is not None and not gne:
+        problems.append(("engine.aic_nextn", "speculative decoding is modelled with "
+                         "capacity_scheduler_policy guaranteed_no_evict only"))
+    if getattr(config, "native_host_offload", None) is not None:
+        # aisimulate-engine.md §9: the native host tier models vLLM's OffloadingConnector.
+        problems.append(("engine.native_host_offload", "host KV offload is modelled for vllm only"))
     return problems

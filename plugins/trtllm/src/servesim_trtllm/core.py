@@ -425,6 +425,19 @@ class TrtCore:
                         lens.append(length)
         return ready, priced, kv
 
+    def finish(self, r: TrtRequest, out: OutputBatch) -> None:
+        """A request that generated its last token releases its KV (or, a finished
+        prefill, keeps it for the handoff, §7.2) and completes."""
+        book = self.book
+        if book is not None and book.source_of and book.on_source_complete(r.rid, r.table, self.config):
+            detach_held_source(self, r)
+        else:
+            self.remove(r)
+        out.completed.append(r.rid)
+
+    def finalize_through(self, r: TrtRequest, upto: int) -> None:
+        self._finalize(r, upto)
+
     def emit(self, ready: list[TrtRequest], out: OutputBatch) -> list[RequestId]:
         """Sample one token per ready request; finished requests release their KV."""
         finished: list[RequestId] = []

@@ -42,10 +42,12 @@ from servesim.errors import CommandRejected, ConfigError
 from servesim.handoff import HandoffBook, suppress_request
 from servesim.kv.eviction_records import make_block_pool
 from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
+from servesim.speculative import Speculation
 from servesim.runs import RankRun, RunEffects
 from servesim.timing.shape import PrefillChunk, ShapePricer
 
 from servesim_trtllm import runs as _runs
+from servesim_trtllm import speculative as _speculative
 from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig, effective_limits, validate
 from servesim_trtllm.core import TrtCore
 from servesim_trtllm.handoff import TrtHandoffAdapter
@@ -104,6 +106,8 @@ class TrtllmRank(Rank):
             config, trt, effective_limits(config, trt), pool, services.timing, identity.seed_offset
         )
         self.core.token_ids_in_events = config.emit_kv_token_ids and services.emit_kv_events
+        # Speculative decoding (servesim_trtllm.speculative), None when aic_nextn is unset.
+        self.spec = Speculation.build(config, identity.seed_offset)
         if services.kv_events_router_only:
             # Only the KV router reads the events (as the vllm rank): coalesce removals, and
             # publish nothing for placeholder blocks (no prompt can match them).
@@ -244,6 +248,9 @@ class TrtllmRank(Rank):
             ready, priced, kv_tokens = core.ready_and_priced(work, lens)
             chunks = [PrefillChunk(pt, pb) for _, pb, pt, _ in work.contexts if pt > 0]
             prefill_ms = shapes.price(chunks, lens, kv_tokens, core.capacity_tokens)
+        spec = self.spec
+        if spec is not None:
+            priced, kv_tokens = _speculative.priced(ready)
         base = None
         if members is not None:  # every member samples, priced by the decode call
             assert core.steady is not None
@@ -261,7 +268,10 @@ class TrtllmRank(Rank):
         fpm = self._forward_pass_metrics(work, base)  # scheduled shape, before emission
         if members is not None:
             emit_members(core, outputs)  # the members come first in batch order
-        finished = core.emit(ready, outputs)
+        if spec is None:
+            finished = core.emit(ready, outputs)
+        else:
+            finished = _speculative.emit(core, spec, ready, outputs)
         if members is not None:
             after_step(core, work)
         self._prefilled = work.prefilled
@@ -272,7 +282,8 @@ class TrtllmRank(Rank):
             outputs=outputs,
             kv_events=core.pool.drain_events(),
             forward_pass_metrics=fpm,
-            decode_acceptance=DecodeAcceptance(priced, priced),
+            decode_acceptance=(DecodeAcceptance(priced, priced) if spec is None
+                               else spec.sampler.tally.take()),
             schedule=self._schedule_record(work, finished),
         )
         if self.book.events:
@@ -325,7 +336,9 @@ class TrtllmRank(Rank):
     def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int,
                     through_completions: bool = False) -> RankRun | None:
         """A run of steady decode passes (servesim_trtllm.runs), or None to step."""
-        if self.core.pool.steps_only:
+        if self.core.pool.steps_only or self.spec is not None:
+            # A record eviction policy needs every step; a run's passes emit one token per
+            # member, and speculative bursts need stepping.
             return None
         return _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
 

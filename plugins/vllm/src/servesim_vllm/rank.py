@@ -32,7 +32,7 @@ from servesim.contract import (
     WorkerType,
 )
 from servesim.errors import CommandRejected
-from servesim.handoff import HandoffBook, suppress_request
+from servesim.handoff import HandoffBook, kv_bytes_per_token, suppress_request
 from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
 from servesim.runs import RankRun, RunEffects
 from servesim.timing.base import scaled_ms
@@ -73,7 +73,8 @@ class VllmRank(Rank):
     ) -> None:
         super().__init__(identity, config, backend_config, services)
         self.behaviour = _behaviour.resolve(backend_config)
-        self.sched = VllmScheduler(config, services, identity.dp_rank, self.behaviour)
+        self.sched = VllmScheduler(config, services, identity.dp_rank, self.behaviour,
+                                   identity.seed_offset)
         if services.kv_events_router_only:
             # Only the KV router reads the events: coalesce removals, and hash generated
             # pseudo-token blocks lazily as with events off (no prompt can match them, so the
@@ -98,9 +99,8 @@ class VllmRank(Rank):
             problems.append(("engine.block_size", f"must be > 0, got {config.block_size}"))
         if config.num_gpu_blocks <= 0:
             problems.append(("engine.num_gpu_blocks", f"must be > 0, got {config.num_gpu_blocks}"))
-        if config.aic_nextn is not None:
-            problems.append(("engine.aic_nextn", "speculative decoding is not supported by vllm yet"))
         problems.extend(_behaviour.validate(backend_config))
+        problems.extend(_host_problems(config))
         return problems
 
     # -- commands -------------------------------------------------------------------------
@@ -190,6 +190,14 @@ class VllmRank(Rank):
         else:
             duration, self._prefilled = shaped_pass_ms(self.sched, res)
             end = now_ms + duration
+        host = self.sched.host
+        if host is not None and end == now_ms and not res.order and self.sched.waiting:
+            # Every waiting request was skipped for a transfer in flight: nothing can run
+            # before a host transfer ends (the reference advances such a stalled pass to the
+            # next offload deadline).
+            deadline = host.next_deadline()
+            if deadline is not None and deadline > now_ms:
+                end = deadline
         self._worked = bool(res.order)
         outputs = OutputBatch(
             token_request_ids=res.token_rids,
@@ -198,6 +206,8 @@ class VllmRank(Rank):
             cached_tokens=res.cached_tokens,
         )
         effects = PassCompletionEffects(outputs=outputs, kv_events=self.sched.pool.drain_events())
+        if self.sched.spec is not None:
+            effects.decode_acceptance = self.sched.spec.sampler.tally.take()
         if self.book.events:
             effects.lifecycle_events = self.book.drain_events()  # SourceHeld (§4.8)
         fpm = self._fpm(res) if self.services.emit_forward_pass_metrics else None
@@ -210,6 +220,8 @@ class VllmRank(Rank):
     def complete_pass(self, pending: VllmPendingPass, end_ms: float) -> PassCompletionEffects:
         effects = pending.effects
         self.book.at_pass_boundary(effects)
+        if self.sched.host is not None:
+            self.sched.host.at_boundary(end_ms)
         effects.kv_events.extend(self.sched.pool.drain_events())
         effects.metrics = self.metrics()
         if pending.fpm_fields is not None:
@@ -224,7 +236,10 @@ class VllmRank(Rank):
     def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int,
                     through_completions: bool = False) -> RankRun | None:
         """A run of steady decode passes (servesim_vllm.runs), or None to step."""
-        if self.sched.pool.steps_only:
+        if self.sched.pool.steps_only or self.sched.spec is not None or self.sched.host is not None:
+            # A record eviction policy needs every step; a run's passes emit one token per
+            # member (bursts need stepping) and prepare no host stores nor see host
+            # transfers complete.
             return None
         run = _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
         if run is not None:
@@ -258,6 +273,30 @@ class VllmRank(Rank):
         effects.forward_pass_metrics = self.idle_forward_pass_metrics(started_at_ms, end_ms)
         return effects
 
+
+    # -- internal work (host offload) ----------------------------------------------------
+
+    @property
+    def internal_deadlines(self) -> bool:
+        """Whether this rank can have internal deadlines (only with a host tier)."""
+        return self.sched.host is not None
+
+    @property
+    def host_tier(self) -> Any:
+        """The rank's host KV tier (servesim.kv.host_tier.HostTier), or None."""
+        return self.sched.host.tier if self.sched.host is not None else None
+
+    def next_internal_deadline_ms(self) -> float | None:
+        host = self.sched.host
+        return host.next_deadline() if host is not None else None
+
+    def process_internal_work(self, now_ms: float, pass_in_flight: bool) -> PassStartEffects:
+        host = self.sched.host
+        if host is None or pass_in_flight:
+            # A transfer due during a forward pass waits for the pass boundary.
+            return PassStartEffects()
+        host.advance(now_ms)
+        return PassStartEffects(kv_events=tuple(self.sched.pool.drain_events()))
 
     # -- observability --------------------------------------------------------------------
 
@@ -324,6 +363,27 @@ class VllmRank(Rank):
             waiting=len(s.waiting),
             free_blocks=s.pool.num_free + s.pool.num_inactive,
         )
+
+
+def _host_problems(config: EngineConfig) -> list[tuple[str, str]]:
+    """aisimulate-engine.md §5.4: the native host tier models one aggregated vLLM rank with
+    prefix caching, without speculative decoding, with known KV bytes per token."""
+    if config.native_host_offload is None:
+        return []
+    key = "engine.native_host_offload"
+    problems = []
+    if config.worker_type is not WorkerType.AGGREGATED:
+        problems.append((key, "needs an aggregated worker (not a prefill or decode role)"))
+    if config.dp_size != 1:
+        problems.append((key, f"needs dp_size 1, got {config.dp_size}"))
+    if not config.enable_prefix_caching:
+        problems.append((key, "needs enable_prefix_caching: true"))
+    if config.aic_nextn is not None:
+        problems.append((key, "cannot be combined with aic_nextn"))
+    if kv_bytes_per_token(config) is None:
+        problems.append((key, "needs engine.kv_bytes_per_token (or num_layers, num_kv_heads "
+                              "and head_dim) for the bytes per block"))
+    return problems
 
 
 def _population_variance(n: int, total: int, sum_sq: int) -> float:

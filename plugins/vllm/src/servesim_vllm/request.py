@@ -26,6 +26,8 @@ class Status(enum.Enum):
     # An activated handoff destination: waiting with its prompt KV already transferred
     # (admission stage "Materialized", dynamo-mocker.md §7.2).
     REMOTE = "remote"
+    # Parked on a host-to-device load of its prompt prefix (servesim_vllm.host_offload).
+    LOADING = "loading"
 
 
 class VllmRequest:
@@ -50,6 +52,7 @@ class VllmRequest:
         "sb",
         "se",
         "sn",
+        "host",
     )
 
     def __init__(self, request: Request, max_model_len: int | None) -> None:
@@ -78,6 +81,8 @@ class VllmRequest:
         self.sb = 0
         self.se = 0
         self.sn = 0
+        # Host-offload connector state (servesim_vllm.host_offload.HostRequestState).
+        self.host: object | None = None
 
     @property
     def finished_generating(self) -> bool:

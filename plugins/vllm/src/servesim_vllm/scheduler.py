@@ -36,10 +36,13 @@ from servesim.contract import (
 from servesim.kv.eviction_records import make_block_pool
 from servesim.rank import RankServices
 from servesim.timing.shape import ShapePricer
+from servesim.speculative import Speculation
 
 from servesim_vllm.behaviour import Behaviour, resolve
 from servesim_vllm.handoff import admit_prebuilt_only
+from servesim_vllm.host_offload import BLOCKED, VllmHostOffload
 from servesim_vllm.request import Status, VllmRequest
+from servesim_vllm.speculative import emit as emit_speculative
 from servesim_vllm.steady import VllmSteadyBatch, after_step, steady_step, sync
 
 _BLOCKED = -1
@@ -122,6 +125,7 @@ class VllmScheduler:
         services: RankServices,
         dp_rank: int,
         behaviour: Behaviour | None = None,
+        seed_offset: int = 0,
     ) -> None:
         self.cfg = config
         self.bs = config.bs
@@ -152,6 +156,10 @@ class VllmScheduler:
         self.waiting: deque[VllmRequest] = deque()
         self.running: list[VllmRequest] = []
         self.preemptions_total = 0
+        # Speculative decoding (servesim_vllm.speculative), None when aic_nextn is unset.
+        self.spec = Speculation.build(config, seed_offset)
+        # Host KV offload G2 (servesim_vllm.host_offload), None when it is off.
+        self.host = VllmHostOffload.build(self, config)
         # Handoff bookkeeping (servesim_vllm.handoff), attached by the rank.
         self.book: Any = None
         # Queued-request statistics for forward-pass metrics, kept incrementally so a pass
@@ -197,6 +205,8 @@ class VllmScheduler:
         req = self.requests.pop(rid)
         if req.status is Status.RUNNING:
             self.running.remove(req)
+        elif req.status is Status.LOADING:
+            self.host.cancel(req)
         else:
             self.waiting.remove(req)
             self._queue_stats(req, -1)
@@ -216,8 +226,14 @@ class VllmScheduler:
             sync(self)
             self._schedule_running()
         self._admit_waiting()
+        if self.host is not None:
+            self.host.restore_skipped()
+            self.host.after_schedule(res)
         self._prefill_time(res)
-        self._emit(res)
+        if self.spec is None:
+            self._emit(res)
+        else:
+            emit_speculative(self, res)
         if from_batch:
             after_step(self)
         return res
@@ -233,6 +249,7 @@ class VllmScheduler:
         budget = self._budget
         n = total = sq = 0
         m = len(running)  # changes only on the slow path (preemption)
+        fast = self.spec is None  # a speculative decode step samples in emit_speculative
         while i < m and budget > 0:
             req = running[i]
             length = req.length
@@ -243,7 +260,7 @@ class VllmScheduler:
             # the pass reads this request except a preemption, which undoes it exactly
             # (_unschedule). Only a completion waits for _emit (releases follow admission).
             # (length % bs > 1: neither the step's first nor its last token is at a block edge.)
-            if req.computed == length - 1 and req.generated and length % bs > 1:
+            if req.computed == length - 1 and req.generated and length % bs > 1 and fast:
                 req.computed = length
                 order.append(req)
                 tokens.append(req.rid)
@@ -255,6 +272,16 @@ class VllmScheduler:
                 sq += length * length
                 if g >= req.max_out:
                     later.append(req)
+                budget -= 1
+                i += 1
+                continue
+            if (not fast and req.computed == length - 1 and req.generated and length % bs
+                    and length <= len(req.table.ids) * bs):
+                # Speculative: the last burst's dangling token, inside the blocks the burst
+                # took and completing none; emit_speculative samples the next burst.
+                req.computed = length
+                order.append(req)
+                later.append(req)
                 budget -= 1
                 i += 1
                 continue
@@ -293,6 +320,13 @@ class VllmScheduler:
                 self._reject(req)
                 continue
             cached, active_cached = self._prefill_cost(req)
+            if self.host is not None:  # the host tier's lookup follows G1's (host_offload)
+                verdict = self.host.admission(req, cached, active_cached)
+                if verdict is BLOCKED:
+                    break
+                if verdict is not None:
+                    continue  # parked on a host load, or skipped for this pass
+                cached, active_cached = self.host.frozen_cost(req, cached, active_cached, bs)
             needed = -(-req.length // bs) - active_cached // bs
             if self.beh.scheduler_reserve_full_isl and needed > self.usable_blocks - pool.num_active:
                 if not running and self.book is not None and self.book.dests:
@@ -311,7 +345,8 @@ class VllmScheduler:
             if req.cached_prefix is None:
                 req.cached_prefix = cached
             res = self._res
-            res.admissions.append(Admission(req.rid, cached))
+            tier = self.host.on_admitted(req, cached) if self.host is not None else None
+            res.admissions.append(Admission(req.rid, cached, tier))
             res.new_hits[req.rid] = cached
             if resumed:
                 res.resumed.append(req.rid)
@@ -337,12 +372,18 @@ class VllmScheduler:
         than the pool (dynamo-mocker.md §2.2). servesim applies the pool rule to readmitted
         requests too (their known tokens grew while generating), and rejects a prompt larger
         than the token budget when chunked prefill is off (vLLM refuses that configuration at
-        start-up), so no request can hang.
+        start-up), so no request can hang. With speculative decoding the pool rule counts
+        the request's next burst too.
         """
         cfg = self.cfg
         if cfg.max_model_len is not None and req.prompt_len >= cfg.max_model_len:
             return True
-        if -(-req.length // self.bs) > self.usable_blocks:
+        need = req.length
+        if self.spec is not None:
+            # A speculative step reserves its whole burst: one that can never fit would
+            # preempt its own request forever.
+            need += min(self.spec.max_burst, req.max_out - req.generated)
+        if -(-need // self.bs) > self.usable_blocks:
             return True
         return not cfg.enable_chunked_prefill and req.prompt_len > self.max_tokens
 
@@ -360,6 +401,10 @@ class VllmScheduler:
             max_cached = (req.length - 1) // bs * bs
             if cached > max_cached:
                 cached = max_cached
+        if self.spec is not None and cached >= bs:
+            # The drafter needs the hidden states of the last matched block: one more block
+            # of every non-empty hit is recomputed (servesim_vllm.speculative).
+            cached -= bs
         return cached, min(active * bs, cached)
 
     def _schedule(self, req: VllmRequest, cached_prefix: int, from_waiting: bool) -> int:
@@ -454,7 +499,7 @@ class VllmScheduler:
         victim.status = Status.PREEMPTED
         victim.preemptions += 1
         self.preemptions_total += 1
-        self.waiting.appendleft(victim)
+        (self.host.requeue_preempted if self.host is not None else self.waiting.appendleft)(victim)
         self._queue_stats(victim, +1)
         self._preempted_in_pass = True
         after = PressureState(len(running), len(self.waiting), pool.num_active)
@@ -490,6 +535,8 @@ class VllmScheduler:
             self._budget += undone.tokens
             return
         self._budget += 1
+        if self.spec is not None:
+            return  # a speculative dangling-token step sampled nothing yet
         length = victim.length - 1
         victim.length = length
         victim.generated -= 1

@@ -52,13 +52,14 @@ def kv_event_maps(event: KvEvent, block_size: int) -> list[dict[str, Any]]:
             "token_ids": tokens,
             "block_size": block_size,
             "lora_id": None,
-            "medium": MEDIUM_GPU,
+            "medium": data.medium or MEDIUM_GPU,
             "lora_name": None,
             "extra_keys": [None] * len(blocks),
             "group_idx": 0,
         }]
     if isinstance(data, RemovedBlocks):
-        return [{"type": "BlockRemoved", "block_hashes": [h], "medium": MEDIUM_GPU, "group_idx": 0}
+        medium = data.medium or MEDIUM_GPU
+        return [{"type": "BlockRemoved", "block_hashes": [h], "medium": medium, "group_idx": 0}
                 for h in data.block_hashes]
     if isinstance(data, ClearedBlocks):
         return [{"type": "AllBlocksCleared"}]
