@@ -21,7 +21,9 @@ PLUGIN_DOC = (ROOT / "docs" / "writing-a-plugin.md").read_text()
 README = (ROOT / "README.md").read_text()
 TOY = ROOT / "docs" / "examples" / "servesim-toy"
 
-INSTALL_AND_RUN = "pip install ./core ./plugins/vllm ./plugins/sglang ./plugins/trtllm && servesim run"
+INSTALL_AND_RUN = (
+    "pip install ./core ./plugins/vllm ./plugins/sglang ./plugins/trtllm ./plugins/serve && servesim run"
+)
 TEST_COMMAND = "pip install -r requirements-dev.txt && python -m pytest -q"
 
 

@@ -254,16 +254,20 @@ def _check_worker_type(engine: EngineResolution | None, cluster: Any) -> list[Pr
     ]
 
 
-def _structure_sections(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
+def _structure_sections(
+    ctx: _Ctx, raw: Mapping[str, Any], extra: Mapping[str, type]
+) -> tuple[dict[str, Any], list[Problem]]:
     problems: list[Problem] = []
+    known = sorted([*SECTIONS, *extra])
     for key in raw:
-        if key not in SECTIONS:
-            problems.append((str(key), unknown_key_message(str(key), sorted(SECTIONS))))
+        if key not in known:
+            problems.append((str(key), unknown_key_message(str(key), known)))
     classes = {
         "cluster": ClusterConfig,
         "workload": WorkloadConfig,
         "report": ReportConfig,
         "sinks": SinksConfig,
+        **extra,
     }
     out: dict[str, Any] = {}
     for name, cls in classes.items():
@@ -274,11 +278,16 @@ def _structure_sections(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[dict[str, An
     return out, problems
 
 
-def build(raw: Any, ctx: _Ctx) -> LoadedConfig:
-    """Validate raw YAML data (after ``--set``) into a :class:`LoadedConfig`."""
+def build(raw: Any, ctx: _Ctx, extra_sections: Mapping[str, type] | None = None) -> LoadedConfig:
+    """Validate raw YAML data (after ``--set``) into a :class:`LoadedConfig`.
+
+    ``extra_sections``: further top-level sections a command owns (``serve:`` for a plugin's
+    ``servesim serve``), name → attrs class, structured by the same converter; they end up
+    in :attr:`LoadedConfig.extra`."""
     if not isinstance(raw, Mapping):
         raise ctx.fail([("", f"expected a mapping of sections ({', '.join(SECTIONS)}), got {show(raw)}")])
-    sections, section_problems = _structure_sections(ctx, raw)
+    extra_sections = dict(extra_sections or {})
+    sections, section_problems = _structure_sections(ctx, raw, extra_sections)
     engine_raw = raw.get("engine")
     engine, problems = _resolve(ctx, engine_raw, "engine")
     problems += section_problems
@@ -297,8 +306,11 @@ def build(raw: Any, ctx: _Ctx) -> LoadedConfig:
             problems += _resolve(ctx, merge_engine(engine_section, overrides), f"cluster.{role}")[1]
     if problems or engine is None:
         raise ctx.fail(problems)
+    extra = {name: sections.pop(name) for name in extra_sections}
     sim = SimConfig(engine=engine.config, **sections)
-    return LoadedConfig(sim, engine, engine_section, ctx, router_config, sink_specs)
+    loaded = LoadedConfig(sim, engine, engine_section, ctx, router_config, sink_specs)
+    loaded.extra = extra
+    return loaded
 
 
 class LoadedConfig:
@@ -327,6 +339,7 @@ class LoadedConfig:
         self._engine_section = engine_section
         self._ctx = ctx
         self._timing: TimingModel | None = None
+        self.extra: dict[str, Any] = {}  # sections a command owns (build's extra_sections)
 
     @property
     def rank_class(self) -> type:
@@ -391,6 +404,8 @@ class LoadedConfig:
         out = {"engine": engine}
         for name in SECTIONS[1:]:
             out[name] = conv.unstructure(getattr(self.sim, name))
+        for name, value in self.extra.items():
+            out[name] = conv.unstructure(value)
         return _jsonable(out)
 
 
@@ -420,10 +435,14 @@ def _jsonable(value: Any) -> Any:
 
 
 def load_config(
-    path: str | None, sets: list[str] | tuple[str, ...] = (), plugins: Plugins | None = None
+    path: str | None,
+    sets: list[str] | tuple[str, ...] = (),
+    plugins: Plugins | None = None,
+    extra_sections: Mapping[str, type] | None = None,
 ) -> LoadedConfig:
     """Load and validate a YAML config (``path`` None: built-in defaults) with ``--set``
-    overrides (``a.b=value``, values parsed as YAML) applied to the raw data first."""
+    overrides (``a.b=value``, values parsed as YAML) applied to the raw data first.
+    ``extra_sections``: top-level sections the calling command owns (see :func:`build`)."""
     raw: Any = read_yaml(path) if path is not None else {}
     if not isinstance(raw, dict):
         raise ConfigError(
@@ -431,7 +450,7 @@ def load_config(
         )
     origins = apply_sets(raw, sets)
     ctx = _Ctx(make_converter(), plugins if plugins is not None else Plugins(), path, origins)
-    return build(raw, ctx)
+    return build(raw, ctx, extra_sections)
 
 
 def default_config(plugins: Plugins | None = None) -> LoadedConfig:

@@ -1,0 +1,43 @@
+"""From a validated configuration to a live driver: the engines, router and sinks ``run`` builds.
+
+Aggregated workers only: a prefill/decode split needs the disaggregated replay's handoff
+machinery, which the live driver does not drive yet, so it is declined with a ConfigError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from servesim.errors import ConfigError
+from servesim.replay.cluster import build_engines
+from servesim.sinks import build_sink
+
+from servesim_serve.clock import SimClock
+from servesim_serve.driver import LiveDriver
+from servesim_serve.observer import Observer
+
+if TYPE_CHECKING:
+    from servesim.config.loader import LoadedConfig
+
+
+def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float],
+                  observer: Observer | None = None) -> tuple[LiveDriver, list[Any]]:
+    """The driver over ``loaded``'s cluster, its clock started now, and the sinks it publishes to."""
+    sim = loaded.sim
+    cluster = sim.cluster
+    if cluster.prefill_workers or cluster.decode_workers:
+        raise ConfigError("a prefill/decode split is not supported by servesim serve yet",
+                          path="cluster.prefill_workers", source=loaded.source)
+    router_class = loaded.plugins.routers().get(cluster.router)
+    router = router_class(cluster.workers, sim.engine.dp_size, sim.engine.bs, loaded.router_config)
+    kv_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("kv_events", [])]
+    fpm_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("fpm", [])]
+    factory = loaded.engine_factory(
+        emit_kv_events=bool(kv_sinks) or router.wants_kv_events,
+        emit_forward_pass_metrics=bool(fpm_sinks),
+    )
+    engines = build_engines(factory.build, cluster.workers)
+    driver = LiveDriver(engines, router, SimClock(speedup, wall), block_size=sim.engine.bs,
+                        kv_sinks=kv_sinks, fpm_sinks=fpm_sinks, observer=observer)
+    return driver, [*kv_sinks, *fpm_sinks]

@@ -1,0 +1,115 @@
+"""``GET /metrics``: Prometheus text with vLLM's metric names (vLLM's ``vllm/v1/metrics/loggers.py``).
+
+Gauges and counters carry vLLM's ``model_name`` and ``engine`` labels; ``engine`` is the rank's
+slot ``worker * dp_size + dp_rank`` (vLLM numbers its data-parallel engines the same way).
+Latency histograms observe simulated seconds, the latencies the simulated engine produced.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from servesim_serve.observer import Observer
+
+# vLLM turns off the ``*_created`` samples too (vllm/v1/metrics/prometheus.py).
+prometheus_client.disable_created_metrics()
+
+if TYPE_CHECKING:
+    from servesim.contract import Metrics
+
+    from servesim_serve.records import LiveRequest
+
+# vLLM's buckets (seconds) for the request latency histograms
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+               10.0, 20.0, 40.0, 80.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+               120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+class PrometheusObserver(Observer):
+    """Keeps vLLM-named metrics up to date from the driver's events."""
+
+    def __init__(self, model: str, dp_size: int) -> None:
+        self.registry = CollectorRegistry()
+        self.model = model
+        self.dp_size = dp_size
+        labels = ["model_name", "engine"]
+        r = self.registry
+        self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+                             labels, registry=r)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+                             labels, registry=r)
+        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                              labels, registry=r)
+        self.preemptions = Counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+                                   labels, registry=r)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
+                                     labels, registry=r)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.",
+                                         labels, registry=r)
+        self.cache_queries = Counter("vllm:prefix_cache_queries",
+                                     "Prefix cache queries, in terms of number of queried tokens.",
+                                     labels, registry=r)
+        self.cache_hits = Counter("vllm:prefix_cache_hits",
+                                  "Prefix cache hits, in terms of number of cached tokens.", labels, registry=r)
+        self.success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                               [*labels, "finished_reason"], registry=r)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                              labels, buckets=TTFT_BUCKETS, registry=r)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                             labels, buckets=ITL_BUCKETS, registry=r)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                             labels, buckets=E2E_BUCKETS, registry=r)
+
+    def _labels(self, worker: int, dp_rank: int) -> tuple[str, str]:
+        return self.model, str(worker * self.dp_size + dp_rank)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def _state(self, worker: int, dp_rank: int, m: Metrics | None) -> None:
+        if m is None:
+            return
+        labels = self._labels(worker, dp_rank)
+        self.running.labels(*labels).set(m.running_requests)
+        self.waiting.labels(*labels).set(m.waiting_requests)
+        self.kv_usage.labels(*labels).set(m.cache_usage)
+
+    def arrived(self, req: LiveRequest, metrics: Metrics | None) -> None:
+        self._state(req.worker, req.dp_rank, metrics)
+
+    def cancelled(self, req: LiveRequest, metrics: Metrics | None) -> None:
+        self._state(req.worker, req.dp_rank, metrics)
+
+    def pass_completed(self, worker: int, dp_rank: int, metrics: Metrics | None) -> None:
+        self._state(worker, dp_rank, metrics)
+
+    def preempted(self, worker: int, count: int) -> None:
+        self.preemptions.labels(*self._labels(worker, 0)).inc(count)
+
+    def tokens(self, req: LiveRequest, count: int, now: float) -> None:
+        labels = self._labels(req.worker, req.dp_rank)
+        self.generation_tokens.labels(*labels).inc(count)
+        times = req.times
+        if len(times) == count:  # the first token(s)
+            self.prompt_tokens.labels(*labels).inc(req.prompt_len)
+            self.cache_queries.labels(*labels).inc(req.prompt_len)
+            self.cache_hits.labels(*labels).inc(req.cached_tokens())
+            self.ttft.labels(*labels).observe((times[0] - req.arrival) / 1000.0)
+            return
+        self.itl.labels(*labels).observe((times[-count] - times[-count - 1]) / 1000.0)
+
+    def finished(self, req: LiveRequest) -> None:
+        if req.rejected:
+            return
+        labels = self._labels(req.worker, req.dp_rank)
+        self.success.labels(*labels, "abort" if req.cancelled else "length").inc()
+        if req.cancelled:
+            return
+        if req.times:
+            self.e2e.labels(*labels).observe((req.times[-1] - req.arrival) / 1000.0)

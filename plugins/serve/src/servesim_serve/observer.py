@@ -1,0 +1,36 @@
+"""What the live driver tells the outside about requests and passes, at one place.
+
+The driver calls an :class:`Observer` at each event; the server's ``/metrics``
+(:mod:`servesim_serve.metrics`) is one. Times handed over are simulated ms.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servesim.contract import Metrics
+
+    from servesim_serve.records import LiveRequest
+
+
+class Observer:
+    """Every hook does nothing; subclasses pick the ones they need."""
+
+    def arrived(self, req: LiveRequest, metrics: Metrics | None) -> None:
+        """``req`` was submitted to its engine (``metrics``: the rank's state after it)."""
+
+    def tokens(self, req: LiveRequest, count: int, now: float) -> None:
+        """A pass ending at ``now`` gave ``req`` ``count`` tokens (already in ``req.times``)."""
+
+    def finished(self, req: LiveRequest) -> None:
+        """``req`` ended: completed, rejected or cancelled."""
+
+    def cancelled(self, req: LiveRequest, metrics: Metrics | None) -> None:
+        """``req`` was cancelled (after :meth:`finished`)."""
+
+    def preempted(self, worker: int, count: int) -> None:
+        """``count`` requests were preempted on ``worker``."""
+
+    def pass_completed(self, worker: int, dp_rank: int, metrics: Metrics | None) -> None:
+        """A pass of ``worker``'s ``dp_rank`` completed; ``metrics``: the rank's state."""
