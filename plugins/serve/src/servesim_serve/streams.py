@@ -1,7 +1,8 @@
 """One generation request from submission to its last byte: SSE chunks or a whole body.
 
-Tokens are sent as the driver releases them (one chunk per token, as vLLM sends one per engine
-step). A stream the client leaves, or a whole-body request whose client disconnects, is
+Tokens are sent as the driver releases them, one chunk per pass, as vLLM sends one per engine
+step; a stream that falls behind gets what piled up in one chunk, as vLLM's output collector
+merges the outputs its consumer has not taken yet (``vllm/v1/engine/output_processor.py``). A stream the client leaves, or a whole-body request whose client disconnects, is
 cancelled on its engine. With reasoning, the chat thinking span ``[start, ..., end]`` streams
 as reasoning deltas; its boundary tokens send no chunk, as vLLM's reasoning parsers drop them.
 """
@@ -75,20 +76,36 @@ class Generation:
 
     # -- streams -------------------------------------------------------------------------
 
-    def _chunk(self, j: int, last: bool) -> dict[str, Any] | None:
+    def _chunks(self, start: int, end: int, last: bool) -> list[dict[str, Any]]:
+        """The chunks of tokens ``start..end-1``: one chunk for the completion's text, for chat
+        one per run of reasoning or answer text (a boundary token adds no text)."""
         gen = self.gen
         finish = "length" if last else None
-        usage = (self.req.prompt_len, j + 1) if gen.continuous_usage else None
+        usage = (self.req.prompt_len, end) if gen.continuous_usage else None
         if not gen.chat:
-            text = self.server.tokenizer.piece(self.token_id(j), j == 0)
-            return wire.completion_chunk(self.rid, self.created, self.model, text, finish, usage)
-        text, is_reasoning = self.part(j)
-        if text is None:
+            tok = self.server.tokenizer
+            text = "".join(tok.piece(self.token_id(j), j == 0) for j in range(start, end))
+            return [wire.completion_chunk(self.rid, self.created, self.model, text, finish, usage)]
+        runs: list[tuple[bool, list[str]]] = []
+        for j in range(start, end):
+            text, is_reasoning = self.part(j)
+            if text is None:
+                continue
+            if runs and runs[-1][0] == is_reasoning:
+                runs[-1][1].append(text)
+            else:
+                runs.append((is_reasoning, [text]))
+        if not runs:
             if not last:
-                return None
-            text, is_reasoning = "", False
-        return wire.chat_chunk(self.rid, self.created, self.model, wire.chat_delta(text, is_reasoning),
-                               finish, usage)
+                return []
+            runs = [(False, [""])]
+        out = []
+        for i, (is_reasoning, texts) in enumerate(runs):
+            final = i == len(runs) - 1
+            out.append(wire.chat_chunk(self.rid, self.created, self.model,
+                                       wire.chat_delta("".join(texts), is_reasoning),
+                                       finish if final else None, usage))
+        return out
 
     async def events(self) -> AsyncIterator[str]:
         """The SSE body; leaving it early (the client went away) cancels the request."""
@@ -102,10 +119,9 @@ class Generation:
                 if gen.chat and sent == 0 and n:
                     prompt = req.prompt_len if gen.continuous_usage else None
                     yield wire.sse(wire.chat_role_chunk(self.rid, self.created, self.model, prompt))
-                for j in range(sent, n):
-                    closed = req.finished and j == n - 1
-                    chunk = self._chunk(j, closed)
-                    if chunk is not None:
+                if n > sent:
+                    closed = req.finished
+                    for chunk in self._chunks(sent, n, closed):
                         yield wire.sse(chunk)
                 sent = n
                 if req.finished and not closed:
