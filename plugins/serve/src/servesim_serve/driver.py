@@ -235,6 +235,7 @@ class LiveDriver:
                     self.state.prefill_done(rid)
                     self.queued -= 1
                 req.times.extend([now] * count)
+                req.steps.append(len(req.times))
                 self.observer.tokens(req, count, now)
                 req.notify()
             for rid in out.rejected:

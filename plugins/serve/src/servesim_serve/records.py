@@ -23,7 +23,7 @@ from servesim.replay.stats import RequestLog, distribution
 class LiveRequest:
     """One request in the server. Times are simulated ms; -1.0 means "not yet"."""
 
-    __slots__ = ("rid", "prompt_len", "max_tokens", "thinking", "arrival", "times", "cached",
+    __slots__ = ("rid", "prompt_len", "max_tokens", "thinking", "arrival", "times", "steps", "cached",
                  "reused", "worker", "dp_rank", "done_ms", "cancelled", "rejected", "_waiter")
 
     def __init__(self, rid: int, prompt_len: int, max_tokens: int, thinking: int, arrival: float) -> None:
@@ -33,6 +33,7 @@ class LiveRequest:
         self.thinking = thinking  # output tokens in the thinking span (0 without reasoning)
         self.arrival = arrival
         self.times: list[float] = []  # one simulated time per output token
+        self.steps: list[int] = []  # len(times) after each pass that gave the request tokens
         self.cached: int | None = None
         self.reused: int | None = None
         self.worker = -1

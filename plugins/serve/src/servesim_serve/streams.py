@@ -1,8 +1,9 @@
 """One generation request from submission to its last byte: SSE chunks or a whole body.
 
 Tokens are sent as the driver releases them, one chunk per pass, as vLLM sends one per engine
-step; a stream that falls behind gets what piled up in one chunk, as vLLM's output collector
-merges the outputs its consumer has not taken yet (``vllm/v1/engine/output_processor.py``). A stream the client leaves, or a whole-body request whose client disconnects, is
+step; a stream more than :data:`MERGE_AFTER` passes behind gets what piled up in one chunk, as
+vLLM's output collector merges the outputs its consumer has not taken yet
+(``vllm/v1/engine/output_processor.py``), so an overloaded server catches up. A stream the client leaves, or a whole-body request whose client disconnects, is
 cancelled on its engine. With reasoning, the chat thinking span ``[start, ..., end]`` streams
 as reasoning deltas; its boundary tokens send no chunk, as vLLM's reasoning parsers drop them.
 """
@@ -15,6 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from servesim_serve import wire
 from servesim_serve.protocol import GenRequest
+
+# Passes a stream may lag before their tokens go out merged in one chunk.
+MERGE_AFTER = 16
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -110,7 +114,7 @@ class Generation:
     async def events(self) -> AsyncIterator[str]:
         """The SSE body; leaving it early (the client went away) cancels the request."""
         req, gen = self.req, self.gen
-        sent = 0
+        sent = step = 0
         closed = False  # a chunk with the finish reason went out
         try:
             while not closed:
@@ -119,11 +123,15 @@ class Generation:
                 if gen.chat and sent == 0 and n:
                     prompt = req.prompt_len if gen.continuous_usage else None
                     yield wire.sse(wire.chat_role_chunk(self.rid, self.created, self.model, prompt))
-                if n > sent:
-                    closed = req.finished
-                    for chunk in self._chunks(sent, n, closed):
+                steps = req.steps[step:]
+                step += len(steps)
+                if len(steps) > MERGE_AFTER:
+                    steps = steps[-1:]
+                for end in steps:
+                    closed = req.finished and end == n
+                    for chunk in self._chunks(sent, end, closed):
                         yield wire.sse(chunk)
-                sent = n
+                    sent = end
                 if req.finished and not closed:
                     # An end without a token in its pass (a rejection at admission).
                     yield wire.sse(self._end_chunk())
