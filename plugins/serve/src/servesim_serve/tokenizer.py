@@ -67,8 +67,7 @@ class HfTokenizer(Tokenizer):
         except Exception as exc:  # tokenizers raises its own Exception subclass
             raise ConfigError(f"cannot load tokenizer {file!r}: {exc}", path="serve.tokenizer") from None
         self.name = path
-        special = {t.id for t in self._tok.get_added_tokens_decoder().values()} if hasattr(
-            self._tok, "get_added_tokens_decoder") else set()
+        special = set(self._tok.get_added_tokens_decoder())  # id -> added (special) token
         vocab = sorted(i for i in self._tok.get_vocab(with_added_tokens=False).values() if i not in special)
         self.output_pool = vocab[:POOL_SIZE] or [0]
 
