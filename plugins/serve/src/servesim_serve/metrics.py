@@ -66,8 +66,15 @@ class PrometheusObserver(Observer):
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
                              labels, buckets=E2E_BUCKETS, registry=r)
 
-    def _labels(self, worker: int, dp_rank: int) -> tuple[str, str]:
-        return self.model, str(worker * self.dp_size + dp_rank)
+        self._engines: dict[tuple[int, int], _Engine] = {}
+
+    def _engine(self, worker: int, dp_rank: int) -> _Engine:
+        """The labelled children of one engine (looked up once: labels() is slow per token)."""
+        key = (worker, dp_rank)
+        found = self._engines.get(key)
+        if found is None:
+            found = self._engines[key] = _Engine(self, (self.model, str(worker * self.dp_size + dp_rank)))
+        return found
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -75,10 +82,10 @@ class PrometheusObserver(Observer):
     def _state(self, worker: int, dp_rank: int, m: Metrics | None) -> None:
         if m is None:
             return
-        labels = self._labels(worker, dp_rank)
-        self.running.labels(*labels).set(m.running_requests)
-        self.waiting.labels(*labels).set(m.waiting_requests)
-        self.kv_usage.labels(*labels).set(m.cache_usage)
+        e = self._engine(worker, dp_rank)
+        e.running.set(m.running_requests)
+        e.waiting.set(m.waiting_requests)
+        e.kv_usage.set(m.cache_usage)
 
     def arrived(self, req: LiveRequest, metrics: Metrics | None) -> None:
         self._state(req.worker, req.dp_rank, metrics)
@@ -90,26 +97,36 @@ class PrometheusObserver(Observer):
         self._state(worker, dp_rank, metrics)
 
     def preempted(self, worker: int, count: int) -> None:
-        self.preemptions.labels(*self._labels(worker, 0)).inc(count)
+        self._engine(worker, 0).preemptions.inc(count)
 
     def tokens(self, req: LiveRequest, count: int, now: float) -> None:
-        labels = self._labels(req.worker, req.dp_rank)
-        self.generation_tokens.labels(*labels).inc(count)
+        e = self._engine(req.worker, req.dp_rank)
+        e.generation_tokens.inc(count)
         times = req.times
         if len(times) == count:  # the first token(s)
-            self.prompt_tokens.labels(*labels).inc(req.prompt_len)
-            self.cache_queries.labels(*labels).inc(req.prompt_len)
-            self.cache_hits.labels(*labels).inc(req.cached_tokens())
-            self.ttft.labels(*labels).observe((times[0] - req.arrival) / 1000.0)
+            e.prompt_tokens.inc(req.prompt_len)
+            e.cache_queries.inc(req.prompt_len)
+            e.cache_hits.inc(req.cached_tokens())
+            e.ttft.observe((times[0] - req.arrival) / 1000.0)
             return
-        self.itl.labels(*labels).observe((times[-count] - times[-count - 1]) / 1000.0)
+        e.itl.observe((times[-count] - times[-count - 1]) / 1000.0)
 
     def finished(self, req: LiveRequest) -> None:
         if req.rejected:
             return
-        labels = self._labels(req.worker, req.dp_rank)
-        self.success.labels(*labels, "abort" if req.cancelled else "length").inc()
+        e = self._engine(req.worker, req.dp_rank)
+        self.success.labels(*e.labels, "abort" if req.cancelled else "length").inc()
         if req.cancelled:
             return
         if req.times:
-            self.e2e.labels(*labels).observe((req.times[-1] - req.arrival) / 1000.0)
+            e.e2e.observe((req.times[-1] - req.arrival) / 1000.0)
+
+
+class _Engine:
+    """One engine's labelled children of every per-engine family."""
+
+    def __init__(self, m: PrometheusObserver, labels: tuple[str, str]) -> None:
+        self.labels = labels
+        for name in ("running", "waiting", "kv_usage", "preemptions", "prompt_tokens", "generation_tokens",
+                     "cache_queries", "cache_hits", "ttft", "itl", "e2e"):
+            setattr(self, name, getattr(m, name).labels(*labels))

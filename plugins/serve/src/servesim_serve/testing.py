@@ -36,7 +36,8 @@ def running(sets: list[str], config: str | None = None) -> Iterator[Running]:
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
     uv = uvicorn.Server(uvicorn.Config(build_app(server), log_level="warning", lifespan="on",
-                                       loop="asyncio", timeout_graceful_shutdown=2))
+                                       loop="asyncio", http="httptools",
+                                       timeout_graceful_shutdown=2))
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT_S
