@@ -67,7 +67,9 @@ async def drive(host: str, port: int, n: int, streams: int, max_tokens: int) -> 
 
 def start_server(args: argparse.Namespace, per_request: str) -> tuple[subprocess.Popen, int]:
     cmd = [*SERVESIM, "serve", "--port", "0", "--set", f"serve.speedup={args.speedup}",
-           "--set", f"report.per_request={per_request}", *sum((["--set", s] for s in args.set), [])]
+           "--set", f"report.per_request={per_request}"]
+    for extra in args.set:
+        cmd += ["--set", extra]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     assert proc.stderr is not None
     line = proc.stderr.readline()
@@ -82,7 +84,8 @@ def row(name: str, client: np.ndarray, sim: np.ndarray) -> str:
     diff = client - sim
     return (f"{name:<5} client mean {client.mean():8.2f} p50 {np.median(client):8.2f} | simulated mean "
             f"{sim.mean():8.2f} p50 {np.median(sim):8.2f} | difference mean {diff.mean():6.2f} "
-            f"p50 {np.median(diff):6.2f} p90 {np.percentile(diff, 90):6.2f} p99 {np.percentile(diff, 99):6.2f}")
+            f"p50 {np.median(diff):6.2f} p90 {np.percentile(diff, 90):6.2f} "
+            f"p99 {np.percentile(diff, 99):6.2f}")
 
 
 def main() -> int:

@@ -133,7 +133,8 @@ def error_of(response: httpx.Response) -> dict:
 
 
 def test_bad_json_is_400_in_openai_shape(server) -> None:
-    r = httpx.post(server.base + "/completions", content=b"{not json", headers={"content-type": "application/json"})
+    r = httpx.post(server.base + "/completions", content=b"{not json",
+                   headers={"content-type": "application/json"})
     assert r.status_code == 400 and error_of(r)["type"] == "BadRequestError"
     r = httpx.post(server.base + "/chat/completions", json=[1, 2])
     assert r.status_code == 400

@@ -12,13 +12,15 @@ from servesim_serve.config import ReasoningConfig, ServeConfig
 def test_defaults_and_overrides(tmp_path) -> None:
     loaded, cfg = load(None, [])
     assert cfg == ServeConfig()
-    assert (cfg.host, cfg.port, cfg.model, cfg.speedup, cfg.tokenizer) == ("127.0.0.1", 8000, "servesim", 1.0, None)
+    assert (cfg.host, cfg.port, cfg.model) == ("127.0.0.1", 8000, "servesim")
+    assert (cfg.speedup, cfg.tokenizer) == (1.0, None)
     path = tmp_path / "c.yaml"
     path.write_text("serve:\n  model: m\n  reasoning: {thinking_ratio: 0.25, start_thinking_token_id: 7,"
                     " end_thinking_token_id: 8}\n")
     loaded, cfg = load(str(path), ["serve.speedup=4"], host="0.0.0.0", port=9)
     assert (cfg.model, cfg.speedup, cfg.host, cfg.port) == ("m", 4.0, "0.0.0.0", 9)
-    assert cfg.reasoning == ReasoningConfig(thinking_ratio=0.25, start_thinking_token_id=7, end_thinking_token_id=8)
+    assert cfg.reasoning == ReasoningConfig(thinking_ratio=0.25, start_thinking_token_id=7,
+                                            end_thinking_token_id=8)
     assert loaded.resolved()["serve"]["reasoning"]["thinking_ratio"] == 0.25
 
 

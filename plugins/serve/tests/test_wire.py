@@ -23,7 +23,8 @@ def reasoning_as_vllm(body: dict) -> dict:
 
 CASES = {
     "completion_chunk": lambda: wire.completion_chunk(ID, CREATED, MODEL, " w1", None),
-    "completion_chunk_continuous_usage": lambda: wire.completion_chunk(ID, CREATED, MODEL, " w1", None, (3, 1)),
+    "completion_chunk_continuous_usage": lambda: wire.completion_chunk(ID, CREATED, MODEL, " w1", None,
+                                                                       (3, 1)),
     "completion_chunk_last": lambda: wire.completion_chunk(ID, CREATED, MODEL, " w2", "length"),
     "completion_usage_chunk": lambda: wire.usage_chunk(ID, "text_completion", CREATED, MODEL, 3, 2, 0),
     "completion_response": lambda: wire.completion_response(ID, CREATED, MODEL, "w1 w2", "length", 3, 2, 0),

@@ -114,7 +114,8 @@ def serve_command(args: argparse.Namespace) -> int:
     server = Server(loaded, cfg)
     sock = bind(cfg.host, cfg.port)
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(build_app(server), log_level="warning", lifespan="on", loop="asyncio", http="httptools",
+    config = uvicorn.Config(build_app(server), log_level="warning", lifespan="on", loop="asyncio",
+                            http="httptools",
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     print(f"servesim serve: model {cfg.model!r} on http://{cfg.host}:{bound} "
           f"(speedup {cfg.speedup:g}); Ctrl-C writes the report", file=sys.stderr, flush=True)

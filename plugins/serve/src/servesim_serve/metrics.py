@@ -7,7 +7,7 @@ Latency histograms observe simulated seconds, the latencies the simulated engine
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -31,6 +31,29 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
                120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 
 
+# (attribute, type, vLLM's name, vLLM's help text, buckets)
+FAMILIES: tuple[tuple[str, Any, str, str, tuple[float, ...] | None], ...] = (
+    ("running", Gauge, "vllm:num_requests_running", "Number of requests in model execution batches.", None),
+    ("waiting", Gauge, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", None),
+    ("kv_usage", Gauge, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", None),
+    ("preemptions", Counter, "vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+     None),
+    ("prompt_tokens", Counter, "vllm:prompt_tokens", "Number of prefill tokens processed.", None),
+    ("generation_tokens", Counter, "vllm:generation_tokens", "Number of generation tokens processed.", None),
+    ("cache_queries", Counter, "vllm:prefix_cache_queries",
+     "Prefix cache queries, in terms of number of queried tokens.", None),
+    ("cache_hits", Counter, "vllm:prefix_cache_hits",
+     "Prefix cache hits, in terms of number of cached tokens.", None),
+    ("success", Counter, "vllm:request_success", "Count of successfully processed requests.", None),
+    ("ttft", Histogram, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+     TTFT_BUCKETS),
+    ("itl", Histogram, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+     ITL_BUCKETS),
+    ("e2e", Histogram, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+     E2E_BUCKETS),
+)
+
+
 class PrometheusObserver(Observer):
     """Keeps vLLM-named metrics up to date from the driver's events."""
 
@@ -39,33 +62,10 @@ class PrometheusObserver(Observer):
         self.model = model
         self.dp_size = dp_size
         labels = ["model_name", "engine"]
-        r = self.registry
-        self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-                             labels, registry=r)
-        self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-                             labels, registry=r)
-        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-                              labels, registry=r)
-        self.preemptions = Counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
-                                   labels, registry=r)
-        self.prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
-                                     labels, registry=r)
-        self.generation_tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.",
-                                         labels, registry=r)
-        self.cache_queries = Counter("vllm:prefix_cache_queries",
-                                     "Prefix cache queries, in terms of number of queried tokens.",
-                                     labels, registry=r)
-        self.cache_hits = Counter("vllm:prefix_cache_hits",
-                                  "Prefix cache hits, in terms of number of cached tokens.", labels, registry=r)
-        self.success = Counter("vllm:request_success", "Count of successfully processed requests.",
-                               [*labels, "finished_reason"], registry=r)
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                              labels, buckets=TTFT_BUCKETS, registry=r)
-        self.itl = Histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                             labels, buckets=ITL_BUCKETS, registry=r)
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-                             labels, buckets=E2E_BUCKETS, registry=r)
-
+        for attr, kind, name, doc, buckets in FAMILIES:
+            extra = {"buckets": buckets} if buckets else {}
+            names = [*labels, "finished_reason"] if attr == "success" else labels
+            setattr(self, attr, kind(name, doc, names, registry=self.registry, **extra))
         self._engines: dict[tuple[int, int], _Engine] = {}
 
     def _engine(self, worker: int, dp_rank: int) -> _Engine:
@@ -127,6 +127,6 @@ class _Engine:
 
     def __init__(self, m: PrometheusObserver, labels: tuple[str, str]) -> None:
         self.labels = labels
-        for name in ("running", "waiting", "kv_usage", "preemptions", "prompt_tokens", "generation_tokens",
-                     "cache_queries", "cache_hits", "ttft", "itl", "e2e"):
-            setattr(self, name, getattr(m, name).labels(*labels))
+        for attr, *_rest in FAMILIES:
+            if attr != "success":
+                setattr(self, attr, getattr(m, attr).labels(*labels))

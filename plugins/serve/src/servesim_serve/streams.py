@@ -3,9 +3,10 @@
 Tokens are sent as the driver releases them, one chunk per pass, as vLLM sends one per engine
 step; a stream more than :data:`MERGE_AFTER` passes behind gets what piled up in one chunk, as
 vLLM's output collector merges the outputs its consumer has not taken yet
-(``vllm/v1/engine/output_processor.py``), so an overloaded server catches up. A stream the client leaves, or a whole-body request whose client disconnects, is
-cancelled on its engine. With reasoning, the chat thinking span ``[start, ..., end]`` streams
-as reasoning deltas; its boundary tokens send no chunk, as vLLM's reasoning parsers drop them.
+(``vllm/v1/engine/output_processor.py``), so an overloaded server catches up. A stream the
+client leaves, or a whole-body request whose client disconnects, is cancelled on its engine.
+With reasoning, the chat thinking span ``[start, ..., end]`` streams as reasoning deltas; its
+boundary tokens send no chunk, as vLLM's reasoning parsers drop them.
 """
 
 from __future__ import annotations
