@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from servesim.config.loader import load_config
 from servesim.errors import ConfigError
@@ -64,3 +66,11 @@ def test_a_prefill_decode_split_is_declined() -> None:
     with pytest.raises(ConfigError) as info:
         Server(loaded, cfg)
     assert info.value.path == "cluster.prefill_workers"
+
+
+def test_every_serve_key_is_documented() -> None:
+    import attrs
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
+    for cls in (ServeConfig, ReasoningConfig):
+        assert [f.name for f in attrs.fields(cls) if f"| `{f.name}` |" not in text] == []

@@ -33,6 +33,7 @@ def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float
     router = router_class(cluster.workers, sim.engine.dp_size, sim.engine.bs, loaded.router_config)
     kv_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("kv_events", [])]
     fpm_sinks = [build_sink(cls, cfg) for _name, cls, cfg in loaded.sink_specs.get("fpm", [])]
+    _bind(loaded, [*kv_sinks, *fpm_sinks])
     factory = loaded.engine_factory(
         emit_kv_events=bool(kv_sinks) or router.wants_kv_events,
         emit_forward_pass_metrics=bool(fpm_sinks),
@@ -41,3 +42,16 @@ def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float
     driver = LiveDriver(engines, router, SimClock(speedup, wall), block_size=sim.engine.bs,
                         kv_sinks=kv_sinks, fpm_sinks=fpm_sinks, observer=observer)
     return driver, [*kv_sinks, *fpm_sinks]
+
+
+def _bind(loaded: LoadedConfig, sinks: list[Any]) -> None:
+    """Tell sinks that ask for it (``bind(SinkContext)``, e.g. the ZMQ sinks' ports per worker
+    and rank) what they serve, as the replay does; a core without sink binding has none."""
+    try:
+        from servesim.sinks import SinkContext, bind_sinks  # type: ignore[attr-defined]
+    except ImportError:
+        return
+    sim = loaded.sim
+    bind_sinks(sinks, SinkContext(num_workers=sim.cluster.workers, dp_size=sim.engine.dp_size,
+                                  block_size=sim.engine.bs, backend=sim.engine.backend,
+                                  max_model_len=sim.engine.max_model_len))
