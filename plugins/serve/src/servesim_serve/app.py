@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 from servesim_serve import wire
 from servesim_serve.cluster import build_cluster
 from servesim_serve.config import ServeConfig
-from servesim_serve.metrics import PrometheusObserver
+from servesim_serve.metrics import make_observer
 from servesim_serve.protocol import ApiError, check_model, parse_generation, parse_json
 from servesim_serve.records import live_per_request_lines, live_report
 from servesim_serve.streams import Generation
@@ -70,7 +70,7 @@ class Server:
         self.cfg = cfg
         self.tokenizer = load_tokenizer(cfg.tokenizer)
         self.max_model_len = loaded.sim.engine.max_model_len
-        self.observer = PrometheusObserver(cfg.model, loaded.sim.engine.dp_size)
+        self.observer = make_observer(cfg.model, loaded)
         # ``wall`` must be the event loop's clock (asyncio's default loop uses time.monotonic):
         # the driver sets its timers with loop.call_at at the clock's wall times.
         self.driver, self._sinks = build_cluster(loaded, cfg.speedup, wall, self.observer)

@@ -36,7 +36,7 @@ def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float
     _bind(loaded, [*kv_sinks, *fpm_sinks])
     factory = loaded.engine_factory(
         emit_kv_events=bool(kv_sinks) or router.wants_kv_events,
-        emit_forward_pass_metrics=bool(fpm_sinks),
+        emit_forward_pass_metrics=bool(fpm_sinks) or bool(observer is not None and observer.wants_fpm),
     )
     engines = build_engines(factory.build, cluster.workers)
     driver = LiveDriver(engines, router, SimClock(speedup, wall), block_size=sim.engine.bs,

@@ -180,8 +180,8 @@ class LiveDriver:
             return
         d = engine.next_internal_deadline_ms()
         if d is not None and d <= now:
-            for _rank, eff in engine.process_internal_work(now):
-                self._absorb_start(w, eff, now)
+            for dp, eff in engine.process_internal_work(now):
+                self._absorb_start(w, dp, eff, now)
 
     def _start_passes(self, now: float) -> None:
         dirty = sorted(self._dirty)
@@ -201,17 +201,19 @@ class LiveDriver:
                 continue
             self.passes += 1
             for rs in started.by_rank:
-                self._absorb_start(w, rs.effects, now)
+                self._absorb_start(w, rs.dp_rank, rs.effects, now)
             self._zero[w] = self._zero[w] + 1 if started.end_ms == now else 0
             self._push(started.end_ms, _PASS_END, w, started.pass_id)
 
-    def _absorb_start(self, w: int, eff: Any, now: float) -> None:
+    def _absorb_start(self, w: int, dp: int, eff: Any, now: float) -> None:
         for adm in eff.admissions:
             req = self.requests[adm.request_id]
             req.reused = adm.reused_input_tokens
+            if req.admitted < 0:
+                req.admitted = now
         if eff.pressure_events:
             self.preemptions += len(eff.pressure_events)
-            self.observer.preempted(w, len(eff.pressure_events))
+            self.observer.preempted(w, len(eff.pressure_events), dp)
         self._kv(w, now, eff.kv_events)
 
     def _complete(self, w: int, pass_id: int, now: float) -> None:
@@ -249,7 +251,7 @@ class LiveDriver:
             if eff.forward_pass_metrics is not None:
                 for sink in self.fpm_sinks:
                     sink.publish(w, now, eff.forward_pass_metrics)
-            self.observer.pass_completed(w, rc.dp_rank, eff.metrics)
+            self.observer.pass_completed(w, rc.dp_rank, eff.metrics, eff.forward_pass_metrics)
 
     def _terminal(self, req: LiveRequest, now: float) -> None:
         if not req.times:

@@ -1,5 +1,9 @@
 """``GET /metrics``: Prometheus text with vLLM's metric names (vLLM's ``vllm/v1/metrics/loggers.py``).
 
+:func:`make_observer` is the one place that picks the implementation: servesim-prometheus's
+full vLLM metric set when it is installed (:mod:`servesim_serve.vllm_metrics`), else
+:class:`PrometheusObserver`, the families below.
+
 Gauges and counters carry vLLM's ``model_name`` and ``engine`` labels; ``engine`` is the rank's
 slot ``worker * dp_size + dp_rank`` (vLLM numbers its data-parallel engines the same way).
 Latency histograms observe simulated seconds, the latencies the simulated engine produced.
@@ -18,7 +22,8 @@ from servesim_serve.observer import Observer
 prometheus_client.disable_created_metrics()
 
 if TYPE_CHECKING:
-    from servesim.contract import Metrics
+    from servesim.config.loader import LoadedConfig
+    from servesim.contract import ForwardPassMetrics, Metrics
 
     from servesim_serve.records import LiveRequest
 
@@ -93,11 +98,12 @@ class PrometheusObserver(Observer):
     def cancelled(self, req: LiveRequest, metrics: Metrics | None) -> None:
         self._state(req.worker, req.dp_rank, metrics)
 
-    def pass_completed(self, worker: int, dp_rank: int, metrics: Metrics | None) -> None:
+    def pass_completed(self, worker: int, dp_rank: int, metrics: Metrics | None,
+                       fpm: ForwardPassMetrics | None = None) -> None:
         self._state(worker, dp_rank, metrics)
 
-    def preempted(self, worker: int, count: int) -> None:
-        self._engine(worker, 0).preemptions.inc(count)
+    def preempted(self, worker: int, count: int, dp_rank: int = 0) -> None:
+        self._engine(worker, dp_rank).preemptions.inc(count)
 
     def tokens(self, req: LiveRequest, count: int, now: float) -> None:
         e = self._engine(req.worker, req.dp_rank)
@@ -130,3 +136,19 @@ class _Engine:
         for attr, *_rest in FAMILIES:
             if attr != "success":
                 setattr(self, attr, getattr(m, attr).labels(*labels))
+
+
+def make_observer(model: str, loaded: LoadedConfig) -> Observer:
+    """The ``/metrics`` observer for this server (see the module docstring)."""
+    engine = loaded.sim.engine
+    try:
+        from servesim_prometheus.metrics import EngineMetrics
+    except ImportError:
+        return PrometheusObserver(model, engine.dp_size)
+    from servesim_serve.vllm_metrics import EngineMetricsObserver
+
+    engines = [str(i) for i in range(loaded.sim.cluster.workers * engine.dp_size)]
+    metrics = EngineMetrics(engine.backend, model_name=model, engines=engines,
+                            max_model_len=engine.max_model_len,
+                            kv_capacity_tokens=engine.num_gpu_blocks * engine.bs)
+    return EngineMetricsObserver(metrics, engine.dp_size)

@@ -9,13 +9,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from servesim.contract import Metrics
+    from servesim.contract import ForwardPassMetrics, Metrics
 
     from servesim_serve.records import LiveRequest
 
 
 class Observer:
-    """Every hook does nothing; subclasses pick the ones they need."""
+    """Every hook does nothing; subclasses pick the ones they need. ``wants_fpm``: the
+    engines must emit forward-pass metrics for :meth:`pass_completed`."""
+
+    wants_fpm = False
 
     def arrived(self, req: LiveRequest, metrics: Metrics | None) -> None:
         """``req`` was submitted to its engine (``metrics``: the rank's state after it)."""
@@ -29,8 +32,10 @@ class Observer:
     def cancelled(self, req: LiveRequest, metrics: Metrics | None) -> None:
         """``req`` was cancelled (after :meth:`finished`)."""
 
-    def preempted(self, worker: int, count: int) -> None:
-        """``count`` requests were preempted on ``worker``."""
+    def preempted(self, worker: int, count: int, dp_rank: int = 0) -> None:
+        """``count`` requests were preempted on ``worker``'s ``dp_rank``."""
 
-    def pass_completed(self, worker: int, dp_rank: int, metrics: Metrics | None) -> None:
-        """A pass of ``worker``'s ``dp_rank`` completed; ``metrics``: the rank's state."""
+    def pass_completed(self, worker: int, dp_rank: int, metrics: Metrics | None,
+                       fpm: ForwardPassMetrics | None = None) -> None:
+        """A pass of ``worker``'s ``dp_rank`` completed; ``metrics``: the rank's state,
+        ``fpm``: the pass's forward-pass metrics (when the engines emit them)."""

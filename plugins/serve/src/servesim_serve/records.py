@@ -24,7 +24,7 @@ class LiveRequest:
     """One request in the server. Times are simulated ms; -1.0 means "not yet"."""
 
     __slots__ = ("rid", "prompt_len", "max_tokens", "thinking", "arrival", "times", "steps", "cached",
-                 "reused", "worker", "dp_rank", "done_ms", "cancelled", "rejected", "_waiter")
+                 "reused", "admitted", "worker", "dp_rank", "done_ms", "cancelled", "rejected", "_waiter")
 
     def __init__(self, rid: int, prompt_len: int, max_tokens: int, thinking: int, arrival: float) -> None:
         self.rid = rid
@@ -36,6 +36,7 @@ class LiveRequest:
         self.steps: list[int] = []  # len(times) after each pass that gave the request tokens
         self.cached: int | None = None
         self.reused: int | None = None
+        self.admitted = -1.0  # first admission (simulated ms)
         self.worker = -1
         self.dp_rank = -1
         self.done_ms = -1.0
