@@ -71,19 +71,22 @@ first = ChatCompletionStreamResponse(id=ID, object="chat.completion.chunk", crea
 out["chat_chunk_role"] = json.loads(first.model_dump_json(exclude_unset=True))
 first.usage = UsageInfo(prompt_tokens=3, completion_tokens=0, total_tokens=3, completion_tokens_details=None)
 out["chat_chunk_role_continuous_usage"] = json.loads(first.model_dump_json(exclude_unset=True))
-mid = ChatCompletionStreamResponse(id=ID, object="chat.completion.chunk", created=CREATED, model=MODEL,
-    choices=[ChatCompletionResponseStreamChoice(index=0, delta=DeltaMessage(content=" w1"), logprobs=None,
-                                                finish_reason=None, token_ids=None)])
+
+
+def chat_chunk(delta, **choice):
+    """A token chunk as the chat serving code builds it (token_ids always passed)."""
+    return ChatCompletionStreamResponse(id=ID, object="chat.completion.chunk", created=CREATED, model=MODEL,
+        choices=[ChatCompletionResponseStreamChoice(index=0, delta=delta, logprobs=None, token_ids=None,
+                                                    **choice)])
+
+
+mid = chat_chunk(DeltaMessage(content=" w1"), finish_reason=None)
 out["chat_chunk"] = json.loads(mid.model_dump_json(exclude_unset=True))
 mid.usage = UsageInfo(prompt_tokens=3, completion_tokens=1, total_tokens=4, completion_tokens_details=None)
 out["chat_chunk_continuous_usage"] = json.loads(mid.model_dump_json(exclude_unset=True))
-think = ChatCompletionStreamResponse(id=ID, object="chat.completion.chunk", created=CREATED, model=MODEL,
-    choices=[ChatCompletionResponseStreamChoice(index=0, delta=DeltaMessage(reasoning=" w1"), logprobs=None,
-                                                finish_reason=None, token_ids=None)])
+think = chat_chunk(DeltaMessage(reasoning=" w1"), finish_reason=None)
 out["chat_chunk_reasoning"] = json.loads(think.model_dump_json(exclude_unset=True))
-end = ChatCompletionStreamResponse(id=ID, object="chat.completion.chunk", created=CREATED, model=MODEL,
-    choices=[ChatCompletionResponseStreamChoice(index=0, delta=DeltaMessage(content=" w2"), logprobs=None,
-                                                finish_reason="length", stop_reason=None, token_ids=None)])
+end = chat_chunk(DeltaMessage(content=" w2"), finish_reason="length", stop_reason=None)
 out["chat_chunk_last"] = json.loads(end.model_dump_json(exclude_unset=True))
 final = ChatCompletionStreamResponse(id=ID, object="chat.completion.chunk", created=CREATED, choices=[],
     model=MODEL, usage=usage(3, 2, 0), system_fingerprint=None, metrics=None)
