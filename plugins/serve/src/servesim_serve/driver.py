@@ -106,7 +106,7 @@ class LiveDriver:
         if req.finished:
             return
         now = self._catch_up()
-        if req.finished:  # it ended in the passes that just completed
+        if req.done_ms >= 0.0:  # it ended in the passes that just completed
             return
         effects = self.engines[req.worker].apply(req.dp_rank, CancelRequest(req.rid), now)
         self._kv(req.worker, now, effects.kv_events)

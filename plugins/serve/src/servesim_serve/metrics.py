@@ -11,6 +11,7 @@ Latency histograms observe simulated seconds, the latencies the simulated engine
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 import prometheus_client
@@ -60,7 +61,21 @@ FAMILIES: tuple[tuple[str, Any, str, str, tuple[float, ...] | None], ...] = (
 
 
 class PrometheusObserver(Observer):
-    """Keeps vLLM-named metrics up to date from the driver's events."""
+    """Keeps vLLM-named metrics up to date from the driver's events (one attribute per
+    :data:`FAMILIES` entry)."""
+
+    running: Gauge
+    waiting: Gauge
+    kv_usage: Gauge
+    preemptions: Counter
+    prompt_tokens: Counter
+    generation_tokens: Counter
+    cache_queries: Counter
+    cache_hits: Counter
+    success: Counter
+    ttft: Histogram
+    itl: Histogram
+    e2e: Histogram
 
     def __init__(self, model: str, dp_size: int) -> None:
         self.registry = CollectorRegistry()
@@ -131,6 +146,18 @@ class PrometheusObserver(Observer):
 class _Engine:
     """One engine's labelled children of every per-engine family."""
 
+    running: Any
+    waiting: Any
+    kv_usage: Any
+    preemptions: Any
+    prompt_tokens: Any
+    generation_tokens: Any
+    cache_queries: Any
+    cache_hits: Any
+    ttft: Any
+    itl: Any
+    e2e: Any
+
     def __init__(self, m: PrometheusObserver, labels: tuple[str, str]) -> None:
         self.labels = labels
         for attr, *_rest in FAMILIES:
@@ -142,13 +169,14 @@ def make_observer(model: str, loaded: LoadedConfig) -> Observer:
     """The ``/metrics`` observer for this server (see the module docstring)."""
     engine = loaded.sim.engine
     try:
-        from servesim_prometheus.metrics import EngineMetrics
+        # An optional distribution: looked up by name, so nothing requires it statically.
+        module = importlib.import_module("servesim_prometheus.metrics")
     except ImportError:
         return PrometheusObserver(model, engine.dp_size)
     from servesim_serve.vllm_metrics import EngineMetricsObserver
 
     engines = [str(i) for i in range(loaded.sim.cluster.workers * engine.dp_size)]
-    metrics = EngineMetrics(engine.backend, model_name=model, engines=engines,
+    metrics = module.EngineMetrics(engine.backend, model_name=model, engines=engines,
                             max_model_len=engine.max_model_len,
                             kv_capacity_tokens=engine.num_gpu_blocks * engine.bs)
-    return EngineMetricsObserver(metrics, engine.dp_size)
+    return EngineMetricsObserver(metrics, module.FinishedRequest, engine.dp_size)

@@ -20,6 +20,10 @@ class Observer:
 
     wants_fpm = False
 
+    def render(self) -> bytes:
+        """The ``/metrics`` body (nothing here)."""
+        return b""
+
     def arrived(self, req: LiveRequest, metrics: Metrics | None) -> None:
         """``req`` was submitted to its engine (``metrics``: the rank's state after it)."""
 

@@ -67,10 +67,11 @@ class Generation:
         n = len(req.times)
         if not gen.chat:
             tok = self.server.tokenizer
-            text = "".join(tok.piece(self.token_id(j), j == 0) for j in range(n))
-            return wire.completion_response(self.rid, self.created, self.model, text, "length",
+            whole = "".join(tok.piece(self.token_id(j), j == 0) for j in range(n))
+            return wire.completion_response(self.rid, self.created, self.model, whole, "length",
                                             req.prompt_len, n, req.cached_tokens())
-        content, reasoning = [], []
+        content: list[str] = []
+        reasoning: list[str] = []
         for j in range(n):
             text, is_reasoning = self.part(j)
             if text is not None:
@@ -89,17 +90,17 @@ class Generation:
         usage = (self.req.prompt_len, end) if gen.continuous_usage else None
         if not gen.chat:
             tok = self.server.tokenizer
-            text = "".join(tok.piece(self.token_id(j), j == 0) for j in range(start, end))
-            return [wire.completion_chunk(self.rid, self.created, self.model, text, finish, usage)]
+            whole = "".join(tok.piece(self.token_id(j), j == 0) for j in range(start, end))
+            return [wire.completion_chunk(self.rid, self.created, self.model, whole, finish, usage)]
         runs: list[tuple[bool, list[str]]] = []
         for j in range(start, end):
-            text, is_reasoning = self.part(j)
-            if text is None:
+            piece, is_reasoning = self.part(j)
+            if piece is None:
                 continue
             if runs and runs[-1][0] == is_reasoning:
-                runs[-1][1].append(text)
+                runs[-1][1].append(piece)
             else:
-                runs.append((is_reasoning, [text]))
+                runs.append((is_reasoning, [piece]))
         if not runs:
             if not last:
                 return []

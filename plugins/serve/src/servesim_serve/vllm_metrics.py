@@ -25,8 +25,9 @@ class EngineMetricsObserver(Observer):
 
     wants_fpm = True
 
-    def __init__(self, metrics: Any, dp_size: int) -> None:
+    def __init__(self, metrics: Any, finished_request: Any, dp_size: int) -> None:
         self.metrics = metrics
+        self.finished_request = finished_request  # servesim_prometheus.metrics.FinishedRequest
         self.dp_size = dp_size
 
     def _engine(self, worker: int, dp_rank: int) -> str:
@@ -58,13 +59,11 @@ class EngineMetricsObserver(Observer):
     def finished(self, req: LiveRequest) -> None:
         if req.rejected:
             return
-        from servesim_prometheus.metrics import FinishedRequest
-
         times = req.times
         end = times[-1] if times else req.arrival
         admitted = req.admitted if req.admitted >= 0 else req.arrival
         first = times[0] if times else end
-        self.metrics.record_finished(self._engine(req.worker, req.dp_rank), [FinishedRequest(
+        self.metrics.record_finished(self._engine(req.worker, req.dp_rank), [self.finished_request(
             e2e_s=(end - req.arrival) / 1000.0, queue_s=(admitted - req.arrival) / 1000.0,
             prefill_s=max(first - admitted, 0.0) / 1000.0, decode_s=(end - first) / 1000.0,
             prompt_tokens=req.prompt_len, generation_tokens=len(times),
