@@ -457,3 +457,30 @@ def test_attrs_validator_errors_name_the_field(tmp_path: Path) -> None:
     assert str(exc.value) == (
         "--set engine.timing_model.mode=c: engine.timing_model.mode: 'mode' must be in ('a', 'b') (got 'c')"
     )
+
+
+def test_a_command_owns_an_extra_section(tmp_path: Path, plugins: Plugins) -> None:
+    """load_config(extra_sections=...): one more top-level section, structured by the same
+    converter, errors naming its key path, reported in resolved(); others still reject it."""
+
+    @attrs.frozen
+    class ExtraConfig:
+        port: int = 1
+        name: str = "x"
+
+    path = tmp_path / "c.yaml"
+    path.write_text("extra:\n  port: 5\n")
+    loaded = load_config(str(path), ["extra.name=y"], plugins, extra_sections={"extra": ExtraConfig})
+    assert loaded.extra == {"extra": ExtraConfig(port=5, name="y")}
+    assert loaded.resolved()["extra"] == {"port": 5, "name": "y"}
+    default = load_config(None, [], plugins, extra_sections={"extra": ExtraConfig})
+    assert default.extra["extra"] == ExtraConfig()
+    with pytest.raises(ConfigError) as exc:
+        load_config(str(path), ["extra.bogus=1"], plugins, extra_sections={"extra": ExtraConfig})
+    assert exc.value.path == "extra.bogus"
+    with pytest.raises(ConfigError) as exc:
+        load_config(str(path), ["extra.port=abc"], plugins, extra_sections={"extra": ExtraConfig})
+    assert exc.value.path == "extra.port"
+    with pytest.raises(ConfigError) as exc:
+        load_config(str(path), [], plugins)
+    assert exc.value.path == "extra"

@@ -140,7 +140,7 @@ def test_a_thousand_streams_with_cancellations_leak_nothing() -> None:
         wait_for(lambda: not any(e.pass_in_flight for e in driver.engines), "the last passes")
         assert active_blocks(s.server) == 0
         assert all(e.is_drained() for e in driver.engines)
-        assert not driver.state.active_hashes or not any(driver.state.active_hashes)
+        assert not any(driver.state.active_hashes)  # the router's view holds no request
     leavers = [i for i, p in enumerate(plans) if p[2] is not None]
     stayers = [i for i, p in enumerate(plans) if p[2] is None]
     assert [got[i] for i in stayers] == [plans[i][1] for i in stayers]
@@ -148,6 +148,8 @@ def test_a_thousand_streams_with_cancellations_leak_nothing() -> None:
         N_STREAMS, len(leavers), len(stayers))
     assert report["failed"] == 0 and report["num_unfinished"] == 0 and report["num_queue_full"] == 0
     assert report["total_output_tokens"] == sum(plans[i][1] for i in stayers)
-    assert driver.queued == 0 and driver.max_in_flight <= IN_FLIGHT
-    by_prompt_len = {len(p[0]) for p in plans}
-    assert sum(r.prompt_len for r in driver.requests) == sum(len(p[0]) for p in plans) and by_prompt_len
+    assert driver.queued == 0
+    assert sorted(r.prompt_len for r in driver.requests) == sorted(len(p[0]) for p in plans)
+    # every cancelled request got at least the tokens its client read, and never all of them
+    cancelled = [r for r in driver.requests if r.cancelled]
+    assert len(cancelled) == len(leavers) and all(0 < len(r.times) < r.max_tokens for r in cancelled)
