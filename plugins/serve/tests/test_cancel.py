@@ -153,3 +153,21 @@ def test_a_thousand_streams_with_cancellations_leak_nothing() -> None:
     # every cancelled request got at least the tokens its client read, and never all of them
     cancelled = [r for r in driver.requests if r.cancelled]
     assert len(cancelled) == len(leavers) and all(0 < len(r.times) < r.max_tokens for r in cancelled)
+
+
+def test_a_failing_sink_stops_the_simulation_with_errors_not_a_hang() -> None:
+    sets = ["engine.timing_model={type: fixed, prefill_ms: 10.0, decode_ms: 2.0}", "serve.speedup=100",
+            "sinks.kv_events=[{type: memory}]"]
+    with running(sets) as s, httpx.Client(timeout=30) as c:
+        (sink,) = s.server.driver.kv_sinks
+        sink.close()  # a closed memory sink fails every publish
+        body = {"prompt": list(range(4, 4 + 130)), "max_tokens": 50, "stream": True}
+        events = c.post(s.base + "/completions", json=body).text
+        assert s.server.driver.failure is not None
+        later = c.post(s.base + "/completions", json={"prompt": "a", "max_tokens": 2})
+        report = s.server.report()
+    last = json.loads(events.split("\n\n")[-3][len("data: "):])
+    assert last["choices"][0]["finish_reason"] == "abort" and events.endswith("data: [DONE]\n\n")
+    assert later.status_code == 500 and later.json()["error"]["type"] == "InternalServerError"
+    assert "MemoryKvEventSink" in later.json()["error"]["message"]
+    assert (report["num_requests"], report["num_aborted"], report["completed"]) == (1, 1, 0)

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from servesim.errors import SimError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -112,6 +113,9 @@ class Server:
         except ApiError as err:
             return error_response(err)
         driver = self.driver
+        if driver.failure is not None:
+            return error_response(ApiError(f"the simulation stopped: {driver.failure}", 500,
+                                           "InternalServerError"))
         if cfg.max_queued_requests is not None and driver.queued >= cfg.max_queued_requests:
             self.queue_full += 1
             return error_response(ApiError(
@@ -119,7 +123,11 @@ class Server:
                 f"(max_queued_requests = {cfg.max_queued_requests}). Please retry later.",
                 503, "ServiceUnavailableError"))
         thinking = cfg.reasoning.num_thinking_tokens(gen.max_tokens) if chat and cfg.reasoning else 0
-        req = driver.submit(gen.prompt, gen.max_tokens, thinking)
+        try:
+            req = driver.submit(gen.prompt, gen.max_tokens, thinking)
+        except SimError as exc:
+            driver.fail(exc)
+            return error_response(ApiError(f"the simulation stopped: {exc}", 500, "InternalServerError"))
         if req.rejected:
             return error_response(ApiError("the engine rejected the request (it can never fit its KV cache)"))
         prefix = "chatcmpl" if chat else "cmpl"
@@ -128,6 +136,9 @@ class Server:
             return SSEResponse(g.events())
         if not await g.until_done(http):
             return error_response(ApiError("the request was cancelled", 499, "ClientClosedRequest"))
+        if req.aborted:
+            return error_response(ApiError(f"the simulation stopped: {driver.failure}", 500,
+                                           "InternalServerError"))
         return json_response(g.body())
 
     async def models(self, http: Request) -> Response:

@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from servesim.contract import CancelRequest, KvEvent, Request, Submit
 from servesim.engine import Engine
-from servesim.errors import CommandRejected
+from servesim.errors import CommandRejected, SimError
 from servesim.replay.cluster import ClusterState
 from servesim.replay.routers import Router
-from servesim.sinks import FpmSink, KvEventSink
+from servesim.sinks import FpmSink, KvEventSink, SinkError
 from servesim.tokens import Tokens
 
 from servesim_serve.clock import SimClock
@@ -67,6 +68,7 @@ class LiveDriver:
         self._zero = [0] * len(self.engines)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self.failure: SimError | None = None  # what stopped the simulation, if anything
 
     # -- commands (called by the HTTP layer) -------------------------------------------
 
@@ -105,11 +107,15 @@ class LiveDriver:
         """The client went away: cancel the request on its engine, freeing its blocks."""
         if req.finished:
             return
-        now = self._catch_up()
-        if req.done_ms >= 0.0:  # it ended in the passes that just completed
+        try:
+            now = self._catch_up()
+            if req.done_ms >= 0.0 or req.aborted:  # it ended in the passes that just completed
+                return
+            effects = self.engines[req.worker].apply(req.dp_rank, CancelRequest(req.rid), now)
+            self._kv(req.worker, now, effects.kv_events)
+        except SimError as exc:
+            self.fail(exc)
             return
-        effects = self.engines[req.worker].apply(req.dp_rank, CancelRequest(req.rid), now)
-        self._kv(req.worker, now, effects.kv_events)
         req.cancelled = True
         self._terminal(req, now)
         self.observer.cancelled(req, effects.metrics)
@@ -164,9 +170,24 @@ class LiveDriver:
         # The loop fired at or after the wall time of ``at``: that moment has come, even if
         # rounding puts the clock a hair before it.
         now = max(self.clock.now_ms(), self.now, at if at is not None else 0.0)
-        self._advance(now)
+        try:
+            self._advance(now)
+        except SimError as exc:
+            self.fail(exc)
+            return
         self.now = now
         self._arm()
+
+    def fail(self, exc: SimError) -> None:
+        """The simulation cannot go on (a poisoned engine, a failing sink): every request in
+        flight ends as aborted and the server answers new ones with an error."""
+        self.failure = exc
+        self.close()
+        print(f"servesim serve: the simulation stopped: {exc}", file=sys.stderr, flush=True)
+        for req in self.requests:
+            if not req.finished:
+                req.aborted = True
+                req.notify()
 
     def _push(self, at: float, kind: int, w: int, pass_id: int = 0) -> None:
         self._seq += 1
@@ -250,7 +271,7 @@ class LiveDriver:
             self._kv(w, now, eff.kv_events)
             if eff.forward_pass_metrics is not None:
                 for sink in self.fpm_sinks:
-                    sink.publish(w, now, eff.forward_pass_metrics)
+                    _publish(sink, w, now, eff.forward_pass_metrics)
             self.observer.pass_completed(w, rc.dp_rank, eff.metrics, eff.forward_pass_metrics)
 
     def _terminal(self, req: LiveRequest, now: float) -> None:
@@ -269,7 +290,7 @@ class LiveDriver:
         if self.router.wants_kv_events:
             self.router.on_kv_events(w, events)
         for sink in self.kv_sinks:
-            sink.publish(w, now, events)
+            _publish(sink, w, now, events)
 
     # -- accounting ---------------------------------------------------------------------
 
@@ -281,3 +302,11 @@ class LiveDriver:
                 m = rank.metrics() if hasattr(rank, "metrics") else None
                 total += m.active_blocks if m is not None else 0
         return total
+
+
+def _publish(sink: KvEventSink | FpmSink, w: int, now: float, payload: Any) -> None:
+    """A sink's failure, whatever it raised, is a SinkError naming the sink (as in replay)."""
+    try:
+        sink.publish(w, now, payload)
+    except Exception as exc:
+        raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc

@@ -24,7 +24,8 @@ class LiveRequest:
     """One request in the server. Times are simulated ms; -1.0 means "not yet"."""
 
     __slots__ = ("rid", "prompt_len", "max_tokens", "thinking", "arrival", "times", "steps", "cached",
-                 "reused", "admitted", "worker", "dp_rank", "done_ms", "cancelled", "rejected", "_waiter")
+                 "reused", "admitted", "worker", "dp_rank", "done_ms", "cancelled", "rejected", "aborted",
+                 "_waiter")
 
     def __init__(self, rid: int, prompt_len: int, max_tokens: int, thinking: int, arrival: float) -> None:
         self.rid = rid
@@ -42,11 +43,12 @@ class LiveRequest:
         self.done_ms = -1.0
         self.cancelled = False
         self.rejected = False
+        self.aborted = False  # the simulation failed while the request was in flight
         self._waiter: asyncio.Future[None] | None = None
 
     @property
     def finished(self) -> bool:
-        return self.done_ms >= 0.0 or self.cancelled
+        return self.done_ms >= 0.0 or self.cancelled or self.aborted
 
     def cached_tokens(self) -> int:
         """Prompt tokens served from the prefix cache at first admission."""
@@ -112,6 +114,7 @@ def live_report(requests: Sequence[LiveRequest], cfg: ReportConfig, resolved: di
         "num_cancelled": sum(1 for r in requests if r.cancelled),
         "num_queue_full": queue_full,
         "num_unfinished": sum(1 for r in requests if not r.finished),
+        "num_aborted": sum(1 for r in requests if r.aborted),
     }
     if reasoning:
         extra.update(distribution("ttfat", np.asarray(answer_latencies(requests)), cfg.percentiles))

@@ -86,7 +86,7 @@ class Generation:
         """The chunks of tokens ``start..end-1``: one chunk for the completion's text, for chat
         one per run of reasoning or answer text (a boundary token adds no text)."""
         gen = self.gen
-        finish = "length" if last else None
+        finish = self.finish_reason() if last else None
         usage = (self.req.prompt_len, end) if gen.continuous_usage else None
         if not gen.chat:
             tok = self.server.tokenizer
@@ -146,8 +146,13 @@ class Generation:
         finally:
             self.server.driver.cancel(req)
 
+    def finish_reason(self) -> str:
+        """``length`` (the output length was reached), or ``abort`` for a request the engine
+        rejected or the simulation dropped."""
+        return "abort" if self.req.rejected or self.req.aborted else "length"
+
     def _end_chunk(self) -> dict[str, Any]:
-        finish = "abort" if self.req.rejected else "length"
+        finish = self.finish_reason()
         if self.gen.chat:
             return wire.chat_chunk(self.rid, self.created, self.model, wire.chat_delta("", False), finish)
         return wire.completion_chunk(self.rid, self.created, self.model, "", finish)
