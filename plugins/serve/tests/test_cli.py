@@ -73,3 +73,16 @@ def test_a_bad_serve_key_is_a_config_error(tmp_path) -> None:
     proc = subprocess.run([*SERVESIM, "serve", "--set", "serve.no_such_key=1"],
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 2 and "serve.no_such_key" in proc.stderr
+
+
+def test_a_busy_port_is_a_user_error() -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        proc = subprocess.run([*SERVESIM, "serve", "--port", str(port)], capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+    assert proc.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr and "Traceback" not in proc.stderr

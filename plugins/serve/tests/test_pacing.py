@@ -84,3 +84,20 @@ def test_sinks_publish_at_the_end_of_each_pass(tmp_path) -> None:
     assert {e["at_ms"] for e in stored} == {req.times[0]}
     assert len(passes) == 3  # one prefill and two decode passes
     assert [p["at_ms"] for p in passes] == req.times
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
+def test_every_backend_serves_behind_a_router_with_data_parallel_ranks(backend: str) -> None:
+    sets = [*FIXED, f"engine.backend={backend}", "engine.dp_size=2", "cluster.workers=2",
+            "cluster.router=kv"]
+    with running(sets) as s, httpx.Client(timeout=30) as c:
+        outs = [c.post(s.base + "/completions", json={"prompt": list(range(4 + i, 70 + i)), "max_tokens": 3})
+                for i in range(6)]
+        report = s.server.report()
+        slots = {(r.worker, r.dp_rank) for r in s.server.driver.requests}
+        metrics = c.get(s.url + "/metrics").text
+    assert [o.json()["usage"]["completion_tokens"] for o in outs] == [3] * 6
+    assert (report["completed"], report["total_output_tokens"]) == (6, 18)
+    assert len(slots) > 1 and all(0 <= w < 2 and 0 <= d < 2 for w, d in slots)
+    for w, d in slots:
+        assert f'engine="{w * 2 + d}"' in metrics
