@@ -7,7 +7,7 @@ routed and submitted; an idle ready engine starts a pass at once; the pass's tok
 released when the event loop's clock reaches the simulated end of that pass, and the next
 pass starts at that simulated end, so an engine's passes stay back to back in simulated time
 however late the event loop wakes. Everything due at one simulated time is done in the
-replay's order: pass ends (in worker order), internal work, then new passes. Sinks publish
+replay's order: pass ends, then due internal work, then arrivals, then new passes. Sinks publish
 at the wall-clock moment the pass ends. Stepping only: runs of passes (DESIGN.md §7) are a
 replay speed-up the live driver does not need.
 
@@ -66,6 +66,7 @@ class LiveDriver:
         self._seq = 0
         self._dirty: set[int] = set()
         self._zero = [0] * len(self.engines)
+        self._deadline_at: list[float | None] = [None] * len(self.engines)  # deadline on the heap
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self.failure: SimError | None = None  # what stopped the simulation, if anything
@@ -213,7 +214,8 @@ class LiveDriver:
                 continue
             self._internal_if_due(w, now)
             d = engine.next_internal_deadline_ms()
-            if d is not None and d > now:
+            if d is not None and d > now and self._deadline_at[w] != d:
+                self._deadline_at[w] = d
                 self._push(d, _DEADLINE, w)
             if not engine.is_ready() or self._zero[w] >= MAX_ZERO_PASSES:
                 continue
