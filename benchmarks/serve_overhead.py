@@ -37,7 +37,7 @@ async def stream(host: str, port: int, prompt_len: int, max_tokens: int) -> tupl
     """One streaming completion; returns (TTFT, chunk gaps) in wall ms."""
     body = json.dumps({"prompt": list(range(4, 4 + prompt_len)), "max_tokens": max_tokens,
                        "stream": True}).encode()
-    reader, writer = await asyncio.open_connection(host, port)
+    reader, writer = await asyncio.open_connection(host, port, limit=1 << 26)  # merged backlogs
     sent = time.perf_counter()
     writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
