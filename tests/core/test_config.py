@@ -481,3 +481,28 @@ def test_an_error_from_a_later_file_names_that_file(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config([str(base), str(bad)])
     assert info.value.path == "engine.max_num_seqs" and info.value.source == str(bad)
+def test_a_command_owns_an_extra_section(tmp_path: Path, plugins: Plugins) -> None:
+    """load_config(extra_sections=...): one more top-level section, structured by the same
+    converter, errors naming its key path, reported in resolved(); others still reject it."""
+
+    @attrs.frozen
+    class ExtraConfig:
+        port: int = 1
+        name: str = "x"
+
+    path = tmp_path / "c.yaml"
+    path.write_text("extra:\n  port: 5\n")
+    loaded = load_config(str(path), ["extra.name=y"], plugins, extra_sections={"extra": ExtraConfig})
+    assert loaded.extra == {"extra": ExtraConfig(port=5, name="y")}
+    assert loaded.resolved()["extra"] == {"port": 5, "name": "y"}
+    default = load_config(None, [], plugins, extra_sections={"extra": ExtraConfig})
+    assert default.extra["extra"] == ExtraConfig()
+    with pytest.raises(ConfigError) as exc:
+        load_config(str(path), ["extra.bogus=1"], plugins, extra_sections={"extra": ExtraConfig})
+    assert exc.value.path == "extra.bogus"
+    with pytest.raises(ConfigError) as exc:
+        load_config(str(path), ["extra.port=abc"], plugins, extra_sections={"extra": ExtraConfig})
+    assert exc.value.path == "extra.port"
+    with pytest.raises(ConfigError) as exc:
+        load_config(str(path), [], plugins)
+    assert exc.value.path == "extra"

@@ -47,6 +47,15 @@ def yaml_cases() -> list[Any]:
     return out
 
 
+def command_sections(body: str) -> dict[str, type] | None:
+    """The ``serve:`` section of ``servesim serve`` (servesim-serve owns it)."""
+    if re.search(r"^serve:", body, re.M) is None:
+        return None
+    from servesim_serve.config import ServeConfig
+
+    return {"serve": ServeConfig}
+
+
 def test_the_docs_have_yaml_examples() -> None:
     assert len(yaml_cases()) >= 6
 
@@ -55,7 +64,7 @@ def test_the_docs_have_yaml_examples() -> None:
 def test_yaml_block_loads(tmp_path: Path, body: str) -> None:
     config = tmp_path / "sim.yaml"
     config.write_text(body)
-    loaded = load_config(str(config))
+    loaded = load_config(str(config), extra_sections=command_sections(body))
     assert loaded.sim.engine.backend in ("vllm", "sglang", "trtllm", "toy")
 
 

@@ -378,16 +378,20 @@ def _pool_timing(engine: EngineResolution, path: str, source: str | None) -> lis
     return []
 
 
-def _structure_sections(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
+def _structure_sections(
+    ctx: _Ctx, raw: Mapping[str, Any], extra: Mapping[str, type]
+) -> tuple[dict[str, Any], list[Problem]]:
     problems: list[Problem] = []
+    known = sorted([*SECTIONS, *extra])
     for key in raw:
-        if key not in SECTIONS:
-            problems.append((str(key), unknown_key_message(str(key), sorted(SECTIONS))))
+        if key not in known:
+            problems.append((str(key), unknown_key_message(str(key), known)))
     classes = {
         "cluster": ClusterConfig,
         "workload": WorkloadConfig,
         "report": ReportConfig,
         "sinks": SinksConfig,
+        **extra,
     }
     out: dict[str, Any] = {}
     for name, cls in classes.items():
@@ -398,11 +402,16 @@ def _structure_sections(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[dict[str, An
     return out, problems
 
 
-def build(raw: Any, ctx: _Ctx) -> LoadedConfig:
-    """Validate raw YAML data (after ``--set``) into a :class:`LoadedConfig`."""
+def build(raw: Any, ctx: _Ctx, extra_sections: Mapping[str, type] | None = None) -> LoadedConfig:
+    """Validate raw YAML data (after ``--set``) into a :class:`LoadedConfig`.
+
+    ``extra_sections``: further top-level sections a command owns (``serve:`` for a plugin's
+    ``servesim serve``), name → attrs class, structured by the same converter; they end up
+    in :attr:`LoadedConfig.extra`."""
     if not isinstance(raw, Mapping):
         raise ctx.fail([("", f"expected a mapping of sections ({', '.join(SECTIONS)}), got {show(raw)}")])
-    sections, section_problems = _structure_sections(ctx, raw)
+    extra_sections = dict(extra_sections or {})
+    sections, section_problems = _structure_sections(ctx, raw, extra_sections)
     engine_raw = raw.get("engine")
     engine, problems = _resolve(ctx, engine_raw, "engine")
     problems += section_problems
@@ -423,8 +432,11 @@ def build(raw: Any, ctx: _Ctx) -> LoadedConfig:
         problems += _check_pools(ctx, engine, engine_section, sections["cluster"])
     if problems or engine is None:
         raise ctx.fail(problems)
+    extra = {name: sections.pop(name) for name in extra_sections}
     sim = SimConfig(engine=engine.config, **sections)
-    return LoadedConfig(sim, engine, engine_section, ctx, router_config, sink_specs)
+    loaded = LoadedConfig(sim, engine, engine_section, ctx, router_config, sink_specs)
+    loaded.extra = extra
+    return loaded
 
 
 class LoadedConfig:
@@ -453,6 +465,7 @@ class LoadedConfig:
         self._engine_section = engine_section
         self._ctx = ctx
         self._timing: TimingModel | None = None
+        self.extra: dict[str, Any] = {}  # sections a command owns (build's extra_sections)
 
     @property
     def rank_class(self) -> type:
@@ -524,6 +537,8 @@ class LoadedConfig:
             out[name] = conv.unstructure(getattr(self.sim, name))
         if not out["cluster"].get("pools"):
             out["cluster"].pop("pools", None)  # a homogeneous cluster reads as it always did
+        for name, value in self.extra.items():
+            out[name] = conv.unstructure(value)
         return _jsonable(out)
 
 
@@ -562,11 +577,15 @@ def expand_trace_shorthand(raw: dict[str, Any]) -> None:
 
 
 def load_config(
-    path: str | Sequence[str] | None, sets: list[str] | tuple[str, ...] = (), plugins: Plugins | None = None
+    path: str | Sequence[str] | None,
+    sets: list[str] | tuple[str, ...] = (),
+    plugins: Plugins | None = None,
+    extra_sections: Mapping[str, type] | None = None,
 ) -> LoadedConfig:
     """Load and validate a YAML config (``path`` None or empty: built-in defaults; several
     paths: merged in order, later keys winning) with ``--set`` overrides (``a.b=value``,
-    values parsed as YAML) applied to the raw data first."""
+    values parsed as YAML) applied to the raw data first.
+    ``extra_sections``: top-level sections the calling command owns (see :func:`build`)."""
     paths = [path] if isinstance(path, str) else list(path or ())
     raw, file_origins = merge_files(paths) if paths else ({}, {})
     path = paths[0] if len(paths) == 1 else (" + ".join(paths) if paths else None)
@@ -578,7 +597,7 @@ def load_config(
     origins = {**file_origins, **apply_sets(raw, sets)}
     expand_trace_shorthand(raw)
     ctx = _Ctx(make_converter(), plugins if plugins is not None else Plugins(), path, origins)
-    return build(raw, ctx)
+    return build(raw, ctx, extra_sections)
 
 
 def default_config(plugins: Plugins | None = None) -> LoadedConfig:

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""How far a client of ``servesim serve`` sees from the simulated latencies, at N concurrent streams.
+
+    python benchmarks/serve_overhead.py [--streams 100] [--requests 500] [--max-tokens 64] [--speedup 1]
+
+Starts ``servesim serve`` as a subprocess (default engine: vLLM, polynomial timing) and keeps
+``--streams`` raw-HTTP streaming completions in flight until ``--requests`` have finished. Every
+request has a different prompt length, so each client-side measurement is matched to the
+server's per-request record of the same request. Prints, over all requests, the client's TTFT
+(first chunk minus send) and ITL (gaps between chunks) beside the simulated ones (converted to
+wall ms by the speedup) and the per-request differences (client minus simulated). Positive
+differences are the server's and the client's overhead; the target is a few ms. A stream more
+than 16 passes behind gets its backlog in one chunk; such streams are counted and left out of
+the ITL pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+SERVESIM = os.environ.get("SERVESIM_CMD", "").split() or [
+    sys.executable, "-c", "import sys; from servesim.cli import main; sys.exit(main())"]
+
+
+async def stream(host: str, port: int, prompt_len: int, max_tokens: int) -> tuple[float, list[float]]:
+    """One streaming completion; returns (TTFT, chunk gaps) in wall ms."""
+    body = json.dumps({"prompt": list(range(4, 4 + prompt_len)), "max_tokens": max_tokens,
+                       "stream": True}).encode()
+    reader, writer = await asyncio.open_connection(host, port, limit=1 << 26)  # merged backlogs
+    sent = time.perf_counter()
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    times = []
+    try:
+        while True:
+            line = await reader.readline()
+            if not line or line.startswith(b"data: [DONE]"):
+                break
+            if line.startswith(b"data: {"):
+                times.append(time.perf_counter())
+    finally:
+        writer.close()
+    ms = [1000.0 * (t - sent) for t in times]
+    return ms[0], [b - a for a, b in zip(ms, ms[1:], strict=False)]
+
+
+async def drive(host: str, port: int, n: int, streams: int, max_tokens: int) -> dict[int, tuple]:
+    gate = asyncio.Semaphore(streams)
+    out: dict[int, tuple] = {}
+
+    async def one(prompt_len: int) -> None:
+        async with gate:
+            out[prompt_len] = await stream(host, port, prompt_len, max_tokens)
+
+    await asyncio.gather(*(one(100 + i) for i in range(n)))
+    return out
+
+
+def start_server(args: argparse.Namespace, per_request: str) -> tuple[subprocess.Popen, int]:
+    cmd = [*SERVESIM, "serve", "--port", "0", "--set", f"serve.speedup={args.speedup}",
+           "--set", f"report.per_request={per_request}"]
+    for extra in args.set:
+        cmd += ["--set", extra]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    m = re.search(r"http://[^:]+:(\d+)", line)
+    if not m:
+        proc.kill()
+        raise SystemExit(f"the server did not start: {line}{proc.stderr.read()}")
+    return proc, int(m.group(1))
+
+
+def row(name: str, client: np.ndarray, sim: np.ndarray) -> str:
+    diff = client - sim
+    return (f"{name:<5} client mean {client.mean():8.2f} p50 {np.median(client):8.2f} | simulated mean "
+            f"{sim.mean():8.2f} p50 {np.median(sim):8.2f} | difference mean {diff.mean():6.2f} "
+            f"p50 {np.median(diff):6.2f} p90 {np.percentile(diff, 90):6.2f} "
+            f"p99 {np.percentile(diff, 99):6.2f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--streams", type=int, default=100)
+    ap.add_argument("--requests", type=int, default=500)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--speedup", type=float, default=1.0)
+    ap.add_argument("--set", action="append", default=[], help="extra --set for the server")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        per_request = os.path.join(tmp, "requests.jsonl")
+        proc, port = start_server(args, per_request)
+        try:
+            t0 = time.perf_counter()
+            client = asyncio.run(drive("127.0.0.1", port, args.requests, args.streams, args.max_tokens))
+            wall = time.perf_counter() - t0
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+        records = {r["input_length"]: r for r in map(json.loads, open(per_request))}
+    c_ttft, s_ttft, c_itl, s_itl = [], [], [], []
+    merged = 0
+    for plen, (ttft, gaps) in client.items():
+        rec = records[plen]
+        times = [t / args.speedup for t in rec["token_times_ms"]]
+        c_ttft.append(ttft)
+        s_ttft.append(times[0] - rec["arrival_ms"] / args.speedup)
+        if len(gaps) != len(times) - 1:
+            merged += 1  # a stream that fell behind got a backlog in one chunk: no gap pairs
+            continue
+        c_itl.extend(gaps)
+        s_itl.extend(b - a for a, b in zip(times, times[1:], strict=False))
+    print(f"{args.requests} requests, {args.streams} concurrent streams, {args.max_tokens} tokens each, "
+          f"speedup {args.speedup:g}: {wall:.1f} s wall; latencies in wall ms")
+    print(row("TTFT", np.array(c_ttft), np.array(s_ttft)))
+    print(row("ITL", np.array(c_itl), np.array(s_itl)))
+    print(f"streams that fell behind (backlog merged into one chunk, left out of ITL): {merged}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""The HTTP server: a Starlette app over one :class:`Server` (cluster, driver, tokenizer, metrics).
+
+Endpoints (docs/serve.md): ``POST /v1/completions``, ``POST /v1/chat/completions``,
+``GET /v1/models``, ``GET /health``, ``POST /tokenize``, ``POST /detokenize``, ``GET /metrics``,
+``GET /servesim/report``. Errors use OpenAI's error shape with vLLM's types.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from servesim.errors import SimError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from servesim_serve import wire
+from servesim_serve.cluster import build_cluster
+from servesim_serve.config import ServeConfig
+from servesim_serve.metrics import make_observer
+from servesim_serve.protocol import ApiError, check_model, parse_generation, parse_json
+from servesim_serve.records import live_per_request_lines, live_report
+from servesim_serve.streams import Generation
+from servesim_serve.tokenizer import load_tokenizer
+
+if TYPE_CHECKING:
+    from servesim.config.loader import LoadedConfig
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(wire.dumps(body), status_code=status, media_type="application/json")
+
+
+def error_response(err: ApiError) -> Response:
+    return json_response(wire.error_body(err.message, err.err_type, err.status, err.param), err.status)
+
+
+class SSEResponse(StreamingResponse):
+    """A stream that always watches for the client leaving and always closes its generator,
+    so a disconnect cancels the request at once, whichever ASGI version the server speaks."""
+
+    def __init__(self, content: AsyncIterator[str]) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self._events = content
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stream = asyncio.ensure_future(self.stream_response(send))
+        gone = asyncio.ensure_future(self.listen_for_disconnect(receive))
+        try:
+            await asyncio.wait({stream, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (stream, gone):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError):
+                await stream
+            await self._events.aclose()  # type: ignore[attr-defined]
+
+
+class Server:
+    """Everything one running server holds; simulated time 0 is its construction."""
+
+    def __init__(self, loaded: LoadedConfig, cfg: ServeConfig,
+                 wall: Callable[[], float] = time.monotonic) -> None:
+        self.loaded = loaded
+        self.cfg = cfg
+        self.tokenizer = load_tokenizer(cfg.tokenizer)
+        self.max_model_len = loaded.sim.engine.max_model_len
+        self.observer = make_observer(cfg.model, loaded)
+        # ``wall`` must be the event loop's clock (asyncio's default loop uses time.monotonic):
+        # the driver sets its timers with loop.call_at at the clock's wall times.
+        self.driver, self._sinks = build_cluster(loaded, cfg.speedup, wall, self.observer)
+        self.queue_full = 0
+        self.created = int(time.time())
+
+    def stop(self) -> None:
+        self.driver.close()
+        for sink in self._sinks:
+            sink.close()
+        self._sinks = []
+
+    def report(self) -> dict[str, Any]:
+        """The report of the requests served so far (``servesim run``'s keys and more)."""
+        d = self.driver
+        return live_report(d.requests, self.loaded.sim.report, self.loaded.resolved(),
+                           max_in_flight=d.max_in_flight, preemptions=d.preemptions,
+                           queue_full=self.queue_full, reasoning=self.cfg.reasoning is not None)
+
+    def per_request_lines(self) -> list[str]:
+        d = self.driver
+        return live_per_request_lines(d.requests, d.max_in_flight, d.preemptions)
+
+    # -- endpoints -----------------------------------------------------------------------
+
+    async def completions(self, http: Request) -> Response:
+        return await self._generate(http, chat=False)
+
+    async def chat_completions(self, http: Request) -> Response:
+        return await self._generate(http, chat=True)
+
+    async def _generate(self, http: Request, chat: bool) -> Response:
+        cfg = self.cfg
+        try:
+            body = parse_json(await http.body())
+            check_model(body, cfg.model)
+            gen = parse_generation(body, self.tokenizer, chat=chat, default_max_tokens=cfg.default_max_tokens,
+                                   max_model_len=self.max_model_len)
+        except ApiError as err:
+            return error_response(err)
+        driver = self.driver
+        if driver.failure is not None:
+            return error_response(ApiError(f"the simulation stopped: {driver.failure}", 500,
+                                           "InternalServerError"))
+        if cfg.max_queued_requests is not None and driver.queued >= cfg.max_queued_requests:
+            self.queue_full += 1
+            return error_response(ApiError(
+                f"The server is overloaded: {driver.queued} requests are queued "
+                f"(max_queued_requests = {cfg.max_queued_requests}). Please retry later.",
+                503, "ServiceUnavailableError"))
+        thinking = cfg.reasoning.num_thinking_tokens(gen.max_tokens) if chat and cfg.reasoning else 0
+        try:
+            req = driver.submit(gen.prompt, gen.max_tokens, thinking)
+        except SimError as exc:
+            driver.fail(exc)
+            return error_response(ApiError(f"the simulation stopped: {exc}", 500, "InternalServerError"))
+        if req.rejected:
+            return error_response(ApiError("the engine rejected the request (it can never fit its KV cache)"))
+        prefix = "chatcmpl" if chat else "cmpl"
+        g = Generation(self, gen, req, f"{prefix}-{uuid.uuid4().hex}", int(time.time()))
+        if gen.stream:
+            return SSEResponse(g.events())
+        if not await g.until_done(http):
+            return error_response(ApiError("the request was cancelled", 499, "ClientClosedRequest"))
+        if req.aborted:
+            return error_response(ApiError(f"the simulation stopped: {driver.failure}", 500,
+                                           "InternalServerError"))
+        return json_response(g.body())
+
+    async def models(self, http: Request) -> Response:
+        root = self.cfg.tokenizer or self.cfg.model
+        return json_response(wire.models_body(self.cfg.model, root, self.created, self.max_model_len))
+
+    async def health(self, http: Request) -> Response:
+        return Response(status_code=200)
+
+    async def tokenize(self, http: Request) -> Response:
+        from servesim_serve.protocol import chat_prompt, completion_prompt
+
+        try:
+            body = parse_json(await http.body())
+            check_model(body, self.cfg.model)
+            ids = chat_prompt(body, self.tokenizer) if "messages" in body else completion_prompt(
+                body, self.tokenizer)
+        except ApiError as err:
+            return error_response(err)
+        strs = [self.tokenizer.token_text(i) for i in ids] if body.get("return_token_strs") else None
+        return json_response({"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids,
+                              "token_strs": strs})
+
+    async def detokenize(self, http: Request) -> Response:
+        try:
+            body = parse_json(await http.body())
+            check_model(body, self.cfg.model)
+            ids = body.get("tokens")
+            if not isinstance(ids, list) or not all(isinstance(i, int) and i >= 0 for i in ids):
+                raise ApiError("tokens must be a list of token ids", param="tokens")
+        except ApiError as err:
+            return error_response(err)
+        return json_response({"prompt": self.tokenizer.decode(ids)})
+
+    async def metrics(self, http: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return Response(self.observer.render(), media_type=CONTENT_TYPE_LATEST)
+
+    async def report_endpoint(self, http: Request) -> Response:
+        return json_response(self.report())
+
+
+def build_app(server: Server) -> Starlette:
+    """The ASGI app; the server's cluster starts with the app and stops with it."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            server.stop()
+
+    routes = [
+        Route("/v1/completions", server.completions, methods=["POST"]),
+        Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
+        Route("/v1/models", server.models, methods=["GET"]),
+        Route("/health", server.health, methods=["GET"]),
+        Route("/tokenize", server.tokenize, methods=["POST"]),
+        Route("/detokenize", server.detokenize, methods=["POST"]),
+        Route("/metrics", server.metrics, methods=["GET"]),
+        Route("/servesim/report", server.report_endpoint, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)

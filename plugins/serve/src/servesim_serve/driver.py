@@ -1,0 +1,314 @@
+"""The live driver: the same engines, cluster state and router as ``servesim run``, driven by
+requests as they arrive and paced by :class:`~servesim_serve.clock.SimClock`.
+
+It follows the replay's loop (servesim.replay.driver; aisimulate-engine.md §12) with
+wall-clock arrivals: a request arrives at the simulated time its HTTP request came in, is
+routed and submitted; an idle ready engine starts a pass at once; the pass's tokens are
+released when the event loop's clock reaches the simulated end of that pass, and the next
+pass starts at that simulated end, so an engine's passes stay back to back in simulated time
+however late the event loop wakes. Everything due at one simulated time is done in the
+replay's order: pass ends, then due internal work, then arrivals, then new passes. Sinks publish
+at the wall-clock moment the pass ends. Stepping only: runs of passes (DESIGN.md §7) are a
+replay speed-up the live driver does not need.
+
+All of it runs on the event loop's thread; HTTP handlers call :meth:`LiveDriver.submit` and
+:meth:`LiveDriver.cancel` directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from servesim.contract import CancelRequest, KvEvent, Request, Submit
+from servesim.engine import Engine
+from servesim.errors import CommandRejected, SimError
+from servesim.replay.cluster import ClusterState
+from servesim.replay.routers import Router
+from servesim.sinks import FpmSink, KvEventSink, SinkError
+from servesim.tokens import Tokens
+
+from servesim_serve.clock import SimClock
+from servesim_serve.observer import Observer
+from servesim_serve.records import LiveRequest
+
+_PASS_END, _DEADLINE = 0, 1
+# An engine's effect-free zero-duration passes at one simulated time before it waits for the
+# next external event (the replay's livelock guard would raise; a server keeps serving).
+MAX_ZERO_PASSES = 64
+
+
+class LiveDriver:
+    """Owns simulated time for a running server (see the module docstring)."""
+
+    def __init__(self, engines: Sequence[Engine], router: Router, clock: SimClock, *,
+                 block_size: int, kv_sinks: Sequence[KvEventSink] = (),
+                 fpm_sinks: Sequence[FpmSink] = (), observer: Observer | None = None) -> None:
+        self.engines = list(engines)
+        self.router = router
+        self.clock = clock
+        self.block_size = block_size
+        self.state = ClusterState(len(self.engines), self.engines[0].dp_size)
+        self.kv_sinks = list(kv_sinks)
+        self.fpm_sinks = list(fpm_sinks)
+        self.observer = observer or Observer()
+        self.requests: list[LiveRequest] = []
+        self.in_flight = 0
+        self.queued = 0  # submitted, no first token and no end yet (serve.max_queued_requests)
+        self.max_in_flight = 0
+        self.preemptions = 0
+        self.passes = 0
+        self.now = 0.0  # the latest simulated time acted on
+        self._heap: list[tuple[float, int, int, int, int]] = []
+        self._seq = 0
+        self._dirty: set[int] = set()
+        self._zero = [0] * len(self.engines)
+        self._deadline_at: list[float | None] = [None] * len(self.engines)  # deadline on the heap
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self.failure: SimError | None = None  # what stopped the simulation, if anything
+
+    # -- commands (called by the HTTP layer) -------------------------------------------
+
+    def submit(self, prompt: list[int], max_tokens: int, thinking: int = 0) -> LiveRequest:
+        """Route and submit one request now; returns its live record (rejected requests are
+        already finished)."""
+        now = self._catch_up()
+        rid = len(self.requests)
+        req = LiveRequest(rid, len(prompt), max_tokens, thinking, now)
+        self.requests.append(req)
+        request = Request(rid, Tokens(prompt), max_tokens)
+        hashes = request.prompt.block_hashes(self.block_size)[0] if self.router.wants_block_hashes else ()
+        worker, dp = self.router.select(request, hashes, self.state)
+        self.router.routed(request, worker, dp, self.state)
+        req.worker, req.dp_rank = worker, dp
+        self.in_flight += 1
+        self.queued += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self._zero[worker] = 0
+        engine = self.engines[worker]
+        self._internal_if_due(worker, now)
+        try:
+            effects = engine.apply(dp, Submit(request), now)
+        except CommandRejected:
+            req.rejected = True
+            self._terminal(req, now)
+        else:
+            self._kv(worker, now, effects.kv_events)
+            self.observer.arrived(req, effects.metrics)
+        self._dirty.add(worker)
+        self._start_passes(now)
+        self._arm()
+        return req
+
+    def cancel(self, req: LiveRequest) -> None:
+        """The client went away: cancel the request on its engine, freeing its blocks."""
+        if req.finished:
+            return
+        try:
+            now = self._catch_up()
+            if req.done_ms >= 0.0 or req.aborted:  # it ended in the passes that just completed
+                return
+            effects = self.engines[req.worker].apply(req.dp_rank, CancelRequest(req.rid), now)
+            self._kv(req.worker, now, effects.kv_events)
+        except SimError as exc:
+            self.fail(exc)
+            return
+        req.cancelled = True
+        self._terminal(req, now)
+        self.observer.cancelled(req, effects.metrics)
+        self._zero[req.worker] = 0
+        self._dirty.add(req.worker)
+        self._start_passes(now)
+        self._arm()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # -- time ---------------------------------------------------------------------------
+
+    def _catch_up(self) -> float:
+        """Complete everything due by the simulated time now; returns that time."""
+        now = max(self.clock.now_ms(), self.now)
+        self._advance(now)
+        self.now = now
+        return now
+
+    def _advance(self, until: float) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= until:
+            at = heap[0][0]
+            self.now = at
+            while heap and heap[0][0] == at:
+                _t, _s, kind, w, pass_id = heapq.heappop(heap)
+                if kind == _PASS_END:
+                    self._complete(w, pass_id, at)
+                else:
+                    self._dirty.add(w)
+            self._start_passes(at)
+
+    def _arm(self) -> None:
+        """Keep one timer on the event loop for the earliest pending pass end or deadline."""
+        at = self._heap[0][0] if self._heap else None
+        if at == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = at
+        if at is not None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_at(self.clock.wall_at(at), self._on_timer)
+
+    def _on_timer(self) -> None:
+        at = self._timer_at
+        self._timer = self._timer_at = None
+        # The loop fired at or after the wall time of ``at``: that moment has come, even if
+        # rounding puts the clock a hair before it.
+        now = max(self.clock.now_ms(), self.now, at if at is not None else 0.0)
+        try:
+            self._advance(now)
+        except SimError as exc:
+            self.fail(exc)
+            return
+        self.now = now
+        self._arm()
+
+    def fail(self, exc: SimError) -> None:
+        """The simulation cannot go on (a poisoned engine, a failing sink): every request in
+        flight ends as aborted and the server answers new ones with an error."""
+        self.failure = exc
+        self.close()
+        print(f"servesim serve: the simulation stopped: {exc}", file=sys.stderr, flush=True)
+        for req in self.requests:
+            if not req.finished:
+                req.aborted = True
+                req.notify()
+
+    def _push(self, at: float, kind: int, w: int, pass_id: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (at, self._seq, kind, w, pass_id))
+
+    # -- passes -------------------------------------------------------------------------
+
+    def _internal_if_due(self, w: int, now: float) -> None:
+        engine = self.engines[w]
+        if engine.pass_in_flight:
+            return
+        d = engine.next_internal_deadline_ms()
+        if d is not None and d <= now:
+            for dp, eff in engine.process_internal_work(now):
+                self._absorb_start(w, dp, eff, now)
+
+    def _start_passes(self, now: float) -> None:
+        dirty = sorted(self._dirty)
+        self._dirty.clear()
+        for w in dirty:
+            engine = self.engines[w]
+            if engine.pass_in_flight:
+                continue
+            self._internal_if_due(w, now)
+            d = engine.next_internal_deadline_ms()
+            if d is not None and d > now and self._deadline_at[w] != d:
+                self._deadline_at[w] = d
+                self._push(d, _DEADLINE, w)
+            if not engine.is_ready() or self._zero[w] >= MAX_ZERO_PASSES:
+                continue
+            started = engine.execute_pass(now)
+            if started is None:
+                continue
+            self.passes += 1
+            for rs in started.by_rank:
+                self._absorb_start(w, rs.dp_rank, rs.effects, now)
+            self._zero[w] = self._zero[w] + 1 if started.end_ms == now else 0
+            self._push(started.end_ms, _PASS_END, w, started.pass_id)
+
+    def _absorb_start(self, w: int, dp: int, eff: Any, now: float) -> None:
+        for adm in eff.admissions:
+            req = self.requests[adm.request_id]
+            req.reused = adm.reused_input_tokens
+            if req.admitted < 0:
+                req.admitted = now
+        if eff.pressure_events:
+            self.preemptions += len(eff.pressure_events)
+            self.observer.preempted(w, len(eff.pressure_events), dp)
+        self._kv(w, now, eff.kv_events)
+
+    def _complete(self, w: int, pass_id: int, now: float) -> None:
+        done = self.engines[w].complete_pass(pass_id, now)
+        self._dirty.add(w)
+        requests = self.requests
+        for rc in done.by_rank:
+            eff = rc.effects
+            out = eff.outputs
+            for rid, cached in out.cached_tokens.items():
+                if requests[rid].cached is None:
+                    requests[rid].cached = cached
+            emitted: dict[int, int] = {}
+            for rid in out.token_request_ids:
+                emitted[rid] = emitted.get(rid, 0) + 1
+            if emitted:
+                self._zero[w] = 0
+            for rid, count in emitted.items():
+                req = requests[rid]
+                if not req.times:
+                    self.state.prefill_done(rid)
+                    self.queued -= 1
+                req.times.extend([now] * count)
+                req.steps.append(len(req.times))
+                self.observer.tokens(req, count, now)
+                req.notify()
+            for rid in out.rejected:
+                requests[rid].rejected = True
+            for rid in out.completed:
+                self._zero[w] = 0
+                self._terminal(requests[rid], now)
+            if eff.kv_events:
+                self._zero[w] = 0
+            self._kv(w, now, eff.kv_events)
+            if eff.forward_pass_metrics is not None:
+                for sink in self.fpm_sinks:
+                    _publish(sink, w, now, eff.forward_pass_metrics)
+            self.observer.pass_completed(w, rc.dp_rank, eff.metrics, eff.forward_pass_metrics)
+
+    def _terminal(self, req: LiveRequest, now: float) -> None:
+        if not req.times:
+            self.queued -= 1
+        if not req.cancelled:
+            req.done_ms = now
+        self.state.finish(req.rid)
+        self.in_flight -= 1
+        self.observer.finished(req)
+        req.notify()
+
+    def _kv(self, w: int, now: float, events: Sequence[KvEvent]) -> None:
+        if not events:
+            return
+        if self.router.wants_kv_events:
+            self.router.on_kv_events(w, events)
+        for sink in self.kv_sinks:
+            _publish(sink, w, now, events)
+
+    # -- accounting ---------------------------------------------------------------------
+
+    def blocks_in_use(self) -> int:
+        """Blocks held by running requests, over every rank (0 once everything has ended)."""
+        total = 0
+        for engine in self.engines:
+            for rank in engine.ranks:
+                m = rank.metrics() if hasattr(rank, "metrics") else None
+                total += m.active_blocks if m is not None else 0
+        return total
+
+
+def _publish(sink: KvEventSink | FpmSink, w: int, now: float, payload: Any) -> None:
+    """A sink's failure, whatever it raised, is a SinkError naming the sink (as in replay)."""
+    try:
+        sink.publish(w, now, payload)
+    except Exception as exc:
+        raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc

@@ -1,0 +1,45 @@
+"""What the live driver tells the outside about requests and passes, at one place.
+
+The driver calls an :class:`Observer` at each event; the server's ``/metrics``
+(:mod:`servesim_serve.metrics`) is one. Times handed over are simulated ms.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servesim.contract import ForwardPassMetrics, Metrics
+
+    from servesim_serve.records import LiveRequest
+
+
+class Observer:
+    """Every hook does nothing; subclasses pick the ones they need. ``wants_fpm``: the
+    engines must emit forward-pass metrics for :meth:`pass_completed`."""
+
+    wants_fpm = False
+
+    def render(self) -> bytes:
+        """The ``/metrics`` body (nothing here)."""
+        return b""
+
+    def arrived(self, req: LiveRequest, metrics: Metrics | None) -> None:
+        """``req`` was submitted to its engine (``metrics``: the rank's state after it)."""
+
+    def tokens(self, req: LiveRequest, count: int, now: float) -> None:
+        """A pass ending at ``now`` gave ``req`` ``count`` tokens (already in ``req.times``)."""
+
+    def finished(self, req: LiveRequest) -> None:
+        """``req`` ended: completed, rejected or cancelled."""
+
+    def cancelled(self, req: LiveRequest, metrics: Metrics | None) -> None:
+        """``req`` was cancelled (after :meth:`finished`)."""
+
+    def preempted(self, worker: int, count: int, dp_rank: int = 0) -> None:
+        """``count`` requests were preempted on ``worker``'s ``dp_rank``."""
+
+    def pass_completed(self, worker: int, dp_rank: int, metrics: Metrics | None,
+                       fpm: ForwardPassMetrics | None = None) -> None:
+        """A pass of ``worker``'s ``dp_rank`` completed; ``metrics``: the rank's state,
+        ``fpm``: the pass's forward-pass metrics (when the engines emit them)."""

@@ -1,0 +1,159 @@
+"""Reading OpenAI requests: the fields the simulation needs, every other field tolerated.
+
+Problems raise :class:`ApiError` with vLLM's status, error type and message
+(``serve/engine/serving.py``, ``renderers/params.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from attrs import define
+
+from servesim_serve.tokenizer import Tokenizer
+
+
+class ApiError(Exception):
+    """An error answered in OpenAI's error shape."""
+
+    def __init__(self, message: str, status: int = 400, err_type: str = "BadRequestError",
+                 param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.err_type = err_type
+        self.param = param
+
+
+@define
+class GenRequest:
+    """One generation request, parsed."""
+
+    prompt: list[int]
+    max_tokens: int
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    chat: bool
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(f"invalid JSON in the request body: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError("the request body must be a JSON object")
+    return body
+
+
+def check_model(body: dict[str, Any], served: str) -> None:
+    model = body.get("model")
+    if model is not None and model != served:
+        raise ApiError(f"The model `{model}` does not exist. Valid aliases: {served}.",
+                       404, "NotFoundError", "model")
+
+
+def _int_field(body: dict[str, Any], key: str, minimum: int) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ApiError(f"{key} must be an integer >= {minimum}, got {value!r}", param=key)
+    return value
+
+
+def _stream_options(body: dict[str, Any], stream: bool) -> tuple[bool, bool]:
+    opts = body.get("stream_options")
+    if opts is None:
+        return False, False
+    if not isinstance(opts, dict):
+        raise ApiError("stream_options must be an object", param="stream_options")
+    if not stream:
+        raise ApiError("Stream options can only be defined when `stream=True`.", param="stream_options")
+    include = bool(opts.get("include_usage"))
+    return include, include and bool(opts.get("continuous_usage_stats"))
+
+
+def completion_prompt(body: dict[str, Any], tok: Tokenizer) -> list[int]:
+    """``prompt``: a string, token ids, or a one-element list of either."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return tok.encode(prompt)
+    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                        for t in prompt):
+        return list(prompt)
+    if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, (str, list)) for p in prompt):
+        raise ApiError("only one prompt per request is supported", param="prompt")
+    raise ApiError("prompt must be a string, a list of token ids, or a one-element list of either",
+                   param="prompt")
+
+
+def _content_text(content: Any, i: int) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif not isinstance(part, dict):
+                raise ApiError(f"messages[{i}].content parts must be objects", param="messages")
+        return " ".join(texts)
+    raise ApiError(f"messages[{i}].content must be a string or a list of parts", param="messages")
+
+
+def chat_prompt(body: dict[str, Any], tok: Tokenizer) -> list[int]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError("messages must be a non-empty list", param="messages")
+    flat = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise ApiError(f"messages[{i}] must be an object with a role", param="messages")
+        flat.append({"role": m["role"], "content": _content_text(m.get("content"), i)})
+    return tok.encode(tok.render_chat(flat))
+
+
+def parse_generation(body: dict[str, Any], tok: Tokenizer, *, chat: bool, default_max_tokens: int,
+                     max_model_len: int | None) -> GenRequest:
+    """The request's prompt ids and output length (``max_completion_tokens`` first for chat)."""
+    n = _int_field(body, "n", 1)
+    if n not in (None, 1):
+        raise ApiError("only n = 1 is supported", param="n")
+    prompt = chat_prompt(body, tok) if chat else completion_prompt(body, tok)
+    requested = _int_field(body, "max_completion_tokens", 1) if chat else None
+    if requested is None:
+        requested = _int_field(body, "max_tokens", 1)
+    if not prompt:
+        raise ApiError("the prompt is empty (at least one token is needed)", param="prompt")
+    if max_model_len is not None:
+        check_length(len(prompt), requested, max_model_len)
+    if requested is None:
+        requested = default_max_tokens
+        if max_model_len is not None:
+            requested = min(requested, max_model_len - len(prompt))
+    stream = bool(body.get("stream"))
+    include, continuous = _stream_options(body, stream)
+    return GenRequest(prompt, requested, stream, include, continuous, chat)
+
+
+def check_length(prompt_len: int, requested: int | None, max_model_len: int) -> None:
+    if prompt_len >= max_model_len:
+        raise ApiError(
+            f"This model's maximum context length is {max_model_len} tokens. However, your prompt "
+            f"contains {prompt_len} input tokens, which exceeds this limit even without any output "
+            f"tokens. Please reduce the length of the input prompt.", param="input_tokens")
+    if requested is not None and prompt_len + requested > max_model_len:
+        raise ApiError(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{requested} output tokens and your prompt contains {prompt_len} input tokens, for a "
+            f"total of {prompt_len + requested} tokens. Please reduce the length of the input prompt "
+            f"or the number of requested output tokens.", param="max_tokens")

@@ -1,0 +1,130 @@
+"""What the server keeps of each request, and the report built from it.
+
+A :class:`LiveRequest` is the live side of one request: the driver records its simulated
+token times and wakes whoever streams it. The report is the one ``servesim run`` writes
+(:func:`servesim.replay.report.build_report`), built from these records through a
+:class:`~servesim.replay.stats.RequestLog`; cancelled requests are not completed and are
+counted in ``num_cancelled``; requests answered 503 never reach an engine and are counted in
+``num_queue_full``. With reasoning configured the report gains the time to first answer token
+(``*_ttfat_ms``: first token after the thinking span minus arrival).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from servesim.config.sections import ReportConfig
+from servesim.replay.report import _clean, build_report, per_request_lines
+from servesim.replay.stats import RequestLog, distribution
+
+
+class LiveRequest:
+    """One request in the server. Times are simulated ms; -1.0 means "not yet"."""
+
+    __slots__ = ("rid", "prompt_len", "max_tokens", "thinking", "arrival", "times", "steps", "cached",
+                 "reused", "admitted", "worker", "dp_rank", "done_ms", "cancelled", "rejected", "aborted",
+                 "_waiter")
+
+    def __init__(self, rid: int, prompt_len: int, max_tokens: int, thinking: int, arrival: float) -> None:
+        self.rid = rid
+        self.prompt_len = prompt_len
+        self.max_tokens = max_tokens
+        self.thinking = thinking  # output tokens in the thinking span (0 without reasoning)
+        self.arrival = arrival
+        self.times: list[float] = []  # one simulated time per output token
+        self.steps: list[int] = []  # len(times) after each pass that gave the request tokens
+        self.cached: int | None = None
+        self.reused: int | None = None
+        self.admitted = -1.0  # first admission (simulated ms)
+        self.worker = -1
+        self.dp_rank = -1
+        self.done_ms = -1.0
+        self.cancelled = False
+        self.rejected = False
+        self.aborted = False  # the simulation failed while the request was in flight
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.done_ms >= 0.0 or self.cancelled or self.aborted
+
+    def cached_tokens(self) -> int:
+        """Prompt tokens served from the prefix cache at first admission."""
+        value = self.cached if self.cached is not None else self.reused
+        return value or 0
+
+    def notify(self) -> None:
+        """Wake the stream waiting on this request (tokens or its end arrived)."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, seen: int) -> None:
+        """Return once more than ``seen`` tokens exist or the request has finished."""
+        while len(self.times) <= seen and not self.finished:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+
+def request_log(requests: Sequence[LiveRequest], max_in_flight: int, preemptions: int,
+                record_token_times: bool) -> RequestLog:
+    """The RequestLog of ``requests`` (request ids are their positions)."""
+    log = RequestLog([r.prompt_len for r in requests], record_token_times=record_token_times)
+    for r in requests:
+        rid = r.rid
+        log.arrival[rid] = r.arrival
+        log.worker[rid] = r.worker
+        log.dp_rank[rid] = r.dp_rank
+        log.cached[rid] = r.cached
+        if r.reused is not None:
+            log.admission(rid, r.reused)
+        for t in r.times:
+            log.tokens([rid], t)
+        log.rejected[rid] = r.rejected
+        if not r.cancelled:
+            log.done[rid] = r.done_ms
+    log.max_in_flight = max_in_flight
+    log.num_preemptions = preemptions
+    return log
+
+
+def answer_latencies(requests: Sequence[LiveRequest]) -> list[float]:
+    """Time to first answer token of the completed requests that reached their answer."""
+    out = []
+    for r in requests:
+        if r.done_ms >= 0 and not r.cancelled and not r.rejected and len(r.times) > r.thinking:
+            out.append(r.times[r.thinking] - r.arrival)
+    return out
+
+
+def live_report(requests: Sequence[LiveRequest], cfg: ReportConfig, resolved: dict[str, Any], *,
+                max_in_flight: int, preemptions: int, queue_full: int,
+                reasoning: bool) -> dict[str, Any]:
+    """The report of every request served so far (unfinished ones are not completed)."""
+    import numpy as np
+
+    log = request_log(requests, max_in_flight, preemptions, record_token_times=False)
+    report = build_report(log, cfg, resolved)
+    extra: dict[str, Any] = {
+        "num_cancelled": sum(1 for r in requests if r.cancelled),
+        "num_queue_full": queue_full,
+        "num_unfinished": sum(1 for r in requests if not r.finished),
+        "num_aborted": sum(1 for r in requests if r.aborted),
+    }
+    if reasoning:
+        extra.update(distribution("ttfat", np.asarray(answer_latencies(requests)), cfg.percentiles))
+    report.update(_clean(extra))
+    return report
+
+
+def live_per_request_lines(requests: Sequence[LiveRequest], max_in_flight: int,
+                           preemptions: int) -> list[str]:
+    """One JSON line per request (``servesim run --per-request``'s fields plus ``cancelled``)."""
+    log = request_log(requests, max_in_flight, preemptions, record_token_times=True)
+    log.extra = {"cancelled": [r.cancelled for r in requests]}  # type: ignore[attr-defined]
+    return [line + "\n" for line in per_request_lines(log)]

@@ -1,0 +1,71 @@
+"""``/metrics`` through servesim-prometheus's :class:`EngineMetrics`: vLLM's whole metric set
+(the families, labels and buckets that package pins against vLLM's own logger).
+
+Gauges follow each pass's forward-pass metrics, so the engines emit them whenever this observer
+is in use. Latencies are simulated seconds. Used when servesim-prometheus is installed
+(:func:`servesim_serve.metrics.make_observer`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import generate_latest
+
+from servesim_serve.observer import Observer
+
+if TYPE_CHECKING:
+    from servesim.contract import ForwardPassMetrics, Metrics
+
+    from servesim_serve.records import LiveRequest
+
+
+class EngineMetricsObserver(Observer):
+    """Feeds one ``servesim_prometheus.metrics.EngineMetrics`` from the driver's events."""
+
+    wants_fpm = True
+
+    def __init__(self, metrics: Any, finished_request: Any, dp_size: int) -> None:
+        self.metrics = metrics
+        self.finished_request = finished_request  # servesim_prometheus.metrics.FinishedRequest
+        self.dp_size = dp_size
+
+    def _engine(self, worker: int, dp_rank: int) -> str:
+        return str(worker * self.dp_size + dp_rank)
+
+    def render(self) -> bytes:
+        return generate_latest(self.metrics.registry)
+
+    def pass_completed(self, worker: int, dp_rank: int, metrics: Metrics | None,
+                       fpm: ForwardPassMetrics | None = None) -> None:
+        if fpm is not None:
+            self.metrics.record_pass(self._engine(worker, dp_rank), fpm)
+
+    def preempted(self, worker: int, count: int, dp_rank: int = 0) -> None:
+        self.metrics.record_preemptions(self._engine(worker, dp_rank), count)
+
+    def tokens(self, req: LiveRequest, count: int, now: float) -> None:
+        engine = self._engine(req.worker, req.dp_rank)
+        times = req.times
+        first = len(times) == count
+        if first:
+            self.metrics.record_first_token(engine, (times[0] - req.arrival) / 1000.0, req.prompt_len,
+                                            req.cached_tokens())
+        start = len(times) - count + (1 if first else 0)
+        gaps = [(times[i] - times[i - 1]) / 1000.0 for i in range(max(start, 1), len(times))]
+        if gaps:
+            self.metrics.record_tokens(engine, gaps)
+
+    def finished(self, req: LiveRequest) -> None:
+        if req.rejected:
+            return
+        times = req.times
+        end = times[-1] if times else req.arrival
+        admitted = req.admitted if req.admitted >= 0 else req.arrival
+        first = times[0] if times else end
+        self.metrics.record_finished(self._engine(req.worker, req.dp_rank), [self.finished_request(
+            e2e_s=(end - req.arrival) / 1000.0, queue_s=(admitted - req.arrival) / 1000.0,
+            prefill_s=max(first - admitted, 0.0) / 1000.0, decode_s=(end - first) / 1000.0,
+            prompt_tokens=req.prompt_len, generation_tokens=len(times),
+            cached_tokens=req.cached_tokens(), max_tokens=req.max_tokens,
+            finished_reason="abort" if req.cancelled else "length")])

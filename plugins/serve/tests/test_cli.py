@@ -1,0 +1,88 @@
+"""``servesim serve`` as a subprocess: it serves, and SIGINT or SIGTERM writes the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+TIMEOUT_S = 30.0
+# The console entry point in a fresh interpreter
+SERVESIM = [sys.executable, "-c", "import sys; from servesim.cli import main; sys.exit(main())"]
+
+
+def start(tmp_path, *extra: str) -> tuple[subprocess.Popen, str]:
+    cmd = [*SERVESIM, "serve", "--port", "0",
+           "--set", "engine.timing_model={type: fixed, prefill_ms: 10.0, decode_ms: 2.0}",
+           "--set", "serve.speedup=100",
+           "--set", f"report.output_json={json.dumps(str(tmp_path / 'report.json'))}",
+           "--set", f"report.per_request={json.dumps(str(tmp_path / 'requests.jsonl'))}", *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stderr, selectors.EVENT_READ)
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not sel.select(timeout=deadline - time.monotonic()):
+            break
+        line = proc.stderr.readline()
+        if not line:
+            break
+        m = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
+        if m:
+            return proc, m.group(1)
+    proc.kill()
+    raise AssertionError(f"the server did not start: {proc.stderr.read()}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_writes_the_report(tmp_path, sig) -> None:
+    proc, url = start(tmp_path)
+    try:
+        r = httpx.post(url + "/v1/completions", json={"prompt": "a b c", "max_tokens": 4}, timeout=TIMEOUT_S)
+        assert r.json()["usage"]["completion_tokens"] == 4
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "Successful requests:" in out and f"report written to {tmp_path / 'report.json'}" in out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["num_requests"], report["completed"], report["total_output_tokens"]) == (1, 1, 4)
+    assert report["mean_ttft_ms"] == pytest.approx(10.0, abs=1e-6)
+    (line,) = (tmp_path / "requests.jsonl").read_text().splitlines()
+    assert json.loads(line)["num_output_tokens"] == 4
+
+
+def test_a_bad_serve_key_is_a_config_error(tmp_path) -> None:
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("serve:\n  speedup: -1\n")
+    proc = subprocess.run([*SERVESIM, "serve", str(cfg)], capture_output=True,
+                          text=True, timeout=TIMEOUT_S, env={**os.environ})
+    assert proc.returncode == 2
+    assert "serve.speedup" in proc.stderr and "expected a finite number > 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = subprocess.run([*SERVESIM, "serve", "--set", "serve.no_such_key=1"],
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 2 and "serve.no_such_key" in proc.stderr
+
+
+def test_a_busy_port_is_a_user_error() -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        proc = subprocess.run([*SERVESIM, "serve", "--port", str(port)], capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+    assert proc.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr and "Traceback" not in proc.stderr

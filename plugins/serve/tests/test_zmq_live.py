@@ -1,0 +1,44 @@
+"""KV events of a running server through servesim-zmq's sink, when that plugin is installed."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+from servesim_serve.testing import running
+
+zmq = pytest.importorskip("zmq")
+pytest.importorskip("servesim_zmq")
+
+TIMEOUT_MS = 5000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_kv_events_reach_a_subscriber_while_serving() -> None:
+    port = free_port()
+    sets = ["engine.timing_model={type: fixed, prefill_ms: 10.0, decode_ms: 2.0}", "serve.speedup=500",
+            f"sinks.kv_events=[{{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', topic: kv}}]"]
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    try:
+        with running(sets) as s:
+            sub.connect(f"tcp://127.0.0.1:{port}")
+            frames: list[list[bytes]] = []
+            for _ in range(50):  # until the subscription is through (bounded)
+                httpx.post(s.base + "/completions", json={"prompt": list(range(4, 4 + 130)), "max_tokens": 2})
+                if sub.poll(100):
+                    frames.append(sub.recv_multipart())
+                    break
+            assert frames, "no KV event batch arrived"
+        topic, seq, payload = frames[0]
+        assert topic == b"kv" and len(seq) == 8 and payload
+    finally:
+        sub.close(linger=0)
+        ctx.term()
