@@ -14,13 +14,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from servesim_serve.observer import Observer
-
-# vLLM turns off the ``*_created`` samples too (vllm/v1/metrics/prometheus.py).
-prometheus_client.disable_created_metrics()
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
