@@ -34,7 +34,7 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oracle import oracle_available, run_oracle_batch  # noqa: E402
+from oracle import DEFAULT_PYTHON, VLLM033_PYTHON, oracle_available, run_oracle_batch  # noqa: E402
 from scenarios import (  # noqa: E402
     GOLDEN,
     random_scenario,
@@ -141,6 +141,16 @@ def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], Or
     return [(s.name, make_trace(s), s.options, s) for s in specs]
 
 
+def _vllm_python(a: argparse.Namespace) -> Path:
+    return VLLM033_PYTHON if a.vllm_version == "0.33" else DEFAULT_PYTHON
+
+
+def _oracle_ready(a: argparse.Namespace, engine_mod: Any) -> bool:
+    if engine_mod is not None:
+        return bool(engine_mod.oracle_available())
+    return oracle_available(python=_vllm_python(a))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("mode", choices=["golden", "random", "oracle", "saved"])
@@ -152,9 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--family", choices=["mixed", "unchunked", "tinypool"], default="mixed",
                    help="random scenarios: mixed settings (300 requests), small chunked-off "
                         "ones, or pools about the size of the largest request")
+    p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm",
+                   help="sglang: servesim's sglang rank against SGLang 0.5.23's scheduler "
+                        "(golden data in tests/golden/sglang_oracle)")
+    p.add_argument("--vllm-version", choices=["0.32", "0.33"], default="0.32",
+                   help="with --engine vllm: the oracle venv and golden set to use")
     p.add_argument("--backend", default="vllm")
-    p.add_argument("--profile", default=None, help="engine.vllm.profile, e.g. vllm-0.32")
-    p.add_argument("--set", action="append", help="engine.vllm.KEY=VALUE (JSON values)")
+    p.add_argument("--profile", default=None,
+                   help="engine.<backend>.profile, e.g. vllm-0.32 or sglang-0.5.23")
+    p.add_argument("--set", action="append", help="engine.<backend>.KEY=VALUE (JSON values)")
     p.add_argument("--emulate-null-block", action="store_true")
     p.add_argument("--ignore-trailing-empty", action="store_true")
     p.add_argument("--ignore-fields", nargs="*", default=None,
@@ -164,24 +180,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-percent", type=float, default=0.0)
     a = p.parse_args(argv)
 
-    if a.mode in ("random", "oracle") and not oracle_available():
-        print("the vLLM oracle venv is not installed (setup_vllm_oracle.sh)", file=sys.stderr)
+    if a.engine == "sglang":
+        import sglang_run as engine_mod
+    else:
+        engine_mod = None
+    if a.mode in ("random", "oracle") and not _oracle_ready(a, engine_mod):
+        print(f"the {a.engine} oracle venv is not installed (shared/tools/setup_*_oracle.sh)",
+              file=sys.stderr)
         return 2
     results = []
     worst = 100.0
     print(f"{'scenario':24} {'steps':>6} {'same':>6} {'%':>8}  first divergence")
-    todo = scenarios(a)
+    todo = engine_mod.scenarios(a) if engine_mod else scenarios(a)
     pending = [(rows, opts) for _n, rows, opts, src in todo if isinstance(src, ScenarioSpec)]
-    oracle_runs = iter(run_oracle_batch(pending)) if pending else iter(())
+    if not pending:
+        oracle_runs = iter(())
+    elif engine_mod:
+        oracle_runs = iter(engine_mod.run_oracle(pending))
+    else:
+        oracle_runs = iter(run_oracle_batch(pending, python=_vllm_python(a)))
     for name, rows, opts, src in todo:
         aborted: list[str] = []
         if isinstance(src, ScenarioSpec):
             steps, summary = next(oracle_runs)
-            aborted = list(summary.get("aborted", []))
+            aborted = list(summary.get("aborted", []) or summary.get("stuck", []))
         else:
             steps = src
         try:
-            cmp, wall = run_one(name, rows, opts, steps, a)
+            if engine_mod:
+                cmp, wall = engine_mod.run_one(name, rows, opts, steps, a, backend_settings(a))
+            else:
+                cmp, wall = run_one(name, rows, opts, steps, a)
         except (TypeError, ValueError, SimError) as exc:  # e.g. a setting the rank lacks
             print(f"{name:24} error: {type(exc).__name__}: {exc}")
             worst = 0.0

@@ -105,6 +105,8 @@ class RadixCache:
         # Bumped whenever a lease gives pages back: a "capacity generation" for retrying
         # handoff reservations only when something was freed (servesim.handoff).
         self.releases = 0
+        # SGLang's tree frees a whole leaf per eviction step (engine.sglang.evict_whole_leaves).
+        self.evict_whole_leaves = False
 
     # -- accounting ---------------------------------------------------------------------
 
@@ -247,7 +249,7 @@ class RadixCache:
                 continue
             pages = len(node.key) // ps
             need = -(-(num_tokens - evicted) // ps)
-            if need < pages:  # only the newest tail pages of this edge are needed
+            if need < pages and not self.evict_whole_leaves:  # only the newest tail pages
                 cut = (pages - need) * ps
                 del node.key[cut:]
                 if node.hashes is not None:
@@ -490,3 +492,17 @@ class RadixCache:
             if cur.stamp < stamp:
                 cur.stamp = stamp
             cur = cur.parent
+
+    # -- two-phase admission (servesim_sglang.admission) -------------------------------------
+
+    def lock_prefix(self, tokens: Sequence[int], limit: int) -> tuple[int, RadixNode]:
+        """Match at most ``limit`` tokens and lock the match, allocating nothing (SGLang
+        locks every admitted prefix before the batch's KV is allocated)."""
+        return self._match_and_lock(tokens, limit)
+
+    def take_pages(self, node: RadixNode, prefix: int, target: int) -> KvLease:
+        """A lease on the locked ``node`` owning KV for ``target`` tokens; the free pages
+        must be there already (the caller evicted for the whole batch)."""
+        need = self.pages_for(target) - prefix // self.page_size
+        self.free_pages -= need
+        return KvLease(node, prefix, prefix // self.page_size + need)

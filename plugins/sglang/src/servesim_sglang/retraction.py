@@ -1,0 +1,57 @@
+"""SGLang 0.5.23's decode memory check and retraction (``engine.sglang.sglang_retraction``).
+
+``ScheduleBatch.check_decode_mem`` evicts unlocked cache until the step's new pages fit, or
+nothing is left; when they do not, ``retract_decode`` (``schedule_batch.py``) orders the batch
+by ``(outputs, −input)`` descending and retracts from the end — fewest outputs first, then the
+longest input, then the latest in the batch — at least one request, until the survivors'
+pages fit. After each retraction ``release_req`` evicts until ``survivors ×
+SGLANG_RETRACT_DECODE_STEPS`` tokens are free. The survivors keep the sorted order as their
+batch order (``filter_batch(keep_indices=...)``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servesim_sglang.request import SglangRequest
+    from servesim_sglang.scheduler import PassOutcome, SglangScheduler
+
+RETRACT_DECODE_STEPS = 20
+"""SGLang ``SGLANG_RETRACT_DECODE_STEPS``: decode steps of KV kept free per survivor."""
+
+
+def _fits(s: SglangScheduler, running: list[SglangRequest]) -> bool:
+    need = s._growth_pages(running) * s.cache.page_size  # noqa: SLF001
+    _evict_to_free(s, need)
+    return s.cache.available_tokens >= need
+
+
+def _evict_to_free(s: SglangScheduler, tokens: int) -> None:
+    short = tokens - s.cache.available_tokens
+    if short > 0:
+        s.cache.evict(short)
+
+
+def check_decode_mem(s: SglangScheduler, now: float, out: PassOutcome) -> tuple[list[SglangRequest], int]:
+    """Returns the retracted requests and the survivors' page growth for this step."""
+    running = s.running
+    if _fits(s, running) or len(running) <= 1:
+        return [], s._growth_pages(running)  # noqa: SLF001
+    order = sorted(range(len(running)), key=lambda i: (running[i].output_len, -running[i].prompt_len),
+                   reverse=True)
+    keep = [running[i] for i in order]
+    retracted: list[SglangRequest] = []
+    first = True
+    while first or not _fits(s, keep):
+        if len(keep) == 1:
+            break
+        first = False
+        victim = keep[-1]
+        logical = s.cache.available_tokens + s.cache.evictable_size
+        needed = s._growth_pages(keep) * s.cache.page_size  # noqa: SLF001
+        s.retract(victim, keep, now, out, logical, needed)
+        retracted.append(victim)
+        _evict_to_free(s, len(keep) * RETRACT_DECODE_STEPS)
+    s.running = keep
+    return retracted, s._growth_pages(keep)  # noqa: SLF001
