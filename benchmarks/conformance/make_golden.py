@@ -1,6 +1,7 @@
 """Regenerate ``tests/golden/vllm_oracle/<scenario>/`` from the vLLM oracle.
 
     python benchmarks/conformance/make_golden.py [--only NAME ...]
+    python benchmarks/conformance/make_golden.py --engine sglang   # tests/golden/sglang_oracle
 
 Writes per scenario: ``trace.jsonl`` (the generated trace), ``options.json`` (the oracle
 settings, vLLM version and the oracle's summary) and ``steps.jsonl`` (the oracle's step lines,
@@ -26,8 +27,12 @@ ROOT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "vllm_oracle"
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="*", default=None)
-    p.add_argument("--out", type=Path, default=ROOT)
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
     a = p.parse_args(argv)
+    if a.engine == "sglang":
+        return _sglang(a)
+    a.out = a.out or ROOT
     if not oracle_available():
         print("the vLLM oracle venv is not installed (setup_vllm_oracle.sh)", file=sys.stderr)
         return 2
@@ -44,6 +49,30 @@ def main(argv: list[str] | None = None) -> int:
         (d / "options.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
         print(f"{spec.name}: {summary['steps']} steps, {summary['preemptions']} preemptions, "
               f"hit rate {summary['prefix_hit_rate']:.3f}, aborted {len(summary['aborted'])}")
+    return 0
+
+
+def _sglang(a: argparse.Namespace) -> int:
+    import sglang_run
+    from sglang_scenarios import GOLDEN as SGLANG_GOLDEN
+
+    if not sglang_run.oracle_available():
+        print("the SGLang oracle venv is not installed (setup_sglang_oracle.sh)", file=sys.stderr)
+        return 2
+    out = a.out or sglang_run.GOLDEN_ROOT
+    specs = [s for s in SGLANG_GOLDEN if not a.only or s.name in a.only]
+    traces = [make_trace(s) for s in specs]
+    results = sglang_run.run_oracle([(rows, s.options) for rows, s in zip(traces, specs, strict=True)])
+    for spec, rows, (steps, summary) in zip(specs, traces, results, strict=True):
+        d = out / spec.name
+        d.mkdir(parents=True, exist_ok=True)
+        write_jsonl(d / "trace.jsonl", rows)
+        write_jsonl(d / "steps.jsonl", steps)
+        meta = {"scenario": spec.name, "note": spec.note, "oracle": spec.options.to_json(),
+                "sglang_version": summary.get("sglang_version"), "summary": summary}
+        (d / "options.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        print(f"{spec.name}: {summary['steps']} steps, {summary['retractions']} retractions, "
+              f"hit rate {summary['prefix_hit_rate']:.3f}")
     return 0
 
 

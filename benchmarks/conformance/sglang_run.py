@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from oracle import SGLANG_PYTHON, SGLANG_SCRIPT, run_oracle_batch
-from sglang_scenarios import GOLDEN, random_scenario
+from sglang_scenarios import EXTRA, GOLDEN, random_scenario
 from servesim.testing.sglang_conformance import (
     COMPARED_FIELDS,
     KEPT_FIELDS,
@@ -70,7 +70,7 @@ def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], Sg
     if a.mode == "random":
         specs = [random_scenario(s, a.n) for s in range(a.start_seed, a.start_seed + a.count)]
     else:
-        specs = [s for s in GOLDEN if not a.only or s.name in a.only]
+        specs = [s for s in GOLDEN + EXTRA if not a.only or s.name in a.only]
     return [(s.name, make_trace(s), s.options, s) for s in specs]
 
 

@@ -163,8 +163,12 @@ def _allocate(s: SglangScheduler, plan: list, out: PassOutcome) -> tuple[list[Sg
     for req, prefix, end, node in plan:
         held = req.lease.pages if node is None and req.lease is not None else prefix // ps
         need += max(0, cache.pages_for(end) - held)
-    if need > cache.free_pages:
-        cache.evict((need - cache.free_pages) * ps)
+    want = need * ps
+    if s.p.behaviour.conservative_eviction and ps > 1:
+        # alloc_paged_token_slots_extend evicts for extend tokens + a page per request
+        want = max(want, sum([end - prefix for _r, prefix, end, _n in plan]) + len(plan) * ps)
+    if want > cache.available_tokens:
+        cache.evict(want - cache.available_tokens)
     can_run: list[SglangRequest] = []
     total_isl = total_prefix = 0
     for req, prefix, end, node in plan:

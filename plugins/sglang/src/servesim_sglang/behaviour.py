@@ -28,6 +28,7 @@ SWITCHES = (
     "cache_chunk_next_step",
     "sglang_retraction",
     "evict_whole_leaves",
+    "conservative_eviction",
 )
 
 
@@ -66,6 +67,10 @@ class Behaviour:
     * ``evict_whole_leaves`` — eviction frees whole least-recently-used leaves, even when
       fewer tokens are needed (SGLang's radix tree); the reference cuts only the tail pages
       it needs off the last leaf.
+    * ``conservative_eviction`` — with pages > 1, a prefill batch evicts until its extend
+      tokens plus one page per request are free, and a decode step until one page per
+      request is (``alloc_paged_token_slots_extend`` / ``_decode``), whatever the exact need.
+      Applies with ``two_phase_admission`` / ``sglang_retraction``.
     """
 
     two_phase_admission: bool
@@ -78,6 +83,7 @@ class Behaviour:
     cache_chunk_next_step: bool
     sglang_retraction: bool
     evict_whole_leaves: bool
+    conservative_eviction: bool
 
     @property
     def runs_supported(self) -> bool:

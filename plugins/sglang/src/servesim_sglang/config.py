@@ -68,6 +68,7 @@ class SglangConfig:
     cache_chunk_next_step: bool | None = None
     sglang_retraction: bool | None = None
     evict_whole_leaves: bool | None = None
+    conservative_eviction: bool | None = None
 
 
 @frozen

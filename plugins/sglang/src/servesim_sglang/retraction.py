@@ -37,6 +37,7 @@ def check_decode_mem(s: SglangScheduler, now: float, out: PassOutcome) -> tuple[
     """Returns the retracted requests and the survivors' page growth for this step."""
     running = s.running
     if _fits(s, running) or len(running) <= 1:
+        _decode_eviction(s, running)
         return [], s._growth_pages(running)  # noqa: SLF001
     order = sorted(range(len(running)), key=lambda i: (running[i].output_len, -running[i].prompt_len),
                    reverse=True)
@@ -54,4 +55,12 @@ def check_decode_mem(s: SglangScheduler, now: float, out: PassOutcome) -> tuple[
         retracted.append(victim)
         _evict_to_free(s, len(keep) * RETRACT_DECODE_STEPS)
     s.running = keep
+    _decode_eviction(s, keep)
     return retracted, s._growth_pages(keep)  # noqa: SLF001
+
+
+def _decode_eviction(s: SglangScheduler, running: list[SglangRequest]) -> None:
+    """``alloc_paged_token_slots_decode`` evicts for one page per request, needed or not
+    (``conservative_eviction``; with page 1 that is the exact need)."""
+    if s.p.behaviour.conservative_eviction:
+        _evict_to_free(s, len(running) * s.cache.page_size)

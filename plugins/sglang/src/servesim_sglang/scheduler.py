@@ -274,7 +274,7 @@ class SglangScheduler:
         budget = [
             float(cache.available_tokens + cache.evictable_size) - reserved,  # rem_total
             float(p.max_prefill_tokens),  # rem_input
-            float(p.chunked_prefill_size),  # rem_chunk
+            float(p.chunked_prefill_size) if p.chunking else float("inf"),  # rem_chunk
         ]
         slots = p.max_running_requests - len(self.running)
         can_run: list[SglangRequest] = []
