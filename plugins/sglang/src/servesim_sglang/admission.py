@@ -19,6 +19,8 @@
   is ≤ 0, ``OTHER`` when ``rem_input`` (``prefill_budget_after_admit``) or ``rem_chunk`` is;
 * a ``NO_TOKEN`` with something admitted or running sets ``batch_is_full``, and with
   ``sticky_batch_full`` no later step admits until a request leaves the running batch;
+* the policy orders the queue only past the early exits (batch full, no free slot), and
+  the chunked request is not part of the queue it orders;
 * the continuing chunked request goes first and is never refused: its chunk is
   ``min(rem_chunk, rem_total)`` (``add_chunked_req``);
 * KV is allocated only after the batch is formed (``prepare_for_extend``): one eviction for
@@ -92,6 +94,7 @@ def admit(s: SglangScheduler, out: PassOutcome) -> tuple[list[SglangRequest], in
     if slots <= 0 and chunked is None:
         s.batch_full = True
         return [], 0, 0
+    s._order_waiting(True)  # noqa: SLF001
     budget = _Budget(s)
     plan: list[tuple[SglangRequest, int, int, object]] = []  # (req, prefix, chunk end, node)
     if chunked is not None:

@@ -29,6 +29,8 @@ SWITCHES = (
     "sglang_retraction",
     "evict_whole_leaves",
     "conservative_eviction",
+    "split_refreshes_recency",
+    "child_per_insert",
 )
 
 
@@ -71,6 +73,13 @@ class Behaviour:
       tokens plus one page per request are free, and a decode step until one page per
       request is (``alloc_paged_token_slots_extend`` / ``_decode``), whatever the exact need.
       Applies with ``two_phase_admission`` / ``sglang_retraction``.
+    * ``split_refreshes_recency`` — splitting a tree edge stamps both parts as just used, and
+      a match stamps its whole path when it ends (``UnifiedTreeCore._split_node``,
+      ``_match_post_processor``); the reference keeps a split node's recency. A finished
+      request's insert touches its whole path, even when nothing new is cached.
+    * ``child_per_insert`` — an insertion past an existing leaf adds a child node (a chunk, or
+      a finished request's decoded tokens, is its own leaf, evicted alone); the reference
+      extends a leaf that only the inserting request locks.
     """
 
     two_phase_admission: bool
@@ -84,6 +93,8 @@ class Behaviour:
     sglang_retraction: bool
     evict_whole_leaves: bool
     conservative_eviction: bool
+    split_refreshes_recency: bool
+    child_per_insert: bool
 
     @property
     def runs_supported(self) -> bool:

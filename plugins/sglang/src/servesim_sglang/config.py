@@ -69,6 +69,8 @@ class SglangConfig:
     sglang_retraction: bool | None = None
     evict_whole_leaves: bool | None = None
     conservative_eviction: bool | None = None
+    split_refreshes_recency: bool | None = None
+    child_per_insert: bool | None = None
 
 
 @frozen

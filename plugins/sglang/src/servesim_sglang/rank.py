@@ -114,6 +114,8 @@ class SglangRank(Rank):
             dp_rank=identity.dp_rank,
         )
         cache.evict_whole_leaves = self.params.behaviour.evict_whole_leaves
+        cache.sglang_recency = self.params.behaviour.split_refreshes_recency
+        cache.child_per_insert = self.params.behaviour.child_per_insert
         self.sched = SglangScheduler(
             self.params,
             cache,

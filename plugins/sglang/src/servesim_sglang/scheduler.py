@@ -184,7 +184,8 @@ class SglangScheduler:
         if handoff is not None and handoff.activated:
             handoff.admit_activated(out)
         if self.waiting:
-            self._order_waiting(bh.two_phase_admission)
+            if not bh.two_phase_admission:  # else ordered by admission, past its early exits
+                self._order_waiting(False)
             if not self.running:
                 self._reject_impossible_head(out)
         can_run: list[SglangRequest] = []
