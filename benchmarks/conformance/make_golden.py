@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oracle import oracle_available, run_oracle_batch  # noqa: E402
-from scenarios import GOLDEN  # noqa: E402
+from oracle import DEFAULT_PYTHON, VLLM033_PYTHON, oracle_available, run_oracle_batch  # noqa: E402
+from scenarios import GOLDEN, GOLDEN_033  # noqa: E402
 from servesim.testing.vllm_conformance import make_trace, write_jsonl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "vllm_oracle"
@@ -29,16 +29,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="*", default=None)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
+    p.add_argument("--vllm-version", choices=["0.32", "0.33"], default="0.32",
+                   help="0.33: the vLLM 0.33 oracle venv and the cadence scenarios, into "
+                        "tests/golden/vllm033_oracle")
     a = p.parse_args(argv)
     if a.engine == "sglang":
         return _sglang(a)
+    python = DEFAULT_PYTHON
+    golden = GOLDEN
+    if a.vllm_version == "0.33":
+        python, golden = VLLM033_PYTHON, GOLDEN_033
+        a.out = a.out or ROOT.parent / "vllm033_oracle"
     a.out = a.out or ROOT
-    if not oracle_available():
+    if not oracle_available(python=python):
         print("the vLLM oracle venv is not installed (setup_vllm_oracle.sh)", file=sys.stderr)
         return 2
-    specs = [s for s in GOLDEN if not a.only or s.name in a.only]
+    specs = [s for s in golden if not a.only or s.name in a.only]
     traces = [make_trace(s) for s in specs]
-    results = run_oracle_batch([(rows, s.options) for rows, s in zip(traces, specs, strict=True)])
+    results = run_oracle_batch([(rows, s.options) for rows, s in zip(traces, specs, strict=True)],
+                               python=python)
     for spec, rows, (steps, summary) in zip(specs, traces, results, strict=True):
         d = a.out / spec.name
         d.mkdir(parents=True, exist_ok=True)

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from oracle import DEFAULT_PYTHON, VLLM033_PYTHON, oracle_available, run_oracle_batch  # noqa: E402
 from scenarios import (  # noqa: E402
     GOLDEN,
+    GOLDEN_033,
     random_scenario,
     tiny_pool_scenario,
     unchunked_scenario,
@@ -121,7 +122,8 @@ def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], Or
         return out
     if a.mode == "golden":
         out = []
-        for d in golden_dirs(GOLDEN_ROOT):
+        root = GOLDEN_ROOT.parent / "vllm033_oracle" if a.vllm_version == "0.33" else GOLDEN_ROOT
+        for d in golden_dirs(root):
             if a.only and d.name not in a.only:
                 continue
             rows, opts, steps = load_golden(d)
@@ -137,7 +139,8 @@ def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], Or
         else:
             specs = [random_scenario(s, a.n) for s in seeds]
     else:
-        specs = [s for s in GOLDEN if not a.only or s.name in a.only]
+        golden = GOLDEN_033 if a.vllm_version == "0.33" else GOLDEN
+        specs = [s for s in golden if not a.only or s.name in a.only]
     return [(s.name, make_trace(s), s.options, s) for s in specs]
 
 

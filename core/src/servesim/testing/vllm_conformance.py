@@ -73,6 +73,7 @@ class OracleOptions:
     max_model_len: int | None = None
     seed: int = 0
     reserve_full_isl: bool | None = None  # None: vLLM's default (on in 0.32)
+    prefill_schedule_interval: int | None = None  # None: vLLM's default (1)
 
     def argv(self) -> list[str]:
         """Command-line arguments of ``vllm_sched_trace.py`` (besides trace and --out)."""
@@ -92,6 +93,8 @@ class OracleOptions:
             args.append(f"--max-model-len={self.max_model_len}")
         if self.reserve_full_isl is not None:
             args.append("--reserve-full-isl" if self.reserve_full_isl else "--no-reserve-full-isl")
+        if self.prefill_schedule_interval is not None:
+            args.append(f"--prefill-schedule-interval={self.prefill_schedule_interval}")
         return args
 
     def backend_settings(self) -> dict[str, Any]:
@@ -126,6 +129,7 @@ class OracleOptions:
             max_num_batched_tokens=self.max_num_batched_tokens,
             enable_prefix_caching=self.prefix_caching,
             enable_chunked_prefill=self.chunked_prefill,
+            prefill_schedule_interval=self.prefill_schedule_interval or 1,
         )
 
 
