@@ -205,6 +205,10 @@ class SglangScheduler:
                 self.waiting_version += 1
                 self._left = True  # SGLang's last-batch filter drops the chunked request
         if batch:
+            if not out.running_before:
+                # SGLang's empty running batch is replaced by this prefill batch at the next
+                # step, and the new batch object starts with batch_is_full cleared.
+                self._left = True
             out.prefill_pass = True
             out.model_work = any(item[1] > 0 for item in out.prefill_items)
             fresh = [r for r in can_run if r.materialized >= r.seq_len]
