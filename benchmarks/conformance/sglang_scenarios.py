@@ -73,8 +73,9 @@ GOLDEN: list[ScenarioSpec] = [
                      ignore_eos=False, disable_radix_cache=True),
     ),
     ScenarioSpec(
-        name="retract_no_cache_page16",
-        note="as retract_no_cache with page 16 and chunks of 256",
+        name="no_cache_page16",
+        note="ignore_eos off, radix cache off, page 16, chunks of 256, small pool: the "
+             "ratio's admission holds requests back (no retraction)",
         n=30, isl=(100, 400), osl=(40, 200), seed=13,
         options=Opts(page_size=16, max_total_tokens=1600, chunked_prefill_size=256,
                      ignore_eos=False, disable_radix_cache=True),
