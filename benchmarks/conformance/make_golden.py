@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -49,16 +50,21 @@ def main(argv: list[str] | None = None) -> int:
     results = run_oracle_batch([(rows, s.options) for rows, s in zip(traces, specs, strict=True)],
                                python=python)
     for spec, rows, (steps, summary) in zip(specs, traces, results, strict=True):
-        d = a.out / spec.name
-        d.mkdir(parents=True, exist_ok=True)
-        write_jsonl(d / "trace.jsonl", rows)
-        write_jsonl(d / "steps.jsonl", steps)
-        meta = {"scenario": spec.name, "note": spec.note, "oracle": spec.options.to_json(),
-                "vllm_version": summary.get("vllm_version"), "summary": summary}
-        (d / "options.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        _write(a.out, spec, rows, steps, summary, "vllm_version")
         print(f"{spec.name}: {summary['steps']} steps, {summary['preemptions']} preemptions, "
               f"hit rate {summary['prefix_hit_rate']:.3f}, aborted {len(summary['aborted'])}")
     return 0
+
+
+def _write(out: Path, spec: Any, rows: list, steps: list, summary: dict, version_key: str) -> None:
+    """One golden directory: trace, oracle steps, and the settings with the oracle's summary."""
+    d = out / spec.name
+    d.mkdir(parents=True, exist_ok=True)
+    write_jsonl(d / "trace.jsonl", rows)
+    write_jsonl(d / "steps.jsonl", steps)
+    meta = {"scenario": spec.name, "note": spec.note, "oracle": spec.options.to_json(),
+            version_key: summary.get(version_key), "summary": summary}
+    (d / "options.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
 
 
 def _sglang(a: argparse.Namespace) -> int:
@@ -73,13 +79,7 @@ def _sglang(a: argparse.Namespace) -> int:
     traces = [make_trace(s) for s in specs]
     results = sglang_run.run_oracle([(rows, s.options) for rows, s in zip(traces, specs, strict=True)])
     for spec, rows, (steps, summary) in zip(specs, traces, results, strict=True):
-        d = out / spec.name
-        d.mkdir(parents=True, exist_ok=True)
-        write_jsonl(d / "trace.jsonl", rows)
-        write_jsonl(d / "steps.jsonl", steps)
-        meta = {"scenario": spec.name, "note": spec.note, "oracle": spec.options.to_json(),
-                "sglang_version": summary.get("sglang_version"), "summary": summary}
-        (d / "options.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        _write(out, spec, rows, steps, summary, "sglang_version")
         print(f"{spec.name}: {summary['steps']} steps, {summary['retractions']} retractions, "
               f"hit rate {summary['prefix_hit_rate']:.3f}")
     return 0

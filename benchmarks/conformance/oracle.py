@@ -82,3 +82,24 @@ def run_oracle_batch(
                 summary.pop(k, None)
             out.append((steps, summary))
     return out
+
+
+def load_saved(root: Path, only: list[str] | None, options_cls: Any) -> list[tuple[str, list, Any, list]]:
+    """``(name, rows, options, oracle steps)`` of every scenario a ``--save`` run kept."""
+    out = []
+    for d in sorted(Path(root).iterdir()):
+        if not (d / "oracle_steps.jsonl").is_file() or (only and d.name not in only):
+            continue
+        opts = options_cls.from_json(json.loads((d / "options.json").read_text()))
+        out.append((d.name, read_jsonl(d / "trace.jsonl"), opts, read_jsonl(d / "oracle_steps.jsonl")))
+    return out
+
+
+def save_scenario(root: str, name: str, rows: list, options: Any, oracle_steps: list, mine: list) -> None:
+    """Keep both step logs of one scenario (what ``load_saved`` reads back)."""
+    d = Path(root) / name
+    d.mkdir(parents=True, exist_ok=True)
+    write_jsonl(d / "trace.jsonl", rows)
+    write_jsonl(d / "oracle_steps.jsonl", oracle_steps)
+    write_jsonl(d / "servesim_steps.jsonl", mine)
+    (d / "options.json").write_text(json.dumps(options.to_json(), indent=1, sort_keys=True) + "\n")

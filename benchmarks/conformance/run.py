@@ -34,7 +34,14 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oracle import DEFAULT_PYTHON, VLLM033_PYTHON, oracle_available, run_oracle_batch  # noqa: E402
+from oracle import (  # noqa: E402
+    DEFAULT_PYTHON,
+    VLLM033_PYTHON,
+    load_saved,
+    oracle_available,
+    run_oracle_batch,
+    save_scenario,
+)
 from scenarios import (  # noqa: E402
     GOLDEN,
     GOLDEN_033,
@@ -53,9 +60,7 @@ from servesim.testing.vllm_conformance import (  # noqa: E402
     golden_dirs,
     load_golden,
     make_trace,
-    read_jsonl,
     run_servesim,
-    write_jsonl,
 )
 
 GOLDEN_ROOT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "vllm_oracle"
@@ -98,12 +103,7 @@ def run_one(
     mine = run_servesim(engine, rows, opts)
     wall = time.perf_counter() - t0
     if a.save:
-        d = Path(a.save) / name
-        d.mkdir(parents=True, exist_ok=True)
-        write_jsonl(d / "trace.jsonl", rows)
-        write_jsonl(d / "oracle_steps.jsonl", oracle_steps)
-        write_jsonl(d / "servesim_steps.jsonl", mine)
-        (d / "options.json").write_text(json.dumps(opts.to_json(), indent=1, sort_keys=True) + "\n")
+        save_scenario(a.save, name, rows, opts, oracle_steps, mine)
     if a.ignore_trailing_empty and oracle_steps and not oracle_steps[-1]["scheduled"]:
         oracle_steps = oracle_steps[:-1]
     fields = [f for f in COMPARED_FIELDS if f not in (a.ignore_fields or [])]
@@ -113,13 +113,7 @@ def run_one(
 def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], OracleOptions, Any]]:
     """``(name, rows, options, oracle steps or a spec still to run)`` per selected scenario."""
     if a.mode == "saved":
-        out = []
-        for d in sorted(Path(a.dir).iterdir()):
-            if not (d / "oracle_steps.jsonl").is_file() or (a.only and d.name not in a.only):
-                continue
-            opts = OracleOptions.from_json(json.loads((d / "options.json").read_text()))
-            out.append((d.name, read_jsonl(d / "trace.jsonl"), opts, read_jsonl(d / "oracle_steps.jsonl")))
-        return out
+        return load_saved(Path(a.dir), a.only, OracleOptions)
     if a.mode == "golden":
         out = []
         root = GOLDEN_ROOT.parent / "vllm033_oracle" if a.vllm_version == "0.33" else GOLDEN_ROOT

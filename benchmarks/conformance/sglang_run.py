@@ -7,12 +7,11 @@ servesim's ``sglang`` rank against SGLang 0.5.23's real ``Scheduler``
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-from oracle import SGLANG_PYTHON, SGLANG_SCRIPT, run_oracle_batch
+from oracle import SGLANG_PYTHON, SGLANG_SCRIPT, load_saved, run_oracle_batch, save_scenario
 from sglang_scenarios import EXTRA, GOLDEN, random_scenario
 from servesim.testing.sglang_conformance import (
     COMPARED_FIELDS,
@@ -23,7 +22,7 @@ from servesim.testing.sglang_conformance import (
     load_golden,
     run_servesim,
 )
-from servesim.testing.vllm_conformance import Comparison, ScenarioSpec, make_trace, read_jsonl, write_jsonl
+from servesim.testing.vllm_conformance import Comparison, ScenarioSpec, make_trace
 
 GOLDEN_ROOT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "sglang_oracle"
 
@@ -53,13 +52,7 @@ def golden_dirs(root: Path = GOLDEN_ROOT) -> list[Path]:
 def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], SglangOracleOptions, Any]]:
     """``(name, rows, options, oracle steps or a spec still to run)`` per selected scenario."""
     if a.mode == "saved":
-        out = []
-        for d in sorted(Path(a.dir).iterdir()):
-            if not (d / "oracle_steps.jsonl").is_file() or (a.only and d.name not in a.only):
-                continue
-            opts = SglangOracleOptions.from_json(json.loads((d / "options.json").read_text()))
-            out.append((d.name, read_jsonl(d / "trace.jsonl"), opts, read_jsonl(d / "oracle_steps.jsonl")))
-        return out
+        return load_saved(Path(a.dir), a.only, SglangOracleOptions)
     if a.mode == "golden":
         out = []
         for d in golden_dirs():
@@ -86,12 +79,7 @@ def run_one(
     mine = run_servesim(build_engine(_rank_class(), opts, settings), rows, opts)
     wall = time.perf_counter() - t0
     if a.save:
-        d = Path(a.save) / name
-        d.mkdir(parents=True, exist_ok=True)
-        write_jsonl(d / "trace.jsonl", rows)
-        write_jsonl(d / "oracle_steps.jsonl", oracle_steps)
-        write_jsonl(d / "servesim_steps.jsonl", mine)
-        (d / "options.json").write_text(json.dumps(opts.to_json(), indent=1, sort_keys=True) + "\n")
+        save_scenario(a.save, name, rows, opts, oracle_steps, mine)
     fields = [f for f in COMPARED_FIELDS if f not in (a.ignore_fields or [])]
     return compare_steps(oracle_steps, mine, fields=fields), wall
 

@@ -21,13 +21,14 @@ import attrs
 from attrs import frozen
 
 from servesim.config.engine import EngineConfig
-from servesim.contract import Request, ScheduleRecord, Submit
+from servesim.contract import Request, ScheduleRecord
 from servesim.engine import Engine
 from servesim.errors import EngineError
 from servesim.factory import EngineFactory
 from servesim.passlog import make_line
 from servesim.rank import Rank
-from servesim.testing.vllm_conformance import Comparison, prompt_tokens, read_jsonl
+from servesim.testing import vllm_conformance
+from servesim.testing.vllm_conformance import Comparison, drive_steps, prompt_tokens, read_jsonl
 from servesim.timing.builtin import FixedTiming
 
 #: Fields of an oracle step line that servesim reproduces and the comparison checks.
@@ -173,26 +174,7 @@ def run_servesim(
         Request(request_id=i, prompt=p, max_output_tokens=max(1, int(r["output_length"])))
         for i, (p, r) in enumerate(zip(prompts, rows, strict=True))
     ]
-    steps: list[dict[str, Any]] = []
-    now = 0.0
-    nxt = 0
-    for step in range(max_steps):
-        k = len(reqs) if options.admit == "all" else options.per_step
-        admitted: list[str] = []
-        while nxt < len(reqs) and len(admitted) < k and (options.admit != "all" or step == 0):
-            engine.apply(0, Submit(reqs[nxt]), now)
-            admitted.append(str(reqs[nxt].request_id))
-            nxt += 1
-        if nxt >= len(reqs) and engine.is_drained():
-            return steps
-        started = engine.execute_pass(now) if engine.is_ready() else None
-        if started is None:
-            raise EngineError(f"step {step}: engine not ready with work left")
-        now = started.end_ms
-        done = engine.complete_pass(started.pass_id, now)
-        rec = done.by_rank[0].effects.schedule if done.by_rank else None
-        steps.append(schedule_step(step, admitted, rec))
-    raise EngineError(f"no drain after {max_steps} steps")
+    return drive_steps(engine, reqs, options.admit, options.per_step, schedule_step, max_steps=max_steps)
 
 
 # --------------------------------------------------------------------------- comparison
@@ -220,29 +202,8 @@ def compare_steps(
     fields: Sequence[str] = COMPARED_FIELDS,
 ) -> Comparison:
     """Step-for-step comparison; a step missing on one side counts as a divergence."""
-    total = max(len(oracle), len(servesim))
-    cmp = Comparison(total=total, identical=0, oracle_steps=len(oracle), servesim_steps=len(servesim))
-    for i in range(total):
-        o = oracle[i] if i < len(oracle) else None
-        s = servesim[i] if i < len(servesim) else None
-        if o is not None and s is not None:
-            no, ns = normalize(o), normalize(s)
-            diff = [f for f in fields if no[f] != ns[f]]
-        else:
-            diff = ["<missing step>"]
-        if not diff:
-            cmp.identical += 1
-        elif cmp.first_divergence is None:
-            cmp.first_divergence = i
-            cmp.oracle_line, cmp.servesim_line = _show(o), _show(s)
-            cmp.differing_fields = diff
-    return cmp
-
-
-def _show(step: dict[str, Any] | None) -> dict[str, Any] | None:
-    if step is None:
-        return None
-    return {k: step[k] for k in ("step", *COMPARED_FIELDS) if k in step}
+    return vllm_conformance.compare_steps(oracle, servesim, fields=fields, view=normalize,
+                                          shown=COMPARED_FIELDS)
 
 
 def load_golden(path: Path) -> tuple[list[dict[str, Any]], SglangOracleOptions, list[dict[str, Any]]]:

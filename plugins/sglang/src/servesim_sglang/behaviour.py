@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from attrs import frozen
+from servesim.profiles import profile_problems, resolve_switches
 
 #: Every switch, in documentation order.
 SWITCHES = (
@@ -113,21 +114,12 @@ DEFAULT_PROFILE = "reference"
 
 def resolve(settings: Any) -> Behaviour:
     """The switches for an ``engine.sglang:`` config (keys left None follow the profile)."""
-    base = PROFILES.get(getattr(settings, "profile", DEFAULT_PROFILE), PROFILES[DEFAULT_PROFILE])
-    chosen = {}
-    for name in SWITCHES:
-        v = getattr(settings, name, None)
-        chosen[name] = getattr(base, name) if v is None else bool(v)
-    return Behaviour(**chosen)
+    return resolve_switches(settings, PROFILES, DEFAULT_PROFILE, SWITCHES, Behaviour)
 
 
 def validate(settings: Any) -> list[tuple[str, str]]:
     """``[(key path, message)]`` for a bad profile name."""
-    profile = getattr(settings, "profile", DEFAULT_PROFILE)
-    if profile not in PROFILES:
-        names = ", ".join(sorted(PROFILES))
-        return [("engine.sglang.profile", f"unknown profile {profile!r}; expected one of {names}")]
-    return []
+    return profile_problems(settings, PROFILES, DEFAULT_PROFILE, "engine.sglang.profile")
 
 
 __all__ = ["Behaviour", "DEFAULT_PROFILE", "PROFILES", "SWITCHES", "resolve", "validate"]

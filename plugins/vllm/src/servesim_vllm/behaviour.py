@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from attrs import field, frozen
+from servesim.profiles import profile_problems, resolve_switches
 
 
 @frozen(kw_only=True)
@@ -79,23 +80,12 @@ class BehaviourSettings:
 
 def resolve(settings: Any) -> Behaviour:
     """The switches for ``settings`` (a :class:`BehaviourSettings` or None: the defaults)."""
-    if settings is None:
-        return PROFILES[DEFAULT_PROFILE]
-    base = PROFILES[getattr(settings, "profile", DEFAULT_PROFILE)]
-    chosen = {}
-    for name in _SWITCHES:
-        v = getattr(settings, name, None)
-        chosen[name] = getattr(base, name) if v is None else bool(v)
-    return Behaviour(**chosen)
+    return resolve_switches(settings, PROFILES, DEFAULT_PROFILE, _SWITCHES, Behaviour)
 
 
 def validate(settings: Any) -> list[tuple[str, str]]:
     """``[(key path, message)]`` for a bad profile name (no traceback)."""
-    profile = getattr(settings, "profile", DEFAULT_PROFILE)
-    if profile not in PROFILES:
-        return [("engine.vllm.profile",
-                 f"unknown profile {profile!r}; expected one of {', '.join(sorted(PROFILES))}")]
-    return []
+    return profile_problems(settings, PROFILES, DEFAULT_PROFILE, "engine.vllm.profile")
 
 
 __all__ = ["Behaviour", "BehaviourSettings", "DEFAULT_PROFILE", "PROFILES", "resolve", "validate"]
