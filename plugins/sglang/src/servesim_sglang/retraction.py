@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from servesim.contract import PressureEvent, PressureKind, PressureState
+
 if TYPE_CHECKING:
     from servesim_sglang.request import SglangRequest
     from servesim_sglang.scheduler import PassOutcome, SglangScheduler
@@ -51,7 +53,7 @@ def check_decode_mem(s: SglangScheduler, now: float, out: PassOutcome) -> tuple[
         victim = keep[-1]
         logical = s.cache.available_tokens + s.cache.evictable_size
         needed = s._growth_pages(keep) * s.cache.page_size  # noqa: SLF001
-        s.retract(victim, keep, now, out, logical, needed)
+        retract(s, victim, keep, now, out, logical, needed)
         retracted.append(victim)
         _evict_to_free(s, len(keep) * RETRACT_DECODE_STEPS)
     s.running = keep
@@ -64,3 +66,34 @@ def _decode_eviction(s: SglangScheduler, running: list[SglangRequest]) -> None:
     (``conservative_eviction``; with page 1 that is the exact need)."""
     if s.p.behaviour.conservative_eviction:
         _evict_to_free(s, len(running) * s.cache.page_size)
+
+
+def retract(
+    s: SglangScheduler, victim: SglangRequest, running: list[SglangRequest], now: float,
+    out: PassOutcome, logical: int, needed: int,
+) -> None:
+    """Take ``victim`` out of ``running``: free its private KV (its cached prefix stays,
+    unlocked), record the retraction and its pressure event."""
+    cache, ps = s.cache, s.p.page_size
+    before = PressureState(len(running), None, cache.used_pages)
+    victim_blocks = victim.allocated_pages
+    running.remove(victim)
+    assert victim.lease is not None
+    cache.release(victim.lease)
+    victim.lease = None
+    victim.materialized = 0
+    s.retractions_total += 1
+    s._retracted_ids.add(victim.rid)  # noqa: SLF001
+    out.retracted.append(victim.rid)
+    out.pressure.append(
+        PressureEvent(
+            at_ms=now,
+            kind=PressureKind.SGLANG_RETRACTION,
+            request_id=victim.rid,
+            state_before=before,
+            state_after=PressureState(len(running), None, cache.used_pages),
+            request_active_blocks_before=victim_blocks,
+            logical_available_blocks_before=logical // ps,
+            required_blocks_before=-(-needed // ps),
+        )
+    )

@@ -33,6 +33,12 @@ output, see ``tests/golden/sglang``):
   shipped with Dynamo 1.6.1 does (the golden traces pin it; with ``front``/``reset`` they
   differ by up to 43 %). dynamo-mocker.md §5 describes the older Gen-2 rule — re-queue at the
   front, reset the ratio to its initial value — available as ``front`` and ``reset``.
+
+Where SGLang 0.5.23 itself differs from this (checked step by step against its scheduler,
+docs/conformance.md), ``engine.sglang`` switches (:mod:`servesim_sglang.behaviour`, all on in
+``profile: sglang-0.5.23``) select its rules: :mod:`servesim_sglang.admission` for the
+prefill batch, :mod:`servesim_sglang.retraction` for the decode memory check, and the KV and
+tree switches read here and in :mod:`servesim_sglang.radix_cache`.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import enum
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from servesim.contract import Admission, PressureEvent, PressureKind, PressureState, WorkerType
+from servesim.contract import Admission, PressureEvent, WorkerType
 from servesim.timing.base import scaled_ms
 
 from servesim_sglang import admission as _admission
@@ -539,43 +545,13 @@ class SglangScheduler:
             if logical >= needed or len(running) <= 1:
                 break
             victim = min(running, key=lambda r: r.output_len)
-            self.retract(victim, running, now, out, logical, needed)
+            _retraction.retract(self, victim, running, now, out, logical, needed)
             retracted.append(victim)
             growth = self._growth_pages(running)
         needed = growth * ps
         if cache.available_tokens < needed:
             cache.evict(needed - cache.available_tokens)
         return retracted, growth
-
-    def retract(
-        self, victim: SglangRequest, running: list[SglangRequest], now: float, out: PassOutcome,
-        logical: int, needed: int,
-    ) -> None:
-        """Take ``victim`` out of ``running``: free its private KV (its cached prefix stays,
-        unlocked), record the retraction and its pressure event."""
-        cache, ps = self.cache, self.p.page_size
-        before = PressureState(len(running), None, cache.used_pages)
-        victim_blocks = victim.allocated_pages
-        running.remove(victim)
-        assert victim.lease is not None
-        cache.release(victim.lease)
-        victim.lease = None
-        victim.materialized = 0
-        self.retractions_total += 1
-        self._retracted_ids.add(victim.rid)
-        out.retracted.append(victim.rid)
-        out.pressure.append(
-            PressureEvent(
-                at_ms=now,
-                kind=PressureKind.SGLANG_RETRACTION,
-                request_id=victim.rid,
-                state_before=before,
-                state_after=PressureState(len(running), None, cache.used_pages),
-                request_active_blocks_before=victim_blocks,
-                logical_available_blocks_before=logical // ps,
-                required_blocks_before=-(-needed // ps),
-            )
-        )
 
     def _requeue(self, retracted: list[SglangRequest]) -> None:
         self.waiting_version += 1
