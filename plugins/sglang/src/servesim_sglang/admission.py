@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from servesim_sglang.scheduler import PassOutcome, SglangScheduler
 
 _CONTINUE, _NO_TOKEN, _OTHER = 0, 1, 2
+WAITING_PREFIX_REFRESH_INTERVAL = 32  # schedule_policy.py
+WAITING_QUEUE_PREFIX_MATCH_MAX = 128
 
 
 class _Budget:
@@ -94,7 +96,12 @@ def admit(s: SglangScheduler, out: PassOutcome) -> tuple[list[SglangRequest], in
     if slots <= 0 and chunked is None:
         s.batch_full = True
         return [], 0, 0
+    lpm_active = s.p.policy == "lpm" and len(s.waiting) - (chunked is not None) <= s.p.lpm_fallback_threshold
+    if bh.waiting_prefix_touch and lpm_active:
+        _touch(s, [r for r in s.waiting if r is not chunked])
     s._order_waiting(True)  # noqa: SLF001
+    if bh.waiting_prefix_touch and not lpm_active:
+        _refresh_waiting_prefixes(s, chunked)
     budget = _Budget(s)
     plan: list[tuple[SglangRequest, int, int, object]] = []  # (req, prefix, chunk end, node)
     if chunked is not None:
@@ -113,6 +120,27 @@ def admit(s: SglangScheduler, out: PassOutcome) -> tuple[list[SglangRequest], in
                 s.batch_full = bool(plan) or bool(s.running)
             break
     return _allocate(s, plan, out)
+
+
+def _touch(s: SglangScheduler, reqs: list[SglangRequest]) -> None:
+    """``match_kv_cache`` on each request's prompt and outputs: the match splits the edge it
+    ends in and stamps its path (``split_refreshes_recency`` decides how)."""
+    cache = s.cache
+    for req in reqs:
+        cache.touch_match(req.tokens, req.seq_len)
+
+
+def _refresh_waiting_prefixes(s: SglangScheduler, chunked: SglangRequest | None) -> None:
+    """``SchedulePolicy._touch_waiting_prefixes`` (``SGLANG_ENABLE_WAITING_PREFIX_REFRESH``,
+    on by default) under a cache-agnostic policy: every 32nd admission attempt touches the
+    first 128 waiting requests' prefixes, the last of them first, so that they are evicted
+    after the prefixes nobody waits for."""
+    calls = s.prefix_refresh_calls
+    s.prefix_refresh_calls = calls + 1
+    if calls % WAITING_PREFIX_REFRESH_INTERVAL or not s.cache.caching:
+        return
+    queue = [r for r in s.waiting if r is not chunked][:WAITING_QUEUE_PREFIX_MATCH_MAX]
+    _touch(s, queue[::-1])
 
 
 def _continue_chunk(s: SglangScheduler, req: SglangRequest, budget: _Budget) -> tuple:

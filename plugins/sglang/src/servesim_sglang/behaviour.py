@@ -32,6 +32,7 @@ SWITCHES = (
     "conservative_eviction",
     "split_refreshes_recency",
     "child_per_insert",
+    "waiting_prefix_touch",
 )
 
 
@@ -81,6 +82,10 @@ class Behaviour:
     * ``child_per_insert`` — an insertion past an existing leaf adds a child node (a chunk, or
       a finished request's decoded tokens, is its own leaf, evicted alone); the reference
       extends a leaf that only the inserting request locks.
+    * ``waiting_prefix_touch`` — admission matches waiting requests against the tree, which
+      splits edges and refreshes recency: ``lpm`` matches every waiting request each step
+      (``_compute_prefix_matches``), the other policies refresh the first 128 every 32nd
+      step (``_touch_waiting_prefixes``). With ``two_phase_admission``.
     """
 
     two_phase_admission: bool
@@ -96,6 +101,7 @@ class Behaviour:
     conservative_eviction: bool
     split_refreshes_recency: bool
     child_per_insert: bool
+    waiting_prefix_touch: bool
 
     @property
     def runs_supported(self) -> bool:

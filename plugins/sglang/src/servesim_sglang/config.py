@@ -71,6 +71,7 @@ class SglangConfig:
     conservative_eviction: bool | None = None
     split_refreshes_recency: bool | None = None
     child_per_insert: bool | None = None
+    waiting_prefix_touch: bool | None = None
 
 
 @frozen

@@ -155,6 +155,7 @@ class SglangScheduler:
         self.batch_full = False  # SGLang's running_batch.batch_is_full (sticky_batch_full)
         self._left = False  # a request left the batch in the last pass (clears batch_full)
         self._chunk_pending: SglangRequest | None = None  # cache_chunk_next_step
+        self.prefix_refresh_calls = 0  # waiting_prefix_touch (servesim_sglang.admission)
         # Disaggregated handoff hooks (servesim_sglang.handoff.SglangHandoffAdapter).
         self.handoff: Any = None
 
