@@ -28,8 +28,9 @@ from servesim.factory import EngineFactory
 from servesim.passlog import make_line
 from servesim.rank import Rank
 from servesim.testing import vllm_conformance
-from servesim.testing.vllm_conformance import Comparison, drive_steps, prompt_tokens, read_jsonl
+from servesim.testing.vllm_conformance import Comparison, drive_steps, read_jsonl
 from servesim.timing.builtin import FixedTiming
+from servesim.tokens import Tokens
 
 #: Fields of an oracle step line that servesim reproduces and the comparison checks.
 COMPARED_FIELDS = (
@@ -55,6 +56,8 @@ KEPT_FIELDS = ("step", "admitted", *COMPARED_FIELDS)
 _ORDERED = ("prefill", "decode")  # batch order matters
 _ID_SETS = ("retracted", "finished")
 _HIT_MAPS = ("new_hits", "resumed")
+_VOCAB = 32000  # the oracle's tiny Llama config (vocab_size, eos_token_id)
+_EOS = 2
 
 
 @frozen(kw_only=True)
@@ -169,12 +172,46 @@ def run_servesim(
 ) -> list[dict[str, Any]]:
     """Drive ``engine`` as the oracle drives SGLang: requests in trace order, all before step
     0 (``admit: all``) or ``per_step`` before each step; stop once drained."""
-    prompts = prompt_tokens(rows, options.hash_block_tokens)
-    reqs = [
-        Request(request_id=i, prompt=p, max_output_tokens=max(1, int(r["output_length"])))
-        for i, (p, r) in enumerate(zip(prompts, rows, strict=True))
-    ]
+    prompts = oracle_prompts(rows, options.hash_block_tokens, options.seed)
+    reqs = []
+    for i, (p, r) in enumerate(zip(prompts, rows, strict=True)):
+        n = max(1, int(r["output_length"]))
+        reqs.append(Request(request_id=i, prompt=p, max_output_tokens=n,
+                            output_token_ids=oracle_outputs(i, n, options.ignore_eos)))
     return drive_steps(engine, reqs, options.admit, options.per_step, schedule_step, max_steps=max_steps)
+
+
+def oracle_prompts(rows: Sequence[dict[str, Any]], hash_block_tokens: int, seed: int = 0) -> list[Tokens]:
+    """The oracle's own prompt tokens (``sglang_sched_trace.PromptBuilder``): a radix tree
+    with page size 1 matches single tokens, so unrelated prompts share a first token by
+    chance, and only the same token values give the same chance hits."""
+    import numpy as np
+
+    blocks: dict[int, list[int]] = {}
+    out = []
+    for idx, row in enumerate(rows):
+        n = int(row["input_length"])
+        toks: list[int] = []
+        for h in row.get("hash_ids") or []:
+            if len(toks) >= n:
+                break
+            if h not in blocks:
+                rng = np.random.default_rng([seed, 1, int(h)])
+                blocks[h] = rng.integers(3, _VOCAB, hash_block_tokens).tolist()
+            toks.extend(blocks[h])
+        if len(toks) < n:
+            toks.extend(np.random.default_rng([seed, 2, idx]).integers(3, _VOCAB, n - len(toks)).tolist())
+        out.append(Tokens(toks[:n]))
+    return out
+
+
+def oracle_outputs(rid: int, n: int, ignore_eos: bool) -> tuple[int, ...]:
+    """The oracle's stub model's tokens (``FakeTpWorker.forward_batch_generation``), EOS last
+    when ``ignore_eos`` is off; decoded tokens enter the tree, so their values matter too."""
+    toks = [3 + (rid * 7919 + k * 104729) % (_VOCAB - 3) for k in range(n)]
+    if not ignore_eos:
+        toks[-1] = _EOS
+    return tuple(toks)
 
 
 # --------------------------------------------------------------------------- comparison
