@@ -28,7 +28,9 @@ def resolve_switches(
     return cls(**chosen)
 
 
-def profile_problems(settings: Any, profiles: Mapping[str, Any], default: str, path: str) -> list[tuple[str, str]]:
+def profile_problems(
+    settings: Any, profiles: Mapping[str, Any], default: str, path: str
+) -> list[tuple[str, str]]:
     """``[(key path, message)]`` for a profile name that is not one of ``profiles``."""
     profile = getattr(settings, "profile", default)
     if profile not in profiles:

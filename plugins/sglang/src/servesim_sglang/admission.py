@@ -34,10 +34,13 @@ from typing import TYPE_CHECKING
 from servesim.contract import Admission
 
 if TYPE_CHECKING:
+    from servesim_sglang.radix_cache import RadixNode
     from servesim_sglang.request import SglangRequest
     from servesim_sglang.scheduler import PassOutcome, SglangScheduler
 
 _CONTINUE, _NO_TOKEN, _OTHER = 0, 1, 2
+#: One admitted request: (request, prefix, chunk end, locked node; None for the chunked one).
+_Item = tuple["SglangRequest", int, int, "RadixNode | None"]
 WAITING_PREFIX_REFRESH_INTERVAL = 32  # schedule_policy.py
 WAITING_QUEUE_PREFIX_MATCH_MAX = 128
 
@@ -103,7 +106,7 @@ def admit(s: SglangScheduler, out: PassOutcome) -> tuple[list[SglangRequest], in
     if bh.waiting_prefix_touch and not lpm_active:
         _refresh_waiting_prefixes(s, chunked)
     budget = _Budget(s)
-    plan: list[tuple[SglangRequest, int, int, object]] = []  # (req, prefix, chunk end, node)
+    plan: list[_Item] = []
     if chunked is not None:
         plan.append(_continue_chunk(s, chunked, budget))
     for req in list(s.waiting)[len(plan):]:
@@ -143,7 +146,7 @@ def _refresh_waiting_prefixes(s: SglangScheduler, chunked: SglangRequest | None)
     _touch(s, queue[::-1])
 
 
-def _continue_chunk(s: SglangScheduler, req: SglangRequest, budget: _Budget) -> tuple:
+def _continue_chunk(s: SglangScheduler, req: SglangRequest, budget: _Budget) -> _Item:
     rem_chunk = budget.rem_chunk if budget.rem_chunk is not None else req.seq_len
     avail = min(rem_chunk, int(budget.rem_total()))
     rem = avail if avail > 0 else rem_chunk
@@ -154,7 +157,7 @@ def _continue_chunk(s: SglangScheduler, req: SglangRequest, budget: _Budget) -> 
     return (req, req.materialized, req.materialized + new_len, None)
 
 
-def _add_one(s: SglangScheduler, req: SglangRequest, budget: _Budget, plan: list) -> int:
+def _add_one(s: SglangScheduler, req: SglangRequest, budget: _Budget, plan: list[_Item]) -> int:
     """``add_one_req``: check with the prefix locked, size the chunk, commit; the result of
     the check, or ``budget_state`` after committing."""
     cache, ps, clip = s.cache, s.p.page_size, s.p.clip_max_new_tokens
@@ -186,7 +189,7 @@ def _add_one(s: SglangScheduler, req: SglangRequest, budget: _Budget, plan: list
     return budget.state()
 
 
-def _allocate(s: SglangScheduler, plan: list, out: PassOutcome) -> tuple[list[SglangRequest], int, int]:
+def _allocate(s: SglangScheduler, plan: list[_Item], out: PassOutcome) -> tuple[list[SglangRequest], int, int]:
     """``prepare_for_extend``: evict the batch's shortfall once, then give each request its
     pages in batch order and record the admissions as ``_admit`` does."""
     cache, ps = s.cache, s.p.page_size
