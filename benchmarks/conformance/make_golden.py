@@ -1,6 +1,7 @@
 """Regenerate ``tests/golden/vllm_oracle/<scenario>/`` from the vLLM oracle.
 
     python benchmarks/conformance/make_golden.py [--only NAME ...]
+    python benchmarks/conformance/make_golden.py --engine sglang   # tests/golden/sglang_oracle
 
 Writes per scenario: ``trace.jsonl`` (the generated trace), ``options.json`` (the oracle
 settings, vLLM version and the oracle's summary) and ``steps.jsonl`` (the oracle's step lines,
@@ -13,11 +14,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oracle import oracle_available, run_oracle_batch  # noqa: E402
-from scenarios import GOLDEN  # noqa: E402
+from oracle import DEFAULT_PYTHON, VLLM033_PYTHON, oracle_available, run_oracle_batch  # noqa: E402
+from scenarios import GOLDEN, GOLDEN_033  # noqa: E402
 from servesim.testing.vllm_conformance import make_trace, write_jsonl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "vllm_oracle"
@@ -26,24 +28,60 @@ ROOT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "vllm_oracle"
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="*", default=None)
-    p.add_argument("--out", type=Path, default=ROOT)
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
+    p.add_argument("--vllm-version", choices=["0.32", "0.33"], default="0.32",
+                   help="0.33: the vLLM 0.33 oracle venv and the cadence scenarios, into "
+                        "tests/golden/vllm033_oracle")
     a = p.parse_args(argv)
-    if not oracle_available():
+    if a.engine == "sglang":
+        return _sglang(a)
+    python = DEFAULT_PYTHON
+    golden = GOLDEN
+    if a.vllm_version == "0.33":
+        python, golden = VLLM033_PYTHON, GOLDEN_033
+        a.out = a.out or ROOT.parent / "vllm033_oracle"
+    a.out = a.out or ROOT
+    if not oracle_available(python=python):
         print("the vLLM oracle venv is not installed (setup_vllm_oracle.sh)", file=sys.stderr)
         return 2
-    specs = [s for s in GOLDEN if not a.only or s.name in a.only]
+    specs = [s for s in golden if not a.only or s.name in a.only]
     traces = [make_trace(s) for s in specs]
-    results = run_oracle_batch([(rows, s.options) for rows, s in zip(traces, specs, strict=True)])
+    results = run_oracle_batch([(rows, s.options) for rows, s in zip(traces, specs, strict=True)],
+                               python=python)
     for spec, rows, (steps, summary) in zip(specs, traces, results, strict=True):
-        d = a.out / spec.name
-        d.mkdir(parents=True, exist_ok=True)
-        write_jsonl(d / "trace.jsonl", rows)
-        write_jsonl(d / "steps.jsonl", steps)
-        meta = {"scenario": spec.name, "note": spec.note, "oracle": spec.options.to_json(),
-                "vllm_version": summary.get("vllm_version"), "summary": summary}
-        (d / "options.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        _write(a.out, spec, rows, steps, summary, "vllm_version")
         print(f"{spec.name}: {summary['steps']} steps, {summary['preemptions']} preemptions, "
               f"hit rate {summary['prefix_hit_rate']:.3f}, aborted {len(summary['aborted'])}")
+    return 0
+
+
+def _write(out: Path, spec: Any, rows: list, steps: list, summary: dict, version_key: str) -> None:
+    """One golden directory: trace, oracle steps, and the settings with the oracle's summary."""
+    d = out / spec.name
+    d.mkdir(parents=True, exist_ok=True)
+    write_jsonl(d / "trace.jsonl", rows)
+    write_jsonl(d / "steps.jsonl", steps)
+    meta = {"scenario": spec.name, "note": spec.note, "oracle": spec.options.to_json(),
+            version_key: summary.get(version_key), "summary": summary}
+    (d / "options.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def _sglang(a: argparse.Namespace) -> int:
+    import sglang_run
+    from sglang_scenarios import GOLDEN as SGLANG_GOLDEN
+
+    if not sglang_run.oracle_available():
+        print("the SGLang oracle venv is not installed (setup_sglang_oracle.sh)", file=sys.stderr)
+        return 2
+    out = a.out or sglang_run.GOLDEN_ROOT
+    specs = [s for s in SGLANG_GOLDEN if not a.only or s.name in a.only]
+    traces = [make_trace(s) for s in specs]
+    results = sglang_run.run_oracle([(rows, s.options) for rows, s in zip(traces, specs, strict=True)])
+    for spec, rows, (steps, summary) in zip(specs, traces, results, strict=True):
+        _write(out, spec, rows, steps, summary, "sglang_version")
+        print(f"{spec.name}: {summary['steps']} steps, {summary['retractions']} retractions, "
+              f"hit rate {summary['prefix_hit_rate']:.3f}")
     return 0
 
 

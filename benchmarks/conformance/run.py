@@ -34,9 +34,17 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oracle import oracle_available, run_oracle_batch  # noqa: E402
+from oracle import (  # noqa: E402
+    DEFAULT_PYTHON,
+    VLLM033_PYTHON,
+    load_saved,
+    oracle_available,
+    run_oracle_batch,
+    save_scenario,
+)
 from scenarios import (  # noqa: E402
     GOLDEN,
+    GOLDEN_033,
     random_scenario,
     tiny_pool_scenario,
     unchunked_scenario,
@@ -52,9 +60,7 @@ from servesim.testing.vllm_conformance import (  # noqa: E402
     golden_dirs,
     load_golden,
     make_trace,
-    read_jsonl,
     run_servesim,
-    write_jsonl,
 )
 
 GOLDEN_ROOT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "vllm_oracle"
@@ -97,12 +103,7 @@ def run_one(
     mine = run_servesim(engine, rows, opts)
     wall = time.perf_counter() - t0
     if a.save:
-        d = Path(a.save) / name
-        d.mkdir(parents=True, exist_ok=True)
-        write_jsonl(d / "trace.jsonl", rows)
-        write_jsonl(d / "oracle_steps.jsonl", oracle_steps)
-        write_jsonl(d / "servesim_steps.jsonl", mine)
-        (d / "options.json").write_text(json.dumps(opts.to_json(), indent=1, sort_keys=True) + "\n")
+        save_scenario(a.save, name, rows, opts, oracle_steps, mine)
     if a.ignore_trailing_empty and oracle_steps and not oracle_steps[-1]["scheduled"]:
         oracle_steps = oracle_steps[:-1]
     fields = [f for f in COMPARED_FIELDS if f not in (a.ignore_fields or [])]
@@ -112,16 +113,11 @@ def run_one(
 def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], OracleOptions, Any]]:
     """``(name, rows, options, oracle steps or a spec still to run)`` per selected scenario."""
     if a.mode == "saved":
-        out = []
-        for d in sorted(Path(a.dir).iterdir()):
-            if not (d / "oracle_steps.jsonl").is_file() or (a.only and d.name not in a.only):
-                continue
-            opts = OracleOptions.from_json(json.loads((d / "options.json").read_text()))
-            out.append((d.name, read_jsonl(d / "trace.jsonl"), opts, read_jsonl(d / "oracle_steps.jsonl")))
-        return out
+        return load_saved(Path(a.dir), a.only, OracleOptions)
     if a.mode == "golden":
         out = []
-        for d in golden_dirs(GOLDEN_ROOT):
+        root = GOLDEN_ROOT.parent / "vllm033_oracle" if a.vllm_version == "0.33" else GOLDEN_ROOT
+        for d in golden_dirs(root):
             if a.only and d.name not in a.only:
                 continue
             rows, opts, steps = load_golden(d)
@@ -137,8 +133,19 @@ def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], Or
         else:
             specs = [random_scenario(s, a.n) for s in seeds]
     else:
-        specs = [s for s in GOLDEN if not a.only or s.name in a.only]
+        golden = GOLDEN_033 if a.vllm_version == "0.33" else GOLDEN
+        specs = [s for s in golden if not a.only or s.name in a.only]
     return [(s.name, make_trace(s), s.options, s) for s in specs]
+
+
+def _vllm_python(a: argparse.Namespace) -> Path:
+    return VLLM033_PYTHON if a.vllm_version == "0.33" else DEFAULT_PYTHON
+
+
+def _oracle_ready(a: argparse.Namespace, engine_mod: Any) -> bool:
+    if engine_mod is not None:
+        return bool(engine_mod.oracle_available())
+    return oracle_available(python=_vllm_python(a))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,9 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--family", choices=["mixed", "unchunked", "tinypool"], default="mixed",
                    help="random scenarios: mixed settings (300 requests), small chunked-off "
                         "ones, or pools about the size of the largest request")
+    p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm",
+                   help="sglang: servesim's sglang rank against SGLang 0.5.23's scheduler "
+                        "(golden data in tests/golden/sglang_oracle)")
+    p.add_argument("--vllm-version", choices=["0.32", "0.33"], default="0.32",
+                   help="with --engine vllm: the oracle venv and golden set to use")
     p.add_argument("--backend", default="vllm")
-    p.add_argument("--profile", default=None, help="engine.vllm.profile, e.g. vllm-0.32")
-    p.add_argument("--set", action="append", help="engine.vllm.KEY=VALUE (JSON values)")
+    p.add_argument("--profile", default=None,
+                   help="engine.<backend>.profile, e.g. vllm-0.32 or sglang-0.5.23")
+    p.add_argument("--set", action="append", help="engine.<backend>.KEY=VALUE (JSON values)")
     p.add_argument("--emulate-null-block", action="store_true")
     p.add_argument("--ignore-trailing-empty", action="store_true")
     p.add_argument("--ignore-fields", nargs="*", default=None,
@@ -164,24 +177,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-percent", type=float, default=0.0)
     a = p.parse_args(argv)
 
-    if a.mode in ("random", "oracle") and not oracle_available():
-        print("the vLLM oracle venv is not installed (setup_vllm_oracle.sh)", file=sys.stderr)
+    if a.engine == "sglang":
+        import sglang_run as engine_mod
+    else:
+        engine_mod = None
+    if a.mode in ("random", "oracle") and not _oracle_ready(a, engine_mod):
+        print(f"the {a.engine} oracle venv is not installed (shared/tools/setup_*_oracle.sh)",
+              file=sys.stderr)
         return 2
     results = []
     worst = 100.0
     print(f"{'scenario':24} {'steps':>6} {'same':>6} {'%':>8}  first divergence")
-    todo = scenarios(a)
+    todo = engine_mod.scenarios(a) if engine_mod else scenarios(a)
     pending = [(rows, opts) for _n, rows, opts, src in todo if isinstance(src, ScenarioSpec)]
-    oracle_runs = iter(run_oracle_batch(pending)) if pending else iter(())
+    if not pending:
+        oracle_runs = iter(())
+    elif engine_mod:
+        oracle_runs = iter(engine_mod.run_oracle(pending))
+    else:
+        oracle_runs = iter(run_oracle_batch(pending, python=_vllm_python(a)))
     for name, rows, opts, src in todo:
         aborted: list[str] = []
         if isinstance(src, ScenarioSpec):
             steps, summary = next(oracle_runs)
-            aborted = list(summary.get("aborted", []))
+            aborted = list(summary.get("aborted", []) or summary.get("stuck", []))
         else:
             steps = src
         try:
-            cmp, wall = run_one(name, rows, opts, steps, a)
+            if engine_mod:
+                cmp, wall = engine_mod.run_one(name, rows, opts, steps, a, backend_settings(a))
+            else:
+                cmp, wall = run_one(name, rows, opts, steps, a)
         except (TypeError, ValueError, SimError) as exc:  # e.g. a setting the rank lacks
             print(f"{name:24} error: {type(exc).__name__}: {exc}")
             worst = 0.0

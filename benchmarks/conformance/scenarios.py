@@ -113,6 +113,27 @@ GOLDEN: list[ScenarioSpec] = [
 ]
 
 
+def _with_interval(spec: ScenarioSpec, interval: int) -> ScenarioSpec:
+    import attrs
+
+    return attrs.evolve(
+        spec, name=f"{spec.name}_psi{interval}",
+        note=f"{spec.note}; prefill_schedule_interval {interval} (vLLM 0.33's local cadence)",
+        options=attrs.evolve(spec.options, prefill_schedule_interval=interval),
+    )
+
+
+#: vLLM 0.33 golden scenarios (tests/golden/vllm033_oracle): the prefill cadence with
+#: interval 2 and 4 over chunked prefill, stepwise arrivals, preemption and tight budgets.
+GOLDEN_033: list[ScenarioSpec] = [
+    _with_interval(s, k)
+    for s in GOLDEN
+    if s.name in ("prefix_chunked", "stepwise_arrivals", "preempt_small_pool", "tight_token_budget",
+                  "no_chunked_prefill", "single_token_outputs")
+    for k in (2, 4)
+]
+
+
 def random_scenario(seed: int, n: int = 300) -> ScenarioSpec:
     """A random 300-request scenario: settings and lengths drawn from ``seed``."""
     import random

@@ -70,3 +70,35 @@ def test_unwritable_pass_log_is_one_line_error(tmp_path: Path, capsys: pytest.Ca
     assert main(["run", str(config), "--pass-log", str(bad), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "cannot write" in err and "Traceback" not in err
+
+
+SGLANG_GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "sglang_oracle"
+
+
+@pytest.mark.parametrize("name", ["prefix_burst_page16", "lof_policy"])
+def test_cli_sglang_pass_log_has_the_oracle_fields_and_steps(tmp_path: Path, name: str) -> None:
+    """The sglang rank's pass log carries the SGLang oracle's step fields under its names
+    (servesim.passlog.ENGINE_FIELDS) and, with ``profile: sglang-0.5.23``, its steps."""
+    from servesim.testing import sglang_conformance as sgc
+
+    rows, opts, steps = sgc.load_golden(SGLANG_GOLDEN / name)
+    assert opts.admit == "all"
+    write_jsonl(tmp_path / "trace.jsonl", [{**r, "timestamp": 0} for r in rows])
+    cfg = opts.engine_config()
+    sg = {"profile": "sglang-0.5.23", **opts.backend_settings()}
+    (tmp_path / "sim.yaml").write_text(f"""
+engine:
+  backend: sglang
+  block_size: {cfg.block_size}
+  num_gpu_blocks: {cfg.num_gpu_blocks}
+  max_num_seqs: {cfg.max_num_seqs}
+  sglang: {sg}
+workload:
+  trace: {{path: {tmp_path / 'trace.jsonl'}, trace_block_size: {opts.hash_block_tokens}}}
+""")
+    log = tmp_path / "passes.jsonl"
+    assert main(["run", str(tmp_path / "sim.yaml"), "--pass-log", str(log), "--quiet"]) == 0
+    lines = [ln.to_json() for ln in read_pass_log(log)]
+    assert set(sgc.COMPARED_FIELDS) <= set(lines[0])
+    cmp = sgc.compare_steps(steps, lines)
+    assert cmp.first_divergence is None, cmp.describe()

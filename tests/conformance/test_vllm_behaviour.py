@@ -52,7 +52,7 @@ def test_unknown_profile_is_reported_with_its_key_path() -> None:
 
     problems = VllmRank.validate_config(EngineConfig(), VllmRank.config_class(profile="vllm-9"))
     assert problems == [("engine.vllm.profile",
-                         "unknown profile 'vllm-9'; expected one of reference, vllm-0.32")]
+                         "unknown profile 'vllm-9'; expected one of reference, vllm-0.32, vllm-0.33")]
 
 
 def test_null_block_leaves_one_block_fewer() -> None:
@@ -109,3 +109,11 @@ def test_reserve_full_isl_off_admits_when_only_the_first_chunk_fits() -> None:
     assert off[0]["scheduled"] == {"0": 64, "1": 32}
     assert off[0]["free_blocks"] == 2
 
+
+
+def test_vllm_033_profile_is_032_plus_the_local_prefill_cadence() -> None:
+    v32, v33 = behaviour.PROFILES["vllm-0.32"], behaviour.PROFILES["vllm-0.33"]
+    assert not v32.local_prefill_cadence and v33.local_prefill_cadence
+    assert attrs.evolve(v33, local_prefill_cadence=False) == v32
+    cfg = VllmRank.config_class
+    assert not behaviour.resolve(cfg(profile="vllm-0.33", local_prefill_cadence=False)).local_prefill_cadence

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from attrs import field, frozen
@@ -549,7 +549,9 @@ class ScheduleRecord:
     → prefix-cache hit tokens for requests admitted from waiting this pass; ``resumed`` are
     previously preempted requests readmitted this pass; ``preempted`` and ``finished`` are
     requests preempted / finished in this pass; ``running``, ``waiting`` and ``free_blocks``
-    are the counts after the pass.
+    are the counts after the pass. ``engine_fields`` holds what a backend reports beyond
+    these, under the names its engine's own step trace uses (the pass log writes the ones
+    :data:`servesim.passlog.ENGINE_FIELDS` knows, after the common fields).
     """
 
     scheduled: dict[RequestId, int] = field(factory=dict)
@@ -560,6 +562,7 @@ class ScheduleRecord:
     running: int = 0
     waiting: int = 0
     free_blocks: int = 0
+    engine_fields: dict[str, Any] = field(factory=dict)
 
 
 @attrs.define(slots=True)

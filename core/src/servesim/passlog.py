@@ -14,6 +14,22 @@ the pass; ``running``, ``waiting`` and ``free_blocks`` are the counts after the 
 are strings — the trace's 0-based line index by default — so the log compares directly with
 the vLLM oracle's step lines (``servesim.testing.vllm_conformance``).
 
+A rank may report more (``ScheduleRecord.engine_fields``): the fields its engine's own step
+trace writes, under the same names, appended after the common ones in :data:`ENGINE_FIELDS`
+order. The ``sglang`` rank reports the SGLang oracle's (``sglang_sched_trace.py``)::
+
+    "mode":"prefill","prefill":{"9":256},"decode":[],"chunked":"9","retracted":[],
+    "running_batch":1,"extend_tokens":256,"free_tokens":1744,"evictable_tokens":0,
+    "protected_tokens":240,"new_token_ratio":0.7
+
+``mode`` is ``prefill``/``decode``/``idle``; ``prefill`` maps the extend part of the batch to
+its tokens in batch order, ``decode`` lists the requests decoded; ``chunked`` is the request
+whose prefill is still unfinished after the pass (or null); ``retracted`` the requests
+retracted; ``running_batch`` the size of SGLang's running batch after the step (a prefill
+batch joins it at the next step); ``free_tokens`` / ``evictable_tokens`` /
+``protected_tokens`` the pool's free slots and the radix tree's unlocked / locked tokens;
+``new_token_ratio`` the admission ratio after the step (rounded to 6 places).
+
 Lines are written with a fixed key order and compact separators, so the same run gives the same
 bytes. The source is :class:`servesim.contract.ScheduleRecord`, filled by ranks built with
 ``RankServices.record_schedule``.
@@ -27,6 +43,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+import attrs
 from attrs import frozen
 
 from servesim.contract import RequestId, ScheduleRecord
@@ -49,6 +66,23 @@ FIELDS = (
     "free_blocks",
 )
 
+#: Backend-reported fields a line may carry after :data:`FIELDS`, in writing order, each with
+#: the JSON kind it must have: ``ids`` a list of request ids, ``id?`` one or null, ``map`` an
+#: object of request id → int, ``int`` a non-negative int, ``num`` a finite number, ``str``.
+ENGINE_FIELDS: dict[str, str] = {
+    "mode": "str",
+    "prefill": "map",
+    "decode": "ids",
+    "chunked": "id?",
+    "retracted": "ids",
+    "running_batch": "int",
+    "extend_tokens": "int",
+    "free_tokens": "int",
+    "evictable_tokens": "int",
+    "protected_tokens": "int",
+    "new_token_ratio": "num",
+}
+
 IdMap = Mapping[RequestId, str] | Callable[[RequestId], str]
 
 
@@ -69,9 +103,11 @@ class PassLogLine:
     running: int
     waiting: int
     free_blocks: int
+    engine_fields: dict[str, Any] = attrs.field(factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The line as a dict in :data:`FIELDS` order (``pass`` for ``pass_index``)."""
+        """The line as a dict in :data:`FIELDS` order (``pass`` for ``pass_index``), then
+        the engine fields in :data:`ENGINE_FIELDS` order."""
         return {
             "worker": self.worker,
             "dp_rank": self.dp_rank,
@@ -86,6 +122,7 @@ class PassLogLine:
             "running": self.running,
             "waiting": self.waiting,
             "free_blocks": self.free_blocks,
+            **{k: self.engine_fields[k] for k in ENGINE_FIELDS if k in self.engine_fields},
         }
 
 
@@ -130,7 +167,25 @@ def make_line(
         running=int(record.running),
         waiting=int(record.waiting),
         free_blocks=int(record.free_blocks),
+        engine_fields=_engine_fields(record.engine_fields, f),
     )
+
+
+def _engine_fields(raw: Mapping[str, Any], f: Callable[[RequestId], str]) -> dict[str, Any]:
+    """The record's engine fields with request ids mapped to log ids; unknown names dropped."""
+    out: dict[str, Any] = {}
+    for k, kind in ENGINE_FIELDS.items():
+        if k not in raw:
+            continue
+        v = raw[k]
+        if kind == "ids":
+            v = [f(r) for r in v]
+        elif kind == "map":
+            v = {f(r): int(t) for r, t in v.items()}
+        elif kind == "id?":
+            v = None if v is None else f(v)
+        out[k] = v
+    return out
 
 
 def dumps(line: PassLogLine) -> str:
@@ -226,7 +281,7 @@ def parse_line(obj: Any, file: str = "<pass log>", lineno: int = 1) -> PassLogLi
     _expect(isinstance(obj, dict), "a pass-log line must be a JSON object", file, lineno)
     missing = [k for k in FIELDS if k not in obj]
     _expect(not missing, f"missing key(s) {', '.join(missing)}", file, lineno)
-    unknown = sorted(set(obj) - set(FIELDS))
+    unknown = sorted(set(obj) - set(FIELDS) - set(ENGINE_FIELDS))
     _expect(not unknown, f"unknown key(s) {', '.join(unknown)}", file, lineno)
     for k in ("worker", "dp_rank", "pass", "running", "waiting", "free_blocks"):
         v = obj[k]
@@ -251,7 +306,27 @@ def parse_line(obj: Any, file: str = "<pass log>", lineno: int = 1) -> PassLogLi
         running=obj["running"],
         waiting=obj["waiting"],
         free_blocks=obj["free_blocks"],
+        engine_fields={k: _engine_value(obj[k], k, kind, file, lineno)
+                       for k, kind in ENGINE_FIELDS.items() if k in obj},
     )
+
+
+def _engine_value(v: Any, key: str, kind: str, file: str, lineno: int) -> Any:
+    if kind == "ids":
+        return _id_list(v, key, file, lineno)
+    if kind == "map":
+        return _int_map(v, key, file, lineno)
+    if kind == "id?":
+        return None if v is None else str(v)
+    if kind == "int":
+        _expect(isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                f"'{key}' must be a non-negative int, got {v!r}", file, lineno)
+    elif kind == "num":
+        _expect(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+                f"'{key}' must be a finite number, got {v!r}", file, lineno)
+    else:
+        _expect(isinstance(v, str), f"'{key}' must be a string, got {v!r}", file, lineno)
+    return v
 
 
 def iter_pass_log(path: str | Path) -> Iterator[PassLogLine]:

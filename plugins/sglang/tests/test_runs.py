@@ -45,6 +45,14 @@ CONFIGS: list[tuple[dict[str, Any], dict[str, Any]]] = [
         dict(num_gpu_blocks=60, block_size=2, speedup_ratio=1.7, decode_speedup_ratio=1.3),
         dict(schedule_policy="random"),
     ),
+    # SGLang-version switches (servesim_sglang.behaviour): runs decline, so both drives step.
+    (dict(num_gpu_blocks=40, block_size=4), dict(chunked_prefill_size=16, profile="sglang-0.5.23")),
+    (dict(num_gpu_blocks=120), dict(profile="sglang-0.5.23", schedule_policy="lpm")),
+    (dict(num_gpu_blocks=50, block_size=2), dict(chunked_prefill_size=-1, profile="sglang-0.5.23")),
+    (dict(num_gpu_blocks=60, block_size=2), dict(lazy_decode_slot=True, evict_whole_leaves=True)),
+    (dict(num_gpu_blocks=30, block_size=3), dict(chunked_prefill_size=12, sglang_retraction=True,
+                                                  cache_decode_at_finish=True)),
+    (dict(num_gpu_blocks=80), dict(chunked_prefill_size=-1)),
 ]
 
 

@@ -18,6 +18,7 @@ from servesim.runs import expand
 from servesim.testing.driver import DriveResult, drive
 from servesim.timing import PolynomialTiming
 from servesim.tokens import Tokens
+from servesim_vllm.config import VllmConfig
 from vllm_helpers import make_engine
 
 CONFIGS = [
@@ -28,6 +29,11 @@ CONFIGS = [
     dict(num_gpu_blocks=512, block_size=1, max_model_len=40),
     dict(num_gpu_blocks=100, block_size=8, max_num_seqs=3, emit_kv_token_ids=True),
     dict(num_gpu_blocks=200, block_size=4, max_num_batched_tokens=5),  # budget < batch
+    # vLLM 0.33's local prefill cadence (runs decline: its step counters advance per pass)
+    dict(num_gpu_blocks=200, block_size=4, max_num_batched_tokens=24, prefill_schedule_interval=2,
+         backend_config=VllmConfig(profile="vllm-0.33")),
+    dict(num_gpu_blocks=40, block_size=4, prefill_schedule_interval=4,
+         backend_config=VllmConfig(local_prefill_cadence=True)),
 ]
 
 

@@ -34,7 +34,8 @@ class RecordingTiming(TimingModel):
 def make_engine(timing: TimingModel | None = None, **kwargs: Any) -> Engine:
     """One engine of VllmRank; ``emit_kv_events`` / ``emit_forward_pass_metrics`` /
     ``record_schedule`` go to the factory, everything else to EngineConfig."""
-    fkw = {k: kwargs.pop(k) for k in ("emit_kv_events", "emit_forward_pass_metrics", "record_schedule") if k in kwargs}
+    fkw = {k: kwargs.pop(k) for k in ("emit_kv_events", "emit_forward_pass_metrics", "record_schedule",
+                                       "backend_config") if k in kwargs}
     cfg = EngineConfig(**kwargs)
     return EngineFactory(cfg, VllmRank, timing or RecordingTiming(), **fkw).build(0)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,7 @@ class OracleOptions:
     max_model_len: int | None = None
     seed: int = 0
     reserve_full_isl: bool | None = None  # None: vLLM's default (on in 0.32)
+    prefill_schedule_interval: int | None = None  # None: vLLM's default (1)
 
     def argv(self) -> list[str]:
         """Command-line arguments of ``vllm_sched_trace.py`` (besides trace and --out)."""
@@ -92,6 +93,8 @@ class OracleOptions:
             args.append(f"--max-model-len={self.max_model_len}")
         if self.reserve_full_isl is not None:
             args.append("--reserve-full-isl" if self.reserve_full_isl else "--no-reserve-full-isl")
+        if self.prefill_schedule_interval is not None:
+            args.append(f"--prefill-schedule-interval={self.prefill_schedule_interval}")
         return args
 
     def backend_settings(self) -> dict[str, Any]:
@@ -126,6 +129,7 @@ class OracleOptions:
             max_num_batched_tokens=self.max_num_batched_tokens,
             enable_prefix_caching=self.prefix_caching,
             enable_chunked_prefill=self.chunked_prefill,
+            prefill_schedule_interval=self.prefill_schedule_interval or 1,
         )
 
 
@@ -290,13 +294,28 @@ def run_servesim(
         if 1 <= int(r["input_length"]) and mml is not None
         and int(r["input_length"]) + max(1, int(r["output_length"])) <= mml
     ]
+    return drive_steps(engine, reqs, options.admit, options.per_step, schedule_step, max_steps=max_steps)
+
+
+def drive_steps(
+    engine: Engine,
+    reqs: Sequence[Request],
+    admit: str,
+    per_step: int,
+    to_step: Callable[[int, list[str], ScheduleRecord | None], dict[str, Any]],
+    *,
+    max_steps: int = 100_000,
+) -> list[dict[str, Any]]:
+    """Submit ``reqs`` as an oracle does — all before pass 0 (``admit: all``) or ``per_step``
+    before each pass (``stepwise``) — run the engine pass by pass until it drains, and turn
+    each pass's record into a step dict with ``to_step(step, admitted ids, record)``."""
     steps: list[dict[str, Any]] = []
     now = 0.0
     nxt = 0
     for step in range(max_steps):
-        k = len(reqs) if options.admit == "all" else options.per_step
+        k = len(reqs) if admit == "all" else per_step
         admitted: list[str] = []
-        while nxt < len(reqs) and len(admitted) < k and (options.admit != "all" or step == 0):
+        while nxt < len(reqs) and len(admitted) < k and (admit != "all" or step == 0):
             engine.apply(0, Submit(reqs[nxt]), now)
             admitted.append(str(reqs[nxt].request_id))
             nxt += 1
@@ -308,7 +327,7 @@ def run_servesim(
         now = started.end_ms
         done = engine.complete_pass(started.pass_id, now)
         rec = done.by_rank[0].effects.schedule if done.by_rank else None
-        steps.append(schedule_step(step, admitted, rec))
+        steps.append(to_step(step, admitted, rec))
     raise EngineError(f"no drain after {max_steps} steps")
 
 
@@ -364,15 +383,18 @@ def compare_steps(
     servesim: Sequence[dict[str, Any]],
     *,
     fields: Sequence[str] = COMPARED_FIELDS,
+    view: Callable[[dict[str, Any]], dict[str, Any]] = normalize,
+    shown: Sequence[str] = COMPARED_FIELDS,
 ) -> Comparison:
-    """Step-for-step comparison; a step missing on one side counts as a divergence."""
+    """Step-for-step comparison of ``view``'s ``fields``; a step missing on one side counts as
+    a divergence. The first divergence keeps both lines' ``shown`` fields."""
     total = max(len(oracle), len(servesim))
     cmp = Comparison(total=total, identical=0, oracle_steps=len(oracle), servesim_steps=len(servesim))
     for i in range(total):
         o = oracle[i] if i < len(oracle) else None
         s = servesim[i] if i < len(servesim) else None
         if o is not None and s is not None:
-            no, ns = normalize(o), normalize(s)
+            no, ns = view(o), view(s)
             diff = [f for f in fields if no[f] != ns[f]]
         else:
             diff = ["<missing step>"]
@@ -380,15 +402,15 @@ def compare_steps(
             cmp.identical += 1
         elif cmp.first_divergence is None:
             cmp.first_divergence = i
-            cmp.oracle_line, cmp.servesim_line = _show(o), _show(s)
+            cmp.oracle_line, cmp.servesim_line = _show(o, shown), _show(s, shown)
             cmp.differing_fields = diff
     return cmp
 
 
-def _show(step: dict[str, Any] | None) -> dict[str, Any] | None:
+def _show(step: dict[str, Any] | None, shown: Sequence[str]) -> dict[str, Any] | None:
     if step is None:
         return None
-    return {k: step[k] for k in ("step", *COMPARED_FIELDS) if k in step}
+    return {k: step[k] for k in ("step", *shown) if k in step}
 
 
 def golden_dirs(root: Path) -> list[Path]:

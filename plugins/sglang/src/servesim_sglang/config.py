@@ -26,6 +26,9 @@ from typing import TYPE_CHECKING
 from attrs import field, frozen, validators
 from servesim.errors import ConfigError
 
+from servesim_sglang.behaviour import DEFAULT_PROFILE, PROFILES, Behaviour, resolve
+from servesim_sglang.behaviour import validate as validate_behaviour
+
 if TYPE_CHECKING:
     from servesim.config.engine import EngineConfig
 
@@ -52,6 +55,23 @@ class SglangConfig:
     retraction_requeue: str = field(default="back", validator=validators.in_(("back", "front")))
     retraction_ratio: str = field(default="estimate", validator=validators.in_(("estimate", "reset")))
     oom_resets_ratio: bool = False
+    # SGLang-version behaviour (servesim_sglang.behaviour): a profile, and one key per
+    # difference; None follows the profile.
+    profile: str = "reference"
+    two_phase_admission: bool | None = None
+    ignore_eos_reserves_full_output: bool | None = None
+    admission_page_headroom: bool | None = None
+    prefill_budget_after_admit: bool | None = None
+    sticky_batch_full: bool | None = None
+    lazy_decode_slot: bool | None = None
+    cache_decode_at_finish: bool | None = None
+    cache_chunk_next_step: bool | None = None
+    sglang_retraction: bool | None = None
+    evict_whole_leaves: bool | None = None
+    conservative_eviction: bool | None = None
+    split_refreshes_recency: bool | None = None
+    child_per_insert: bool | None = None
+    waiting_prefix_touch: bool | None = None
 
 
 @frozen
@@ -75,6 +95,12 @@ class SchedulerParams:
     requeue_front: bool = False
     ratio_estimate: bool = True
     oom_resets_ratio: bool = False
+    behaviour: Behaviour = PROFILES[DEFAULT_PROFILE]
+
+    @property
+    def chunking(self) -> bool:
+        """False when chunked prefill is off (``chunked_prefill_size <= 0``, SGLang's rule)."""
+        return self.chunked_prefill_size > 0
 
 
 def canonical_policy(name: str) -> str:
@@ -92,7 +118,7 @@ def scheduler_params(config: EngineConfig, sg: SglangConfig, dp_size: int) -> Sc
     page = effective_page_size(config, sg)
     chunk = sg.chunked_prefill_size
     conservativeness = sg.schedule_conservativeness
-    if dp_size > 1:
+    if dp_size > 1 and chunk > 0:
         chunk //= dp_size
         if chunk == 0:
             raise ConfigError(
@@ -120,6 +146,7 @@ def scheduler_params(config: EngineConfig, sg: SglangConfig, dp_size: int) -> Sc
         requeue_front=sg.retraction_requeue == "front",
         ratio_estimate=sg.retraction_ratio == "estimate",
         oom_resets_ratio=sg.oom_resets_ratio,
+        behaviour=resolve(sg),
     )
 
 
@@ -154,13 +181,17 @@ def validate(config: EngineConfig, sg: SglangConfig) -> list[tuple[str, str]]:
         )
     for name in ("max_prefill_tokens", "chunked_prefill_size", "clip_max_new_tokens"):
         value = getattr(sg, name)
+        if name == "chunked_prefill_size" and isinstance(value, int) and value <= 0:
+            continue  # chunked prefill off, as SGLang's --chunked-prefill-size -1
         if not isinstance(value, int) or value <= 0:
             out.append((f"{SECTION}.{name}", f"must be an integer > 0, got {value!r}"))
+    out.extend(validate_behaviour(sg))
     c = sg.schedule_conservativeness
     if not isinstance(c, (int, float)) or not math.isfinite(c) or c < 0:
         out.append((f"{SECTION}.schedule_conservativeness", f"must be finite and >= 0, got {c!r}"))
     page = effective_page_size(config, sg)
-    if page > 0 and isinstance(sg.chunked_prefill_size, int) and sg.chunked_prefill_size % page:
+    if page > 0 and isinstance(sg.chunked_prefill_size, int) and sg.chunked_prefill_size > 0 \
+            and sg.chunked_prefill_size % page:
         out.append(
             (
                 f"{SECTION}.chunked_prefill_size",

@@ -113,6 +113,14 @@ class RadixCache:
         # Bumped whenever a lease gives pages back: a "capacity generation" for retrying
         # handoff reservations only when something was freed (servesim.handoff).
         self.releases = 0
+        # SGLang's tree frees a whole leaf per eviction step (engine.sglang.evict_whole_leaves).
+        self.evict_whole_leaves = False
+        # SGLang's recency: a split refreshes both parts, a match stamps its path at its end
+        # (engine.sglang.split_refreshes_recency).
+        self.sglang_recency = False
+        # SGLang's insert hangs new tokens below a leaf as a child node instead of extending
+        # the leaf (engine.sglang.child_per_insert).
+        self.child_per_insert = False
 
     # -- accounting ---------------------------------------------------------------------
 
@@ -179,10 +187,17 @@ class RadixCache:
         return off
 
     def _match_and_lock(self, tokens: Sequence[int], limit: int) -> tuple[int, RadixNode]:
+        off, cur = self.touch_match(tokens, limit)
+        self.lock(cur)
+        return off, cur
+
+    def touch_match(self, tokens: Sequence[int], limit: int) -> tuple[int, RadixNode]:
+        """Match (splitting the edge the match ends in) and refresh the path's recency."""
         if not self.caching:
             return 0, self.root
         end = limit - limit % self.page_size
-        stamp = self._tick()
+        late = self.sglang_recency
+        stamp = 0 if late else self._tick()
         cur, off = self.root, 0
         while off < end:
             child = cur.children.get(self._child_key(tokens, off))
@@ -194,8 +209,10 @@ class RadixCache:
                 cur = self._split(child, common)  # keeps its inherited recency
                 break
             cur = child
-            self._touch(cur, stamp)
-        self.lock(cur)
+            if not late:
+                self._touch(cur, stamp)
+        if late:  # SGLang stamps the matched path when the match ends, split nodes included
+            self._touch_path(cur, self._tick())
         return off, cur
 
     # -- locks ----------------------------------------------------------------------------
@@ -255,7 +272,7 @@ class RadixCache:
                 continue
             pages = len(node.key) // ps
             need = -(-(num_tokens - evicted) // ps)
-            if need < pages:  # only the newest tail pages of this edge are needed
+            if need < pages and not self.evict_whole_leaves:  # only the newest tail pages
                 cut = (pages - need) * ps
                 del node.key[cut:]
                 if node.hashes is not None:
@@ -301,6 +318,10 @@ class RadixCache:
         parent = child.parent
         assert parent is not None
         upper = self._new_node(child.key[:at], parent, child.stamp)
+        if self.sglang_recency:  # SGLang's _split_node: both parts count as just used
+            upper.stamp = self._tick()
+            child.stamp = self._tick()
+            self._push(child)
         upper.lock = child.lock
         if child.hashes is not None:
             pages = at // self.page_size
@@ -326,6 +347,7 @@ class RadixCache:
         while off < end:
             extendable = (
                 cur is not self.root
+                and not self.child_per_insert
                 and not cur.children
                 and (cur.lock == 0 or (cur is start and cur.lock == 1))
             )
@@ -448,7 +470,7 @@ class RadixCache:
         if not self.caching or complete <= lease.cached:
             return
         node = lease.node
-        if node.lock == 1 and not node.children and node is not self.root:
+        if node.lock == 1 and not node.children and node is not self.root and not self.child_per_insert:
             begin = lease.cached
             lease.touch = self._tick()
             node.stamp = lease.touch
@@ -475,6 +497,8 @@ class RadixCache:
         complete = max(complete, lease.cached)
         self.free_pages += lease.pages - complete // self.page_size
         self._apply_touch(lease)
+        if self.sglang_recency:  # SGLang inserts the whole sequence: its path is touched
+            self._touch_path(lease.node, self._tick())
         node, dup = self.insert(lease.node, tokens, lease.cached, complete)
         self.free_pages += dup // self.page_size
         self.unlock(lease.node)
@@ -499,3 +523,17 @@ class RadixCache:
             if cur.stamp < stamp:
                 cur.stamp = stamp
             cur = cur.parent
+
+    # -- two-phase admission (servesim_sglang.admission) -------------------------------------
+
+    def lock_prefix(self, tokens: Sequence[int], limit: int) -> tuple[int, RadixNode]:
+        """Match at most ``limit`` tokens and lock the match, allocating nothing (SGLang
+        locks every admitted prefix before the batch's KV is allocated)."""
+        return self._match_and_lock(tokens, limit)
+
+    def take_pages(self, node: RadixNode, prefix: int, target: int) -> KvLease:
+        """A lease on the locked ``node`` owning KV for ``target`` tokens; the free pages
+        must be there already (the caller evicted for the whole batch)."""
+        need = self.pages_for(target) - prefix // self.page_size
+        self.free_pages -= need
+        return KvLease(node, prefix, prefix // self.page_size + need)

@@ -118,6 +118,9 @@ class SglangRank(Rank):
             emit_token_ids=config.emit_kv_token_ids,
             dp_rank=identity.dp_rank,
         )
+        cache.evict_whole_leaves = self.params.behaviour.evict_whole_leaves
+        cache.sglang_recency = self.params.behaviour.split_refreshes_recency
+        cache.child_per_insert = self.params.behaviour.child_per_insert
         self.sched = SglangScheduler(
             self.params,
             cache,
@@ -410,15 +413,45 @@ class SglangRank(Rank):
         return self._queued[1], self._queued[2]
 
     def _schedule_record(self, out: PassOutcome) -> ScheduleRecord:
+        """The pass as SGLang's step trace shows it (servesim.passlog, ``engine_fields``).
+
+        SGLang keeps its chunked request out of the waiting queue (``Scheduler.chunked_req``),
+        so it counts as running here; its running batch holds the decoding requests (a
+        prefill batch joins it at the next step), those finished in a decode step included.
+        """
+        s, cache = self.sched, self.cache
+        head = s.waiting[0] if s.waiting else None
+        chunked = head if head is not None and 0 < head.materialized < head.seq_len else None
+        if out.prefill_pass:
+            mode, prefill, decode = "prefill", dict(out.scheduled), []
+            running_batch = out.running_before
+        else:
+            mode = "decode" if out.scheduled else "idle"
+            prefill, decode = {}, list(out.scheduled)
+            running_batch = len(decode)
+        held = 1 if chunked is not None else 0
         return ScheduleRecord(
             scheduled=dict(out.scheduled),
             new_hits={a.request_id: a.reused_input_tokens for a in out.admissions},
             resumed=list(out.resumed),
             preempted=list(out.retracted),
             finished=list(out.completed),
-            running=len(self.sched.running),
-            waiting=len(self.sched.waiting),
-            free_blocks=self.cache.free_pages,
+            running=len(s.running) + held,
+            waiting=len(s.waiting) - held,
+            free_blocks=cache.free_pages,
+            engine_fields={
+                "mode": mode,
+                "prefill": prefill,
+                "decode": decode,
+                "chunked": None if chunked is None else chunked.rid,
+                "retracted": list(out.retracted),
+                "running_batch": running_batch,
+                "extend_tokens": sum(prefill.values()),
+                "free_tokens": cache.available_tokens,
+                "evictable_tokens": cache.evictable_size,
+                "protected_tokens": cache.protected_size,
+                "new_token_ratio": round(float(s.ratio), 6),
+            },
         )
 
 

@@ -57,7 +57,7 @@ def held_head(s: Any) -> Head | None:
     else:
         start = req.materialized
     extend = seq_len - start
-    rem_chunk = float(p.chunked_prefill_size)
+    rem_chunk = float(p.chunked_prefill_size) if p.chunking else float("inf")
     if extend == 0 and not first:
         return Head(None, reserved)
     if extend <= rem_chunk:

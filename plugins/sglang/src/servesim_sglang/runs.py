@@ -91,6 +91,8 @@ def _steady(rank: SglangRank) -> tuple[int, int, list[int]] | None:
         return None
     if rank.services.record_schedule or rank.config.worker_type is not WorkerType.AGGREGATED:
         return None
+    if not rank.params.behaviour.runs_supported:
+        return None
     book = rank.book
     if rank.handoff.activated or book.sources or book.dests or book.events or book.source_of:
         return None

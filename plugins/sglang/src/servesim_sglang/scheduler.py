@@ -33,6 +33,12 @@ output, see ``tests/golden/sglang``):
   shipped with Dynamo 1.6.1 does (the golden traces pin it; with ``front``/``reset`` they
   differ by up to 43 %). dynamo-mocker.md §5 describes the older Gen-2 rule — re-queue at the
   front, reset the ratio to its initial value — available as ``front`` and ``reset``.
+
+Where SGLang 0.5.23 itself differs from this (checked step by step against its scheduler,
+docs/conformance.md), ``engine.sglang`` switches (:mod:`servesim_sglang.behaviour`, all on in
+``profile: sglang-0.5.23``) select its rules: :mod:`servesim_sglang.admission` for the
+prefill batch, :mod:`servesim_sglang.retraction` for the decode memory check, and the KV and
+tree switches read here and in :mod:`servesim_sglang.radix_cache`.
 """
 
 from __future__ import annotations
@@ -41,10 +47,12 @@ import enum
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from servesim.contract import Admission, PressureEvent, PressureKind, PressureState, WorkerType
+from servesim.contract import Admission, PressureEvent, WorkerType
 from servesim.timing.base import scaled_ms
 from servesim.timing.shape import PrefillChunk, ShapePricer
 
+from servesim_sglang import admission as _admission
+from servesim_sglang import retraction as _retraction
 from servesim_sglang.radix_cache import RadixCache
 from servesim_sglang.request import SglangRequest
 from servesim_sglang.speculative import emit_bursts
@@ -64,9 +72,8 @@ class _Stop(enum.Enum):
     OOM = "oom"
 
 
-RETRACT_DECODE_STEPS = 20
-"""SGLang ``SGLANG_RETRACT_DECODE_STEPS``: decode steps of KV kept per survivor when
-``retract_decode`` re-estimates the ratio."""
+RETRACT_DECODE_STEPS = _retraction.RETRACT_DECODE_STEPS
+"""Also the decode steps of KV kept per survivor when ``retract_decode`` re-estimates the ratio."""
 
 
 class PassOutcome:
@@ -93,6 +100,7 @@ class PassOutcome:
         "prefill_pass",
         "model_work",
         "decode_forwards",
+        "running_before",
     )
 
     def __init__(self, end_ms: float) -> None:
@@ -112,6 +120,7 @@ class PassOutcome:
         self.prefill_pass = False
         self.model_work = False
         self.decode_forwards = 0
+        self.running_before = 0  # decoding requests when the pass began (pass log)
 
 
 class SglangScheduler:
@@ -141,6 +150,14 @@ class SglangScheduler:
         self.ratio = params.init_new_token_ratio
         self.retractions_total = 0
         self._retracted_ids: set[int] = set()
+        bh = params.behaviour
+        # SGLang-version switches (servesim_sglang.behaviour) read on hot paths.
+        self._ahead = 0 if bh.lazy_decode_slot else 1  # decode slot taken for the new token
+        self._cache_decode = not bh.cache_decode_at_finish
+        self.batch_full = False  # SGLang's running_batch.batch_is_full (sticky_batch_full)
+        self._left = False  # a request left the batch in the last pass (clears batch_full)
+        self._chunk_pending: SglangRequest | None = None  # cache_chunk_next_step
+        self.prefix_refresh_calls = 0  # waiting_prefix_touch (servesim_sglang.admission)
         # Disaggregated handoff hooks (servesim_sglang.handoff.SglangHandoffAdapter).
         self.handoff: Any = None
         # Set by the rank for a timing model that prices pass shapes (servesim.timing.shape).
@@ -174,27 +191,38 @@ class SglangScheduler:
     def run_pass(self, now: float) -> PassOutcome:
         out = PassOutcome(end_ms=now)
         self.cache.now = now
+        out.running_before = len(self.running)
+        bh = self.p.behaviour
+        self._begin_pass()
         handoff = self.handoff
         if handoff is not None and handoff.activated:
             handoff.admit_activated(out)
         if self.waiting:
-            order = self.policy.order(list(self.waiting), self)
-            if order is not None:
-                self.waiting = deque(order)
+            if not bh.two_phase_admission:  # else ordered by admission, past its early exits
+                self._order_waiting(False)
             if not self.running:
                 self._reject_impossible_head(out)
         can_run: list[SglangRequest] = []
         total_isl = total_prefix = 0
         if handoff is None or not handoff.blocks_admission():  # else: behind a pending destination
-            can_run, total_isl, total_prefix = self._admit(out)
+            admit = _admission.admit if bh.two_phase_admission else SglangScheduler._admit
+            can_run, total_isl, total_prefix = admit(self, out)
         batch = len(can_run)
         for req in can_run:
             if req.materialized < req.seq_len:
                 assert req.lease is not None
-                self.cache.cache_prefix(req.lease, req.tokens, req.materialized)
+                if bh.cache_chunk_next_step:
+                    self._chunk_pending = req
+                else:
+                    self.cache.cache_prefix(req.lease, req.tokens, req.materialized)
                 self.waiting.appendleft(req)
                 self.waiting_version += 1
+                self._left = True  # SGLang's last-batch filter drops the chunked request
         if batch:
+            if not out.running_before:
+                # SGLang's empty running batch is replaced by this prefill batch at the next
+                # step, and the new batch object starts with batch_is_full cleared.
+                self._left = True
             out.prefill_pass = True
             out.model_work = any(item[1] > 0 for item in out.prefill_items)
             fresh = [r for r in can_run if r.materialized >= r.seq_len]
@@ -209,7 +237,31 @@ class SglangScheduler:
         elif not self._decode(now, out):
             # SGLang decays the ratio in ``update_running_batch``: on decode passes only.
             self.ratio = max(self.ratio - self.p.decay_step, self.p.min_new_token_ratio)
+        if out.completed or out.retracted:
+            self._left = True
         return out
+
+    def _begin_pass(self) -> None:
+        """SGLang's step prologue (``get_next_batch_to_run``): the last step's chunk enters
+        the tree (``cache_chunk_next_step``), and a running batch that lost a request or is
+        empty may admit again (``batch_is_full`` cleared)."""
+        pending = self._chunk_pending
+        if pending is not None:
+            self._chunk_pending = None
+            if pending.lease is not None:
+                self.cache.cache_prefix(pending.lease, pending.tokens, pending.materialized)
+        if self._left or not self.running:
+            self.batch_full = False
+        self._left = False
+
+    def _order_waiting(self, chunk_first: bool) -> None:
+        """Apply the policy; SGLang keeps its chunked request out of the queue it sorts."""
+        head = self.waiting[0]
+        held = chunk_first and 0 < head.materialized < head.seq_len
+        rest = list(self.waiting)[1:] if held else list(self.waiting)
+        order = self.policy.order(rest, self)
+        if order is not None:
+            self.waiting = deque([head, *order] if held else order)
 
     def _reject_impossible_head(self, out: PassOutcome) -> None:
         """servesim's no-hang rule, part 1: with nothing running, a waiting request whose whole
@@ -245,7 +297,7 @@ class SglangScheduler:
         budget = [
             float(cache.available_tokens + cache.evictable_size) - reserved,  # rem_total
             float(p.max_prefill_tokens),  # rem_input
-            float(p.chunked_prefill_size),  # rem_chunk
+            float(p.chunked_prefill_size) if p.chunking else float("inf"),  # rem_chunk
         ]
         slots = p.max_running_requests - len(self.running)
         can_run: list[SglangRequest] = []
@@ -367,6 +419,12 @@ class SglangScheduler:
                 self._complete(r, out)
             else:
                 cont.append(r)
+        if not self._ahead:  # lazy_decode_slot: the token's slot comes at the next decode
+            for r in cont:
+                self._emit(r, out)
+                assert r.lease is not None
+                self.cache.cache_prefix(r.lease, r.tokens, r.materialized)
+            return
         need = sum(self.cache.pages_for(r.seq_len + 1) - r.allocated_pages for r in cont)
         if not self._reserve(need):
             return
@@ -398,7 +456,10 @@ class SglangScheduler:
         out.decode_lens = [len(r.tokens) for r in running]
         if not running:
             return False
-        retracted, growth = self._check_decode_mem(now, out)
+        if self.p.behaviour.sglang_retraction:
+            retracted, growth = _retraction.check_decode_mem(self, now, out)
+        else:
+            retracted, growth = self._check_decode_mem(now, out)
         if retracted:
             self._requeue(retracted)
             self.ratio = self._ratio_after_retraction()
@@ -435,7 +496,7 @@ class SglangScheduler:
         ps = self.cache.page_size
         keep = []
         for r in self.running:
-            if -(-(len(r.tokens) + 1) // ps) > r.allocated_pages:
+            if -(-(len(r.tokens) + self._ahead) // ps) > r.allocated_pages:
                 self._complete(r, out, rejected=True)
                 out.rejected.append(r.rid)
             else:
@@ -447,12 +508,13 @@ class SglangScheduler:
         cache = self.cache
         ps = cache.page_size
         rids, ids, scheduled = out.token_rids, out.token_ids, out.scheduled
+        ahead, cache_decode = self._ahead, self._cache_decode
         keep = []
         for r in running:
             lease = r.lease
             assert lease is not None
             toks = r.tokens
-            if len(toks) + 1 > lease.pages * ps:
+            if len(toks) + ahead > lease.pages * ps:
                 cache.free_pages -= 1
                 lease.pages += 1
             i = r.output_len
@@ -475,20 +537,21 @@ class SglangScheduler:
             if r.remaining_output == 0:
                 self._complete(r, out)
             else:
-                cache.cache_prefix(lease, toks, r.materialized)
+                if cache_decode:
+                    cache.cache_prefix(lease, toks, r.materialized)
                 keep.append(r)
         return keep
 
     def _growth_pages(self, running: list[SglangRequest]) -> int:
         """Pages every running request needs for its next token (``ceil(len+1) - held``)."""
-        ps = self.cache.page_size
+        ps, ahead = self.cache.page_size, self._ahead
         if self.spec is not None:  # every request's largest burst
             burst = self.spec.largest_burst
             return sum([-(-(len(r.tokens) + burst(r.remaining_output)) // ps)
                         - (r.lease.pages if r.lease else 0) for r in running])
         if ps == 1:
-            return sum([len(r.tokens) + 1 - (r.lease.pages if r.lease else 0) for r in running])
-        return sum([-(-(len(r.tokens) + 1) // ps) - (r.lease.pages if r.lease else 0) for r in running])
+            return sum([len(r.tokens) + ahead - (r.lease.pages if r.lease else 0) for r in running])
+        return sum([-(-(len(r.tokens) + ahead) // ps) - (r.lease.pages if r.lease else 0) for r in running])
 
     def _check_decode_mem(self, now: float, out: PassOutcome) -> tuple[list[SglangRequest], int]:
         """Retract until the next token of every survivor fits; evict cached pages for it.
@@ -505,28 +568,7 @@ class SglangScheduler:
             if logical >= needed or len(running) <= 1:
                 break
             victim = min(running, key=lambda r: r.output_len)
-            before = PressureState(len(running), None, cache.used_pages)
-            victim_blocks = victim.allocated_pages
-            running.remove(victim)
-            assert victim.lease is not None
-            cache.release(victim.lease)
-            victim.lease = None
-            victim.materialized = 0
-            self.retractions_total += 1
-            self._retracted_ids.add(victim.rid)
-            out.retracted.append(victim.rid)
-            out.pressure.append(
-                PressureEvent(
-                    at_ms=now,
-                    kind=PressureKind.SGLANG_RETRACTION,
-                    request_id=victim.rid,
-                    state_before=before,
-                    state_after=PressureState(len(running), None, cache.used_pages),
-                    request_active_blocks_before=victim_blocks,
-                    logical_available_blocks_before=logical // ps,
-                    required_blocks_before=-(-needed // ps),
-                )
-            )
+            _retraction.retract(self, victim, running, now, out, logical, needed)
             retracted.append(victim)
             growth = self._growth_pages(running)
         needed = growth * ps

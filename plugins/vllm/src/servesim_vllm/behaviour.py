@@ -16,6 +16,9 @@ on real GPUs decide otherwise.
 * ``scheduler_reserve_full_isl`` — admit a waiting request only when blocks for all its known
   tokens fit (vLLM 0.32's default, and the reference's rule, §2.2); off: only the first chunk
   must fit (vLLM before 0.32).
+* ``local_prefill_cadence`` — apply ``engine.prefill_schedule_interval`` on a rank of its own
+  (vLLM 0.33, ``Scheduler.schedule``; 0.32 applied it only under data parallelism):
+  :mod:`servesim_vllm.cadence`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from attrs import field, frozen
+from servesim.profiles import profile_problems, resolve_switches
 
 
 @frozen(kw_only=True)
@@ -33,6 +37,7 @@ class Behaviour:
     trailing_empty_step: bool
     unchunked_gate_counts_outputs: bool
     scheduler_reserve_full_isl: bool
+    local_prefill_cadence: bool = False
 
 
 PROFILES: dict[str, Behaviour] = {
@@ -48,10 +53,17 @@ PROFILES: dict[str, Behaviour] = {
         unchunked_gate_counts_outputs=True,
         scheduler_reserve_full_isl=True,
     ),
+    "vllm-0.33": Behaviour(
+        null_block=True,
+        trailing_empty_step=True,
+        unchunked_gate_counts_outputs=True,
+        scheduler_reserve_full_isl=True,
+        local_prefill_cadence=True,
+    ),
 }
 DEFAULT_PROFILE = "reference"
 _SWITCHES = ("null_block", "trailing_empty_step", "unchunked_gate_counts_outputs",
-             "scheduler_reserve_full_isl")
+             "scheduler_reserve_full_isl", "local_prefill_cadence")
 
 
 @frozen(kw_only=True)
@@ -63,27 +75,17 @@ class BehaviourSettings:
     trailing_empty_step: bool | None = field(default=None)
     unchunked_gate_counts_outputs: bool | None = field(default=None)
     scheduler_reserve_full_isl: bool | None = field(default=None)
+    local_prefill_cadence: bool | None = field(default=None)
 
 
 def resolve(settings: Any) -> Behaviour:
     """The switches for ``settings`` (a :class:`BehaviourSettings` or None: the defaults)."""
-    if settings is None:
-        return PROFILES[DEFAULT_PROFILE]
-    base = PROFILES[getattr(settings, "profile", DEFAULT_PROFILE)]
-    chosen = {}
-    for name in _SWITCHES:
-        v = getattr(settings, name, None)
-        chosen[name] = getattr(base, name) if v is None else bool(v)
-    return Behaviour(**chosen)
+    return resolve_switches(settings, PROFILES, DEFAULT_PROFILE, _SWITCHES, Behaviour)
 
 
 def validate(settings: Any) -> list[tuple[str, str]]:
     """``[(key path, message)]`` for a bad profile name (no traceback)."""
-    profile = getattr(settings, "profile", DEFAULT_PROFILE)
-    if profile not in PROFILES:
-        return [("engine.vllm.profile",
-                 f"unknown profile {profile!r}; expected one of {', '.join(sorted(PROFILES))}")]
-    return []
+    return profile_problems(settings, PROFILES, DEFAULT_PROFILE, "engine.vllm.profile")
 
 
 __all__ = ["Behaviour", "BehaviourSettings", "DEFAULT_PROFILE", "PROFILES", "resolve", "validate"]

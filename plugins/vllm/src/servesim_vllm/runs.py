@@ -77,6 +77,8 @@ def _steady_batch(rank: VllmRank) -> VllmSteadyBatch | None:
         return None
     if rank.services.record_schedule:
         return None
+    if s.cadence is not None:  # its step counters advance pass by pass: step
+        return None
     book = getattr(rank, "book", None)
     if book is not None and (book.sources or book.dests or book.events):
         return None

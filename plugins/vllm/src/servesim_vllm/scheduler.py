@@ -39,6 +39,7 @@ from servesim.timing.shape import ShapePricer
 from servesim.speculative import Speculation
 
 from servesim_vllm.behaviour import Behaviour, resolve
+from servesim_vllm.cadence import Cadence, mid_prefill
 from servesim_vllm.handoff import admit_prebuilt_only
 from servesim_vllm.host_offload import BLOCKED, VllmHostOffload
 from servesim_vllm.request import Status, VllmRequest
@@ -176,6 +177,10 @@ class VllmScheduler:
         self._budget = 0
         self._res = PassResult()
         self._preempted_in_pass = False
+        # vLLM 0.33's local prefill cadence (servesim_vllm.cadence), when it applies.
+        interval = config.prefill_schedule_interval
+        on = self.beh.local_prefill_cadence and interval > 1 and config.dp_size == 1
+        self.cadence: Cadence | None = Cadence(interval) if on else None
 
     # -- commands -------------------------------------------------------------------------
 
@@ -221,6 +226,10 @@ class VllmScheduler:
         self._budget = self.max_tokens
         self._res = res = PassResult()
         self._preempted_in_pass = False
+        cadence = self.cadence
+        if cadence is not None:
+            sync(self)
+            cadence.begin(self.running)
         from_batch = self.steady is not None and steady_step(self)
         if not from_batch:
             sync(self)
@@ -229,6 +238,10 @@ class VllmScheduler:
         if self.host is not None:
             self.host.restore_skipped()
             self.host.after_schedule(res)
+        if cadence is not None:
+            if not self._preempted_in_pass:
+                cadence.after_waiting_scan(len(self.waiting))
+            cadence.end(self._budget != self.max_tokens)
         self._prefill_time(res)
         if self.spec is None:
             self._emit(res)
@@ -285,6 +298,11 @@ class VllmScheduler:
                 budget -= 1
                 i += 1
                 continue
+            cadence = self.cadence
+            chunk = cadence is not None and mid_prefill(req)
+            if chunk and cadence.held:  # the cadence holds this chunk back; decodes still run
+                i += 1
+                continue
             self._budget = budget
             res.plain = [n, total, sq]
             used = self._schedule(req, 0, from_waiting=False)
@@ -293,6 +311,8 @@ class VllmScheduler:
             m = len(running)
             if used == _BLOCKED:
                 break
+            if chunk and used > 0 and used != _CURRENT_PREEMPTED:
+                cadence.carried = True
             if used != _CURRENT_PREEMPTED:
                 i += 1
         self._budget = budget
@@ -320,6 +340,9 @@ class VllmScheduler:
                 self._reject(req)
                 continue
             cached, active_cached = self._prefill_cost(req)
+            cadence = self.cadence
+            if cadence is not None and cached < req.length - 1 and cadence.held:
+                break  # held: only a request with just its last token to compute may enter
             if self.host is not None:  # the host tier's lookup follows G1's (host_offload)
                 verdict = self.host.admission(req, cached, active_cached)
                 if verdict is BLOCKED:
@@ -339,6 +362,8 @@ class VllmScheduler:
                 break
             waiting.popleft()
             self._queue_stats(req, -1)
+            if cadence is not None and cached < req.length - 1:
+                cadence.carried = True
             resumed = req.status is Status.PREEMPTED
             req.status = Status.RUNNING
             running.append(req)
