@@ -25,18 +25,20 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 
+from servesim._compiled import mypyc_attr
 from servesim.contract import KvEvent, PassCompletionEffects, PassStartEffects, Request, Submit
 from servesim.engine import Engine, EnginePassStarted
-from servesim.errors import CommandRejected, SimError, TraceError
+from servesim.errors import CommandRejected, TraceError
 from servesim.passlog import PassLogWriter
 from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
 from servesim.replay.cohorts import CohortLog
+from servesim.replay.failures import ReplayError, _publish
 from servesim.replay.routers import RoundRobinRouter, Router
 from servesim.replay.runs import RunDriver, runs_enabled_by_env
 from servesim.replay.stats import RequestLog
 from servesim.replay.workload import Workload
-from servesim.sinks import FpmSink, KvEventSink, SinkError
+from servesim.sinks import FpmSink, KvEventSink
 
 _PASS_END, _ARRIVAL, _DEADLINE, _EXTERNAL = 0, 1, 2, 3
 # A session's first turn in timestamp mode: an arrival fed to the heap one at a time.
@@ -46,10 +48,7 @@ MAX_SAME_TIME_RETRIES = 64
 ProgressFn = Callable[[int, int, float], None]
 
 
-class ReplayError(SimError):
-    """The simulation cannot make progress (a stalled or livelocked engine)."""
-
-
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Replayer:
     """Replays ``workload`` through ``engines`` behind ``router``; :meth:`run` returns the log."""
 
@@ -512,9 +511,3 @@ def _session_maps(workload: Workload) -> tuple[list[str], list[int], list[int]]:
             session_index[t.request_id] = i
     return session_of, session_index, next_turn
 
-
-def _publish(sink: KvEventSink | FpmSink, w: int, now: float, payload: object) -> None:
-    try:
-        sink.publish(w, now, payload)  # type: ignore[arg-type]
-    except Exception as exc:
-        raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc

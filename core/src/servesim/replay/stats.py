@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -167,6 +168,8 @@ class RequestLog:
         self.max_in_flight = 0
         # output tokens per whole simulated second (vLLM's max_output_tokens_per_s)
         self.tokens_per_second: dict[int, int] = {}
+        # Per-request fields a replay adds (disaggregated replay's handoff times), or None.
+        self.extra: dict[str, list[Any]] | None = None
 
     # -- recording (hot path) ----------------------------------------------------------
 
