@@ -42,6 +42,8 @@ class Case:
     workers: int = 1
     router: str = "round_robin"
     kv_tokens: int | None = None
+    #: A prefill/decode split ``(prefill workers, decode workers)``; ``workers`` is then unused.
+    split: tuple[int, int] | None = None
     targets: tuple[str, ...] = ()
     note: str = ""
 
@@ -78,6 +80,9 @@ class Case:
         sets += [f"engine.{k}={_yaml(v)}" for k, v in self.engine_knobs().items()]
         sets += [f"cluster.workers={self.workers}", f"cluster.router={self.router}",
                  f"workload.trace.trace_block_size={TRACE_BLOCK_SIZE}"]
+        if self.split is not None:
+            sets += [f"cluster.prefill_workers={self.split[0]}",
+                     f"cluster.decode_workers={self.split[1]}"]
         return sets
 
     def peer_sets(self) -> list[str]:
@@ -86,6 +91,9 @@ class Case:
         sets += [f"engine.{k}={_json(v)}" for k, v in self.engine_knobs().items()]
         sets += [f"num_workers={self.workers}", f"router_mode={PEER_ROUTER[self.router]}",
                  f"trace_block_size={TRACE_BLOCK_SIZE}"]
+        if self.split is not None:
+            sets += ["mode=disagg", f"num_prefill_workers={self.split[0]}",
+                     f"num_decode_workers={self.split[1]}"]
         return sets
 
     def sized(self, n: int) -> Case:
@@ -116,6 +124,8 @@ CASES: tuple[Case, ...] = (
     Case(name="trtllm-1w", n=10_000, rate=8.0, backend="trtllm"),
     Case(name="vllm-1w-sat", n=10_000, rate=40.0,
          note="saturated: 40 req/s on one worker, the queue grows for the whole run"),
+    Case(name="vllm-disagg-2p4d-kv", n=10_000, rate=32.0, router="kv", split=(2, 4),
+         note="prefill/decode split: 2 prefill and 4 decode workers, KV-aware router"),
 )
 
 QUICK_N = 1000

@@ -65,6 +65,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tree", default=None,
                     help="run servesim from this checkout (e.g. a `git archive` of a commit) instead of "
                     "the installed packages")
+    ap.add_argument("--compiled-python", default=os.environ.get("SERVESIM_COMPILED_PYTHON"),
+                    help="also run servesim with this interpreter, whose environment holds the "
+                    "compiled build (SERVESIM_COMPILE=1 pip install ...); interleaved with the "
+                    "other runs (default: $SERVESIM_COMPILED_PYTHON)")
     ap.add_argument("--out", default=None, help="write every measurement as JSON here")
     return ap.parse_args(argv)
 
@@ -83,10 +87,11 @@ def tree_env(tree: str | None) -> dict[str, str] | None:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), *([old] if old else [])])}
 
 
-def run_servesim(case: Case, trace: Path, timeout: float, env: dict[str, str] | None) -> dict[str, Any]:
+def run_servesim(case: Case, trace: Path, timeout: float, env: dict[str, str] | None,
+                 python: str = sys.executable) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report.json"
-        m = run_measured([sys.executable, str(CHILD), str(out), str(trace), *case.servesim_sets()],
+        m = run_measured([python, str(CHILD), str(out), str(trace), *case.servesim_sets()],
                          timeout, env)
         if m.returncode != 0 or not out.exists():
             return _failed(m)
@@ -136,8 +141,11 @@ def measure_case(case: Case, args: argparse.Namespace, peer_ok: bool) -> dict[st
     trace = ensure_trace(case.trace, Path(args.trace_dir))
     mine: list[dict[str, Any]] = []
     theirs: list[dict[str, Any]] = []
+    compiled: list[dict[str, Any]] = []
     for _ in range(max(1, args.repeat)):
         mine.append(run_servesim(case, trace, args.timeout, tree_env(args.tree)))
+        if args.compiled_python:
+            compiled.append(run_servesim(case, trace, args.timeout, None, args.compiled_python))
         if peer_ok:
             theirs.append(run_peer(case, trace, args.timeout, args.peer_python, args.peer_script))
     row: dict[str, Any] = {"case": case.name, "n": case.n, "rate": case.rate, "backend": case.backend,
@@ -145,6 +153,8 @@ def measure_case(case: Case, args: argparse.Namespace, peer_ok: bool) -> dict[st
                            "num_gpu_blocks": case.num_gpu_blocks, "block_size": case.block_size,
                            "targets": list(case.targets), "trace": str(trace),
                            "servesim_sets": case.servesim_sets(), "servesim": best_of(mine)}
+    if compiled:
+        row["compiled"] = best_of(compiled)
     if peer_ok:
         row["peer_sets"] = case.peer_sets()
         row["peer"] = best_of(theirs)
@@ -158,10 +168,17 @@ def compare(case: Case, row: dict[str, Any]) -> None:
     if "error" in mine or "error" in theirs:
         return
     row["ratio"] = mine["rps"] / theirs["rps"]
+    row["process_ratio"] = theirs["process_wall_s"] / mine["process_wall_s"]
+    fast = row.get("compiled")
+    if fast is not None and "error" not in fast:
+        row["compiled_ratio"] = fast["rps"] / theirs["rps"]
+        row["compiled_process_ratio"] = theirs["process_wall_s"] / fast["process_wall_s"]
     row["rel_diff"] = {k: _rel(mine["stats"][k], theirs["stats"][k]) for k in mine["stats"]}
     row["config_mismatches"] = config_mismatches(case, mine["report"], theirs["report"])
     if mine["completed"] != theirs["completed"]:
         row["config_mismatches"].append(f"completed: {mine['completed']} != {theirs['completed']}")
+    if fast is not None and "error" not in fast and fast["report"] != mine["report"]:
+        row["config_mismatches"].append("the compiled build's report differs from the interpreted one")
     misses = []
     if "speed" in case.targets and row["ratio"] < SPEED_TARGET:
         misses.append(f"speed {row['ratio']:.2f}x < {SPEED_TARGET}x")
@@ -179,6 +196,7 @@ def _rel(a: float | None, b: float | None) -> float | None:
 
 
 HEADER = ("| case | requests | rate (req/s) | servesim req/s | reference req/s | ratio | "
+          "process ratio | compiled req/s | compiled ratio | compiled process ratio | "
           "servesim RSS (MiB) | reference RSS (MiB) | TTFT Δ mean / p99 | TPOT Δ mean / p99 | "
           "E2E Δ mean / p99 |")
 
@@ -197,8 +215,13 @@ def table_row(row: dict[str, Any]) -> str:
             return "error" if key == "rps" else format(d.get(key, 0.0), fmt)
         return format(d[key], fmt)
 
+    def ratio(key: str) -> str:
+        return f"{row[key]:.2f}x" if key in row else "–"
+
     cells = [row["case"], f"{row['n']:,}", f"{row['rate']:g}", side(mine, "rps", ",.0f"),
-             side(theirs, "rps", ",.0f"), f"{row['ratio']:.2f}x" if "ratio" in row else "–",
+             side(theirs, "rps", ",.0f"), ratio("ratio"), ratio("process_ratio"),
+             side(row.get("compiled"), "rps", ",.0f"), ratio("compiled_ratio"),
+             ratio("compiled_process_ratio"),
              side(mine, "peak_rss_mib", ",.0f"), side(theirs, "peak_rss_mib", ",.0f")]
     rel = row.get("rel_diff")
     for _, k in METRICS:
@@ -267,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
 def _notes(rows: list[dict[str, Any]]) -> list[str]:
     out = []
     for row in rows:
-        for side in ("servesim", "peer"):
+        for side in ("servesim", "compiled", "peer"):
             if side in row and "error" in row[side]:
                 out.append(f"- {row['case']}: {side} failed: {row[side]['error']}")
         for m in row.get("config_mismatches", []):

@@ -10,7 +10,7 @@ already have committed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from attrs import define, frozen
 
@@ -336,7 +336,9 @@ class Engine:
             return None
         try:
             if through_completions and getattr(type(rank), "runs_through_completions", False):
-                run = rank.execute_run(now_ms, horizon_ms, max_passes, through_completions=True)
+                # Only ranks that declare runs_through_completions take the keyword.
+                run = cast(Any, rank).execute_run(now_ms, horizon_ms, max_passes,
+                                                  through_completions=True)
             else:
                 run = rank.execute_run(now_ms, horizon_ms, max_passes)
             if run is None:

@@ -202,6 +202,9 @@ class PluginInfo:
     hooks: tuple[str, ...]
 
 
+_HOOK_OF_KIND = {kind: hook for hook, kind in HOOK_KINDS.items()}
+
+
 class Plugins:
     """Typed facade over the plugin manager (style-anchors.md rule 7).
 
@@ -212,7 +215,9 @@ class Plugins:
     def __init__(self, pm: ServesimPluginManager | None = None, *, autoload: bool = True) -> None:
         self._pm = pm
         self._autoload = autoload
-        self._registries: dict[str, Registry] | None = None
+        # Filled one kind at a time, on first use: a run asks only for the kinds it needs.
+        self._registries: dict[str, Registry] = {}
+        self._all: dict[str, Registry] | None = None
 
     @property
     def pm(self) -> ServesimPluginManager:
@@ -223,23 +228,23 @@ class Plugins:
 
     def registries(self) -> dict[str, Registry]:
         """kind → :class:`Registry`, in :data:`servesim.hookspecs.HOOK_KINDS` order."""
-        if self._registries is None:
-            built: dict[str, Registry] = {}
-            for hook_name, kind in HOOK_KINDS.items():
-                registry = Registry(kind)
-                self._fill(hook_name, registry)
-                built[kind] = registry
-            self._registries = built
-        return self._registries
+        if self._all is None:
+            self._all = {kind: self.registry(kind) for kind in HOOK_KINDS.values()}
+        return self._all
 
     def registry(self, kind: str) -> Registry:
         """The registry of one kind (``backend``, ``timing_model``, ...)."""
-        try:
-            return self.registries()[kind]
-        except KeyError:
-            raise PluginError(
-                f"unknown plugin kind {kind!r}; kinds: {', '.join(HOOK_KINDS.values())}"
-            ) from None
+        registry = self._registries.get(kind)
+        if registry is None:
+            hook_name = _HOOK_OF_KIND.get(kind)
+            if hook_name is None:
+                raise PluginError(
+                    f"unknown plugin kind {kind!r}; kinds: {', '.join(HOOK_KINDS.values())}"
+                )
+            registry = Registry(kind)
+            self._fill(hook_name, registry)
+            self._registries[kind] = registry
+        return registry
 
     # One typed accessor per hook, so call sites are checked (tox ``plugin/manager.py``).
     def backends(self) -> Registry:

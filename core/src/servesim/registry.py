@@ -7,9 +7,11 @@ tox's ``ToxEnvRegister`` and hatch's ``ClassRegister``).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 from attrs import frozen
 
 from servesim.errors import PluginError
@@ -23,6 +25,13 @@ class Entry:
     obj: Any
     plugin: str
     distribution: str
+
+
+@frozen
+class _Lazy:
+    """An object registered by its import path, ``"module:attribute"``, loaded on first use."""
+
+    target: str
 
 
 class Registry:
@@ -50,15 +59,42 @@ class Registry:
             )
         self._entries[name] = Entry(name, obj, plugin, dist)
 
+    def add_lazy(self, name: str, target: str) -> None:
+        """Register the object at ``target`` (``"module:attribute"``) under ``name`` without
+        importing it: the module loads when :meth:`get` first asks for ``name``, so a run
+        imports only the implementations it selects."""
+        module, sep, attribute = target.partition(":")
+        if not (module and sep and attribute):
+            raise PluginError(f"{self.kind} {name!r}: lazy target must be 'module:attribute', "
+                              f"got {target!r}")
+        self.add(name, _Lazy(target))
+
     def get(self, name: str) -> Any:
         """The object registered as ``name``; unknown names list what exists."""
         try:
-            return self._entries[name].obj
+            entry = self._entries[name]
         except KeyError:
             known = ", ".join(sorted(self._entries)) or "(none)"
             raise PluginError(
                 f"unknown {self.kind} {name!r}; installed: {known} (see 'servesim plugins')"
             ) from None
+        if isinstance(entry.obj, _Lazy):
+            entry = self._entries[name] = attrs.evolve(entry, obj=self._load(entry))
+        return entry.obj
+
+    def _load(self, entry: Entry) -> Any:
+        target = entry.obj.target
+        module, _, attribute = target.partition(":")
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in attribute.split("."):
+                obj = getattr(obj, part)
+        except Exception as exc:  # any import-time failure of third-party code
+            raise PluginError(
+                f"plugin {entry.plugin!r} (distribution {entry.distribution}) failed to load "
+                f"{self.kind} {entry.name!r} from {target}: {type(exc).__name__}: {exc}"
+            ) from exc
+        return obj
 
     def entry(self, name: str) -> Entry:
         self.get(name)
@@ -71,6 +107,8 @@ class Registry:
         return name in self._entries
 
     def __iter__(self) -> Iterator[Entry]:
+        for name in self._entries:
+            self.get(name)  # whoever walks every entry sees loaded objects
         return iter(sorted(self._entries.values(), key=lambda e: e.name))
 
     def __len__(self) -> int:

@@ -32,7 +32,10 @@ import heapq
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from servesim._compiled import mypyc_attr
 
+
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SteadyBatch:
     """A steady batch (see the module docstring). Subclasses define :meth:`length`,
     :meth:`left`, :meth:`first_step`, :meth:`next_step` and :meth:`write`."""

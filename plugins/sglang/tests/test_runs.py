@@ -85,7 +85,7 @@ def workloads(draw: Any) -> tuple[dict, dict, tuple[bool, bool], list, list]:
         out = draw(st.integers(0, 60))
         ids = None
         if draw(st.integers(0, 5)) == 0:  # explicit output ids (some shorter than the output)
-            ids = [5_000 + (i % 3) for i in range(draw(st.integers(0, out + 1)))]
+            ids = tuple(5_000 + (i % 3) for i in range(draw(st.integers(0, out + 1))))
         arrivals.append((t, Request(rid, Tokens(prompt), out, ids)))
     cancels = []
     for _ in range(draw(st.integers(0, 2))):
@@ -281,7 +281,7 @@ def bursts(draw: Any) -> tuple[dict, dict, list, list]:
         t += draw(st.sampled_from([0.0, 0.0, 1.0, 400.0]))
         prefix = shared[: draw(st.integers(0, len(shared)))]
         prompt = prefix + [rid * 100_000 + i for i in range(draw(st.integers(1, 20)))]
-        ids = [9_000 + i % 2 for i in range(70)] if draw(st.integers(0, 4)) == 0 else None
+        ids = tuple(9_000 + i % 2 for i in range(70)) if draw(st.integers(0, 4)) == 0 else None
         arrivals.append((t, Request(rid, Tokens(prompt), draw(st.integers(1, 60)), ids)))
     cancels = []
     if draw(st.booleans()):

@@ -181,7 +181,7 @@ def test_head_reusing_a_block_finalised_in_a_run_ends_it() -> None:
     stepping decides admission; runs and stepping agree."""
     out0 = [900 + i for i in range(12)]
     arrivals = [
-        (0.0, Request(0, Tokens(list(range(8))), 12, output_token_ids=out0)),
+        (0.0, Request(0, Tokens(list(range(8))), 12, output_token_ids=tuple(out0))),
         (1.0, Request(1, Tokens(list(range(8)) + out0[:8]), 4)),
     ]
     cfg = dict(num_gpu_blocks=7, block_size=4)

@@ -218,17 +218,17 @@ def test_consecutive_runs_reuse_the_batch_and_a_cancel_drops_it(monkeypatch: Any
     takes the lengths the previous one left (``steady``) instead of re-reading the batch.
     A cancel in between changes the batch, so the cache is dropped and the next run reads
     the requests again; everything still matches stepping pass by pass."""
-    from servesim_vllm import runs as vruns
+    from servesim_vllm.steady import VllmSteadyBatch
 
-    reads = []
-    real = vruns._steady_batch
+    builds = []
+    real = VllmSteadyBatch.build.__func__  # type: ignore[attr-defined]
 
-    def spy(rank: Any) -> Any:
-        s = rank.sched
-        reads.append(s.steady is not None and s.steady.running is s.running)
-        return real(rank)
+    def spy(cls: Any, *args: Any) -> Any:
+        builds.append(len(args[0]))
+        return real(cls, *args)
 
-    monkeypatch.setattr(vruns, "_steady_batch", spy)
+    # Patched on the (interpreted) class, so a compiled build's runs module sees it too.
+    monkeypatch.setattr(VllmSteadyBatch, "build", classmethod(spy))
     arrivals = [(0.0, Request(i, Tokens([i * 1000 + t for t in range(9)]), 60 + 4 * i))
                 for i in range(4)]
     # Cancels of unknown ids are no-ops that still end a run; the one at 120 ms removes a
@@ -241,9 +241,9 @@ def test_consecutive_runs_reuse_the_batch_and_a_cancel_drops_it(monkeypatch: Any
     assert len(run.passes) == 1  # the prefill; then only runs
     # Four cancel times and three completions end the runs.
     assert [len(r.effects.members) for r in run.runs] == [4, 4, 4, 3, 3, 2, 1]
-    # Read: the attempt before the prefill (declined), the first run after it, and the run
-    # after the real cancel; every other run (after a no-op cancel or a completion) reuses.
-    assert reads == [False, False, True, True, False, True, True, True]
+    # Built from the requests: the first run after the prefill, and the run after the real
+    # cancel (3 members left); every other run (after a no-op cancel or a completion) reuses.
+    assert builds == [4, 3]
     assert run.requests[2].token_times == step.requests[2].token_times
     for rid, trace in step.requests.items():
         assert trace.token_times == run.requests[rid].token_times, rid

@@ -14,9 +14,6 @@ if TYPE_CHECKING:
 
 @hookimpl
 def servesim_register_timing_models(registry: Registry) -> None:
-    from servesim.timing.builtin import FixedTiming, PolynomialTiming
-    from servesim.timing.interpolated import InterpolatedTiming
-
-    registry.add("polynomial", PolynomialTiming)
-    registry.add("fixed", FixedTiming)
-    registry.add("interpolated", InterpolatedTiming)
+    registry.add_lazy("polynomial", "servesim.timing.builtin:PolynomialTiming")
+    registry.add_lazy("fixed", "servesim.timing.builtin:FixedTiming")
+    registry.add_lazy("interpolated", "servesim.timing.interpolated:InterpolatedTiming")

@@ -76,7 +76,7 @@ def _slot_maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any] | None:
         (s0,) = sets
 
         def make1(a: object) -> Any:
-            o = new(cls)
+            o: Any = new(cls)
             s0(o, a)
             return o
 
@@ -85,7 +85,7 @@ def _slot_maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any] | None:
         s0, s1, s2 = sets
 
         def make3(a: object, b: object, c: object) -> Any:
-            o = new(cls)
+            o: Any = new(cls)
             s0(o, a)
             s1(o, b)
             s2(o, c)
@@ -103,7 +103,7 @@ kv_block: Callable[[int, int, tuple[int, ...] | None], KvBlock] = maker(
     KvBlock, ("block_hash", "tokens_hash", "token_ids"))
 
 
-def _bulk_kv_blocks() -> Callable[[list[int], Sequence[int]], tuple[KvBlock, ...]] | None:
+def _bulk_kv_blocks() -> Callable[[Sequence[int], Sequence[int]], tuple[KvBlock, ...]] | None:
     if kv_block is KvBlock:
         return None
     new = object.__new__
@@ -112,7 +112,7 @@ def _bulk_kv_blocks() -> Callable[[list[int], Sequence[int]], tuple[KvBlock, ...
     set_local = slots["tokens_hash"].__set__
     set_ids = slots["token_ids"].__set__
 
-    def bulk(hs: list[int], local: Sequence[int]) -> tuple[KvBlock, ...]:
+    def bulk(hs: Sequence[int], local: Sequence[int]) -> tuple[KvBlock, ...]:
         out = list(map(new, repeat(KvBlock, len(hs))))
         deque(map(set_hash, out, hs), 0)
         deque(map(set_local, out, local), 0)
@@ -125,7 +125,7 @@ def _bulk_kv_blocks() -> Callable[[list[int], Sequence[int]], tuple[KvBlock, ...
 _bulk = _bulk_kv_blocks()
 
 
-def kv_blocks(hs: list[int], local: Sequence[int]) -> tuple[KvBlock, ...]:
+def kv_blocks(hs: Sequence[int], local: Sequence[int]) -> tuple[KvBlock, ...]:
     """``KvBlock(hs[i], local[i])`` for every i (no token ids); ``local`` as long as ``hs``."""
     if _bulk is not None and len(hs) >= _BULK_FROM:
         return _bulk(hs, local)

@@ -28,6 +28,12 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, ClassVar
 
+from servesim._compiled import mypyc_attr
+
+# EvictableBlock's fields, for its __repr__ too: a compiled class has no __slots__ at run time.
+_EVICTABLE_FIELDS = ("block_id", "block_hash", "parent_hash", "position", "num_tokens",
+                     "ref_count", "hit_count", "last_access_ms", "generated", "tier")
+
 
 class EvictableBlock:
     """What a cache tells a :class:`RecordEvictionPolicy` about one evictable unit.
@@ -48,8 +54,7 @@ class EvictableBlock:
     * ``tier``: the memory tier, 0 for device (GPU) memory, the only tier servesim models.
     """
 
-    __slots__ = ("block_id", "block_hash", "parent_hash", "position", "num_tokens", "ref_count",
-                 "hit_count", "last_access_ms", "generated", "tier")
+    __slots__ = _EVICTABLE_FIELDS
 
     def __init__(self, block_id: int, block_hash: int | None, parent_hash: int | None,
                  position: int, num_tokens: int, *, ref_count: int = 0, hit_count: int = 0,
@@ -66,10 +71,11 @@ class EvictableBlock:
         self.tier = tier
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _EVICTABLE_FIELDS)
         return f"EvictableBlock({fields})"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RecordEvictionPolicy(ABC):
     """Orders evictable units from their records (see the module docstring).
 
@@ -140,6 +146,7 @@ def eviction_refusal(rank_class: type, policy: object) -> str | None:
     return "drives no eviction policy but the built-in 'lru'"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class EvictionPolicy(ABC):
     """Orders evictable blocks by id (see the module docstring)."""
 
@@ -175,6 +182,7 @@ class EvictionPolicy(ABC):
         return [self.pop() for _ in range(n)]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class LruEviction(EvictionPolicy):
     """Evict the block that became evictable longest ago (dynamo-mocker.md §3.2: oldest
     insertion time first; vLLM v1's free-block queue behaves the same way).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Sequence
+from typing import ClassVar
 
 from xxhash import xxh3_64_intdigest
 
@@ -51,7 +52,7 @@ def chain_hash(parent: int | None, local: int) -> int:
 
 
 class _PlaceholderCounter:
-    next = 1
+    next: ClassVar[int] = 1
 
 
 def placeholder_hashes(n: int) -> list[int]:

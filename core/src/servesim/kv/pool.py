@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from servesim._compiled import mypyc_attr
 from servesim.contract import KvEvent, RemovedBlocks, StoredBlocks
 from servesim.kv.event_build import kv_block, kv_blocks, kv_event, removed_blocks, stored_blocks
 from servesim.kv.eviction import EvictionPolicy, LruEviction
@@ -65,6 +66,7 @@ class BlockTable:
         return f"BlockTable(blocks={len(self.ids)}, cached={self.num_cached})"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class BlockPool:
     """``num_blocks`` physical blocks shared by the requests of one rank."""
 
@@ -105,7 +107,7 @@ class BlockPool:
             # walks them anyway (one loop instead of two).
             self._evict.reserve(num_blocks)
             self._pop_many = self._evict._pop_unmarked  # noqa: SLF001
-            self._unmark: list[object] = self._evict._batch  # noqa: SLF001
+            self._unmark: list[list[int] | None] = self._evict._batch  # noqa: SLF001
         else:
             self._pop_many = self._evict.pop_many
             self._unmark = [None] * num_blocks
@@ -418,7 +420,7 @@ class BlockPool:
         if run_from >= 0 and self._events is not None:
             self._stored(start + run_from, hs[run_from:], local_hashes, block_tokens, seq_hashes)
 
-    def _stored(self, first: int, hs: list[int], local_hashes: Sequence[int],
+    def _stored(self, first: int, hs: Sequence[int], local_hashes: Sequence[int],
                 block_tokens: Callable[[int], Sequence[int]] | None,
                 seq_hashes: Sequence[int]) -> None:
         """Publish blocks ``first .. first+len(hs)-1`` (consecutive, all newly visible) as one
@@ -435,7 +437,7 @@ class BlockPool:
         if j0 < len(hs):
             self._stored_run(first + j0, hs[j0:], local_hashes, block_tokens, seq_hashes)
 
-    def _stored_run(self, first: int, hs: list[int], local_hashes: Sequence[int],
+    def _stored_run(self, first: int, hs: Sequence[int], local_hashes: Sequence[int],
                     block_tokens: Callable[[int], Sequence[int]] | None,
                     seq_hashes: Sequence[int]) -> None:
         parent = seq_hashes[first - 1] if first > 0 else None

@@ -54,8 +54,7 @@ class CohortLog(RequestLog):
         self.cohorts: dict[int, _Cohort] = {}
 
     def tokens(self, rids: Sequence[int], now: float, key: int | None = None) -> list[int]:
-        c = self.cohorts.get(key) if key is not None else None
-        if c is not None:
+        if key is not None and (c := self.cohorts.get(key)) is not None:
             ids = c.ids
             size = len(ids)
             if rids[:size] == ids:
@@ -80,10 +79,10 @@ class CohortLog(RequestLog):
                    completed_before: dict[int, list[int]] | None = None,
                    key: int | None = None, completed: Sequence[int] = ()) -> None:
         c = self.cohorts.get(key) if key is not None else None
-        if c is not None and members[:len(c.ids)] != c.ids:
+        if key is not None and c is not None and members[:len(c.ids)] != c.ids:
             self._dissolve(key)
             c = None
-        if c is None:
+        if key is None or c is None:
             super().run_tokens(members, absent_last, ends, start, completed_before)
             if key is not None:
                 self._form(key, members, absent_last, completed_before, completed, ends[-1])

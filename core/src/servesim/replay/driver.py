@@ -26,6 +26,7 @@ import heapq
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from servesim._compiled import mypyc_attr
 from servesim.contract import (
     ForwardPassMetrics,
     KvEvent,
@@ -35,16 +36,16 @@ from servesim.contract import (
     Submit,
 )
 from servesim.engine import Engine, EnginePassStarted
-from servesim.errors import CommandRejected, SimError, TraceError
+from servesim.errors import CommandRejected, TraceError
 from servesim.observers import FinishedRequest, Observers
 from servesim.passlog import PassLogWriter
 from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
 from servesim.replay.cohorts import CohortLog
+from servesim.replay.failures import ReplayError, _publish
 from servesim.replay.routers import RoundRobinRouter, Router
 from servesim.replay.runs import RunDriver, runs_enabled_by_env
 from servesim.replay.sink_merge import FLUSH_AT, SinkMerge
-from servesim.replay.sink_merge import publish as _publish
 from servesim.replay.stats import RequestLog
 from servesim.replay.workload import Workload
 from servesim.sinks import FpmSink, KvEventSink
@@ -61,10 +62,7 @@ MAX_SAME_TIME_RETRIES = 64
 ProgressFn = Callable[[int, int, float], None]
 
 
-class ReplayError(SimError):
-    """The simulation cannot make progress (a stalled or livelocked engine)."""
-
-
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Replayer:
     """Replays ``workload`` through ``engines`` behind ``router``; :meth:`run` returns the log."""
 

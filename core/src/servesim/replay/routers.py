@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from attrs import frozen
 
+from servesim._compiled import mypyc_attr
 from servesim.contract import ClearedBlocks, KvEvent, RemovedBlocks, Request, StoredBlocks
 from servesim.replay.cluster import ClusterState
 from servesim.tokens import TokenSeq
@@ -37,6 +38,7 @@ from servesim.tokens import TokenSeq
 _BLOCK_HASH = attrgetter("block_hash")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Router(ABC):
     """Chooses ``(worker, dp_rank)`` for each request.
 
@@ -97,6 +99,7 @@ class Router(ABC):
         return 0.0
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RoundRobinRouter(Router):
     proves_exclusion = True
 
@@ -187,7 +190,10 @@ class KvIndex:
                 out[h] = out.get(h, 0) | bit
         return out
 
-    _index = property(slot_masks)  # the former representation's name, read-only
+    @property
+    def _index(self) -> dict[int, int]:
+        """:meth:`slot_masks` under the former representation's name (read-only)."""
+        return self.slot_masks()
 
     def __len__(self) -> int:
         return len(set().union(*self._held))
@@ -235,6 +241,7 @@ def shared_prefix(block_hashes: Sequence[int]) -> Sequence[int]:
     return block_hashes[:k]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class KvRouter(Router):
     config_class = KvRouterConfig
     wants_block_hashes = True

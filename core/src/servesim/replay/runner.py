@@ -242,5 +242,5 @@ def _simulate_disagg(
             sink.close()
     report = build_report(log, sim.report, loaded.resolved())
     report.update(_clean(replayer.report_extras()))
-    log.extra = replayer.per_request_extras()  # type: ignore[attr-defined]
+    log.extra = replayer.per_request_extras()
     return SimResult(report, log, replayer.session_of, replayer.passes)

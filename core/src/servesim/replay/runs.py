@@ -42,6 +42,7 @@ from itertools import repeat
 from operator import lshift, or_, sub
 from typing import TYPE_CHECKING
 
+from servesim.replay.failures import ReplayError
 from servesim.runs import EngineRunStarted
 
 if TYPE_CHECKING:
@@ -69,6 +70,11 @@ class RunDriver:
         self.flush = rp.router.wants_kv_events or bool(rp.kv_sinks)
         self.pass_ms = [0.0] * num_workers  # each worker's last run's mean pass duration
         self.extended = 0  # runs whose horizon skipped arrivals proved to go elsewhere
+        # Totals over the replay (for tests and profiles): runs committed, the passes they
+        # covered, and the requests they completed before their last pass.
+        self.committed = 0
+        self.run_passes = 0
+        self.completed_within = 0
         # Per request, the most tokens it can emit (None: arrivals bound every run).
         self.planned: list[int] | None = None
         if exclusion_applies(rp, num_workers, cross_worker):
@@ -119,7 +125,10 @@ class RunDriver:
         self.retired[w] = 0
         if run.completed_at:
             self.with_done += 1
+            self.completed_within += len(run.completed_at)
         self.count += 1
+        self.committed += 1
+        self.run_passes += run.num_passes
         rp._start_busy[w] = False  # noqa: SLF001
         rp._last_zero[w] = False  # noqa: SLF001
         rp._push(run.end_ms, 0, w, run.first_pass_id)  # noqa: SLF001 - _PASS_END
@@ -198,8 +207,6 @@ class RunDriver:
             ends = run.pass_ends
             last_start = ends[-2] if len(ends) > 1 else run.started_at_ms
             if now <= last_start:
-                from servesim.replay.driver import ReplayError
-
                 raise ReplayError(
                     f"internal: an arrival at {now} ms was routed to worker {w}, whose run "
                     f"extends past it (last pass starts at {last_start} ms)")
@@ -271,8 +278,6 @@ class RunDriver:
             self.rp.log.settle_worker(w)  # ntok current (servesim.replay.cohorts)
         for j, rid in run.completed_at:
             if planned[rid] - ntok[rid] > j + 1:
-                from servesim.replay.driver import ReplayError
-
                 raise ReplayError(f"internal: request {rid} finished before its planned length")
 
 

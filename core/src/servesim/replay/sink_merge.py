@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from servesim.contract import ForwardPassMetrics, KvEvent
-from servesim.sinks import FpmSink, KvEventSink, SinkError
+from servesim.replay.failures import publish
+from servesim.sinks import FpmSink, KvEventSink
 
 _KV, _FPM = 0, 1
 # Buffered entries before a time step tries to release some: amortises the sort.
@@ -75,11 +76,3 @@ class SinkMerge:
         for at, _start, w, _dp, _seq, kind, payload in entries:
             for sink in kv_sinks if kind == _KV else fpm_sinks:
                 publish(sink, w, at, payload)
-
-
-def publish(sink: KvEventSink | FpmSink, w: int, now: float, payload: object) -> None:
-    """Hand one batch to one sink; any failure becomes a :class:`SinkError` naming it."""
-    try:
-        sink.publish(w, now, payload)  # type: ignore[arg-type]
-    except Exception as exc:
-        raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc

@@ -169,6 +169,8 @@ class RequestLog:
         self.max_in_flight = 0
         # output tokens per whole simulated second (vLLM's max_output_tokens_per_s)
         self.tokens_per_second: dict[int, int] = {}
+        # Per-request fields a replay adds (disaggregated replay's handoff times), or None.
+        self.extra: dict[str, list[Any]] | None = None
         # Speculative decoding (servesim.speculative): drafts per forward (0: none seen),
         # verification forwards, accepted drafts, and accepted drafts per position.
         self.spec_nextn = 0

@@ -12,6 +12,4 @@ if TYPE_CHECKING:
 
 @hookimpl
 def servesim_register_eviction_policies(registry: Registry) -> None:
-    from servesim_lfu.policy import LfuEviction
-
-    registry.add("lfu", LfuEviction)
+    registry.add_lazy("lfu", "servesim_lfu.policy:LfuEviction")

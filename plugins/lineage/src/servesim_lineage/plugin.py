@@ -12,6 +12,4 @@ if TYPE_CHECKING:
 
 @hookimpl
 def servesim_register_eviction_policies(registry: Registry) -> None:
-    from servesim_lineage.policy import LineageEviction
-
-    registry.add("lineage", LineageEviction)
+    registry.add_lazy("lineage", "servesim_lineage.policy:LineageEviction")

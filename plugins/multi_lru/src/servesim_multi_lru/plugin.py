@@ -12,6 +12,4 @@ if TYPE_CHECKING:
 
 @hookimpl
 def servesim_register_eviction_policies(registry: Registry) -> None:
-    from servesim_multi_lru.policy import MultiLruEviction
-
-    registry.add("multi_lru", MultiLruEviction)
+    registry.add_lazy("multi_lru", "servesim_multi_lru.policy:MultiLruEviction")

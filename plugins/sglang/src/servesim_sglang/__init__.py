@@ -1,16 +1,22 @@
-"""servesim-sglang: the ``sglang`` scheduler backend for servesim (radix-cache scheduling)."""
+"""servesim-sglang: the ``sglang`` scheduler backend for servesim (radix-cache scheduling).
 
-from servesim_sglang.config import SglangConfig
-from servesim_sglang.policies import SchedulePolicy
-from servesim_sglang.radix_cache import RadixCache
+Importing the package is cheap: its names load on first attribute access, so plugin discovery
+imports none of the scheduler's modules.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["RadixCache", "SchedulePolicy", "SglangConfig", "SglangRank"]
 
+_HOME = {"RadixCache": "radix_cache", "SchedulePolicy": "policies", "SglangConfig": "config",
+         "SglangRank": "rank"}
 
-def __getattr__(name: str) -> object:
-    # The rank pulls in the scheduler; import it only when asked for.
-    if name == "SglangRank":
-        from servesim_sglang.rank import SglangRank
 
-        return SglangRank
-    raise AttributeError(name)
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(f"servesim_sglang.{module}"), name)

@@ -12,9 +12,7 @@ if TYPE_CHECKING:
 
 @hookimpl
 def servesim_register_backends(registry: Registry) -> None:
-    from servesim_sglang.rank import SglangRank
-
-    registry.add("sglang", SglangRank)
+    registry.add_lazy("sglang", "servesim_sglang.rank:SglangRank")
 
 
 @hookimpl

@@ -28,6 +28,8 @@ import random
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Protocol
 
+from servesim._compiled import mypyc_attr
+
 if TYPE_CHECKING:
     from servesim.registry import Registry
 
@@ -53,6 +55,7 @@ class PolicyContext(Protocol):
         """Tokens of the request's sequence currently in the radix cache (read-only)."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SchedulePolicy(ABC):
     """Orders the waiting queue once per pass, before prefill admission."""
 

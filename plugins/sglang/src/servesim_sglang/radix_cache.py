@@ -37,6 +37,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
+from servesim._compiled import mypyc_attr
 from servesim.contract import KvBlock, KvEvent, RemovedBlocks, StoredBlocks
 from servesim.kv.hashing import chain_hash, local_block_hash, repeated_token_hash
 
@@ -75,6 +76,7 @@ class KvLease:
         self.prompt_len = prompt_len
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RadixCache:
     #: True for a tree driving a record eviction policy, which needs the per-pass time that
     #: only stepping gives: its rank declines runs of passes (servesim_sglang.radix_records).

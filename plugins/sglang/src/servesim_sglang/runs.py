@@ -50,6 +50,7 @@ from servesim.timing.base import scaled_ms
 
 from servesim_sglang.policies import FcfsPolicy
 from servesim_sglang.run_head import Head, held_head
+from servesim_sglang.scheduler import PassOutcome
 
 if TYPE_CHECKING:
     from servesim_sglang.rank import SglangRank
@@ -347,7 +348,7 @@ def _bulk(rank: SglangRank, run: SglangRunPending, plan: _Plan, k: int) -> None:
     # completion unlocks pages that a later pass may evict).
     evictions = plan.evictions
     e = 0
-    out = _LastPass()
+    out = PassOutcome(0.0)  # only its completions and cached tokens are read
     for c, r, clock in done:
         # Consecutive passes' evictions with no completion between them go in one call: the
         # LRU pops are the same (a tail cut leaves its leaf the heap's minimum) and no event
@@ -361,7 +362,7 @@ def _bulk(rank: SglangRank, run: SglangRunPending, plan: _Plan, k: int) -> None:
         _append_tokens(r, 1)
         if caching:
             cache._clock = clock  # noqa: SLF001 - the tick finish() takes is stepping's
-        s._complete(r, out)  # type: ignore[arg-type]  # noqa: SLF001
+        s._complete(r, out)  # noqa: SLF001
         if c < k - 1:
             run.completed_before.setdefault(c, []).append(out.completed.pop())
     rest = sum([t for _, t in evictions[e:]])
@@ -380,16 +381,6 @@ def _bulk(rank: SglangRank, run: SglangRunPending, plan: _Plan, k: int) -> None:
         gone = {rid for rids in run.completed_before.values() for rid in rids}
         last = [rid for rid in last if rid not in gone]
     _finish_rank(rank, run, out.completed, list(last))
-
-
-class _LastPass:
-    """The part of a ``PassOutcome`` that ``SglangScheduler._complete`` writes."""
-
-    __slots__ = ("completed", "cached_tokens")
-
-    def __init__(self) -> None:
-        self.completed: list[int] = []
-        self.cached_tokens: dict[int, int] = {}
 
 
 def _bulk_page1(

@@ -13,6 +13,4 @@ if TYPE_CHECKING:
 @hookimpl
 def servesim_register_backends(registry: Registry) -> None:
     """Register the ``trtllm`` rank (TensorRT-LLM capacity + micro-batch scheduling)."""
-    from servesim_trtllm.rank import TrtllmRank
-
-    registry.add("trtllm", TrtllmRank)
+    registry.add_lazy("trtllm", "servesim_trtllm.rank:TrtllmRank")

@@ -164,7 +164,8 @@ class TrtllmRank(Rank):
         return book.apply(command, busy, retained)
 
     def _cancel(
-        self, command: CancelRequest, ctx: CommandContext, pending: TrtllmPending | None
+        self, command: CancelRequest, ctx: CommandContext,
+        pending: TrtllmPending | _runs.TrtRunPending | None,
     ) -> CommandEffects:
         core = self.core
         r = core.reqs.get(command.request_id)

@@ -137,6 +137,7 @@ def steady_step(core: TrtCore, budget: float) -> int | None:
     each), or None, having changed nothing, when the step is not that simple (the batch
     exceeds the token budget, or an allocation could fail)."""
     batch = core.steady
+    assert batch is not None  # the caller steps this way only while a steady batch is kept
     m = batch.m
     if m == 0 or m > budget or m != len(core.running):
         return None
@@ -150,6 +151,7 @@ def emit_members(core: TrtCore, out: OutputBatch) -> None:
     token; those whose last token it was leave the batch and the rank (``TrtCore.remove``,
     in batch order, as ``TrtCore.emit``)."""
     batch = core.steady
+    assert batch is not None  # only in a step steady_step began
     out.token_request_ids.extend(batch.rids)
     batch.P += 1
     P = batch.P
@@ -165,6 +167,7 @@ def after_step(core: TrtCore, work: StepWork) -> None:
     """After a step begun by :func:`steady_step`: add the requests it admitted to the batch
     when every one of them is a plain decode now, else write back and drop the batch."""
     batch = core.steady
+    assert batch is not None  # only after a step steady_step began
     new = [r for r, _, _, _ in work.contexts if r.started and r.rid in core.running]
     if not new:
         return

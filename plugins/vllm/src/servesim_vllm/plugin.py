@@ -13,6 +13,4 @@ if TYPE_CHECKING:
 @hookimpl
 def servesim_register_backends(registry: Registry) -> None:
     """``vllm``: a rank that schedules like vLLM's v1 scheduler (servesim_vllm.rank)."""
-    from servesim_vllm.rank import VllmRank
-
-    registry.add("vllm", VllmRank)
+    registry.add_lazy("vllm", "servesim_vllm.rank:VllmRank")

@@ -34,7 +34,7 @@ from servesim.contract import (
 from servesim.errors import CommandRejected
 from servesim.handoff import HandoffBook, kv_bytes_per_token, suppress_request
 from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
-from servesim.runs import RankRun, RunEffects
+from servesim.runs import BlockRunPending, RankRun, RunEffects
 from servesim.timing.base import scaled_ms
 
 from servesim_vllm import behaviour as _behaviour
@@ -113,7 +113,7 @@ class VllmRank(Rank):
         return self._handoff(command, ctx, pending)
 
     def _handoff(
-        self, command: Command, ctx: CommandContext, pending: VllmPendingPass | None
+        self, command: Command, ctx: CommandContext, pending: VllmPendingPass | BlockRunPending | None
     ) -> CommandEffects:
         """The handoff commands (servesim.handoff.HandoffBook; aisimulate-engine.md §8.2)."""
         _steady.sync(self.sched)  # the book may read or change running requests
@@ -134,7 +134,9 @@ class VllmRank(Rank):
         self.sched.submit(request)
         return CommandEffects(CommandResult.submitted(rid), metrics=self.metrics())
 
-    def _cancel(self, command: CancelRequest, pending: VllmPendingPass | None) -> CommandEffects:
+    def _cancel(
+        self, command: CancelRequest, pending: VllmPendingPass | BlockRunPending | None
+    ) -> CommandEffects:
         """Cancel a waiting or running request; mid-pass, also drop its retained outputs
         (aisimulate-engine.md §3, "Suppression")."""
         rid = command.request_id

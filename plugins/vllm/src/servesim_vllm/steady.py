@@ -129,6 +129,7 @@ def steady_step(s: VllmScheduler) -> bool:
     ``_schedule_running`` would; False, having changed nothing, when the pass is not a
     steady one (handoff state, or an allocation that could fail and must preempt)."""
     batch = s.steady
+    assert batch is not None  # the caller steps this way only while a steady batch is kept
     running = s.running
     if batch.running is not running:
         raise RuntimeError("vllm rank: the steady batch lost track of the running list")
@@ -158,6 +159,7 @@ def after_step(s: VllmScheduler) -> None:
     followed by the requests admitted in the pass. Keep the batch when every newcomer is a
     plain decoder now; otherwise sync the members and drop it."""
     batch = s.steady
+    assert batch is not None  # only after a pass steady_step began
     batch.P += 1
     P = batch.P
     if P in batch.ends:

@@ -1,0 +1,23 @@
+"""How a replay fails: :class:`ReplayError`, and sink failures turned into
+:class:`~servesim.sinks.SinkError`. Shared by the driver and its run bookkeeping
+(:mod:`servesim.replay.runs`), which the driver imports, so neither imports the other."""
+
+from __future__ import annotations
+
+from servesim.errors import SimError
+from servesim.sinks import FpmSink, KvEventSink, SinkError
+
+
+class ReplayError(SimError):
+    """The simulation cannot make progress (a stalled or livelocked engine)."""
+
+
+def publish(sink: KvEventSink | FpmSink, w: int, now: float, payload: object) -> None:
+    """Hand one batch to one sink; any failure becomes a :class:`SinkError` naming it."""
+    try:
+        sink.publish(w, now, payload)  # type: ignore[arg-type]
+    except Exception as exc:
+        raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc
+
+
+_publish = publish  # the name the driver and disaggregated replay import
