@@ -84,6 +84,8 @@ def test_a_vllm_run_imports_no_other_backend(tmp_path: Path) -> None:
     assert any(m.startswith("servesim_vllm.") for m in loaded)
     # Other distributions' entry-point modules load (their hooks), their machinery does not.
     others = [m for m in loaded if m.startswith(("servesim_sglang", "servesim_trtllm", "servesim_lfu",
-                                                 "servesim_lineage", "servesim_multi_lru"))]
+                                                 "servesim_lineage", "servesim_multi_lru", "servesim_aic",
+                                                 "servesim_zmq", "servesim_prometheus", "servesim_serve"))]
     assert others and all(m.count(".") == 0 or m.endswith(".plugin") for m in others), others
     assert "servesim.timing.interpolated" not in loaded
+    assert "servesim.calibrate" not in loaded

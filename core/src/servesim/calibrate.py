@@ -233,16 +233,6 @@ def format_errors(errors: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("fpm", metavar="FPM.jsonl", help="forward-pass metrics, one record per line")
-    p.add_argument("--model", choices=("polynomial", "interpolated"), default="interpolated",
-                   help="the timing model to fit (default interpolated)")
-    p.add_argument("-o", "--output", required=True, metavar="FILE",
-                   help="write the engine.timing_model config fragment here (YAML)")
-    p.add_argument("--kv-tokens", type=int, default=None, metavar="N",
-                   help="polynomial: the KV pool's size in tokens (num_gpu_blocks x block_size)")
-
-
 def run(args: argparse.Namespace) -> int:
     passes = read_passes(args.fpm)
     if args.model == "polynomial":

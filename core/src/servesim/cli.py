@@ -70,9 +70,9 @@ def build_parser(*, with_plugins: bool = True) -> argparse.ArgumentParser:
         help="override a config key, e.g. engine.max_num_seqs=64 (repeatable)",
     )
 
-    from servesim import calibrate
+    from servesim.cli_calibrate import add_arguments as calibrate_arguments
 
-    calibrate.add_arguments(sub.add_parser("calibrate", help="fit a timing model to measured forward passes"))
+    calibrate_arguments(sub.add_parser("calibrate", help="fit a timing model to measured forward passes"))
 
     plugins = sub.add_parser("plugins", help="list discovered plugins grouped by kind")
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")

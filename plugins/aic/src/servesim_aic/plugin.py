@@ -13,6 +13,4 @@ if TYPE_CHECKING:
 @hookimpl
 def servesim_register_timing_models(registry: Registry) -> None:
     """Register ``aic``: per-pass latency of a real deployment (model, GPU, backend, TP)."""
-    from servesim_aic.timing import AicTiming
-
-    registry.add("aic", AicTiming)
+    registry.add_lazy("aic", "servesim_aic.timing:AicTiming")

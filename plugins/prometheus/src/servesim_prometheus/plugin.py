@@ -13,6 +13,4 @@ if TYPE_CHECKING:
 @hookimpl
 def servesim_register_fpm_sinks(registry: Registry) -> None:
     """``prometheus``: a replay's vLLM/SGLang metrics as an OpenMetrics file (servesim_prometheus.sink)."""
-    from servesim_prometheus.sink import PrometheusFpmSink
-
-    registry.add("prometheus", PrometheusFpmSink)
+    registry.add_lazy("prometheus", "servesim_prometheus.sink:PrometheusFpmSink")

@@ -13,14 +13,10 @@ if TYPE_CHECKING:
 @hookimpl
 def servesim_register_kv_event_sinks(registry: Registry) -> None:
     """``zmq``: KV events in vLLM's ZMQ wire format (servesim_zmq.sinks)."""
-    from servesim_zmq.sinks import ZmqKvEventSink
-
-    registry.add("zmq", ZmqKvEventSink)
+    registry.add_lazy("zmq", "servesim_zmq.sinks:ZmqKvEventSink")
 
 
 @hookimpl
 def servesim_register_fpm_sinks(registry: Registry) -> None:
     """``zmq``: forward-pass metrics in Dynamo's ForwardPassMetrics schema over ZMQ."""
-    from servesim_zmq.sinks import ZmqFpmSink
-
-    registry.add("zmq", ZmqFpmSink)
+    registry.add_lazy("zmq", "servesim_zmq.sinks:ZmqFpmSink")
