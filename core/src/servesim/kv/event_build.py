@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -25,6 +25,8 @@ from servesim.contract import KvBlock, KvEvent, RemovedBlocks, StoredBlocks
 #: From this many blocks on, :func:`kv_blocks` fills each field with one C-level map over all
 #: blocks; below it, per-block calls are cheaper than setting the maps up.
 _BULK_FROM = 8
+#: attrs' ``Factory`` class (its stubs type the name as an overloaded function).
+_FACTORY = cast(type, attrs.Factory)
 
 
 def is_plain(cls: type, names: tuple[str, ...]) -> bool:
@@ -37,7 +39,7 @@ def is_plain(cls: type, names: tuple[str, ...]) -> bool:
     rest = fields[len(names):]
     return (
         tuple(f.name for f in fields[:len(names)]) == names
-        and all(f.default is not attrs.NOTHING and not isinstance(f.default, attrs.Factory)
+        and all(f.default is not attrs.NOTHING and not isinstance(f.default, _FACTORY)
                 for f in rest)
         and all(f.validator is None and f.converter is None and f.init for f in fields)
         and all(type(cls.__dict__.get(f.name)).__name__ == "member_descriptor" for f in fields)

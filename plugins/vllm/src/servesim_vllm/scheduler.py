@@ -211,6 +211,7 @@ class VllmScheduler:
         if req.status is Status.RUNNING:
             self.running.remove(req)
         elif req.status is Status.LOADING:
+            assert self.host is not None  # only the host tier parks a request LOADING
             self.host.cancel(req)
         else:
             self.waiting.remove(req)
@@ -300,7 +301,7 @@ class VllmScheduler:
                 continue
             cadence = self.cadence
             chunk = cadence is not None and mid_prefill(req)
-            if chunk and cadence.held:  # the cadence holds this chunk back; decodes still run
+            if chunk and cadence is not None and cadence.held:  # held back; decodes still run
                 i += 1
                 continue
             self._budget = budget
@@ -311,7 +312,7 @@ class VllmScheduler:
             m = len(running)
             if used == _BLOCKED:
                 break
-            if chunk and used > 0 and used != _CURRENT_PREEMPTED:
+            if chunk and cadence is not None and used > 0 and used != _CURRENT_PREEMPTED:
                 cadence.carried = True
             if used != _CURRENT_PREEMPTED:
                 i += 1
