@@ -161,4 +161,4 @@ def test_an_unusable_plot_folder_fails_before_the_run(tmp_path, capsys) -> None:
     assert main(["run", "--plot", str(blocker / "figs"), *_sets()]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""  # no report table: the run never started
-    assert captured.err.startswith(f"servesim: error: cannot create the figures folder '{blocker}/figs'")
+    assert captured.err.startswith(f"servesim: error: --plot: cannot create the figures folder '{blocker}/figs'")

@@ -42,3 +42,30 @@ def test_every_report_key_is_documented():
         if f"`{k}`" not in text and not any(k.endswith(f"_{m}_ms") or k.endswith(f"_{m}") for m in families)
     ]
     assert missing == []
+
+
+def _plugin_option_classes() -> list[tuple[str, type]]:
+    from servesim.config.sections import PoolConfig
+    from servesim.plugins import Plugins
+
+    out: list[tuple[str, type]] = [("pool", PoolConfig)]
+    plugins = Plugins()
+    for kind in ("backend", "timing_model", "eviction_policy", "kv_event_sink", "fpm_sink", "router"):
+        registry = plugins.registry(kind)
+        for name in registry.names():
+            entry = registry.entry(name)
+            cls = getattr(entry.obj, "config_class", None)
+            if cls is not None and attrs.has(cls) and not entry.distribution.startswith("servesim-toy"):
+                out.append((f"{kind} {name}", cls))
+    return out
+
+
+def test_every_plugin_option_is_documented():
+    """Pools and every installed plugin's options (backend sections, timing models, eviction
+    policies, sinks, routers) are named in docs/configuration.md; the example plugin
+    documents its own."""
+    text = (DOCS / "configuration.md").read_text()
+    classes = _plugin_option_classes()
+    assert {"timing_model aic", "eviction_policy multi_lru", "kv_event_sink sample"} <= {k for k, _c in classes}
+    missing = [(k, f.name) for k, cls in classes for f in attrs.fields(cls) if f"`{f.name}`" not in text]
+    assert missing == []

@@ -28,6 +28,7 @@ import yaml
 from attrs import frozen
 
 from servesim.errors import TraceError, UserError
+from servesim.textlines import read_text_lines
 from servesim.timing.base import TimingModel
 from servesim.timing.builtin import PolynomialTiming, PolynomialTimingConfig
 from servesim.timing.interpolated import InterpolatedTiming, tables_from_arrays
@@ -89,20 +90,15 @@ def _record_pass(rec: Any) -> Pass | None:
 def read_passes(path: str) -> list[Pass]:
     """Every pass with scheduled work in ``path``; a bad line is a TraceError (file:line)."""
     out: list[Pass] = []
-    try:
-        fh = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
-    with fh:
-        for no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                p = _record_pass(json.loads(line))
-            except (ValueError, TypeError) as exc:
-                raise TraceError(f"not a forward-pass record: {exc}", file=path, line=no) from None
-            if p is not None:
-                out.append(p)
+    for no, line in enumerate(read_text_lines(path, "forward-pass metrics"), 1):
+        if not line.strip():
+            continue
+        try:
+            p = _record_pass(json.loads(line))
+        except (ValueError, TypeError) as exc:
+            raise TraceError(f"not a forward-pass record: {exc}", file=path, line=no) from None
+        if p is not None:
+            out.append(p)
     return out
 
 
@@ -129,9 +125,21 @@ def _prefill_samples(passes: Sequence[Pass], decode_ms: Callable[[Pass], float])
     return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
 
 
+class TooFewPasses(UserError):
+    """The file holds too few passes of a kind to fit; :func:`run` names the file."""
+
+
 def _need(n: int, what: str, at_least: int) -> None:
     if n < at_least:
-        raise UserError(f"calibrate needs at least {at_least} {what} passes, the file has {n}")
+        raise TooFewPasses(f"calibrate needs at least {at_least} {what} passes, the file has {n}")
+
+
+def _distinct(xs: Any, what: str) -> None:
+    """A quadratic through fewer than three distinct x values is not determined (numpy would
+    only warn that the fit is poorly conditioned)."""
+    n = len(np.unique(np.asarray(xs, dtype=np.float64)))
+    if n < 3:
+        raise TooFewPasses(f"calibrate needs {what} passes at 3 or more distinct sizes, the file has {n}")
 
 
 def fit_polynomial(passes: Sequence[Pass], total_kv_tokens: int) -> dict[str, Any]:
@@ -139,11 +147,13 @@ def fit_polynomial(passes: Sequence[Pass], total_kv_tokens: int) -> dict[str, An
     dec = [p for p in passes if p.kind == "decode"]
     _need(len(dec), "decode-only", 3)
     u = np.minimum(np.array([p.kv_tokens for p in dec]) / total_kv_tokens, 1.0)
+    _distinct(u, "decode-only")
     decode = [float(c) for c in np.polyfit(u, [p.ms for p in dec], 2)]
     model = PolynomialTiming(PolynomialTimingConfig(decode=tuple(decode)))  # type: ignore[arg-type]
     xs, ys = _prefill_samples(passes, lambda p: model.predict_decode_ms(
         p.decoders, p.kv_tokens, p.kv_tokens // p.decoders, total_kv_tokens))
     _need(len(xs), "prefill or mixed", 3)
+    _distinct(xs, "prefill or mixed")
     prefill = [float(c) for c in np.polyfit(xs, ys, 2)]
     return {"type": "polynomial", "prefill": prefill, "decode": decode}
 
@@ -196,7 +206,7 @@ def fit_interpolated(passes: Sequence[Pass], profile: str) -> tuple[dict[str, An
               "decode_active_kv_tokens": kv_axis.tolist(), "decode_context_length": ctx_axis.tolist(),
               "decode_itl": grid.tolist()}
     if len(px) < 2:
-        raise UserError("calibrate needs prefill passes of at least two sizes")
+        raise TooFewPasses("calibrate needs prefill passes of at least two sizes")
     tables = tables_from_arrays({k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()},
                                 source=profile)
     try:
@@ -234,9 +244,18 @@ def format_errors(errors: dict[str, dict[str, float]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.kv_tokens is not None and args.kv_tokens < 1:
+        raise UserError(f"--kv-tokens: expected an integer >= 1, got {args.kv_tokens}")
     passes = read_passes(args.fpm)
+    try:
+        return _fit_and_write(args, passes)
+    except TooFewPasses as exc:
+        raise UserError(f"{args.fpm}: {exc}") from None
+
+
+def _fit_and_write(args: argparse.Namespace, passes: list[Pass]) -> int:
     if args.model == "polynomial":
-        if not args.kv_tokens or args.kv_tokens < 1:
+        if args.kv_tokens is None:
             raise UserError("--model polynomial needs --kv-tokens N (the pool's num_gpu_blocks x block_size)")
         timing = fit_polynomial(passes, args.kv_tokens)
         model: TimingModel = PolynomialTiming(PolynomialTimingConfig(

@@ -82,7 +82,7 @@ def _check_writable(path: str, origin: str) -> None:
         raise UserError(f"{origin}: cannot write {path!r}: {reason}")
 
 
-def _timeline(plot_dir: str | None) -> TimelineRecorder | None:
+def _timeline(plot_dir: str | None, origin: str) -> TimelineRecorder | None:
     """The pass-metrics collector of ``--plot``, only then (servesim.plot.timeline). The
     folder is made now: a bad one fails before the run, not after it."""
     if not plot_dir:
@@ -90,7 +90,7 @@ def _timeline(plot_dir: str | None) -> TimelineRecorder | None:
     try:
         os.makedirs(plot_dir, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"cannot create the figures folder {plot_dir!r}: "
+        raise UserError(f"{origin}: cannot create the figures folder {plot_dir!r}: "
                         f"{exc.strerror or exc}") from None
     from servesim.plot.timeline import TimelineRecorder
 
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if pass_log:
         _check_writable(pass_log, "--pass-log")
     plot_dir = getattr(args, "plot", None) or report_cfg.plot
-    timeline = _timeline(plot_dir)
+    timeline = _timeline(plot_dir, "--plot" if getattr(args, "plot", None) else "report.plot")
     progress = None
     if not args.quiet and sys.stderr.isatty():
         from servesim.progress import RunProgress

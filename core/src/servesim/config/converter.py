@@ -148,11 +148,15 @@ def make_converter() -> cattrs.Converter:
         def structure(value: Any, t: type) -> Any:
             if not isinstance(value, Mapping):
                 raise InvalidValue(f"expected a mapping, got {show(value)}")
-            for name in sequences:
+            for name, size, optional in sequences:
                 # cattrs would iterate a mapping's keys or a string's characters.
                 item = value.get(name)
-                if name in value and not isinstance(item, (list, tuple)):
+                if name not in value or (optional and item is None):
+                    continue
+                if not isinstance(item, (list, tuple)):
                     raise InvalidValue(f"expected a list, got {show(item)}", name)
+                if size is not None and len(item) != size:
+                    raise InvalidValue(f"expected a list of {size} items, got {show(item)}", name)
             try:
                 return inner(value, t)
             except (ValueError, TypeError) as exc:
@@ -165,8 +169,9 @@ def make_converter() -> cattrs.Converter:
     return conv
 
 
-def _sequence_fields(cl: type) -> tuple[str, ...]:
-    """Fields of ``cl`` typed as a list or tuple (whose value must be a YAML sequence)."""
+def _sequence_fields(cl: type) -> tuple[tuple[str, int | None, bool], ...]:
+    """Fields of ``cl`` typed as a list or tuple (whose value must be a YAML sequence), or
+    such a type ``| None``: ``(name, length of a fixed-length tuple or None, optional)``."""
     try:
         hints = typing.get_type_hints(cl)
     except Exception:  # noqa: BLE001 - an unresolvable annotation just skips the check
@@ -174,8 +179,14 @@ def _sequence_fields(cl: type) -> tuple[str, ...]:
     out = []
     for f in attrs.fields(cl):
         hint = hints.get(f.name)
+        args = typing.get_args(hint)
+        optional = type(None) in args and len(args) == 2
+        if optional:
+            hint = next(a for a in args if a is not type(None))
         if hint in (list, tuple) or typing.get_origin(hint) in (list, tuple):
-            out.append(f.name)
+            items = typing.get_args(hint)
+            fixed = typing.get_origin(hint) is tuple and items and Ellipsis not in items
+            out.append((f.name, len(items) if fixed else None, optional))
     return tuple(out)
 
 

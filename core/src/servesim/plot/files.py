@@ -28,7 +28,10 @@ import numpy as np
 from servesim.contract import ForwardPassMetrics
 from servesim.errors import UserError
 from servesim.plot.data import HANDOFF_KEYS, PlotData, RankPasses, RequestTable
+from servesim.plot.series import METRICS
 from servesim.plot.timeline import COLUMNS, TimelineRecorder
+from servesim.replay.stats import percentile_key
+from servesim.textlines import read_text_lines
 
 
 class InputFileError(UserError):
@@ -57,21 +60,48 @@ def load_report(path: str) -> dict[str, Any]:
         report = report["report"]  # a sweep point's record (servesim.sweep.point)
     if not isinstance(report, dict) or "completed" not in report:
         raise InputFileError("not a servesim report (no 'completed' key)", file=path)
+    _check_report(report, path)
     return report
 
 
-def _lines(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    with _open(path) as fh:
-        for number, text in enumerate(fh, 1):
-            if not text.strip():
-                continue
-            try:
-                rec = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputFileError(f"not JSON: {exc.msg}", file=path, line=number) from None
-            if not isinstance(rec, dict):
-                raise InputFileError("expected a JSON object", file=path, line=number)
-            yield number, rec
+def _check_report(report: dict[str, Any], path: str) -> None:
+    """The keys the figures read have the report's types (an edited or foreign file fails
+    here, naming the key, rather than inside a figure)."""
+    percentiles = report.get("percentiles", [])
+    if not isinstance(percentiles, list) or not all(_is_number(p) for p in percentiles):
+        raise InputFileError(f"'percentiles' must be a list of numbers, got {percentiles!r}", file=path)
+    keys = [f"{percentile_key(p)}_{m}_ms" for p in percentiles for m in METRICS]
+    for key in keys:
+        value = report.get(key)
+        if value is not None and not _is_number(value):
+            raise InputFileError(f"{key!r} must be a number, got {value!r}", file=path)
+    for key in ("sla", "config"):
+        if not isinstance(report.get(key) or {}, dict):
+            raise InputFileError(f"{key!r} must be a mapping, got {report[key]!r}", file=path)
+    for key, value in (report.get("sla") or {}).items():
+        if value is not None and not _is_number(value):
+            raise InputFileError(f"'sla.{key}' must be a number, got {value!r}", file=path)
+    cluster = (report.get("config") or {}).get("cluster") or {}
+    if not isinstance(cluster, dict) or not isinstance(cluster.get("prefill_workers") or 0, int):
+        raise InputFileError(f"'config.cluster' must be a mapping with an integer prefill_workers, "
+                             f"got {cluster!r}", file=path)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _lines(path: str, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    for number, text in enumerate(read_text_lines(path, what), 1):
+        if not text.strip():
+            continue
+        try:
+            rec = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputFileError(f"not JSON: {exc.msg}", file=path, line=number) from None
+        if not isinstance(rec, dict):
+            raise InputFileError("expected a JSON object", file=path, line=number)
+        yield number, rec
 
 
 def _field(rec: dict[str, Any], key: str, path: str, line: int, kind: type | tuple[type, ...],
@@ -90,7 +120,7 @@ def load_per_request(path: str) -> RequestTable:
     """The per-request JSONL of ``servesim run --per-request`` as a table in request-id order."""
     rows: list[tuple[int, dict[str, Any]]] = []
     num = (int, float)
-    for line, rec in _lines(path):
+    for line, rec in _lines(path, "per-request lines"):
         row = {
             "id": _field(rec, "request_id", path, line, int),
             "arrival": _field(rec, "arrival_ms", path, line, num),
@@ -166,7 +196,7 @@ def load_fpm(path: str) -> dict[tuple[str, int], RankPasses]:
     """Per ``(worker, dp_rank)``, the passes of an FPM JSONL file (either shape)."""
     recorder = TimelineRecorder()
     busy: dict[tuple[str, int], float] = {}
-    for line, rec in _lines(path):
+    for line, rec in _lines(path, "forward-pass metrics"):
         if "scheduled_requests" in rec:
             metrics = _wire_metrics(rec, path, line)
             worker = str(_field(rec, "worker_id", path, line, (str, int)))

@@ -25,6 +25,7 @@ from typing import Any
 from servesim.errors import TraceError
 from servesim.replay.workload import Session, Turn, Workload, make_workload
 from servesim.tokens import RepeatedBlockTokens
+from servesim.textlines import read_text_lines
 
 _ALIASES = {
     "timestamp": ("timestamp", "created_time"),
@@ -178,22 +179,9 @@ class MooncakeTrace:
 
 
 def read_lines(path: str) -> list[str]:
-    """The file's lines; a UTF-8 byte-order mark is dropped, undecodable bytes and
-    unreadable paths are TraceErrors (the former naming the line)."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise TraceError(f"cannot read trace: {exc.strerror or exc}", file=path) from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - data.rfind(b"\n", 0, exc.start)
-        raise TraceError(
-            f"not UTF-8 text: byte {data[exc.start]:#04x} at column {column}", file=path, line=line
-        ) from None
-    return text.splitlines()
+    """The trace's lines (servesim.textlines: unreadable paths and undecodable bytes are
+    TraceErrors, the latter naming the line)."""
+    return read_text_lines(path, "trace")
 
 
 class _Span:

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     results.write_parquet(os.path.join(args.out, "results.parquet"), columns, table)
     labels = [p.label() for p in sweep.points]
     configs = results.evaluate(records, labels, sweep.objectives, (sweep.pareto_x, sweep.pareto_y))
-    results.check_keys(configs, sweep.objectives, sweep.source)
+    results.check_keys(configs, sweep.objectives, sweep.source, sweep.pareto_given)
     drew = pareto.draw(os.path.join(args.out, "pareto.png"), configs, sweep.pareto_x,
                        sweep.pareto_y, sweep.objectives)
     _summary(records, configs, sweep, args.out, drew)

@@ -60,7 +60,7 @@ def run_ray(base: str, points: Sequence[tuple[int, Point]], parallel: int,
                 ray.init(address=address, log_to_driver=False)
             else:
                 ray.init(num_cpus=parallel, include_dashboard=False, log_to_driver=False)
-        except ConnectionError as exc:
+        except (ConnectionError, ValueError) as exc:  # ValueError: a malformed address
             raise UserError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
         started = True
     try:

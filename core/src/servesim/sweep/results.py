@@ -138,13 +138,15 @@ def evaluate(records: Sequence[dict[str, Any]], labels: Sequence[str], objective
     return out
 
 
-def check_keys(configs: Sequence[Config], objectives: Objectives, source: str) -> None:
-    """An objective or constraint key no completed point reports is a sweep-file error."""
+def check_keys(configs: Sequence[Config], objectives: Objectives, source: str,
+               pareto: Sequence[tuple[str, str]] = ()) -> None:
+    """An objective, constraint or Pareto-axis key no completed point reports is a
+    sweep-file error (``pareto`` lists ``(key path, key)`` of the axes the file named)."""
     if not any(c.values for c in configs):
         return  # nothing completed: the failures say why
     for path, key in [("objectives", objectives.key),
                       *((f"objectives.subject_to[{i}]", c.key)
-                        for i, c in enumerate(objectives.constraints))]:
+                        for i, c in enumerate(objectives.constraints)), *pareto]:
         if not any(key in c.values for c in configs):
             from servesim.errors import ConfigError
 

@@ -96,6 +96,8 @@ class Sweep:
     pareto_y: str
     #: Where each point's overrides came from (``grid`` or ``points[i]``), by point index.
     origins: tuple[str, ...] = ()
+    #: The Pareto axes the file named, as ``(key path, report key)`` (checked once points ran).
+    pareto_given: tuple[tuple[str, str], ...] = ()
 
 
 def _err(message: str, path: str, source: str) -> ConfigError:
@@ -144,6 +146,9 @@ def _seeds(raw: Any, source: str) -> list[int | None]:
     if not isinstance(raw, list) or not raw or not all(
             isinstance(s, int) and not isinstance(s, bool) for s in raw):
         raise _err(f"expected a non-empty list of integers, got {raw!r}", "seeds", source)
+    for i, seed in enumerate(raw):
+        if seed < 0:
+            raise _err(f"expected an integer >= 0 (workload.seed), got {seed}", f"seeds[{i}]", source)
     if len(set(raw)) != len(raw):
         raise _err(f"seeds repeat: {raw!r}", "seeds", source)
     return list(raw)
@@ -226,5 +231,7 @@ def load_sweep(path: str) -> Sweep:
             origins.append(origin)
     objectives = _objectives(raw.get("objectives"), path)
     x, y = _pareto(raw.get("pareto"), objectives, path)
+    given = raw.get("pareto") or {}
+    named = tuple((f"pareto.{axis}", given[axis]) for axis in ("x", "y") if axis in given)
     return Sweep(path, base if isinstance(base, str) else dict(base), tuple(points), objectives,
-                 x, y, tuple(origins))
+                 x, y, tuple(origins), named)
