@@ -9,7 +9,7 @@ A model implements either the two batch-mean methods (``predict_prefill_ms`` and
 ``predict_decode_ms``) or :meth:`TimingModel.predict_pass_ms`, which prices one pass from
 its full :class:`~servesim.timing.shape.PassShape`. The default ``predict_pass_ms`` is the
 adapter between the two: it prices a shape through the two methods exactly as the backends
-do (:func:`servesim.timing.shape.default_pass_ms`). Backends call ``predict_pass_ms`` only
+do (:func:`default_pass_ms`). Backends call ``predict_pass_ms`` only
 for a model that overrides it; such a model also makes engines decline runs of passes
 (they price many passes at once through ``predict_decode_ms_many``).
 """
@@ -21,6 +21,8 @@ from abc import ABC
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+
+from servesim.contract import WorkerType
 
 if TYPE_CHECKING:
     from servesim.timing.shape import PassShape
@@ -85,10 +87,8 @@ class TimingModel(ABC):  # noqa: B024 - either contract will do; __new__ refuses
     def predict_pass_ms(self, shape: PassShape) -> float:
         """Duration in ms of one pass of ``shape`` (speed-ups applied), from the pass's full
         composition. The default prices it through the two methods as every backend does
-        (:func:`servesim.timing.shape.default_pass_ms`); an override may call it for the
-        parts it does not model itself."""
-        from servesim.timing.shape import default_pass_ms
-
+        (:func:`default_pass_ms`); an override may call it for the parts it does not model
+        itself."""
         return default_pass_ms(self, shape)
 
     def predict_decode_ms_many(
@@ -130,3 +130,29 @@ def scaled_ms(raw_ms: float, speedup: float) -> float:
     # duration to that grid keeps servesim's pass boundaries identical to it over long
     # runs instead of drifting by float residue.
     return round(raw_ms * 1e6) / 1e6
+
+
+def default_pass_ms(timing: TimingModel, shape: PassShape) -> float:
+    """The two-method pricing every backend applies today, from a shape.
+
+    Prefill (not on a decode worker): one call over the chunks with integer-division means
+    ``(n, Σ(prefix+tokens)//n, Σprefix//n)``, skipped when the means are equal
+    (aisimulate-engine.md §6.3). Decode (not on a prefill worker): one call
+    ``(n, active_kv_tokens, Σcontext//n, total_kv_tokens)``. Each is scaled by its speed-up
+    and rounded to whole nanoseconds (:func:`scaled_ms`); the pass
+    lasts their sum (prefill and decode run one after the other, §6.4).
+    """
+    prefill_ms = decode_ms = 0.0
+    chunks = shape.prefill
+    if chunks and shape.worker_type is not WorkerType.DECODE:
+        n = len(chunks)
+        prefix = sum(c.cached_prefix for c in chunks)
+        isl = prefix + sum(c.tokens for c in chunks)
+        if isl // n > prefix // n:
+            prefill_ms = scaled_ms(timing.predict_prefill_ms(n, isl // n, prefix // n), shape.speedup_ratio)
+    contexts = shape.decode
+    if contexts and shape.worker_type is not WorkerType.PREFILL:
+        n = len(contexts)
+        raw = timing.predict_decode_ms(n, shape.active_kv_tokens, sum(contexts) // n, shape.total_kv_tokens)
+        decode_ms = scaled_ms(raw, shape.decode_speedup)
+    return prefill_ms + decode_ms

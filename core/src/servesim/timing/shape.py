@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from attrs import frozen
 
 from servesim.contract import WorkerType
+from servesim.timing.base import TimingModel, default_pass_ms
 
 if TYPE_CHECKING:
     from servesim.config.engine import EngineConfig
-    from servesim.timing.base import TimingModel
 
 
 @frozen
@@ -107,38 +107,8 @@ class PassShape:
 def prices_pass_shapes(timing: Any) -> bool:
     """True when ``timing`` overrides ``predict_pass_ms`` (backends then price from shapes,
     and engines decline runs of passes)."""
-    from servesim.timing.base import TimingModel
-
     method = getattr(type(timing), "predict_pass_ms", None)
     return method is not None and method is not TimingModel.predict_pass_ms
-
-
-def default_pass_ms(timing: TimingModel, shape: PassShape) -> float:
-    """The two-method pricing every backend applies today, from a shape.
-
-    Prefill (not on a decode worker): one call over the chunks with integer-division means
-    ``(n, Σ(prefix+tokens)//n, Σprefix//n)``, skipped when the means are equal
-    (aisimulate-engine.md §6.3). Decode (not on a prefill worker): one call
-    ``(n, active_kv_tokens, Σcontext//n, total_kv_tokens)``. Each is scaled by its speed-up
-    and rounded to whole nanoseconds (:func:`~servesim.timing.base.scaled_ms`); the pass
-    lasts their sum (prefill and decode run one after the other, §6.4).
-    """
-    from servesim.timing.base import scaled_ms
-
-    prefill_ms = decode_ms = 0.0
-    chunks = shape.prefill
-    if chunks and shape.worker_type is not WorkerType.DECODE:
-        n = len(chunks)
-        prefix = sum(c.cached_prefix for c in chunks)
-        isl = prefix + sum(c.tokens for c in chunks)
-        if isl // n > prefix // n:
-            prefill_ms = scaled_ms(timing.predict_prefill_ms(n, isl // n, prefix // n), shape.speedup_ratio)
-    contexts = shape.decode
-    if contexts and shape.worker_type is not WorkerType.PREFILL:
-        n = len(contexts)
-        raw = timing.predict_decode_ms(n, shape.active_kv_tokens, sum(contexts) // n, shape.total_kv_tokens)
-        decode_ms = scaled_ms(raw, shape.decode_speedup)
-    return prefill_ms + decode_ms
 
 
 class ShapePricer:
