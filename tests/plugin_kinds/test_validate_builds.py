@@ -90,13 +90,18 @@ def test_validate_constructs_sinks_nested_ones_too(
     )
 
 
+@pytest.mark.parametrize(("body", "path"), [
+    ("engine:\n  timing_model: {type: abstract}\n", "engine.timing_model"),
+    ("cluster:\n  pools: [{name: a}, {name: b, engine: {timing_model: {type: abstract}}}]\n",
+     "cluster.pools[1].engine.timing_model"),
+])
 def test_validate_constructs_the_timing_model(
-    broken: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    broken: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, path: str
 ) -> None:
-    cfg = _config(tmp_path, "engine:\n  timing_model: {type: abstract}\n")
+    cfg = _config(tmp_path, body)
     line = fail(["validate", cfg], capsys)
     assert line.startswith(
-        f"{cfg}: engine.timing_model: timing model 'abstract' rejected its options: "
+        f"{cfg}: {path}: timing model 'abstract' rejected its options: "
         "Can't instantiate abstract class AbstractTiming"
     )
     assert line.endswith(PLUGIN)
@@ -159,3 +164,15 @@ def test_a_core_bug_is_not_blamed_on_a_plugin(monkeypatch: pytest.MonkeyPatch, b
     monkeypatch.setattr(runner, "build_report", boom)
     with pytest.raises(RuntimeError, match="core bug"):
         runner.simulate(load_config(None, ["workload.synthetic.num_requests=3"]))
+
+
+def test_a_pools_timing_error_names_the_pools_key_and_the_plugin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "missing.json"
+    cfg = _config(tmp_path, "cluster:\n  pools:\n    - {name: a}\n    - name: b\n      engine:\n"
+                  f"        timing_model: {{type: interpolated, profile: {profile}}}\n")
+    assert fail(["validate", cfg], capsys) == (
+        f"{cfg}: cluster.pools[1].engine.timing_model.profile: timing profile {str(profile)!r}: "
+        f"file not found (plugin servesim.builtins.timing from {CORE})"
+    )

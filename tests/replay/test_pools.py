@@ -102,9 +102,14 @@ def test_homogeneous_reports_do_not_mention_pools(tmp_path):
     assert "pools" not in simulate(loaded).report
 
 
-def test_a_pools_timing_model_is_checked_when_loading(tmp_path):
+def test_a_pools_timing_model_is_built_before_the_replay(tmp_path):
+    # Like engine:'s, a pool's timing model is built when its engines are (servesim validate
+    # builds it too, naming the plugin): the run fails under the pool's key, before any pass.
     profile = tmp_path / "missing.json"
     cluster = f"cluster:\n  pools: [{{name: a}}, {{name: b, engine: {{timing_model: {{type: interpolated, profile: {profile}}}}}}}]\n"
+    loaded = _load(tmp_path, cluster)
     with pytest.raises(ConfigError) as info:
-        _load(tmp_path, cluster)
-    assert info.value.path.startswith("cluster.pools[1].engine.timing_model") and "missing.json" in str(info.value)
+        simulate(loaded)
+    assert info.value.path == "cluster.pools[1].engine.timing_model.profile"
+    assert str(info.value) == (f"{tmp_path / 'sim.yaml'}: cluster.pools[1].engine.timing_model.profile: "
+                               f"timing profile {str(profile)!r}: file not found")

@@ -55,7 +55,9 @@ def servesim_register_timing_models(registry: Registry) -> None:
 def servesim_register_eviction_policies(registry: Registry) -> None:
     """Register KV-block eviction policies: ``registry.add(name, EvictionPolicySubclass)``.
 
-    :param registry: the ``eviction_policy`` registry; ``engine.eviction_policy`` selects one.
+    :param registry: the ``eviction_policy`` registry; ``engine.eviction_policy`` selects one
+        by name or as ``{type: NAME, ...options}``, the options structured into the class's
+        ``config_class`` (built as ``cls(config)``; ``cls()`` without one), once per KV pool.
     """
 
 

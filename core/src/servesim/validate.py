@@ -62,9 +62,24 @@ def _engine_roles(loaded: LoadedConfig) -> list[tuple[str, dict[str, Any] | None
     return [("engine", None)]
 
 
+def _construct_pools(loaded: LoadedConfig) -> None:
+    """Each of ``cluster.pools``: its own timing model, then one engine of it."""
+    from servesim.config.loader import build_engine_timing
+
+    for i, pool in enumerate(loaded.sim.cluster.pools):
+        path = f"cluster.pools[{i}].engine"
+        engine = loaded.resolve_overrides(pool.engine, path)
+        build = functools.partial(build_engine_timing, engine, path, loaded.source)
+        _construct(loaded, "timing_model", engine.timing_type, f"{path}.timing_model", build)
+        factory = loaded.engine_factory(pool.engine, path=path)
+        _construct(loaded, "backend", factory.config.backend, f"{path}.backend",
+                   functools.partial(factory.build, 0))
+
+
 def construct_all(loaded: LoadedConfig) -> None:
     """Build the timing model, the eviction policy, one engine of every role (its backend's
-    ranks), the router and every sink (nested ones too), then close the sinks."""
+    ranks) and of every pool (its timing model first), the router and every sink (nested
+    ones too), then close the sinks."""
     engine = loaded.engine
     sim = loaded.sim
     _construct(loaded, "timing_model", engine.timing_type, "engine.timing_model", loaded.timing_model)
@@ -81,6 +96,7 @@ def construct_all(loaded: LoadedConfig) -> None:
         else:
             factory = loaded.engine_factory()
         _construct(loaded, "backend", backend, f"{path}.backend", functools.partial(factory.build, 0))
+    _construct_pools(loaded)
     cluster = sim.cluster
     router_class = loaded.plugins.routers().get(cluster.router)
     workers = cluster.prefill_workers or cluster.workers

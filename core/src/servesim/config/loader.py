@@ -335,7 +335,8 @@ def _check_pools(
     ctx: _Ctx, engine: EngineResolution, engine_section: Mapping[str, Any], cluster: Any
 ) -> list[Problem]:
     """Each pool's engine resolves; names are unique; every pool shares the router's slot
-    layout (``dp_size``) and hash granularity (``block_size``) with ``engine:``."""
+    layout (``dp_size``) and hash granularity (``block_size``) with ``engine:``. Like
+    ``engine:``'s, a pool's timing model is built by ``servesim validate`` and by the run."""
     problems: list[Problem] = []
     if not cluster.pools:
         return problems
@@ -353,7 +354,6 @@ def _check_pools(
         problems += found
         if resolved is None:
             continue
-        problems += _pool_timing(resolved, path, ctx.source)
         for key in ("dp_size", "block_size", "worker_type"):
             mine, base = getattr(resolved.config, key), getattr(engine.config, key)
             if mine != base:
@@ -363,19 +363,23 @@ def _check_pools(
     return problems
 
 
-def _pool_timing(engine: EngineResolution, path: str, source: str | None) -> list[Problem]:
-    """A pool's own timing model, built now rather than when its workers are."""
+def build_engine_timing(engine: EngineResolution, path: str, source: str | None) -> TimingModel:
+    """The timing model of the engine at ``path`` (``engine`` or an override such as
+    ``cluster.pools[1].engine``), its errors named under that path."""
+    if path == "engine":
+        return _build_timing(engine, "engine.timing_model", source)
     try:
-        _build_timing(engine, f"{path}.engine.timing_model", source)
+        return _build_timing(engine, f"{path}.timing_model", source)
     except ConfigError as exc:
+        key = exc.path or f"{path}.timing_model"
+        if not key.startswith("engine."):
+            raise
+        # A model names its own keys from engine: (interpolated's profile); this is the pool's.
         text = str(exc)
         for part in (exc.source, exc.path):
             if part and text.startswith(f"{part}: "):
                 text = text[len(part) + 2 :]
-        key = exc.path or f"{path}.engine.timing_model"
-        # A model names its own keys from engine: (interpolated's profile); this is the pool's.
-        return [(f"{path}.{key}" if key.startswith("engine.") else key, text)]
-    return []
+        raise ConfigError(text, path=f"{path}{key[len('engine') :]}", source=exc.source) from None
 
 
 def _structure_sections(
@@ -500,7 +504,7 @@ class LoadedConfig:
         engine = self.engine
         timing: TimingModel | None = None
         if overrides:
-            engine = resolve_engine(self._ctx, merge_engine(self._engine_section, overrides), path)
+            engine = self.resolve_overrides(overrides, path)
             # One instance serves every engine (aisimulate-engine.md §6.5) unless the model
             # prices by its engine section too (it overrides TimingModel.for_engine).
             by_engine = engine.timing_class.for_engine.__func__ is not TimingModel.for_engine.__func__
@@ -509,7 +513,7 @@ class LoadedConfig:
                 self.engine.timing_config,
                 self.engine.config if by_engine else None,
             ):
-                timing = _build_timing(engine, f"{path}.timing_model", self.source)
+                timing = build_engine_timing(engine, path, self.source)
         return EngineFactory(
             engine.config,
             engine.rank_class,
@@ -519,6 +523,10 @@ class LoadedConfig:
             emit_kv_events=emit_kv_events,
             emit_forward_pass_metrics=emit_forward_pass_metrics,
         )
+
+    def resolve_overrides(self, overrides: Mapping[str, Any], path: str) -> EngineResolution:
+        """``engine:`` with ``overrides`` merged over it, validated (problems under ``path``)."""
+        return resolve_engine(self._ctx, merge_engine(self._engine_section, overrides), path)
 
     def resolved(self) -> dict[str, Any]:
         """The full resolved configuration as plain JSON-able data (for reports).
