@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import attrs
@@ -66,6 +67,11 @@ def test_every_plugin_option_is_documented():
     documents its own."""
     text = (DOCS / "configuration.md").read_text()
     classes = _plugin_option_classes()
-    assert {"timing_model aic", "eviction_policy multi_lru", "kv_event_sink sample"} <= {k for k, _c in classes}
+    # The option classes are read from what is installed (the compiled-build test's venv has
+    # only the backends and the eviction plugins); core's and the eviction plugins' always are.
+    expected = {"eviction_policy multi_lru", "kv_event_sink sample"}
+    if importlib.util.find_spec("servesim_aic") is not None:
+        expected.add("timing_model aic")
+    assert expected <= {k for k, _c in classes}
     missing = [(k, f.name) for k, cls in classes for f in attrs.fields(cls) if f"`{f.name}`" not in text]
     assert missing == []
