@@ -1,4 +1,4 @@
-"""``/metrics`` through servesim-prometheus's EngineMetrics, when that plugin is installed."""
+"""``/metrics`` through servesim-prometheus's EngineMetrics."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import re
 import httpx
 import pytest
 from servesim_serve.testing import running
-
-pytest.importorskip("servesim_prometheus.metrics")
 
 SETS = ["engine.timing_model={type: fixed, prefill_ms: 10.0, decode_ms: 2.0}", "serve.speedup=500"]
 

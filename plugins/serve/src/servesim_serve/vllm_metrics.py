@@ -2,8 +2,7 @@
 (the families, labels and buckets that package pins against vLLM's own logger).
 
 Gauges follow each pass's forward-pass metrics, so the engines emit them whenever this observer
-is in use. Latencies are simulated seconds. Used when servesim-prometheus is installed
-(:func:`servesim_serve.metrics.make_observer`).
+is in use. Latencies are simulated seconds (:func:`servesim_serve.metrics.make_observer`).
 """
 
 from __future__ import annotations
