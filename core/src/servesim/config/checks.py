@@ -50,6 +50,8 @@ ENGINE_RULES: tuple[Rule, ...] = (
     ("kv_transfer_bandwidth", _finite_gt(0), "a finite number > 0 (GB/s) or null", True),
     # dynamo-mocker.md §1.5 rule 8
     ("aic_nextn", lambda v: isinstance(v, int) and 1 <= v <= 5, "an integer in [1, 5] or null", True),
+    # random.Random seeds with abs(seed): a negative seed would repeat a positive one's draws
+    ("aic_mtp_seed", _int_ge(0), "an integer >= 0", False),
     ("num_layers", _int_ge(1), "an integer >= 1 or null", True),
     ("num_kv_heads", _int_ge(1), "an integer >= 1 or null", True),
     ("head_dim", _int_ge(1), "an integer >= 1 or null", True),

@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UserError(f"cannot create {points_dir}: {exc.strerror or exc}") from None
     base = base_path(sweep, args.out)
-    check_points(sweep, base)
+    known, open_ended = results.known_keys(check_points(sweep, base))
+    results.check_known_keys(known, open_ended, sweep.objectives, sweep.source, sweep.pareto_given)
     records = results.ensure_rows(_records(args, sweep, base, points_dir))
     columns, table = results.rows(records)
     results.write_csv(os.path.join(args.out, "results.csv"), columns, table)
