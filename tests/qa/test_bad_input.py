@@ -86,6 +86,7 @@ CONFIG_CASES = [
         ["engine.sglang.schedule_conservativeness: expected a number, got nan"],
     ),
     ("engine: {aic_nextn: 6}", ["engine.aic_nextn: expected an integer in [1, 5] or null, got 6"]),
+    ("engine: {aic_mtp_seed: -1}", ["engine.aic_mtp_seed: expected an integer >= 0, got -1"]),
     ("engine: {aic_nextn_accept_rates: '0.5'}", ["engine.aic_nextn_accept_rates: set without aic_nextn"]),
     (
         "engine: {aic_nextn: 2, decode_speedup_ratio: 2}",
