@@ -115,6 +115,11 @@ def run(args: argparse.Namespace) -> int:
     if args.address is not None and args.executor != "ray":
         raise UserError("--address needs --executor ray")
     sweep = load_sweep(args.sweep)
+    from servesim.output_paths import folder_problem
+
+    problem = folder_problem(args.out)
+    if problem is not None:
+        raise UserError(f"--out: cannot write into {args.out!r}: {problem}")
     points_dir = os.path.join(args.out, "points")
     try:
         os.makedirs(points_dir, exist_ok=True)
