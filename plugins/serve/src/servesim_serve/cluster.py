@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
-
 from servesim.errors import ConfigError
 from servesim.replay.cluster import build_engines
 from servesim.sink_build import build_sinks

@@ -126,5 +126,5 @@ def live_per_request_lines(requests: Sequence[LiveRequest], max_in_flight: int,
                            preemptions: int) -> list[str]:
     """One JSON line per request (``servesim run --per-request``'s fields plus ``cancelled``)."""
     log = request_log(requests, max_in_flight, preemptions, record_token_times=True)
-    log.extra = {"cancelled": [r.cancelled for r in requests]}  # type: ignore[attr-defined]
+    log.extra = {"cancelled": [r.cancelled for r in requests]}
     return [line + "\n" for line in per_request_lines(log)]
