@@ -86,7 +86,8 @@ class Server:
         d = self.driver
         return live_report(d.requests, self.loaded.sim.report, self.loaded.resolved(),
                            max_in_flight=d.max_in_flight, preemptions=d.preemptions,
-                           queue_full=self.queue_full, reasoning=self.cfg.reasoning is not None)
+                           queue_full=self.queue_full, reasoning=self.cfg.reasoning is not None,
+                           pools=d.pool_spans, busy_ms=d.pass_busy_ms)
 
     def per_request_lines(self) -> list[str]:
         d = self.driver

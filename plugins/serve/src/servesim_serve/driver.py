@@ -64,6 +64,8 @@ class LiveDriver:
         self.max_in_flight = 0
         self.preemptions = 0
         self.passes = 0
+        self.pass_busy_ms = [0.0] * len(self.engines)  # simulated ms each worker spent in passes
+        self.pool_spans: Any = None  # cluster.pools: servesim.replay.pools.PoolSpan per pool
         self.now = 0.0  # the latest simulated time acted on
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
@@ -241,6 +243,7 @@ class LiveDriver:
             if started is None:
                 continue
             self.passes += 1
+            self.pass_busy_ms[w] += started.end_ms - now
             for rs in started.by_rank:
                 self._absorb_start(w, rs.dp_rank, rs.effects, now)
             self._zero[w] = self._zero[w] + 1 if started.end_ms == now else 0
