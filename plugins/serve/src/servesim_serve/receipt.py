@@ -27,4 +27,5 @@ class ReceiptProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self.scope["extensions"] = {RECEIPT: {"received": self.loop.time()}}
+        extensions = self.scope.setdefault("extensions", {})  # kept, should uvicorn set some
+        extensions[RECEIPT] = {"received": self.loop.time()}
