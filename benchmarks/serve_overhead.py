@@ -4,7 +4,8 @@
     python benchmarks/serve_overhead.py [--streams 100] [--requests 500] [--max-tokens 64] [--speedup 1]
 
 Starts ``servesim serve`` as a subprocess (default engine: vLLM, polynomial timing) and keeps
-``--streams`` raw-HTTP streaming completions in flight until ``--requests`` have finished. Every
+``--streams`` raw-HTTP streaming completions in flight until ``--requests`` have finished, each
+stream on its own kept-alive connection (``--new-connections``: a connection per request). Every
 request has a different prompt length, so each client-side measurement is matched to the
 server's per-request record of the same request. Prints, over all requests, the client's TTFT
 (first chunk minus send) and ITL (gaps between chunks) beside the simulated ones (converted to
@@ -21,6 +22,7 @@ import asyncio
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -33,37 +35,54 @@ SERVESIM = os.environ.get("SERVESIM_CMD", "").split() or [
     sys.executable, "-c", "import sys; from servesim.cli import main; sys.exit(main())"]
 
 
-async def stream(host: str, port: int, prompt_len: int, max_tokens: int) -> tuple[float, list[float]]:
-    """One streaming completion; returns (TTFT, chunk gaps) in wall ms."""
+async def stream(conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], prompt_len: int,
+                 max_tokens: int) -> tuple[float, list[float], float]:
+    """One streaming completion on an open connection, read to the end of its response;
+    returns (TTFT, chunk gaps, send time) in wall ms (the send time on the monotonic clock,
+    which the server's event loop also reads)."""
+    reader, writer = conn
     body = json.dumps({"prompt": list(range(4, 4 + prompt_len)), "max_tokens": max_tokens,
                        "stream": True}).encode()
-    reader, writer = await asyncio.open_connection(host, port, limit=1 << 26)  # merged backlogs
-    sent = time.perf_counter()
-    writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    times = []
-    try:
-        while True:
-            line = await reader.readline()
-            if not line or line.startswith(b"data: [DONE]"):
-                break
-            if line.startswith(b"data: {"):
-                times.append(time.perf_counter())
-    finally:
-        writer.close()
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    sent = time.monotonic()
+    writer.write(request)
+    times: list[float] = []
+    tail = b""  # the end of the previous read, shorter than a chunk's opening
+    while True:
+        data = await reader.read(1 << 20)
+        if not data:
+            raise ConnectionError("the server closed the connection")
+        now = time.monotonic()
+        seen = tail + data
+        times.extend([now] * seen.count(b"data: {"))  # chunks that began in this read
+        if seen.endswith(b"\r\n0\r\n\r\n"):  # the chunked body's end: the connection is free
+            break
+        tail = seen[-7:]
     ms = [1000.0 * (t - sent) for t in times]
-    return ms[0], [b - a for a, b in zip(ms, ms[1:], strict=False)]
+    return ms[0], [b - a for a, b in zip(ms, ms[1:], strict=False)], 1000.0 * sent
 
 
-async def drive(host: str, port: int, n: int, streams: int, max_tokens: int) -> dict[int, tuple]:
-    gate = asyncio.Semaphore(streams)
+async def drive(host: str, port: int, n: int, streams: int, max_tokens: int,
+                keep_alive: bool) -> dict[int, tuple]:
+    """``streams`` clients, each sending its next request when its previous one has ended, on
+    one kept-alive connection (as benchmark clients' connection pools do) or on a new one."""
+    prompts = iter(range(100, 100 + n))
     out: dict[int, tuple] = {}
 
-    async def one(prompt_len: int) -> None:
-        async with gate:
-            out[prompt_len] = await stream(host, port, prompt_len, max_tokens)
+    async def client() -> None:
+        conn = None
+        for prompt_len in prompts:
+            if conn is None:
+                conn = await asyncio.open_connection(host, port, limit=1 << 26)  # merged backlogs
+            out[prompt_len] = await stream(conn, prompt_len, max_tokens)
+            if not keep_alive:
+                conn[1].close()
+                conn = None
+        if conn is not None:
+            conn[1].close()
 
-    await asyncio.gather(*(one(100 + i) for i in range(n)))
+    await asyncio.gather(*(client() for _ in range(streams)))
     return out
 
 
@@ -83,6 +102,8 @@ def start_server(args: argparse.Namespace, per_request: str) -> tuple[subprocess
 
 
 def row(name: str, client: np.ndarray, sim: np.ndarray) -> str:
+    if not len(client):
+        return f"{name:<5} no pairs"
     diff = client - sim
     return (f"{name:<5} client mean {client.mean():8.2f} p50 {np.median(client):8.2f} | simulated mean "
             f"{sim.mean():8.2f} p50 {np.median(sim):8.2f} | difference mean {diff.mean():6.2f} "
@@ -96,6 +117,8 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=500)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--speedup", type=float, default=1.0)
+    ap.add_argument("--new-connections", action="store_true",
+                    help="open a connection per request (default: each stream keeps its own)")
     ap.add_argument("--set", action="append", default=[], help="extra --set for the server")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,29 +126,50 @@ def main() -> int:
         proc, port = start_server(args, per_request)
         try:
             t0 = time.perf_counter()
-            client = asyncio.run(drive("127.0.0.1", port, args.requests, args.streams, args.max_tokens))
+            client = asyncio.run(drive("127.0.0.1", port, args.requests, args.streams, args.max_tokens,
+                                       not args.new_connections))
             wall = time.perf_counter() - t0
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=60)
+        cpu = resource.getrusage(resource.RUSAGE_CHILDREN)  # the server is the only child
         records = {r["input_length"]: r for r in map(json.loads, open(per_request))}
-    c_ttft, s_ttft, c_itl, s_itl = [], [], [], []
-    merged = 0
-    for plen, (ttft, gaps) in client.items():
+    c_ttft, s_ttft, c_itl, s_itl, offsets = [], [], [], [], []
+    merged = chunks = 0
+    for plen, (ttft, gaps, sent) in client.items():
+        chunks += len(gaps) + 1
         rec = records[plen]
         times = [t / args.speedup for t in rec["token_times_ms"]]
         c_ttft.append(ttft)
         s_ttft.append(times[0] - rec["arrival_ms"] / args.speedup)
+        offsets.append(sent - rec["arrival_ms"] / args.speedup)
         if len(gaps) != len(times) - 1:
             merged += 1  # a stream that fell behind got a backlog in one chunk: no gap pairs
             continue
         c_itl.extend(gaps)
         s_itl.extend(b - a for a, b in zip(times, times[1:], strict=False))
     print(f"{args.requests} requests, {args.streams} concurrent streams, {args.max_tokens} tokens each, "
+          f"{'a connection per request' if args.new_connections else 'kept-alive connections'}, "
           f"speedup {args.speedup:g}: {wall:.1f} s wall; latencies in wall ms")
     print(row("TTFT", np.array(c_ttft), np.array(s_ttft)))
+    # Where the TTFT difference goes. The server's simulated time 0 falls at some monotonic
+    # wall time O; a request sent at s_i and received (its simulated arrival a_i) at O + a_i
+    # waited O + a_i - s_i >= 0 before the server had it, so O >= max(s_i - a_i). Taking O at
+    # that bound makes the least-delayed request's wait 0 (an idle server's, well under 1 ms)
+    # and splits each difference into the wait before the server received the request and
+    # the rest: from the first token's pass end to the client's read.
+    waits = max(offsets) - np.array(offsets)
+    rest = np.array(c_ttft) - np.array(s_ttft) - waits
+    print(f"      of the TTFT difference: before the server received the request mean {waits.mean():.2f} "
+          f"p50 {np.median(waits):.2f} p99 {np.percentile(waits, 99):.2f}; pass end to the client's read "
+          f"mean {rest.mean():.2f} p50 {np.median(rest):.2f} p99 {np.percentile(rest, 99):.2f}")
     print(row("ITL", np.array(c_itl), np.array(s_itl)))
     print(f"streams that fell behind (backlog merged into one chunk, left out of ITL): {merged}")
+    server_cpu = cpu.ru_utime + cpu.ru_stime
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"server CPU (user+sys, start-up and report included): {server_cpu:.2f} s, "
+          f"{1e6 * server_cpu / max(chunks, 1):.0f} us per chunk sent ({chunks} chunks); client CPU "
+          f"{me.ru_utime + me.ru_stime:.2f} s; load average {os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -59,15 +59,6 @@ def test_num_thinking_tokens(osl: int, ratio: float, expected: int) -> None:
     assert r.num_thinking_tokens(osl) == expected
 
 
-def test_a_prefill_decode_split_is_declined() -> None:
-    from servesim_serve.app import Server
-
-    loaded, cfg = load(None, ["cluster.prefill_workers=1", "cluster.decode_workers=1"])
-    with pytest.raises(ConfigError) as info:
-        Server(loaded, cfg)
-    assert info.value.path == "cluster.prefill_workers"
-
-
 def test_every_serve_key_is_documented() -> None:
     import attrs
 

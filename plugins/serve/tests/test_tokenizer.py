@@ -18,6 +18,7 @@ def test_builtin_words() -> None:
     assert ids[3] >= 1 << 32 and ids[4] >= 1 << 32  # outside the w<k> vocabulary
     assert tok.decode([4, 16, 1]) == "w0 w12 <s>"
     assert [tok.piece(i, j == 0) for j, i in enumerate([4, 5])] == ["w0", " w1"]
+    assert [tok.is_special(i) for i in (0, 1, 2, 3, 4, 1 << 32)] == [True] * 4 + [False] * 2
 
 
 def make_word_tokenizer(path) -> str:
@@ -38,6 +39,16 @@ def test_hf_tokenizer_folder(tmp_path) -> None:
     assert tok.decode([7, 9]) == "w3 w5"
     assert list(tok.output_pool[:3]) == [4, 5, 6] and len(tok.output_pool) == 64
     assert [tok.piece(i, j == 0) for j, i in enumerate([4, 5, 6])] == ["w0", " w1", " w2"]
+    assert [tok.is_special(i) for i in (0, 1, 2, 3, 4, 67)] == [True] * 4 + [False] * 2
+
+
+def test_a_completion_leaves_out_the_special_thinking_boundaries_of_a_tokenizer_json(tmp_path) -> None:
+    path = make_word_tokenizer(tmp_path / "tok")
+    reasoning = "serve.reasoning={thinking_ratio: 0.5, start_thinking_token_id: 1, end_thinking_token_id: 2}"
+    with running([f"serve.tokenizer={path}", "serve.speedup=1000", reasoning]) as s:
+        r = httpx.post(s.base + "/completions", json={"prompt": "w1", "max_tokens": 6}).json()
+    # [<s>, w1, </s>, w3, w4, w5]: <s> and </s> are the tokenizer's special tokens
+    assert r["choices"][0]["text"] == "w1 w3 w4 w5" and r["usage"]["completion_tokens"] == 6
 
 
 def test_server_with_a_tokenizer_folder(tmp_path) -> None:

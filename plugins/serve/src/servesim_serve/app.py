@@ -17,17 +17,19 @@ from typing import TYPE_CHECKING, Any
 from servesim.errors import SimError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from servesim_serve import wire
+from servesim_serve.chunk_bytes import PieceCache
 from servesim_serve.cluster import build_cluster
 from servesim_serve.config import ServeConfig
 from servesim_serve.metrics import make_observer
 from servesim_serve.protocol import ApiError, check_model, parse_generation, parse_json
+from servesim_serve.receipt import received_at
 from servesim_serve.records import live_per_request_lines, live_report
-from servesim_serve.streams import Generation
+from servesim_serve.streams import Generation, disconnected
 from servesim_serve.tokenizer import load_tokenizer
 
 if TYPE_CHECKING:
@@ -41,25 +43,19 @@ def error_response(err: ApiError) -> Response:
     return json_response(wire.error_body(err.message, err.err_type, err.status, err.param), err.status)
 
 
-class SSEResponse(StreamingResponse):
-    """A stream that always watches for the client leaving and always closes its generator,
-    so a disconnect cancels the request at once, whichever ASGI version the server speaks."""
+SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")]
 
-    def __init__(self, content: AsyncIterator[str]) -> None:
-        super().__init__(content, media_type="text/event-stream")
-        self._events = content
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        stream = asyncio.ensure_future(self.stream_response(send))
-        gone = asyncio.ensure_future(self.listen_for_disconnect(receive))
-        try:
-            await asyncio.wait({stream, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (stream, gone):
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, OSError):
-                await stream
-            await self._events.aclose()  # type: ignore[attr-defined]
+async def read_body(receive: Receive) -> bytes | None:
+    """The request body, or None if the client left before sending all of it."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 class Server:
@@ -70,6 +66,7 @@ class Server:
         self.loaded = loaded
         self.cfg = cfg
         self.tokenizer = load_tokenizer(cfg.tokenizer)
+        self.pieces = PieceCache(self.tokenizer.piece)  # escaped output-token text
         self.max_model_len = loaded.sim.engine.max_model_len
         self.observer = make_observer(cfg.model, loaded)
         # ``wall`` must be the event loop's clock (asyncio's default loop uses time.monotonic):
@@ -89,7 +86,8 @@ class Server:
         d = self.driver
         return live_report(d.requests, self.loaded.sim.report, self.loaded.resolved(),
                            max_in_flight=d.max_in_flight, preemptions=d.preemptions,
-                           queue_full=self.queue_full, reasoning=self.cfg.reasoning is not None)
+                           queue_full=self.queue_full, reasoning=self.cfg.reasoning is not None,
+                           pools=d.pool_spans, busy_ms=d.pass_busy_ms)
 
     def per_request_lines(self) -> list[str]:
         d = self.driver
@@ -97,16 +95,38 @@ class Server:
 
     # -- endpoints -----------------------------------------------------------------------
 
-    async def completions(self, http: Request) -> Response:
-        return await self._generate(http, chat=False)
+    async def generate(self, scope: Scope, receive: Receive, send: Send, chat: bool) -> None:
+        """``POST /v1/completions`` (``chat`` False) and ``POST /v1/chat/completions``, as a
+        plain ASGI app: a stream's chunks go straight to ``send``, with no routing, middleware
+        or response object per chunk."""
+        received = received_at(scope)
+        body = await read_body(receive)
+        if body is None:
+            return
+        admitted = self._admit(body, chat, received)
+        if isinstance(admitted, Response):
+            await admitted(scope, receive, send)
+            return
+        g = admitted
+        if g.gen.stream:
+            await self._stream(g, receive, send)
+            return
+        if not await g.until_done(receive):
+            response = error_response(ApiError("the request was cancelled", 499, "ClientClosedRequest"))
+        elif g.req.aborted:
+            response = error_response(ApiError(f"the simulation stopped: {self.driver.failure}", 500,
+                                               "InternalServerError"))
+        else:
+            response = json_response(g.body())
+        await response(scope, receive, send)
 
-    async def chat_completions(self, http: Request) -> Response:
-        return await self._generate(http, chat=True)
-
-    async def _generate(self, http: Request, chat: bool) -> Response:
+    def _admit(self, raw: bytes, chat: bool, received: float | None) -> Generation | Response:
+        """Parse, check and submit one generation request; an error answer if it is refused.
+        ``received``: the event loop's time when the request came in (its simulated arrival),
+        None for now."""
         cfg = self.cfg
         try:
-            body = parse_json(await http.body())
+            body = parse_json(raw)
             check_model(body, cfg.model)
             gen = parse_generation(body, self.tokenizer, chat=chat, default_max_tokens=cfg.default_max_tokens,
                                    max_model_len=self.max_model_len)
@@ -122,24 +142,33 @@ class Server:
                 f"The server is overloaded: {driver.queued} requests are queued "
                 f"(max_queued_requests = {cfg.max_queued_requests}). Please retry later.",
                 503, "ServiceUnavailableError"))
-        thinking = cfg.reasoning.num_thinking_tokens(gen.max_tokens) if chat and cfg.reasoning else 0
+        thinking = cfg.reasoning.num_thinking_tokens(gen.max_tokens) if cfg.reasoning else 0
+        arrival = driver.clock.ms_at(received) if received is not None else None
         try:
-            req = driver.submit(gen.prompt, gen.max_tokens, thinking)
+            req = driver.submit(gen.prompt, gen.max_tokens, thinking, arrival_ms=arrival)
         except SimError as exc:
             driver.fail(exc)
             return error_response(ApiError(f"the simulation stopped: {exc}", 500, "InternalServerError"))
         if req.rejected:
             return error_response(ApiError("the engine rejected the request (it can never fit its KV cache)"))
         prefix = "chatcmpl" if chat else "cmpl"
-        g = Generation(self, gen, req, f"{prefix}-{uuid.uuid4().hex}", int(time.time()))
-        if gen.stream:
-            return SSEResponse(g.events())
-        if not await g.until_done(http):
-            return error_response(ApiError("the request was cancelled", 499, "ClientClosedRequest"))
-        if req.aborted:
-            return error_response(ApiError(f"the simulation stopped: {driver.failure}", 500,
-                                           "InternalServerError"))
-        return json_response(g.body())
+        return Generation(self, gen, req, f"{prefix}-{uuid.uuid4().hex}", int(time.time()))
+
+    async def _stream(self, g: Generation, receive: Receive, send: Send) -> None:
+        """The SSE response: one body message per pass; a client that leaves cancels the
+        request at once (the watcher below), whatever the stream is waiting for."""
+        gone = asyncio.ensure_future(disconnected(receive))
+        gone.add_done_callback(lambda f: None if f.cancelled() else g.client_left())
+        events = g.events()
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            async for data in events:
+                if g.left:
+                    break
+                await send({"type": "http.response.body", "body": data, "more_body": not g.closed})
+        finally:
+            gone.cancel()
+            await events.aclose()
 
     async def models(self, http: Request) -> Response:
         root = self.cfg.tokenizer or self.cfg.model
@@ -182,7 +211,7 @@ class Server:
         return json_response(self.report())
 
 
-def build_app(server: Server) -> Starlette:
+def build_app(server: Server) -> App:
     """The ASGI app; the server's cluster starts with the app and stops with it."""
 
     @contextlib.asynccontextmanager
@@ -192,9 +221,12 @@ def build_app(server: Server) -> Starlette:
         finally:
             server.stop()
 
+    async def served_by_app(http: Request) -> Response:  # App answers these POSTs itself
+        raise AssertionError("unreachable")
+
     routes = [
-        Route("/v1/completions", server.completions, methods=["POST"]),
-        Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
+        Route("/v1/completions", served_by_app, methods=["POST"]),  # other methods: 405
+        Route("/v1/chat/completions", served_by_app, methods=["POST"]),
         Route("/v1/models", server.models, methods=["GET"]),
         Route("/health", server.health, methods=["GET"]),
         Route("/tokenize", server.tokenize, methods=["POST"]),
@@ -202,4 +234,24 @@ def build_app(server: Server) -> Starlette:
         Route("/metrics", server.metrics, methods=["GET"]),
         Route("/servesim/report", server.report_endpoint, methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return App(server, Starlette(routes=routes, lifespan=lifespan))
+
+
+GENERATION = {"/v1/completions": False, "/v1/chat/completions": True}
+
+
+class App:
+    """The server's ASGI app: generation requests go to :meth:`Server.generate` directly,
+    everything else (lifespan included) to the Starlette app."""
+
+    def __init__(self, server: Server, rest: Starlette) -> None:
+        self.server = server
+        self.rest = rest
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            chat = GENERATION.get(scope["path"])
+            if chat is not None:
+                await self.server.generate(scope, receive, send, chat)
+                return
+        await self.rest(scope, receive, send)

@@ -109,13 +109,14 @@ def serve_command(args: argparse.Namespace) -> int:
     from servesim.replay.report import format_table
 
     from servesim_serve.app import Server, build_app
+    from servesim_serve.receipt import ReceiptProtocol
 
     loaded, cfg = load(args.config, args.sets, args.host, args.port)
     server = Server(loaded, cfg)
     sock = bind(cfg.host, cfg.port)
     bound = sock.getsockname()[1]
     config = uvicorn.Config(build_app(server), log_level="warning", lifespan="on", loop="asyncio",
-                            http="httptools",
+                            http=ReceiptProtocol, access_log=False,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     print(f"servesim serve: model {cfg.model!r} on http://{cfg.host}:{bound} "
           f"(speedup {cfg.speedup:g}); Ctrl-C writes the report", file=sys.stderr, flush=True)

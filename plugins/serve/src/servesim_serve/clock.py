@@ -25,6 +25,10 @@ class SimClock:
         """The simulated time now."""
         return (self._wall() - self._origin) * self._sim_ms_per_s
 
+    def ms_at(self, wall_s: float) -> float:
+        """The simulated time at wall time ``wall_s`` (``wall``'s clock)."""
+        return (wall_s - self._origin) * self._sim_ms_per_s
+
     def wall_at(self, sim_ms: float) -> float:
         """The wall time (``wall``'s clock) at which simulated ``sim_ms`` falls."""
         return self._origin + sim_ms / self._sim_ms_per_s

@@ -1,7 +1,16 @@
 """From a validated configuration to a live driver: the engines, router and sinks ``run`` builds.
 
-Aggregated workers only: a prefill/decode split needs the disaggregated replay's handoff
-machinery, which the live driver does not drive yet, so it is declined with a ConfigError.
+Aggregated workers: ``cluster.workers`` of ``engine:``, or the ``cluster.pools`` of a
+heterogeneous cluster (each pool's engine overrides merged over ``engine:``, workers numbered
+pool after pool, one router over all of them), built by the replay's own functions.
+
+A prefill/decode split is declined with a ConfigError: the disaggregated replay
+(``servesim.replay.disagg.DisaggReplayer``) is a replayer of a fixed workload (its handoff
+state is sized from the trace and its loop runs the trace to the end), and the handoff
+lifecycle it drives (reserve the destination, time the transfer, activate, release the
+source, each deferred while a worker is mid-pass, SGLang's reserve-first order, cancellation
+mid-handoff) has no live twin here. Serving a split needs a replayer that takes arrivals while
+it runs, a change to the core replay (docs/serve.md).
 """
 
 from __future__ import annotations
@@ -10,9 +19,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
-
 from servesim.errors import ConfigError
 from servesim.replay.cluster import build_engines
+from servesim.replay.pools import build_pool_engines
 from servesim.sink_build import build_sinks
 from servesim.sinks import SinkDeployment, bind_sinks
 
@@ -30,30 +39,48 @@ def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float
     sim = loaded.sim
     cluster = sim.cluster
     if cluster.prefill_workers or cluster.decode_workers:
-        raise ConfigError("a prefill/decode split is not supported by servesim serve yet",
-                          path="cluster.prefill_workers", source=loaded.source)
+        key = "prefill_workers" if cluster.prefill_workers else "decode_workers"
+        raise ConfigError(
+            "servesim serve does not serve a prefill/decode split (the disaggregated handoff is "
+            "driven by the replay only); use `servesim run` for it, or aggregated workers "
+            "(cluster.workers or cluster.pools) here", path=f"cluster.{key}", source=loaded.source)
+    num_workers = serve_workers(loaded)
     router_class = loaded.plugins.routers().get(cluster.router)
-    router = router_class(cluster.workers, sim.engine.dp_size, sim.engine.bs, loaded.router_config)
+    router = router_class(num_workers, sim.engine.dp_size, sim.engine.bs, loaded.router_config)
     built = build_sinks(loaded)
     kv_sinks, fpm_sinks = built["kv_events"], built["fpm"]
-    _bind(loaded, [*kv_sinks, *fpm_sinks])
-    factory = loaded.engine_factory(
-        emit_kv_events=bool(kv_sinks) or router.wants_kv_events,
-        emit_forward_pass_metrics=bool(fpm_sinks) or bool(observer is not None and observer.wants_fpm),
-    )
-    if any(getattr(sink, "wants_token_ids", False) for sink in kv_sinks):
-        factory.config = attrs.evolve(factory.config, emit_kv_token_ids=True)
-    engines = build_engines(factory.build, cluster.workers)
+    _bind(loaded, num_workers, [*kv_sinks, *fpm_sinks])
+    emit_fpm = bool(fpm_sinks) or bool(observer is not None and observer.wants_fpm)
+
+    def make_factory(overrides: Any = None, path: str = "engine overrides") -> Any:
+        factory = loaded.engine_factory(overrides, emit_kv_events=bool(kv_sinks) or router.wants_kv_events,
+                                        emit_forward_pass_metrics=emit_fpm, path=path)
+        if any(getattr(sink, "wants_token_ids", False) for sink in kv_sinks):
+            factory.config = attrs.evolve(factory.config, emit_kv_token_ids=True)
+        return factory
+
+    spans = None
+    if cluster.pools:
+        engines, spans = build_pool_engines(loaded, make_factory)
+    else:
+        engines = build_engines(make_factory().build, cluster.workers)
     driver = LiveDriver(engines, router, SimClock(speedup, wall), block_size=sim.engine.bs,
                         kv_sinks=kv_sinks, fpm_sinks=fpm_sinks, observer=observer)
+    driver.pool_spans = spans
     return driver, [*kv_sinks, *fpm_sinks]
 
 
-def _bind(loaded: LoadedConfig, sinks: list[Any]) -> None:
+def serve_workers(loaded: LoadedConfig) -> int:
+    """The aggregated workers served: every pool's, else ``cluster.workers``."""
+    cluster = loaded.sim.cluster
+    return sum(p.workers for p in cluster.pools) or cluster.workers
+
+
+def _bind(loaded: LoadedConfig, num_workers: int, sinks: list[Any]) -> None:
     """Tell sinks that ask for it (``bind(SinkDeployment)``, e.g. the ZMQ sinks' ports per
     worker and rank) what they serve, as the replay does."""
     sim = loaded.sim
-    bind_sinks(sinks, SinkDeployment(num_workers=sim.cluster.workers, dp_size=sim.engine.dp_size,
+    bind_sinks(sinks, SinkDeployment(num_workers=num_workers, dp_size=sim.engine.dp_size,
                                      block_size=sim.engine.bs, backend=sim.engine.backend,
                                      max_model_len=sim.engine.max_model_len,
                                      num_gpu_blocks=sim.engine.num_gpu_blocks))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import sys
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +40,8 @@ _PASS_END, _DEADLINE = 0, 1
 # An engine's effect-free zero-duration passes at one simulated time before it waits for the
 # next external event (the replay's livelock guard would raise; a server keeps serving).
 MAX_ZERO_PASSES = 64
+# Streams woken per event-loop iteration after a pass (see LiveDriver._wake_some).
+WAKE_BATCH = 16
 
 
 class LiveDriver:
@@ -61,6 +64,8 @@ class LiveDriver:
         self.max_in_flight = 0
         self.preemptions = 0
         self.passes = 0
+        self.pass_busy_ms = [0.0] * len(self.engines)  # simulated ms each worker spent in passes
+        self.pool_spans: Any = None  # cluster.pools: servesim.replay.pools.PoolSpan per pool
         self.now = 0.0  # the latest simulated time acted on
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
@@ -70,15 +75,30 @@ class LiveDriver:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self.failure: SimError | None = None  # what stopped the simulation, if anything
+        self._to_wake: deque[LiveRequest] = deque()  # streams with new tokens, to wake
+        self._waking = False
 
     # -- commands (called by the HTTP layer) -------------------------------------------
 
-    def submit(self, prompt: list[int], max_tokens: int, thinking: int = 0) -> LiveRequest:
-        """Route and submit one request now; returns its live record (rejected requests are
-        already finished)."""
-        now = self._catch_up()
+    def submit(self, prompt: list[int], max_tokens: int, thinking: int = 0,
+               arrival_ms: float | None = None) -> LiveRequest:
+        """Route and submit one request; returns its live record (rejected requests are
+        already finished).
+
+        ``arrival_ms`` is the simulated time the server received the request (default: now),
+        and the request's arrival. The engine gets it then, or, when the simulation has
+        already acted on a later moment (a pass ended between the request's receipt and its
+        handling), at that moment: the simulation never goes back."""
+        if arrival_ms is None:
+            now = self._catch_up()
+            arrival_ms = now
+        else:
+            now = max(arrival_ms, self.now)
+            self._advance(now)
+            self.now = now
+            arrival_ms = min(arrival_ms, now)
         rid = len(self.requests)
-        req = LiveRequest(rid, len(prompt), max_tokens, thinking, now)
+        req = LiveRequest(rid, len(prompt), max_tokens, thinking, arrival_ms)
         self.requests.append(req)
         request = Request(rid, Tokens(prompt), max_tokens)
         hashes = request.prompt.block_hashes(self.block_size)[0] if self.router.wants_block_hashes else ()
@@ -223,6 +243,7 @@ class LiveDriver:
             if started is None:
                 continue
             self.passes += 1
+            self.pass_busy_ms[w] += started.end_ms - now
             for rs in started.by_rank:
                 self._absorb_start(w, rs.dp_rank, rs.effects, now)
             self._zero[w] = self._zero[w] + 1 if started.end_ms == now else 0
@@ -254,15 +275,20 @@ class LiveDriver:
                 emitted[rid] = emitted.get(rid, 0) + 1
             if emitted:
                 self._zero[w] = 0
+            later = []
             for rid, count in emitted.items():
                 req = requests[rid]
                 if not req.times:
                     self.state.prefill_done(rid)
                     self.queued -= 1
+                    self._to_wake.append(req)  # first tokens go out first
+                else:
+                    later.append(req)
                 req.times.extend([now] * count)
                 req.steps.append(len(req.times))
                 self.observer.tokens(req, count, now)
-                req.notify()
+            self._to_wake.extend(later)
+            self._schedule_wakes()
             for rid in out.rejected:
                 requests[rid].rejected = True
             for rid in out.completed:
@@ -275,6 +301,24 @@ class LiveDriver:
                 for sink in self.fpm_sinks:
                     _publish(sink, w, now, eff.forward_pass_metrics)
             self.observer.pass_completed(w, rc.dp_rank, eff.metrics, eff.forward_pass_metrics)
+
+    def _schedule_wakes(self) -> None:
+        if self._to_wake and not self._waking:
+            self._waking = True
+            asyncio.get_running_loop().call_soon(self._wake_some)
+
+    def _wake_some(self) -> None:
+        """Wake the next :data:`WAKE_BATCH` streams that have new tokens. Their writes run in
+        the event loop's next iteration and the following batch in the one after, so the loop
+        polls its sockets between batches: a request that comes in while a pass's chunks go
+        out is received (and stamped) within one batch's writes, not after all of them."""
+        queue = self._to_wake
+        for _ in range(min(WAKE_BATCH, len(queue))):
+            queue.popleft().notify()
+        if queue:
+            asyncio.get_running_loop().call_soon(self._wake_some)
+        else:
+            self._waking = False
 
     def _terminal(self, req: LiveRequest, now: float) -> None:
         if not req.times:

@@ -20,10 +20,11 @@ def make_observer(model: str, loaded: LoadedConfig) -> Observer:
     """The ``/metrics`` observer for this server."""
     from servesim_prometheus.metrics import EngineMetrics, FinishedRequest
 
+    from servesim_serve.cluster import serve_workers
     from servesim_serve.vllm_metrics import EngineMetricsObserver
 
     engine = loaded.sim.engine
-    engines = [str(i) for i in range(loaded.sim.cluster.workers * engine.dp_size)]
+    engines = [str(i) for i in range(serve_workers(loaded) * engine.dp_size)]
     metrics = EngineMetrics(engine.backend, model_name=model, engines=engines,
                             max_model_len=engine.max_model_len,
                             kv_capacity_tokens=engine.num_gpu_blocks * engine.bs)

@@ -104,8 +104,9 @@ def answer_latencies(requests: Sequence[LiveRequest]) -> list[float]:
 
 def live_report(requests: Sequence[LiveRequest], cfg: ReportConfig, resolved: dict[str, Any], *,
                 max_in_flight: int, preemptions: int, queue_full: int,
-                reasoning: bool) -> dict[str, Any]:
-    """The report of every request served so far (unfinished ones are not completed)."""
+                reasoning: bool, pools: Any = None, busy_ms: Sequence[float] = ()) -> dict[str, Any]:
+    """The report of every request served so far (unfinished ones are not completed);
+    ``pools``/``busy_ms``: the pools' spans and each worker's time in passes."""
     import numpy as np
 
     log = request_log(requests, max_in_flight, preemptions, record_token_times=False)
@@ -118,6 +119,10 @@ def live_report(requests: Sequence[LiveRequest], cfg: ReportConfig, resolved: di
     }
     if reasoning:
         extra.update(distribution("ttfat", np.asarray(answer_latencies(requests)), cfg.percentiles))
+    if pools is not None:  # cluster.pools: the replay's per-pool section
+        from servesim.replay.pools import pool_report
+
+        extra["pools"] = pool_report(log, pools, busy_ms, cfg.percentiles)
     report.update(_clean(extra))
     return report
 
@@ -126,5 +131,5 @@ def live_per_request_lines(requests: Sequence[LiveRequest], max_in_flight: int,
                            preemptions: int) -> list[str]:
     """One JSON line per request (``servesim run --per-request``'s fields plus ``cancelled``)."""
     log = request_log(requests, max_in_flight, preemptions, record_token_times=True)
-    log.extra = {"cancelled": [r.cancelled for r in requests]}  # type: ignore[attr-defined]
+    log.extra = {"cancelled": [r.cancelled for r in requests]}
     return [line + "\n" for line in per_request_lines(log)]

@@ -6,23 +6,29 @@ vLLM's output collector merges the outputs its consumer has not taken yet
 (``vllm/v1/engine/output_processor.py``), so an overloaded server catches up. A stream the
 client leaves, or a whole-body request whose client disconnects, is cancelled on its engine.
 With reasoning, the chat thinking span ``[start, ..., end]`` streams as reasoning deltas; its
-boundary tokens send no chunk, as vLLM's reasoning parsers drop them.
+boundary tokens send no chunk, as vLLM's reasoning parsers drop them. A completion has the same
+thinking span but no reasoning parser (vLLM applies them to chat only): its text is every
+token's, boundaries included, except tokens the tokenizer marks special, whose text vLLM's
+default ``skip_special_tokens`` drops (the chunk of a pass that gave only such a token has
+empty text, as vLLM still sends it).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from servesim_serve import wire
+from servesim_serve.chunk_bytes import ChunkBytes, join_text, unescaped
 from servesim_serve.protocol import GenRequest
 
 # Passes a stream may lag before their tokens go out merged in one chunk.
 MERGE_AFTER = 16
+SSE_DONE = wire.SSE_DONE.encode("ascii")
 
 if TYPE_CHECKING:
-    from starlette.requests import Request
+    from starlette.types import Receive
 
     from servesim_serve.app import Server
     from servesim_serve.records import LiveRequest
@@ -38,7 +44,13 @@ class Generation:
         self.rid = rid
         self.created = created
         self.model = server.cfg.model
-        self.thinking = req.thinking if gen.chat else 0
+        self.thinking = req.thinking if gen.chat else 0  # the span the chat parser splits off
+        tok = server.tokenizer
+        # A completion's first token with text (a special start-of-thinking token has none).
+        self._first_text = 1 if req.thinking and not gen.chat and tok.is_special(self.token_id(0)) else 0
+        self.out = ChunkBytes(rid, created, self.model, gen.chat)
+        self.closed = False  # the stream's last chunk (and [DONE]) has been produced
+        self.left = False  # the client went away
 
     def token_id(self, j: int) -> int:
         """The ``j``-th output token: thinking boundaries, else the tokenizer's pool."""
@@ -60,15 +72,21 @@ class Generation:
             return self.server.tokenizer.piece(self.token_id(j), j == 1), True
         return self.server.tokenizer.piece(self.token_id(j), j == t), False
 
+    def completion_piece(self, j: int) -> bytes:
+        """The escaped text token ``j`` adds to a completion (empty for a special token)."""
+        token = self.token_id(j)
+        if j < self.req.thinking and self.server.tokenizer.is_special(token):
+            return b""
+        return self.server.pieces.get(token, j == self._first_text)
+
     # -- whole bodies ------------------------------------------------------------------
 
     def body(self) -> dict[str, Any]:
         req, gen = self.req, self.gen
         n = len(req.times)
         if not gen.chat:
-            tok = self.server.tokenizer
-            whole = "".join(tok.piece(self.token_id(j), j == 0) for j in range(n))
-            return wire.completion_response(self.rid, self.created, self.model, whole, "length",
+            whole = b"".join(self.completion_piece(j) for j in range(n))
+            return wire.completion_response(self.rid, self.created, self.model, unescaped(whole), "length",
                                             req.prompt_len, n, req.cached_tokens())
         content: list[str] = []
         reasoning: list[str] = []
@@ -82,21 +100,25 @@ class Generation:
 
     # -- streams -------------------------------------------------------------------------
 
-    def _chunks(self, start: int, end: int, last: bool) -> list[dict[str, Any]]:
-        """The chunks of tokens ``start..end-1``: one chunk for the completion's text, for chat
-        one per run of reasoning or answer text (a boundary token adds no text)."""
-        gen = self.gen
+    def _chunks(self, start: int, end: int, last: bool) -> list[bytes]:
+        """The SSE chunks of tokens ``start..end-1``: one chunk for the completion's text, for
+        chat one per run of reasoning or answer text (a boundary token adds no text)."""
+        gen, out = self.gen, self.out
         finish = self.finish_reason() if last else None
         usage = (self.req.prompt_len, end) if gen.continuous_usage else None
+        pieces = self.server.pieces
         if not gen.chat:
-            tok = self.server.tokenizer
-            whole = "".join(tok.piece(self.token_id(j), j == 0) for j in range(start, end))
-            return [wire.completion_chunk(self.rid, self.created, self.model, whole, finish, usage)]
-        runs: list[tuple[bool, list[str]]] = []
+            texts = [self.completion_piece(j) for j in range(start, end)]
+            return [out.completion(join_text(texts), finish, usage)]
+        runs: list[tuple[bool, list[bytes]]] = []
+        t = self.thinking
         for j in range(start, end):
-            piece, is_reasoning = self.part(j)
-            if piece is None:
-                continue
+            if t and j < t:
+                if j == 0 or j == t - 1:
+                    continue  # a thinking boundary: no text
+                piece, is_reasoning = pieces.get(self.token_id(j), j == 1), True
+            else:
+                piece, is_reasoning = pieces.get(self.token_id(j), j == t), False
             if runs and runs[-1][0] == is_reasoning:
                 runs[-1][1].append(piece)
             else:
@@ -104,17 +126,15 @@ class Generation:
         if not runs:
             if not last:
                 return []
-            runs = [(False, [""])]
-        out = []
-        for i, (is_reasoning, texts) in enumerate(runs):
-            final = i == len(runs) - 1
-            out.append(wire.chat_chunk(self.rid, self.created, self.model,
-                                       wire.chat_delta("".join(texts), is_reasoning),
-                                       finish if final else None, usage))
-        return out
+            runs = [(False, [b""])]
+        final = len(runs) - 1
+        return [out.chat(join_text(texts), is_reasoning, finish if i == final else None, usage)
+                for i, (is_reasoning, texts) in enumerate(runs)]
 
-    async def events(self) -> AsyncIterator[str]:
-        """The SSE body; leaving it early (the client went away) cancels the request."""
+    async def events(self) -> AsyncGenerator[bytes, None]:
+        """The SSE body, one item per pass that gave the request tokens (the pass's chunks
+        together; the last item also holds the usage chunk and ``[DONE]``). Leaving it early
+        (the client went away) cancels the request."""
         req, gen = self.req, self.gen
         sent = step = 0
         closed = False  # a chunk with the finish reason went out
@@ -122,29 +142,40 @@ class Generation:
             while not closed:
                 await req.wait(sent)
                 n = len(req.times)
+                out: list[bytes] = []
                 if gen.chat and sent == 0 and n:
                     prompt = req.prompt_len if gen.continuous_usage else None
-                    yield wire.sse(wire.chat_role_chunk(self.rid, self.created, self.model, prompt))
+                    out.append(wire.sse(wire.chat_role_chunk(self.rid, self.created, self.model,
+                                                             prompt)).encode("utf-8"))
                 steps = req.steps[step:]
                 step += len(steps)
                 if len(steps) > MERGE_AFTER:
                     steps = steps[-1:]
                 for end in steps:
                     closed = req.finished and end == n
-                    for chunk in self._chunks(sent, end, closed):
-                        yield wire.sse(chunk)
+                    out.extend(self._chunks(sent, end, closed))
                     sent = end
                 if req.finished and not closed:
                     # An end without a token in its pass (a rejection at admission).
-                    yield wire.sse(self._end_chunk())
+                    out.append(wire.sse(self._end_chunk()).encode("utf-8"))
                     closed = True
-            if gen.include_usage:
-                obj = "chat.completion.chunk" if gen.chat else "text_completion"
-                yield wire.sse(wire.usage_chunk(self.rid, obj, self.created, self.model,
-                                                req.prompt_len, len(req.times), req.cached_tokens()))
-            yield wire.SSE_DONE
+                if closed:
+                    out.append(self._trailer())
+                    self.closed = True
+                if out:
+                    yield out[0] if len(out) == 1 else b"".join(out)
         finally:
             self.server.driver.cancel(req)
+
+    def _trailer(self) -> bytes:
+        """The usage chunk (``stream_options.include_usage``) and ``[DONE]``."""
+        req, gen = self.req, self.gen
+        if not gen.include_usage:
+            return SSE_DONE
+        obj = "chat.completion.chunk" if gen.chat else "text_completion"
+        usage = wire.usage_chunk(self.rid, obj, self.created, self.model, req.prompt_len,
+                                 len(req.times), req.cached_tokens())
+        return wire.sse(usage).encode("utf-8") + SSE_DONE
 
     def finish_reason(self) -> str:
         """``length`` (the output length was reached), or ``abort`` for a request the engine
@@ -157,10 +188,16 @@ class Generation:
             return wire.chat_chunk(self.rid, self.created, self.model, wire.chat_delta("", False), finish)
         return wire.completion_chunk(self.rid, self.created, self.model, "", finish)
 
-    async def until_done(self, http: Request) -> bool:
+    def client_left(self) -> None:
+        """The client disconnected: cancel the request (its stream wakes and stops)."""
+        self.left = True
+        self.server.driver.cancel(self.req)
+        self.req.notify()
+
+    async def until_done(self, receive: Receive) -> bool:
         """Wait for the request to finish; False (and cancelled) if the client disconnected."""
         done = asyncio.ensure_future(self._finished())
-        gone = asyncio.ensure_future(_disconnected(http))
+        gone = asyncio.ensure_future(disconnected(receive))
         try:
             await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -176,8 +213,7 @@ class Generation:
             await self.req.wait(len(self.req.times))
 
 
-async def _disconnected(http: Request) -> None:
-    while True:
-        message = await http.receive()
-        if message["type"] == "http.disconnect":
-            return
+async def disconnected(receive: Receive) -> None:
+    """Return once the client has gone (its request body has been read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass

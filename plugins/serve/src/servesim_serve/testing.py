@@ -16,6 +16,7 @@ import uvicorn
 
 from servesim_serve.app import Server, build_app
 from servesim_serve.cli import bind, load
+from servesim_serve.receipt import ReceiptProtocol
 
 START_TIMEOUT_S = 20.0
 
@@ -36,7 +37,7 @@ def running(sets: list[str], config: str | None = None) -> Iterator[Running]:
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
     uv = uvicorn.Server(uvicorn.Config(build_app(server), log_level="warning", lifespan="on",
-                                       loop="asyncio", http="httptools",
+                                       loop="asyncio", http=ReceiptProtocol, access_log=False,
                                        timeout_graceful_shutdown=2))
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -41,6 +41,11 @@ class Tokenizer:
     def token_text(self, token_id: int) -> str:
         return SPECIALS[token_id] if 0 <= token_id < 4 else f"w{token_id - 4}"
 
+    def is_special(self, token_id: int) -> bool:
+        """A special token: its text is left out of generated text (vLLM's default
+        ``skip_special_tokens``)."""
+        return 0 <= token_id < len(SPECIALS)
+
     def decode(self, ids: Sequence[int]) -> str:
         return " ".join(self.token_text(i) for i in ids)
 
@@ -67,7 +72,9 @@ class HfTokenizer(Tokenizer):
         except Exception as exc:  # tokenizers raises its own Exception subclass
             raise ConfigError(f"cannot load tokenizer {file!r}: {exc}", path="serve.tokenizer") from None
         self.name = path
-        special = set(self._tok.get_added_tokens_decoder())  # id -> added (special) token
+        added = self._tok.get_added_tokens_decoder()  # id -> AddedToken
+        special = set(added)
+        self._special = {i for i, t in added.items() if getattr(t, "special", False)}
         vocab = sorted(i for i in self._tok.get_vocab(with_added_tokens=False).values() if i not in special)
         self.output_pool = vocab[:POOL_SIZE] or [0]
 
@@ -79,6 +86,9 @@ class HfTokenizer(Tokenizer):
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)
+
+    def is_special(self, token_id: int) -> bool:
+        return token_id in self._special
 
     def piece(self, token_id: int, first: bool) -> str:
         # The text a token adds is the difference between decoding with and without it.

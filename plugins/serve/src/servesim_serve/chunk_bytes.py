@@ -1,0 +1,91 @@
+"""SSE chunk bytes of one request, from parts computed once per request.
+
+A stream writes one chunk per pass per request, so the chunk is built from the request's
+fixed prefix (``id``, ``object``, ``created``, ``model``), the token text already escaped
+(:meth:`ChunkBytes.text`, cached per token) and fixed tails: no dict and no JSON encoder per
+chunk. The bytes are those of ``wire.sse(wire.completion_chunk(...))`` and
+``wire.sse(wire.chat_chunk(...))`` (vLLM's shapes; ``tests/test_chunk_bytes.py`` compares them).
+JSON escaping works character by character, so the escaped text of a run of pieces is the
+concatenation of the pieces' escaped texts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+from servesim_serve import wire
+
+_FINISH = {None: b"null", "length": b'"length"', "abort": b'"abort"'}
+_COMPLETION_TAIL = b',"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]'
+
+
+def escaped(text: str) -> bytes:
+    """``text`` as the inside of a JSON string (no quotes), as ``wire.dumps`` escapes it."""
+    return wire.dumps(text)[1:-1].encode("utf-8")
+
+
+def unescaped(text: bytes) -> str:
+    """The inverse of :func:`escaped`."""
+    return json.loads(b'"' + text + b'"')
+
+
+class PieceCache:
+    """The escaped text of output tokens, per ``(token id, first)``: ``piece`` is the
+    tokenizer's (``Tokenizer.piece``); a server holds one cache for every request."""
+
+    def __init__(self, piece: Callable[[int, bool], str]) -> None:
+        self._piece = piece
+        self._cache: dict[tuple[int, bool], bytes] = {}
+
+    def get(self, token_id: int, first: bool) -> bytes:
+        key = (token_id, first)
+        out = self._cache.get(key)
+        if out is None:
+            out = self._cache[key] = escaped(self._piece(token_id, first))
+        return out
+
+
+class ChunkBytes:
+    """The SSE chunks of one request (``chat``: ``chat.completion.chunk``, else
+    ``text_completion``)."""
+
+    def __init__(self, rid: str, created: int, model: str, chat: bool) -> None:
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        head = wire.dumps({"id": rid, "object": obj, "created": created, "model": model})[:-1]
+        opening = "delta" if chat else "text"
+        self._pre = b'data: ' + head.encode("utf-8") + b',"choices":[{"index":0,"' + opening.encode() + b'":'
+
+    def completion(self, text: bytes, finish: str | None, usage: tuple[int, int] | None = None) -> bytes:
+        """``text``: escaped (:func:`escaped`); ``usage``: (prompt, completion) tokens so far."""
+        parts = [self._pre, b'"', text, b'","logprobs":null,"finish_reason":', _FINISH[finish],
+                 _COMPLETION_TAIL]
+        if usage is not None:
+            p, c = usage
+            parts.append(b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}'
+                         % (p, p + c, c))
+        parts.append(b"}\n\n")
+        return b"".join(parts)
+
+    def chat(self, text: bytes, reasoning: bool, finish: str | None,
+             usage: tuple[int, int] | None = None) -> bytes:
+        """A delta chunk: ``content``, or the thinking text under ``reasoning`` and
+        ``reasoning_content``."""
+        if reasoning:
+            delta = [b'{"reasoning":"', text, b'","reasoning_content":"', text, b'"}']
+        else:
+            delta = [b'{"content":"', text, b'"}']
+        parts = [self._pre, *delta, b',"logprobs":null,"finish_reason":', _FINISH[finish]]
+        if finish is not None:
+            parts.append(b',"stop_reason":null')
+        parts.append(b',"token_ids":null}]')
+        if usage is not None:
+            p, c = usage
+            parts.append(b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,'
+                         b'"completion_tokens_details":null}' % (p, p + c, c))
+        parts.append(b"}\n\n")
+        return b"".join(parts)
+
+
+def join_text(pieces: Sequence[bytes]) -> bytes:
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
