@@ -72,6 +72,7 @@ class SglangConfig:
     split_refreshes_recency: bool | None = None
     child_per_insert: bool | None = None
     waiting_prefix_touch: bool | None = None
+    overlap_schedule: bool | None = None
 
 
 @frozen
