@@ -71,3 +71,13 @@ def test_overlap_goldens_need_the_overlap_loop(name: str) -> None:
     cmp = compare_steps(oracle, mine)
     assert cmp.first_divergence is not None and cmp.first_divergence <= 1
     assert "protected_tokens" in cmp.differing_fields
+
+
+def test_a_reprefilled_request_splits_at_its_prompt() -> None:
+    """Without ``prompt_boundary_split`` the tree keeps a re-prefilled prompt and its
+    outputs as one leaf, and 500 steps later evicts it whole where SGLang evicts the
+    outputs only."""
+    oracle, mine = _steps("retract_long_outputs", {**PROFILE, "prompt_boundary_split": False})
+    cmp = compare_steps(oracle, mine)
+    assert cmp.first_divergence == 2350
+    assert set(cmp.differing_fields) == {"free_tokens", "evictable_tokens"}

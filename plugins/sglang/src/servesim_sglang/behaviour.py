@@ -34,6 +34,7 @@ SWITCHES = (
     "child_per_insert",
     "waiting_prefix_touch",
     "overlap_schedule",
+    "prompt_boundary_split",
 )
 
 
@@ -94,6 +95,10 @@ class Behaviour:
       the prefill's tree insert one step later, and a decode step leaves out the requests
       whose pending token is their last (``_reqs_finishing_inflight``). Aggregated workers
       without speculative decoding only; the others process each step's results at once.
+    * ``prompt_boundary_split`` — after a request's tokens enter the tree past its prompt
+      (a finish, or the prefill of a retracted request's prompt and outputs), its prompt is
+      inserted once more, which splits the edge at the prompt's end, so that eviction can
+      drop the output tokens without the prompt (``UnifiedRadixCache.checkpoint_into_tree``).
     """
 
     two_phase_admission: bool
@@ -111,6 +116,7 @@ class Behaviour:
     child_per_insert: bool
     waiting_prefix_touch: bool
     overlap_schedule: bool
+    prompt_boundary_split: bool
 
     @property
     def runs_supported(self) -> bool:

@@ -73,6 +73,7 @@ class SglangConfig:
     child_per_insert: bool | None = None
     waiting_prefix_touch: bool | None = None
     overlap_schedule: bool | None = None
+    prompt_boundary_split: bool | None = None
 
 
 @frozen

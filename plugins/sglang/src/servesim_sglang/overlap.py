@@ -99,5 +99,7 @@ def process_results(s: SglangScheduler, out: PassOutcome) -> None:
             done.add(id(r))
         elif prefill or s._cache_decode:  # noqa: SLF001
             cache.cache_prefix(r.lease, r.tokens, upto)
+            if prefill:
+                s.split_prompt(r, upto)
     if done:
         s.running = [r for r in s.running if id(r) not in done]

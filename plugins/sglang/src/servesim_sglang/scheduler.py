@@ -161,6 +161,7 @@ class SglangScheduler:
         # SGLang-version switches (servesim_sglang.behaviour) read on hot paths.
         self._ahead = 0 if bh.lazy_decode_slot else 1  # decode slot taken for the new token
         self._cache_decode = not bh.cache_decode_at_finish
+        self._prompt_split = bh.prompt_boundary_split
         self.batch_full = False  # SGLang's running_batch.batch_is_full (sticky_batch_full)
         self._left = False  # a request left the batch in the last pass (clears batch_full)
         self._chunk_pending: SglangRequest | None = None  # cache_chunk_next_step
@@ -417,7 +418,9 @@ class SglangScheduler:
         if req.lease is not None:
             if not rejected and self.handoff is not None and self.handoff.hold(req):
                 return  # a finished prefill source keeps its KV (held, §7.2)
-            self.cache.finish(req.lease, req.tokens, min(req.seq_len, req.materialized))
+            upto = min(req.seq_len, req.materialized)
+            self.cache.finish(req.lease, req.tokens, upto)
+            self.split_prompt(req, upto)
             req.lease = None
 
     def _settle_done(self, reqs: list[SglangRequest], out: PassOutcome) -> list[SglangRequest]:
@@ -469,6 +472,15 @@ class SglangScheduler:
         else:
             assert r.lease is not None
             self.cache.cache_prefix(r.lease, r.tokens, r.materialized)
+            self.split_prompt(r, r.materialized)
+
+    def split_prompt(self, r: SglangRequest, upto: int) -> None:
+        """``prompt_boundary_split``: the tree took ``r``'s tokens up to ``upto``; past its
+        prompt, the prompt is inserted again (splitting the edge at its end)."""
+        if self._prompt_split:
+            ps = self.p.page_size
+            if 0 < r.prompt_len - r.prompt_len % ps < upto - upto % ps:
+                self.cache.split_at(r.tokens, r.prompt_len)
 
     def _reserve(self, pages: int) -> bool:
         cache = self.cache
