@@ -37,8 +37,14 @@ output, see ``tests/golden/sglang``):
 Where SGLang 0.5.23 itself differs from this (checked step by step against its scheduler,
 docs/conformance.md), ``engine.sglang`` switches (:mod:`servesim_sglang.behaviour`, all on in
 ``profile: sglang-0.5.23``) select its rules: :mod:`servesim_sglang.admission` for the
-prefill batch, :mod:`servesim_sglang.retraction` for the decode memory check, and the KV and
-tree switches read here and in :mod:`servesim_sglang.radix_cache`.
+prefill batch, :mod:`servesim_sglang.retraction` for the decode memory check,
+:mod:`servesim_sglang.overlap` for the overlap loop (a pass's results processed at the end of
+the next one), and the KV and tree switches read here and in :mod:`servesim_sglang.radix_cache`.
+
+This module is the reference pass, stepped one pass at a time. The one fast path, runs of
+steady decode passes, lives in :mod:`servesim_sglang.runs` behind one seam
+(``SglangRank.execute_run``), which declines under any version switch; nothing here
+depends on it.
 """
 
 from __future__ import annotations
