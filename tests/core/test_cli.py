@@ -188,7 +188,7 @@ def test_run_without_replay_module(
 def test_run_config_error_goes_through_the_edge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write(tmp_path, "engine: {num_gpu_blocks: 0}")
     rc = cli.main(["run", path, "--quiet"])
-    assert_user_error(capsys, rc, f"{path}: engine.num_gpu_blocks: expected an integer >= 1, got 0")
+    assert_user_error(capsys, rc, f"{path}: engine.num_gpu_blocks: expected an integer in [1, 16777216], got 0")
 
 
 def test_version_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

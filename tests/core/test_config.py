@@ -213,7 +213,7 @@ ERRORS = [
         "engine.worker_type",
         "expected one of 'aggregated', 'prefill', 'decode', got 'both'",
     ),
-    ("engine: {num_gpu_blocks: 0}", [], "engine.num_gpu_blocks", "expected an integer >= 1, got 0"),
+    ("engine: {num_gpu_blocks: 0}", [], "engine.num_gpu_blocks", "expected an integer in [1, 16777216], got 0"),
     (
         "engine: {block_size: -16}",
         [],
@@ -412,7 +412,7 @@ def test_several_problems_are_one_error(tmp_path: Path, plugins: Plugins) -> Non
     err = load_error(tmp_path, plugins, "engine: {dp_size: 0, num_gpu_blocks: 0}\nreport: {sla_e2e_ms: -1}\n")
     assert str(err) == (
         f"{tmp_path / 'sim.yaml'}: 3 problems:\n"
-        "  engine.num_gpu_blocks: expected an integer >= 1, got 0\n"
+        "  engine.num_gpu_blocks: expected an integer in [1, 16777216], got 0\n"
         "  engine.dp_size: expected an integer >= 1, got 0\n"
         "  report.sla_e2e_ms: expected a finite number > 0 or null, got -1.0"
     )

@@ -511,6 +511,20 @@ def test_execute_failure_after_an_earlier_rank_commits_poisons() -> None:
     _assert_poisoned(engine)
 
 
+def test_a_failure_without_a_message_is_named_by_its_type() -> None:
+    """MemoryError() has no text: the poisoning names its type instead of ending in ': '."""
+
+    class Starved(FakeRank):
+        def execute_pass(self, now_ms: float) -> Any:
+            raise MemoryError()
+
+    engine = Engine(7, [Starved(0, 1, 10.0)])
+    engine.apply(0, Submit(req(1)), 0.0)
+    with pytest.raises(EnginePoisoned) as info:
+        engine.execute_pass(0.0)
+    assert str(info.value) == "engine 7 is now poisoned: execute_pass on rank 0 failed: MemoryError"
+
+
 @pytest.mark.parametrize("bad_end", [9.0, float("nan"), float("inf")])
 def test_rank_returning_an_invalid_end_poisons(bad_end: float) -> None:
     engine, ranks = make(1)

@@ -121,8 +121,28 @@ def test_composite_needs_sinks_and_sample_needs_every() -> None:
         ConfigError, match=r"sinks.kv_events\[0\].sinks: sinks must list at least one sink spec"
     ):
         load_config(None, ["sinks.kv_events=[{type: tee, sinks: []}]"])
-    with pytest.raises(ConfigError, match=r"sinks.fpm\[0\].every"):
+    with pytest.raises(ConfigError) as info:
         load_config(None, ["sinks.fpm=[{type: sample, every: 0, sinks: [{type: memory}]}]"])
+    assert str(info.value) == (
+        "--set sinks.fpm=[{type: sample, every: 0, sinks: [{type: memory}]}]: "
+        "sinks.fpm[0].every: every must be an integer >= 1, got 0"
+    )
+
+
+@pytest.mark.parametrize("seed", [-1, -7])
+def test_sample_seed_must_not_be_negative(
+    seed: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """random.Random(-1) draws what random.Random(1) draws: a negative seed would silently
+    repeat its positive twin's sample, so it is refused, nested too, by run and validate."""
+    spec = ("sinks.kv_events=[{type: tee, sinks: [{type: sample, every: 2, "
+            f"seed: {seed}, sinks: [{{type: memory}}]}}]}}]")
+    message = f"sinks.kv_events[0].sinks[0].seed: seed must be an integer >= 0, got {seed}"
+    assert fail(["run", "--set", spec], capsys) == f"--set {spec}: {message}"
+    config = tmp_path / "sim.yaml"
+    config.write_text("sinks:\n  kv_events:\n    - {type: tee, sinks: [{type: sample, every: 2, "
+                      f"seed: {seed}, sinks: [{{type: memory}}]}}]}}\n")
+    assert fail(["validate", str(config)], capsys) == f"{config}: {message}"
 
 
 def test_trace_shorthand(tmp_path: Path) -> None:

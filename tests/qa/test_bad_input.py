@@ -62,7 +62,7 @@ CONFIG_CASES = [
         "engine: {preemption_mode: random}",
         ["engine.preemption_mode: expected one of 'lifo', 'fifo', got 'random'"],
     ),
-    ("engine: {num_gpu_blocks: -5}", ["engine.num_gpu_blocks: expected an integer >= 1, got -5"]),
+    ("engine: {num_gpu_blocks: -5}", ["engine.num_gpu_blocks: expected an integer in [1, 16777216], got -5"]),
     ("engine: {speedup_ratio: .nan}", ["engine.speedup_ratio: expected a finite number >= 0, got nan"]),
     ("engine: 5", ["engine: expected a mapping, got 5"]),
     (
@@ -86,6 +86,12 @@ CONFIG_CASES = [
         ["engine.sglang.schedule_conservativeness: expected a number, got nan"],
     ),
     ("engine: {aic_nextn: 6}", ["engine.aic_nextn: expected an integer in [1, 5] or null, got 6"]),
+    # 1e9 blocks used to exhaust memory building the pool, with no message at all
+    ("engine: {num_gpu_blocks: 1000000000}",
+     ["engine.num_gpu_blocks: expected an integer in [1, 16777216], got 1000000000"]),
+    ("engine: {kv_transfer_bandwidth: 1.0e-300}",
+     ["engine.kv_transfer_bandwidth: expected a finite number >= 1e-6 (GB/s) or null, got 1e-300"]),
+    ("engine: {aic_mtp_seed: -1}", ["engine.aic_mtp_seed: expected an integer >= 0, got -1"]),
     ("engine: {aic_nextn_accept_rates: '0.5'}", ["engine.aic_nextn_accept_rates: set without aic_nextn"]),
     (
         "engine: {aic_nextn: 2, decode_speedup_ratio: 2}",

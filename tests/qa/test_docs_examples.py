@@ -133,10 +133,13 @@ def error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 def test_configuration_error_example(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ((_, shown),) = [(n, b) for n, b in blocks(ROOT / "docs" / "configuration.md", "") if "error" in b]
+    shown, unwritable = [b for _n, b in blocks(ROOT / "docs" / "configuration.md", "") if "error" in b]
     monkeypatch.chdir(tmp_path)
     Path("sim.yaml").write_text("engine:\n  max_num_seqs: abc\n")
     assert error_line(["validate", "sim.yaml"], capsys) == shown
+    Path("out").write_text("")  # a file where the report's folder should be
+    Path("sim.yaml").write_text("report:\n  output_json: out/r.json\n")
+    assert error_line(["validate", "sim.yaml"], capsys) == unwritable
 
 
 def test_trace_error_example(

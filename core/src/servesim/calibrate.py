@@ -209,12 +209,12 @@ def fit_interpolated(passes: Sequence[Pass], profile: str) -> tuple[dict[str, An
         raise TooFewPasses("calibrate needs prefill passes of at least two sizes")
     tables = tables_from_arrays({k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()},
                                 source=profile)
-    try:
-        with open(profile, "w", encoding="utf-8") as out:
+    with _open_for_writing(profile) as out:
+        try:
             json.dump(arrays, out)
             out.write("\n")
-    except OSError as exc:
-        raise UserError(f"cannot write {profile}: {exc.strerror or exc}") from None
+        except OSError as exc:
+            raise UserError(f"cannot write {profile}: {exc.strerror or exc}") from None
     return {"type": "interpolated", "profile": profile}, InterpolatedTiming.from_tables(tables)
 
 
@@ -243,9 +243,38 @@ def format_errors(errors: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def profile_path(output: str) -> str:
+    """Where the interpolated model's tables go: beside ``output``, named after it."""
+    return f"{os.path.splitext(output)[0]}.profile.json"
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Both files can be written (missing folders are created), before anything is read
+    or written: a bad ``-o`` leaves no profile behind."""
+    from servesim.output_paths import file_problem
+
+    paths = [args.output] + ([profile_path(args.output)] if args.model != "polynomial" else [])
+    for path in paths:
+        names_folder = os.path.basename(path) in ("", ".", "..")  # out/ or .
+        problem = "it names a directory" if names_folder else file_problem(path)
+        if problem is not None:
+            raise UserError(f"--output: cannot write {path!r}: {problem}")
+
+
+def _open_for_writing(path: str) -> Any:
+    try:
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     if args.kv_tokens is not None and args.kv_tokens < 1:
         raise UserError(f"--kv-tokens: expected an integer >= 1, got {args.kv_tokens}")
+    _check_outputs(args)
     passes = read_passes(args.fpm)
     try:
         return _fit_and_write(args, passes)
@@ -262,15 +291,14 @@ def _fit_and_write(args: argparse.Namespace, passes: list[Pass]) -> int:
             prefill=tuple(timing["prefill"]), decode=tuple(timing["decode"])))  # type: ignore[arg-type]
         total = args.kv_tokens
     else:
-        stem = os.path.splitext(args.output)[0]
-        timing, model = fit_interpolated(passes, f"{stem}.profile.json")
+        timing, model = fit_interpolated(passes, profile_path(args.output))
         total = 0
     errors = fit_errors(passes, lambda p: price(model, p, total))
-    try:
-        with open(args.output, "w", encoding="utf-8") as out:
+    with _open_for_writing(args.output) as out:
+        try:
             yaml.safe_dump({"engine": {"timing_model": timing}}, out, sort_keys=False)
-    except OSError as exc:
-        raise UserError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+        except OSError as exc:
+            raise UserError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     print(f"fitted {args.model} to {len(passes)} passes of {args.fpm}; wrote {args.output}")
     print(format_errors(errors))
     return 0

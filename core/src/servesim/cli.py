@@ -103,11 +103,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from servesim.config.loader import load_config
-    from servesim.validate import construct_all
+    from servesim.validate import check_outputs, construct_all
 
     loaded = load_config(args.config, args.sets)
     args.config = loaded.source
     construct_all(loaded)  # a plugin may reject its options only when built
+    check_outputs(loaded)
     sim = loaded.sim
     trace = sim.workload.trace
     if trace is not None:
@@ -136,8 +137,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def _workers(cluster: Any) -> str:
     prefill = getattr(cluster, "prefill_workers", 0)
     if prefill:
-        return f"{prefill} prefill + {cluster.decode_workers} decode workers"
-    return f"{cluster.workers} worker" + ("s" if cluster.workers != 1 else "")
+        return f"{prefill} prefill + {_count(cluster.decode_workers, 'decode worker')}"
+    pools = getattr(cluster, "pools", ())
+    if pools:  # cluster.workers is unused: each pool has its own count
+        total = sum(p.workers for p in pools)
+        each = ", ".join(f"{p.name} {p.workers}" for p in pools)
+        return f"{_count(total, 'worker')} in {_count(len(pools), 'pool')} ({each})"
+    return _count(cluster.workers, "worker")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("s" if n != 1 else "")
 
 
 def plugins_listing() -> dict[str, Any]:

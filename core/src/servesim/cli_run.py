@@ -92,6 +92,11 @@ def _timeline(plot_dir: str | None, origin: str) -> TimelineRecorder | None:
     except OSError as exc:
         raise UserError(f"{origin}: cannot create the figures folder {plot_dir!r}: "
                         f"{exc.strerror or exc}") from None
+    from servesim.output_paths import folder_problem
+
+    problem = folder_problem(plot_dir)
+    if problem is not None:
+        raise UserError(f"{origin}: cannot write the figures folder {plot_dir!r}: {problem}")
     from servesim.plot.timeline import TimelineRecorder
 
     return TimelineRecorder()

@@ -129,7 +129,7 @@ class Engine:
             raise EnginePoisoned(f"engine {self.worker_id} is poisoned: {self._poisoned}")
 
     def _poison(self, what: str, exc: BaseException) -> EnginePoisoned:
-        self._poisoned = f"{what} failed: {exc}"
+        self._poisoned = f"{what} failed: {str(exc) or type(exc).__name__}"  # MemoryError() has no text
         return EnginePoisoned(f"engine {self.worker_id} is now poisoned: {self._poisoned}")
 
     def _ready_unblocked(self) -> list[int]:

@@ -65,6 +65,7 @@ class Observers:
     def __init__(self, impls: dict[str, list[_Impl]]) -> None:
         self._impls = impls
         self.watches_run = any(impls.get(h) for h in RUN_HOOKS)
+        self.adds_report_keys = bool(impls.get("servesim_report_extra"))
 
     @classmethod
     def of(cls, plugins: Plugins) -> Observers | None:

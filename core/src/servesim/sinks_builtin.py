@@ -51,6 +51,7 @@ from servesim.contract import (
 from servesim.errors import UserError
 from servesim.fpm_schema import fpm_object
 from servesim.jsonl_lines import fpm_line, kv_event_lines
+from servesim.output_paths import file_problem
 from servesim.sinks import FpmSink, KvEventSink, SinkContext, SinkError
 
 
@@ -118,8 +119,9 @@ class _JsonlWriter:
         self.name = f"jsonl {label} sink {config.path!r}"
         self._fh: IO[str] | None = None
         if validating:  # servesim validate: check the path, create nothing
-            if Path(config.path).is_dir():
-                raise SinkOpenError(f"{self.name}: cannot open: it is a directory")
+            problem = file_problem(config.path)
+            if problem is not None:
+                raise SinkOpenError(f"{self.name}: cannot open: {problem}")
             return
         try:
             path = Path(config.path)

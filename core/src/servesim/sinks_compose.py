@@ -59,6 +59,14 @@ def _specs() -> Any:
 _ints: Any = validators.optional(validators.deep_iterable(validators.instance_of(int)))
 
 
+def _at_least(low: int) -> Any:
+    def check(_inst: object, attribute: Any, value: int) -> None:
+        if value < low:
+            raise ValueError(f"{attribute.name} must be an integer >= {low}, got {value}")
+
+    return check
+
+
 @frozen(kw_only=True)
 class TeeConfig:
     """``sinks``: the specs of the sinks to publish to (at least one)."""
@@ -80,11 +88,13 @@ class FilterConfig:
 
 @frozen(kw_only=True)
 class SampleConfig:
-    """Every ``every``-th event (``every`` >= 1) from a ``seed``-drawn offset."""
+    """Every ``every``-th event (``every`` >= 1) from a ``seed``-drawn offset (``seed`` >= 0:
+    ``random.Random`` seeds with ``abs(seed)``, so a negative seed would draw its positive
+    twin's sample)."""
 
     sinks: tuple[dict[str, Any], ...] = _specs()
-    every: int = field(validator=validators.ge(1))
-    seed: int = 0
+    every: int = field(validator=_at_least(1))
+    seed: int = field(default=0, validator=_at_least(0))
 
 
 def _check_types(config: FilterConfig, known: Sequence[str], context: SinkContext) -> None:

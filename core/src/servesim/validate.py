@@ -114,4 +114,22 @@ def construct_all(loaded: LoadedConfig) -> None:
                 sink.close()
 
 
-__all__ = ["construct_all"]
+def check_outputs(loaded: LoadedConfig) -> None:
+    """The report's output files (``report.output_json``, ``report.per_request``) and its
+    figures folder (``report.plot``) can be written: not a folder (a file for the figures),
+    and inside a folder that exists writable or can be created (servesim.output_paths).
+    The JSONL sinks' files are checked as the sinks are built."""
+    from servesim.output_paths import file_problem, folder_problem
+
+    report = loaded.sim.report
+    for key, check in (("output_json", file_problem), ("per_request", file_problem),
+                       ("plot", folder_problem)):
+        path = getattr(report, key)
+        problem = check(path) if path else None
+        if problem is not None:
+            what = "the figures folder " if key == "plot" else ""
+            raise ConfigError(f"cannot write {what}{path!r}: {problem}", path=f"report.{key}",
+                              source=loaded.source)
+
+
+__all__ = ["check_outputs", "construct_all"]

@@ -188,3 +188,27 @@ def test_runs_of_passes_equal_stepping(tmp_path, monkeypatch, backend):
     monkeypatch.setenv("SERVESIM_RUNS", "0")
     stepped = json.dumps(simulate(load_config(path)).report, sort_keys=True)
     assert stepped == with_runs
+
+
+@pytest.mark.parametrize(("model", "tp", "message"), [
+    ("Qwen/Qwen3-32B", 3, "tp 3 does not divide the 64 attention heads of Qwen/Qwen3-32B; "
+                          "expected one of: 1, 2, 4, 8, 16, 32, 64"),
+    # 24 attention heads, 4 KV heads: 3 and 6 divide the heads but split 4 KV heads unevenly
+    ("Qwen/Qwen3.5-27B", 6, "tp 6 neither divides nor is a multiple of the 4 KV heads of "
+                            "Qwen/Qwen3.5-27B; expected one of: 1, 2, 4, 8, 12, 24"),
+])
+def test_tp_that_cannot_split_the_heads_is_a_config_error(tmp_path, model, tp, message):
+    """Caught while loading (servesim validate and run), not by aiconfigurator-core's
+    assertion in the first priced pass."""
+    with pytest.raises(ConfigError) as info:
+        load_config(_config(tmp_path, f"model: {model}, tp: {tp}"))
+    assert info.value.path == "engine.timing_model.tp"
+    assert str(info.value) == f"{tmp_path / 'sim.yaml'}: engine.timing_model.tp: {message}"
+
+
+@pytest.mark.parametrize(("model", "tp"), [("Qwen/Qwen3-32B", 8), ("Qwen/Qwen3.5-27B", 8),
+                                           ("meta-llama/Meta-Llama-3.1-8B", 16)])
+def test_tp_that_splits_the_heads_loads(tmp_path, model, tp):
+    """8 of 4 KV heads replicates each twice; 16 of Llama's 8 KV heads likewise."""
+    loaded = load_config(_config(tmp_path, f"model: {model}, tp: {tp}"))
+    assert loaded.resolved()["engine"]["timing_model"]["tp"] == tp

@@ -37,7 +37,10 @@ def _unit(v: Any) -> bool:
 Rule = tuple[str, Predicate, str, bool]
 
 ENGINE_RULES: tuple[Rule, ...] = (
-    ("num_gpu_blocks", _int_ge(1), "an integer >= 1", False),
+    # 2^24 blocks per rank is more KV than any GPU holds, even at one token per block; past
+    # it the pool's own bookkeeping exhausts memory before the first pass (1e9: ~80 GB).
+    ("num_gpu_blocks", lambda v: isinstance(v, int) and 1 <= v <= 1 << 24,
+     "an integer in [1, 16777216]", False),
     ("block_size", _int_ge(1), "an integer >= 1, or null for the backend's default", True),
     ("max_model_len", _int_ge(1), "an integer >= 1 or null", True),
     ("max_num_seqs", _int_ge(1), "an integer >= 1 or null", True),
@@ -47,9 +50,12 @@ ENGINE_RULES: tuple[Rule, ...] = (
     ("dp_size", _int_ge(1), "an integer >= 1", False),
     ("prefill_schedule_interval", _int_ge(1), "an integer >= 1", False),
     ("kv_bytes_per_token", _finite_gt(0), "a finite number > 0 or null", True),
-    ("kv_transfer_bandwidth", _finite_gt(0), "a finite number > 0 (GB/s) or null", True),
+    # Below 1 kB/s a prompt's transfer time overflows the report's statistics (1e300 ms).
+    ("kv_transfer_bandwidth", _finite_ge(1e-6), "a finite number >= 1e-6 (GB/s) or null", True),
     # dynamo-mocker.md §1.5 rule 8
     ("aic_nextn", lambda v: isinstance(v, int) and 1 <= v <= 5, "an integer in [1, 5] or null", True),
+    # random.Random seeds with abs(seed): a negative seed would repeat a positive one's draws
+    ("aic_mtp_seed", _int_ge(0), "an integer >= 0", False),
     ("num_layers", _int_ge(1), "an integer >= 1 or null", True),
     ("num_kv_heads", _int_ge(1), "an integer >= 1 or null", True),
     ("head_dim", _int_ge(1), "an integer >= 1 or null", True),

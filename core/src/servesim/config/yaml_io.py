@@ -17,13 +17,26 @@ class _StrictLoader(yaml.SafeLoader):
     (PyYAML silently keeps the last one, which hides typos in long configs)."""
 
 
+_SQUASHED = re.compile(r"([A-Za-z_][\w.]*):(\S.*)")
+
+
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: set[Any] = set()
-    for key_node, _ in node.value:
+    for key_node, value_node in node.value:
         # Merge keys (``<<: *anchor``) may legitimately repeat keys; only explicit ones count.
         if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
             continue
         key = loader.construct_object(key_node, deep=deep)
+        squashed = _SQUASHED.fullmatch(key) if isinstance(key, str) else None
+        if squashed and isinstance(value_node, yaml.ScalarNode) and value_node.tag.endswith(":null"):
+            # {type:lfu} is one key 'type:lfu' with no value; no servesim key has a colon
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"found the key {key!r} with no value; put a space after the colon "
+                f"({squashed.group(1)}: {squashed.group(2)})",
+                key_node.start_mark,
+            )
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 "while constructing a mapping",
@@ -104,6 +117,10 @@ def _merge_into(base: dict[str, Any], over: dict[str, Any], prefix: str, source:
             origins[path] = source
 
 
+_INDEXED = re.compile(r"([^\[\]]+)((?:\[\d+\])+)")
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
 def parse_set(item: str) -> tuple[list[str], Any]:
     """``"a.b=value"`` → ``(["a", "b"], value)``; the value is parsed as YAML (``64`` is an
     int, ``null`` is None, ``fifo`` a string); an empty value is null."""
@@ -115,7 +132,17 @@ def parse_set(item: str) -> tuple[list[str], Any]:
             f"expected KEY=VALUE with a dotted key like engine.max_num_seqs=64, got {item!r}", source="--set"
         )
     value = parse_yaml(text, source, lines=False) if text.strip() else None
-    return [p.strip() for p in parts], value
+    return [q for p in parts for q in _split_indexes(p.strip(), item)], value
+
+
+def _split_indexes(part: str, item: str) -> list[str]:
+    """``pools[0]`` → ``["pools", "0"]``: the key paths errors print work in ``--set``."""
+    if "[" not in part and "]" not in part:
+        return [part]
+    match = _INDEXED.fullmatch(part)
+    if match is None:
+        raise ConfigError(f"expected KEY or KEY[N] in a dotted key, got {part!r}", source=f"--set {item}")
+    return [match.group(1), *_INDEX.findall(match.group(2))]
 
 
 def _index(container: Any, part: str, parts: list[str], path: str, item: str) -> str | int:
@@ -135,7 +162,8 @@ def _index(container: Any, part: str, parts: list[str], path: str, item: str) ->
 def apply_sets(raw: dict[str, Any], sets: list[str] | tuple[str, ...]) -> dict[str, str]:
     """Apply ``--set`` items to ``raw`` in order, creating intermediate mappings.
 
-    A numeric part indexes an existing list (``sinks.kv_events.0.path=...``). Returns key
+    A numeric part indexes an existing list (``sinks.kv_events.0.path=...``, or
+    ``sinks.kv_events[0].path=...`` as errors print it). Returns key
     path → the ``--set`` item that set it, so errors can name the flag.
     """
     origins: dict[str, str] = {}

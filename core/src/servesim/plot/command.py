@@ -27,6 +27,13 @@ def run(args: argparse.Namespace) -> int:
     from servesim.plot.draw import write_figures
     from servesim.plot.files import load
 
+    from servesim.output_paths import folder_problem
+
+    problem = folder_problem(args.out)
+    if problem is not None:
+        from servesim.errors import UserError
+
+        raise UserError(f"--out: cannot write the figures folder {args.out!r}: {problem}")
     data = load(args.report, args.per_request, args.fpm)
     compare = None
     if args.compare is not None:

@@ -2,7 +2,8 @@
 
 Fields (dynamo-mocker.md §9.1, ecosystem.md §1): ``timestamp`` (ms; alias ``created_time``),
 ``input_length`` (alias ``input_tokens``; optional, defaults to and is clamped to
-``len(hash_ids) * trace_block_size``), ``output_length`` (alias ``output_tokens``; required),
+``len(hash_ids) * trace_block_size``), ``output_length`` (alias ``output_tokens``; required,
+at most ``MAX_OUTPUT_LENGTH``),
 ``hash_ids`` (required list of non-negative ints), ``session_id`` (optional; default
 ``request_<line>``), ``delay`` / ``delay_ms`` (a later turn's wait after the previous turn
 finishes; forbidden on a session's first turn). A later turn without an explicit delay waits
@@ -39,6 +40,12 @@ def _pick(obj: dict[str, Any], name: str) -> tuple[str, Any] | None:
     if len(found) > 1:
         raise ValueError(f"both {found[0][0]!r} and {found[1][0]!r} are given; use one")
     return found[0] if found else None
+
+
+# The longest output a trace line may ask for: the bound synthetic lengths have
+# (servesim.replay.synthetic.MAX_LENGTH). A request that long already takes millions of
+# passes; a larger count is a typo, and ranks size per-request block tables by it.
+MAX_OUTPUT_LENGTH = 1 << 24
 
 
 def _is_int(v: Any) -> bool:
@@ -92,6 +99,8 @@ class _Record:
         if out is None:
             raise ValueError("missing required field 'output_length'")
         self.output_length = _non_negative_int(*out)
+        if self.output_length > MAX_OUTPUT_LENGTH:
+            raise ValueError(f"{out[0]!r} must be at most {MAX_OUTPUT_LENGTH}, got {self.output_length}")
         inp = _pick(obj, "input_length")
         self.input_length = None if inp is None else _non_negative_int(*inp)
         if self.input_length == 0:
@@ -112,7 +121,7 @@ class _Record:
         """The common record (exactly the four plain keys, well typed) without the general
         path's alias and error handling; False sends anything else through that path."""
         out, inp, ts = obj["output_length"], obj["input_length"], obj["timestamp"]
-        if not (type(out) is int and out >= 0 and type(inp) is int and inp > 0
+        if not (type(out) is int and 0 <= out <= MAX_OUTPUT_LENGTH and type(inp) is int and inp > 0
                 and (type(ts) is int or (type(ts) is float and math.isfinite(ts)))):
             return False
         hid = obj["hash_ids"]

@@ -91,6 +91,20 @@ def _records(args: argparse.Namespace, sweep: Any, base: str, points_dir: str) -
     return records
 
 
+def _check_outputs(out: str, points_dir: str, sweep: Any) -> None:
+    """Every file the sweep writes can be written, before any point runs (the tables and
+    the figure are written only after the last one)."""
+    from servesim.output_paths import file_problem
+
+    names = ["results.csv", "results.parquet", "pareto.png"]
+    paths = [os.path.join(out, n) for n in names]
+    paths += [os.path.join(points_dir, f"{p.id}.json") for p in sweep.points]
+    for path in paths:
+        problem = file_problem(path)
+        if problem is not None:
+            raise UserError(f"--out: cannot write {path!r}: {problem}")
+
+
 def run(args: argparse.Namespace) -> int:
     from servesim.sweep import pareto, results
     from servesim.sweep.point import base_path, check_points
@@ -101,13 +115,20 @@ def run(args: argparse.Namespace) -> int:
     if args.address is not None and args.executor != "ray":
         raise UserError("--address needs --executor ray")
     sweep = load_sweep(args.sweep)
+    from servesim.output_paths import folder_problem
+
+    problem = folder_problem(args.out)
+    if problem is not None:
+        raise UserError(f"--out: cannot write into {args.out!r}: {problem}")
     points_dir = os.path.join(args.out, "points")
     try:
         os.makedirs(points_dir, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot create {points_dir}: {exc.strerror or exc}") from None
+    _check_outputs(args.out, points_dir, sweep)
     base = base_path(sweep, args.out)
-    check_points(sweep, base)
+    known, open_ended = results.known_keys(check_points(sweep, base))
+    results.check_known_keys(known, open_ended, sweep.objectives, sweep.source, sweep.pareto_given)
     records = results.ensure_rows(_records(args, sweep, base, points_dir))
     columns, table = results.rows(records)
     results.write_csv(os.path.join(args.out, "results.csv"), columns, table)

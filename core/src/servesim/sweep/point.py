@@ -8,10 +8,13 @@ A record is plain JSON data: ``{"id", "seed", "overrides", "status": "ok" | "fai
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesim.errors import ConfigError
 from servesim.sweep.spec import Point, Sweep
+
+if TYPE_CHECKING:
+    from servesim.config.loader import LoadedConfig
 
 
 def gpus_of(resolved: dict[str, Any]) -> int:
@@ -52,19 +55,21 @@ def _body(exc: ConfigError) -> str:
     return text
 
 
-def check_points(sweep: Sweep, base: str) -> None:
-    """Load every point's configuration (no run); an error names the sweep file and the
-    override's key path (``grid.engine.max_num_seqs``, ``points[2].cluster.workers``), or
-    ``base.<key>`` for an inline base."""
+def check_points(sweep: Sweep, base: str) -> list[LoadedConfig]:
+    """Load every point's configuration (no run), in point order; an error names the sweep
+    file and the override's key path (``grid.engine.max_num_seqs``,
+    ``points[2].cluster.workers``), or ``base.<key>`` for an inline base."""
     from servesim.config.loader import load_config
     from servesim.plugins import Plugins
 
     plugins = Plugins()
+    loaded = []
     for point, origin in zip(sweep.points, sweep.origins, strict=True):
         try:
-            load_config(base, point.sets(), plugins)
+            loaded.append(load_config(base, point.sets(), plugins))
         except ConfigError as exc:
             raise _located(exc, point, origin, sweep, base) from None
+    return loaded
 
 
 def _located(exc: ConfigError, point: Point, origin: str, sweep: Sweep, base: str) -> ConfigError:

@@ -13,12 +13,15 @@ import csv
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
 from servesim.errors import UserError
 from servesim.sweep.spec import Objectives
+
+if TYPE_CHECKING:
+    from servesim.config.loader import LoadedConfig
 
 META = ("id", "seed", "status", "error", "gpus")
 
@@ -138,15 +141,54 @@ def evaluate(records: Sequence[dict[str, Any]], labels: Sequence[str], objective
     return out
 
 
+def known_keys(loaded: Sequence[LoadedConfig]) -> tuple[frozenset[str], bool]:
+    """The numeric keys some point's report will hold (report_keys, plus ``gpus`` and
+    ``<key>_per_gpu`` for every throughput key), and whether an installed plugin may add
+    more (``servesim_report_extra``: its keys are known only after a run)."""
+    from servesim.observers import Observers
+    from servesim.replay.report_keys import report_keys
+
+    keys: set[str] = {"gpus"}
+    for config in loaded:
+        keys.update(report_keys(config))
+    keys.update([f"{k}_per_gpu" for k in keys if k.endswith("throughput")])
+    observers = Observers.of(loaded[0].plugins) if loaded else None
+    extra = observers is not None and observers.adds_report_keys
+    return frozenset(keys), extra
+
+
+def check_known_keys(known: frozenset[str], open_ended: bool, objectives: Objectives, source: str,
+                     pareto: Sequence[tuple[str, str]] = ()) -> None:
+    """Before any point runs: an objective, constraint or Pareto-axis key that no point's
+    report will hold is a sweep-file error listing the valid keys. With a plugin that adds
+    report keys installed (``open_ended``), an unknown key waits for :func:`check_keys`."""
+    if open_ended:
+        return
+    from servesim.config.converter import unknown_key_message
+    from servesim.errors import ConfigError
+
+    valid = sorted(known)
+    for path, key in _checked(objectives, pareto):
+        if key not in known:
+            message = unknown_key_message(key, valid).replace(
+                "unknown key", f"no point reports a numeric {key!r}", 1)
+            raise ConfigError(message, path=path, source=source)
+
+
+def _checked(objectives: Objectives, pareto: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    sense = "maximize" if objectives.sense > 0 else "minimize"
+    return [(f"objectives.{sense}", objectives.key),
+            *((f"objectives.subject_to[{i}]", c.key) for i, c in enumerate(objectives.constraints)),
+            *pareto]
+
+
 def check_keys(configs: Sequence[Config], objectives: Objectives, source: str,
                pareto: Sequence[tuple[str, str]] = ()) -> None:
     """An objective, constraint or Pareto-axis key no completed point reports is a
     sweep-file error (``pareto`` lists ``(key path, key)`` of the axes the file named)."""
     if not any(c.values for c in configs):
         return  # nothing completed: the failures say why
-    for path, key in [("objectives", objectives.key),
-                      *((f"objectives.subject_to[{i}]", c.key)
-                        for i, c in enumerate(objectives.constraints)), *pareto]:
+    for path, key in _checked(objectives, pareto):
         if not any(key in c.values for c in configs):
             from servesim.errors import ConfigError
 

@@ -8,6 +8,7 @@ name is reported with the valid ones before anything is compiled or downloaded.
 from __future__ import annotations
 
 import functools
+import json
 from importlib.resources import files
 from pathlib import Path
 
@@ -57,6 +58,24 @@ def resolve_version(system: str, backend: str, requested: str | None) -> str:
     from aiconfigurator_core.sdk import perf_database
 
     return str(perf_database.resolve_query_version(system, backend, requested or "current"))
+
+
+@functools.cache
+def attention_heads(model: str) -> tuple[int | None, int | None]:
+    """``(num_attention_heads, num_key_value_heads)`` of a shipped model config (a
+    multimodal model's from its ``text_config``); None where the config gives no count."""
+    path = _root() / "model_configs" / (model.replace("/", "--", 1) + CONFIG_SUFFIX)
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, None
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+
+    def count(key: str) -> int | None:
+        value = config.get(key, text.get(key))
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    return count("num_attention_heads"), count("num_key_value_heads")
 
 
 def one_of(values: tuple[str, ...] | list[str]) -> str:

@@ -41,6 +41,30 @@ def _positive(_inst: Any, attr: Any, value: int | None) -> None:
         raise ValueError(f"{attr.name} must be >= 1, got {value}")
 
 
+def _tp(inst: Any, _attr: Any, value: int) -> None:
+    """Tensor parallelism splits the attention heads over the GPUs, so it must divide them
+    (vLLM's ``ModelConfig.verify_with_parallel_config``; aiconfigurator-core asserts it while
+    compiling, ``sdk/models/base.py``). KV heads are split when there are at least ``tp`` of
+    them and replicated otherwise, so either count must divide the other (vLLM's
+    ``QKVParallelLinear``)."""
+    if value < 1 or inst.model not in catalog.models():
+        return  # reported by _positive / _model
+    heads, kv_heads = catalog.attention_heads(inst.model)
+    valid = [d for d in range(1, (heads or value) + 1) if _splits(d, heads, kv_heads)]
+    if heads is not None and heads % value:
+        raise ValueError(f"tp {value} does not divide the {heads} attention heads of {inst.model}; "
+                         f"expected one of: {', '.join(map(str, valid))}")
+    if not _splits(value, heads, kv_heads):
+        raise ValueError(f"tp {value} neither divides nor is a multiple of the {kv_heads} KV heads "
+                         f"of {inst.model}; expected one of: {', '.join(map(str, valid))}")
+
+
+def _splits(tp: int, heads: int | None, kv_heads: int | None) -> bool:
+    if heads is not None and heads % tp:
+        return False
+    return kv_heads is None or not (kv_heads % tp if tp <= kv_heads else tp % kv_heads)
+
+
 def normalize_dtype(value: str | None) -> str | None:
     """The reference's dtype spelling rules (dynamo/_internal/ais.py): empty, ``auto``,
     ``none`` mean the model's own dtype; ``int4`` means weight-only int4."""
@@ -86,7 +110,7 @@ class AicTimingConfig:
     system: str = field(default="h200_sxm", validator=[validators.instance_of(str), _system])
     backend: str | None = field(default=None, validator=_opt_str)
     backend_version: str | None = field(default=None, validator=_opt_str)
-    tp: int = field(default=1, validator=[validators.instance_of(int), _positive])
+    tp: int = field(default=1, validator=[validators.instance_of(int), _positive, _tp])
     pp: int = field(default=1, validator=[validators.instance_of(int), _positive])
     attention_dp: int | None = field(default=None, validator=_opt_int)
     moe_tp: int | None = field(default=None, validator=_opt_int)

@@ -19,6 +19,13 @@ Reference semantics (dynamo-mocker.md §6, reusing the vLLM-style core of §2.2-
   cache-visible as the computed boundary passes them (§2.3, §3.3) — for the native
   policies at the end of the step (:meth:`TrtCore.flush_finalize`); a finished request
   releases its blocks tail first (§2.5).
+
+The reference step is :meth:`TrtllmRank.execute_pass` over a policy of
+:mod:`servesim_trtllm.policies` and this module. Its fast paths sit behind one seam, the steady
+batch (:mod:`servesim_trtllm.steady`, with the runs of passes in :mod:`servesim_trtllm.runs`):
+the rank enters it at ``TrtllmRank._steady_members`` and ``TrtllmRank.execute_run``, and
+everything else that reads running requests calls :meth:`TrtCore.sync` first. ``elide``
+(placeholder hashes for trace-unique prompt blocks) shortens the same steps.
 """
 
 from __future__ import annotations

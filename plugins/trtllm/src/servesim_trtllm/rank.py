@@ -222,17 +222,13 @@ class TrtllmRank(Rank):
     # -- passes -------------------------------------------------------------------------
 
     def execute_pass(self, now_ms: float) -> RankPass:
+        """One step: the capacity policy's schedule (:meth:`_schedule`), one prefill and one
+        decode price, emission. ``members`` is the only fast path inside it (the steady
+        batch's share, :meth:`_steady_members`); with None the step is the reference one."""
         core = self.core
         core.pool.now = now_ms
         work = StepWork()
-        # A steady batch left by a run (servesim_trtllm.steady): a guaranteed-no-evict step
-        # schedules its members from it; anything else reads the requests, so it syncs.
-        members = None
-        if core.steady is not None:
-            if self.policy is CapacitySchedulerPolicy.GUARANTEED_NO_EVICT and not self._handoff_state():
-                members = steady_step(core, _step_budget(core))
-            if members is None:
-                core.sync()
+        members = self._steady_members()
         if members is not None:
             admit_reference(core, work, _step_budget(core) - members)
         else:
@@ -292,6 +288,22 @@ class TrtllmRank(Rank):
         start = PassStartEffects(admissions=tuple(work.admissions), pressure_events=tuple(work.pressure))
         end_ms = now_ms + prefill_ms + decode_ms
         return RankPass(end_ms, start, TrtllmPending(now_ms, effects))
+
+    def _steady_members(self) -> int | None:
+        """The fast-path seam of a step: with a steady batch left by a run
+        (servesim_trtllm.steady), a guaranteed-no-evict step without handoff state schedules
+        the batch's members from it and returns how many it scheduled (their share of
+        pricing, metrics and emission follows from the batch). Otherwise the batch's
+        counters are written back (the policies read the requests) and None is returned."""
+        core = self.core
+        if core.steady is None:
+            return None
+        members = None
+        if self.policy is CapacitySchedulerPolicy.GUARANTEED_NO_EVICT and not self._handoff_state():
+            members = steady_step(core, _step_budget(core))
+        if members is None:
+            core.sync()
+        return members
 
     def _schedule(self, work: StepWork, now_ms: float) -> None:
         """The capacity policy's step over the requests themselves."""

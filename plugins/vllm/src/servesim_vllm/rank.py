@@ -237,7 +237,9 @@ class VllmRank(Rank):
 
     def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int,
                     through_completions: bool = False) -> RankRun | None:
-        """A run of steady decode passes (servesim_vllm.runs), or None to step."""
+        """A run of steady decode passes (servesim_vllm.runs), or None to step: with
+        ``execute_pass`` stepping the reference pass (servesim_vllm.scheduler), this is the
+        rank's entry to the fast paths (docs/architecture.md)."""
         if self.sched.pool.steps_only or self.sched.spec is not None or self.sched.host is not None:
             # A record eviction policy needs every step; a run's passes emit one token per
             # member (bursts need stepping) and prepare no host stores nor see host

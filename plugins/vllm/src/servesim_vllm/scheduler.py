@@ -17,6 +17,16 @@ One call of :meth:`VllmScheduler.run_pass` is one scheduler step plus its forwar
    prefilled this pass get their first token from the prefill forward; only the ongoing
    decoders are priced by the decode call, and everything finishes at the shared end
    ``now + prefill + decode``.
+
+That is the reference pass, and this module is all of it. The speed-ups that must give the
+same bytes live behind one seam, the steady batch (:mod:`servesim_vllm.steady`, with the
+runs of passes built on it in :mod:`servesim_vllm.runs`), entered only here:
+:meth:`VllmScheduler.run_pass` schedules the running list from a kept steady batch
+(``steady_step``, then ``after_step``) and otherwise writes the batch back (``sync``) before
+the reference :meth:`VllmScheduler._schedule_running`; :meth:`VllmScheduler.cancel` writes it
+back first. Inside the reference pass, ``_schedule_running``'s first branch (a plain decode
+step inside its block) and ``lazy_hashes`` (placeholder hashes for blocks no KV event or
+router can observe) are shortcuts of the same steps, not other paths.
 """
 
 from __future__ import annotations

@@ -1,0 +1,48 @@
+"""Whether an output path can be written, decided without creating or touching anything.
+
+``servesim run`` creates an output's missing parent folders (as the JSONL sinks do), so a
+path can be written when it is not a folder and either exists writable, or its nearest
+existing ancestor is a folder this process may create entries in. ``servesim validate``
+asks :func:`file_problem` / :func:`folder_problem` so that it accepts exactly what a run
+can write, and creates nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _ancestor_problem(path: str) -> str | None:
+    """Why the missing folders above ``path`` could not be created, or None."""
+    parent = os.path.dirname(path) or "."
+    while not os.path.exists(parent):
+        up = os.path.dirname(parent) or "."
+        if up == parent:  # the working folder or the root itself is gone
+            return f"its folder {parent!r} does not exist"
+        parent = up
+    if not os.path.isdir(parent):
+        return f"its folder {parent!r} is a file"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"its folder {parent!r} is not writable"
+    return None
+
+
+def file_problem(path: str) -> str | None:
+    """Why a file could not be written at ``path`` (None when it could)."""
+    if os.path.isdir(path):
+        return "it is a directory"
+    if os.path.exists(path):
+        return None if os.access(path, os.W_OK) else "permission denied"
+    return _ancestor_problem(path)
+
+
+def folder_problem(path: str) -> str | None:
+    """Why files could not be written into the folder ``path`` (None when they could)."""
+    if os.path.isdir(path):
+        return None if os.access(path, os.W_OK | os.X_OK) else "permission denied"
+    if os.path.exists(path):
+        return "it is a file"
+    return _ancestor_problem(path)
+
+
+__all__ = ["file_problem", "folder_problem"]
