@@ -156,9 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--count", type=int, default=5, help="random scenarios")
     p.add_argument("--start-seed", type=int, default=0)
     p.add_argument("-n", type=int, default=300, help="requests per random scenario")
-    p.add_argument("--family", choices=["mixed", "unchunked", "tinypool"], default="mixed",
+    p.add_argument("--family", choices=["mixed", "unchunked", "tinypool", "overlap", "no-overlap"],
+                   default="mixed",
                    help="random scenarios: mixed settings (300 requests), small chunked-off "
-                        "ones, or pools about the size of the largest request")
+                        "ones, or pools about the size of the largest request (vllm); with "
+                        "--engine sglang, mixed, or every one with the overlap loop on "
+                        "(ignore_eos on) or off")
     p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm",
                    help="sglang: servesim's sglang rank against SGLang 0.5.23's scheduler "
                         "(golden data in tests/golden/sglang_oracle)")

@@ -61,7 +61,8 @@ def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], Sg
                 out.append((d.name, rows, opts, steps))
         return out
     if a.mode == "random":
-        specs = [random_scenario(s, a.n) for s in range(a.start_seed, a.start_seed + a.count)]
+        forced = {"overlap": True, "no-overlap": False}.get(a.family)
+        specs = [random_scenario(s, a.n, forced) for s in range(a.start_seed, a.start_seed + a.count)]
     else:
         specs = [s for s in GOLDEN + EXTRA if not a.only or s.name in a.only]
     return [(s.name, make_trace(s), s.options, s) for s in specs]

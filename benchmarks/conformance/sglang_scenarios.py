@@ -109,39 +109,75 @@ GOLDEN: list[ScenarioSpec] = [
         seed=11, options=Opts(page_size=16, max_total_tokens=4000, chunked_prefill_size=256,
                               admit="stepwise", per_step=2),
     ),
-]
-
-#: Scenarios kept for the runner that still diverge (docs/conformance.md, SGLang table): the
-#: overlap loop, whose one-step-late result processing servesim does not model, and the tree
-#: shape left by a retracted request's re-prefill (which leaf is evicted 500 steps later).
-EXTRA: list[ScenarioSpec] = [
     ScenarioSpec(
         name="retract_long_outputs",
         note="ignore_eos off, outputs far above the ratio's estimate: retraction with a radix "
-             "cache (victims, requeue at the back, re-prefill with hits)",
+             "cache (victims, requeue at the back, re-prefill with hits); a re-prefilled "
+             "prompt and outputs split at the prompt's end",
         n=30, isl=(50, 150), osl=(200, 600), prefix_groups=2, prefix_frac=0.6, prefix_ratio=0.6,
         seed=14, options=Opts(page_size=1, max_total_tokens=2500, chunked_prefill_size=512,
                               ignore_eos=False),
     ),
+    # The overlap loop (SGLang's serving default; the oracle needs ignore_eos for it).
     ScenarioSpec(
         name="overlap_page16",
-        note="the overlap loop (SGLang's serving default): freed KV seen one step later",
+        note="the overlap loop: a prefill enters the tree, and a finish frees its KV, one "
+             "step later; later prompts miss what the last prefill computed",
         n=40, isl=(100, 500), osl=(5, 60), prefix_groups=3, prefix_frac=0.7, prefix_ratio=0.6,
         seed=10, options=Opts(page_size=16, max_total_tokens=6000, chunked_prefill_size=512,
                               overlap=True),
     ),
+    ScenarioSpec(
+        name="overlap_lpm_page1_stepwise",
+        note="the overlap loop with lpm, page 1, three requests per step and outputs from one "
+             "token: a request whose first token is its last joins the running batch until "
+             "its result is processed",
+        n=60, isl=(50, 400), osl=(1, 30), prefix_groups=4, prefix_frac=0.8, prefix_ratio=0.6,
+        seed=16, options=Opts(page_size=1, max_total_tokens=6000, chunked_prefill_size=512,
+                              schedule_policy="lpm", admit="stepwise", per_step=3,
+                              overlap=True),
+    ),
+    ScenarioSpec(
+        name="overlap_tight_pool_lof",
+        note="the overlap loop, lof, page 16, a small pool, max_running_requests 3: "
+             "admission waits for KV that a finish frees one step late; a decode step whose "
+             "batch is all finishing requests is empty",
+        n=50, isl=(60, 300), osl=(1, 50), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=17, options=Opts(page_size=16, max_total_tokens=1600, chunked_prefill_size=256,
+                              schedule_policy="lof", max_running_requests=3, overlap=True),
+    ),
+    ScenarioSpec(
+        name="overlap_no_chunked_prefill",
+        note="the overlap loop with chunked prefill off, max_prefill_tokens 1024 and "
+             "max_running_requests 6",
+        n=40, isl=(50, 600), osl=(2, 40), prefix_groups=3, prefix_frac=0.6, prefix_ratio=0.5,
+        seed=18, options=Opts(page_size=1, max_total_tokens=5000, chunked_prefill_size=-1,
+                              max_prefill_tokens=1024, max_running_requests=6, overlap=True),
+    ),
 ]
 
+#: Scenarios kept for the runner beside the golden ones (none at present: every scenario
+#: that once diverged is golden now).
+EXTRA: list[ScenarioSpec] = []
 
-def random_scenario(seed: int, n: int = 300) -> ScenarioSpec:
-    """A random ``n``-request scenario: settings and lengths drawn from ``seed``."""
+
+def random_scenario(seed: int, n: int = 300, overlap: bool | None = None) -> ScenarioSpec:
+    """A random ``n``-request scenario: settings and lengths drawn from ``seed``.
+
+    ``overlap`` True or False forces the overlap loop on (with ``ignore_eos``, which the
+    oracle needs for it) or off, the other settings drawn as for the same seed."""
+    overlap_arg = overlap
     rng = random.Random(f"sglang-conformance:{seed}")
     page = rng.choice([1, 16])
     isl_hi = rng.choice([256, 512, 1024])
     isl = (rng.randint(16, isl_hi // 4), isl_hi)
     osl = (1, rng.choice([16, 64, 128]))
     ignore_eos = rng.random() < 0.6
-    overlap = ignore_eos and rng.random() < 0.3
+    drawn_overlap = ignore_eos and rng.random() < 0.3
+    if overlap is None:
+        overlap = drawn_overlap
+    elif overlap:
+        ignore_eos = True
     mean = (isl[0] + isl[1]) // 2
     chunked = rng.random() < 0.7
     chunk = rng.choice([256, 512, 1024, 2048])
@@ -161,7 +197,8 @@ def random_scenario(seed: int, n: int = 300) -> ScenarioSpec:
         per_step=rng.choice([1, 2, 4]),
     )
     return ScenarioSpec(
-        name=f"sglang_random_{seed}", n=n, isl=isl, osl=osl,
+        name=f"sglang_random_{seed}" + {None: "", True: "_overlap", False: "_no_overlap"}[overlap_arg],
+        n=n, isl=isl, osl=osl,
         prefix_groups=rng.choice([0, 2, 5, 20]), prefix_frac=rng.random(),
         prefix_ratio=rng.uniform(0.2, 0.9), seed=seed, options=opts,
     )

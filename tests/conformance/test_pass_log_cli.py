@@ -75,7 +75,7 @@ def test_unwritable_pass_log_is_one_line_error(tmp_path: Path, capsys: pytest.Ca
 SGLANG_GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "sglang_oracle"
 
 
-@pytest.mark.parametrize("name", ["prefix_burst_page16", "lof_policy"])
+@pytest.mark.parametrize("name", ["prefix_burst_page16", "lof_policy", "overlap_page16"])
 def test_cli_sglang_pass_log_has_the_oracle_fields_and_steps(tmp_path: Path, name: str) -> None:
     """The sglang rank's pass log carries the SGLang oracle's step fields under its names
     (servesim.passlog.ENGINE_FIELDS) and, with ``profile: sglang-0.5.23``, its steps."""

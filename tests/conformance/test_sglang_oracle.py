@@ -33,6 +33,8 @@ def test_at_least_eight_golden_scenarios_covering_the_issue_axes() -> None:
     assert {o.page_size for o in opts} == {1, 16}
     assert {o.schedule_policy for o in opts} == {"fcfs", "lpm", "lof"}
     assert {o.ignore_eos for o in opts} == {True, False}
+    assert {o.overlap for o in opts} == {True, False}
+    assert sum(o.overlap for o in opts) >= 3
     assert any(o.chunked_prefill_size <= 0 for o in opts)
     assert any(o.max_running_requests < 8 for o in opts)
     assert any(o.max_prefill_tokens < o.chunked_prefill_size for o in opts)
@@ -56,3 +58,26 @@ def test_reference_defaults_differ_from_sglang(name: str) -> None:
     cmp = compare_steps(oracle, mine)
     assert cmp.first_divergence == 0
     assert "protected_tokens" in cmp.differing_fields
+
+
+OVERLAP = [n for n in SCENARIOS if load_golden(GOLDEN / n)[1].overlap]
+
+
+@pytest.mark.parametrize("name", OVERLAP)
+def test_overlap_goldens_need_the_overlap_loop(name: str) -> None:
+    """SGLang's overlap loop processes a prefill's result (its tree insert) one step later:
+    with ``overlap_schedule`` off the profile differs from the oracle at once."""
+    oracle, mine = _steps(name, {**PROFILE, "overlap_schedule": False})
+    cmp = compare_steps(oracle, mine)
+    assert cmp.first_divergence is not None and cmp.first_divergence <= 1
+    assert "protected_tokens" in cmp.differing_fields
+
+
+def test_a_reprefilled_request_splits_at_its_prompt() -> None:
+    """Without ``prompt_boundary_split`` the tree keeps a re-prefilled prompt and its
+    outputs as one leaf, and 500 steps later evicts it whole where SGLang evicts the
+    outputs only."""
+    oracle, mine = _steps("retract_long_outputs", {**PROFILE, "prompt_boundary_split": False})
+    cmp = compare_steps(oracle, mine)
+    assert cmp.first_divergence == 2350
+    assert set(cmp.differing_fields) == {"free_tokens", "evictable_tokens"}

@@ -17,6 +17,11 @@ BACKENDS = {
     "servesim_trtllm": ({"core", "rank", "runs"},
                         {"core", "policies", "request", "work", "speculative", "handoff",
                          "config"}),
+    # no steady batch: its runs (runs.py with run_head.py) re-derive the steady decode pass
+    "servesim_sglang": ({"rank", "runs"},
+                        {"scheduler", "admission", "retraction", "overlap", "radix_cache",
+                         "radix_records", "request", "policies", "behaviour", "config",
+                         "speculative", "handoff"}),
 }
 SEAM = ("steady", "runs")
 
@@ -52,3 +57,11 @@ def test_fast_paths_are_entered_from_the_seam_only(package: str) -> None:
     # the reference pass's own modules know nothing of runs, in the backend or in core
     for module in reference:
         assert not imports[module] & {"runs", "core.runs", "core.steady"}, module
+
+
+def test_sglang_run_head_belongs_to_its_runs() -> None:
+    """SGLang's runs keep their queue-head check (``run_head.py``) to themselves."""
+    src = ROOT / "plugins" / "sglang" / "src"
+    users = {module for module, path in _modules(src).items()
+             if any("servesim_sglang.run_head" in name.split("|") for name in _imported(module, path))}
+    assert users == {"servesim_sglang.runs"}

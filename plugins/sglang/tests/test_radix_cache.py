@@ -261,3 +261,29 @@ def test_deferred_decode_touch_keeps_lru_order_of_ancestors() -> None:
     cache.evict(1)  # L was touched before A's last decode step, so L goes first
     assert cache.match_len(prefix, 10) == 10
     assert cache.match_len(other, 3) == 2
+
+
+def test_split_at_cuts_the_edge_at_the_prompt_so_eviction_keeps_the_prompt() -> None:
+    """``prompt_boundary_split``: a re-prefilled prompt (4 tokens) and its outputs (6) cached
+    as one leaf are split at the prompt's end; a whole-leaf eviction then frees the outputs
+    only, where the unsplit leaf goes at once."""
+    seq = [1, 2, 3, 4, 50, 51, 52, 53, 54, 55]
+    for split, left in ((False, 0), (True, 4)):
+        cache = cache_with([seq], total=20)
+        cache.evict_whole_leaves = True
+        before = (cache.evictable_size, cache.protected_size, cache.free_pages)
+        if split:
+            cache.split_at(seq, 4)
+        assert (cache.evictable_size, cache.protected_size, cache.free_pages) == before
+        assert [len(c.key) for c in cache.root.children.values()] == [4 if split else 10]
+        assert cache.evict(3) == 10 - left
+        assert cache.evictable_size == left and cache.match_len(seq, 10) == left
+
+
+def test_split_at_a_node_boundary_or_past_the_cached_path_changes_nothing() -> None:
+    cache = cache_with([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 7, 8]], total=20)
+    cache.split_at([1, 2, 3, 4, 5, 6], 4)  # already a boundary
+    cache.split_at([9, 8], 2)  # not cached
+    (top,) = cache.root.children.values()
+    assert top.key == [1, 2, 3, 4] and sorted(c.key for c in top.children.values()) == [[5, 6], [7, 8]]
+    assert cache.evictable_size == 8

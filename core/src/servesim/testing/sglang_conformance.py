@@ -109,6 +109,9 @@ class SglangOracleOptions:
         }
         if not self.ignore_eos:
             out["ignore_eos_reserves_full_output"] = False
+        # the oracle's loop, named either way (the sglang-0.5.23 profile has SGLang's default,
+        # the overlap loop on)
+        out["overlap_schedule"] = self.overlap
         return out
 
     def to_json(self) -> dict[str, Any]:

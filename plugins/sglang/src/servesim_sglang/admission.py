@@ -56,7 +56,8 @@ class _Budget:
         clip = p.clip_max_new_tokens
         ratio = 1.0 if bh.ignore_eos_reserves_full_output else s.ratio
         self.cache = s.cache
-        self.total_offset = sum([min(r.remaining_output, clip) for r in s.running]) * ratio
+        # (a token still in flight is not in SGLang's output_ids yet: the overlap loop)
+        self.total_offset = sum([min(r.remaining_output + r.inflight, clip) for r in s.running]) * ratio
         self.current_offset = 0
         self.rem_input = p.max_prefill_tokens
         self.rem_chunk = p.chunked_prefill_size if p.chunking else None

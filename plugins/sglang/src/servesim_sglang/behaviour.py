@@ -33,6 +33,8 @@ SWITCHES = (
     "split_refreshes_recency",
     "child_per_insert",
     "waiting_prefix_touch",
+    "overlap_schedule",
+    "prompt_boundary_split",
 )
 
 
@@ -86,6 +88,17 @@ class Behaviour:
       splits edges and refreshes recency: ``lpm`` matches every waiting request each step
       (``_compute_prefix_matches``), the other policies refresh the first 128 every 32nd
       step (``_touch_waiting_prefixes``). With ``two_phase_admission``.
+    * ``overlap_schedule`` — SGLang's default event loop (``event_loop_overlap``; off with
+      ``--disable-overlap-schedule``): a step's results are processed after the next step was
+      scheduled (:mod:`servesim_sglang.overlap`). Tokens still reach the client when their
+      forward ends; the scheduler sees them, the finishes they make, the KV those free and
+      the prefill's tree insert one step later, and a decode step leaves out the requests
+      whose pending token is their last (``_reqs_finishing_inflight``). Aggregated workers
+      without speculative decoding only; the others process each step's results at once.
+    * ``prompt_boundary_split`` — after a request's tokens enter the tree past its prompt
+      (a finish, or the prefill of a retracted request's prompt and outputs), its prompt is
+      inserted once more, which splits the edge at the prompt's end, so that eviction can
+      drop the output tokens without the prompt (``UnifiedRadixCache.checkpoint_into_tree``).
     """
 
     two_phase_admission: bool
@@ -102,6 +115,8 @@ class Behaviour:
     split_refreshes_recency: bool
     child_per_insert: bool
     waiting_prefix_touch: bool
+    overlap_schedule: bool
+    prompt_boundary_split: bool
 
     @property
     def runs_supported(self) -> bool:

@@ -72,6 +72,8 @@ class SglangConfig:
     split_refreshes_recency: bool | None = None
     child_per_insert: bool | None = None
     waiting_prefix_touch: bool | None = None
+    overlap_schedule: bool | None = None
+    prompt_boundary_split: bool | None = None
 
 
 @frozen

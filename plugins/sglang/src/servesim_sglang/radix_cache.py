@@ -217,6 +217,26 @@ class RadixCache:
             self._touch_path(cur, self._tick())
         return off, cur
 
+    def split_at(self, tokens: Sequence[int], at: int) -> None:
+        """Walk the cached path of ``tokens[:at]`` (page-floored) as an insert of it does,
+        touching each node, and split the edge it ends in (``prompt_boundary_split``)."""
+        end = at - at % self.page_size
+        if not self.caching or end <= 0:
+            return
+        stamp = self._tick()
+        cur, off = self.root, 0
+        while off < end:
+            child = cur.children.get(self._child_key(tokens, off))
+            if child is None:
+                return
+            self._touch(child, stamp)
+            common = self._common(child.key, tokens, off, end)
+            off += common
+            if common < len(child.key):
+                self._split(child, common)
+                return
+            cur = child
+
     # -- locks ----------------------------------------------------------------------------
 
     def lock(self, node: RadixNode) -> None:

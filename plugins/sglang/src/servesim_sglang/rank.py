@@ -45,6 +45,7 @@ from servesim.contract import (
     ScheduleRecord,
     Submit,
     Welford,
+    WorkerType,
 )
 from servesim.errors import CommandRejected, PluginError
 from servesim.handoff import HandoffBook, suppress_request
@@ -138,6 +139,13 @@ class SglangRank(Rank):
         self.book = HandoffBook(self.handoff)
         self.sched.handoff = self.handoff
         self.sched.spec = Speculation.build(config, identity.seed_offset)
+        # SGLang's overlap loop (servesim_sglang.overlap) for an aggregated worker without
+        # speculative decoding; the others process each pass's results within it.
+        self.sched.overlap = (
+            self.params.behaviour.overlap_schedule
+            and config.worker_type is WorkerType.AGGREGATED
+            and self.sched.spec is None
+        )
         self._c = _Counters()
         self._prefilled = False
         self._model_work = False
@@ -429,13 +437,15 @@ class SglangRank(Rank):
             mode = "decode" if out.scheduled else "idle"
             prefill, decode = {}, list(out.scheduled)
             running_batch = len(decode)
+        if out.running_batch is not None:
+            running_batch = out.running_batch
         held = 1 if chunked is not None else 0
         return ScheduleRecord(
             scheduled=dict(out.scheduled),
             new_hits={a.request_id: a.reused_input_tokens for a in out.admissions},
             resumed=list(out.resumed),
             preempted=list(out.retracted),
-            finished=list(out.completed),
+            finished=list(out.finished),
             running=len(s.running) + held,
             waiting=len(s.waiting) - held,
             free_blocks=cache.free_pages,

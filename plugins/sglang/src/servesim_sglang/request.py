@@ -35,6 +35,7 @@ class SglangRequest:
         "first_output_sent",
         "output_len",
         "remaining_output",
+        "inflight",
     )
 
     def __init__(self, request: Request) -> None:
@@ -51,6 +52,9 @@ class SglangRequest:
         # plain attributes, kept by append_token: read on every pass for every request
         self.output_len = 0
         self.remaining_output = self.max_out
+        # Tokens emitted whose result the scheduler has not processed yet (overlap loop,
+        # servesim_sglang.overlap); 0 otherwise.
+        self.inflight = 0
 
     @property
     def seq_len(self) -> int:

@@ -23,7 +23,7 @@ RETRACT_DECODE_STEPS = 20
 """SGLang ``SGLANG_RETRACT_DECODE_STEPS``: decode steps of KV kept free per survivor."""
 
 
-def _fits(s: SglangScheduler, running: list[SglangRequest]) -> bool:
+def fits(s: SglangScheduler, running: list[SglangRequest]) -> bool:
     need = s._growth_pages(running) * s.cache.page_size  # noqa: SLF001
     _evict_to_free(s, need)
     return s.cache.available_tokens >= need
@@ -38,15 +38,17 @@ def _evict_to_free(s: SglangScheduler, tokens: int) -> None:
 def check_decode_mem(s: SglangScheduler, now: float, out: PassOutcome) -> tuple[list[SglangRequest], int]:
     """Returns the retracted requests and the survivors' page growth for this step."""
     running = s.running
-    if _fits(s, running) or len(running) <= 1:
+    if fits(s, running) or len(running) <= 1:
         _decode_eviction(s, running)
         return [], s._growth_pages(running)  # noqa: SLF001
-    order = sorted(range(len(running)), key=lambda i: (running[i].output_len, -running[i].prompt_len),
+    # outputs as SGLang's output_ids counts them (a token in flight not yet: the overlap loop)
+    order = sorted(range(len(running)),
+                   key=lambda i: (running[i].output_len - running[i].inflight, -running[i].prompt_len),
                    reverse=True)
     keep = [running[i] for i in order]
     retracted: list[SglangRequest] = []
     first = True
-    while first or not _fits(s, keep):
+    while first or not fits(s, keep):
         if len(keep) == 1:
             break
         first = False
@@ -82,6 +84,7 @@ def retract(
     cache.release(victim.lease)
     victim.lease = None
     victim.materialized = 0
+    victim.inflight = 0  # its token in flight stays emitted (docs/conformance.md)
     s.retractions_total += 1
     s._retracted_ids.add(victim.rid)  # noqa: SLF001
     out.retracted.append(victim.rid)

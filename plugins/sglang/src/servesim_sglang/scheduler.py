@@ -37,8 +37,14 @@ output, see ``tests/golden/sglang``):
 Where SGLang 0.5.23 itself differs from this (checked step by step against its scheduler,
 docs/conformance.md), ``engine.sglang`` switches (:mod:`servesim_sglang.behaviour`, all on in
 ``profile: sglang-0.5.23``) select its rules: :mod:`servesim_sglang.admission` for the
-prefill batch, :mod:`servesim_sglang.retraction` for the decode memory check, and the KV and
-tree switches read here and in :mod:`servesim_sglang.radix_cache`.
+prefill batch, :mod:`servesim_sglang.retraction` for the decode memory check,
+:mod:`servesim_sglang.overlap` for the overlap loop (a pass's results processed at the end of
+the next one), and the KV and tree switches read here and in :mod:`servesim_sglang.radix_cache`.
+
+This module is the reference pass, stepped one pass at a time. The one fast path, runs of
+steady decode passes, lives in :mod:`servesim_sglang.runs` behind one seam
+(``SglangRank.execute_run``), which declines under any version switch; nothing here
+depends on it.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from servesim.timing.base import scaled_ms
 from servesim.timing.shape import PrefillChunk, ShapePricer
 
 from servesim_sglang import admission as _admission
+from servesim_sglang import overlap as _overlap
 from servesim_sglang import retraction as _retraction
 from servesim_sglang.radix_cache import RadixCache
 from servesim_sglang.request import SglangRequest
@@ -101,6 +108,8 @@ class PassOutcome:
         "model_work",
         "decode_forwards",
         "running_before",
+        "finished",
+        "running_batch",
     )
 
     def __init__(self, end_ms: float) -> None:
@@ -121,6 +130,10 @@ class PassOutcome:
         self.model_work = False
         self.decode_forwards = 0
         self.running_before = 0  # decoding requests when the pass began (pass log)
+        # Requests whose finish the scheduler processed in this pass (pass log): the
+        # completions of the pass, or with the overlap loop those of the pass before.
+        self.finished: list[int] = []
+        self.running_batch: int | None = None  # pass log override (overlap's skipped decode)
 
 
 class SglangScheduler:
@@ -154,6 +167,7 @@ class SglangScheduler:
         # SGLang-version switches (servesim_sglang.behaviour) read on hot paths.
         self._ahead = 0 if bh.lazy_decode_slot else 1  # decode slot taken for the new token
         self._cache_decode = not bh.cache_decode_at_finish
+        self._prompt_split = bh.prompt_boundary_split
         self.batch_full = False  # SGLang's running_batch.batch_is_full (sticky_batch_full)
         self._left = False  # a request left the batch in the last pass (clears batch_full)
         self._chunk_pending: SglangRequest | None = None  # cache_chunk_next_step
@@ -164,6 +178,13 @@ class SglangScheduler:
         self.shapes: ShapePricer | None = None
         # Speculative decoding (servesim.speculative.Speculation), set by the rank.
         self.spec: Any = None
+        # SGLang's overlap loop (engine.sglang.overlap_schedule, servesim_sglang.overlap), set
+        # by the rank: each pass's results are processed at the end of the next pass.
+        self.overlap = False
+        # (request, chunk end or -1 for its last token, from a prefill) per token emitted:
+        # this pass's results, and the previous pass's, processed at the end of this one.
+        self.results: list[tuple[SglangRequest, int, bool]] = []
+        self.pending_results: list[tuple[SglangRequest, int, bool]] = []
 
     # -- policy context (read-only view for SchedulePolicy) ------------------------------
 
@@ -232,12 +253,15 @@ class SglangScheduler:
                 chunks = [PrefillChunk(tokens, prefix) for _, tokens, prefix, _ in out.prefill_items]
                 out.end_ms = now + self.shapes.price(chunks, [], 0, self.p.total_tokens)
             self._first_tokens(fresh, out)
-            # (a held handoff source keeps its lease but has nothing left to run)
-            self.running.extend(r for r in fresh if r.lease is not None and r.remaining_output)
+            # (a held handoff source keeps its lease but has nothing left to run; with the
+            # overlap loop a request whose first token is its last stays until processed)
+            self.running.extend(r for r in fresh if r.lease is not None and (r.remaining_output or r.inflight))
         elif not self._decode(now, out):
             # SGLang decays the ratio in ``update_running_batch``: on decode passes only.
             self.ratio = max(self.ratio - self.p.decay_step, self.p.min_new_token_ratio)
-        if out.completed or out.retracted:
+        if self.overlap:
+            _overlap.process_results(self, out)
+        if out.finished or out.retracted:
             self._left = True
         return out
 
@@ -293,7 +317,7 @@ class SglangScheduler:
             return [], 0, 0
         p, cache = self.p, self.cache
         clip = p.clip_max_new_tokens
-        reserved = sum([min(r.remaining_output, clip) for r in self.running]) * self.ratio
+        reserved = sum([min(r.remaining_output + r.inflight, clip) for r in self.running]) * self.ratio
         budget = [
             float(cache.available_tokens + cache.evictable_size) - reserved,  # rem_total
             float(p.max_prefill_tokens),  # rem_input
@@ -383,22 +407,34 @@ class SglangScheduler:
                 out.cached_tokens[req.rid] = req.cached_tokens
 
     def _complete(self, req: SglangRequest, out: PassOutcome, rejected: bool = False) -> None:
+        self._report_done(req, out)
+        self._release_done(req, out, rejected)
+
+    def _report_done(self, req: SglangRequest, out: PassOutcome) -> None:
+        """The request's completion, as the client sees it."""
         if not req.first_output_sent:
             req.first_output_sent = True
             if req.cached_tokens is not None:
                 out.cached_tokens[req.rid] = req.cached_tokens
         out.completed.append(req.rid)
+
+    def _release_done(self, req: SglangRequest, out: PassOutcome, rejected: bool = False) -> None:
+        """The scheduler's side of a finish: cache and free its KV (``release_kv_cache``)."""
+        out.finished.append(req.rid)
         if req.lease is not None:
             if not rejected and self.handoff is not None and self.handoff.hold(req):
                 return  # a finished prefill source keeps its KV (held, §7.2)
-            self.cache.finish(req.lease, req.tokens, min(req.seq_len, req.materialized))
+            upto = min(req.seq_len, req.materialized)
+            self.cache.finish(req.lease, req.tokens, upto)
+            self.split_prompt(req, upto)
             req.lease = None
 
     def _settle_done(self, reqs: list[SglangRequest], out: PassOutcome) -> list[SglangRequest]:
-        """Complete requests with no output left (terminal without a token); keep the rest."""
+        """Complete requests with no output left (terminal without a token); keep the rest
+        (with the overlap loop, also those whose last token is still to be processed)."""
         keep = []
         for r in reqs:
-            if r.remaining_output == 0:
+            if r.remaining_output == 0 and not r.inflight:
                 self._complete(r, out)
             else:
                 keep.append(r)
@@ -416,22 +452,41 @@ class SglangScheduler:
         for r in fresh:
             if r.remaining_output == 1:
                 self._emit(r, out)
-                self._complete(r, out)
+                self._prefill_result(r, out)
             else:
                 cont.append(r)
         if not self._ahead:  # lazy_decode_slot: the token's slot comes at the next decode
             for r in cont:
                 self._emit(r, out)
-                assert r.lease is not None
-                self.cache.cache_prefix(r.lease, r.tokens, r.materialized)
+                self._prefill_result(r, out)
             return
         need = sum(self.cache.pages_for(r.seq_len + 1) - r.allocated_pages for r in cont)
         if not self._reserve(need):
             return
         for r in cont:
             self._grow_and_emit(r, out)
+            self._prefill_result(r, out)
+
+    def _prefill_result(self, r: SglangRequest, out: PassOutcome) -> None:
+        """``process_batch_result_prefill`` for a request given its first token: it finishes
+        (its only token) or its prefill enters the tree; with the overlap loop, at the end
+        of the next pass (the client has the token now)."""
+        if self.overlap:
+            _overlap.defer(self, r, out, True)
+        elif r.remaining_output == 0:
+            self._complete(r, out)
+        else:
             assert r.lease is not None
             self.cache.cache_prefix(r.lease, r.tokens, r.materialized)
+            self.split_prompt(r, r.materialized)
+
+    def split_prompt(self, r: SglangRequest, upto: int) -> None:
+        """``prompt_boundary_split``: the tree took ``r``'s tokens up to ``upto``; past its
+        prompt, the prompt is inserted again (splitting the edge at its end)."""
+        if self._prompt_split:
+            ps = self.p.page_size
+            if 0 < r.prompt_len - r.prompt_len % ps < upto - upto % ps:
+                self.cache.split_at(r.tokens, r.prompt_len)
 
     def _reserve(self, pages: int) -> bool:
         cache = self.cache
@@ -453,6 +508,9 @@ class SglangScheduler:
         """A decode pass; True when it retracted (the ratio is then re-set, not decayed)."""
         running = self._settle_done(self.running, out)
         self.running = running
+        if self.overlap and _overlap.hold_back_decode(self, out):
+            return True  # SGLang decodes nothing this step, and the ratio does not decay
+        running = self.running
         out.decode_lens = [len(r.tokens) for r in running]
         if not running:
             return False
@@ -509,6 +567,7 @@ class SglangScheduler:
         ps = cache.page_size
         rids, ids, scheduled = out.token_rids, out.token_ids, out.scheduled
         ahead, cache_decode = self._ahead, self._cache_decode
+        overlap = self.overlap
         keep = []
         for r in running:
             lease = r.lease
@@ -534,7 +593,10 @@ class SglangScheduler:
                 r.first_output_sent = True
                 if r.cached_tokens is not None:
                     out.cached_tokens[r.rid] = r.cached_tokens
-            if r.remaining_output == 0:
+            if overlap:  # the result is processed at the end of the next pass
+                _overlap.defer(self, r, out, False)
+                keep.append(r)
+            elif r.remaining_output == 0:
                 self._complete(r, out)
             else:
                 if cache_decode:
@@ -567,7 +629,7 @@ class SglangScheduler:
             needed = growth * ps
             if logical >= needed or len(running) <= 1:
                 break
-            victim = min(running, key=lambda r: r.output_len)
+            victim = min(running, key=lambda r: r.output_len - r.inflight)
             _retraction.retract(self, victim, running, now, out, logical, needed)
             retracted.append(victim)
             growth = self._growth_pages(running)
@@ -587,7 +649,7 @@ class SglangScheduler:
         if not self.p.ratio_estimate:
             return self.p.init_new_token_ratio
         running = self.running
-        decoded = sum(r.output_len for r in running)
+        decoded = sum(r.output_len - r.inflight for r in running)
         max_new = sum(r.max_out for r in running)
         return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(running)) / (max_new + 1))
 
