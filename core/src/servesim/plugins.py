@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import os
 import pkgutil
 import sys
@@ -31,7 +30,7 @@ from types import ModuleType
 import pluggy
 from attrs import frozen
 
-from servesim import hookspecs
+from servesim import hookspecs, plugin_scan
 from servesim._markers import PROJECT
 from servesim.errors import PluginError
 from servesim.hookspecs import HOOK_KINDS
@@ -73,25 +72,25 @@ class ServesimPluginManager(pluggy.PluginManager):
         """
         count = 0
         seen: dict[str, DistInfo] = {}
-        for dist in list(importlib.metadata.distributions()):
-            info = _dist_info(dist)
-            for ep in dist.entry_points:
-                if ep.group != group or (name is not None and ep.name != name):
-                    continue
-                if self.is_blocked(ep.name):
-                    continue
-                prev = seen.get(ep.name) or self.distributions.get(ep.name)
-                if prev is not None and prev.name != info.name:
-                    raise PluginError(
-                        f"plugin name {ep.name!r} is claimed by two distributions: {prev} and {info}"
-                    )
-                if self.has_plugin(ep.name):
-                    continue
-                seen[ep.name] = info
-                plugin = _load_entry_point(ep, info)
-                self._register_checked(plugin, ep.name, f"entry point {ep.name!r} of {info}")
-                self.distributions[ep.name] = info
-                count += 1
+        records, _version = plugin_scan.entry_points(group)
+        for ep_name, ep_value, dist_name, dist_version in records:
+            if name is not None and ep_name != name:
+                continue
+            if self.is_blocked(ep_name):
+                continue
+            info = DistInfo(dist_name, dist_version)
+            prev = seen.get(ep_name) or self.distributions.get(ep_name)
+            if prev is not None and prev.name != info.name:
+                raise PluginError(
+                    f"plugin name {ep_name!r} is claimed by two distributions: {prev} and {info}"
+                )
+            if self.has_plugin(ep_name):
+                continue
+            seen[ep_name] = info
+            plugin = _load_entry_point(ep_name, ep_value, info)
+            self._register_checked(plugin, ep_name, f"entry point {ep_name!r} of {info}")
+            self.distributions[ep_name] = info
+            count += 1
         return count
 
     def _register_checked(self, plugin: object, name: str, what: str) -> None:
@@ -112,18 +111,12 @@ def _one_line(exc: BaseException) -> str:
     return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
-def _dist_info(dist: importlib.metadata.Distribution) -> DistInfo:
-    meta = dist.metadata
-    name = (meta["Name"] if meta is not None else None) or "<unknown>"
-    return DistInfo(name, dist.version or "?")
-
-
-def _load_entry_point(ep: importlib.metadata.EntryPoint, info: DistInfo) -> object:
+def _load_entry_point(name: str, value: str, info: DistInfo) -> object:
     try:
-        return ep.load()
+        return plugin_scan.load(value)
     except Exception as exc:  # any import-time failure of third-party code
         raise PluginError(
-            f"plugin {ep.name!r} (entry point {ep.value!r} of distribution {info}) failed to "
+            f"plugin {name!r} (entry point {value!r} of distribution {info}) failed to "
             f"load: {type(exc).__name__}: {exc}"
         ) from exc
 
@@ -155,10 +148,9 @@ def builtin_modules() -> Iterator[tuple[str, ModuleType]]:
 
 
 def servesim_version() -> str:
-    try:
-        return importlib.metadata.version("servesim")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a tree
-        return "0+unknown"
+    """The installed ``servesim`` distribution's version (from the entry-point cache when it
+    holds, :mod:`servesim.plugin_scan`)."""
+    return plugin_scan.entry_points(ENTRY_POINT_GROUP)[1]
 
 
 def make_plugin_manager(*, autoload: bool = True) -> ServesimPluginManager:
