@@ -40,8 +40,8 @@ def test_the_cache_holds_what_a_scan_finds(cache: Path) -> None:
     first = plugin_scan.entry_points(ENTRY_POINT_GROUP)
     assert first == plugin_scan.scan(ENTRY_POINT_GROUP)
     (path,) = cache.iterdir()
-    data = json.loads(path.read_text())
-    assert data["records"] == [list(r) for r in first[0]] and data["version"] == first[1]
+    (entry,) = json.loads(path.read_text())["entries"]
+    assert entry["records"] == [list(r) for r in first[0]] and entry["version"] == first[1]
     plugin_scan._memo.clear()
     assert plugin_scan.entry_points(ENTRY_POINT_GROUP) == first  # read back from the file
     # Every installed plugin is found: the vLLM backend among them.
@@ -91,9 +91,22 @@ def test_a_broken_cache_file_is_rescanned_and_the_switch_turns_it_off(
     cache.mkdir(parents=True)
     Path(plugin_scan.cache_file()).write_text("{not json")
     assert plugin_scan.entry_points(ENTRY_POINT_GROUP) == want
-    assert json.loads(Path(plugin_scan.cache_file()).read_text())["version"] == want[1]
+    assert json.loads(Path(plugin_scan.cache_file()).read_text())["entries"][0]["version"] == want[1]
     monkeypatch.setenv(plugin_scan.CACHE_ENV, "0")
     assert plugin_scan.fingerprint() is None
+
+
+def test_the_file_keeps_several_search_paths(cache: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A console script and ``python -m`` see different ``sys.path[0]``: both stay cached."""
+    first = plugin_scan.entry_points(ENTRY_POINT_GROUP)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    assert plugin_scan.entry_points(ENTRY_POINT_GROUP) == first
+    entries = json.loads(Path(plugin_scan.cache_file()).read_text())["entries"]
+    assert len(entries) == 2 and entries[0]["fingerprint"] != entries[1]["fingerprint"]
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: [])  # a scan would see this
+    monkeypatch.setattr(plugin_scan, "fingerprint", lambda: entries[1]["fingerprint"])
+    assert plugin_scan.entry_points(ENTRY_POINT_GROUP) == first  # from the file, no scan
 
 
 def test_an_unwritable_cache_folder_is_ignored(tmp_path: Path,

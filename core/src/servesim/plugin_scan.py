@@ -5,8 +5,8 @@ Finding entry points means importing :mod:`importlib.metadata` and opening the m
 every installed distribution, which costs more CPU than the rest of a short replay's
 start-up. The answer depends only on the distributions ``importlib.metadata`` finds on
 ``sys.path``, so it is cached in a JSON file (``$SERVESIM_CACHE_DIR``, else
-``$XDG_CACHE_HOME/servesim``, else ``~/.cache/servesim``; one file per Python environment)
-together with a fingerprint of exactly what the search reads:
+``$XDG_CACHE_HOME/servesim``, else ``~/.cache/servesim``; one file per Python environment,
+holding its latest eight answers) together with a fingerprint of exactly what the search reads:
 
 * ``sys.path``, each entry made absolute;
 * per directory on it, the names of its ``*.dist-info`` and ``*.egg-info`` entries, and for
@@ -32,7 +32,8 @@ from typing import Any
 
 CACHE_ENV = "SERVESIM_PLUGIN_CACHE"
 CACHE_DIR_ENV = "SERVESIM_CACHE_DIR"
-_FORMAT = 1
+_FORMAT = 2
+_KEEP = 8
 
 Record = tuple[str, str, str, str]
 """``(entry-point name, value, distribution name, distribution version)``."""
@@ -138,22 +139,28 @@ _memo: dict[str, tuple[list[Any], tuple[list[Record], str]]] = {}
 
 
 def _cached(group: str, fp: list[Any]) -> tuple[list[Record], str]:
+    """The answer for ``fp`` from the cache file, else a scan, which is added to the file
+    (its latest ``_KEEP`` answers: a console script and ``python -m`` differ in ``sys.path[0]``)."""
     path = cache_file()
+    entries: list[Any] = []
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
-        if data.get("format") == _FORMAT and data.get("group") == group and (
-                data.get("fingerprint") == fp):
-            return [tuple(r) for r in data["records"]], data["version"]  # type: ignore[misc]
+        if data.get("format") == _FORMAT:
+            entries = list(data["entries"])
+        for entry in entries:
+            if entry["group"] == group and entry["fingerprint"] == fp:
+                return [tuple(r) for r in entry["records"]], entry["version"]  # type: ignore[misc]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
+        entries = []
     records, version = scan(group)
+    entries = [{"group": group, "fingerprint": fp, "records": records, "version": version},
+               *entries][:_KEEP]
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"format": _FORMAT, "group": group, "fingerprint": fp,
-                       "records": records, "version": version}, fh)
+            json.dump({"format": _FORMAT, "entries": entries}, fh)
         os.replace(tmp, path)
     except OSError:
         pass

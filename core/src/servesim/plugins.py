@@ -70,9 +70,11 @@ class ServesimPluginManager(pluggy.PluginManager):
         Two *different* distributions exporting the same entry-point name is an error (pluggy
         would silently keep the first); the same distribution seen twice on ``sys.path`` is not.
         """
+        return self._load_records(plugin_scan.entry_points(group)[0], name)
+
+    def _load_records(self, records: list[plugin_scan.Record], name: str | None) -> int:
         count = 0
         seen: dict[str, DistInfo] = {}
-        records, _version = plugin_scan.entry_points(group)
         for ep_name, ep_value, dist_name, dist_version in records:
             if name is not None and ep_name != name:
                 continue
@@ -163,14 +165,18 @@ def make_plugin_manager(*, autoload: bool = True) -> ServesimPluginManager:
     pm.add_hookspecs(hookspecs)
     for name in _split_names(os.environ.get(DISABLE_ENV)):
         pm.set_blocked(name)
-    builtin_dist = DistInfo("servesim", servesim_version())
+    autoload = autoload and not os.environ.get(DISABLE_AUTOLOAD_ENV)
+    # One look at the installed distributions serves both the entry points and the version.
+    records, version = plugin_scan.entry_points(ENTRY_POINT_GROUP) if autoload else (
+        [], servesim_version())
+    builtin_dist = DistInfo("servesim", version)
     for name, module in builtin_modules():
         if pm.is_blocked(name):
             continue
         pm._register_checked(module, name, f"built-in {name!r}")
         pm.distributions[name] = builtin_dist
-    if autoload and not os.environ.get(DISABLE_AUTOLOAD_ENV):
-        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    if autoload:
+        pm._load_records(records, None)
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
