@@ -150,7 +150,7 @@ def _cached(group: str, fp: list[Any]) -> tuple[list[Record], str]:
             entries = list(data["entries"])
         for entry in entries:
             if entry["group"] == group and entry["fingerprint"] == fp:
-                return [tuple(r) for r in entry["records"]], entry["version"]  # type: ignore[misc]
+                return [tuple(r) for r in entry["records"]], entry["version"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         entries = []
     records, version = scan(group)

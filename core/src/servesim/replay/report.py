@@ -179,9 +179,11 @@ def report_from_samples(log: RequestLog, cfg: ReportConfig, s: dict[str, Any],
     for name in ("ttft", "tpot", "e2el", "ttst"):
         rep.update(distribution(name, s[name], pcts))
     # Pooled samples are (value, weight) pairs: never one float per token (DESIGN.md §7).
-    rep.update(sorted_weighted_distribution("itl", *s["itl"], pcts))
-    rep.update(sorted_weighted_distribution("output_token_throughput_per_user", *s["per_user"],
-                                            pcts, unit=""))
+    uniq, counts = s["itl"]
+    rep.update(sorted_weighted_distribution("itl", uniq, counts, pcts))
+    per_user, per_user_counts = s["per_user"]
+    rep.update(sorted_weighted_distribution("output_token_throughput_per_user", per_user,
+                                            per_user_counts, pcts, unit=""))
     if s["good"] is None:
         rep.update({"request_goodput": None, "goodput_completed": None,
                     "goodput_output_throughput": None, "sla": None})
