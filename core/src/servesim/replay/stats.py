@@ -87,11 +87,11 @@ def weighted_sorted(values: Any, weights: Any) -> tuple[list[float], list[int]]:
 
 
 def sorted_weighted_distribution(
-    name: str, uniq: Sequence[float], counts: Sequence[int], percentiles: Iterable[float],
-    unit: str = "_ms",
+    name: str, uniq: Any, counts: Any, percentiles: Iterable[float], unit: str = "_ms",
 ) -> dict[str, float]:
     """:func:`weighted_distribution` of values already in non-decreasing order with positive
-    integer weights (equal neighbours allowed: every statistic depends only on the multiset)."""
+    integer weights (equal neighbours allowed: every statistic depends only on the multiset).
+    ``uniq`` and ``counts`` are lists or numpy arrays."""
     if len(uniq) > ARRAY_MIN:
         from servesim.replay.stats_arrays import sorted_weighted_distribution_array
 
