@@ -188,11 +188,13 @@ def test_max_output_tokens_per_whole_simulated_second():
        st.lists(st.tuples(st.sampled_from([0.5, 3.0]), st.integers(0, 4)), max_size=5),
        st.sets(st.integers(0, 5)))
 def test_pooled_gaps_equal_the_sorted_multiset(gaps, shared, incomplete):
-    """Run-length encoded gaps and first occurrences found without sorting give the
-    multiset and per-request first gaps that sorting every gap gives."""
+    """Run-length encoded gaps and first occurrences found without sorting (numpy), and the
+    list version's, give the multiset and per-request first gaps that sorting every gap gives."""
     import numpy as np
-    from servesim.replay.report import _gaps
+    from servesim.replay.report import gaps as list_gaps
+    from servesim.replay.report_arrays import gaps as array_gaps
     from servesim.replay.stats import weighted_sorted
+    from servesim.replay.stats_arrays import weighted_sorted_array
 
     log = RequestLog([1] * 6)
     for rid, gap in gaps:
@@ -201,13 +203,17 @@ def test_pooled_gaps_equal_the_sorted_multiset(gaps, shared, incomplete):
     for value, weight in shared:
         log.shared_gap.append(value)
         log.shared_weight.append(weight)
-    mask = np.array([rid not in incomplete for rid in range(6)])
-    values, weights, ttst = _gaps(log, mask)
+    flags = [rid not in incomplete for rid in range(6)]
     kept = [(rid, g) for rid, g in gaps if rid not in incomplete]
     every = [g for _, g in kept] + [v for v, w in shared for _ in range(w)]
-    uniq, counts = weighted_sorted(values, weights)
-    assert np.repeat(uniq, counts).tolist() == sorted(every)
     firsts = {}
     for rid, g in kept:
         firsts.setdefault(rid, g)
+    values, weights, ttst = array_gaps(log, np.array(flags))
+    uniq, counts = weighted_sorted_array(values, weights)
+    assert np.repeat(uniq, counts).tolist() == sorted(every)
     assert ttst.tolist() == [firsts[r] for r in sorted(firsts)]
+    values, weights, ttst = list_gaps(log, flags)
+    luniq, lcounts = weighted_sorted(values, weights)
+    assert (luniq, lcounts) == (uniq.tolist(), counts.tolist())
+    assert ttst == [firsts[r] for r in sorted(firsts)]

@@ -71,7 +71,7 @@ def test_sorted_weighted_distribution_accepts_equal_neighbours() -> None:
 
     gaps = np.array([3.0, 7.013, 7.013000000000001, 12.25, 40.0])
     w = np.array([4, 2, 9, 1, 3])
-    uniq, counts = weighted_sorted(gaps, w)
+    uniq, counts = map(np.asarray, weighted_sorted(gaps, w))
     per_user = (1000.0 / uniq)[::-1]
     assert len(np.unique(per_user)) == 4  # 1000/7.013 and 1000/7.013000000000001 round equal
     got = sorted_weighted_distribution("u", per_user, counts[::-1], PCTS, unit="")

@@ -28,6 +28,16 @@ def _version() -> str:
     return servesim_version()
 
 
+class _VersionAction(argparse._VersionAction):
+    """``--version``, with the version read only when asked for (reading it needs
+    ``importlib.metadata``, which a run does not otherwise import)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        self.version = f"%(prog)s {_version()}"
+        super().__call__(parser, namespace, values, option_string)
+
+
 def _cli_run() -> ModuleType | None:
     """The replay command's module, or None while it is not installed."""
     try:
@@ -47,7 +57,7 @@ def build_parser(*, with_plugins: bool = True) -> argparse.ArgumentParser:
         description="GPU-free simulator of LLM-serving engines. With no command, runs the "
         "built-in default scenario ('servesim run').",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser("run", help="replay a workload and print a serving report")

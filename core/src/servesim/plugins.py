@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import os
 import pkgutil
 import sys
@@ -31,7 +30,7 @@ from types import ModuleType
 import pluggy
 from attrs import frozen
 
-from servesim import hookspecs
+from servesim import hookspecs, plugin_scan
 from servesim._markers import PROJECT
 from servesim.errors import PluginError
 from servesim.hookspecs import HOOK_KINDS
@@ -71,27 +70,29 @@ class ServesimPluginManager(pluggy.PluginManager):
         Two *different* distributions exporting the same entry-point name is an error (pluggy
         would silently keep the first); the same distribution seen twice on ``sys.path`` is not.
         """
+        return self._load_records(plugin_scan.entry_points(group)[0], name)
+
+    def _load_records(self, records: list[plugin_scan.Record], name: str | None) -> int:
         count = 0
         seen: dict[str, DistInfo] = {}
-        for dist in list(importlib.metadata.distributions()):
-            info = _dist_info(dist)
-            for ep in dist.entry_points:
-                if ep.group != group or (name is not None and ep.name != name):
-                    continue
-                if self.is_blocked(ep.name):
-                    continue
-                prev = seen.get(ep.name) or self.distributions.get(ep.name)
-                if prev is not None and prev.name != info.name:
-                    raise PluginError(
-                        f"plugin name {ep.name!r} is claimed by two distributions: {prev} and {info}"
-                    )
-                if self.has_plugin(ep.name):
-                    continue
-                seen[ep.name] = info
-                plugin = _load_entry_point(ep, info)
-                self._register_checked(plugin, ep.name, f"entry point {ep.name!r} of {info}")
-                self.distributions[ep.name] = info
-                count += 1
+        for ep_name, ep_value, dist_name, dist_version in records:
+            if name is not None and ep_name != name:
+                continue
+            if self.is_blocked(ep_name):
+                continue
+            info = DistInfo(dist_name, dist_version)
+            prev = seen.get(ep_name) or self.distributions.get(ep_name)
+            if prev is not None and prev.name != info.name:
+                raise PluginError(
+                    f"plugin name {ep_name!r} is claimed by two distributions: {prev} and {info}"
+                )
+            if self.has_plugin(ep_name):
+                continue
+            seen[ep_name] = info
+            plugin = _load_entry_point(ep_name, ep_value, info)
+            self._register_checked(plugin, ep_name, f"entry point {ep_name!r} of {info}")
+            self.distributions[ep_name] = info
+            count += 1
         return count
 
     def _register_checked(self, plugin: object, name: str, what: str) -> None:
@@ -112,18 +113,12 @@ def _one_line(exc: BaseException) -> str:
     return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
-def _dist_info(dist: importlib.metadata.Distribution) -> DistInfo:
-    meta = dist.metadata
-    name = (meta["Name"] if meta is not None else None) or "<unknown>"
-    return DistInfo(name, dist.version or "?")
-
-
-def _load_entry_point(ep: importlib.metadata.EntryPoint, info: DistInfo) -> object:
+def _load_entry_point(name: str, value: str, info: DistInfo) -> object:
     try:
-        return ep.load()
+        return plugin_scan.load(value)
     except Exception as exc:  # any import-time failure of third-party code
         raise PluginError(
-            f"plugin {ep.name!r} (entry point {ep.value!r} of distribution {info}) failed to "
+            f"plugin {name!r} (entry point {value!r} of distribution {info}) failed to "
             f"load: {type(exc).__name__}: {exc}"
         ) from exc
 
@@ -155,10 +150,9 @@ def builtin_modules() -> Iterator[tuple[str, ModuleType]]:
 
 
 def servesim_version() -> str:
-    try:
-        return importlib.metadata.version("servesim")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a tree
-        return "0+unknown"
+    """The installed ``servesim`` distribution's version (from the entry-point cache when it
+    holds, :mod:`servesim.plugin_scan`)."""
+    return plugin_scan.entry_points(ENTRY_POINT_GROUP)[1]
 
 
 def make_plugin_manager(*, autoload: bool = True) -> ServesimPluginManager:
@@ -171,14 +165,18 @@ def make_plugin_manager(*, autoload: bool = True) -> ServesimPluginManager:
     pm.add_hookspecs(hookspecs)
     for name in _split_names(os.environ.get(DISABLE_ENV)):
         pm.set_blocked(name)
-    builtin_dist = DistInfo("servesim", servesim_version())
+    autoload = autoload and not os.environ.get(DISABLE_AUTOLOAD_ENV)
+    # One look at the installed distributions serves both the entry points and the version.
+    records, version = plugin_scan.entry_points(ENTRY_POINT_GROUP) if autoload else (
+        [], servesim_version())
+    builtin_dist = DistInfo("servesim", version)
     for name, module in builtin_modules():
         if pm.is_blocked(name):
             continue
         pm._register_checked(module, name, f"built-in {name!r}")
         pm.distributions[name] = builtin_dist
-    if autoload and not os.environ.get(DISABLE_AUTOLOAD_ENV):
-        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    if autoload:
+        pm._load_records(records, None)
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:

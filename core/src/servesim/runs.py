@@ -25,6 +25,7 @@ default ``execute_run`` returning None, and drivers fall back to stepping.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -282,6 +283,13 @@ def take_run_kv_events(
     return out
 
 
+# Passes priced one by one in price_decode_chunks while numpy is not imported, before it is:
+# importing numpy costs about as much CPU as pricing this many passes by hand (about 70 ms),
+# and a short replay never needs it. Only the speed depends on the path, never the ends.
+_BY_HAND_BUDGET = 1 << 15
+_by_hand = [0]
+
+
 def price_decode_chunks(
     timing: Any, m: int, total: int, capacity: int, dsp: float,
     j: int, kmax: int, start: float, horizon: float, ends: list[float],
@@ -291,7 +299,14 @@ def price_decode_chunks(
     ``total + i*m`` against ``capacity`` KV tokens). Uses the same IEEE operations as the
     scalar path (``predict_decode_ms_many``, ``scaled_ms_many``, a left-to-right ``cumsum``),
     so the ends are bit-identical to stepping. True when it stopped early (a pass reaching
-    ``horizon`` or of zero duration, which is kept)."""
+    ``horizon`` or of zero duration, which is kept). Until numpy is imported, the first
+    ``_BY_HAND_BUDGET`` such passes of the process are priced one by one instead
+    (:func:`_price_by_hand`, the same ends)."""
+    if j >= kmax:
+        return False
+    if "numpy" not in sys.modules and _by_hand[0] < _BY_HAND_BUDGET:
+        _by_hand[0] += kmax - j
+        return _price_by_hand(timing, m, total, capacity, dsp, j, kmax, start, horizon, ends)
     import numpy as np
 
     from servesim.timing.base import scaled_ms_many
@@ -310,6 +325,27 @@ def price_decode_chunks(
         j += n
         start = ends[-1]
         chunk *= 2
+    return False
+
+
+def _price_by_hand(
+    timing: Any, m: int, total: int, capacity: int, dsp: float,
+    j: int, kmax: int, start: float, horizon: float, ends: list[float],
+) -> bool:
+    """:func:`price_decode_chunks` one pass at a time: ``predict_decode_ms`` (which
+    ``predict_decode_ms_many`` must equal element for element), :func:`scaled_ms` and a
+    running sum, the same float operations in the same order."""
+    from servesim.timing.base import scaled_ms
+
+    predict = timing.predict_decode_ms
+    while j < kmax:
+        kv = total + j * m
+        d = scaled_ms(predict(m, kv, kv // m, capacity), dsp)
+        start = start + d
+        ends.append(start)
+        j += 1
+        if start >= horizon or d == 0.0:
+            return True
     return False
 
 __all__ = [

@@ -6,71 +6,49 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 from servesim.config.converter import show
 from servesim.errors import ConfigError
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """``yaml.safe_load`` semantics, except a key repeated in one mapping is an error
-    (PyYAML silently keeps the last one, which hides typos in long configs)."""
-
-
-_SQUASHED = re.compile(r"([A-Za-z_][\w.]*):(\S.*)")
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, value_node in node.value:
-        # Merge keys (``<<: *anchor``) may legitimately repeat keys; only explicit ones count.
-        if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
-            continue
-        key = loader.construct_object(key_node, deep=deep)
-        squashed = _SQUASHED.fullmatch(key) if isinstance(key, str) else None
-        if squashed and isinstance(value_node, yaml.ScalarNode) and value_node.tag.endswith(":null"):
-            # {type:lfu} is one key 'type:lfu' with no value; no servesim key has a colon
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                f"found the key {key!r} with no value; put a space after the colon "
-                f"({squashed.group(1)}: {squashed.group(2)})",
-                key_node.start_mark,
-            )
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                f"found duplicate key {key!r}",
-                key_node.start_mark,
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-# PyYAML follows YAML 1.1, where an exponent needs a dot and a sign: ``1e3`` and ``1.5e3``
-# would be *strings* and ``arrival_speedup_ratio: 1e3`` a type error. Read every exponent
-# form as a float, as YAML 1.2 and JSON do.
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+.0123456789"),
-)
-
-
 def parse_yaml(text: str, source: str, *, lines: bool = True) -> Any:
-    """Parse YAML text; syntax errors name ``source:line`` (``lines=False``: ``source``)."""
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{source}:{mark.line + 1}" if mark is not None and lines else source
-        detail = " ".join(p for p in (exc.context, exc.problem) if p)
-        col = f" (column {mark.column + 1})" if mark is not None and lines else ""
-        raise ConfigError(f"invalid YAML: {detail}{col}", source=where) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"invalid YAML: {exc}", source=source) from None
+    """Parse YAML text; syntax errors name ``source:line`` (``lines=False``: ``source``).
+    (:func:`servesim.config.yaml_strict.parse_yaml`, which imports PyYAML.)"""
+    from servesim.config.yaml_strict import parse_yaml as parse
+
+    return parse(text, source, lines=lines)
+
+
+# ``--set`` values PyYAML would read as a plain int, float, bool, null or string, read without
+# PyYAML (a run with no config file and simple overrides does not import it). Anything else,
+# or anything these patterns might read differently from PyYAML, goes to PyYAML; a test
+# compares the two on many values (tests/core/test_set_values.py).
+_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
+_FLOAT = re.compile(r"[-+]?[0-9]+\.[0-9]+")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_QUOTED = re.compile(r'"[ !#-\[\]-~]*"|\'[ -&(-~]*\'')
+_WORDS: dict[str, Any] = {
+    **dict.fromkeys(["yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"], True),
+    **dict.fromkeys(["no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"], False),
+    **dict.fromkeys(["null", "Null", "NULL"], None),
+}
+_MISSING = object()
+
+
+def plain_value(text: str) -> Any:
+    """What PyYAML (YAML 1.1, :mod:`servesim.config.yaml_strict`) makes of ``text`` when it
+    is a simple scalar (a decimal int, a float with a dot and no exponent, a bool or null
+    word, a name, a quoted printable-ASCII string without escapes), else ``_MISSING``."""
+    if _INT.fullmatch(text):
+        return int(text)
+    if _FLOAT.fullmatch(text):
+        return float(text)
+    if _WORD.fullmatch(text):
+        return _WORDS.get(text, text)
+    if text == "~":
+        return None
+    if _QUOTED.fullmatch(text):
+        return text[1:-1]
+    return _MISSING
 
 
 def read_yaml(path: str) -> Any:
@@ -131,7 +109,9 @@ def parse_set(item: str) -> tuple[list[str], Any]:
         raise ConfigError(
             f"expected KEY=VALUE with a dotted key like engine.max_num_seqs=64, got {item!r}", source="--set"
         )
-    value = parse_yaml(text, source, lines=False) if text.strip() else None
+    value = plain_value(text) if text.strip() else None
+    if value is _MISSING:
+        value = parse_yaml(text, source, lines=False)
     return [q for p in parts for q in _split_indexes(p.strip(), item)], value
 
 

@@ -18,11 +18,10 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import numpy as np
-
 from servesim.config.sections import ReportConfig
 from servesim.speculative import acceptance_report
 from servesim.replay.stats import (
+    ARRAY_MIN,
     RequestLog,
     distribution,
     percentile_key,
@@ -47,99 +46,116 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _per_request_arrays(log: RequestLog, mask: np.ndarray) -> dict[str, np.ndarray]:
-    arrival = np.asarray(log.arrival)[mask]
-    first = np.asarray(log.first)[mask]
-    last = np.asarray(log.last)[mask]
-    done = np.asarray(log.done)[mask]
-    ntok = np.asarray(log.ntok, dtype=np.int64)[mask]
-    return {"arrival": arrival, "first": first, "last": last, "done": done, "ntok": ntok}
-
-
-def _gaps(log: RequestLog, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pooled inter-token gaps of completed requests as ``(values, weights)``, and each
-    one's first gap (its time to second token), found as the first occurrence of its id in
-    the individual gap log. Gaps shared by runs of passes (RequestLog.run_tokens) come with
-    their weights; their requests always complete, so they need no mask.
-
-    The individual log holds long stretches of equal gaps (the requests of one pass mostly
-    emitted their previous token at the same earlier pass), so it is handed on run-length
-    encoded: the statistics depend only on the multiset, and sorting the runs is far cheaper
-    than sorting every gap."""
-    itl = np.frombuffer(log.itl, dtype=np.float64)
-    rids = np.frombuffer(log.itl_rid, dtype=np.int64)
-    keep = mask[rids] if len(rids) else np.zeros(0, dtype=bool)
-    itl, rids = itl[keep], rids[keep]
-    ttst = itl[_first_occurrences(rids, log.n)]
-    runs, lengths = _run_lengths(itl)
-    values, weights = [runs], [lengths]
+def gaps(log: RequestLog, flags: Sequence[bool]) -> tuple[list[float], list[int], list[float]]:
+    """Pooled inter-token gaps of completed requests (``flags``) as ``(values, weights)``, and
+    each one's first gap (its time to second token): the first of its id in the individual
+    gap log. Gaps shared by runs of passes (RequestLog.run_tokens) come with their weights;
+    their requests always complete, so they need no mask. (Large logs:
+    :func:`servesim.replay.report_arrays.gaps`.)"""
+    itl = log.itl.tolist()
+    rids = log.itl_rid.tolist()
+    if not all(flags):
+        kept = [(g, r) for g, r in zip(itl, rids) if flags[r]]
+        itl = [g for g, _ in kept]
+        rids = [r for _, r in kept]
+    # Walking the log backwards, a request's first gap is the last one written.
+    first = dict(zip(reversed(rids), reversed(itl)))
+    ttst = [first[r] for r in sorted(first)]
+    values, weights = itl, [1] * len(itl)
     shared = getattr(log, "shared_gap", None)
     if shared is not None and len(shared):
-        values.append(np.frombuffer(shared, dtype=np.float64))
-        weights.append(np.frombuffer(log.shared_weight, dtype=np.int64))
-    return np.concatenate(values), np.concatenate(weights), ttst
+        values = values + shared.tolist()
+        weights = weights + log.shared_weight.tolist()
+    return values, weights, ttst
 
 
-def itl_samples(log: RequestLog) -> tuple[np.ndarray, np.ndarray]:
-    """The pooled inter-token gaps of completed requests as ``(values, weights)``, as the
-    report's ``itl`` statistics count them (for figures)."""
-    values, weights, _ttst = _gaps(log, log.completed_mask())
-    return values, weights
+def list_samples(log: RequestLog, cfg: ReportConfig, slas: bool) -> dict[str, Any]:
+    """What the report is computed from: totals, per-request latency samples (``ttft``,
+    ``tpot``, ``e2el``, ``ttst``), the pooled gaps ``itl`` and their per-user throughputs
+    ``per_user`` as ascending (value, weight) lists, and with ``slas`` the good requests and
+    their tokens. Only admitted-and-completed requests count."""
+    flags = log.completed_flags()
+    idx = [i for i, ok in enumerate(flags) if ok]
+    arrival, first, last = log.arrival, log.first, log.last
+    ntok = log.ntok
+    has = [i for i in idx if ntok[i] >= 1]
+    multi = [i for i in has if ntok[i] >= 2]
+    itl, itl_w, ttst = gaps(log, flags)
+    uniq, counts = weighted_sorted(itl, itl_w)
+    # The reference's output_token_throughput_per_user: 1000/x is non-increasing in x > 0,
+    # so the reversed positive gaps give its values in non-decreasing order without a sort.
+    positive = [(1000.0 / u, c) for u, c in zip(uniq, counts) if u > 0][::-1]
+    out: dict[str, Any] = {
+        "completed": len(idx),
+        "n_in": sum(log.input_length[i] for i in idx),
+        "n_out": sum(ntok[i] for i in idx),
+        "duration_ms": max(log.done[i] for i in idx) if idx else 0.0,
+        "reused": sum(log.reused[i] for i in idx),
+        "first_reused": sum(log.first_reused[i] or 0 for i in idx),
+        "ttft": [first[i] - arrival[i] for i in has],
+        "tpot": [(last[i] - first[i]) / (ntok[i] - 1) for i in multi],
+        "e2el": [last[i] - arrival[i] for i in has],
+        "ttst": ttst,
+        "itl": (uniq, counts),
+        "per_user": ([v for v, _ in positive], [c for _, c in positive]),
+        "good": _goodput(log, idx, cfg) if slas else None,
+    }
+    return out
 
 
-def _first_occurrences(ids: np.ndarray, n: int) -> np.ndarray:
-    """Index of each distinct id's first occurrence in ``ids`` (ids in ``[0, n)``), in
-    ascending id order: ``np.unique(ids, return_index=True)[1]`` without sorting."""
-    size = len(ids)
-    first = np.full(n, size, dtype=np.int64)
-    np.minimum.at(first, ids, np.arange(size, dtype=np.int64))
-    return first[first < size]
+def _goodput(log: RequestLog, idx: Sequence[int], cfg: ReportConfig) -> tuple[int, int]:
+    """Good requests under the SLAs and their output tokens. A request without tokens is
+    judged by its completion time."""
+    good = tokens = 0
+    for i in idx:
+        n = log.ntok[i]
+        arrival = log.arrival[i]
+        ttft = (log.first[i] if n >= 1 else log.done[i]) - arrival
+        e2e = (log.last[i] if n >= 1 else log.done[i]) - arrival
+        if cfg.sla_ttft_ms is not None and not ttft <= cfg.sla_ttft_ms:
+            continue
+        if cfg.sla_e2e_ms is not None and not e2e <= cfg.sla_e2e_ms:
+            continue
+        if cfg.sla_tpot_ms is not None and n >= 2 and not (e2e - ttft) / (n - 1) <= cfg.sla_tpot_ms:
+            continue
+        good += 1
+        tokens += n
+    return good, tokens
 
 
-def _run_lengths(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(value, length)`` of each maximal stretch of equal consecutive values."""
-    if not len(values):
-        return values, np.zeros(0, dtype=np.int64)
-    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
-    return values[starts], np.diff(np.append(starts, len(values)))
+def itl_samples(log: RequestLog) -> tuple[Any, Any]:
+    """The pooled inter-token gaps of completed requests as numpy ``(values, weights)``, as
+    the report's ``itl`` statistics count them (for figures)."""
+    from servesim.replay.report_arrays import itl_samples as samples
 
-
-def _goodput(a: dict[str, np.ndarray], cfg: ReportConfig) -> np.ndarray:
-    """Per-request SLA verdicts. A request without tokens is judged by its completion time."""
-    has = a["ntok"] >= 1
-    ttft = np.where(has, a["first"] - a["arrival"], a["done"] - a["arrival"])
-    e2e = np.where(has, a["last"] - a["arrival"], a["done"] - a["arrival"])
-    good = np.ones(len(ttft), dtype=bool)
-    if cfg.sla_ttft_ms is not None:
-        good &= ttft <= cfg.sla_ttft_ms
-    if cfg.sla_e2e_ms is not None:
-        good &= e2e <= cfg.sla_e2e_ms
-    if cfg.sla_tpot_ms is not None:
-        multi = a["ntok"] >= 2
-        tpot = np.where(multi, (e2e - ttft) / np.maximum(a["ntok"] - 1, 1), 0.0)
-        good &= ~multi | (tpot <= cfg.sla_tpot_ms)
-    return good
+    return samples(log)
 
 
 def build_report(
     log: RequestLog, cfg: ReportConfig, resolved_config: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The report dict (floats rounded to 6 decimals; keys are sorted when written)."""
-    mask = log.completed_mask()
-    a = _per_request_arrays(log, mask)
-    completed = int(mask.sum())
-    n_in = int(np.asarray(log.input_length, dtype=np.int64)[mask].sum())
-    n_out = int(a["ntok"].sum())
-    duration_ms = float(a["done"].max()) if completed else 0.0
+    """The report dict (floats rounded to 6 decimals; keys are sorted when written). Large
+    logs are summarised in numpy (:mod:`servesim.replay.report_arrays`), small ones in plain
+    Python; both give the same report, bit for bit."""
+    slas = {"ttft_ms": cfg.sla_ttft_ms, "tpot_ms": cfg.sla_tpot_ms, "e2el_ms": cfg.sla_e2e_ms}
+    any_sla = any(v is not None for v in slas.values())
+    shared = getattr(log, "shared_gap", None)
+    if log.n + len(log.itl) + (len(shared) if shared is not None else 0) > ARRAY_MIN:
+        from servesim.replay.report_arrays import report_samples
+
+        s = report_samples(log, cfg, any_sla)
+    else:
+        s = list_samples(log, cfg, any_sla)
+    return report_from_samples(log, cfg, s, slas, resolved_config)
+
+
+def report_from_samples(log: RequestLog, cfg: ReportConfig, s: dict[str, Any],
+                        slas: dict[str, float | None],
+                        resolved_config: dict[str, Any] | None) -> dict[str, Any]:
+    """The report of :func:`list_samples` (or its numpy version's) ``s``."""
+    completed, n_in, n_out = s["completed"], s["n_in"], s["n_out"]
+    duration_ms = s["duration_ms"]
     dur_s = max(duration_ms / 1000.0, 1e-9)
-    has = a["ntok"] >= 1
-    multi = a["ntok"] >= 2
-    ttft = (a["first"] - a["arrival"])[has]
-    e2e = (a["last"] - a["arrival"])[has]
-    tpot = ((a["last"] - a["first"])[multi]) / (a["ntok"][multi] - 1)
-    itl, itl_w, ttst = _gaps(log, mask)
-    reused = np.asarray(log.reused, dtype=np.int64)[mask].sum()
-    first_reused = np.asarray([x or 0 for x in log.first_reused], dtype=np.int64)[mask].sum()
     pcts = list(cfg.percentiles)
     rep: dict[str, Any] = {
         "num_requests": log.n,
@@ -155,42 +171,35 @@ def build_report(
         "total_token_throughput": (n_in + n_out) / dur_s,
         "max_concurrent_requests": log.max_in_flight,
         "max_output_tokens_per_s": max(log.tokens_per_second.values(), default=0),
-        "prefix_cache_hit_rate": float(reused / n_in) if n_in else 0.0,
-        "first_admission_prefix_cache_hit_rate": float(first_reused / n_in) if n_in else 0.0,
+        "prefix_cache_hit_rate": s["reused"] / n_in if n_in else 0.0,
+        "first_admission_prefix_cache_hit_rate": s["first_reused"] / n_in if n_in else 0.0,
         "num_preemptions": log.num_preemptions,
         "percentiles": pcts,
     }
-    for name, vals in (("ttft", ttft), ("tpot", tpot), ("e2el", e2e), ("ttst", ttst)):
-        rep.update(distribution(name, vals, pcts))
+    for name in ("ttft", "tpot", "e2el", "ttst"):
+        rep.update(distribution(name, s[name], pcts))
     # Pooled samples are (value, weight) pairs: never one float per token (DESIGN.md §7).
-    uniq, counts = weighted_sorted(itl, itl_w)
+    uniq, counts = s["itl"]
     rep.update(sorted_weighted_distribution("itl", uniq, counts, pcts))
-    # The reference's output_token_throughput_per_user: 1000/x is non-increasing in x > 0,
-    # so the reversed positive gaps give its values in non-decreasing order without a sort.
-    positive = uniq > 0
-    rep.update(sorted_weighted_distribution(
-        "output_token_throughput_per_user", (1000.0 / uniq[positive])[::-1],
-        counts[positive][::-1], pcts, unit=""))
-    rep.update(_goodput_keys(a, cfg, dur_s))
+    per_user, per_user_counts = s["per_user"]
+    rep.update(sorted_weighted_distribution("output_token_throughput_per_user", per_user,
+                                            per_user_counts, pcts, unit=""))
+    if s["good"] is None:
+        rep.update({"request_goodput": None, "goodput_completed": None,
+                    "goodput_output_throughput": None, "sla": None})
+    else:
+        good, tokens = s["good"]
+        rep.update({
+            "request_goodput": good / dur_s,
+            "goodput_completed": good,
+            "goodput_output_throughput": tokens / dur_s,
+            "sla": {k: v for k, v in slas.items() if v is not None},
+        })
     if log.spec_nextn:
         rep.update(acceptance_report(log.spec_drafts, log.spec_nextn, log.spec_accepted,
                                      log.spec_per_pos))
     rep["config"] = resolved_config if resolved_config is not None else {}
     return _clean(rep)
-
-
-def _goodput_keys(a: dict[str, np.ndarray], cfg: ReportConfig, dur_s: float) -> dict[str, Any]:
-    slas = {"ttft_ms": cfg.sla_ttft_ms, "tpot_ms": cfg.sla_tpot_ms, "e2el_ms": cfg.sla_e2e_ms}
-    if all(v is None for v in slas.values()):
-        return {"request_goodput": None, "goodput_completed": None,
-                "goodput_output_throughput": None, "sla": None}
-    good = _goodput(a, cfg)
-    return {
-        "request_goodput": int(good.sum()) / dur_s,
-        "goodput_completed": int(good.sum()),
-        "goodput_output_throughput": int(a["ntok"][good].sum()) / dur_s,
-        "sla": {k: v for k, v in slas.items() if v is not None},
-    }
 
 
 def dumps(report: dict[str, Any]) -> str:

@@ -14,44 +14,50 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
+from itertools import accumulate
 from typing import Any
 
-import numpy as np
+from servesim.replay.pairwise import pairwise_sum
+from servesim.replay.percentiles import nearest_rank_index, percentile, percentile_key
+
+ARRAY_MIN = 20_000
+"""Samples above which the statistics run in numpy (``servesim.replay.stats_arrays``), which is
+imported only then: both paths give bit-identical results (``tests/replay/test_stats_paths.py``),
+and a short replay never imports numpy for its report."""
 
 
-def nearest_rank_index(n: int, p: float) -> int:
-    """Index into ``n`` sorted values for percentile ``p`` (0..100)."""
-    return min(n - 1, max(0, math.floor((n - 1) * p / 100.0 + 0.5)))
-
-
-def percentile(sorted_values: Sequence[float] | np.ndarray, p: float) -> float:
-    n = len(sorted_values)
-    if n == 0:
-        return 0.0
-    return float(sorted_values[nearest_rank_index(n, p)])
-
-
-def percentile_key(p: float) -> str:
-    """``99`` → ``p99``, ``99.9`` → ``p99.9`` (vLLM's key formatting, ecosystem.md §2)."""
-    return f"p{int(p)}" if float(p).is_integer() else f"p{p:g}"
+def floats(values: Any) -> list[float]:
+    """``values`` (a list, an ``array('d')`` or a numpy array) as a list of Python floats."""
+    tolist = getattr(values, "tolist", None)
+    out = tolist() if tolist is not None else list(values)
+    return [float(v) for v in out]
 
 
 def distribution(
-    name: str, values: np.ndarray, percentiles: Iterable[float], unit: str = "_ms",
+    name: str, values: Any, percentiles: Iterable[float], unit: str = "_ms",
     presorted: bool = False,
 ) -> dict[str, float]:
     """``mean_/median_/std_/max_/pNN_<name><unit>``; zeros when there is no sample (vLLM).
-    ``presorted``: ``values`` are already in ascending order (large pooled samples)."""
-    vals = np.asarray(values, dtype=np.float64)
+    ``presorted``: ``values`` are already in ascending order. The mean and the population
+    std are numpy's (``ndarray.mean``/``std`` of the sorted values: pairwise sums,
+    :func:`servesim.replay.pairwise.pairwise_sum`), bit for bit on either path."""
+    if len(values) > ARRAY_MIN:
+        from servesim.replay.stats_arrays import distribution_array
+
+        return distribution_array(name, values, percentiles, unit, presorted)
+    vals = floats(values)
     if not presorted:
-        vals = np.sort(vals)
+        vals.sort()
     n = len(vals)
+    mean = pairwise_sum(vals) / n if n else 0.0
     out = {
-        f"mean_{name}{unit}": float(vals.mean()) if n else 0.0,
+        f"mean_{name}{unit}": mean,
         f"median_{name}{unit}": percentile(vals, 50.0),
-        f"std_{name}{unit}": float(vals.std()) if n else 0.0,
-        f"max_{name}{unit}": float(vals[-1]) if n else 0.0,
+        f"std_{name}{unit}": math.sqrt(pairwise_sum([(x - mean) * (x - mean) for x in vals]) / n)
+        if n else 0.0,
+        f"max_{name}{unit}": vals[-1] if n else 0.0,
     }
     for p in percentiles:
         out[f"{percentile_key(p)}_{name}{unit}"] = percentile(vals, p)
@@ -59,68 +65,77 @@ def distribution(
 
 
 def weighted_distribution(
-    name: str, values: np.ndarray, weights: np.ndarray, percentiles: Iterable[float],
-    unit: str = "_ms",
+    name: str, values: Any, weights: Any, percentiles: Iterable[float], unit: str = "_ms",
 ) -> dict[str, float]:
     """:func:`distribution` of a multiset given as ``values`` with integer ``weights``
     (copies), without materialising the copies: percentiles by cumulative weight, the mean
     and population std from exact sums (error-free products, ``math.fsum``), so the result
     depends only on the multiset — however it is split into (value, weight) pairs."""
-    return sorted_weighted_distribution(name, *weighted_sorted(values, weights), percentiles, unit)
+    uniq, counts = weighted_sorted(values, weights)
+    return sorted_weighted_distribution(name, uniq, counts, percentiles, unit)
 
 
-def weighted_sorted(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def weighted_sorted(values: Any, weights: Any) -> tuple[list[float], list[int]]:
     """``(distinct values ascending, their total weights)`` of a weighted multiset."""
-    values = np.asarray(values, dtype=np.float64)
-    weights = np.asarray(weights, dtype=np.int64)
-    keep = weights > 0
-    uniq, inverse = np.unique(values[keep], return_inverse=True)
-    counts = np.bincount(inverse, weights=weights[keep]).astype(np.int64) if uniq.size else (
-        np.zeros(0, dtype=np.int64))
-    return uniq, counts
+    totals: dict[float, int] = {}
+    get = totals.get
+    for v, w in zip(floats(values), weights):
+        if w > 0:
+            totals[v] = get(v, 0) + int(w)
+    uniq = sorted(totals)
+    return uniq, [totals[v] for v in uniq]
 
 
 def sorted_weighted_distribution(
-    name: str, uniq: np.ndarray, counts: np.ndarray, percentiles: Iterable[float],
-    unit: str = "_ms",
+    name: str, uniq: Any, counts: Any, percentiles: Iterable[float], unit: str = "_ms",
 ) -> dict[str, float]:
     """:func:`weighted_distribution` of values already in non-decreasing order with positive
-    integer weights (equal neighbours allowed: every statistic depends only on the multiset)."""
-    n = int(counts.sum())
+    integer weights (equal neighbours allowed: every statistic depends only on the multiset).
+    ``uniq`` and ``counts`` are lists or numpy arrays."""
+    if len(uniq) > ARRAY_MIN:
+        from servesim.replay.stats_arrays import sorted_weighted_distribution_array
+
+        return sorted_weighted_distribution_array(name, uniq, counts, percentiles, unit)
+    xs = floats(uniq)
+    ws = [int(c) for c in counts]
+    n = sum(ws)
     if n == 0:
-        return distribution(name, np.zeros(0), percentiles, unit)
-    cum = np.cumsum(counts)
+        return distribution(name, [], percentiles, unit)
+    cum = list(accumulate(ws))
 
     def at(rank: int) -> float:
-        return float(uniq[int(np.searchsorted(cum, rank, side="right"))])
+        return xs[bisect_right(cum, rank)]
 
-    mean = _exact_dot(uniq, counts) / n
-    dev = uniq - mean
-    var = _exact_dot(dev * dev, counts) / n
+    mean = exact_dot(xs, ws) / n
+    var = exact_dot([(x - mean) * (x - mean) for x in xs], ws) / n
     out = {
         f"mean_{name}{unit}": mean,
         f"median_{name}{unit}": at(nearest_rank_index(n, 50.0)),
         f"std_{name}{unit}": math.sqrt(var),
-        f"max_{name}{unit}": float(uniq[-1]),
+        f"max_{name}{unit}": xs[-1],
     }
     for p in percentiles:
         out[f"{percentile_key(p)}_{name}{unit}"] = at(nearest_rank_index(n, p))
     return out
 
 
-def _exact_dot(x: np.ndarray, w: np.ndarray) -> float:
-    """``sum(x * w)`` correctly rounded: Dekker's error-free products, then ``math.fsum``."""
-    a = x
-    b = w.astype(np.float64)  # integer weights below 2**53 are exact
-    prod = a * b
+def exact_dot(x: Sequence[float], w: Sequence[int]) -> float:
+    """``sum(x * w)`` correctly rounded: Dekker's error-free products, then ``math.fsum``
+    (the same float operations as ``stats_arrays``' element-wise version)."""
     split = 134217729.0  # 2**27 + 1 (Veltkamp)
-    ca, cb = split * a, split * b
-    ah = ca - (ca - a)
-    al = a - ah
-    bh = cb - (cb - b)
-    bl = b - bh
-    err = ((ah * bh - prod) + ah * bl + al * bh) + al * bl
-    return math.fsum(np.concatenate([prod, err]).tolist())
+    parts: list[float] = []
+    for a, wi in zip(x, w):
+        b = float(wi)  # integer weights below 2**53 are exact
+        prod = a * b
+        ca = split * a
+        cb = split * b
+        ah = ca - (ca - a)
+        al = a - ah
+        bh = cb - (cb - b)
+        bl = b - bh
+        parts.append(prod)
+        parts.append(((ah * bh - prod) + ah * bl + al * bh) + al * bl)
+    return math.fsum(parts)
 
 
 def run_token_counts(k: int, absent_last: Sequence[int],
@@ -366,10 +381,16 @@ class RequestLog:
 
     # -- views -------------------------------------------------------------------------
 
-    def completed_mask(self) -> np.ndarray:
-        """Admitted-and-completed requests: finished and not rejected (reference §9.3)."""
-        done = np.asarray(self.done)
-        return (done >= 0.0) & ~np.asarray(self.rejected, dtype=bool)
+    def completed_mask(self) -> Any:
+        """Admitted-and-completed requests as a numpy bool array: finished and not rejected
+        (reference §9.3)."""
+        import numpy as np
+
+        return np.asarray(self.completed_flags(), dtype=bool)
+
+    def completed_flags(self) -> list[bool]:
+        """:meth:`completed_mask` as a list."""
+        return [d >= 0.0 and not r for d, r in zip(self.done, self.rejected)]
 
     def cached_tokens(self, rid: int) -> int:
         c = self.cached[rid]

@@ -15,18 +15,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from servesim.config.sections import SyntheticConfig
 from servesim.errors import ConfigError
 from servesim.replay.workload import Session, Turn, Workload, make_workload
 from servesim.tokens import RepeatedBlockTokens
 
+if TYPE_CHECKING:
+    import numpy as np
+
 _GROUP_SPAN = 1 << 10
 _UNIQUE_BASE = 1 << 28
 
-LengthSampler = Callable[[np.random.Generator], int]
+LengthSampler = Callable[[Any], int]
+"""Draws one length from a ``numpy.random.Generator``."""
 
 
 # Lengths are tokens: past 16M (longer than any model context) a length is a typo, and its
@@ -140,6 +143,8 @@ def generate(cfg: SyntheticConfig, seed: int = 0) -> Workload:
     _validate(cfg)
     isl = parse_length_spec(cfg.input_length, "workload.synthetic.input_length", minimum=1)
     osl = parse_length_spec(cfg.output_length, "workload.synthetic.output_length")
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     bs = cfg.block_size
     turns = cfg.turns_per_session

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-
 from servesim.replay.stats import RequestLog
 
 
@@ -23,12 +21,12 @@ def host_tier_report(engines: Iterable[Any], log: RequestLog) -> dict[str, Any]:
              if getattr(r, "host_tier", None) is not None]
     if not tiers:
         return {}
-    mask = log.completed_mask()
-    n_in = int(np.asarray(log.input_length, dtype=np.int64)[mask].sum())
+    idx = [i for i, ok in enumerate(log.completed_flags()) if ok]
+    n_in = sum(log.input_length[i] for i in idx)
     g1 = host = 0
     if log.tier_g1 is not None and log.tier_host is not None:
-        g1 = int(np.asarray(log.tier_g1, dtype=np.int64)[mask].sum())
-        host = int(np.asarray(log.tier_host, dtype=np.int64)[mask].sum())
+        g1 = sum(log.tier_g1[i] for i in idx)
+        host = sum(log.tier_host[i] for i in idx)
     totals = {"stores": 0, "stored_blocks": 0, "stored_bytes": 0, "loads": 0,
               "loaded_blocks": 0, "loaded_bytes": 0, "cancelled_loads": 0, "evicted_blocks": 0}
     for tier in tiers:

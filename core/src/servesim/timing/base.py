@@ -20,11 +20,11 @@ import math
 from abc import ABC
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
 from servesim.contract import WorkerType
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from servesim.timing.shape import PassShape
 
 
@@ -98,6 +98,8 @@ class TimingModel(ABC):  # noqa: B024 - either contract will do; __new__ refuses
         summed KV lengths are ``active_kv_tokens`` (an int64 array; the mean context is
         ``active // batch_size``), as a float64 array. Runs of passes (servesim.runs) price
         many passes at once with it; an override must return exactly the scalar results."""
+        import numpy as np
+
         return np.array(
             [self.predict_decode_ms(batch_size, a, a // batch_size, total_kv_tokens)
              for a in active_kv_tokens.tolist()],
@@ -108,6 +110,8 @@ class TimingModel(ABC):  # noqa: B024 - either contract will do; __new__ refuses
 def scaled_ms_many(raw_ms: np.ndarray, speedup: float) -> np.ndarray:
     """:func:`scaled_ms` element-wise, with the same float operations (IEEE division and
     round-half-even), so each element equals the scalar result bit for bit."""
+    import numpy as np
+
     if raw_ms.size and (not np.isfinite(raw_ms).all() or (raw_ms < 0).any()):
         bad = raw_ms[~np.isfinite(raw_ms) | (raw_ms < 0)][0]
         raise ValueError(f"timing model returned an invalid duration {float(bad)!r}")

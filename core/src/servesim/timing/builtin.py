@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import numpy as np
 from attrs import field, frozen, validators
 
 from servesim.timing.base import TimingModel
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # dynamo-mocker.md §4.1 / aisimulate-engine.md §6.3: the default polynomial coefficients.
 PREFILL_A = 4.209989e-07
@@ -68,6 +71,8 @@ class PolynomialTiming(TimingModel):
     def predict_decode_ms_many(
         self, batch_size: int, active_kv_tokens: np.ndarray, total_kv_tokens: int
     ) -> np.ndarray:
+        import numpy as np
+
         # Element-wise IEEE operations in the scalar formula's order: identical results.
         if batch_size <= 0:
             return np.zeros(len(active_kv_tokens))
@@ -111,4 +116,6 @@ class FixedTiming(TimingModel):
     def predict_decode_ms_many(
         self, batch_size: int, active_kv_tokens: np.ndarray, total_kv_tokens: int
     ) -> np.ndarray:
+        import numpy as np
+
         return np.full(len(active_kv_tokens), self.cfg.decode_ms if batch_size > 0 else 0.0)
