@@ -78,7 +78,7 @@ def kv_event_lines(worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> s
     removed = head + '%s, "type": "BlockRemoved", "block_hashes": [%s]}\n'
     stored1 = (head + '%s, "type": "BlockStored", "block_hashes": [%s], "parent_block_hash": %s, '
                '"tokens_hashes": [%s]}\n')
-    out = []
+    out: list[str] = []
     append = out.append
     for e in events:
         data = e.data

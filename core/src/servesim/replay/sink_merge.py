@@ -93,8 +93,8 @@ class SinkMerge:
         kv_sinks, fpm_sinks = self.kv_sinks, self.fpm_sinks
         for at, _start, w, _dp, _seq, kind, payload in entries:
             if kind >= _KV_ENC:
-                for sink, data in zip(kv_sinks if kind == _KV_ENC else fpm_sinks, payload,
-                                      strict=True):
+                sinks: Sequence[KvEventSink | FpmSink] = kv_sinks if kind == _KV_ENC else fpm_sinks
+                for sink, data in zip(sinks, payload, strict=True):
                     write_encoded(sink, at, data)
                 continue
             for sink in kv_sinks if kind == _KV else fpm_sinks:
