@@ -64,3 +64,11 @@ def test_classes_whose_init_does_more_keep_their_constructor() -> None:
     fast = eb.maker(Plain, ("a",))
     assert fast is not Plain
     same(fast(4), Plain(4))
+
+
+@pytest.mark.parametrize("n", [0, 1, eb._BULK_FROM - 1, eb._BULK_FROM, 45])  # noqa: SLF001
+def test_removed_events_equal_one_constructed_event_per_hash(n: int) -> None:
+    hs = [2**64 - 1 - i for i in range(n)]
+    got = eb.removed_events(17, 2, hs)
+    assert type(got) is list
+    same(tuple(got), tuple(KvEvent(17 + i, 2, RemovedBlocks((h,))) for i, h in enumerate(hs)))

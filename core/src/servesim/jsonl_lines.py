@@ -11,9 +11,14 @@ path. ``json`` writes ints and finite floats with their ``repr``; a NaN or infin
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvEvent, RemovedBlocks, StoredBlocks
 from servesim.fpm_schema import FPM_VERSION
+
+_BLOCK_HASH = attrgetter("block_hash")
+_TOKENS_HASH = attrgetter("tokens_hash")
+_TOKEN_IDS = attrgetter("token_ids")
 
 
 def _float(x: float) -> str:
@@ -32,42 +37,72 @@ def _ints(values: object) -> str:
     return ", ".join(map(str, values))  # type: ignore[call-overload]
 
 
+#: One FPM line: ``%d`` of an int is its ``str`` and ``%r`` of a float its ``repr``, as ``json``
+#: writes them.
+_FPM_LINE = (
+    f'{{"version": {FPM_VERSION}, "worker_id": "%d", "dp_rank": %d, "counter_id": %d, '
+    '"wall_time": %r, "scheduled_requests": {"num_prefill_requests": %d, '
+    '"sum_prefill_tokens": %d, "var_prefill_length": %r, "sum_prefill_kv_tokens": %d, '
+    '"num_decode_requests": %d, "sum_decode_kv_tokens": %d, "var_decode_kv_tokens": %r}, '
+    '"queued_requests": {"num_prefill_requests": %d, "sum_prefill_tokens": %d, '
+    '"var_prefill_length": %r, "num_decode_requests": %d, "sum_decode_kv_tokens": %d, '
+    '"var_decode_kv_tokens": %r}, "at_ms": %s}\n'
+)
+
+
 def fpm_line(worker_id: int, at_ms: float, m: ForwardPassMetrics) -> str:
-    f = _float
-    return (
-        f'{{"version": {FPM_VERSION}, "worker_id": "{int(worker_id)}", "dp_rank": {int(m.dp_rank)}, '
-        f'"counter_id": {int(m.counter_id)}, "wall_time": {f(float(m.duration_ms) / 1000.0)}, '
-        f'"scheduled_requests": {{"num_prefill_requests": {int(m.num_prefill_requests)}, '
-        f'"sum_prefill_tokens": {int(m.sum_prefill_tokens)}, '
-        f'"var_prefill_length": {f(m.var_prefill_length)}, '
-        f'"sum_prefill_kv_tokens": {int(m.sum_prefill_kv_tokens)}, '
-        f'"num_decode_requests": {int(m.num_decode_requests)}, '
-        f'"sum_decode_kv_tokens": {int(m.sum_decode_kv_tokens)}, '
-        f'"var_decode_kv_tokens": {f(m.var_decode_kv_tokens)}}}, '
-        f'"queued_requests": {{"num_prefill_requests": {int(m.num_queued_prefill)}, '
-        f'"sum_prefill_tokens": {int(m.sum_queued_prefill_tokens)}, '
-        f'"var_prefill_length": {f(m.var_queued_prefill_length)}, '
-        f'"num_decode_requests": {int(m.num_queued_decode)}, '
-        f'"sum_decode_kv_tokens": {int(m.sum_queued_decode_kv_tokens)}, '
-        f'"var_decode_kv_tokens": {f(m.var_queued_decode_kv_tokens)}}}, "at_ms": {_num(at_ms)}}}\n'
+    wall = float(m.duration_ms) / 1000.0
+    v1, v2 = float(m.var_prefill_length), float(m.var_decode_kv_tokens)
+    v3, v4 = float(m.var_queued_prefill_length), float(m.var_queued_decode_kv_tokens)
+    total = wall + v1 + v2 + v3 + v4
+    if total - total != 0.0:  # some value is not finite (or the sum overflowed): find which
+        for x in (wall, v1, v2, v3, v4):
+            _float(x)
+    return _FPM_LINE % (
+        worker_id, m.dp_rank, m.counter_id, wall, m.num_prefill_requests, m.sum_prefill_tokens, v1,
+        m.sum_prefill_kv_tokens, m.num_decode_requests, m.sum_decode_kv_tokens, v2,
+        m.num_queued_prefill, m.sum_queued_prefill_tokens, v3, m.num_queued_decode,
+        m.sum_queued_decode_kv_tokens, v4, _num(at_ms),
     )
 
 
 def kv_event_lines(worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> str:
-    """The lines of one published batch (the head of each line is shared)."""
+    """The lines of one published batch: device-tier ``Removed`` and ``Stored`` events of the
+    batch's first dp rank fill a template whose head is shared (``%`` formatting of an int is
+    its ``str``, as ``json`` writes it); any other event goes through :func:`kv_event_line`."""
     if not events:
         return ""
     dp = events[0].dp_rank
     head = f'{{"worker": {worker_id}, "dp_rank": {dp}, "at_ms": {_num(at_ms)}, "event_id": '
-    out = []
+    head = head.replace("%", "%%")  # a template below (no such character in numbers)
+    removed = head + '%s, "type": "BlockRemoved", "block_hashes": [%s]}\n'
+    stored1 = (head + '%s, "type": "BlockStored", "block_hashes": [%s], "parent_block_hash": %s, '
+               '"tokens_hashes": [%s]}\n')
+    out: list[str] = []
+    append = out.append
     for e in events:
         data = e.data
-        if type(data) is RemovedBlocks and e.dp_rank == dp and data.medium is None:
-            hashes = data.block_hashes
-            body = str(hashes[0]) if len(hashes) == 1 else ", ".join(map(str, hashes))
-            out.append(f'{head}{e.event_id}, "type": "BlockRemoved", "block_hashes": [{body}]}}\n')
+        t = type(data)
+        if e.dp_rank != dp:
+            append(kv_event_line(worker_id, at_ms, e))
+        elif t is RemovedBlocks and data.medium is None:  # type: ignore[union-attr]
+            hashes = data.block_hashes  # type: ignore[union-attr]
+            append(removed % (e.event_id, hashes[0] if len(hashes) == 1 else ", ".join(map(str, hashes))))
+        elif (t is StoredBlocks and data.medium is None  # type: ignore[union-attr]
+              and data.start_position is None):  # type: ignore[union-attr]
+            blocks = data.blocks  # type: ignore[union-attr]
+            parent = data.parent_hash  # type: ignore[union-attr]
+            p = "null" if parent is None else parent
+            if len(blocks) == 1 and blocks[0].token_ids is None:
+                b = blocks[0]
+                append(stored1 % (e.event_id, b.block_hash, p, b.tokens_hash))
+            elif blocks and None not in map(_TOKEN_IDS, blocks):
+                append(kv_event_line(worker_id, at_ms, e))
+            else:
+                append(stored1 % (e.event_id, ", ".join(map(str, map(_BLOCK_HASH, blocks))), p,
+                                  ", ".join(map(str, map(_TOKENS_HASH, blocks)))))
         else:
-            out.append(kv_event_line(worker_id, at_ms, e))
+            append(kv_event_line(worker_id, at_ms, e))
     return "".join(out)
 
 

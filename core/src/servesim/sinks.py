@@ -16,6 +16,14 @@ A sink that needs to know the deployment (ports per dp rank, block size, backend
 the first publish. A sink with ``wants_token_times = True`` makes the replay record every
 token's time, and one with ``replay_done(log)`` gets the finished replay's
 :class:`~servesim.replay.stats.RequestLog` before it is closed.
+
+A sink whose output for a batch depends on that batch alone may set ``encodes_ahead = True``
+and split :meth:`KvEventSink.publish` into ``encode(worker_id, at_ms, payload)`` and
+``write_encoded(data)`` (``publish`` being exactly ``write_encoded(encode(...))``). A replay
+that holds output back to merge several workers' streams in one order
+(:mod:`servesim.replay.sink_merge`) then encodes each batch when it is produced and keeps only
+the encoding, so the event objects are freed at once instead of waiting in the buffer. The
+built-in JSONL sinks do this; the bytes written are the same either way.
 """
 
 from __future__ import annotations
@@ -72,6 +80,17 @@ class KvEventSink(ABC):
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
         """One batch of events from one rank of one worker, visible at ``at_ms``."""
 
+    #: True when :meth:`encode` and :meth:`write_encoded` are implemented (module docs).
+    encodes_ahead: ClassVar[bool] = False
+
+    def encode(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> Any:
+        """What :meth:`publish` would write for this batch, computed now (``encodes_ahead``)."""
+        raise NotImplementedError
+
+    def write_encoded(self, data: Any) -> None:
+        """Write what :meth:`encode` returned, in publication order (``encodes_ahead``)."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Flush and release resources; called once at the end of a run."""
 
@@ -89,6 +108,17 @@ class FpmSink(ABC):
     @abstractmethod
     def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
         """One forward pass's metrics, completed at ``at_ms``."""
+
+    #: As :attr:`KvEventSink.encodes_ahead`.
+    encodes_ahead: ClassVar[bool] = False
+
+    def encode(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> Any:
+        """What :meth:`publish` would write for this pass, computed now (``encodes_ahead``)."""
+        raise NotImplementedError
+
+    def write_encoded(self, data: Any) -> None:
+        """Write what :meth:`encode` returned, in publication order (``encodes_ahead``)."""
+        raise NotImplementedError
 
     def close(self) -> None:
         """Flush and release resources; called once at the end of a run."""

@@ -26,7 +26,9 @@ appended::
      "scheduled_requests": {..}, "queued_requests": {..}, "at_ms": 12.5}
 
 Lines are formatted by :mod:`servesim.jsonl_lines`, byte for byte what ``json.dumps`` gives
-for these records.
+for these records. Both sinks encode ahead (``encodes_ahead``, :mod:`servesim.sinks`): a
+multi-worker replay formats each batch's lines when the batch is produced and buffers only
+the text until the merged order releases it.
 
 Errors never pass silently (sinks.py): any failure while opening, writing or closing is a
 :class:`~servesim.sinks.SinkError` naming the sink and its file.
@@ -203,14 +205,21 @@ class JsonlKvEventSink(KvEventSink):
     def from_config(cls, config: JsonlKvSinkConfig, context: SinkContext | None) -> JsonlKvEventSink:
         return cls(config, validating=context is not None and context.validating)
 
+    encodes_ahead = True
+
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
+        self._out.write_text(self.encode(worker_id, at_ms, events))
+
+    def encode(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> str:
         try:
-            text = kv_event_lines(worker_id, at_ms, events)
+            return kv_event_lines(worker_id, at_ms, events)
         except ValueError as exc:
             raise SinkError(f"{self._out.name}: cannot write: {exc}") from exc
         except (TypeError, AttributeError) as exc:
             raise SinkError(f"{self._out.name}: {exc}") from exc
-        self._out.write_text(text)
+
+    def write_encoded(self, data: str) -> None:
+        self._out.write_text(data)
 
     def close(self) -> None:
         self._out.close()
@@ -228,14 +237,21 @@ class JsonlFpmSink(FpmSink):
     def from_config(cls, config: JsonlSinkConfig, context: SinkContext | None) -> JsonlFpmSink:
         return cls(config, validating=context is not None and context.validating)
 
+    encodes_ahead = True
+
     def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
+        self._out.write_text(self.encode(worker_id, at_ms, metrics))
+
+    def encode(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> str:
         try:
-            text = fpm_line(worker_id, at_ms, metrics)
+            return fpm_line(worker_id, at_ms, metrics)
         except ValueError as exc:
             raise SinkError(f"{self._out.name}: cannot write: {exc}") from exc
         except (AttributeError, TypeError) as exc:
             raise SinkError(f"{self._out.name}: {exc}") from exc
-        self._out.write_text(text)
+
+    def write_encoded(self, data: str) -> None:
+        self._out.write_text(data)
 
     def close(self) -> None:
         self._out.close()

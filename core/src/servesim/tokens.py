@@ -13,10 +13,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from servesim.kv.hashing import (
-    chain_hash,
     local_block_hash,
     placeholder_hashes,
     repeated_token_hash,
+    sequence_hashes,
 )
 
 _MASK32 = 0xFFFFFFFF
@@ -50,12 +50,7 @@ class TokenSeq(ABC):
         cached = self._hash_cache.get(block_size)
         if cached is None:
             local = self._local_hashes(block_size)
-            seq: list[int] = []
-            parent = None
-            for h in local:
-                parent = chain_hash(parent, h)
-                seq.append(parent)
-            cached = (seq, local)
+            cached = (sequence_hashes(local), local)
             self._hash_cache[block_size] = cached
         return cached
 
@@ -152,11 +147,7 @@ class RepeatedBlockTokens(TokenSeq):
                 seq, local = real[0][:first], real[1][:first]
             else:
                 local = self._local_hashes(block_size, first)
-                seq = []
-                parent = None
-                for h in local:
-                    parent = chain_hash(parent, h)
-                    seq.append(parent)
+                seq = sequence_hashes(local)
             fake = placeholder_hashes(n - first)
             seq.extend(fake)
             local.extend(fake)

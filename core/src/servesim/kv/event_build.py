@@ -134,5 +134,39 @@ def kv_blocks(hs: Sequence[int], local: Sequence[int]) -> tuple[KvBlock, ...]:
     return tuple(map(kv_block, hs, local, repeat(None, len(hs))))
 
 
+def _bulk_removed() -> Callable[[int, int, Sequence[int]], list[KvEvent]] | None:
+    if kv_event is KvEvent or removed_blocks is RemovedBlocks:
+        return None
+    new = object.__new__
+    ev_slots, rm_slots = KvEvent.__dict__, RemovedBlocks.__dict__
+    set_id, set_dp, set_data = (ev_slots[n].__set__ for n in ("event_id", "dp_rank", "data"))
+    set_hashes, set_medium = rm_slots["block_hashes"].__set__, rm_slots["medium"].__set__
+
+    def bulk_removed(first_id: int, dp_rank: int, hashes: Sequence[int]) -> list[KvEvent]:
+        n = len(hashes)
+        datas = list(map(new, repeat(RemovedBlocks, n)))
+        deque(map(set_hashes, datas, zip(hashes)), 0)  # zip of one sequence: 1-tuples
+        deque(map(set_medium, datas, repeat(None)), 0)
+        out = list(map(new, repeat(KvEvent, n)))
+        deque(map(set_id, out, range(first_id, first_id + n)), 0)
+        deque(map(set_dp, out, repeat(dp_rank)), 0)
+        deque(map(set_data, out, datas), 0)
+        return out
+
+    return bulk_removed
+
+
+_bulk_rm = _bulk_removed()
+
+
+def removed_events(first_id: int, dp_rank: int, hashes: Sequence[int]) -> list[KvEvent]:
+    """``KvEvent(first_id + i, dp_rank, RemovedBlocks((hashes[i],)))`` for every i: one
+    ``Removed`` event per hash, with consecutive ids (one C-level map per field from
+    ``_BULK_FROM`` hashes on)."""
+    if _bulk_rm is not None and len(hashes) >= _BULK_FROM:
+        return _bulk_rm(first_id, dp_rank, hashes)
+    return [kv_event(first_id + i, dp_rank, removed_blocks((h,))) for i, h in enumerate(hashes)]
+
+
 __all__ = ["is_plain", "kv_block", "kv_blocks", "kv_event", "maker", "removed_blocks",
-           "stored_blocks"]
+           "removed_events", "stored_blocks"]

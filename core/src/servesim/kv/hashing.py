@@ -66,9 +66,17 @@ def placeholder_hashes(n: int) -> list[int]:
 
 
 def sequence_hashes(local_hashes: Sequence[int], parent: int | None = None) -> list[int]:
-    """Chain a run of local hashes after ``parent``."""
-    out = []
-    for local in local_hashes:
-        parent = chain_hash(parent, local)
+    """Chain a run of local hashes after ``parent`` (:func:`chain_hash` of each in turn)."""
+    out: list[int] = []
+    if not local_hashes:
+        return out
+    it = iter(local_hashes)
+    if parent is None:
+        parent = next(it)
         out.append(parent)
+    pack = _PAIR.pack
+    append = out.append
+    for local in it:
+        parent = xxh3_64_intdigest(pack(parent, local), seed=SEED)
+        append(parent)
     return out

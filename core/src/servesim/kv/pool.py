@@ -40,7 +40,14 @@ from collections.abc import Callable, Sequence
 
 from servesim._compiled import mypyc_attr
 from servesim.contract import KvEvent, RemovedBlocks, StoredBlocks
-from servesim.kv.event_build import kv_block, kv_blocks, kv_event, removed_blocks, stored_blocks
+from servesim.kv.event_build import (
+    kv_block,
+    kv_blocks,
+    kv_event,
+    removed_blocks,
+    removed_events,
+    stored_blocks,
+)
 from servesim.kv.eviction import EvictionPolicy, LruEviction
 
 
@@ -301,9 +308,10 @@ class BlockPool:
         ids += victims
         if not gone:
             return
-        if not self.coalesce_removals:
-            for h in gone:
-                self._publish(removed_blocks((h,)))
+        if not self.coalesce_removals:  # one event per hash, built in one go
+            first = self._next_event_id
+            self._next_event_id = first + len(gone)
+            events.extend(removed_events(first, self.dp_rank, gone))
             return
         if not self.events_for_placeholders and min(gone) < 0:
             gone = [h for h in gone if h >= 0]

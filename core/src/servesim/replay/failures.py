@@ -20,4 +20,21 @@ def publish(sink: KvEventSink | FpmSink, w: int, now: float, payload: object) ->
         raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc
 
 
+def encode(sink: KvEventSink | FpmSink, w: int, now: float, payload: object) -> object:
+    """``sink.encode(...)`` (an ``encodes_ahead`` sink), its failures reported as :func:`publish`
+    reports them."""
+    try:
+        return sink.encode(w, now, payload)  # type: ignore[arg-type]
+    except Exception as exc:
+        raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc
+
+
+def write_encoded(sink: KvEventSink | FpmSink, now: float, data: object) -> None:
+    """``sink.write_encoded(data)``, its failures reported as :func:`publish` reports them."""
+    try:
+        sink.write_encoded(data)
+    except Exception as exc:
+        raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc
+
+
 _publish = publish  # the name the driver and disaggregated replay import

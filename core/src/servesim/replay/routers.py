@@ -157,13 +157,29 @@ class KvIndex:
     def apply(self, worker: int, events: Sequence[KvEvent]) -> None:
         held = self._held
         base = worker * self.dp_size
+        dp = -1
+        blocks: set[int] = set()
         for ev in events:
-            s = base + ev.dp_rank
-            blocks = held[s] if s < len(held) else self._slot_set(s)
+            if ev.dp_rank != dp:  # a batch is nearly always one rank's
+                dp = ev.dp_rank
+                s = base + dp
+                blocks = held[s] if s < len(held) else self._slot_set(s)
             data = ev.data
-            if getattr(data, "medium", None) is not None:
-                continue  # the index scores device (G1) residency; host-tier events differ
-            if isinstance(data, RemovedBlocks):
+            t = type(data)
+            # The index scores device (G1) residency: host-tier events (a medium) differ.
+            if t is RemovedBlocks:
+                if data.medium is None:  # type: ignore[union-attr]
+                    hashes = data.block_hashes  # type: ignore[union-attr]
+                    if len(hashes) == 1:
+                        blocks.discard(hashes[0])
+                    else:
+                        blocks.difference_update(hashes)
+            elif t is StoredBlocks:
+                if data.medium is None:  # type: ignore[union-attr]
+                    blocks.update(map(_BLOCK_HASH, data.blocks))  # type: ignore[union-attr]
+            elif getattr(data, "medium", None) is not None:
+                continue
+            elif isinstance(data, RemovedBlocks):
                 blocks.difference_update(data.block_hashes)
             elif isinstance(data, StoredBlocks):
                 blocks.update(map(_BLOCK_HASH, data.blocks))

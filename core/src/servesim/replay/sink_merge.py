@@ -12,6 +12,12 @@ Pass start is the start of the pass whose completion produced the output; output
 a pass start, a submission or internal work counts as starting at its own time. At one time,
 then, the passes that started earlier come first, as the driver completes them, and within a
 worker the order it emitted in is kept.
+
+When every sink of a stream encodes ahead (``encodes_ahead``, :mod:`servesim.sinks`; the
+built-in JSONL sinks do), a batch is encoded as it arrives and the buffer keeps only the
+encodings: the event objects are freed at once rather than surviving, buffered, into the
+garbage collector's older generations (which made collections the largest single cost of a
+replay with sinks). Encoding depends on the batch alone, so the bytes are the same.
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from servesim.contract import ForwardPassMetrics, KvEvent
-from servesim.replay.failures import publish
+from servesim.replay.failures import encode, publish, write_encoded
 from servesim.sinks import FpmSink, KvEventSink
 
-_KV, _FPM = 0, 1
+# Entry kinds: the payload itself (published at release), or one encoding per sink.
+_KV, _FPM, _KV_ENC, _FPM_ENC = 0, 1, 2, 3
 # Buffered entries before a time step tries to release some: amortises the sort.
 FLUSH_AT = 512
 
@@ -32,7 +39,7 @@ FLUSH_AT = 512
 class SinkMerge:
     """Buffers sink output of several workers; :meth:`release` hands it on in order."""
 
-    __slots__ = ("kv_sinks", "fpm_sinks", "buf", "_seq", "_min")
+    __slots__ = ("kv_sinks", "fpm_sinks", "buf", "_seq", "_min", "_kv_enc", "_fpm_enc")
 
     def __init__(self, kv_sinks: Sequence[KvEventSink], fpm_sinks: Sequence[FpmSink]) -> None:
         self.kv_sinks = list(kv_sinks)
@@ -40,16 +47,27 @@ class SinkMerge:
         self.buf: list[tuple[float, float, int, int, int, int, Any]] = []
         self._seq = 0
         self._min = float("inf")  # the earliest time buffered: nothing to release before it
+        # Whether every sink of the stream encodes ahead (then entries hold encodings).
+        self._kv_enc = _all_encode(self.kv_sinks)
+        self._fpm_enc = _all_encode(self.fpm_sinks)
 
     def kv(self, w: int, at: float, start: float, events: Sequence[KvEvent]) -> None:
         self._seq += 1
-        self.buf.append((at, start, w, events[0].dp_rank, self._seq, _KV, events))
+        if self._kv_enc:
+            enc = tuple([encode(sink, w, at, events) for sink in self.kv_sinks])
+            self.buf.append((at, start, w, events[0].dp_rank, self._seq, _KV_ENC, enc))
+        else:
+            self.buf.append((at, start, w, events[0].dp_rank, self._seq, _KV, events))
         if at < self._min:
             self._min = at
 
     def fpm(self, w: int, at: float, start: float, metrics: ForwardPassMetrics) -> None:
         self._seq += 1
-        self.buf.append((at, start, w, metrics.dp_rank, self._seq, _FPM, metrics))
+        if self._fpm_enc:
+            enc = tuple([encode(sink, w, at, metrics) for sink in self.fpm_sinks])
+            self.buf.append((at, start, w, metrics.dp_rank, self._seq, _FPM_ENC, enc))
+        else:
+            self.buf.append((at, start, w, metrics.dp_rank, self._seq, _FPM, metrics))
         if at < self._min:
             self._min = at
 
@@ -74,5 +92,14 @@ class SinkMerge:
     def _emit(self, entries: list[tuple[float, float, int, int, int, int, Any]]) -> None:
         kv_sinks, fpm_sinks = self.kv_sinks, self.fpm_sinks
         for at, _start, w, _dp, _seq, kind, payload in entries:
+            if kind >= _KV_ENC:
+                sinks: Sequence[KvEventSink | FpmSink] = kv_sinks if kind == _KV_ENC else fpm_sinks
+                for sink, data in zip(sinks, payload, strict=True):
+                    write_encoded(sink, at, data)
+                continue
             for sink in kv_sinks if kind == _KV else fpm_sinks:
                 publish(sink, w, at, payload)
+
+
+def _all_encode(sinks: Sequence[Any]) -> bool:
+    return bool(sinks) and all(getattr(sink, "encodes_ahead", False) for sink in sinks)
