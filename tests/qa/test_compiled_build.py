@@ -115,7 +115,8 @@ def _is_compiled(python: Path, module: str) -> bool:
 
 def test_the_hot_modules_are_compiled_and_the_default_install_is_not(compiled_python: Path) -> None:
     for module in ["servesim.kv.pool", "servesim.replay.driver", "servesim_vllm.scheduler",
-                   "servesim_sglang.scheduler", "servesim_trtllm.core"]:
+                   "servesim_sglang.scheduler", "servesim_trtllm.core",
+                   "servesim_vllm.steady", "servesim_trtllm.steady"]:
         assert _is_compiled(compiled_python, module), module
     # Classes plugins subclass stay interpreted or accept interpreted subclasses.
     assert not _is_compiled(compiled_python, "servesim.rank")

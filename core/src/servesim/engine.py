@@ -26,6 +26,15 @@ from servesim.rank import NO_RETRY_HINT, CommandContext, Rank, RankIdentity, Ret
 from servesim.runs import EngineRunCompleted, EngineRunStarted, check_run
 from servesim.timing.shape import prices_pass_shapes
 
+_INF = float("inf")
+
+
+def _check_time(name: str, value: float) -> None:
+    """:func:`validate_time`, with its common case (a finite float >= 0) decided here: the
+    engine checks every pass's times."""
+    if type(value) is not float or not 0.0 <= value < _INF:
+        validate_time(name, value)
+
 
 @frozen(slots=True)
 class RankPassStarted:
@@ -172,7 +181,7 @@ class Engine:
     def apply(self, dp_rank: int, command: Command, now_ms: float) -> CommandEffects:
         """Apply a command to one rank. Errors never poison (reference §2.4)."""
         self._check_alive()
-        validate_time("now_ms", now_ms)
+        _check_time("now_ms", now_ms)
         if not 0 <= dp_rank < self.dp_size:
             raise EngineError(f"DP rank {dp_rank} out of range for dp_size {self.dp_size}")
         if self._pending is None:
@@ -193,7 +202,7 @@ class Engine:
     def execute_pass(self, now_ms: float) -> EnginePassStarted | None:
         """Start a group pass; None (and no pass id consumed) if no rank can run."""
         self._check_alive()
-        validate_time("now_ms", now_ms)
+        _check_time("now_ms", now_ms)
         if self._pending is not None:
             raise EngineError(f"engine {self.worker_id}: a pass is already in flight")
         if self._single is not None:
@@ -270,7 +279,7 @@ class Engine:
     def complete_pass(self, pass_id: int, end_ms: float) -> EnginePassCompleted:
         """Release the in-flight pass; ranks see the modelled boundary even if ``end_ms`` is late."""
         self._check_alive()
-        validate_time("end_ms", end_ms)
+        _check_time("end_ms", end_ms)
         pending = self._pending
         if pending is None:
             raise EngineError(f"engine {self.worker_id}: no pass in flight")
@@ -326,7 +335,7 @@ class Engine:
         ``runs_through_completions = True``.
         """
         self._check_alive()
-        validate_time("now_ms", now_ms)
+        _check_time("now_ms", now_ms)
         if self._pending is not None:
             raise EngineError(f"engine {self.worker_id}: a pass is already in flight")
         if self.dp_size != 1 or not now_ms < horizon_ms or max_passes < 1 or not self._runs_allowed:
@@ -371,7 +380,7 @@ class Engine:
     def complete_run(self, first_pass_id: int, end_ms: float) -> EngineRunCompleted:
         """Release the in-flight run at its modelled last boundary."""
         self._check_alive()
-        validate_time("end_ms", end_ms)
+        _check_time("end_ms", end_ms)
         pending = self._pending
         if pending is None or not pending.run_passes:
             raise EngineError(f"engine {self.worker_id}: no run in flight")
@@ -408,7 +417,7 @@ class Engine:
 
     def process_internal_work(self, now_ms: float) -> list[tuple[int, PassStartEffects]]:
         self._check_alive()
-        validate_time("now_ms", now_ms)
+        _check_time("now_ms", now_ms)
         if self._pending is not None:
             return []
         out = []

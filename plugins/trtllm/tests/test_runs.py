@@ -255,6 +255,9 @@ def test_steps_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) -
         kept.append(core.steady is not None)
         core.check_invariants()
 
+    # Compiled, the rank calls these natively (steady.py is in its compilation group), so
+    # the spies see nothing there; the comparison with stepping below still runs.
+    spied = steady.__file__.endswith(".py")
     monkeypatch.setattr(trank, "steady_step", spy_step)
     monkeypatch.setattr(trank, "after_step", spy_after)
     arrivals = [(0.0, Request(i, Tokens([i * 1000 + t for t in range(9)]), 40 + 7 * i))
@@ -265,5 +268,6 @@ def test_steps_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) -
     step = _run("guaranteed_no_evict", cfg, arrivals, [], runs=False)
     assert not taken  # stepping alone never leaves a batch
     run = _run("guaranteed_no_evict", cfg, arrivals, [], runs=True, through=True)
-    assert taken[:2] == [3, 4] and kept[:2] == [True, False]
+    if spied:
+        assert taken[:2] == [3, 4] and kept[:2] == [True, False]
     _assert_same(step, run)

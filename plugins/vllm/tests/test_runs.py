@@ -275,6 +275,9 @@ def test_passes_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) 
         real_after(s)
         kept.append(s.steady is not None)
 
+    # Compiled, the scheduler calls these natively (steady.py is in its compilation group),
+    # so the spies see nothing there; the comparison with stepping below still runs.
+    spied = steady.__file__.endswith(".py")
     monkeypatch.setattr(vsched, "steady_step", spy_step)
     monkeypatch.setattr(vsched, "after_step", spy_after)
     arrivals = [(0.0, Request(i, Tokens([i * 1000 + t for t in range(9)]), 40 + 7 * i))
@@ -291,7 +294,8 @@ def test_passes_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) 
         step = _run(cfg, arrivals, [], runs=False)
         assert not taken  # stepping alone never leaves a cache
         run = _run(cfg, arrivals, [], runs=True, through=True)
-        assert list(zip(taken, [*kept, None], strict=False))[:2] == expected
+        if spied:
+            assert list(zip(taken, [*kept, None], strict=False))[:2] == expected
         preempted = [p for c in run.passes for r in c.by_rank for p in r.effects.pressure_events]
         assert bool(preempted) == (expected[1][0] is False)
         for rid, trace in step.requests.items():

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from servesim._compiled import mypyc_attr
 from servesim.steady import SteadyBatch
 
 if TYPE_CHECKING:
@@ -55,6 +56,10 @@ def is_plain_decode(r: TrtRequest) -> bool:
             and gen < r.max_output)
 
 
+# A class of another distribution's compiled module cannot be a native base: the compiled
+# build keeps this subclass a plain Python class (its methods and this module's functions are
+# still compiled).
+@mypyc_attr(native_class=False)
 class TrtSteadyBatch(SteadyBatch):
     """The running batch of a steady trtllm rank: a member's next block step is its next
     allocation or filled block (:func:`next_event`)."""

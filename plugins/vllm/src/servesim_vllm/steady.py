@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from servesim._compiled import mypyc_attr
 from servesim.steady import SteadyBatch
 
 if TYPE_CHECKING:
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
     from servesim_vllm.scheduler import VllmScheduler
 
 
+# A class of another distribution's compiled module cannot be a native base: the compiled
+# build keeps this subclass a plain Python class (its methods and this module's functions are
+# still compiled).
+@mypyc_attr(native_class=False)
 class VllmSteadyBatch(SteadyBatch):
     """The running batch of a steady vllm rank; ``running`` is the scheduler's list."""
 
