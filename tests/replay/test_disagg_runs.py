@@ -82,7 +82,7 @@ def _replay(case: dict[str, Any], runs: bool) -> tuple[str, list[str], DisaggRep
     (tmp / "sim.yaml").write_text(json.dumps(cfg))
     loaded = load_config(str(tmp / "sim.yaml"), (), PLUGINS)
     wl = load_workload(loaded.sim.workload, loaded.plugins)
-    rp = build_disagg_replayer(loaded, wl, [], [], runs=runs,
+    rp = build_disagg_replayer(loaded, wl, [], [], record_metrics=not runs, runs=runs,
                                concurrency=loaded.sim.workload.concurrency,
                                record_token_times=case["token_times"])
     cancel = case["cancel"]

@@ -58,7 +58,7 @@ from servesim.errors import CommandRejected
 from servesim.replay.cluster import ClusterState
 from servesim.replay.driver import _EXTERNAL, Replayer, ReplayError, _publish
 from servesim.replay.routers import Router
-from servesim.replay.workload import Workload
+from servesim.replay.workload import Workload, mark_unique_prompts
 
 
 class DecodeLoadRouter(Router):
@@ -210,7 +210,10 @@ class DisaggReplayer(Replayer):
         turn = self.turns[rid]
         req = Request(rid, turn.prompt, min(1, turn.output_length))
         router = self.prefill_router
-        hashes = turn.prompt.block_hashes(self.block_size)[0] if router.wants_block_hashes else ()
+        # Elided: as in aggregated replay (Replayer._submit), a block only this request can
+        # hold is in no prefill worker's cache before it is routed.
+        hashes = (turn.prompt.block_hashes_elided(self.block_size)[0]
+                  if router.wants_block_hashes else ())
         worker, dp = router.select(req, hashes, self.prefill_state)
         router.routed(req, worker, dp, self.prefill_state)
         self.prefill_worker[rid] = worker
@@ -598,11 +601,19 @@ class DisaggReplayer(Replayer):
 
 
 def build_disagg_replayer(
-    loaded: Any, workload: Workload, kv_sinks: list[Any], fpm_sinks: list[Any], **kwargs: Any
+    loaded: Any, workload: Workload, kv_sinks: list[Any], fpm_sinks: list[Any],
+    record_metrics: bool = True, **kwargs: Any
 ) -> DisaggReplayer:
     """The prefill and decode pools of ``loaded`` (``cluster.prefill_workers`` /
     ``decode_workers``, each role's engine = ``engine:`` merged with ``cluster.prefill_engine``
-    / ``decode_engine`` and its ``worker_type`` forced), their routers and the replayer."""
+    / ``decode_engine`` and its ``worker_type`` forced), their routers and the replayer.
+
+    The aggregated replay's savings apply: trace-unique prompt blocks are marked (the
+    prefill router and prefill ranks whose hashes only the router reads may elide them;
+    decode ranks read the real hashes), a prefill pool whose KV events only the router reads
+    is told so (``RankServices.kv_events_router_only``), and ``record_metrics=False`` (the
+    runner's choice without a timeline) leaves the unread occupancy snapshots unbuilt."""
+    mark_unique_prompts(workload)
     sim = loaded.sim
     cluster = sim.cluster
     router_class = loaded.plugins.routers().get(cluster.router)
@@ -620,6 +631,12 @@ def build_disagg_replayer(
         )
         if any(getattr(sink, "wants_token_ids", False) for sink in kv_sinks):
             factory.config = attrs.evolve(factory.config, emit_kv_token_ids=True)
+        services = factory.services
+        if role == "prefill" and router_class.wants_kv_events and not kv_sinks:
+            services = attrs.evolve(services, kv_events_router_only=True)
+        if not record_metrics:
+            services = attrs.evolve(services, record_metrics=False)
+        factory.services = services
         first = 0 if role == "prefill" else cluster.prefill_workers
         pools.append((factory, [factory.build(first + i) for i in range(count)]))
     (pf, prefill), (df, decode) = pools
