@@ -180,6 +180,26 @@ class HandoffBook:
         return bool(self.sources) or self._unactivated > 0
 
     @property
+    def only_active(self) -> bool:
+        """Nothing but activated destinations (no source, no destination pending or reserved,
+        no queued event): the rank's passes are then plain passes, and a run of passes may
+        cover them (servesim.runs) if :meth:`at_run_end` closes it."""
+        return not self.sources and self._unactivated == 0 and not self.events
+
+    def at_run_end(self, completed: list[RequestId]) -> list[LifecycleEvent]:
+        """A run of passes ended (servesim.runs): what :meth:`at_pass_boundary` would have
+        done at each of its boundaries. ``completed`` are the run's completions; while the run
+        was committed the book held only active destinations, so its earlier boundaries had
+        nothing to retry, and commands during its last pass (a ``ReserveDestination``) are
+        retried now. Returns the lifecycle events of the last boundary."""
+        if not (self.sources or self.dests):
+            return []
+        if completed:
+            self.on_terminal(completed)
+        self.retry()
+        return self.drain_events() if self.events else []
+
+    @property
     def blocks_admission(self) -> bool:
         """A pending destination blocks fresh KV admission on this rank (§8.2 step 3)."""
         return bool(self.fifo)

@@ -54,6 +54,9 @@ class RankRun:
     # (pass index j < k - 1, request id) of requests completed before the run's last pass, in
     # stepping's order (pass, then batch order). Commands during the run cannot change them.
     completed_at: tuple[tuple[int, RequestId], ...] = ()
+    # The requests emitting a token at every pass (until their completion), in batch order;
+    # () when the rank does not say (drivers that need them then see no run tokens early).
+    members: tuple[RequestId, ...] = ()
 
     @property
     def num_passes(self) -> int:
@@ -77,7 +80,9 @@ class RunEffects:
     * ``kv_events``: pass index -> the KV events released at that pass's end;
     * ``forward_pass_metrics``: one per pass when the rank captures them, else None;
     * ``pass_metrics``: the occupancy snapshot each pass's completion would report
-      (``pass_metrics[-1]`` is the final one).
+      (``pass_metrics[-1]`` is the final one);
+    * ``lifecycle_events``: handoff lifecycle events of the last pass's boundary
+      (``HandoffBook.at_run_end``).
     """
 
     started_at_ms: float
@@ -91,6 +96,7 @@ class RunEffects:
     # Built on first use: drivers rarely read per-pass occupancy.
     pass_metrics_factory: Callable[[], list[Metrics]] | None = None
     _pass_metrics: list[Metrics] | None = field(default=None, init=False)
+    lifecycle_events: list[Any] = field(factory=list)
 
     @property
     def num_passes(self) -> int:
@@ -123,6 +129,8 @@ def expand(run: RunEffects) -> list[PassCompletionEffects]:
         gone.update(done)
         batch = OutputBatch(token_request_ids=tokens, completed=done)
         eff = PassCompletionEffects(outputs=batch, kv_events=list(run.kv_events.get(j, ())))
+        if last and run.lifecycle_events:
+            eff.lifecycle_events = list(run.lifecycle_events)
         pm = run.pass_metrics
         if pm is not None:
             eff.metrics = pm[j]
@@ -140,6 +148,7 @@ class EngineRunStarted:
     started_at_ms: float
     pass_ends: tuple[float, ...]
     completed_at: tuple[tuple[int, RequestId], ...] = ()  # as RankRun.completed_at
+    members: tuple[RequestId, ...] = ()  # as RankRun.members
 
     @property
     def num_passes(self) -> int:

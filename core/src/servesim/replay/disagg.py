@@ -32,6 +32,7 @@ decode pass). A destination that can never fit the decode pool (a recoverable
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,7 +58,7 @@ from servesim.errors import CommandRejected
 from servesim.replay.cluster import ClusterState
 from servesim.replay.driver import _EXTERNAL, Replayer, ReplayError, _publish
 from servesim.replay.routers import Router
-from servesim.replay.workload import Workload
+from servesim.replay.workload import Workload, mark_unique_prompts
 
 
 class DecodeLoadRouter(Router):
@@ -154,8 +155,6 @@ class DisaggReplayer(Replayer):
             [*prefill_engines, *decode_engines], workload, router=prefill_router,
             block_size=block_size, **kwargs,
         )
-        # Handoff state makes ranks decline runs of passes; step pass by pass throughout.
-        self._runs = None
         self.num_prefill = len(prefill_engines)
         self.prefill_router = prefill_router
         self.decode_router = decode_router
@@ -181,13 +180,23 @@ class DisaggReplayer(Replayer):
         )
         self._deferred: dict[int, list[int]] = {}  # worker → request ids awaiting it idle
         self.busy_ms = [0.0] * len(self.engines)
+        # Tokens of in-flight run passes that ended before the current routing, per member
+        # (set by _run_tokens before the decode router selects; empty otherwise).
+        self._bump: dict[int, int] = {}
         if isinstance(decode_router, DecodeLoadRouter):
             log = self.log
-            decode_router.lengths = lambda r: (log.input_length[r] + log.ntok[r], log.ntok[r] > 0)
+            bump = self._bump
+            inp, ntok = log.input_length, log.ntok
+            decode_router.lengths = lambda r: (
+                (inp[r] + ntok[r], ntok[r] > 0) if not bump else
+                (inp[r] + ntok[r] + bump.get(r, 0), ntok[r] + bump.get(r, 0) > 0))
+        if self._runs is not None:
+            self._runs.horizon_of = self._run_horizon
 
     # -- arrivals -------------------------------------------------------------------------
 
     def _submit(self, rid: int, now: float) -> None:
+        self._settle_runs(now)
         log = self.log
         log.arrival[rid] = now
         self._in_flight += 1
@@ -201,7 +210,10 @@ class DisaggReplayer(Replayer):
         turn = self.turns[rid]
         req = Request(rid, turn.prompt, min(1, turn.output_length))
         router = self.prefill_router
-        hashes = turn.prompt.block_hashes(self.block_size)[0] if router.wants_block_hashes else ()
+        # Elided: as in aggregated replay (Replayer._submit), a block only this request can
+        # hold is in no prefill worker's cache before it is routed.
+        hashes = (turn.prompt.block_hashes_elided(self.block_size)[0]
+                  if router.wants_block_hashes else ())
         worker, dp = router.select(req, hashes, self.prefill_state)
         router.routed(req, worker, dp, self.prefill_state)
         self.prefill_worker[rid] = worker
@@ -268,9 +280,18 @@ class DisaggReplayer(Replayer):
 
     def _complete(self, w: int, pass_id: int, now: float) -> None:
         engine = self.engines[w]
-        started = engine.pending_started_at_ms
-        if started is not None:
-            self.busy_ms[w] += now - started
+        run = self._runs.in_flight[w] if self._runs is not None else None
+        if run is not None:
+            # Pass by pass, as stepping adds them (the same float sums).
+            busy, prev = self.busy_ms[w], run.started_at_ms
+            for end in run.pass_ends:
+                busy += end - prev
+                prev = end
+            self.busy_ms[w] = busy
+        else:
+            started = engine.pending_started_at_ms
+            if started is not None:
+                self.busy_ms[w] += now - started
         if w < self.num_prefill:
             self._complete_prefill(w, pass_id, now)
         else:
@@ -306,6 +327,75 @@ class DisaggReplayer(Replayer):
                 busy = True
         self._end_pass(w, busy, now)
 
+    # -- runs of passes (servesim.replay.runs) ----------------------------------------------
+
+    def _run_horizon(self, w: int, now: float, ext: float) -> float:
+        """How far a run on decode worker ``w`` may reach (RunDriver.horizon_of).
+
+        Only a handoff reaches a decode worker: a ``ReserveDestination`` sent at a prefill
+        pass's end (its ``SourceHeld``), then its transfer and activation. Every prefill pass
+        in flight bounds the run. A prefill worker that is idle may start a pass at any later
+        event (an arrival, a transfer's release of a source, a cancellation), so then every
+        external event bounds it too, and a ready idle one (it starts a pass now) allows no
+        run. When every prefill worker is mid-pass, arrivals and transfers up to the first of
+        their pass ends reach no decode worker before it (an arrival waits for its prefill
+        worker's boundary, a release of a source too; a transfer completes a reservation
+        made before the run, and a run needs none reserved), so only internal deadlines
+        bound it (a replay with cancellations steps). With sessions or a concurrency limit,
+        any pass end may release work: every other worker's pass bounds the run, as in
+        aggregated replay."""
+        if w < self.num_prefill:
+            return now  # one token per request: a prefill worker never runs
+        engines = self.engines
+        h = float("inf")
+        idle = False
+        for p in range(self.num_prefill):
+            e = engines[p]
+            end = e.pending_end_ms
+            if end is None:
+                if e.is_ready():
+                    return now
+                idle = True
+            elif end < h:
+                h = end
+        if idle or self._has_deadlines or self.reserve_first:
+            h = min(h, ext)
+        runs = self._runs
+        if runs is not None and runs.cross_worker:
+            h = min(h, ext)
+            for v in range(self.num_prefill, len(engines)):
+                if v == w:
+                    continue
+                end = engines[v].pending_end_ms
+                if end is None:
+                    if engines[v].is_ready():
+                        return now
+                elif end < h:
+                    h = end
+        return h
+
+    def _settle_runs(self, now: float) -> None:
+        """Retire the requests completed by in-flight runs' passes that ended by ``now``."""
+        runs = self._runs
+        if runs is not None and runs.with_done:
+            runs.release_done(now)
+
+    def _run_tokens(self, now: float) -> None:
+        """The tokens of in-flight run passes that ended before ``now``, for the decode
+        router (stepping would have logged them; a pass ending exactly now completes after
+        the prefill pass whose end routes, which started earlier)."""
+        runs = self._runs
+        assert runs is not None
+        bump = self._bump
+        for w in range(self.num_prefill, len(self.engines)):
+            run = runs.in_flight[w]
+            if run is None:
+                continue
+            c = bisect_left(run.pass_ends, now)
+            if c:
+                for rid in run.members:
+                    bump[rid] = c
+
     # -- the handoff ----------------------------------------------------------------------
 
     def _lifecycle(self, w: int, dp_rank: int, events: Sequence[object], now: float) -> None:
@@ -330,7 +420,12 @@ class DisaggReplayer(Replayer):
         turn = self.turns[rid]
         req = Request(rid, turn.prompt, turn.output_length)
         router = self.decode_router
+        if self._runs is not None and self._runs.count:
+            self._settle_runs(now)
+            self._run_tokens(now)
         local, dp = router.select(req, (), self.state)
+        if self._bump:
+            self._bump.clear()
         router.routed(req, local, dp, self.state)
         w = self.num_prefill + local
         self.decode_worker[rid] = w
@@ -374,11 +469,15 @@ class DisaggReplayer(Replayer):
 
     def cancel_at(self, rid: int, at_ms: float) -> None:
         """Cancel request ``rid`` at ``at_ms`` (before :meth:`run`), wherever it is then."""
+        # A cancellation mid-run would need the run's earlier passes' tokens logged before
+        # it: step the replay through instead.
+        self._runs = None
         self._push(at_ms, _EXTERNAL, rid, _CANCEL)
 
     def _external(self, rid: int, kind: int, now: float) -> None:
         """A transfer completed (activate on the decode worker), or a cancellation is due."""
         if kind == _CANCEL:
+            self._settle_runs(now)
             self._cancel(rid, now)
             return
         if rid in self.cancelled:
@@ -502,11 +601,19 @@ class DisaggReplayer(Replayer):
 
 
 def build_disagg_replayer(
-    loaded: Any, workload: Workload, kv_sinks: list[Any], fpm_sinks: list[Any], **kwargs: Any
+    loaded: Any, workload: Workload, kv_sinks: list[Any], fpm_sinks: list[Any],
+    record_metrics: bool = True, **kwargs: Any
 ) -> DisaggReplayer:
     """The prefill and decode pools of ``loaded`` (``cluster.prefill_workers`` /
     ``decode_workers``, each role's engine = ``engine:`` merged with ``cluster.prefill_engine``
-    / ``decode_engine`` and its ``worker_type`` forced), their routers and the replayer."""
+    / ``decode_engine`` and its ``worker_type`` forced), their routers and the replayer.
+
+    The aggregated replay's savings apply: trace-unique prompt blocks are marked (the
+    prefill router and prefill ranks whose hashes only the router reads may elide them;
+    decode ranks read the real hashes), a prefill pool whose KV events only the router reads
+    is told so (``RankServices.kv_events_router_only``), and ``record_metrics=False`` (the
+    runner's choice without a timeline) leaves the unread occupancy snapshots unbuilt."""
+    mark_unique_prompts(workload)
     sim = loaded.sim
     cluster = sim.cluster
     router_class = loaded.plugins.routers().get(cluster.router)
@@ -524,6 +631,12 @@ def build_disagg_replayer(
         )
         if any(getattr(sink, "wants_token_ids", False) for sink in kv_sinks):
             factory.config = attrs.evolve(factory.config, emit_kv_token_ids=True)
+        services = factory.services
+        if role == "prefill" and router_class.wants_kv_events and not kv_sinks:
+            services = attrs.evolve(services, kv_events_router_only=True)
+        if not record_metrics:
+            services = attrs.evolve(services, record_metrics=False)
+        factory.services = services
         first = 0 if role == "prefill" else cluster.prefill_workers
         pools.append((factory, [factory.build(first + i) for i in range(count)]))
     (pf, prefill), (df, decode) = pools

@@ -227,6 +227,7 @@ def _simulate_disagg(
     sim = loaded.sim
     replayer = build_disagg_replayer(
         loaded, workload, kv_sinks, fpm_sinks,
+        record_metrics=timeline is not None,  # occupancy snapshots feed only the timeline
         concurrency=sim.workload.concurrency,
         arrival_speedup_ratio=sim.workload.arrival_speedup_ratio,
         record_token_times=record_token_times,

@@ -77,6 +77,9 @@ class RunDriver:
         self.completed_within = 0
         # Per request, the most tokens it can emit (None: arrivals bound every run).
         self.planned: list[int] | None = None
+        # A replayer that knows more about what reaches a worker bounds its runs itself:
+        # ``(worker, now, next external event) -> horizon`` (disaggregated replay).
+        self.horizon_of: Callable[[int, float, float], float] | None = None
         if exclusion_applies(rp, num_workers, cross_worker):
             mml = getattr(rp.engines[0].ranks[0].config, "max_model_len", None)
             self.planned = [
@@ -89,6 +92,8 @@ class RunDriver:
         while ext and ext[0][0] <= now:
             heapq.heappop(ext)
         h = ext[0][0] if ext else float("inf")
+        if self.horizon_of is not None:
+            return self.horizon_of(w, now, h)
         if self.cross_worker:
             for v, e in enumerate(self.rp.engines):
                 if v == w:
@@ -196,6 +201,8 @@ class RunDriver:
                         occupancy[j] if occupancy else None)
         for rid in eff.completed:
             rp._terminal(rid, now)  # noqa: SLF001
+        if eff.lifecycle_events:  # handoffs at the last boundary (disaggregated replay)
+            rp._lifecycle(w, 0, eff.lifecycle_events, now)  # noqa: SLF001
         if rp._zero_streak[w]:  # noqa: SLF001
             rp._zero_streak[w] = 0  # noqa: SLF001
             rp._countdown[w] = None  # noqa: SLF001

@@ -29,8 +29,11 @@ members whose block steps or completions fall inside it (a heap of next block st
 of completion passes), so its cost does not grow with the batch, and the members' own counters
 are written back only when something other than runs and steady passes needs them.
 
-Runs are declined (stepping is used) for anything else: a non-aggregated worker, handoff
-state, schedule recording, a batch larger than the token budget, and any running request
+A decode worker of a disaggregated replay runs too while its handoff book holds only
+activated destinations (``HandoffBook.only_active``; they decode like any request); the
+book's boundary work then happens at the run's end (``HandoffBook.at_run_end``), whose
+lifecycle events are the last pass's. Runs are declined (stepping is used) for anything
+else: a prefill worker, other handoff state, schedule recording, a batch larger than the token budget, and any running request
 whose prompt plus output could outgrow the whole pool (it could later be rejected on
 readmission, which the driver's run statistics do not model).
 """
@@ -71,8 +74,8 @@ def _steady_batch(rank: VllmRank) -> VllmSteadyBatch | None:
     ``steady``, else built from the requests: one loop over the batch), or None when the
     next pass would not be a plain decode of every running request."""
     s = rank.sched
-    if rank.config.worker_type is not WorkerType.AGGREGATED:
-        return None
+    if rank.config.worker_type is WorkerType.PREFILL:
+        return None  # one token per request: never a steady decode batch
     if s.waiting and not _admission_blocked(s):
         return None
     if rank.services.record_schedule:
@@ -80,8 +83,8 @@ def _steady_batch(rank: VllmRank) -> VllmSteadyBatch | None:
     if s.cadence is not None:  # its step counters advance pass by pass: step
         return None
     book = getattr(rank, "book", None)
-    if book is not None and (book.sources or book.dests or book.events):
-        return None
+    if book is not None and not book.only_active:
+        return None  # activated destinations decode like any request (HandoffBook.at_run_end)
     running = s.running
     m = len(running)
     if m == 0 or m > s.max_tokens:
@@ -150,7 +153,7 @@ def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
     run.ends = ends
     run.segments = [seg for seg in segments if seg[0] < k]
     completed_at = _commit(rank, run, batch, k, members, finished)
-    return RankRun(now, tuple(ends), run, completed_at)
+    return RankRun(now, tuple(ends), run, completed_at, tuple(members))
 
 
 def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
@@ -257,6 +260,14 @@ def take_kv_events(run: VllmRunPending, before_pass: int) -> dict[int, list[KvEv
 def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffects:
     k = len(run.ends)
     last = run.effects
+    # The handoff book's boundary work (its retry may allocate: before the events and the
+    # metrics, as complete_pass does).
+    lifecycle = []
+    book = rank.book
+    if book.dests:
+        done = [rid for j in sorted(run.completed_before) for rid in run.completed_before[j]]
+        done.extend(last.outputs.completed)
+        lifecycle = book.at_run_end(done)
     # Events published by commands applied during the last pass belong to it (as stepping's
     # complete_pass drains them).
     run.take_events(rank.sched.pool, k - 1)
@@ -271,6 +282,7 @@ def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffec
         started_at_ms=run.started_at_ms, pass_ends=run.ends, members=run.members,
         absent_last=absent, completed=list(last.outputs.completed), kv_events=run.kv_events,
         pass_metrics_factory=pass_metrics, completed_before=run.completed_before,
+        lifecycle_events=lifecycle,
     )
     if run.fpm_fields is not None:
         effects.forward_pass_metrics = _fpms(run, end_ms)

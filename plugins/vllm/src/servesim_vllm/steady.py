@@ -139,7 +139,7 @@ def steady_step(s: VllmScheduler) -> bool:
     if batch.running is not running:
         raise RuntimeError("vllm rank: the steady batch lost track of the running list")
     book = s.book
-    if book is not None and (book.sources or book.dests or book.events or book.blocks_admission):
+    if book is not None and not book.only_active:
         return False
     m = batch.m
     if m == 0 or m > s.max_tokens:

@@ -1,0 +1,126 @@
+"""Disaggregated replay with runs of passes on the decode pool against forced stepping.
+
+Random small workloads on vLLM prefill and decode pools (KV or round-robin prefill routing,
+one or more workers per pool, transfer latencies, tight or roomy decode pools, prefix
+caching on or off, sessions and concurrency limits, cancellations): the report JSON (with
+its handoff keys) and the per-request lines (with their handoff fields) must be
+byte-identical to stepping's. A deterministic case pins that the decode pool does run.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from servesim.config.loader import load_config
+from servesim.plugins import Plugins
+from servesim.replay.disagg import DisaggReplayer, build_disagg_replayer
+from servesim.replay.report import build_report, dumps, per_request_lines
+from servesim.replay.runner import load_workload
+
+PLUGINS = Plugins()
+
+
+@st.composite
+def cases(draw: Any) -> dict[str, Any]:
+    n = draw(st.integers(1, 14))
+    rows = []
+    t = 0
+    for i in range(n):
+        t += draw(st.integers(0, 30))
+        blocks = draw(st.integers(1, 5))
+        shared = draw(st.integers(0, 2))
+        rows.append((t, blocks, shared, draw(st.integers(1, 40)), draw(st.integers(0, 2)), i))
+    return dict(
+        rows=rows,
+        router=draw(st.sampled_from(["kv", "kv", "round_robin"])),
+        workers=draw(st.tuples(st.integers(1, 2), st.integers(1, 3))),
+        latency=draw(st.sampled_from([0.0, 0.0, 1.5, 7.0])),
+        decode_blocks=draw(st.sampled_from([12, 40, 4096])),
+        prefill_blocks=draw(st.sampled_from([16, 4096])),
+        caching=draw(st.booleans()),
+        timing=draw(st.sampled_from(["fixed", "poly"])),
+        sessions=draw(st.sampled_from([False, False, True])),
+        concurrency=draw(st.sampled_from([None, None, 2])),
+        cancel=draw(st.one_of(st.none(), st.tuples(st.integers(0, 13), st.integers(0, 200)))),
+        token_times=draw(st.booleans()),
+    )
+
+
+def _replay(case: dict[str, Any], runs: bool) -> tuple[str, list[str], DisaggReplayer]:
+    tmp = Path(tempfile.mkdtemp())
+    lines = []
+    for t, blocks, shared, out, delay, i in case["rows"]:
+        hashes = list(range(min(shared, blocks))) + [1000 * (i + 1) + k for k in range(blocks)]
+        rec: dict[str, Any] = {"timestamp": t, "input_length": 8 * blocks - i % 3,
+                               "output_length": out, "hash_ids": hashes[:blocks]}
+        if case["sessions"]:
+            rec = {"session_id": f"s{i % 3}", **rec}
+            if i >= 3:  # a later turn: released after the previous one, plus its delay
+                del rec["timestamp"]
+                rec["delay"] = delay * 5
+        lines.append(json.dumps(rec))
+    (tmp / "t.jsonl").write_text("\n".join(lines) + "\n")
+    timing = ({"type": "fixed", "prefill_ms": 4.0, "decode_ms": 1.0} if case["timing"] == "fixed"
+              else {"type": "polynomial"})
+    workload: dict[str, Any] = {"trace": {"path": str(tmp / "t.jsonl"), "trace_block_size": 8}}
+    if case["concurrency"] is not None:
+        workload["concurrency"] = case["concurrency"]
+    cfg = {
+        "engine": {"backend": "vllm", "block_size": 8, "timing_model": timing,
+                   "enable_prefix_caching": case["caching"]},
+        "cluster": {"prefill_workers": case["workers"][0], "decode_workers": case["workers"][1],
+                    "router": case["router"], "handoff_latency_ms": case["latency"],
+                    "prefill_engine": {"num_gpu_blocks": case["prefill_blocks"]},
+                    "decode_engine": {"num_gpu_blocks": case["decode_blocks"]}},
+        "workload": workload,
+    }
+    (tmp / "sim.yaml").write_text(json.dumps(cfg))
+    loaded = load_config(str(tmp / "sim.yaml"), (), PLUGINS)
+    wl = load_workload(loaded.sim.workload, loaded.plugins)
+    rp = build_disagg_replayer(loaded, wl, [], [], record_metrics=not runs, runs=runs,
+                               concurrency=loaded.sim.workload.concurrency,
+                               record_token_times=case["token_times"])
+    cancel = case["cancel"]
+    if cancel is not None and cancel[0] < len(case["rows"]):
+        rp.cancel_at(cancel[0], float(cancel[1]))
+    log = rp.run()
+    report = build_report(log, loaded.sim.report)
+    report.update(rp.report_extras())
+    log.extra = rp.per_request_extras()
+    return dumps(report), list(per_request_lines(log, rp.session_of)), rp
+
+
+@settings(max_examples=100, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_disaggregated_replay_with_runs_is_byte_identical(case: dict[str, Any]) -> None:
+    step = _replay(case, runs=False)
+    run = _replay(case, runs=True)
+    assert step[2]._runs is None  # noqa: SLF001
+    assert step[0] == run[0]
+    assert step[1] == run[1]
+    assert step[2].passes == run[2].passes
+
+
+def test_the_decode_pool_runs_through_handoffs() -> None:
+    """Long outputs on two decode workers behind one busy prefill worker: most decode passes
+    are inside runs, requests complete inside runs, and the replay matches stepping."""
+    rows = [(i * 3, 4, 0, 120 + 7 * i, 0, i) for i in range(10)]
+    case = dict(rows=rows, router="kv", workers=(1, 2), latency=1.5, decode_blocks=4096,
+                prefill_blocks=4096, caching=True, timing="poly", sessions=False,
+                concurrency=None, cancel=None, token_times=False)
+    report, lines, rp = _replay(case, runs=True)
+    runs = rp._runs  # noqa: SLF001
+    assert runs is not None
+    decode_passes = rp.passes - sum(rp.engines[p].ranks[0]._pass_counter  # noqa: SLF001
+                                    for p in range(rp.num_prefill))
+    assert runs.run_passes > 0.8 * decode_passes
+    assert runs.completed_within > 0
+    step = _replay(case, runs=False)
+    assert (report, lines) == step[:2]
+    assert json.loads(report)["completed"] == 10
