@@ -135,7 +135,8 @@ class DisaggReplayer(Replayer):
     """Replays a workload on a prefill pool and a decode pool (engines ``0..P-1`` are the
     prefill workers, ``P..P+D-1`` the decode workers)."""
 
-    merges_sinks = False  # it publishes on its own paths (handoffs), and never runs
+    def merges_sinks(self) -> bool:
+        return False  # it publishes on its own paths (handoffs): sinks make it step
 
     def __init__(
         self,

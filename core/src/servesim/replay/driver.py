@@ -66,9 +66,12 @@ ProgressFn = Callable[[int, int, float], None]
 class Replayer:
     """Replays ``workload`` through ``engines`` behind ``router``; :meth:`run` returns the log."""
 
-    # Several workers' sink output goes through a SinkMerge (replay/sink_merge.py), so runs
-    # of passes stay on; a subclass that publishes on its own paths turns it off.
-    merges_sinks = True
+    def merges_sinks(self) -> bool:
+        """Several workers' sink output goes through a SinkMerge (replay/sink_merge.py), so
+        runs of passes stay on; a subclass that publishes on its own paths returns False.
+        A method, not a class attribute: in the compiled build an interpreted subclass's
+        class attribute would not override the compiled class's."""
+        return True
 
     def __init__(
         self,
@@ -146,7 +149,7 @@ class Replayer:
             runs = runs_enabled_by_env()
         self._merge: SinkMerge | None = None
         if len(self.engines) > 1 and (self.kv_sinks or self.fpm_sinks):
-            if self.merges_sinks:
+            if self.merges_sinks():
                 self._merge = SinkMerge(self.kv_sinks, self.fpm_sinks)
             else:
                 runs = False
