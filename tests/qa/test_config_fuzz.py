@@ -272,3 +272,63 @@ def test_every_key_with_every_odd_value() -> None:
                     crashes.append(f"{section}.{key}={value!r}: {type(exc).__name__}: {exc}")
     assert cases > 900
     assert crashes == []
+
+
+def _outcome(doc: dict[str, Any], conv: Any) -> tuple[str, Any]:
+    """What building ``doc`` with the converter ``conv`` gives: the error's text, or the
+    structured sections and the resolved configuration."""
+    import copy
+    import json
+
+    import servesim.config.loader as loader
+
+    ctx = loader._Ctx(conv, PLUGINS, "sim.yaml", {})
+    try:
+        loaded = loader.build(copy.deepcopy(doc), ctx)
+    except UserError as exc:
+        return "error", str(exc)
+    engine = loaded.engine
+    structured = (loaded.sim, engine.backend_config, engine.timing_config, loaded.router_config,
+                  loaded.sink_specs)
+    return "ok", (repr(structured), structured, json.dumps(loaded.resolved(), sort_keys=True))
+
+
+def _same_with_and_without_cattrs(doc: dict[str, Any], shared: Any) -> None:
+    from servesim.config.fast_convert import LazyConverter
+
+    direct, via_cattrs = _outcome(doc, LazyConverter()), _outcome(doc, shared)
+    assert direct == via_cattrs, doc
+
+
+SHARED = None
+
+
+def _shared_converter() -> Any:
+    global SHARED
+    if SHARED is None:
+        import servesim.config.loader as loader
+
+        SHARED = loader.make_converter()
+    return SHARED
+
+
+@settings(max_examples=300, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents())
+def test_the_direct_reading_gives_what_cattrs_gives(doc: dict[str, Any]) -> None:
+    """``LazyConverter`` (structuring without cattrs where it can) and the cattrs converter
+    build the same sections, plugin options and resolved configuration, or the same error."""
+    _same_with_and_without_cattrs(doc, _shared_converter())
+
+
+def test_the_direct_reading_gives_what_cattrs_gives_for_every_key_and_odd_value() -> None:
+    shared = _shared_converter()
+    valid = [{"engine": {"backend": b}} for b in ("vllm", "sglang", "trtllm")]
+    valid += [{"engine": {"timing_model": {"type": "fixed", "prefill_ms": 2, "decode_ms": 1.5}}},
+              {"cluster": {"workers": 2, "router": "kv", "router_config": {"overlap_score_weight": 2}}},
+              {"sinks": {"kv_events": [{"type": "memory"}]}}, {}]
+    for doc in valid:
+        _same_with_and_without_cattrs(doc, shared)
+    for section, keys in _key_paths():
+        for key in keys:
+            for value in NASTY:
+                _same_with_and_without_cattrs(_document(section, key, value), shared)

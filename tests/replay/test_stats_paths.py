@@ -157,16 +157,17 @@ def test_report_paths_agree_on_replays(sets: list[str]) -> None:
 
 def test_a_short_trace_replay_imports_no_numpy(tmp_path) -> None:
     """``servesim run`` on a short Mooncake trace: no numpy (the report, the timing model and
-    runs of passes price without it)."""
+    runs of passes price without it) and no cattrs (its default config is read directly)."""
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(
         json.dumps({"timestamp": i * 100, "input_length": 300 + 17 * i, "output_length": 20 + i,
                     "hash_ids": [3 * i, 3 * i + 1]}) + "\n" for i in range(10)))
     code = ("import sys\nfrom servesim.cli import main\n"
             "rc = main(['run', '--trace', sys.argv[1], '--json'])\n"
+            "print('CATTRS' if 'cattrs' in sys.modules else 'NO CATTRS')\n"
             "print('NUMPY' if 'numpy' in sys.modules else 'NO NUMPY')\nsys.exit(rc)\n")
     out = subprocess.run([sys.executable, "-c", code, str(trace)], capture_output=True,
                          text=True, timeout=120, check=True)
     report = json.loads(out.stdout[: out.stdout.rindex("}") + 1])
     assert report["completed"] == 10 and report["total_output_tokens"] == sum(20 + i for i in range(10))
-    assert out.stdout.rstrip().endswith("NO NUMPY")
+    assert out.stdout.rstrip().endswith("NO CATTRS\nNO NUMPY")

@@ -39,15 +39,18 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import attrs
 from attrs import frozen
 
 from servesim.contract import RequestId, ScheduleRecord
 from servesim.errors import TraceError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: The keys of a pass-log line, in the order they are written.
 FIELDS = (
@@ -203,7 +206,8 @@ class PassLogWriter:
     """
 
     def __init__(self, target: str | Path | IO[str], ids: IdMap | None = None) -> None:
-        if isinstance(target, (str, Path)):
+        pathlib = sys.modules.get("pathlib")  # not imported at start-up; a Path implies it is
+        if isinstance(target, str) or (pathlib is not None and isinstance(target, pathlib.Path)):
             self._f: IO[str] = open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
             self._owned = True
         else:

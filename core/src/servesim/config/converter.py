@@ -21,15 +21,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-import cattrs
-from cattrs.errors import (
-    AttributeValidationNote,
-    ClassValidationError,
-    ForbiddenExtraKeysError,
-    IterableValidationError,
-)
-from cattrs.gen import make_dict_structure_fn
-from cattrs.v import format_exception
+
+if typing.TYPE_CHECKING:
+    import cattrs
 
 Problem = tuple[str, str]
 """``(key_path, message)``; the message names the bad value and what was expected."""
@@ -127,6 +121,9 @@ def _enum_factory(cl: type[enum.Enum]) -> Callable[[Any, type], enum.Enum]:
 
 def make_converter() -> cattrs.Converter:
     """A fresh converter: unknown keys forbidden, detailed validation, strict scalars."""
+    import cattrs
+    from cattrs.gen import make_dict_structure_fn
+
     conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     conv.register_structure_hook(int, _int)
     conv.register_structure_hook(float, _float)
@@ -209,6 +206,8 @@ def _describe(exc: BaseException, typ: type | None) -> str:
         return str(exc)
     if isinstance(exc, KeyError):
         return "required key missing"
+    from cattrs.v import format_exception
+
     if typ is None and isinstance(exc, (ValueError, TypeError)) and str(exc):
         # An attrs validator of the class itself: its message is the best description.
         return str(exc)
@@ -217,6 +216,13 @@ def _describe(exc: BaseException, typ: type | None) -> str:
 
 def flatten_errors(exc: BaseException, path: str = "") -> list[Problem]:
     """Every leaf problem of a cattrs structuring error, with plain dotted paths."""
+    from cattrs.errors import (
+        AttributeValidationNote,
+        ClassValidationError,
+        ForbiddenExtraKeysError,
+        IterableValidationError,
+    )
+
     if isinstance(exc, ForbiddenExtraKeysError):
         allowed = sorted(a.name for a in attrs.fields(exc.cl)) if attrs.has(exc.cl) else []
         return [(join_path(path, k), unknown_key_message(k, allowed)) for k in sorted(exc.extra_fields)]
@@ -243,12 +249,20 @@ def flatten_errors(exc: BaseException, path: str = "") -> list[Problem]:
     return [(path, _describe(exc, None))]
 
 
-def structure_at(conv: cattrs.Converter, data: Any, cl: type, path: str) -> tuple[Any, list[Problem]]:
-    """Structure ``data`` as ``cl``; on failure return ``(None, problems)`` under ``path``."""
+def structure_at(conv: Any, data: Any, cl: type, path: str) -> tuple[Any, list[Problem]]:
+    """Structure ``data`` as ``cl`` (by a cattrs converter or a
+    :class:`~servesim.config.fast_convert.LazyConverter`); on failure return
+    ``(None, problems)`` under ``path``."""
     try:
         return conv.structure(data, cl), []
-    except (ClassValidationError, IterableValidationError, ForbiddenExtraKeysError, InvalidValue) as exc:
-        return None, flatten_errors(exc, path)
+    except Exception as exc:
+        if isinstance(exc, InvalidValue):
+            return None, flatten_errors(exc, path)
+        from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
+        if isinstance(exc, (ClassValidationError, IterableValidationError, ForbiddenExtraKeysError)):
+            return None, flatten_errors(exc, path)
+        raise
 
 
 def is_finite(value: float) -> bool:

@@ -11,14 +11,14 @@ was expected (rule 10); loading never raises anything else for bad input.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import cattrs
 
 from servesim.config.checks import check_engine, check_sections
 from servesim.config.converter import Problem, make_converter, show, structure_at, unknown_key_message
 from servesim.config.engine import EngineConfig, resolve_block_size
+from servesim.config.fast_convert import LazyConverter
 from servesim.config.sections import ClusterConfig, ReportConfig, SinksConfig, WorkloadConfig
 from servesim.config.sim import SECTIONS, SimConfig
 from servesim.config.yaml_io import apply_sets, merge_files
@@ -28,6 +28,9 @@ from servesim.factory import EngineFactory
 from servesim.kv.eviction import eviction_refusal, policy_factory
 from servesim.plugins import Plugins, disabled_hint
 from servesim.timing.base import TimingModel
+
+if TYPE_CHECKING:
+    import cattrs
 
 DEFAULT_TIMING_MODEL = "polynomial"
 AUTO = "auto"
@@ -49,7 +52,7 @@ class EngineResolution:
 
 @attrs.define
 class _Ctx:
-    conv: cattrs.Converter
+    conv: cattrs.Converter | LazyConverter
     plugins: Plugins
     source: str | None
     set_origins: dict[str, str]
@@ -604,7 +607,7 @@ def load_config(
     expand_trace_shorthand(raw)
     origins = {**file_origins, **apply_sets(raw, sets)}
     expand_trace_shorthand(raw)
-    ctx = _Ctx(make_converter(), plugins if plugins is not None else Plugins(), path, origins)
+    ctx = _Ctx(LazyConverter(), plugins if plugins is not None else Plugins(), path, origins)
     return build(raw, ctx, extra_sections)
 
 
