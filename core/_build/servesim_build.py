@@ -21,6 +21,9 @@ from setuptools.build_meta import *  # noqa: F403  (the PEP 517 hooks this backe
 
 #: The mypy release whose mypyc the compiled build is tested with.
 MYPY_REQUIREMENT = "mypy>=1.10"
+#: What mypy must import to type the compiled modules: its attrs plugin reads the attrs
+#: package itself (without it an isolated build sees attrs classes with no ``__init__``).
+COMPILE_REQUIREMENTS = [MYPY_REQUIREMENT, "attrs>=23.1"]
 
 
 def compiling() -> bool:
@@ -29,12 +32,12 @@ def compiling() -> bool:
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, Any] | None = None) -> list[str]:
-    extra = [MYPY_REQUIREMENT] if compiling() else []
+    extra = COMPILE_REQUIREMENTS if compiling() else []
     return [*_setuptools.get_requires_for_build_wheel(config_settings), *extra]
 
 
 def get_requires_for_build_editable(config_settings: dict[str, Any] | None = None) -> list[str]:
-    extra = [MYPY_REQUIREMENT] if compiling() else []
+    extra = COMPILE_REQUIREMENTS if compiling() else []
     return [*_setuptools.get_requires_for_build_editable(config_settings), *extra]
 
 
