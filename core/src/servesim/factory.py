@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from servesim.config.engine import EngineConfig, resolve_block_size
 from servesim.engine import Engine
 from servesim.kv.eviction import EvictionPolicy, LruEviction
@@ -44,6 +46,18 @@ class EngineFactory:
             emit_forward_pass_metrics=emit_forward_pass_metrics,
             record_schedule=record_schedule,
         )
+
+    def fit_to_readers(self, kv_sinks: list[Any], *, router_reads_events: bool,
+                       record_metrics: bool) -> None:
+        """Tell the ranks who reads what they emit in a replay: KV events read by the router
+        alone (``kv_events_router_only``, so trace-unique blocks may be elided), token ids
+        in the KV events when a sink asks for them, and occupancy snapshots only when
+        something (the timeline) reads them."""
+        if router_reads_events and not kv_sinks:
+            self.services = attrs.evolve(self.services, kv_events_router_only=True)
+        if any(getattr(sink, "wants_token_ids", False) for sink in kv_sinks):
+            self.config = attrs.evolve(self.config, emit_kv_token_ids=True)
+        self.services = attrs.evolve(self.services, record_metrics=record_metrics)
 
     def build_rank(self, identity: RankIdentity) -> Rank:
         return self.rank_class(identity, self.config, self.backend_config, self.services)

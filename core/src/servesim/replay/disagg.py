@@ -36,7 +36,6 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
 import numpy as np
 
 from servesim.contract import (
@@ -630,14 +629,9 @@ def build_disagg_replayer(
             emit_forward_pass_metrics=emit_fpm,
             path=f"cluster.{role}_engine",
         )
-        if any(getattr(sink, "wants_token_ids", False) for sink in kv_sinks):
-            factory.config = attrs.evolve(factory.config, emit_kv_token_ids=True)
-        services = factory.services
-        if role == "prefill" and router_class.wants_kv_events and not kv_sinks:
-            services = attrs.evolve(services, kv_events_router_only=True)
-        if not record_metrics:
-            services = attrs.evolve(services, record_metrics=False)
-        factory.services = services
+        factory.fit_to_readers(
+            kv_sinks, router_reads_events=role == "prefill" and router_class.wants_kv_events,
+            record_metrics=record_metrics)
         first = 0 if role == "prefill" else cluster.prefill_workers
         pools.append((factory, [factory.build(first + i) for i in range(count)]))
     (pf, prefill), (df, decode) = pools

@@ -145,12 +145,9 @@ def _simulate(
             emit_forward_pass_metrics=bool(fpm_sinks) or timeline is not None,
             path=path,
         )
-        if router.wants_kv_events and not kv_sinks:
-            factory.services = attrs.evolve(factory.services, kv_events_router_only=True)
-        if any(sink.wants_token_ids for sink in kv_sinks):
-            factory.config = attrs.evolve(factory.config, emit_kv_token_ids=True)
         # Occupancy snapshots feed only the timeline's KV usage.
-        factory.services = attrs.evolve(factory.services, record_metrics=timeline is not None)
+        factory.fit_to_readers(kv_sinks, router_reads_events=router.wants_kv_events,
+                               record_metrics=timeline is not None)
         if pass_log is not None:
             factory.services = attrs.evolve(factory.services, record_schedule=True)
         return factory
