@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from servesim.errors import TraceError
@@ -188,7 +189,7 @@ class MooncakeTrace:
 
 
 #: The C scanner json.loads ends in (the default decoder's; it keeps no state between calls).
-_SCAN = json.JSONDecoder().scan_once
+_SCAN: Callable[[str, int], tuple[Any, int]] = getattr(json.JSONDecoder(), "scan_once")  # noqa: B009
 
 
 def _loads(text: str) -> Any:
