@@ -84,6 +84,10 @@ class Server:
     def report(self) -> dict[str, Any]:
         """The report of the requests served so far (``servesim run``'s keys and more)."""
         d = self.driver
+        split_report = getattr(d, "report", None)  # a prefill/decode split: the replay's report
+        if split_report is not None:
+            return split_report(self.loaded.sim.report, self.loaded.resolved(), queue_full=self.queue_full,
+                                reasoning=self.cfg.reasoning is not None)
         return live_report(d.requests, self.loaded.sim.report, self.loaded.resolved(),
                            max_in_flight=d.max_in_flight, preemptions=d.preemptions,
                            queue_full=self.queue_full, reasoning=self.cfg.reasoning is not None,
@@ -91,6 +95,9 @@ class Server:
 
     def per_request_lines(self) -> list[str]:
         d = self.driver
+        split_lines = getattr(d, "per_request_lines", None)
+        if split_lines is not None:
+            return split_lines()
         return live_per_request_lines(d.requests, d.max_in_flight, d.preemptions)
 
     # -- endpoints -----------------------------------------------------------------------
