@@ -167,3 +167,30 @@ def test_a_split_with_an_empty_pool_is_refused_naming_the_key() -> None:
     with pytest.raises(ConfigError, match="needs both prefill_workers and decode_workers") as info:
         load(None, ["cluster.prefill_workers=1"])
     assert info.value.path == "cluster.decode_workers"
+
+
+@pytest.mark.parametrize(("where", "prefill_ms", "decode_ms"),
+                         [("prefill", 60000.0, 1.0), ("decode", 0.001, 60000.0)])
+def test_a_client_that_leaves_cancels_its_request_on_either_pool(where: str, prefill_ms: float,
+                                                                  decode_ms: float) -> None:
+    import time
+
+    sets = ["cluster.prefill_workers=1", "cluster.decode_workers=1", "serve.speedup=1",
+            f"engine.timing_model={{type: fixed, prefill_ms: {prefill_ms}, decode_ms: {decode_ms}}}"]
+    with running(sets) as s:
+        try:  # a minute-long pass: the client gives up long before it ends
+            httpx.post(s.base + "/completions", json={"prompt": list(range(4, 104)), "max_tokens": 5},
+                       timeout=0.5)
+        except httpx.ReadTimeout:
+            pass
+        (req,) = s.server.driver.requests
+        deadline = time.monotonic() + 20.0
+        while not req.cancelled:
+            assert time.monotonic() < deadline, "timed out waiting for the cancellation"
+            time.sleep(0.005)
+        blocks = s.server.driver.blocks_in_use()
+        report = s.server.report()
+        (line,) = [json.loads(x) for x in s.server.per_request_lines()]
+    assert blocks == 0 and req.times == []  # (the minute-long pass is still running)
+    assert (report["num_requests"], report["completed"], report["num_cancelled"]) == (1, 0, 1)
+    assert (line["prefill_admit_ms"] >= 0, line["decode_admit_ms"] >= 0) == (True, where == "decode")
