@@ -24,3 +24,10 @@ def test_tokens_are_ints() -> None:
     seq = Tokens((3, 4.0, True))  # type: ignore[arg-type]
     assert seq.tokens() == [3, 4, 1] and all(type(t) is int for t in seq.tokens())
     assert Tokens([2**32, 7]).block_hashes(1)[1] == [local_block_hash([0]), local_block_hash([7])]
+
+
+def test_a_list_of_ints_is_copied_as_it_is() -> None:
+    ids = [5, 6, 7]
+    seq = Tokens(ids, ints=True)
+    ids.append(8)
+    assert seq.tokens() == [5, 6, 7] and seq.block_hashes(3) == Tokens((5, 6, 7)).block_hashes(3)

@@ -77,9 +77,10 @@ class Tokens(TokenSeq):
 
     __slots__ = ("_tokens",)
 
-    def __init__(self, tokens: Sequence[int]) -> None:
+    def __init__(self, tokens: Sequence[int], ints: bool = False) -> None:
+        """``ints``: every token is already an ``int`` (they are copied, not converted)."""
         super().__init__()
-        self._tokens = list(map(int, tokens))
+        self._tokens = list(tokens) if ints else list(map(int, tokens))
 
     def __len__(self) -> int:
         return len(self._tokens)

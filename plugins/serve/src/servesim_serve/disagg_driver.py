@@ -90,7 +90,7 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
             now = max(arrival_ms, self.now)
             arrival_ms = min(arrival_ms, now)
         rp = self.replayer
-        rid = rp.add(Tokens(prompt), max_tokens)
+        rid = rp.add(Tokens(prompt, ints=True), max_tokens)
         req = LiveRequest(rid, len(prompt), max_tokens, thinking, arrival_ms)
         self.requests.append(req)
         self.in_flight += 1
