@@ -112,13 +112,14 @@ def test_only_readers_that_declare_it_for_their_methods_accept_records(
     assert accepts_kv_records(reader, methods) is accepts
 
 
-def _fit(sinks: list[Any], router: Any, reads: bool) -> tuple[bool, bool]:
+def _fit(sinks: list[Any], router: Any, reads: bool, observed: bool = False) -> tuple[bool, bool]:
     from servesim.config.engine import EngineConfig
     from servesim.factory import EngineFactory
 
     rank = pytest.importorskip("servesim_vllm.rank").VllmRank
     factory = EngineFactory(EngineConfig(), rank, object(), emit_kv_events=True)  # type: ignore[arg-type]
-    factory.fit_to_readers(sinks, router_reads_events=reads, record_metrics=False, router=router)
+    factory.fit_to_readers(sinks, router_reads_events=reads, record_metrics=False, router=router,
+                           observed=observed)
     return factory.services.kv_event_records, factory.services.kv_events_router_only
 
 
@@ -133,4 +134,6 @@ def test_a_replay_uses_records_only_when_every_reader_accepts_them(tmp_path: Any
     assert _fit([jsonl], WatchingRouter, True) == (False, False)
     assert _fit([jsonl, memory], KvRouter, True) == (False, False)
     assert _fit([], KvRouter, True) == (False, True)  # the router alone: coalesced instead
+    # An observer plugin sees every pass's effects, KV events included: objects.
+    assert _fit([jsonl], KvRouter, True, observed=True) == (False, False)
     jsonl.close()

@@ -49,16 +49,17 @@ class EngineFactory:
         )
 
     def fit_to_readers(self, kv_sinks: list[Any], *, router_reads_events: bool,
-                       record_metrics: bool, router: Any = None) -> None:
+                       record_metrics: bool, router: Any = None, observed: bool = False) -> None:
         """Tell the ranks who reads what they emit in a replay: KV events read by the router
         alone (``kv_events_router_only``, so trace-unique blocks may be elided), KV events
         as compact records when the sinks and the router (``router``, its class or instance;
-        None counts as declining) all accept them (``kv_event_records``), token ids in the
+        None counts as declining) all accept them and no observer plugin sees the passes'
+        effects (``observed``; ``kv_event_records``), token ids in the
         KV events when a sink asks for them, and occupancy snapshots only when something
         (the timeline) reads them."""
         if router_reads_events and not kv_sinks:
             self.services = attrs.evolve(self.services, kv_events_router_only=True)
-        elif kv_sinks and all(accepts_kv_records(s, SINK_METHODS) for s in kv_sinks) and (
+        elif not observed and kv_sinks and all(accepts_kv_records(s, SINK_METHODS) for s in kv_sinks) and (
                 not router_reads_events
                 or (router is not None and accepts_kv_records(router, ROUTER_METHODS))):
             self.services = attrs.evolve(self.services, kv_event_records=True)
