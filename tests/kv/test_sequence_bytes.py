@@ -39,3 +39,22 @@ def test_generated_block_hashes_chain_the_local_hashes_of_their_tokens() -> None
         local = local_block_hash(sb.tokens(16 * k, 16 * k + 16))
         parent = chain_hash(parent, local)
         assert (loc[k], seq[k]) == (local, parent)
+
+
+def _masked_hash(tokens: list[int]) -> int:
+    """The definition: xxh3_64 of the little-endian u32 bytes of every token mod 2**32."""
+    from xxhash import xxh3_64_intdigest
+
+    from servesim.kv.hashing import SEED
+    return xxh3_64_intdigest(b"".join((t & 0xFFFFFFFF).to_bytes(4, "little") for t in tokens),
+                             seed=SEED)
+
+
+@settings(max_examples=300, derandomize=True)
+@given(tokens=st.lists(st.one_of(st.integers(0, 2**32 - 1), st.integers(-2**40, 2**70)),
+                       max_size=70))
+def test_local_block_hash_takes_every_token_mod_2_32(tokens: list[int]) -> None:
+    want = _masked_hash(tokens)
+    assert local_block_hash(tokens) == want
+    assert local_block_hash(tuple(tokens)) == want
+    assert local_block_hash(iter(tokens)) == want  # type: ignore[arg-type]
