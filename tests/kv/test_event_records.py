@@ -129,8 +129,8 @@ def test_a_replay_uses_records_only_when_every_reader_accepts_them(tmp_path: Any
     jsonl = JsonlKvEventSink(JsonlKvSinkConfig(str(tmp_path / "kv.jsonl")))
     memory = MemoryKvEventSink()
     assert _fit([jsonl], KvRouter, True) == (True, False)
-    assert _fit([jsonl], None, False) == (True, False)  # the router reads no events
-    assert _fit([jsonl], None, True) == (False, False)  # an unknown reader of them
+    assert _fit([jsonl], RoundRobinRouter, False) == (True, False)  # it reads no events
+    assert _fit([jsonl], None, False) == (False, False)  # the readers are not named
     assert _fit([jsonl], WatchingRouter, True) == (False, False)
     assert _fit([jsonl, memory], KvRouter, True) == (False, False)
     assert _fit([], KvRouter, True) == (False, True)  # the router alone: coalesced instead

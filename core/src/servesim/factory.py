@@ -52,16 +52,17 @@ class EngineFactory:
                        record_metrics: bool, router: Any = None, observed: bool = False) -> None:
         """Tell the ranks who reads what they emit in a replay: KV events read by the router
         alone (``kv_events_router_only``, so trace-unique blocks may be elided), KV events
-        as compact records when the sinks and the router (``router``, its class or instance;
-        None counts as declining) all accept them and no observer plugin sees the passes'
-        effects (``observed``; ``kv_event_records``), token ids in the
+        as compact records (``kv_event_records``) when the caller names every other reader
+        of them, the router (``router``, its class or instance; None declines) with
+        ``observed`` telling whether an observer plugin sees the passes' effects, and the
+        sinks and router all accept records, token ids in the
         KV events when a sink asks for them, and occupancy snapshots only when something
         (the timeline) reads them."""
         if router_reads_events and not kv_sinks:
             self.services = attrs.evolve(self.services, kv_events_router_only=True)
-        elif not observed and kv_sinks and all(accepts_kv_records(s, SINK_METHODS) for s in kv_sinks) and (
-                not router_reads_events
-                or (router is not None and accepts_kv_records(router, ROUTER_METHODS))):
+        elif (router is not None and not observed and kv_sinks
+              and all(accepts_kv_records(s, SINK_METHODS) for s in kv_sinks)
+              and (not router_reads_events or accepts_kv_records(router, ROUTER_METHODS))):
             self.services = attrs.evolve(self.services, kv_event_records=True)
         if any(getattr(sink, "wants_token_ids", False) for sink in kv_sinks):
             self.config = attrs.evolve(self.config, emit_kv_token_ids=True)
