@@ -219,3 +219,18 @@ def test_a_worker_process_that_dies_fails_its_points(tmp_path, monkeypatch) -> N
     assert [got[i]["status"] for i in (0, 1)] == ["failed", "failed"]
     assert got[0]["error"] == "BrokenProcessPool: a child process terminated abruptly"
     assert got[0]["overrides"] == {"engine.max_num_seqs": 4} and got[1]["id"] == points[1][1].id
+
+
+def test_a_sweep_whose_every_point_failed_exits_1(tmp_path, capsys) -> None:
+    (tmp_path / "base.yaml").write_text("workload: {synthetic: {num_requests: 4, rate: 16}}\n")
+    path = tmp_path / "sweep.yaml"
+    path.write_text("base: base.yaml\ngrid:\n  workload.trace.path: [a.jsonl, b.jsonl]\n"
+                    "  workload.synthetic: [null]\n")
+    out_dir = tmp_path / "o"
+    assert main(["sweep", str(path), "--out", str(out_dir), "--parallel", "1"]) == 1
+    captured = capsys.readouterr()
+    assert "2 points (2 failed)" in captured.out
+    assert captured.err.count("failed: TraceError") == 2
+    records = [json.loads(p.read_text()) for p in sorted((out_dir / "points").glob("*.json"))]
+    assert [r["status"] for r in records] == ["failed", "failed"]
+    assert (out_dir / "results.csv").read_text().count("\n") == 3

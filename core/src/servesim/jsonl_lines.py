@@ -11,10 +11,12 @@ path. ``json`` writes ints and finite floats with their ``repr``; a NaN or infin
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 from operator import attrgetter
 
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvEvent, RemovedBlocks, StoredBlocks
 from servesim.fpm_schema import FPM_VERSION
+from servesim.kv.event_records import RemovedRun, StoredRun
 
 _BLOCK_HASH = attrgetter("block_hash")
 _TOKENS_HASH = attrgetter("tokens_hash")
@@ -66,21 +68,69 @@ def fpm_line(worker_id: int, at_ms: float, m: ForwardPassMetrics) -> str:
     )
 
 
+_REMOVED_MID = ', "type": "BlockRemoved", "block_hashes": ['
+_REMOVED_TAIL = "]}\n"
+
+
+def _head(worker_id: int, dp: int, at_ms: float) -> str:
+    return f'{{"worker": {worker_id}, "dp_rank": {dp}, "at_ms": {_num(at_ms)}, "event_id": '
+
+
+def _removed_run(head: str, rec: RemovedRun) -> str:
+    """The lines of ``len(rec.hashes)`` one-hash ``Removed`` events: ``head ID MID HASH TAIL``
+    each, joined at C level."""
+    first = rec.event_id
+    hashes = rec.hashes
+    pairs = zip(map(str, range(first, first + len(hashes))), map(str, hashes))
+    return head + (_REMOVED_TAIL + head).join(map(_REMOVED_MID.join, pairs)) + _REMOVED_TAIL
+
+
+def _stored_run(head: str, rec: StoredRun) -> str:
+    parent = rec.parent_hash
+    return "".join((head, str(rec.event_id), ', "type": "BlockStored", "block_hashes": [',
+                    ", ".join(map(str, rec.hashes)), '], "parent_block_hash": ',
+                    "null" if parent is None else str(parent), ', "tokens_hashes": [',
+                    ", ".join(map(str, rec.tokens_hashes)), "]}\n"))
+
+
 def kv_event_lines(worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> str:
     """The lines of one published batch: device-tier ``Removed`` and ``Stored`` events of the
     batch's first dp rank fill a template whose head is shared (``%`` formatting of an int is
-    its ``str``, as ``json`` writes it); any other event goes through :func:`kv_event_line`."""
+    its ``str``, as ``json`` writes it); compact records (servesim.kv.event_records) are
+    formatted with C-level joins; any other event goes through :func:`kv_event_line`."""
     if not events:
         return ""
     dp = events[0].dp_rank
-    head = f'{{"worker": {worker_id}, "dp_rank": {dp}, "at_ms": {_num(at_ms)}, "event_id": '
-    head = head.replace("%", "%%")  # a template below (no such character in numbers)
+    raw_head = _head(worker_id, dp, at_ms)
+    head = raw_head.replace("%", "%%")  # a template below (no such character in numbers)
     removed = head + '%s, "type": "BlockRemoved", "block_hashes": [%s]}\n'
     stored1 = (head + '%s, "type": "BlockStored", "block_hashes": [%s], "parent_block_hash": %s, '
                '"tokens_hashes": [%s]}\n')
     out: list[str] = []
     append = out.append
     for e in events:
+        te: type = type(e)
+        if te is RemovedRun or te is StoredRun:
+            rec: Any = e
+            hs = rec.hashes
+            if rec.dp_rank != dp:
+                h = _head(worker_id, rec.dp_rank, at_ms)
+                if te is StoredRun:
+                    append(_stored_run(h, rec))
+                elif hs:
+                    append(_removed_run(h, rec))
+            elif len(hs) != 1:  # one template fill for a one-block record (decode, evictions)
+                if te is StoredRun:
+                    append(_stored_run(raw_head, rec))
+                elif hs:
+                    append(_removed_run(raw_head, rec))
+            elif te is StoredRun:
+                parent = rec.parent_hash
+                append(stored1 % (rec.event_id, hs[0], "null" if parent is None else parent,
+                                  rec.tokens_hashes[0]))
+            else:
+                append(removed % (rec.event_id, hs[0]))
+            continue
         data = e.data
         t = type(data)
         if e.dp_rank != dp:

@@ -24,6 +24,15 @@ that holds output back to merge several workers' streams in one order
 (:mod:`servesim.replay.sink_merge`) then encodes each batch when it is produced and keeps only
 the encoding, so the event objects are freed at once instead of waiting in the buffer. The
 built-in JSONL sinks do this; the bytes written are the same either way.
+
+A KV-event sink may also opt in to compact records (:mod:`servesim.kv.event_records`) by
+setting ``accepts_kv_records = True`` on the class that defines its ``publish`` (and
+``encode``): a batch may then hold :class:`~servesim.kv.event_records.RemovedRun` and
+:class:`~servesim.kv.event_records.StoredRun` records beside ``KvEvent`` objects, each standing
+for consecutive events (``record.events()`` or ``materialise(batch)`` builds them). A replay
+uses records only when every KV-event sink and the router accept them; a subclass that
+overrides ``publish`` or ``encode`` without declaring it again gets objects. The built-in JSONL
+sink accepts them.
 """
 
 from __future__ import annotations
@@ -82,6 +91,10 @@ class KvEventSink(ABC):
 
     #: True when :meth:`encode` and :meth:`write_encoded` are implemented (module docs).
     encodes_ahead: ClassVar[bool] = False
+
+    #: True when :meth:`publish` and :meth:`encode` also take batches holding compact records
+    #: (module docs); declared on the class that defines them.
+    accepts_kv_records: ClassVar[bool] = False
 
     def encode(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> Any:
         """What :meth:`publish` would write for this batch, computed now (``encodes_ahead``)."""

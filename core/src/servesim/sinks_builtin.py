@@ -206,6 +206,7 @@ class JsonlKvEventSink(KvEventSink):
         return cls(config, validating=context is not None and context.validating)
 
     encodes_ahead = True
+    accepts_kv_records = True  # kv_event_lines formats compact records too
 
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
         self._out.write_text(self.encode(worker_id, at_ms, events))

@@ -9,10 +9,15 @@ of token ``h``).
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
+from array import array
 from collections.abc import Sequence
 
+from xxhash import xxh3_64_intdigest
+
 from servesim.kv.hashing import (
+    SEED,
     local_block_hash,
     placeholder_hashes,
     repeated_token_hash,
@@ -20,6 +25,8 @@ from servesim.kv.hashing import (
 )
 
 _MASK32 = 0xFFFFFFFF
+# Whole-prompt hashing (Tokens._local_hashes) needs array('I') to hold little-endian u32s.
+_U32_ARRAY = sys.byteorder == "little" and array("I").itemsize == 4
 
 
 class TokenSeq(ABC):
@@ -70,12 +77,28 @@ class Tokens(TokenSeq):
 
     __slots__ = ("_tokens",)
 
-    def __init__(self, tokens: Sequence[int]) -> None:
+    def __init__(self, tokens: Sequence[int], ints: bool = False) -> None:
+        """``ints``: every token is already an ``int`` (they are copied, not converted)."""
         super().__init__()
-        self._tokens = [int(t) for t in tokens]
+        self._tokens = list(tokens) if ints else list(map(int, tokens))
 
     def __len__(self) -> int:
         return len(self._tokens)
+
+    def _local_hashes(self, block_size: int, n: int | None = None) -> list[int]:
+        """The blocks' bytes from one array of the whole prompt (the same bytes
+        ``local_block_hash`` hashes block by block); a token outside ``[0, 2**32)``, whose
+        low 32 bits are hashed, takes the block-by-block path."""
+        if n is None:
+            n = len(self._tokens) // block_size
+        if not _U32_ARRAY:  # pragma: no cover - exotic platforms
+            return super()._local_hashes(block_size, n)
+        try:
+            data = array("I", self._tokens[: n * block_size]).tobytes()
+        except OverflowError:
+            return super()._local_hashes(block_size, n)
+        width = 4 * block_size
+        return [xxh3_64_intdigest(data[i * width:(i + 1) * width], seed=SEED) for i in range(n)]
 
     def tokens(self, start: int = 0, end: int | None = None) -> list[int]:
         return self._tokens[start:end]

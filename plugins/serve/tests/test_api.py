@@ -159,12 +159,20 @@ def test_too_long_prompt_is_400(server, client) -> None:
 
 def test_other_bad_requests(server) -> None:
     for body in ({"prompt": "a", "n": 2}, {"prompt": "a", "max_tokens": 0}, {"prompt": {"x": 1}},
-                 {"prompt": "a", "stream_options": {"include_usage": True}}, {"prompt": ["a", "b"]}):
+                 {"prompt": "a", "stream_options": {"include_usage": True}}, {"prompt": ["a", "b"]},
+                 {"prompt": [5, True]}, {"prompt": [5, -1]}, {"prompt": [5, 6.0]}, {"prompt": [[5, "x"]]}):
         r = httpx.post(server.base + "/completions", json=body)
         assert r.status_code == 400, body
         error_of(r)
     r = httpx.post(server.base + "/chat/completions", json={"messages": []})
     assert r.status_code == 400
+
+
+def test_token_id_prompts_are_ints_not_bools_and_not_negative() -> None:
+    from servesim_serve.protocol import token_ids
+
+    assert token_ids([]) and token_ids([0, 5, 2**40]) and token_ids([[1]][0])
+    assert not any(token_ids(p) for p in ([True], [1, False], [-1], [1, 2.0], [1, "2"], [None]))
 
 
 def test_default_max_tokens_is_capped_by_max_model_len(server) -> None:

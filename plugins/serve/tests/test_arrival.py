@@ -67,3 +67,27 @@ def test_the_server_stamps_each_request_when_it_is_received() -> None:
     assert r.status_code == 200
     assert before <= req.arrival <= after
     assert req.times == pytest.approx([req.arrival + 10.0])
+
+
+def test_connections_are_served_without_nagle_s_delay() -> None:
+    import socket
+
+    from servesim_serve.cli import bind
+    from servesim_serve.receipt import no_delay
+
+    listener = bind("127.0.0.1", 0)  # the server's listening socket (default protocol number)
+    client = socket.create_connection(listener.getsockname())
+    conn, _addr = listener.accept()
+    try:
+        assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 0  # what asyncio leaves
+
+        class Transport:
+            def get_extra_info(self, name: str) -> socket.socket:
+                assert name == "socket"
+                return conn
+
+        no_delay(Transport())
+        assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        for sock in (conn, client, listener):
+            sock.close()

@@ -32,14 +32,3 @@ def test_requests_are_served_by_every_pool_with_its_own_timing() -> None:
     assert fast["mean_ttft_ms"] == pytest.approx(10.0) and slow["mean_ttft_ms"] == pytest.approx(20.0)
     assert report["completed"] == 3
     assert 'engine="2"' in metrics  # one metric child per worker of every pool
-
-
-def test_a_prefill_decode_split_is_refused_naming_the_key() -> None:
-    from servesim.errors import ConfigError
-    from servesim_serve.app import Server
-    from servesim_serve.cli import load
-
-    loaded, cfg = load(None, ["cluster.prefill_workers=1", "cluster.decode_workers=2"])
-    with pytest.raises(ConfigError, match="does not serve a prefill/decode split") as info:
-        Server(loaded, cfg)
-    assert info.value.path == "cluster.prefill_workers"

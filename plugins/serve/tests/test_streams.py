@@ -51,3 +51,39 @@ def test_a_backlog_beyond_the_limit_goes_out_in_one_chunk() -> None:
     assert writes == 1
     assert out["choices"][0]["text"] == " ".join(f"w{k}" for k in range(passes))
     assert out["choices"][0]["finish_reason"] == "length"
+
+
+def test_chunks_written_from_the_wake_up_are_the_task_s_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    import httpx
+    from servesim_serve import app, receipt
+    from servesim_serve.testing import running
+
+    writes = [0]
+    write = receipt.ChunkWriter.write
+
+    def counted(self: receipt.ChunkWriter, body: bytes) -> None:
+        writes[0] += 1
+        write(self, body)
+
+    monkeypatch.setattr(receipt.ChunkWriter, "write", counted)
+    # 50 ms of prefill: the stream's handler is waiting long before the first token
+    sets = ["engine.timing_model={type: fixed, prefill_ms: 50.0, decode_ms: 5.0}", "serve.speedup=1"]
+    bodies = []
+    for direct in (True, False):
+        if not direct:
+            monkeypatch.setattr(app, "chunk_writer", lambda scope: None)
+        with running(sets) as s:
+            for path, body in (("/completions", {"prompt": "a b c", "max_tokens": 6}),
+                               ("/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                      "max_tokens": 4})):
+                with httpx.stream("POST", s.base + path, timeout=30, json={
+                        **body, "stream": True, "stream_options": {"include_usage": True}}) as r:
+                    raw = b"".join(r.iter_raw())
+                bodies.append(re.sub(rb'"(id|created)":("[^"]*"|\d+)', b"", raw))
+        if direct:
+            assert writes[0] >= 6  # the chunks before each stream's last went out directly
+            writes[0] = 0
+    assert writes[0] == 0
+    assert bodies[:2] == bodies[2:] and bodies[0].count(b"data: ") == 8  # 6 tokens, usage, [DONE]

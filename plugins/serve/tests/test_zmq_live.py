@@ -20,9 +20,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_kv_events_reach_a_subscriber_while_serving() -> None:
+@pytest.mark.parametrize("cluster", [[], ["cluster.prefill_workers=1", "cluster.decode_workers=1"]],
+                         ids=["aggregated", "split"])
+def test_kv_events_reach_a_subscriber_while_serving(cluster: list[str]) -> None:
     port = free_port()
-    sets = ["engine.timing_model={type: fixed, prefill_ms: 10.0, decode_ms: 2.0}", "serve.speedup=500",
+    sets = [*cluster, "engine.timing_model={type: fixed, prefill_ms: 10.0, decode_ms: 2.0}", "serve.speedup=500",
             f"sinks.kv_events=[{{type: zmq, endpoint: 'tcp://127.0.0.1:{port}', topic: kv}}]"]
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)

@@ -22,12 +22,24 @@ _MASK32 = 0xFFFFFFFF
 _repeat_cache: dict[tuple[int, int], int] = {}
 
 
+_BIG_ENDIAN = struct.pack("=I", 1) != struct.pack("<I", 1)
+
+
 def local_block_hash(tokens: Sequence[int]) -> int:
-    """Token-only hash of one block's tokens."""
-    data = array("I", [t & _MASK32 for t in tokens])
+    """Token-only hash of one block's tokens (each taken modulo 2**32)."""
+    data: array[int] | None = None
+    if type(tokens) is list or type(tokens) is tuple:
+        try:
+            # Tokens already in [0, 2**32) (the usual case) are their own low 32 bits: the
+            # array takes them as they are, and refuses any other value.
+            data = array("I", tokens)
+        except (OverflowError, TypeError):
+            data = None
+    if data is None:
+        data = array("I", [t & _MASK32 for t in tokens])
     if data.itemsize != 4:  # pragma: no cover - exotic platforms
         raise RuntimeError("array('I') is not 32-bit on this platform")
-    if struct.pack("=I", 1) != struct.pack("<I", 1):  # pragma: no cover - big endian
+    if _BIG_ENDIAN:  # pragma: no cover - big endian
         data.byteswap()
     return xxh3_64_intdigest(data.tobytes(), seed=SEED)
 

@@ -37,6 +37,7 @@ registers it with one C-level map; event objects come from :mod:`servesim.kv.eve
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from servesim._compiled import mypyc_attr
 from servesim.contract import KvEvent, RemovedBlocks, StoredBlocks
@@ -48,6 +49,7 @@ from servesim.kv.event_build import (
     removed_events,
     stored_blocks,
 )
+from servesim.kv.event_records import RemovedRun, StoredRun
 from servesim.kv.eviction import EvictionPolicy, LruEviction
 
 
@@ -121,7 +123,8 @@ class BlockPool:
         # len(self._evict), kept here because occupancy is read every pass (the pool makes
         # every push, removal and eviction, so the two never differ).
         self._inactive = len(self._evict)
-        self._events: list[KvEvent] | None = [] if (emit_events and enable_prefix_caching) else None
+        # KvEvent objects, or with ``event_records`` also compact records of them.
+        self._events: list[Any] | None = [] if (emit_events and enable_prefix_caching) else None
         self._next_event_id = 0
         # Set when the only consumer of the events is an index of cached hashes (the KV
         # router, RankServices.kv_events_router_only): the evictions of one allocation are
@@ -134,6 +137,11 @@ class BlockPool:
         # to its real hash (:meth:`rekey`) is still unpublished; its eventual ``Removed``
         # names a hash the index never held, which the index ignores.
         self.events_for_placeholders = True
+        # Set when every reader of the events accepts compact records
+        # (servesim.kv.event_records, RankServices.kv_event_records): device-tier evictions
+        # and ``Stored`` events without token ids are then published as records, with the
+        # same ids and contents as the objects they stand for.
+        self.event_records = False
         # Bumped by every release: a "capacity generation" that lets a caller skip
         # re-probing an allocation that failed when nothing was freed since.
         self.releases = 0
@@ -273,7 +281,11 @@ class BlockPool:
                 h = hashes[b]
                 hashes[b] = None
                 if h is not None and drop(h, b) and events is not None:
-                    self._publish(removed_blocks((h,)))
+                    if self.event_records:
+                        events.append(RemovedRun(self._next_event_id, self.dp_rank, [h]))
+                        self._next_event_id += 1
+                    else:
+                        self._publish(removed_blocks((h,)))
                 ref[b] = 1
                 unmark[b] = None
             ids += victims
@@ -311,7 +323,10 @@ class BlockPool:
         if not self.coalesce_removals:  # one event per hash, built in one go
             first = self._next_event_id
             self._next_event_id = first + len(gone)
-            events.extend(removed_events(first, self.dp_rank, gone))
+            if self.event_records:
+                events.append(RemovedRun(first, self.dp_rank, gone))
+            else:
+                events.extend(removed_events(first, self.dp_rank, gone))
             return
         if not self.events_for_placeholders and min(gone) < 0:
             gone = [h for h in gone if h >= 0]
@@ -390,6 +405,12 @@ class BlockPool:
             hashes[b] = h
             if self._primary.setdefault(h, b) == b:
                 if self._events is not None and (h >= 0 or self.events_for_placeholders):
+                    parent_h = seq_hashes[start - 1] if start > 0 else None
+                    if self.event_records and block_tokens is None:
+                        self._events.append(StoredRun(self._next_event_id, self.dp_rank, parent_h,
+                                                      (h,), (local_hashes[start],)))
+                        self._next_event_id += 1
+                        return
                     tokens = tuple(block_tokens(start)) if block_tokens is not None else None
                     blk = kv_block(h, local_hashes[start], tokens)
                     parent = seq_hashes[start - 1] if start > 0 else None
@@ -453,6 +474,12 @@ class BlockPool:
         if block_tokens is not None:
             blocks = tuple([kv_block(h, local_hashes[i], tuple(block_tokens(i)))
                             for i, h in zip(range(first, end), hs, strict=True)])
+        elif self.event_records:
+            assert self._events is not None
+            self._events.append(StoredRun(self._next_event_id, self.dp_rank, parent, hs,
+                                          local_hashes[first:end]))
+            self._next_event_id += 1
+            return
         else:
             blocks = kv_blocks(hs, local_hashes[first:end])
         self._publish(stored_blocks(parent, blocks, None))
@@ -541,7 +568,8 @@ class BlockPool:
         self._next_event_id += 1
 
     def drain_events(self) -> list[KvEvent]:
-        """Events published since the last drain, oldest first (empty when disabled)."""
+        """Events published since the last drain, oldest first (empty when disabled); with
+        ``event_records``, records among them (servesim.kv.event_records)."""
         events = self._events
         if not events:
             return []

@@ -602,7 +602,8 @@ class DisaggReplayer(Replayer):
 
 def build_disagg_replayer(
     loaded: Any, workload: Workload, kv_sinks: list[Any], fpm_sinks: list[Any],
-    record_metrics: bool = True, **kwargs: Any
+    record_metrics: bool = True, replayer_class: type[DisaggReplayer] | None = None,
+    emit_fpm: bool = False, **kwargs: Any
 ) -> DisaggReplayer:
     """The prefill and decode pools of ``loaded`` (``cluster.prefill_workers`` /
     ``decode_workers``, each role's engine = ``engine:`` merged with ``cluster.prefill_engine``
@@ -612,12 +613,14 @@ def build_disagg_replayer(
     prefill router and prefill ranks whose hashes only the router reads may elide them;
     decode ranks read the real hashes), a prefill pool whose KV events only the router reads
     is told so (``RankServices.kv_events_router_only``), and ``record_metrics=False`` (the
-    runner's choice without a timeline) leaves the unread occupancy snapshots unbuilt."""
+    runner's choice without a timeline) leaves the unread occupancy snapshots unbuilt.
+    ``replayer_class``: a DisaggReplayer subclass to build instead (the live one of
+    ``servesim.replay.disagg_live``); ``emit_fpm``: forward-pass metrics even without sinks."""
     mark_unique_prompts(workload)
     sim = loaded.sim
     cluster = sim.cluster
     router_class = loaded.plugins.routers().get(cluster.router)
-    emit_fpm = bool(fpm_sinks) or kwargs.get("timeline") is not None
+    emit_fpm = emit_fpm or bool(fpm_sinks) or kwargs.get("timeline") is not None
     pools = []
     for role, count, overrides in (
         ("prefill", cluster.prefill_workers, cluster.prefill_engine),
@@ -638,7 +641,7 @@ def build_disagg_replayer(
     block_size = pf.config.bs
     prefill_router = router_class(len(prefill), pf.config.dp_size, block_size, loaded.router_config)
     decode_router = DecodeLoadRouter(len(decode), df.config.dp_size, df.config.bs)
-    return DisaggReplayer(
+    return (replayer_class or DisaggReplayer)(
         prefill, decode, workload, prefill_router=prefill_router, decode_router=decode_router,
         block_size=block_size, handoff_latency_ms=cluster.handoff_latency_ms,
         kv_sinks=kv_sinks, fpm_sinks=fpm_sinks, **kwargs,

@@ -32,6 +32,7 @@ from attrs import frozen
 
 from servesim._compiled import mypyc_attr
 from servesim.contract import ClearedBlocks, KvEvent, RemovedBlocks, Request, StoredBlocks
+from servesim.kv.event_records import RemovedRun, StoredRun
 from servesim.replay.cluster import ClusterState
 from servesim.tokens import TokenSeq
 
@@ -50,6 +51,9 @@ class Router(ABC):
     config_class: ClassVar[type | None] = None
     wants_block_hashes: ClassVar[bool] = False
     wants_kv_events: ClassVar[bool] = False
+    #: True when :meth:`on_kv_events` also takes compact records (servesim.kv.event_records);
+    #: a subclass that overrides it without declaring this again gets ``KvEvent`` objects.
+    accepts_kv_records: ClassVar[bool] = False
 
     def __init__(self, num_workers: int, dp_size: int, block_size: int, config: Any = None) -> None:
         self.num_workers = num_workers
@@ -154,7 +158,9 @@ class KvIndex:
             held.append(set())
         return held[slot]
 
-    def apply(self, worker: int, events: Sequence[KvEvent]) -> None:
+    def apply(self, worker: int, events: Sequence[Any]) -> None:
+        """Apply one worker's batch of ``KvEvent`` objects and compact records
+        (servesim.kv.event_records: device-tier runs, one set operation each)."""
         held = self._held
         base = worker * self.dp_size
         dp = -1
@@ -164,19 +170,26 @@ class KvIndex:
                 dp = ev.dp_rank
                 s = base + dp
                 blocks = held[s] if s < len(held) else self._slot_set(s)
+            te = type(ev)
+            if te is RemovedRun:
+                blocks.difference_update(ev.hashes)
+                continue
+            if te is StoredRun:
+                blocks.update(ev.hashes)
+                continue
             data = ev.data
             t = type(data)
             # The index scores device (G1) residency: host-tier events (a medium) differ.
             if t is RemovedBlocks:
-                if data.medium is None:  # type: ignore[union-attr]
-                    hashes = data.block_hashes  # type: ignore[union-attr]
+                if data.medium is None:
+                    hashes = data.block_hashes
                     if len(hashes) == 1:
                         blocks.discard(hashes[0])
                     else:
                         blocks.difference_update(hashes)
             elif t is StoredBlocks:
-                if data.medium is None:  # type: ignore[union-attr]
-                    blocks.update(map(_BLOCK_HASH, data.blocks))  # type: ignore[union-attr]
+                if data.medium is None:
+                    blocks.update(map(_BLOCK_HASH, data.blocks))
             elif getattr(data, "medium", None) is not None:
                 continue
             elif isinstance(data, RemovedBlocks):
@@ -262,6 +275,8 @@ class KvRouter(Router):
     config_class = KvRouterConfig
     wants_block_hashes = True
     wants_kv_events = True
+    #: :meth:`on_kv_events` takes compact records (servesim.kv.event_records).
+    accepts_kv_records: ClassVar[bool] = True
 
     def __init__(self, num_workers: int, dp_size: int, block_size: int, config: Any = None) -> None:
         super().__init__(num_workers, dp_size, block_size, config or KvRouterConfig())

@@ -161,7 +161,8 @@ def _simulate(
         )
         # Occupancy snapshots feed only the timeline's KV usage.
         factory.fit_to_readers(kv_sinks, router_reads_events=router.wants_kv_events,
-                               record_metrics=timeline is not None)
+                               record_metrics=timeline is not None, router=router,
+                               observed=observers is not None)
         if pass_log is not None:
             factory.services = attrs.evolve(factory.services, record_schedule=True)
         return factory

@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     drew = pareto.draw(os.path.join(args.out, "pareto.png"), configs, sweep.pareto_x,
                        sweep.pareto_y, sweep.objectives)
     _summary(records, configs, sweep, args.out, drew)
-    return 0
+    return 1 if records and all(r["status"] != "ok" for r in records) else 0
 
 
 def _summary(records: list[dict[str, Any]], configs: list[Any], sweep: Any, out: str,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -27,7 +28,7 @@ from servesim_serve.cluster import build_cluster
 from servesim_serve.config import ServeConfig
 from servesim_serve.metrics import make_observer
 from servesim_serve.protocol import ApiError, check_model, parse_generation, parse_json
-from servesim_serve.receipt import received_at
+from servesim_serve.receipt import chunk_writer, received_at
 from servesim_serve.records import live_per_request_lines, live_report
 from servesim_serve.streams import Generation, disconnected
 from servesim_serve.tokenizer import load_tokenizer
@@ -84,6 +85,10 @@ class Server:
     def report(self) -> dict[str, Any]:
         """The report of the requests served so far (``servesim run``'s keys and more)."""
         d = self.driver
+        split_report = getattr(d, "report", None)  # a prefill/decode split: the replay's report
+        if split_report is not None:
+            return split_report(self.loaded.sim.report, self.loaded.resolved(), queue_full=self.queue_full,
+                                reasoning=self.cfg.reasoning is not None)
         return live_report(d.requests, self.loaded.sim.report, self.loaded.resolved(),
                            max_in_flight=d.max_in_flight, preemptions=d.preemptions,
                            queue_full=self.queue_full, reasoning=self.cfg.reasoning is not None,
@@ -91,6 +96,9 @@ class Server:
 
     def per_request_lines(self) -> list[str]:
         d = self.driver
+        split_lines = getattr(d, "per_request_lines", None)
+        if split_lines is not None:
+            return split_lines()
         return live_per_request_lines(d.requests, d.max_in_flight, d.preemptions)
 
     # -- endpoints -----------------------------------------------------------------------
@@ -109,7 +117,7 @@ class Server:
             return
         g = admitted
         if g.gen.stream:
-            await self._stream(g, receive, send)
+            await self._stream(g, scope, receive, send)
             return
         if not await g.until_done(receive):
             response = error_response(ApiError("the request was cancelled", 499, "ClientClosedRequest"))
@@ -154,7 +162,7 @@ class Server:
         prefix = "chatcmpl" if chat else "cmpl"
         return Generation(self, gen, req, f"{prefix}-{uuid.uuid4().hex}", int(time.time()))
 
-    async def _stream(self, g: Generation, receive: Receive, send: Send) -> None:
+    async def _stream(self, g: Generation, scope: Scope, receive: Receive, send: Send) -> None:
         """The SSE response: one body message per pass; a client that leaves cancels the
         request at once (the watcher below), whatever the stream is waiting for."""
         gone = asyncio.ensure_future(disconnected(receive))
@@ -162,11 +170,15 @@ class Server:
         events = g.events()
         try:
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            writer = chunk_writer(scope)
+            if writer is not None:  # the driver's wake-up writes the chunks (Generation.push)
+                g.req.push = functools.partial(g.push, writer)
             async for data in events:
                 if g.left:
                     break
                 await send({"type": "http.response.body", "body": data, "more_body": not g.closed})
         finally:
+            g.req.push = None
             gone.cancel()
             await events.aclose()
 

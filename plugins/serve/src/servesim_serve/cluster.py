@@ -4,13 +4,11 @@ Aggregated workers: ``cluster.workers`` of ``engine:``, or the ``cluster.pools``
 heterogeneous cluster (each pool's engine overrides merged over ``engine:``, workers numbered
 pool after pool, one router over all of them), built by the replay's own functions.
 
-A prefill/decode split is declined with a ConfigError: the disaggregated replay
-(``servesim.replay.disagg.DisaggReplayer``) is a replayer of a fixed workload (its handoff
-state is sized from the trace and its loop runs the trace to the end), and the handoff
-lifecycle it drives (reserve the destination, time the transfer, activate, release the
-source, each deferred while a worker is mid-pass, SGLang's reserve-first order, cancellation
-mid-handoff) has no live twin here. Serving a split needs a replayer that takes arrivals while
-it runs, a change to the core replay (docs/serve.md).
+A prefill/decode split (``cluster.prefill_workers`` / ``decode_workers``) is the
+disaggregated replay's own pools, routers and handoff (``build_disagg_replayer``), built as a
+:class:`~servesim.replay.disagg_live.LiveDisaggReplayer` and driven by
+:class:`~servesim_serve.disagg_driver.LiveDisaggDriver`; prefill workers are ``0..P-1``,
+decode workers ``P..P+D-1``, as in the replay and its sinks.
 """
 
 from __future__ import annotations
@@ -19,9 +17,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from servesim.errors import ConfigError
 from servesim.replay.cluster import build_engines
 from servesim.replay.pools import build_pool_engines
+from servesim.replay.runner import _check_supported
 from servesim.sink_build import build_sinks
 from servesim.sinks import SinkDeployment, bind_sinks
 
@@ -38,12 +36,8 @@ def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float
     """The driver over ``loaded``'s cluster, its clock started now, and the sinks it publishes to."""
     sim = loaded.sim
     cluster = sim.cluster
-    if cluster.prefill_workers or cluster.decode_workers:
-        key = "prefill_workers" if cluster.prefill_workers else "decode_workers"
-        raise ConfigError(
-            "servesim serve does not serve a prefill/decode split (the disaggregated handoff is "
-            "driven by the replay only); use `servesim run` for it, or aggregated workers "
-            "(cluster.workers or cluster.pools) here", path=f"cluster.{key}", source=loaded.source)
+    if _check_supported(loaded):  # a prefill/decode split (a ConfigError if one pool is empty)
+        return _build_split(loaded, speedup, wall, observer)
     num_workers = serve_workers(loaded)
     router_class = loaded.plugins.routers().get(cluster.router)
     router = router_class(num_workers, sim.engine.dp_size, sim.engine.bs, loaded.router_config)
@@ -70,10 +64,32 @@ def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float
     return driver, [*kv_sinks, *fpm_sinks]
 
 
+def _build_split(loaded: LoadedConfig, speedup: float, wall: Callable[[], float],
+                 observer: Observer | None) -> tuple[LiveDriver, list[Any]]:
+    """The live driver of a prefill/decode split and its sinks (module docstring)."""
+    from servesim.replay.disagg import build_disagg_replayer
+    from servesim.replay.disagg_live import LiveDisaggReplayer
+    from servesim.replay.workload import Workload
+
+    from servesim_serve.disagg_driver import LiveDisaggDriver
+
+    built = build_sinks(loaded)
+    kv_sinks, fpm_sinks = built["kv_events"], built["fpm"]
+    _bind(loaded, serve_workers(loaded), [*kv_sinks, *fpm_sinks])
+    replayer = build_disagg_replayer(
+        loaded, Workload(()), kv_sinks, fpm_sinks, replayer_class=LiveDisaggReplayer,
+        emit_fpm=bool(observer is not None and observer.wants_fpm), record_token_times=True)
+    assert isinstance(replayer, LiveDisaggReplayer)
+    driver = LiveDisaggDriver(replayer, SimClock(speedup, wall), observer)
+    return driver, [*kv_sinks, *fpm_sinks]
+
+
 def serve_workers(loaded: LoadedConfig) -> int:
-    """The aggregated workers served: every pool's, else ``cluster.workers``."""
+    """The workers served: a split's prefill and decode workers, else every pool's, else
+    ``cluster.workers``."""
     cluster = loaded.sim.cluster
-    return sum(p.workers for p in cluster.pools) or cluster.workers
+    split = cluster.prefill_workers + cluster.decode_workers
+    return split or sum(p.workers for p in cluster.pools) or cluster.workers
 
 
 def _bind(loaded: LoadedConfig, num_workers: int, sinks: list[Any]) -> None:

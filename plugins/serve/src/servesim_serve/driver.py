@@ -100,7 +100,7 @@ class LiveDriver:
         rid = len(self.requests)
         req = LiveRequest(rid, len(prompt), max_tokens, thinking, arrival_ms)
         self.requests.append(req)
-        request = Request(rid, Tokens(prompt), max_tokens)
+        request = Request(rid, Tokens(prompt, ints=True), max_tokens)
         hashes = request.prompt.block_hashes(self.block_size)[0] if self.router.wants_block_hashes else ()
         worker, dp = self.router.select(request, hashes, self.state)
         self.router.routed(request, worker, dp, self.state)

@@ -76,6 +76,12 @@ def _stream_options(body: dict[str, Any], stream: bool) -> tuple[bool, bool]:
     return include, include and bool(opts.get("continuous_usage_stats"))
 
 
+def token_ids(items: list[Any]) -> bool:
+    """Every item is a token id: an int (a bool is not one) >= 0. (The type check and the
+    minimum run in C: a per-item Python test was a fifth of a long prompt's handling.)"""
+    return not items or (set(map(type, items)) == {int} and min(items) >= 0)
+
+
 def completion_prompt(body: dict[str, Any], tok: Tokenizer) -> list[int]:
     """``prompt``: a string, token ids, or a one-element list of either."""
     prompt = body.get("prompt")
@@ -83,8 +89,7 @@ def completion_prompt(body: dict[str, Any], tok: Tokenizer) -> list[int]:
         prompt = prompt[0]
     if isinstance(prompt, str):
         return tok.encode(prompt)
-    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
-                                        for t in prompt):
+    if isinstance(prompt, list) and token_ids(prompt):
         return list(prompt)
     if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, (str, list)) for p in prompt):
         raise ApiError("only one prompt per request is supported", param="prompt")

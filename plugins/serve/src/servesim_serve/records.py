@@ -12,7 +12,7 @@ counted in ``num_cancelled``; requests answered 503 never reach an engine and ar
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from servesim.config.sections import ReportConfig
@@ -25,7 +25,7 @@ class LiveRequest:
 
     __slots__ = ("rid", "prompt_len", "max_tokens", "thinking", "arrival", "times", "steps", "cached",
                  "reused", "admitted", "worker", "dp_rank", "done_ms", "cancelled", "rejected", "aborted",
-                 "_waiter")
+                 "push", "_waiter")
 
     def __init__(self, rid: int, prompt_len: int, max_tokens: int, thinking: int, arrival: float) -> None:
         self.rid = rid
@@ -44,6 +44,7 @@ class LiveRequest:
         self.cancelled = False
         self.rejected = False
         self.aborted = False  # the simulation failed while the request was in flight
+        self.push: Callable[[], bool] | None = None  # writes new tokens itself (streams.py)
         self._waiter: asyncio.Future[None] | None = None
 
     @property
@@ -56,7 +57,15 @@ class LiveRequest:
         return value or 0
 
     def notify(self) -> None:
-        """Wake the stream waiting on this request (tokens or its end arrived)."""
+        """Tokens or the request's end arrived: :attr:`push` writes them, or else the stream
+        waiting on the request is woken."""
+        push = self.push
+        if push is not None:
+            try:
+                if push():
+                    return
+            except Exception:
+                self.push = None  # the stream's task takes over (and meets the error itself)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from starlette.types import Receive
 
     from servesim_serve.app import Server
+    from servesim_serve.receipt import ChunkWriter
     from servesim_serve.records import LiveRequest
 
 
@@ -51,6 +52,9 @@ class Generation:
         self.out = ChunkBytes(rid, created, self.model, gen.chat)
         self.closed = False  # the stream's last chunk (and [DONE]) has been produced
         self.left = False  # the client went away
+        self.sent = 0  # output tokens in the messages produced so far
+        self.step = 0  # entries of req.steps consumed
+        self.sending = False  # the stream's task holds a message it has not written yet
 
     def token_id(self, j: int) -> int:
         """The ``j``-th output token: thinking boundaries, else the tokenizer's pool."""
@@ -131,41 +135,64 @@ class Generation:
         return [out.chat(join_text(texts), is_reasoning, finish if i == final else None, usage)
                 for i, (is_reasoning, texts) in enumerate(runs)]
 
+    def take(self) -> bytes | None:
+        """The body message of what the request gained since the last one (the chunks of its
+        new passes; on its end the finish, usage chunk and ``[DONE]`` too), or None."""
+        req, gen = self.req, self.gen
+        sent = self.sent
+        n = len(req.times)
+        out: list[bytes] = []
+        if gen.chat and sent == 0 and n:
+            prompt = req.prompt_len if gen.continuous_usage else None
+            out.append(wire.sse(wire.chat_role_chunk(self.rid, self.created, self.model,
+                                                     prompt)).encode("utf-8"))
+        steps = req.steps[self.step:]
+        self.step += len(steps)
+        if len(steps) > MERGE_AFTER:
+            steps = steps[-1:]
+        closed = False  # a chunk with the finish reason went out
+        for end in steps:
+            closed = req.finished and end == n
+            out.extend(self._chunks(sent, end, closed))
+            sent = end
+        self.sent = sent
+        if req.finished and not closed:
+            # An end without a token in its pass (a rejection at admission).
+            out.append(wire.sse(self._end_chunk()).encode("utf-8"))
+            closed = True
+        if closed:
+            out.append(self._trailer())
+            self.closed = True
+        if not out:
+            return None
+        return out[0] if len(out) == 1 else b"".join(out)
+
     async def events(self) -> AsyncGenerator[bytes, None]:
         """The SSE body, one item per pass that gave the request tokens (the pass's chunks
         together; the last item also holds the usage chunk and ``[DONE]``). Leaving it early
-        (the client went away) cancels the request."""
-        req, gen = self.req, self.gen
-        sent = step = 0
-        closed = False  # a chunk with the finish reason went out
+        (the client went away) cancels the request. Items :meth:`push` wrote are not here."""
+        req = self.req
         try:
-            while not closed:
-                await req.wait(sent)
-                n = len(req.times)
-                out: list[bytes] = []
-                if gen.chat and sent == 0 and n:
-                    prompt = req.prompt_len if gen.continuous_usage else None
-                    out.append(wire.sse(wire.chat_role_chunk(self.rid, self.created, self.model,
-                                                             prompt)).encode("utf-8"))
-                steps = req.steps[step:]
-                step += len(steps)
-                if len(steps) > MERGE_AFTER:
-                    steps = steps[-1:]
-                for end in steps:
-                    closed = req.finished and end == n
-                    out.extend(self._chunks(sent, end, closed))
-                    sent = end
-                if req.finished and not closed:
-                    # An end without a token in its pass (a rejection at admission).
-                    out.append(wire.sse(self._end_chunk()).encode("utf-8"))
-                    closed = True
-                if closed:
-                    out.append(self._trailer())
-                    self.closed = True
-                if out:
-                    yield out[0] if len(out) == 1 else b"".join(out)
+            while not self.closed:
+                await req.wait(self.sent)
+                data = self.take()
+                if data is not None:
+                    self.sending = True  # until the consumer has written it and asks again
+                    yield data
+                    self.sending = False
         finally:
             self.server.driver.cancel(req)
+
+    def push(self, writer: ChunkWriter) -> bool:
+        """Write the request's new chunks now, from the driver's wake-up (no task hop); False
+        when the stream's task must do it: the request ended (its last message closes the
+        response through ``send``), the task is writing a message, or the writer would wait."""
+        if self.sending or self.left or self.req.finished or not writer.ready():
+            return False
+        data = self.take()
+        if data is not None:
+            writer.write(data)
+        return True
 
     def _trailer(self) -> bytes:
         """The usage chunk (``stream_options.include_usage``) and ``[DONE]``."""

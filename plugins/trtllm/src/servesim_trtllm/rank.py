@@ -113,6 +113,7 @@ class TrtllmRank(Rank):
             # publish nothing for placeholder blocks (no prompt can match them).
             pool.coalesce_removals = True
             pool.events_for_placeholders = False
+        pool.event_records = services.kv_event_records  # servesim.kv.event_records
         # Trace-unique prompt blocks, and every block after them, may take placeholders
         # when nothing outside the rank reads hashes (TokenSeq.block_hashes_elided).
         self.core.elide = config.enable_prefix_caching and (

@@ -82,6 +82,8 @@ class VllmRank(Rank):
             self.sched.pool.coalesce_removals = True
             self.sched.pool.events_for_placeholders = False
             self.sched.lazy_hashes = self.sched.caching
+        # Every reader takes compact event records (servesim.kv.event_records).
+        self.sched.pool.event_records = services.kv_event_records
         # vLLM schedules one empty step after the one that finished its last request.
         self._trailing_step = False
         self.book = HandoffBook(VllmHandoffAdapter(self))
