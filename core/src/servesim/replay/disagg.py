@@ -33,10 +33,8 @@ decode pass). A destination that can never fit the decode pool (a recoverable
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
+from collections.abc import Container, Sequence
+from typing import TYPE_CHECKING, Any
 
 from servesim.contract import (
     ActivateDestination,
@@ -58,6 +56,9 @@ from servesim.replay.cluster import ClusterState
 from servesim.replay.driver import _EXTERNAL, Replayer, ReplayError, _publish
 from servesim.replay.routers import Router
 from servesim.replay.workload import Workload, mark_unique_prompts
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class DecodeLoadRouter(Router):
@@ -83,23 +84,42 @@ class DecodeLoadRouter(Router):
         self.members: list[set[int]] = [set() for _ in range(num_workers * dp_size)]
         self._slot_of: dict[int, int] = {}
         self._next = 0
-        self.lengths: Any = None  # (rid) -> (current length, has produced a token)
+        # Per request: prompt length and tokens produced so far (the replay's log columns).
+        self.input_length: Sequence[int] = ()
+        self.ntok: Sequence[int] = ()
+        # Per slot with a run of passes in flight: (passes of it that ended before the
+        # current routing, the run's members); their tokens are not logged yet.
+        self.bump: dict[int, tuple[int, Container[int]]] = {}
 
     def select(
         self, request: Request, block_hashes: Sequence[int], state: ClusterState
     ) -> tuple[int, int]:
         bs = self.block_size
+        up = bs - 1  # ceil(length / bs) == (length + bs - 1) // bs for lengths >= 0
         isl = request.prompt_len
         n = len(self.members)
-        lengths = self.lengths
+        inp, ntok, bump = self.input_length, self.ntok, self.bump
         cost = []
-        for members in self.members:
+        for s, members in enumerate(self.members):
             pending = blocks = 0
-            for rid in members:
-                length, started = lengths(rid)
-                blocks += -(-length // bs)
-                if not started:
-                    pending += length
+            extra = bump.get(s) if bump else None
+            if extra is None:
+                for rid in members:
+                    produced = ntok[rid]
+                    length = inp[rid] + produced
+                    blocks += (length + up) // bs
+                    if not produced:
+                        pending += length
+            else:
+                c, in_run = extra
+                for rid in members:
+                    produced = ntok[rid]
+                    if rid in in_run:
+                        produced += c
+                    length = inp[rid] + produced
+                    blocks += (length + up) // bs
+                    if not produced:
+                        pending += length
             cost.append((pending + isl) / bs + blocks)
         start = self._next
         best = min(range(n), key=lambda s: (cost[s], (s - start) % n))
@@ -180,16 +200,14 @@ class DisaggReplayer(Replayer):
         )
         self._deferred: dict[int, list[int]] = {}  # worker → request ids awaiting it idle
         self.busy_ms = [0.0] * len(self.engines)
-        # Tokens of in-flight run passes that ended before the current routing, per member
-        # (set by _run_tokens before the decode router selects; empty otherwise).
-        self._bump: dict[int, int] = {}
+        # Tokens of in-flight run passes that ended before the current routing, per decode
+        # slot (set by _run_tokens before the decode router selects; empty otherwise).
+        self._bump: dict[int, tuple[int, Container[int]]] = {}
+        self._run_members: list[tuple[object, frozenset[int]] | None] = [None] * len(self.engines)
         if isinstance(decode_router, DecodeLoadRouter):
-            log = self.log
-            bump = self._bump
-            inp, ntok = log.input_length, log.ntok
-            decode_router.lengths = lambda r: (
-                (inp[r] + ntok[r], ntok[r] > 0) if not bump else
-                (inp[r] + ntok[r] + bump.get(r, 0), ntok[r] + bump.get(r, 0) > 0))
+            decode_router.input_length = self.log.input_length
+            decode_router.ntok = self.log.ntok
+            self._bump = decode_router.bump
         if self._runs is not None:
             self._runs.horizon_of = self._run_horizon
 
@@ -387,14 +405,17 @@ class DisaggReplayer(Replayer):
         runs = self._runs
         assert runs is not None
         bump = self._bump
-        for w in range(self.num_prefill, len(self.engines)):
+        p = self.num_prefill
+        for w in range(p, len(self.engines)):
             run = runs.in_flight[w]
             if run is None:
                 continue
             c = bisect_left(run.pass_ends, now)
             if c:
-                for rid in run.members:
-                    bump[rid] = c
+                known = self._run_members[w]
+                if known is None or known[0] is not run:
+                    known = self._run_members[w] = (run, frozenset(run.members))
+                bump[w - p] = (c, known[1])  # a running engine has dp_size 1: slot = worker
 
     # -- the handoff ----------------------------------------------------------------------
 
@@ -558,6 +579,8 @@ class DisaggReplayer(Replayer):
 
     def report_extras(self) -> dict[str, Any]:
         """Disaggregation keys of the report (docs/report.md)."""
+        import numpy as np  # here, not at import: the replay itself needs none
+
         log = self.log
         mask = log.completed_mask()
         arrival = np.asarray(log.arrival)
