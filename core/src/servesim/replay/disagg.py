@@ -60,6 +60,11 @@ from servesim.replay.workload import Workload, mark_unique_prompts
 if TYPE_CHECKING:
     import numpy as np
 
+    from servesim.observers import Observers
+    from servesim.plot.timeline import TimelineRecorder
+    from servesim.replay.driver import ProgressFn
+    from servesim.sinks import FpmSink, KvEventSink
+
 
 class DecodeLoadRouter(Router):
     """The decode pool's router: Dynamo's KV-router cost without prefix overlap.
@@ -167,13 +172,26 @@ class DisaggReplayer(Replayer):
         decode_router: Router,
         block_size: int,
         handoff_latency_ms: float = 0.0,
-        **kwargs: Any,
+        concurrency: int | None = None,
+        arrival_speedup_ratio: float = 1.0,
+        kv_sinks: Sequence[KvEventSink] = (),
+        fpm_sinks: Sequence[FpmSink] = (),
+        record_token_times: bool = False,
+        progress: ProgressFn | None = None,
+        runs: bool | None = None,
+        timeline: TimelineRecorder | None = None,
+        observers: Observers | None = None,
     ) -> None:
+        # Replayer's keywords spelled out (no **kwargs: the compiled build cannot describe
+        # that signature); a split has no pass log (servesim.replay.runner).
         if not prefill_engines or not decode_engines:
             raise ValueError("a disaggregated replay needs prefill and decode workers")
         super().__init__(
             [*prefill_engines, *decode_engines], workload, router=prefill_router,
-            block_size=block_size, **kwargs,
+            block_size=block_size, concurrency=concurrency,
+            arrival_speedup_ratio=arrival_speedup_ratio, kv_sinks=kv_sinks, fpm_sinks=fpm_sinks,
+            record_token_times=record_token_times, progress=progress, runs=runs,
+            timeline=timeline, observers=observers,
         )
         self.num_prefill = len(prefill_engines)
         self.prefill_router = prefill_router
