@@ -650,8 +650,8 @@ def build_disagg_replayer(
     / ``decode_engine`` and its ``worker_type`` forced), their routers and the replayer.
 
     The aggregated replay's savings apply: trace-unique prompt blocks are marked (the
-    prefill router and prefill ranks whose hashes only the router reads may elide them;
-    decode ranks read the real hashes), a prefill pool whose KV events only the router reads
+    prefill router, prefill ranks whose hashes only the router reads, and decode ranks whose
+    hashes nothing outside them reads may elide them), a prefill pool whose KV events only the router reads
     is told so (``RankServices.kv_events_router_only``), and ``record_metrics=False`` (the
     runner's choice without a timeline) leaves the unread occupancy snapshots unbuilt."""
     mark_unique_prompts(workload)
