@@ -4,7 +4,8 @@ Random small workloads on vLLM prefill and decode pools (KV or round-robin prefi
 one or more workers per pool, transfer latencies, tight or roomy decode pools, prefix
 caching on or off, sessions and concurrency limits, cancellations): the report JSON (with
 its handoff keys) and the per-request lines (with their handoff fields) must be
-byte-identical to stepping's. A deterministic case pins that the decode pool does run.
+byte-identical to stepping's, and to a replay whose decode ranks hash every block. A
+deterministic case pins that the decode pool does run.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def cases(draw: Any) -> dict[str, Any]:
     )
 
 
-def _replay(case: dict[str, Any], runs: bool) -> tuple[str, list[str], DisaggReplayer]:
+def _replay(case: dict[str, Any], runs: bool, real_decode_hashes: bool = False
+            ) -> tuple[str, list[str], DisaggReplayer]:
     tmp = Path(tempfile.mkdtemp())
     lines = []
     for t, blocks, shared, out, delay, i in case["rows"]:
@@ -85,6 +87,9 @@ def _replay(case: dict[str, Any], runs: bool) -> tuple[str, list[str], DisaggRep
     rp = build_disagg_replayer(loaded, wl, [], [], record_metrics=not runs, runs=runs,
                                concurrency=loaded.sim.workload.concurrency,
                                record_token_times=case["token_times"])
+    if real_decode_hashes:  # every block of every request hashed on the decode ranks
+        for engine in rp.engines[rp.num_prefill:]:
+            engine.ranks[0].sched.lazy_hashes = False
     cancel = case["cancel"]
     if cancel is not None and cancel[0] < len(case["rows"]):
         rp.cancel_at(cancel[0], float(cancel[1]))
@@ -105,6 +110,20 @@ def test_disaggregated_replay_with_runs_is_byte_identical(case: dict[str, Any]) 
     assert step[0] == run[0]
     assert step[1] == run[1]
     assert step[2].passes == run[2].passes
+
+
+@settings(max_examples=60, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_decode_ranks_may_elide_unshared_prompt_blocks(case: dict[str, Any]) -> None:
+    """Without KV sinks nothing reads the decode ranks' hashes, so a destination's prompt
+    takes the elided hashes (placeholders for blocks no other request can share) and
+    generated blocks stay unhashed: the same bytes as hashing every block."""
+    elided = _replay(case, runs=True)
+    if case["caching"]:
+        assert all(e.ranks[0].sched.lazy_hashes for e in elided[2].engines[elided[2].num_prefill:])
+    real = _replay(case, runs=True, real_decode_hashes=True)
+    assert elided[:2] == real[:2]
 
 
 def test_the_decode_pool_runs_through_handoffs() -> None:

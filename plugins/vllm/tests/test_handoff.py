@@ -218,3 +218,67 @@ def test_forward_pass_metrics_queue_pending_and_reserved_destinations_as_decodes
     fpm = eff.forward_pass_metrics
     assert (fpm.num_decode_requests, fpm.sum_decode_kv_tokens) == (1, 8)
     assert (fpm.num_queued_decode, fpm.sum_queued_decode_kv_tokens) == (1, 12)
+
+
+def _drive_decode(keep: bool, emit: bool) -> tuple[list[object], list[bool]]:
+    """Two requests decode in runs on a decode worker; a third is reserved and activated
+    mid-stream (the reservation during a run, the activation between passes). ``keep``: as
+    the rank does, the handoff commands leave the steady batch; otherwise it is synced away
+    before each command, as it once was. Returns everything observable, and whether the
+    steady batch was still set after each command."""
+    from servesim_vllm import steady as _steady
+
+    eng = decode_engine(RecordingTiming(decode_ms=2.0), num_gpu_blocks=64, emit_kv_events=emit,
+                        enable_prefix_caching=True)
+    rank = eng.ranks[0]
+    seen: list[object] = []
+    kept: list[bool] = []
+
+    def command(cmd: object, now: float) -> None:
+        if not keep:
+            _steady.sync(rank.sched)
+        eff = eng.apply(0, cmd, now)
+        kept.append(rank.sched.steady is not None)
+        seen.append((now, eff.result, eff.lifecycle_events, eff.kv_events))
+
+    now = 0.0
+    for rid in (1, 2):
+        command(ReserveDestination(H(rid), req(rid, 9, 20 + rid)), now)
+        command(ActivateDestination(H(rid)), now)
+    third = 0
+    while not eng.is_drained() or third < 2:
+        if third == 1 and now >= 30.0:
+            command(ActivateDestination(H(3)), now)
+            third = 2
+        run = eng.execute_run(now, now + 9.0)
+        if run is not None:
+            if third == 0:  # mid-run: the reservation waits for the run's end
+                command(ReserveDestination(H(3), req(3, 13, 6)), now + 1.0)
+                third = 1
+            done = eng.complete_run(run.first_pass_id, run.end_ms)
+            eff = done.effects
+            seen.append(("run", run.pass_ends, eff.members, eff.completed, eff.kv_events,
+                         eff.lifecycle_events))
+            now = run.end_ms
+            continue
+        start = eng.execute_pass(now)
+        assert start is not None
+        done = eng.complete_pass(start.pass_id, start.end_ms)
+        e = done.by_rank[0].effects
+        seen.append(("pass", start.end_ms, e.outputs.token_request_ids, e.outputs.completed,
+                     e.kv_events, e.lifecycle_events))
+        now = start.end_ms
+    return seen, kept
+
+
+@pytest.mark.parametrize("emit", [False, True])
+def test_handoff_commands_keep_the_steady_batch_with_the_same_results(emit: bool) -> None:
+    """ReserveDestination and ActivateDestination touch only the pool, the waiting queue and
+    the destination's own request, so a decode rank keeps its steady batch through them
+    (servesim_vllm.steady): its next run needs no rebuild. Every pass, run, KV event and
+    lifecycle event is the same as when the batch is synced away before each command."""
+    kept_seen, kept = _drive_decode(keep=True, emit=emit)
+    synced_seen, _ = _drive_decode(keep=False, emit=emit)
+    assert kept_seen == synced_seen
+    assert any(kept)  # the reservation during a run, at least, left the batch in place
+    assert [x for x in kept_seen if x[0] == "run"]  # runs did happen

@@ -33,10 +33,8 @@ decode pass). A destination that can never fit the decode pool (a recoverable
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
+from collections.abc import Container, Sequence
+from typing import TYPE_CHECKING, Any
 
 from servesim.contract import (
     ActivateDestination,
@@ -58,6 +56,14 @@ from servesim.replay.cluster import ClusterState
 from servesim.replay.driver import _EXTERNAL, Replayer, ReplayError, _publish
 from servesim.replay.routers import Router
 from servesim.replay.workload import Workload, mark_unique_prompts
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from servesim.observers import Observers
+    from servesim.plot.timeline import TimelineRecorder
+    from servesim.replay.driver import ProgressFn
+    from servesim.sinks import FpmSink, KvEventSink
 
 
 class DecodeLoadRouter(Router):
@@ -83,23 +89,42 @@ class DecodeLoadRouter(Router):
         self.members: list[set[int]] = [set() for _ in range(num_workers * dp_size)]
         self._slot_of: dict[int, int] = {}
         self._next = 0
-        self.lengths: Any = None  # (rid) -> (current length, has produced a token)
+        # Per request: prompt length and tokens produced so far (the replay's log columns).
+        self.input_length: Sequence[int] = ()
+        self.ntok: Sequence[int] = ()
+        # Per slot with a run of passes in flight: (passes of it that ended before the
+        # current routing, the run's members); their tokens are not logged yet.
+        self.bump: dict[int, tuple[int, Container[int]]] = {}
 
     def select(
         self, request: Request, block_hashes: Sequence[int], state: ClusterState
     ) -> tuple[int, int]:
         bs = self.block_size
+        up = bs - 1  # ceil(length / bs) == (length + bs - 1) // bs for lengths >= 0
         isl = request.prompt_len
         n = len(self.members)
-        lengths = self.lengths
+        inp, ntok, bump = self.input_length, self.ntok, self.bump
         cost = []
-        for members in self.members:
+        for s, members in enumerate(self.members):
             pending = blocks = 0
-            for rid in members:
-                length, started = lengths(rid)
-                blocks += -(-length // bs)
-                if not started:
-                    pending += length
+            extra = bump.get(s) if bump else None
+            if extra is None:
+                for rid in members:
+                    produced = ntok[rid]
+                    length = inp[rid] + produced
+                    blocks += (length + up) // bs
+                    if not produced:
+                        pending += length
+            else:
+                c, in_run = extra
+                for rid in members:
+                    produced = ntok[rid]
+                    if rid in in_run:
+                        produced += c
+                    length = inp[rid] + produced
+                    blocks += (length + up) // bs
+                    if not produced:
+                        pending += length
             cost.append((pending + isl) / bs + blocks)
         start = self._next
         best = min(range(n), key=lambda s: (cost[s], (s - start) % n))
@@ -147,13 +172,26 @@ class DisaggReplayer(Replayer):
         decode_router: Router,
         block_size: int,
         handoff_latency_ms: float = 0.0,
-        **kwargs: Any,
+        concurrency: int | None = None,
+        arrival_speedup_ratio: float = 1.0,
+        kv_sinks: Sequence[KvEventSink] = (),
+        fpm_sinks: Sequence[FpmSink] = (),
+        record_token_times: bool = False,
+        progress: ProgressFn | None = None,
+        runs: bool | None = None,
+        timeline: TimelineRecorder | None = None,
+        observers: Observers | None = None,
     ) -> None:
+        # Replayer's keywords spelled out (no **kwargs: the compiled build cannot describe
+        # that signature); a split has no pass log (servesim.replay.runner).
         if not prefill_engines or not decode_engines:
             raise ValueError("a disaggregated replay needs prefill and decode workers")
         super().__init__(
             [*prefill_engines, *decode_engines], workload, router=prefill_router,
-            block_size=block_size, **kwargs,
+            block_size=block_size, concurrency=concurrency,
+            arrival_speedup_ratio=arrival_speedup_ratio, kv_sinks=kv_sinks, fpm_sinks=fpm_sinks,
+            record_token_times=record_token_times, progress=progress, runs=runs,
+            timeline=timeline, observers=observers,
         )
         self.num_prefill = len(prefill_engines)
         self.prefill_router = prefill_router
@@ -180,16 +218,14 @@ class DisaggReplayer(Replayer):
         )
         self._deferred: dict[int, list[int]] = {}  # worker → request ids awaiting it idle
         self.busy_ms = [0.0] * len(self.engines)
-        # Tokens of in-flight run passes that ended before the current routing, per member
-        # (set by _run_tokens before the decode router selects; empty otherwise).
-        self._bump: dict[int, int] = {}
+        # Tokens of in-flight run passes that ended before the current routing, per decode
+        # slot (set by _run_tokens before the decode router selects; empty otherwise).
+        self._bump: dict[int, tuple[int, Container[int]]] = {}
+        self._run_members: list[tuple[object, frozenset[int]] | None] = [None] * len(self.engines)
         if isinstance(decode_router, DecodeLoadRouter):
-            log = self.log
-            bump = self._bump
-            inp, ntok = log.input_length, log.ntok
-            decode_router.lengths = lambda r: (
-                (inp[r] + ntok[r], ntok[r] > 0) if not bump else
-                (inp[r] + ntok[r] + bump.get(r, 0), ntok[r] + bump.get(r, 0) > 0))
+            decode_router.input_length = self.log.input_length
+            decode_router.ntok = self.log.ntok
+            self._bump = decode_router.bump
         if self._runs is not None:
             self._runs.horizon_of = self._run_horizon
 
@@ -387,14 +423,17 @@ class DisaggReplayer(Replayer):
         runs = self._runs
         assert runs is not None
         bump = self._bump
-        for w in range(self.num_prefill, len(self.engines)):
+        p = self.num_prefill
+        for w in range(p, len(self.engines)):
             run = runs.in_flight[w]
             if run is None:
                 continue
             c = bisect_left(run.pass_ends, now)
             if c:
-                for rid in run.members:
-                    bump[rid] = c
+                known = self._run_members[w]
+                if known is None or known[0] is not run:
+                    known = self._run_members[w] = (run, frozenset(run.members))
+                bump[w - p] = (c, known[1])  # a running engine has dp_size 1: slot = worker
 
     # -- the handoff ----------------------------------------------------------------------
 
@@ -558,6 +597,8 @@ class DisaggReplayer(Replayer):
 
     def report_extras(self) -> dict[str, Any]:
         """Disaggregation keys of the report (docs/report.md)."""
+        import numpy as np  # here, not at import: the replay itself needs none
+
         log = self.log
         mask = log.completed_mask()
         arrival = np.asarray(log.arrival)
@@ -610,8 +651,8 @@ def build_disagg_replayer(
     / ``decode_engine`` and its ``worker_type`` forced), their routers and the replayer.
 
     The aggregated replay's savings apply: trace-unique prompt blocks are marked (the
-    prefill router and prefill ranks whose hashes only the router reads may elide them;
-    decode ranks read the real hashes), a prefill pool whose KV events only the router reads
+    prefill router, prefill ranks whose hashes only the router reads, and decode ranks whose
+    hashes nothing outside them reads may elide them), a prefill pool whose KV events only the router reads
     is told so (``RankServices.kv_events_router_only``), and ``record_metrics=False`` (the
     runner's choice without a timeline) leaves the unread occupancy snapshots unbuilt.
     ``replayer_class``: a DisaggReplayer subclass to build instead (the live one of

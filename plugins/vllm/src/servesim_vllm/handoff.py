@@ -67,7 +67,9 @@ class VllmHandoffAdapter:
         if req is None:
             req = entry.state = VllmRequest(entry.request, s.cfg.max_model_len)
             if s.caching:
-                req.load_prompt_hashes(s.bs)
+                # Placeholders for blocks no other request can share when nothing outside
+                # the rank reads hashes, as for prompts submitted here (VllmScheduler).
+                req.load_prompt_hashes(s.bs, elide=s.lazy_hashes)
         bs = s.bs
         target = -(-req.prompt_len // bs)
         reuse = 0

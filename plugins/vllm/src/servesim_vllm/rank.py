@@ -16,6 +16,7 @@ from servesim.config.engine import EngineConfig
 from servesim.contract import (
     APPLIED,
     NOOP,
+    ActivateDestination,
     CancelRequest,
     Command,
     CommandEffects,
@@ -26,6 +27,7 @@ from servesim.contract import (
     OutputBatch,
     PassCompletionEffects,
     PassStartEffects,
+    ReserveDestination,
     ScheduleRecord,
     Submit,
     Welford,
@@ -118,7 +120,11 @@ class VllmRank(Rank):
         self, command: Command, ctx: CommandContext, pending: VllmPendingPass | BlockRunPending | None
     ) -> CommandEffects:
         """The handoff commands (servesim.handoff.HandoffBook; aisimulate-engine.md §8.2)."""
-        _steady.sync(self.sched)  # the book may read or change running requests
+        if not isinstance(command, (ReserveDestination, ActivateDestination)):
+            # The cancels change running requests. A reservation and an activation touch only
+            # the pool, the waiting queue and the activated request itself, so a steady batch
+            # (servesim_vllm.steady) may stay: its members' counters are not read.
+            _steady.sync(self.sched)
         book = self.book
         busy = ctx.pass_in_flight
         retained = pending.effects if pending is not None else None
