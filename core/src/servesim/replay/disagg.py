@@ -36,6 +36,7 @@ from bisect import bisect_left
 from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING, Any
 
+from servesim._compiled import mypyc_attr
 from servesim.contract import (
     ActivateDestination,
     CancelDestination,
@@ -155,6 +156,8 @@ _HANDOFF_TIMES = (
 )
 
 
+# The live replayer of ``servesim serve`` (replay/disagg_live.py, interpreted) subclasses it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DisaggReplayer(Replayer):
     """Replays a workload on a prefill pool and a decode pool (engines ``0..P-1`` are the
     prefill workers, ``P..P+D-1`` the decode workers)."""
