@@ -36,6 +36,7 @@ from bisect import bisect_left
 from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING, Any
 
+from servesim._compiled import mypyc_attr
 from servesim.contract import (
     ActivateDestination,
     CancelDestination,
@@ -155,6 +156,7 @@ _HANDOFF_TIMES = (
 )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # servesim.replay.disagg_live subclasses it
 class DisaggReplayer(Replayer):
     """Replays a workload on a prefill pool and a decode pool (engines ``0..P-1`` are the
     prefill workers, ``P..P+D-1`` the decode workers)."""
