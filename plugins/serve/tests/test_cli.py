@@ -75,6 +75,20 @@ def test_a_bad_serve_key_is_a_config_error(tmp_path) -> None:
     assert proc.returncode == 2 and "serve.no_such_key" in proc.stderr
 
 
+def test_a_port_out_of_range_names_the_flag_or_the_key(tmp_path) -> None:
+    proc = subprocess.run([*SERVESIM, "serve", "--port", "-5"], capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert proc.returncode == 2
+    assert proc.stderr == "servesim: error: --port: expected an integer in [0, 65535], got -5\n"
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("serve: {port: 99999}\n")
+    proc = subprocess.run([*SERVESIM, "serve", str(cfg)], capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert proc.returncode == 2
+    assert proc.stderr == (f"servesim: error: {cfg}: serve.port: expected an integer in "
+                           "[0, 65535], got 99999\n")
+
+
 def test_a_busy_port_is_a_user_error() -> None:
     import socket
 

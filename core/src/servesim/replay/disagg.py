@@ -156,8 +156,7 @@ _HANDOFF_TIMES = (
 )
 
 
-# The live replayer of ``servesim serve`` (replay/disagg_live.py, interpreted) subclasses it.
-@mypyc_attr(allow_interpreted_subclasses=True)
+@mypyc_attr(allow_interpreted_subclasses=True)  # servesim.replay.disagg_live subclasses it
 class DisaggReplayer(Replayer):
     """Replays a workload on a prefill pool and a decode pool (engines ``0..P-1`` are the
     prefill workers, ``P..P+D-1`` the decode workers)."""

@@ -39,6 +39,8 @@ def load(config: str | None, sets: list[str], host: str | None = None,
     if host is not None:
         sets.append(f"serve.host={json.dumps(host)}")
     if port is not None:
+        if not 0 <= port <= 65535:
+            raise UserError(f"--port: expected an integer in [0, 65535], got {port}")
         sets.append(f"serve.port={port}")
     loaded = load_config(config, sets, extra_sections={"serve": ServeConfig})
     cfg = loaded.extra["serve"]
