@@ -44,6 +44,11 @@ SUBSET = [
     "tests/kv",
     "tests/core/test_contract.py",
     "tests/core/test_engine.py",
+    "tests/core/test_timing.py",
+    "tests/core/test_config.py",
+    "tests/plugin_kinds/test_pass_shape.py",
+    "tests/plugin_kinds/test_check_kits.py::test_timing_kit_catches",
+    "tests/plugin_kinds/test_check_kits.py::test_timing_kit_passes_builtins",
 ]
 SCENARIOS: dict[str, list[str]] = {
     "vllm_kv4_preempt": ["--set", "cluster.workers=4", "--set", "cluster.router=kv",
@@ -116,7 +121,8 @@ def _is_compiled(python: Path, module: str) -> bool:
 def test_the_hot_modules_are_compiled_and_the_default_install_is_not(compiled_python: Path) -> None:
     for module in ["servesim.kv.pool", "servesim.replay.driver", "servesim_vllm.scheduler",
                    "servesim_sglang.scheduler", "servesim_trtllm.core",
-                   "servesim_vllm.steady", "servesim_trtllm.steady"]:
+                   "servesim_vllm.steady", "servesim_trtllm.steady", "servesim.timing.builtin",
+                   "servesim.run_pending"]:
         assert _is_compiled(compiled_python, module), module
     # Classes plugins subclass stay interpreted or accept interpreted subclasses.
     assert not _is_compiled(compiled_python, "servesim.rank")

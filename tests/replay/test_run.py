@@ -116,3 +116,34 @@ def test_half_a_disaggregated_split_is_refused_with_a_key_path(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(cfg, ["cluster.prefill_workers=1"], plugins())
     assert info.value.path == "cluster.decode_workers"
+
+
+def test_a_replay_collects_garbage_less_often_and_restores_the_thresholds(tmp_path, monkeypatch):
+    """simulate raises the collector's thresholds for the replay (never lowering one) and puts
+    the caller's back afterwards, also when the run fails; thresholds of 0 (collection off)
+    stay 0."""
+    import gc
+
+    from servesim.replay import runner
+
+    seen = []
+
+    def fake(*_args):
+        seen.append(gc.get_threshold())
+        raise ConfigError("stop here")
+
+    before = gc.get_threshold()
+    cfg = load_config(config(tmp_path, write_trace(tmp_path / "t.jsonl")), [], plugins())
+    monkeypatch.setattr(runner, "_simulate", fake)
+    try:
+        gc.set_threshold(700, 10, 200)
+        with pytest.raises(ConfigError):
+            simulate(cfg)
+        assert gc.get_threshold() == (700, 10, 200)
+        gc.set_threshold(0, 10, 10)
+        with pytest.raises(ConfigError):
+            simulate(cfg)
+        assert gc.get_threshold() == (0, 10, 10)
+    finally:
+        gc.set_threshold(*before)
+    assert seen == [(10_000, 50, 200), (0, 10, 10)]

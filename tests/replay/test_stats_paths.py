@@ -171,3 +171,16 @@ def test_a_short_trace_replay_imports_no_numpy(tmp_path) -> None:
     report = json.loads(out.stdout[: out.stdout.rindex("}") + 1])
     assert report["completed"] == 10 and report["total_output_tokens"] == sum(20 + i for i in range(10))
     assert out.stdout.rstrip().endswith("NO CATTRS\nNO NUMPY")
+
+
+def test_the_path_threshold_waits_for_numpy(monkeypatch) -> None:
+    """Before numpy is imported, samples up to LIST_MAX stay on the list path (importing numpy
+    costs more than the list path spends on them); once it is, numpy takes over past
+    ARRAY_MIN."""
+    from servesim.replay.stats import ARRAY_MIN, LIST_MAX, in_arrays
+
+    assert ARRAY_MIN < LIST_MAX
+    assert in_arrays(ARRAY_MIN + 1) and not in_arrays(ARRAY_MIN)
+    monkeypatch.delitem(sys.modules, "numpy")
+    assert not in_arrays(ARRAY_MIN + 1) and not in_arrays(LIST_MAX)
+    assert in_arrays(LIST_MAX + 1)

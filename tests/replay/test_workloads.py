@@ -175,3 +175,22 @@ def test_synthetic_rejects_bad_values():
     with pytest.raises(ConfigError) as info:
         generate(SyntheticConfig(prefix_ratio=1.5))
     assert info.value.path == "workload.synthetic.prefix_ratio"
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": 1}', '{"a": 1}\n', '{"a": 1}\r\n', ' {"a": 1}', '\t[1, 2]\n', '{"a": 1} x',
+    '{"a": 1}{"b": 2}', '{"a": 1}\u00a0', '\ufeff{"a": 1}', '{"a":', '{"a": 1,}', "{'a': 1}",
+    '{"a": NaN, "b": -Infinity}', '1e400', '"s"', '{"x": [1, {"y": "\\u00e9"}]}', '{"a": 1}  \n',
+])
+def test_lines_decode_exactly_as_json_loads(text):
+    """The trace reader's line decoder (the C scanner straight away) gives json.loads's value,
+    or its exception with the same message."""
+    from servesim.replay.mooncake import _loads
+
+    def outcome(decode):
+        try:
+            return "value", repr(decode(text))
+        except ValueError as exc:
+            return type(exc).__name__, str(exc)
+
+    assert outcome(_loads) == outcome(json.loads)

@@ -23,7 +23,8 @@ from servesim.contract import (
 )
 from servesim.errors import EngineError, EnginePoisoned
 from servesim.rank import NO_RETRY_HINT, CommandContext, Rank, RankIdentity, RetryHint
-from servesim.runs import EngineRunCompleted, EngineRunStarted, check_run
+from servesim.run_pending import check_run
+from servesim.runs import EngineRunCompleted, EngineRunStarted
 from servesim.timing.shape import prices_pass_shapes
 
 _INF = float("inf")

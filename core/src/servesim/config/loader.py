@@ -27,7 +27,7 @@ from servesim.errors import ConfigError, PluginError
 from servesim.factory import EngineFactory
 from servesim.kv.eviction import eviction_refusal, policy_factory
 from servesim.plugins import Plugins, disabled_hint
-from servesim.timing.base import TimingModel
+from servesim.timing.base import TimingModel, overrides as timing_overrides
 
 if TYPE_CHECKING:
     import cattrs
@@ -510,7 +510,7 @@ class LoadedConfig:
             engine = self.resolve_overrides(overrides, path)
             # One instance serves every engine (aisimulate-engine.md §6.5) unless the model
             # prices by its engine section too (it overrides TimingModel.for_engine).
-            by_engine = engine.timing_class.for_engine.__func__ is not TimingModel.for_engine.__func__
+            by_engine = timing_overrides(engine.timing_class, "for_engine")
             if (engine.timing_type, engine.timing_config, engine.config if by_engine else None) != (
                 self.engine.timing_type,
                 self.engine.timing_config,

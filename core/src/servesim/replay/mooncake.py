@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from servesim.errors import TraceError
@@ -161,7 +162,7 @@ class MooncakeTrace:
             if not text.strip():
                 continue
             try:
-                rec = _Record(json.loads(text), lineno)
+                rec = _Record(_loads(text), lineno)
             except json.JSONDecodeError as exc:
                 raise TraceError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path,
                                  line=lineno) from None
@@ -185,6 +186,23 @@ class MooncakeTrace:
             if rec.timestamp is not None:
                 last_ts[sid] = rec.timestamp
         return make_workload(list(sessions.values()), path)
+
+
+#: The C scanner json.loads ends in (the default decoder's; it keeps no state between calls).
+_SCAN: Callable[[str, int], tuple[Any, int]] = getattr(json.JSONDecoder(), "scan_once")  # noqa: B009
+
+
+def _loads(text: str) -> Any:
+    """``json.loads(text)`` without its Python-level wrappers when ``text`` starts with its
+    value and ends with at most JSON whitespace after it; anything else goes to json.loads
+    itself, so values and errors are exactly its own."""
+    try:
+        obj, end = _SCAN(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    if end == len(text) or not text[end:].strip(" \t\n\r"):
+        return obj
+    return json.loads(text)
 
 
 def read_lines(path: str) -> list[str]:

@@ -21,9 +21,9 @@ from typing import Any
 from servesim.config.sections import ReportConfig
 from servesim.speculative import acceptance_report
 from servesim.replay.stats import (
-    ARRAY_MIN,
     RequestLog,
     distribution,
+    in_arrays,
     percentile_key,
     sorted_weighted_distribution,
     weighted_sorted,
@@ -140,7 +140,7 @@ def build_report(
     slas = {"ttft_ms": cfg.sla_ttft_ms, "tpot_ms": cfg.sla_tpot_ms, "e2el_ms": cfg.sla_e2e_ms}
     any_sla = any(v is not None for v in slas.values())
     shared = getattr(log, "shared_gap", None)
-    if log.n + len(log.itl) + (len(shared) if shared is not None else 0) > ARRAY_MIN:
+    if in_arrays(log.n + len(log.itl) + (len(shared) if shared is not None else 0)):
         from servesim.replay.report_arrays import report_samples
 
         s = report_samples(log, cfg, any_sla)

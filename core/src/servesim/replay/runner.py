@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -67,6 +68,14 @@ def _check_supported(loaded: LoadedConfig) -> bool:
     return True
 
 
+#: The garbage collector's thresholds during a replay (restored after it). A replay allocates
+#: millions of short-lived objects and keeps a large, long-lived heap (the workload, the
+#: pools, the log) with almost no reference cycles, so CPython's defaults (700, 10, 10) walk
+#: that heap over and over: at 100,000 requests the collections took 0.6 s of CPU, 0.17 s with
+#: these, at the same peak memory. Collections never change a result.
+REPLAY_GC_THRESHOLDS = (10_000, 50, 100)
+
+
 def simulate(
     loaded: LoadedConfig,
     *,
@@ -84,6 +93,9 @@ def simulate(
     :class:`~servesim.errors.PluginRunError` naming the plugin and its distribution (the
     original is its ``__cause__``); core's own failures pass unchanged.
     """
+    thresholds = gc.get_threshold()
+    if thresholds[0]:  # 0: automatic collection is off, and stays off
+        gc.set_threshold(*(max(mine, yours) for mine, yours in zip(REPLAY_GC_THRESHOLDS, thresholds)))
     try:
         return _simulate(loaded, record_token_times, progress, pass_log, timeline)
     except UserError:
@@ -97,6 +109,8 @@ def simulate(
         if raised is not exc:  # what servesim was doing (a sink's time, a poisoned engine)
             message += f" ({exc})"
         raise PluginRunError(message) from exc
+    finally:
+        gc.set_threshold(*thresholds)
 
 
 def _simulate(

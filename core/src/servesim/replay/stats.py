@@ -13,6 +13,7 @@ interpolation); ``std`` is the population standard deviation.
 from __future__ import annotations
 
 import math
+import sys
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
@@ -26,6 +27,17 @@ ARRAY_MIN = 20_000
 """Samples above which the statistics run in numpy (``servesim.replay.stats_arrays``), which is
 imported only then: both paths give bit-identical results (``tests/replay/test_stats_paths.py``),
 and a short replay never imports numpy for its report."""
+
+LIST_MAX = 120_000
+"""While numpy is not imported, samples up to this many still take the plain-Python path:
+importing numpy costs about as much CPU (about 80 ms) as that path spends on this many samples
+more than numpy's does. Only the speed depends on the path, never the figures."""
+
+
+def in_arrays(samples: int) -> bool:
+    """Whether statistics over ``samples`` values run in numpy: above :data:`ARRAY_MIN` once
+    numpy is imported, above :data:`LIST_MAX` before."""
+    return samples > (ARRAY_MIN if "numpy" in sys.modules else LIST_MAX)
 
 
 def floats(values: Any) -> list[float]:
@@ -43,7 +55,7 @@ def distribution(
     ``presorted``: ``values`` are already in ascending order. The mean and the population
     std are numpy's (``ndarray.mean``/``std`` of the sorted values: pairwise sums,
     :func:`servesim.replay.pairwise.pairwise_sum`), bit for bit on either path."""
-    if len(values) > ARRAY_MIN:
+    if in_arrays(len(values)):
         from servesim.replay.stats_arrays import distribution_array
 
         return distribution_array(name, values, percentiles, unit, presorted)
@@ -92,7 +104,7 @@ def sorted_weighted_distribution(
     """:func:`weighted_distribution` of values already in non-decreasing order with positive
     integer weights (equal neighbours allowed: every statistic depends only on the multiset).
     ``uniq`` and ``counts`` are lists or numpy arrays."""
-    if len(uniq) > ARRAY_MIN:
+    if in_arrays(len(uniq)):
         from servesim.replay.stats_arrays import sorted_weighted_distribution_array
 
         return sorted_weighted_distribution_array(name, uniq, counts, percentiles, unit)

@@ -17,9 +17,9 @@ for a model that overrides it; such a model also makes engines decline runs of p
 from __future__ import annotations
 
 import math
-from abc import ABC
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from servesim._compiled import mypyc_attr
 from servesim.contract import WorkerType
 
 if TYPE_CHECKING:
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from servesim.timing.shape import PassShape
 
 
-class TimingModel(ABC):  # noqa: B024 - either contract will do; __new__ refuses neither
+@mypyc_attr(allow_interpreted_subclasses=True)
+class TimingModel:
     """Predicts forward-pass durations. Register subclasses through
     ``servesim_register_timing_models``; ``config_class`` (an attrs class or None) validates
     the model's parameters from ``engine.timing_model``."""
@@ -105,6 +106,18 @@ class TimingModel(ABC):  # noqa: B024 - either contract will do; __new__ refuses
              for a in active_kv_tokens.tolist()],
             dtype=np.float64,
         )
+
+
+def overrides(cls: type, name: str) -> bool:
+    """Whether ``cls`` (a :class:`TimingModel` subclass) or a base of it below
+    :class:`TimingModel` defines ``name``. Compares class dictionaries, not method objects:
+    in the compiled build a classmethod read from a class is a new bound object each time."""
+    for klass in cls.__mro__:
+        if klass is TimingModel:
+            return False
+        if name in vars(klass):
+            return True
+    return False
 
 
 def scaled_ms_many(raw_ms: np.ndarray, speedup: float) -> np.ndarray:

@@ -1,13 +1,15 @@
-"""Built-in timing models: ``polynomial`` (the reference default) and ``fixed``."""
+"""Built-in timing models: ``polynomial`` (the reference default) and ``fixed``.
+
+Their configurations (attrs classes) are in :mod:`servesim.timing.builtin_config`, which the
+compiled build leaves interpreted; this module is compiled."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
-from attrs import field, frozen, validators
-
+from servesim._compiled import mypyc_attr
 from servesim.timing.base import TimingModel
+from servesim.timing.builtin_config import FixedTimingConfig, PolynomialTimingConfig
 
 if TYPE_CHECKING:
     import numpy as np
@@ -21,23 +23,7 @@ DECODE_B = 54.01
 DECODE_C = 5.74
 
 
-def _coefficients(_inst: object, attribute: object, value: tuple[float, ...] | None) -> None:
-    if value is None:
-        return
-    name = getattr(attribute, "name", "value")
-    if len(value) != 3 or not all(isinstance(v, float) and math.isfinite(v) for v in value):
-        raise ValueError(f"{name} must be three finite numbers [a, b, c] (a*x^2 + b*x + c), got {value!r}")
-
-
-@frozen
-class PolynomialTimingConfig:
-    """Optional coefficients ``[a, b, c]`` replacing the reference's: ``prefill`` over the
-    batch's new tokens, ``decode`` over KV utilisation (``servesim calibrate`` fits them)."""
-
-    prefill: tuple[float, float, float] | None = field(default=None, validator=_coefficients)
-    decode: tuple[float, float, float] | None = field(default=None, validator=_coefficients)
-
-
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PolynomialTiming(TimingModel):
     """Prefill is quadratic in the batch's new tokens; decode is quadratic in KV usage.
 
@@ -83,18 +69,7 @@ class PolynomialTiming(TimingModel):
         return np.maximum(1.0, self.da * u * u + self.db * u + self.dc)
 
 
-def _finite_non_negative(_inst: object, attribute: object, value: float) -> None:
-    if not math.isfinite(value) or value < 0:
-        name = getattr(attribute, "name", "value")
-        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
-
-
-@frozen
-class FixedTimingConfig:
-    prefill_ms: float = field(default=10.0, validator=[validators.instance_of(float), _finite_non_negative])
-    decode_ms: float = field(default=1.0, validator=[validators.instance_of(float), _finite_non_negative])
-
-
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FixedTiming(TimingModel):
     """Constant latencies for parity fixtures; 0 for an empty batch (reference §6.1)."""
 
@@ -119,3 +94,6 @@ class FixedTiming(TimingModel):
         import numpy as np
 
         return np.full(len(active_kv_tokens), self.cfg.decode_ms if batch_size > 0 else 0.0)
+
+
+__all__ = ["FixedTiming", "FixedTimingConfig", "PolynomialTiming", "PolynomialTimingConfig"]
