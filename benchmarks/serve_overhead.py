@@ -44,16 +44,20 @@ SERVESIM = os.environ.get("SERVESIM_CMD", "").split() or [
     sys.executable, "-c", "import sys; from servesim.cli import main; sys.exit(main())"]
 
 
-async def stream(conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], prompt_len: int,
-                 max_tokens: int) -> tuple[float, list[float], float]:
+def request_bytes(prompt_len: int, max_tokens: int) -> bytes:
+    """The HTTP request of one streaming completion (built before the clients start)."""
+    body = json.dumps({"prompt": list(range(4, 4 + prompt_len)), "max_tokens": max_tokens,
+                       "stream": True}).encode()
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+async def stream(conn: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+                 request: bytes) -> tuple[float, list[float], float]:
     """One streaming completion on an open connection, read to the end of its response;
     returns (TTFT, chunk gaps, send time) in wall ms (the send time on the monotonic clock,
     which the server's event loop also reads)."""
     reader, writer = conn
-    body = json.dumps({"prompt": list(range(4, 4 + prompt_len)), "max_tokens": max_tokens,
-                       "stream": True}).encode()
-    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
     sent = time.monotonic()
     writer.write(request)
     times: list[float] = []
@@ -76,6 +80,7 @@ async def drive(host: str, port: int, lengths: list[int], streams: int, max_toke
                 keep_alive: bool) -> dict[int, tuple]:
     """``streams`` clients, each sending its next request when its previous one has ended, on
     one kept-alive connection (as benchmark clients' connection pools do) or on a new one."""
+    requests = {n: request_bytes(n, max_tokens) for n in lengths}
     prompts = iter(lengths)
     out: dict[int, tuple] = {}
 
@@ -84,7 +89,7 @@ async def drive(host: str, port: int, lengths: list[int], streams: int, max_toke
         for prompt_len in prompts:
             if conn is None:
                 conn = await asyncio.open_connection(host, port, limit=1 << 26)  # merged backlogs
-            out[prompt_len] = await stream(conn, prompt_len, max_tokens)
+            out[prompt_len] = await stream(conn, requests.pop(prompt_len))
             if not keep_alive:
                 conn[1].close()
                 conn = None

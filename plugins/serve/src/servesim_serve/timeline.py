@@ -13,7 +13,8 @@ other processes' ``time.monotonic()`` reads too):
 - ``written``: the first token's chunk was written to the socket.
 
 A last line ``{"origin": ..., "timers": [...]}`` holds the wall time of simulated 0 and, for
-every timer the driver set, how late the event loop ran it (seconds). The benchmark
+every timer that ended a pass, how late after the pass end the driver began completing it
+(seconds). The benchmark
 (``benchmarks/serve_overhead.py --timeline``) joins these with its own send and read times.
 """
 
@@ -60,8 +61,12 @@ class Timeline:
                 pending.add(req.rid)
             return out
 
+        timer_for: list[float] = []  # the pass end of the timer running now, until it is timed
+
         def timed_complete(w: int, pass_id: int, at: float) -> None:
             woke = now()
+            if timer_for:
+                self.timers.append(woke - driver.clock.wall_at(timer_for.pop()))
             complete(w, pass_id, at)
             requests = driver.requests
             for rid in [r for r in pending if requests[r].times]:
@@ -72,8 +77,9 @@ class Timeline:
         def timed_on_timer() -> None:
             at = driver._timer_at
             if at is not None:
-                self.timers.append(now() - driver.clock.wall_at(at))
+                timer_for[:] = [at]
             on_timer()
+            timer_for.clear()
 
         def timed_take(g: Generation) -> bytes | None:
             data = take(g)
@@ -91,7 +97,8 @@ class Timeline:
         with open(path, "w", encoding="utf-8") as fh:
             for row in self.rows.values():
                 fh.write(json.dumps(row) + "\n")
-            fh.write(json.dumps({"origin": self.server.driver.clock.wall_at(0.0), "timers": self.timers}) + "\n")
+            tail = {"origin": self.server.driver.clock.wall_at(0.0), "timers": self.timers}
+            fh.write(json.dumps(tail) + "\n")
 
 
 def install(server: Server) -> Timeline | None:
