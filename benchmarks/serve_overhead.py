@@ -192,8 +192,8 @@ def breakdown(timeline: list[dict], client: dict[int, tuple], records: dict[int,
     p99 = {k: (np.percentile(v, 99) if v else float("nan")) for k, v in parts.items()}
     timers = 1000.0 * np.array(tail["timers"])
     total = m["send"] + m["timer"] + m["work"] + m["read"]
-    return (f"      timeline, mean (p99) ms: send to receipt {m['send']:.2f} ({p99['send']:.2f}) + pass end to "
-            f"wake-up {m['timer']:.2f} ({p99['timer']:.2f}) + wake-up to write {m['work']:.2f} "
+    return (f"      timeline, mean (p99) ms: send to receipt {m['send']:.2f} ({p99['send']:.2f}) + "
+            f"pass end to wake-up {m['timer']:.2f} ({p99['timer']:.2f}) + wake-up to write {m['work']:.2f} "
             f"({p99['work']:.2f}) + write to read {m['read']:.2f} ({p99['read']:.2f}) = {total:.2f}\n"
             f"      inside the simulated TTFT: receipt to handler {m['hop']:.2f} ({p99['hop']:.2f}), "
             f"handler {m['admit']:.3f} ({p99['admit']:.3f}), engine submission after the arrival "

@@ -285,6 +285,7 @@ class LiveDriver:
         done = self.engines[w].complete_pass(pass_id, now)
         self._dirty.add(w)
         requests = self.requests
+        firsts: list[LiveRequest] = []
         for rc in done.by_rank:
             eff = rc.effects
             out = eff.outputs
@@ -296,20 +297,23 @@ class LiveDriver:
                 emitted[rid] = emitted.get(rid, 0) + 1
             if emitted:
                 self._zero[w] = 0
-            later = []
+            first, later = [], []
             for rid, count in emitted.items():
                 req = requests[rid]
                 if not req.times:
                     self.state.prefill_done(rid)
                     self.queued -= 1
-                    self._to_wake.append(req)  # first tokens go out first
+                    first.append(req)
                 else:
                     later.append(req)
                 req.times.extend([now] * count)
                 req.steps.append(len(req.times))
                 self.observer.tokens(req, count, now)
+            # First tokens go out first: up to WAKE_BATCH at once, once the pass is complete
+            # (below), before the next pass starts; the rest from the next loop iterations.
+            firsts.extend(first[:WAKE_BATCH])
+            self._to_wake.extend(first[WAKE_BATCH:])
             self._to_wake.extend(later)
-            self._schedule_wakes()
             for rid in out.rejected:
                 requests[rid].rejected = True
             for rid in out.completed:
@@ -322,6 +326,9 @@ class LiveDriver:
                 for sink in self.fpm_sinks:
                     _publish(sink, w, now, eff.forward_pass_metrics)
             self.observer.pass_completed(w, rc.dp_rank, eff.metrics, eff.forward_pass_metrics)
+        for req in firsts:
+            req.notify()
+        self._schedule_wakes()
 
     def _schedule_wakes(self) -> None:
         if self._to_wake and not self._waking:
