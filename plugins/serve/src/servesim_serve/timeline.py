@@ -20,6 +20,7 @@ every timer that ended a pass, how late after the pass end the driver began comp
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import TYPE_CHECKING, Any
@@ -49,25 +50,25 @@ class Timeline:
         server, driver, now = self.server, self.server.driver, self._time
         rows, pending = self.rows, self.pending
         admit, complete, on_timer = server._admit, driver._complete, driver._on_timer
-        take = Generation.take
 
         def timed_admit(raw: bytes, chat: bool, received: float | None) -> Any:
             handled = now()
             out = admit(raw, chat, received)
-            req = getattr(out, "req", None)
-            if req is not None:
+            if isinstance(out, Generation):
+                req = out.req
                 rows[req.rid] = {"prompt_len": req.prompt_len, "received": received, "handled": handled,
                                  "submitted": now(), "engine_ms": driver.now, "arrival_ms": req.arrival}
                 pending.add(req.rid)
+                out.take = functools.partial(timed_take, out)  # type: ignore[method-assign]
             return out
 
         timer_for: list[float] = []  # the pass end of the timer running now, until it is timed
 
-        def timed_complete(w: int, pass_id: int, at: float) -> None:
+        def timed_complete(w: int, pass_id: int, now_ms: float) -> None:
             woke = now()
             if timer_for:
                 self.timers.append(woke - driver.clock.wall_at(timer_for.pop()))
-            complete(w, pass_id, at)
+            complete(w, pass_id, now_ms)
             requests = driver.requests
             for rid in [r for r in pending if requests[r].times]:
                 pending.discard(rid)
@@ -82,16 +83,15 @@ class Timeline:
             timer_for.clear()
 
         def timed_take(g: Generation) -> bytes | None:
-            data = take(g)
+            data = Generation.take(g)
             row = rows.get(g.req.rid)
             if data is not None and row is not None and "written" not in row:
                 row["written"] = now()
             return data
 
         server._admit = timed_admit  # type: ignore[method-assign]
-        driver._complete = timed_complete  # type: ignore[method-assign]
+        driver._complete = timed_complete  # type: ignore[method-assign,assignment]
         driver._on_timer = timed_on_timer  # type: ignore[method-assign]
-        Generation.take = timed_take  # type: ignore[method-assign]
 
     def write(self, path: str) -> None:
         with open(path, "w", encoding="utf-8") as fh:
