@@ -91,3 +91,36 @@ def test_connections_are_served_without_nagle_s_delay() -> None:
     finally:
         for sock in (conn, client, listener):
             sock.close()
+
+
+def test_the_early_timer_never_releases_tokens_before_their_pass_ends() -> None:
+    """The driver's timer fires EARLY_S before a pass end and waits out the rest: every pass's
+    tokens reach the stream at or after the wall time of the pass end, never before."""
+    import time
+
+    from servesim_serve.driver import EARLY_S
+
+    assert EARLY_S > 0.0
+    loaded, _cfg = load(None, FIXED)
+
+    async def scenario() -> tuple[list[float], list[float]]:
+        driver, _sinks = build_cluster(loaded, 1.0, time.monotonic)  # the event loop's clock
+        loop = asyncio.get_running_loop()
+        released: list[float] = []
+        req = driver.submit([5, 6, 7], 4)
+
+        def push() -> bool:  # the stream's writer: note when each pass's tokens come
+            released.append(loop.time())
+            return True
+
+        req.push = push
+        for _ in range(200):  # bounded: 10 + 3 * 2 simulated ms at speedup 1
+            if req.finished:
+                break
+            await asyncio.sleep(0.002)
+        driver.close()
+        return [driver.clock.wall_at(t) for t in req.times], released
+
+    due, released = asyncio.run(scenario())
+    assert len(due) == 4 and len(released) >= 4  # one per pass, and the end
+    assert all(r >= d for r, d in zip(released, due, strict=False))

@@ -112,9 +112,11 @@ def serve_command(args: argparse.Namespace) -> int:
 
     from servesim_serve.app import Server, build_app
     from servesim_serve.receipt import ReceiptProtocol
+    from servesim_serve.timeline import ENV, install
 
     loaded, cfg = load(args.config, args.sets, args.host, args.port)
     server = Server(loaded, cfg)
+    timeline = install(server)  # SERVESIM_SERVE_TIMELINE: the overhead benchmark's records
     sock = bind(cfg.host, cfg.port)
     bound = sock.getsockname()[1]
     config = uvicorn.Config(build_app(server), log_level="warning", lifespan="on", loop="asyncio",
@@ -123,6 +125,8 @@ def serve_command(args: argparse.Namespace) -> int:
     print(f"servesim serve: model {cfg.model!r} on http://{cfg.host}:{bound} "
           f"(speedup {cfg.speedup:g}); Ctrl-C writes the report", file=sys.stderr, flush=True)
     _uvicorn_server(config).run(sockets=[sock])
+    if timeline is not None:
+        timeline.write(os.environ[ENV])
     written = write_outputs(server)
     sys.stdout.write(format_table(server.report()))
     for label, path in written:

@@ -50,6 +50,7 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
         self.now = 0.0
         self._timer = None
         self._timer_at = None
+        self._yielded = False  # (LiveDriver._on_timer)
         self.failure = None
         self._to_wake: deque[LiveRequest] = deque()
         self._waking = False

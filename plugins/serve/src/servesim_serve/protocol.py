@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 from attrs import define
 
 from servesim_serve.tokenizer import Tokenizer
@@ -38,14 +39,29 @@ class GenRequest:
     chat: bool
 
 
+_decode = msgspec.json.Decoder().decode
+
+
 def parse_json(raw: bytes) -> dict[str, Any]:
+    """The request body's JSON. msgspec decodes it (a third of the stdlib's time for a long
+    token-id prompt); what msgspec refuses goes to the stdlib's ``json``, which decides, so
+    that the accepted bodies, their values and the error messages are the stdlib's: it also
+    accepts ``NaN``, ``Infinity``, out-of-range numbers, lone surrogate escapes and UTF-16/32
+    bodies, and its messages say where the JSON is malformed."""
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(f"invalid JSON in the request body: {exc}") from None
+        body = _decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        body = _stdlib_json(raw)
     if not isinstance(body, dict):
         raise ApiError("the request body must be a JSON object")
     return body
+
+
+def _stdlib_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # Recursion: deep nesting
+        raise ApiError(f"invalid JSON in the request body: {exc}") from None
 
 
 def check_model(body: dict[str, Any], served: str) -> None:
