@@ -29,6 +29,15 @@ def encode(sink: KvEventSink | FpmSink, w: int, now: float, payload: object) -> 
         raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc
 
 
+def encode_run(sink: FpmSink, w: int, ats: list[float], run: object) -> list[object]:
+    """``sink.encode_run(...)`` (an ``encodes_fpm_runs`` sink, :mod:`servesim.fpm_runs`), its
+    failures reported as :func:`publish` reports them (at the run's first pass end)."""
+    try:
+        return sink.encode_run(w, ats, run)  # type: ignore[attr-defined,no-any-return]
+    except Exception as exc:
+        raise SinkError(f"sink {type(sink).__name__} failed at {ats[0]} ms: {exc}") from exc
+
+
 def write_encoded(sink: KvEventSink | FpmSink, now: float, data: object) -> None:
     """``sink.write_encoded(data)``, its failures reported as :func:`publish` reports them."""
     try:

@@ -16,6 +16,7 @@ from servesim.observers import Observers
 from servesim.passlog import PassLogWriter
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import ProgressFn, Replayer
+from servesim.replay.gc_spacing import young_collections_spaced
 from servesim.replay.report import _clean, build_report
 from servesim.replay.routers import Router
 from servesim.replay.stats import RequestLog
@@ -85,7 +86,8 @@ def simulate(
     original is its ``__cause__``); core's own failures pass unchanged.
     """
     try:
-        return _simulate(loaded, record_token_times, progress, pass_log, timeline)
+        with young_collections_spaced():
+            return _simulate(loaded, record_token_times, progress, pass_log, timeline)
     except UserError:
         raise
     except Exception as exc:
