@@ -130,3 +130,17 @@ def test_a_run_encoding_failure_is_a_sink_error(tmp_path: Path) -> None:
     with pytest.raises(SinkError, match="cannot write"):
         sink.encode_run(0, [1.0], bad)
     sink.close()
+
+
+def test_a_run_failure_names_the_failing_pass_as_stepping_would(tmp_path: Path) -> None:
+    from servesim.replay.failures import encode, encode_run
+
+    sink = JsonlFpmSink(JsonlSinkConfig(path=str(tmp_path / "f.jsonl")))
+    run = FpmRun(_base(), 0, [1, 1], [2, 3], [0.0, float("nan")], [1.0, 2.0])
+    with pytest.raises(SinkError) as by_run:
+        encode_run(sink, 0, [4.0, 6.0], run)
+    with pytest.raises(SinkError) as by_pass:
+        encode(sink, 0, 6.0, run[1])
+    assert str(by_run.value) == str(by_pass.value)
+    assert "failed at 6.0 ms" in str(by_run.value)
+    sink.close()

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from servesim.errors import SimError
 from servesim.sinks import FpmSink, KvEventSink, SinkError
 
@@ -29,12 +31,15 @@ def encode(sink: KvEventSink | FpmSink, w: int, now: float, payload: object) -> 
         raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc
 
 
-def encode_run(sink: FpmSink, w: int, ats: list[float], run: object) -> list[object]:
-    """``sink.encode_run(...)`` (an ``encodes_fpm_runs`` sink, :mod:`servesim.fpm_runs`), its
-    failures reported as :func:`publish` reports them (at the run's first pass end)."""
+def encode_run(sink: FpmSink, w: int, ats: list[float], run: Sequence[object]) -> list[object]:
+    """``sink.encode_run(...)`` (an ``encodes_fpm_runs`` sink, :mod:`servesim.fpm_runs`); on a
+    failure each pass is encoded on its own, so the error names the pass's time, as stepping
+    reports it."""
     try:
-        return sink.encode_run(w, ats, run)  # type: ignore[attr-defined,no-any-return]
+        return sink.encode_run(w, ats, run)  # type: ignore[attr-defined]
     except Exception as exc:
+        for at, metrics in zip(ats, run, strict=True):
+            encode(sink, w, at, metrics)
         raise SinkError(f"sink {type(sink).__name__} failed at {ats[0]} ms: {exc}") from exc
 
 
