@@ -101,3 +101,36 @@ def test_an_encoding_failure_names_the_sink_and_time(tmp_path: Path) -> None:
     with pytest.raises(SinkError, match=r"sink JsonlFpmSink failed at 3.0 ms: .*not JSON compliant"):
         m.fpm(0, 3.0, 1.0, ForwardPassMetrics(duration_ms=float("nan")))
     fpm.close()
+
+
+class _CountingKv(JsonlKvEventSink):
+    """Counts its writes; declares ``joins_encoded`` again (or not) where it overrides them."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(JsonlKvSinkConfig(str(path)))
+        self.writes = 0
+
+    def write_encoded(self, data: str) -> None:
+        self.writes += 1
+        super().write_encoded(data)
+
+
+class _JoiningKv(_CountingKv):
+    joins_encoded = True
+
+
+def test_sinks_that_join_encodings_get_one_write_a_release_with_the_same_bytes(tmp_path: Path) -> None:
+    joining, counting = _JoiningKv(tmp_path / "joined.jsonl"), _CountingKv(tmp_path / "each.jsonl")
+    fpm_a = JsonlFpmSink(JsonlSinkConfig(str(tmp_path / "fa.jsonl")))
+    fpm_b = JsonlFpmSink(JsonlSinkConfig(str(tmp_path / "fb.jsonl")))
+    m_joined, m_each = SinkMerge([joining], [fpm_a]), SinkMerge([counting], [fpm_b])
+    assert m_joined._joined and not m_each._joined  # noqa: SLF001
+    _stream(m_joined)
+    _stream(m_each)
+    for s in (joining, counting, fpm_a, fpm_b):
+        s.close()
+    assert (joining.writes, counting.writes) == (2, 3)  # two releases; three batches
+    assert (tmp_path / "joined.jsonl").read_bytes() == (tmp_path / "each.jsonl").read_bytes()
+    assert (tmp_path / "fa.jsonl").read_bytes() == (tmp_path / "fb.jsonl").read_bytes()
+    assert not SinkMerge([JsonlKvEventSink(JsonlKvSinkConfig(str(tmp_path / "k.jsonl")), validating=True)],
+                         [MemoryFpmSink()])._joined  # noqa: SLF001  # objects for the memory sink

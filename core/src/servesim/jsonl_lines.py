@@ -16,6 +16,7 @@ from operator import attrgetter
 
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvEvent, RemovedBlocks, StoredBlocks
 from servesim.fpm_schema import FPM_VERSION
+from servesim.fpm_runs import FpmRun
 from servesim.kv.event_records import RemovedRun, StoredRun
 
 _BLOCK_HASH = attrgetter("block_hash")
@@ -66,6 +67,50 @@ def fpm_line(worker_id: int, at_ms: float, m: ForwardPassMetrics) -> str:
         m.num_queued_prefill, m.sum_queued_prefill_tokens, v3, m.num_queued_decode,
         m.sum_queued_decode_kv_tokens, v4, _num(at_ms),
     )
+
+
+#: The lines of a run (:class:`~servesim.fpm_runs.FpmRun`): the run's constants filled in once
+#: (the doubled ``%%`` stay as the five per-pass values and ``at_ms``), then one fill a pass.
+_FPM_RUN_LINE = (
+    '{"version": %d, "worker_id": "%d", "dp_rank": %d, "counter_id": %%d, '
+    '"wall_time": %%r, "scheduled_requests": {"num_prefill_requests": %d, '
+    '"sum_prefill_tokens": %d, "var_prefill_length": %r, "sum_prefill_kv_tokens": %d, '
+    '"num_decode_requests": %%d, "sum_decode_kv_tokens": %%d, "var_decode_kv_tokens": %%r}, '
+    '"queued_requests": {"num_prefill_requests": %d, "sum_prefill_tokens": %d, '
+    '"var_prefill_length": %r, "num_decode_requests": %d, "sum_decode_kv_tokens": %d, '
+    '"var_decode_kv_tokens": %r}, "at_ms": %%r}\n'
+)
+
+
+def fpm_run_lines(worker_id: int, ats: Sequence[float], run: FpmRun) -> list[str]:
+    """``[fpm_line(worker_id, ats[j], run[j]) for j in range(len(run))]``, without building
+    the objects: the run's constants are formatted once into a template."""
+    b = run.base
+    consts = (float(b["var_prefill_length"]), float(b["var_queued_prefill_length"]),
+              float(b["var_queued_decode_kv_tokens"]))
+    for x in consts:
+        _float(x)
+    tpl = _FPM_RUN_LINE % (
+        FPM_VERSION, worker_id, b["dp_rank"], b["num_prefill_requests"], b["sum_prefill_tokens"],
+        consts[0], b["sum_prefill_kv_tokens"], b["num_queued_prefill"],
+        b["sum_queued_prefill_tokens"], consts[1], b["num_queued_decode"],
+        b["sum_queued_decode_kv_tokens"], consts[2],
+    )
+    walls = [float(d) / 1000.0 for d in run.durations]
+    variances = [float(v) for v in run.var_decode]
+    # ``%r`` of an int or a float is what ``_num`` writes; anything else becomes a float first.
+    if not all(type(a) is float or type(a) is int for a in ats):
+        ats = [a if type(a) is int else float(a) for a in ats]
+    total = sum(walls) + sum(variances) + sum(ats)
+    if total - total != 0.0:  # some value is not finite (or the sum overflowed): find which
+        for x in (*walls, *variances, *ats):
+            _num(x)
+    c0 = run.counter0
+    return [
+        tpl % (c0 + j, wall, m, kv, var, at)
+        for j, (wall, m, kv, var, at) in enumerate(
+            zip(walls, run.num_decode, run.sum_decode_kv, variances, ats, strict=True))
+    ]
 
 
 _REMOVED_MID = ', "type": "BlockRemoved", "block_hashes": ['
@@ -182,4 +227,4 @@ def kv_event_line(worker_id: int, at_ms: float, event: KvEvent) -> str:
     raise TypeError(f"unknown KV event data {type(data).__name__}")
 
 
-__all__ = ["fpm_line", "kv_event_line", "kv_event_lines"]
+__all__ = ["fpm_line", "fpm_run_lines", "kv_event_line", "kv_event_lines"]

@@ -102,7 +102,7 @@ class RunEffects:
     absent_last: list[RequestId] = field(factory=list)
     completed: list[RequestId] = field(factory=list)
     kv_events: dict[int, list[KvEvent]] = field(factory=dict)
-    forward_pass_metrics: list[ForwardPassMetrics] | None = None
+    forward_pass_metrics: Sequence[ForwardPassMetrics] | None = None  # servesim.fpm_runs.FpmRun from vLLM
     completed_before: dict[int, list[RequestId]] = field(factory=dict)
     # Built on first use: drivers rarely read per-pass occupancy.
     pass_metrics_factory: Callable[[], list[Metrics]] | None = None

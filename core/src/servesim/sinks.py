@@ -33,6 +33,16 @@ for consecutive events (``record.events()`` or ``materialise(batch)`` builds the
 uses records only when every KV-event sink and the router accept them; a subclass that
 overrides ``publish`` or ``encode`` without declaring it again gets objects. The built-in JSONL
 sink accepts them.
+
+Two more promises, each declared on the class that defines the sink's line-making methods
+(``publish``, ``encode``, ``encode_run``, ``write_encoded``; :func:`declares`), let the
+aggregated replay skip work for the built-in JSONL sinks. An FPM sink that encodes ahead and
+sets ``encodes_fpm_runs = True`` has ``encode_run(worker_id, ats, run)``, which returns one
+encoding a pass of a run of steady passes held by column (:mod:`servesim.fpm_runs`) without
+the ``ForwardPassMetrics`` objects. A sink that encodes ahead into text and sets
+``joins_encoded = True`` takes the concatenation of several encodings in one
+``write_encoded`` call, as if each were written in turn (the merge buffer then writes each
+release in one call).
 """
 
 from __future__ import annotations
@@ -125,6 +135,9 @@ class FpmSink(ABC):
     #: As :attr:`KvEventSink.encodes_ahead`.
     encodes_ahead: ClassVar[bool] = False
 
+    #: True when ``encode_run`` formats a run's passes from its columns (module docs).
+    encodes_fpm_runs: ClassVar[bool] = False
+
     def encode(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> Any:
         """What :meth:`publish` would write for this pass, computed now (``encodes_ahead``)."""
         raise NotImplementedError
@@ -172,3 +185,25 @@ def build_sink(cls: type, config: Any, context: SinkContext | None = None) -> An
     if from_config is None:
         return cls() if config is None else cls(config)
     return from_config(config, context)
+
+
+#: The methods that make a sink's output: a promise about it is declared at or below them.
+LINE_METHODS = ("publish", "encode", "encode_run", "write_encoded")
+
+
+def declares(sink: Any, name: str, methods: tuple[str, ...] = LINE_METHODS) -> bool:
+    """Whether ``sink``'s class sets the class attribute ``name`` true in a class that is, or
+    derives from, every class defining one of ``methods``: a subclass that overrides one of
+    them without declaring ``name`` again does not inherit the promise. An attribute set on
+    the instance is not a class-level promise."""
+    if name in getattr(sink, "__dict__", {}):
+        return False
+    mro = type(sink).__mro__
+    owner = next((c for c in mro if name in c.__dict__), None)
+    if owner is None or not owner.__dict__[name]:
+        return False
+    for method in methods:
+        definer = next((c for c in mro if method in c.__dict__), None)
+        if definer is not None and not issubclass(owner, definer):
+            return False
+    return True

@@ -52,7 +52,8 @@ from servesim.contract import (
 )
 from servesim.errors import UserError
 from servesim.fpm_schema import fpm_object
-from servesim.jsonl_lines import fpm_line, kv_event_lines
+from servesim.fpm_runs import FpmRun
+from servesim.jsonl_lines import fpm_line, fpm_run_lines, kv_event_lines
 from servesim.output_paths import file_problem
 from servesim.sinks import FpmSink, KvEventSink, SinkContext, SinkError
 
@@ -207,6 +208,7 @@ class JsonlKvEventSink(KvEventSink):
 
     encodes_ahead = True
     accepts_kv_records = True  # kv_event_lines formats compact records too
+    joins_encoded = True  # encodings are lines: several are written as one text
 
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
         self._out.write_text(self.encode(worker_id, at_ms, events))
@@ -249,6 +251,18 @@ class JsonlFpmSink(FpmSink):
         except ValueError as exc:
             raise SinkError(f"{self._out.name}: cannot write: {exc}") from exc
         except (AttributeError, TypeError) as exc:
+            raise SinkError(f"{self._out.name}: {exc}") from exc
+
+    encodes_fpm_runs = True  # encode_run formats a run's lines from its columns
+    joins_encoded = True  # encodings are lines: several are written as one text
+
+    def encode_run(self, worker_id: int, ats: Sequence[float], run: FpmRun) -> list[str]:
+        """One line a pass of ``run`` (ending at ``ats``), as :meth:`encode` writes them."""
+        try:
+            return fpm_run_lines(worker_id, ats, run)
+        except ValueError as exc:
+            raise SinkError(f"{self._out.name}: cannot write: {exc}") from exc
+        except (AttributeError, TypeError, KeyError) as exc:
             raise SinkError(f"{self._out.name}: {exc}") from exc
 
     def write_encoded(self, data: str) -> None:

@@ -42,7 +42,8 @@ from servesim.passlog import PassLogWriter
 from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
 from servesim.replay.cohorts import CohortLog
-from servesim.replay.failures import ReplayError, _publish
+from servesim.fpm_runs import FpmRun, encodes_fpm_runs
+from servesim.replay.failures import ReplayError, _publish, encode_run, write_encoded
 from servesim.replay.routers import RoundRobinRouter, Router
 from servesim.replay.runs import RunDriver, runs_enabled_by_env
 from servesim.replay.sink_merge import FLUSH_AT, SinkMerge
@@ -107,6 +108,8 @@ class Replayer:
         self.speedup = arrival_speedup_ratio
         self.kv_sinks = list(kv_sinks)
         self.fpm_sinks = list(fpm_sinks)
+        # Whether runs' forward-pass metrics go to the sinks by column (servesim.fpm_runs).
+        self._fpm_runs = encodes_fpm_runs(self.fpm_sinks)
         self.progress = progress
         self.pass_log = pass_log
         # Per-worker pass metrics and preemptions for figures (servesim.plot.timeline). Kept
@@ -593,6 +596,17 @@ class Replayer:
             return
         for sink in self.fpm_sinks:
             _publish(sink, w, now, fpm)
+
+    def _fpm_run(self, w: int, ends: list[float], start: float, run: FpmRun) -> None:
+        """A run's forward-pass metrics (passes ending at ``ends``), encoded by column by every
+        sink (``_fpm_runs``; no timeline), in the order and with the bytes of :meth:`_fpm`."""
+        encs = [encode_run(sink, w, ends, run) for sink in self.fpm_sinks]
+        if self._merge is not None:
+            self._merge.fpm_run(w, ends, start, run.base["dp_rank"], encs)
+            return
+        for sink, lines in zip(self.fpm_sinks, encs, strict=True):
+            for at, line in zip(ends, lines, strict=True):
+                write_encoded(sink, at, line)
 
 def _session_maps(workload: Workload) -> tuple[list[str], list[int], list[int]]:
     """Per request id: its session id, its session's index, and its next turn's id (or -1)."""

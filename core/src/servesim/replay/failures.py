@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from servesim.errors import SimError
 from servesim.sinks import FpmSink, KvEventSink, SinkError
 
@@ -27,6 +29,18 @@ def encode(sink: KvEventSink | FpmSink, w: int, now: float, payload: object) -> 
         return sink.encode(w, now, payload)  # type: ignore[arg-type]
     except Exception as exc:
         raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc
+
+
+def encode_run(sink: FpmSink, w: int, ats: list[float], run: Sequence[object]) -> list[object]:
+    """``sink.encode_run(...)`` (an ``encodes_fpm_runs`` sink, :mod:`servesim.fpm_runs`); on a
+    failure each pass is encoded on its own, so the error names the pass's time, as stepping
+    reports it."""
+    try:
+        return sink.encode_run(w, ats, run)  # type: ignore[attr-defined]
+    except Exception as exc:
+        for at, metrics in zip(ats, run, strict=True):
+            encode(sink, w, at, metrics)
+        raise SinkError(f"sink {type(sink).__name__} failed at {ats[0]} ms: {exc}") from exc
 
 
 def write_encoded(sink: KvEventSink | FpmSink, now: float, data: object) -> None:

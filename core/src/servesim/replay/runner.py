@@ -17,6 +17,7 @@ from servesim.observers import Observers
 from servesim.passlog import PassLogWriter
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import ProgressFn, Replayer
+from servesim.replay.gc_spacing import young_collections_spaced
 from servesim.replay.report import _clean, build_report
 from servesim.replay.routers import Router
 from servesim.replay.stats import RequestLog
@@ -97,7 +98,8 @@ def simulate(
     if thresholds[0]:  # 0: automatic collection is off, and stays off
         gc.set_threshold(*(max(mine, yours) for mine, yours in zip(REPLAY_GC_THRESHOLDS, thresholds)))
     try:
-        return _simulate(loaded, record_token_times, progress, pass_log, timeline)
+        with young_collections_spaced():
+            return _simulate(loaded, record_token_times, progress, pass_log, timeline)
     except UserError:
         raise
     except Exception as exc:

@@ -42,6 +42,7 @@ from itertools import repeat
 from operator import lshift, or_, sub
 from typing import TYPE_CHECKING
 
+from servesim.fpm_runs import FpmRun
 from servesim.replay.failures import ReplayError
 from servesim.runs import EngineRunStarted
 
@@ -194,7 +195,11 @@ class RunDriver:
         for j in sorted(eff.kv_events):
             if eff.kv_events[j]:
                 rp._kv(w, ends[j], eff.kv_events[j], ends[j - 1] if j else start)  # noqa: SLF001
-        if eff.forward_pass_metrics is not None and (rp.fpm_sinks or rp.timeline is not None):
+        fpms = eff.forward_pass_metrics
+        if (type(fpms) is FpmRun and rp._fpm_runs  # noqa: SLF001
+                and rp.timeline is None):  # lines by column (servesim.fpm_runs)
+            rp._fpm_run(w, ends, start, fpms)  # noqa: SLF001
+        elif eff.forward_pass_metrics is not None and (rp.fpm_sinks or rp.timeline is not None):
             occupancy = eff.pass_metrics if rp.timeline is not None else None
             for j, fpm in enumerate(eff.forward_pass_metrics):
                 rp._fpm(w, ends[j], ends[j - 1] if j else start, fpm,  # noqa: SLF001

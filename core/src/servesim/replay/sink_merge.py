@@ -28,7 +28,7 @@ from typing import Any
 
 from servesim.contract import ForwardPassMetrics, KvEvent
 from servesim.replay.failures import encode, publish, write_encoded
-from servesim.sinks import FpmSink, KvEventSink
+from servesim.sinks import FpmSink, KvEventSink, declares
 
 # Entry kinds: the payload itself (published at release), or one encoding per sink.
 _KV, _FPM, _KV_ENC, _FPM_ENC = 0, 1, 2, 3
@@ -39,7 +39,7 @@ FLUSH_AT = 512
 class SinkMerge:
     """Buffers sink output of several workers; :meth:`release` hands it on in order."""
 
-    __slots__ = ("kv_sinks", "fpm_sinks", "buf", "_seq", "_min", "_kv_enc", "_fpm_enc")
+    __slots__ = ("kv_sinks", "fpm_sinks", "buf", "_seq", "_min", "_kv_enc", "_fpm_enc", "_joined")
 
     def __init__(self, kv_sinks: Sequence[KvEventSink], fpm_sinks: Sequence[FpmSink]) -> None:
         self.kv_sinks = list(kv_sinks)
@@ -50,6 +50,11 @@ class SinkMerge:
         # Whether every sink of the stream encodes ahead (then entries hold encodings).
         self._kv_enc = _all_encode(self.kv_sinks)
         self._fpm_enc = _all_encode(self.fpm_sinks)
+        # Whether every sink of both streams encodes ahead into text it takes joined: a
+        # release is then one write per sink.
+        self._joined = (bool(self.kv_sinks or self.fpm_sinks)
+                        and (not self.kv_sinks or self._kv_enc) and (not self.fpm_sinks or self._fpm_enc)
+                        and all(declares(s, "joins_encoded") for s in (*self.kv_sinks, *self.fpm_sinks)))
 
     def kv(self, w: int, at: float, start: float, events: Sequence[KvEvent]) -> None:
         self._seq += 1
@@ -71,6 +76,21 @@ class SinkMerge:
         if at < self._min:
             self._min = at
 
+    def fpm_run(self, w: int, ats: list[float], start: float, dp: int, encs: list[list[Any]]) -> None:
+        """A run's forward-pass metrics, encoded by every sink (``encs``: per sink, one encoding
+        a pass), as :meth:`fpm` of each pass would buffer them."""
+        buf = self.buf
+        seq = self._seq
+        prev = start
+        for at, enc in zip(ats, zip(*encs, strict=True), strict=True):
+            seq += 1
+            buf.append((at, prev, w, dp, seq, _FPM_ENC, enc))
+            prev = at
+        self._seq = seq
+        first = min(ats)
+        if first < self._min:
+            self._min = first
+
     def release(self, watermark: float) -> None:
         """Hand on, in order, everything buffered at a time before ``watermark``."""
         if watermark <= self._min:
@@ -91,6 +111,10 @@ class SinkMerge:
 
     def _emit(self, entries: list[tuple[float, float, int, int, int, int, Any]]) -> None:
         kv_sinks, fpm_sinks = self.kv_sinks, self.fpm_sinks
+        if self._joined:
+            if entries:
+                self._emit_joined(entries)
+            return
         for at, _start, w, _dp, _seq, kind, payload in entries:
             if kind >= _KV_ENC:
                 sinks: Sequence[KvEventSink | FpmSink] = kv_sinks if kind == _KV_ENC else fpm_sinks
@@ -99,6 +123,26 @@ class SinkMerge:
                 continue
             for sink in kv_sinks if kind == _KV else fpm_sinks:
                 publish(sink, w, at, payload)
+
+
+    def _emit_joined(self, entries: list[tuple[float, float, int, int, int, int, Any]]) -> None:
+        """Every entry is encodings: each sink's, in order, written in one call (a failure is
+        reported at the first entry's time)."""
+        kv: list[tuple[str, ...]] = []
+        fpm: list[tuple[str, ...]] = []
+        for entry in entries:
+            (kv if entry[5] == _KV_ENC else fpm).append(entry[6])
+        at = entries[0][0]
+        streams: tuple[tuple[list[tuple[str, ...]], Sequence[KvEventSink | FpmSink]], ...] = (
+            (kv, self.kv_sinks), (fpm, self.fpm_sinks))
+        for stream, sinks in streams:
+            if not stream:
+                continue
+            if len(sinks) == 1:
+                write_encoded(sinks[0], at, "".join([enc[0] for enc in stream]))
+                continue
+            for i, sink in enumerate(sinks):
+                write_encoded(sink, at, "".join([enc[i] for enc in stream]))
 
 
 def _all_encode(sinks: Sequence[Any]) -> bool:

@@ -43,10 +43,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from servesim.contract import (
-    ForwardPassMetrics,
     KvEvent,
     WorkerType,
 )
+from servesim.fpm_runs import FpmRun
 from servesim.runs import (
     BlockRunPending,
     RankRun,
@@ -289,12 +289,15 @@ def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffec
     return effects
 
 
-def _fpms(run: VllmRunPending, end_ms: float) -> list[ForwardPassMetrics]:
+def _fpms(run: VllmRunPending, end_ms: float) -> FpmRun:
     """dynamo-mocker.md §4.5 for a steady pass: no prefill, ``m`` decodes of the pass's
     lengths (population variance from integer sums), the unchanged queues."""
     fields = run.fpm_fields
     assert fields is not None
-    out = []
+    nums: list[int] = []
+    kvs: list[int] = []
+    variances: list[float] = []
+    durations: list[float] = []
     start = run.started_at_ms
     ends = run.ends
     segments = run.segments
@@ -305,15 +308,14 @@ def _fpms(run: VllmRunPending, end_ms: float) -> list[ForwardPassMetrics]:
         _j0, total, sq, m = segments[seg]
         end = end_ms if j == len(ends) - 1 else ends[j]
         kv = total + j * m
-        out.append(ForwardPassMetrics(
-            **fields, counter_id=run.counter0 + j, num_prefill_requests=0, sum_prefill_tokens=0,
-            var_prefill_length=0.0, sum_prefill_kv_tokens=0, num_decode_requests=m,
-            sum_decode_kv_tokens=kv,
-            var_decode_kv_tokens=_pop_var(m, kv, sq + 2 * j * total + j * j * m),
-            duration_ms=max(0.0, end - start),
-        ))
+        nums.append(m)
+        kvs.append(kv)
+        variances.append(_pop_var(m, kv, sq + 2 * j * total + j * j * m))
+        durations.append(max(0.0, end - start))
         start = ends[j]
-    return out
+    base = dict(fields, num_prefill_requests=0, sum_prefill_tokens=0, var_prefill_length=0.0,
+                sum_prefill_kv_tokens=0)
+    return FpmRun(base, run.counter0, nums, kvs, variances, durations)
 
 
 def _pop_var(n: int, total: int, sum_sq: int) -> float:
