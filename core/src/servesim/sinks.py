@@ -192,13 +192,16 @@ LINE_METHODS = ("publish", "encode", "encode_run", "write_encoded")
 
 
 def declares(sink: Any, name: str, methods: tuple[str, ...] = LINE_METHODS) -> bool:
-    """Whether ``sink``'s class sets the class attribute ``name`` true in a class that is, or
-    derives from, every class defining one of ``methods``: a subclass that overrides one of
-    them without declaring ``name`` again does not inherit the promise. An attribute set on
-    the instance is not a class-level promise."""
-    if name in getattr(sink, "__dict__", {}):
+    """Whether ``sink``'s class (or ``sink`` itself, when it is a class) sets the class
+    attribute ``name`` true in a class that is, or derives from, every class defining one of
+    ``methods``: a subclass that overrides one of them without declaring ``name`` again does
+    not inherit the promise. An attribute set on an instance is not a class-level promise."""
+    if isinstance(sink, type):
+        mro = sink.__mro__
+    elif name in getattr(sink, "__dict__", {}):
         return False
-    mro = type(sink).__mro__
+    else:
+        mro = type(sink).__mro__
     owner = next((c for c in mro if name in c.__dict__), None)
     if owner is None or not owner.__dict__[name]:
         return False

@@ -20,6 +20,7 @@ from typing import Any
 
 from servesim.contract import KvEvent
 from servesim.kv.event_build import kv_blocks, kv_event, removed_events, stored_blocks
+from servesim.sinks import declares
 
 
 class RemovedRun:
@@ -85,29 +86,11 @@ def count_events(events: Sequence[Any]) -> int:
     return sum(len(e.hashes) if type(e) is RemovedRun else 1 for e in events)
 
 
-def _vouches(cls: type, methods: tuple[str, ...]) -> bool:
-    """Whether ``cls`` sets ``accepts_kv_records`` true in a class that is, or derives from,
-    every class defining one of ``methods``: a subclass that overrides a reading method
-    without declaring it again reads objects."""
-    mro = cls.__mro__
-    owner = next((c for c in mro if "accepts_kv_records" in c.__dict__), None)
-    if owner is None or not owner.__dict__["accepts_kv_records"]:
-        return False
-    for name in methods:
-        definer = next((c for c in mro if name in c.__dict__), None)
-        if definer is not None and not issubclass(owner, definer):
-            return False
-    return True
-
-
 def accepts_kv_records(reader: Any, methods: tuple[str, ...]) -> bool:
     """Whether ``reader`` (a sink or router, or its class) takes batches that hold records in
     the methods ``methods`` (``accepts_kv_records = True`` declared at or below every class
-    that defines them)."""
-    cls = reader if isinstance(reader, type) else type(reader)
-    if not isinstance(reader, type) and "accepts_kv_records" in getattr(reader, "__dict__", {}):
-        return False  # set on an instance: not a class-level promise
-    return _vouches(cls, methods)
+    that defines them; servesim.sinks.declares)."""
+    return declares(reader, "accepts_kv_records", methods)
 
 
 #: The methods through which a KV-event sink and a router read events.
