@@ -49,6 +49,9 @@ def cases(draw: Any) -> dict[str, Any]:
         concurrency=draw(st.sampled_from([None, None, 2])),
         cancel=draw(st.one_of(st.none(), st.tuples(st.integers(0, 13), st.integers(0, 200)))),
         token_times=draw(st.booleans()),
+        # a small prefill token budget chunks prompts over several prefill passes, most of
+        # which hand nothing off (the decode runs are bounded by their ends all the same)
+        prefill_budget=draw(st.sampled_from([None, None, 16])),
     )
 
 
@@ -77,7 +80,9 @@ def _replay(case: dict[str, Any], runs: bool, real_decode_hashes: bool = False
                    "enable_prefix_caching": case["caching"]},
         "cluster": {"prefill_workers": case["workers"][0], "decode_workers": case["workers"][1],
                     "router": case["router"], "handoff_latency_ms": case["latency"],
-                    "prefill_engine": {"num_gpu_blocks": case["prefill_blocks"]},
+                    "prefill_engine": {"num_gpu_blocks": case["prefill_blocks"],
+                                       **({} if case.get("prefill_budget") is None else
+                                          {"max_num_batched_tokens": case["prefill_budget"]})},
                     "decode_engine": {"num_gpu_blocks": case["decode_blocks"]}},
         "workload": workload,
     }
