@@ -53,3 +53,13 @@ def test_the_piece_cache_asks_the_tokenizer_once_per_token_and_position() -> Non
     got = [cache.get(7, True), cache.get(7, False), cache.get(7, False), cache.get(7, True)]
     assert got == [b'w\\"7', b' w\\"7', b' w\\"7', b'w\\"7']
     assert calls == [(7, True), (7, False)]
+
+
+@pytest.mark.parametrize("rid", ["cmpl-0a1b", 'odd "id"\n', "idé"])
+@pytest.mark.parametrize("chat", [False, True])
+def test_the_chunk_opening_is_the_json_of_any_id(rid: str, chat: bool) -> None:
+    out = ChunkBytes(rid, CREATED, MODEL, chat)
+    if chat:
+        assert out.chat(b"x", False, None) == sse(wire.chat_chunk(rid, CREATED, MODEL, wire.chat_delta("x", False), None))
+    else:
+        assert out.completion(b"x", None) == sse(wire.completion_chunk(rid, CREATED, MODEL, "x", None))

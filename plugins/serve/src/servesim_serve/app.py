@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,14 @@ def json_response(body: Any, status: int = 200) -> Response:
 
 def error_response(err: ApiError) -> Response:
     return json_response(wire.error_body(err.message, err.err_type, err.status, err.param), err.status)
+
+
+def random_hex() -> str:
+    """``uuid.uuid4().hex`` (vLLM's ``random_uuid``), without the UUID object: 16 random bytes
+    with the version-4 and RFC 4122 variant bits set."""
+    n = int.from_bytes(os.urandom(16), "big")
+    n = (n & ~(0xF000 << 64) & ~(0xC000 << 48)) | (0x4000 << 64) | (0x8000 << 48)
+    return "%032x" % n
 
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")]
@@ -160,7 +168,7 @@ class Server:
         if req.rejected:
             return error_response(ApiError("the engine rejected the request (it can never fit its KV cache)"))
         prefix = "chatcmpl" if chat else "cmpl"
-        return Generation(self, gen, req, f"{prefix}-{uuid.uuid4().hex}", int(time.time()))
+        return Generation(self, gen, req, f"{prefix}-{random_hex()}", int(time.time()))
 
     async def _stream(self, g: Generation, scope: Scope, receive: Receive, send: Send) -> None:
         """The SSE response: one body message per pass; a client that leaves cancels the

@@ -11,6 +11,7 @@ concatenation of the pieces' escaped texts.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 
@@ -50,11 +51,15 @@ class ChunkBytes:
     """The SSE chunks of one request (``chat``: ``chat.completion.chunk``, else
     ``text_completion``)."""
 
+    __slots__ = ("_pre",)
+
     def __init__(self, rid: str, created: int, model: str, chat: bool) -> None:
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        head = wire.dumps({"id": rid, "object": obj, "created": created, "model": model})[:-1]
-        opening = "delta" if chat else "text"
-        self._pre = b'data: ' + head.encode("utf-8") + b',"choices":[{"index":0,"' + opening.encode() + b'":'
+        # The opening of every chunk: 'data: {"id":...,"object":...,"created":...,"model":...,
+        # "choices":[{"index":0,"text":' (or '"delta":'), the JSON of wire.dumps.
+        rid_bytes = rid.encode("ascii") if _plain(rid) else escaped(rid)
+        before, after = _head_tails(model, chat)
+        self._pre = b'data: {"id":"%s",%s%d%s' % (rid_bytes, before, created, after)
+
 
     def completion(self, text: bytes, finish: str | None, usage: tuple[int, int] | None = None) -> bytes:
         """``text``: escaped (:func:`escaped`); ``usage``: (prompt, completion) tokens so far."""
@@ -85,6 +90,19 @@ class ChunkBytes:
                          b'"completion_tokens_details":null}' % (p, p + c, c))
         parts.append(b"}\n\n")
         return b"".join(parts)
+
+
+def _plain(text: str) -> bool:
+    """``text`` needs no JSON escaping (ASCII letters, digits and dashes, as request ids)."""
+    return text.isascii() and text.replace("-", "").isalnum()
+
+
+@functools.lru_cache(maxsize=64)
+def _head_tails(model: str, chat: bool) -> tuple[bytes, bytes]:
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    opening = "delta" if chat else "text"
+    return (b'"object":"%s","created":' % obj.encode("ascii"),
+            b',"model":%s,"choices":[{"index":0,"%s":' % (wire.dumps(model).encode("utf-8"), opening.encode()))
 
 
 def join_text(pieces: Sequence[bytes]) -> bytes:

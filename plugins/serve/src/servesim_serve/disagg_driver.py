@@ -118,6 +118,7 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
         except SimError as exc:
             self.fail(exc)
             return
+        self.observer.flush()
         self._arm()
 
     # -- time ---------------------------------------------------------------------------
@@ -167,6 +168,7 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
             self._later.clear()
             self._schedule_wakes()
         self.observer.pass_completed(w, dp_rank, eff.metrics, eff.forward_pass_metrics)
+        self.observer.flush()
 
     def preempted(self, w: int, dp_rank: int, count: int) -> None:
         self.observer.preempted(w, count, dp_rank)

@@ -146,6 +146,7 @@ class LiveDriver:
         req.cancelled = True
         self._terminal(req, now)
         self.observer.cancelled(req, effects.metrics)
+        self.observer.flush()
         self._zero[req.worker] = 0
         self._dirty.add(req.worker)
         self._start_passes(now)
@@ -328,6 +329,7 @@ class LiveDriver:
             self.observer.pass_completed(w, rc.dp_rank, eff.metrics, eff.forward_pass_metrics)
         for req in firsts:
             req.notify()
+        self.observer.flush()
         self._schedule_wakes()
 
     def _schedule_wakes(self) -> None:
