@@ -60,6 +60,7 @@ def test_the_piece_cache_asks_the_tokenizer_once_per_token_and_position() -> Non
 def test_the_chunk_opening_is_the_json_of_any_id(rid: str, chat: bool) -> None:
     out = ChunkBytes(rid, CREATED, MODEL, chat)
     if chat:
-        assert out.chat(b"x", False, None) == sse(wire.chat_chunk(rid, CREATED, MODEL, wire.chat_delta("x", False), None))
+        expected = wire.chat_chunk(rid, CREATED, MODEL, wire.chat_delta("x", False), None)
+        assert out.chat(b"x", False, None) == sse(expected)
     else:
         assert out.completion(b"x", None) == sse(wire.completion_chunk(rid, CREATED, MODEL, "x", None))

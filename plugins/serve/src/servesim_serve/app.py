@@ -172,13 +172,18 @@ class Server:
 
     async def _stream(self, g: Generation, scope: Scope, receive: Receive, send: Send) -> None:
         """The SSE response: one body message per pass; a client that leaves cancels the
-        request at once (the watcher below), whatever the stream is waiting for."""
-        gone = asyncio.ensure_future(disconnected(receive))
-        gone.add_done_callback(lambda f: None if f.cancelled() else g.client_left())
+        request at once, whatever the stream is waiting for: the protocol tells
+        (``ChunkWriter.watch``), else a task watching ``receive``."""
+        writer = chunk_writer(scope)
+        gone = None
+        if writer is None:
+            gone = asyncio.ensure_future(disconnected(receive))
+            gone.add_done_callback(lambda f: None if f.cancelled() else g.client_left())
+        else:
+            writer.watch(g.client_left)
         events = g.events()
         try:
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-            writer = chunk_writer(scope)
             if writer is not None:  # the driver's wake-up writes the chunks (Generation.push)
                 g.req.push = functools.partial(g.push, writer)
             async for data in events:
@@ -187,7 +192,10 @@ class Server:
                 await send({"type": "http.response.body", "body": data, "more_body": not g.closed})
         finally:
             g.req.push = None
-            gone.cancel()
+            if gone is not None:
+                gone.cancel()
+            else:
+                writer.unwatch()  # type: ignore[union-attr]
             await events.aclose()
 
     async def models(self, http: Request) -> Response:

@@ -159,6 +159,9 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
         if req.cancelled:
             self.observer.cancelled(req, None)
         req.notify()
+        if req.push is not None:  # its push() may have completed the response: wake its task
+            self._to_wake.append(req)
+            self._schedule_wakes()
 
     def pass_completed(self, w: int, dp_rank: int, eff: PassCompletionEffects) -> None:
         if self._firsts or self._later:

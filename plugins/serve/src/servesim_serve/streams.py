@@ -138,6 +138,8 @@ class Generation:
     def take(self) -> bytes | None:
         """The body message of what the request gained since the last one (the chunks of its
         new passes; on its end the finish, usage chunk and ``[DONE]`` too), or None."""
+        if self.closed:
+            return None
         req, gen = self.req, self.gen
         sent = self.sent
         n = len(req.times)
@@ -175,6 +177,8 @@ class Generation:
         try:
             while not self.closed:
                 await req.wait(self.sent)
+                if self.closed:  # push() wrote the last message
+                    break
                 data = self.take()
                 if data is not None:
                     self.sending = True  # until the consumer has written it and asks again
@@ -184,11 +188,19 @@ class Generation:
             self.server.driver.cancel(req)
 
     def push(self, writer: ChunkWriter) -> bool:
-        """Write the request's new chunks now, from the driver's wake-up (no task hop); False
-        when the stream's task must do it: the request ended (its last message closes the
-        response through ``send``), the task is writing a message, or the writer would wait."""
-        if self.sending or self.left or self.req.finished or not writer.ready():
+        """Write the request's new chunks now, from the driver's wake-up (no task hop), and
+        on its completion its last message, which completes the response. False when the
+        stream's task must act: the response is complete (the task only has to return), the
+        request ended otherwise (rejected, cancelled, aborted), the task is writing a
+        message, or the writer would wait."""
+        if self.closed or self.sending or self.left or not writer.ready():
             return False
+        req = self.req
+        if req.finished:
+            if req.done_ms < 0.0 or req.rejected or req.aborted:
+                return False
+            writer.finish(self.take() or b"")  # a completed request's take() closes the stream
+            return True
         data = self.take()
         if data is not None:
             writer.write(data)
