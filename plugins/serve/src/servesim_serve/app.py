@@ -23,7 +23,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from servesim_serve import wire
-from servesim_serve.chunk_bytes import PieceCache
+from servesim_serve.chunk_bytes import PieceCache, PlainTails
 from servesim_serve.cluster import build_cluster
 from servesim_serve.config import ServeConfig
 from servesim_serve.metrics import make_observer
@@ -76,6 +76,7 @@ class Server:
         self.cfg = cfg
         self.tokenizer = load_tokenizer(cfg.tokenizer)
         self.pieces = PieceCache(self.tokenizer.piece)  # escaped output-token text
+        self.plain_tails = PlainTails(self.pieces, self.tokenizer.output_pool)
         self.max_model_len = loaded.sim.engine.max_model_len
         self.observer = make_observer(cfg.model, loaded)
         # ``wall`` must be the event loop's clock (asyncio's default loop uses time.monotonic):

@@ -55,6 +55,9 @@ class Generation:
         self.sent = 0  # output tokens in the messages produced so far
         self.step = 0  # entries of req.steps consumed
         self.sending = False  # the stream's task holds a message it has not written yet
+        # A completion with no thinking span nor usage per chunk: a pass's chunk that carries
+        # one token and does not end the stream is the opening and PlainTails' bytes.
+        self._plain = not gen.chat and not req.thinking and not gen.continuous_usage
 
     def token_id(self, j: int) -> int:
         """The ``j``-th output token: thinking boundaries, else the tokenizer's pool."""
@@ -142,6 +145,11 @@ class Generation:
             return None
         req, gen = self.req, self.gen
         sent = self.sent
+        steps_all = req.steps
+        if self._plain and len(steps_all) == self.step + 1 and steps_all[-1] == sent + 1 and not req.finished:
+            self.step += 1
+            self.sent = sent + 1
+            return self.out.pre + self.server.plain_tails.get(sent)
         n = len(req.times)
         out: list[bytes] = []
         if gen.chat and sent == 0 and n:
