@@ -123,8 +123,9 @@ def _plain(text: str) -> bool:
 def _head_tails(model: str, chat: bool) -> tuple[bytes, bytes]:
     obj = "chat.completion.chunk" if chat else "text_completion"
     opening = "delta" if chat else "text"
+    model_json = wire.dumps(model).encode("utf-8")
     return (b'"object":"%s","created":' % obj.encode("ascii"),
-            b',"model":%s,"choices":[{"index":0,"%s":' % (wire.dumps(model).encode("utf-8"), opening.encode()))
+            b',"model":%s,"choices":[{"index":0,"%s":' % (model_json, opening.encode()))
 
 
 def join_text(pieces: Sequence[bytes]) -> bytes:
