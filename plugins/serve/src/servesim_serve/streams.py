@@ -185,9 +185,7 @@ class Generation:
         try:
             while not self.closed:
                 await req.wait(self.sent)
-                if self.closed:  # push() wrote the last message
-                    break
-                data = self.take()
+                data = self.take()  # None once push() has written the last message
                 if data is not None:
                     self.sending = True  # until the consumer has written it and asks again
                     yield data
