@@ -171,8 +171,10 @@ def test_other_bad_requests(server) -> None:
 def test_token_id_prompts_are_ints_not_bools_and_not_negative() -> None:
     from servesim_serve.protocol import token_ids
 
-    assert token_ids([]) and token_ids([0, 5, 2**40]) and token_ids([[1]][0])
-    assert not any(token_ids(p) for p in ([True], [1, False], [-1], [1, 2.0], [1, "2"], [None]))
+    ids = [0, 5, 2**70]
+    assert token_ids([]) == [] and token_ids([[1]][0]) == [1]
+    assert token_ids(ids) == ids and token_ids(ids) is not ids  # a copy: the engine keeps it
+    assert all(token_ids(p) is None for p in ([True], [1, False], [-1], [1, 2.0], [1, "2"], [None]))
 
 
 def test_default_max_tokens_is_capped_by_max_model_len(server) -> None:

@@ -53,3 +53,14 @@ def test_the_piece_cache_asks_the_tokenizer_once_per_token_and_position() -> Non
     got = [cache.get(7, True), cache.get(7, False), cache.get(7, False), cache.get(7, True)]
     assert got == [b'w\\"7', b' w\\"7', b' w\\"7', b'w\\"7']
     assert calls == [(7, True), (7, False)]
+
+
+@pytest.mark.parametrize("rid", ["cmpl-0a1b", 'odd "id"\n', "idé"])
+@pytest.mark.parametrize("chat", [False, True])
+def test_the_chunk_opening_is_the_json_of_any_id(rid: str, chat: bool) -> None:
+    out = ChunkBytes(rid, CREATED, MODEL, chat)
+    if chat:
+        expected = wire.chat_chunk(rid, CREATED, MODEL, wire.chat_delta("x", False), None)
+        assert out.chat(b"x", False, None) == sse(expected)
+    else:
+        assert out.completion(b"x", None) == sse(wire.completion_chunk(rid, CREATED, MODEL, "x", None))

@@ -87,3 +87,28 @@ def test_chunks_written_from_the_wake_up_are_the_task_s_bytes(monkeypatch: pytes
             writes[0] = 0
     assert writes[0] == 0
     assert bodies[:2] == bodies[2:] and bodies[0].count(b"data: ") == 8  # 6 tokens, usage, [DONE]
+
+
+@pytest.mark.parametrize("tokenizer_pool", [None, [7, 9]])
+def test_plain_one_token_chunks_are_the_general_path_s_bytes(tokenizer_pool: list[int] | None) -> None:
+    loaded, cfg = load(None, [])
+    server = Server(loaded, cfg)
+    if tokenizer_pool is not None:  # a short pool: tokens wrap around, the first one included
+        from servesim_serve.chunk_bytes import PlainTails
+
+        server.tokenizer.output_pool = tokenizer_pool
+        server.plain_tails = PlainTails(server.pieces, tokenizer_pool)
+    req = LiveRequest(0, 3, 6, 0, 0.0)
+    gen = GenRequest([5, 6, 7], 6, True, True, False, False)
+    g = Generation(server, gen, req, "cmpl-x", 0)
+    for k in range(5):
+        req.times.append(10.0 + k)
+        req.steps.append(k + 1)
+        assert g.take() == g._chunks(k, k + 1, False)[0]
+    assert (g.sent, g.step) == (5, 5)
+    req.times.append(20.0)
+    req.steps.append(6)
+    req.done_ms = 20.0
+    last = g.take()
+    assert last is not None and last.endswith(b"data: [DONE]\n\n") and b'"finish_reason":"length"' in last
+    assert g.closed and g.take() is None

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from servesim_serve import wire
-from servesim_serve.chunk_bytes import PieceCache
+from servesim_serve.chunk_bytes import PieceCache, PlainTails
 from servesim_serve.cluster import build_cluster
 from servesim_serve.config import ServeConfig
 from servesim_serve.metrics import make_observer
@@ -42,6 +42,14 @@ def json_response(body: Any, status: int = 200) -> Response:
 
 def error_response(err: ApiError) -> Response:
     return json_response(wire.error_body(err.message, err.err_type, err.status, err.param), err.status)
+
+
+def random_hex() -> str:
+    """``uuid.uuid4().hex`` (vLLM's ``random_uuid``), without the UUID object: 16 random bytes
+    with the version-4 and RFC 4122 variant bits set."""
+    n = int.from_bytes(os.urandom(16), "big")
+    n = (n & ~(0xF000 << 64) & ~(0xC000 << 48)) | (0x4000 << 64) | (0x8000 << 48)
+    return "%032x" % n
 
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")]
@@ -68,6 +76,7 @@ class Server:
         self.cfg = cfg
         self.tokenizer = load_tokenizer(cfg.tokenizer)
         self.pieces = PieceCache(self.tokenizer.piece)  # escaped output-token text
+        self.plain_tails = PlainTails(self.pieces, self.tokenizer.output_pool)
         self.max_model_len = loaded.sim.engine.max_model_len
         self.observer = make_observer(cfg.model, loaded)
         # ``wall`` must be the event loop's clock (asyncio's default loop uses time.monotonic):
@@ -160,17 +169,22 @@ class Server:
         if req.rejected:
             return error_response(ApiError("the engine rejected the request (it can never fit its KV cache)"))
         prefix = "chatcmpl" if chat else "cmpl"
-        return Generation(self, gen, req, f"{prefix}-{uuid.uuid4().hex}", int(time.time()))
+        return Generation(self, gen, req, f"{prefix}-{random_hex()}", int(time.time()))
 
     async def _stream(self, g: Generation, scope: Scope, receive: Receive, send: Send) -> None:
         """The SSE response: one body message per pass; a client that leaves cancels the
-        request at once (the watcher below), whatever the stream is waiting for."""
-        gone = asyncio.ensure_future(disconnected(receive))
-        gone.add_done_callback(lambda f: None if f.cancelled() else g.client_left())
+        request at once, whatever the stream is waiting for: the protocol tells
+        (``ChunkWriter.watch``), else a task watching ``receive``."""
+        writer = chunk_writer(scope)
+        gone = None
+        if writer is None:
+            gone = asyncio.ensure_future(disconnected(receive))
+            gone.add_done_callback(lambda f: None if f.cancelled() else g.client_left())
+        else:
+            writer.watch(g.client_left)
         events = g.events()
         try:
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-            writer = chunk_writer(scope)
             if writer is not None:  # the driver's wake-up writes the chunks (Generation.push)
                 g.req.push = functools.partial(g.push, writer)
             async for data in events:
@@ -179,7 +193,10 @@ class Server:
                 await send({"type": "http.response.body", "body": data, "more_body": not g.closed})
         finally:
             g.req.push = None
-            gone.cancel()
+            if gone is not None:
+                gone.cancel()
+            else:
+                writer.unwatch()  # type: ignore[union-attr]
             await events.aclose()
 
     async def models(self, http: Request) -> Response:

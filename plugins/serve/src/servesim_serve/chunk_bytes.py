@@ -11,6 +11,7 @@ concatenation of the pieces' escaped texts.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 
@@ -46,19 +47,45 @@ class PieceCache:
         return out
 
 
+class PlainTails:
+    """What follows the opening of a completion chunk that carries output token ``j`` alone
+    and no finish reason, usage or thinking span (most chunks of a plain stream), from its
+    escaped text to the SSE event's end: one bytes object per token of the output pool,
+    built once per server."""
+
+    def __init__(self, pieces: PieceCache, pool: Sequence[int]) -> None:
+        self._pieces = pieces
+        self._pool = pool
+        self._tails: dict[int, bytes] = {}  # j % len(pool), or -1 for j == 0 (the first token)
+
+    def get(self, j: int) -> bytes:
+        pool = self._pool
+        key = j % len(pool) if j else -1
+        tail = self._tails.get(key)
+        if tail is None:
+            text = self._pieces.get(pool[j % len(pool)], j == 0)
+            tail = self._tails[key] = (b'"' + text + b'","logprobs":null,"finish_reason":null'
+                                       + _COMPLETION_TAIL + b"}\n\n")
+        return tail
+
+
 class ChunkBytes:
     """The SSE chunks of one request (``chat``: ``chat.completion.chunk``, else
     ``text_completion``)."""
 
+    __slots__ = ("pre",)
+
     def __init__(self, rid: str, created: int, model: str, chat: bool) -> None:
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        head = wire.dumps({"id": rid, "object": obj, "created": created, "model": model})[:-1]
-        opening = "delta" if chat else "text"
-        self._pre = b'data: ' + head.encode("utf-8") + b',"choices":[{"index":0,"' + opening.encode() + b'":'
+        # The opening of every chunk: 'data: {"id":...,"object":...,"created":...,"model":...,
+        # "choices":[{"index":0,"text":' (or '"delta":'), the JSON of wire.dumps.
+        rid_bytes = rid.encode("ascii") if _plain(rid) else escaped(rid)
+        before, after = _head_tails(model, chat)
+        self.pre = b'data: {"id":"%s",%s%d%s' % (rid_bytes, before, created, after)
+
 
     def completion(self, text: bytes, finish: str | None, usage: tuple[int, int] | None = None) -> bytes:
         """``text``: escaped (:func:`escaped`); ``usage``: (prompt, completion) tokens so far."""
-        parts = [self._pre, b'"', text, b'","logprobs":null,"finish_reason":', _FINISH[finish],
+        parts = [self.pre, b'"', text, b'","logprobs":null,"finish_reason":', _FINISH[finish],
                  _COMPLETION_TAIL]
         if usage is not None:
             p, c = usage
@@ -75,7 +102,7 @@ class ChunkBytes:
             delta = [b'{"reasoning":"', text, b'","reasoning_content":"', text, b'"}']
         else:
             delta = [b'{"content":"', text, b'"}']
-        parts = [self._pre, *delta, b',"logprobs":null,"finish_reason":', _FINISH[finish]]
+        parts = [self.pre, *delta, b',"logprobs":null,"finish_reason":', _FINISH[finish]]
         if finish is not None:
             parts.append(b',"stop_reason":null')
         parts.append(b',"token_ids":null}]')
@@ -85,6 +112,20 @@ class ChunkBytes:
                          b'"completion_tokens_details":null}' % (p, p + c, c))
         parts.append(b"}\n\n")
         return b"".join(parts)
+
+
+def _plain(text: str) -> bool:
+    """``text`` needs no JSON escaping (ASCII letters, digits and dashes, as request ids)."""
+    return text.isascii() and text.replace("-", "").isalnum()
+
+
+@functools.lru_cache(maxsize=64)
+def _head_tails(model: str, chat: bool) -> tuple[bytes, bytes]:
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    opening = "delta" if chat else "text"
+    model_json = wire.dumps(model).encode("utf-8")
+    return (b'"object":"%s","created":' % obj.encode("ascii"),
+            b',"model":%s,"choices":[{"index":0,"%s":' % (model_json, opening.encode()))
 
 
 def join_text(pieces: Sequence[bytes]) -> bytes:

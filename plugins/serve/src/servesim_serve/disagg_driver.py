@@ -118,6 +118,7 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
         except SimError as exc:
             self.fail(exc)
             return
+        self.observer.flush()
         self._arm()
 
     # -- time ---------------------------------------------------------------------------
@@ -158,6 +159,9 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
         if req.cancelled:
             self.observer.cancelled(req, None)
         req.notify()
+        if req.push is not None:  # its push() may have completed the response: wake its task
+            self._to_wake.append(req)
+            self._schedule_wakes()
 
     def pass_completed(self, w: int, dp_rank: int, eff: PassCompletionEffects) -> None:
         if self._firsts or self._later:
@@ -167,6 +171,7 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
             self._later.clear()
             self._schedule_wakes()
         self.observer.pass_completed(w, dp_rank, eff.metrics, eff.forward_pass_metrics)
+        self.observer.flush()
 
     def preempted(self, w: int, dp_rank: int, count: int) -> None:
         self.observer.preempted(w, count, dp_rank)

@@ -146,6 +146,7 @@ class LiveDriver:
         req.cancelled = True
         self._terminal(req, now)
         self.observer.cancelled(req, effects.metrics)
+        self.observer.flush()
         self._zero[req.worker] = 0
         self._dirty.add(req.worker)
         self._start_passes(now)
@@ -286,6 +287,7 @@ class LiveDriver:
         self._dirty.add(w)
         requests = self.requests
         firsts: list[LiveRequest] = []
+        ended: list[LiveRequest] = []
         for rc in done.by_rank:
             eff = rc.effects
             out = eff.outputs
@@ -318,7 +320,9 @@ class LiveDriver:
                 requests[rid].rejected = True
             for rid in out.completed:
                 self._zero[w] = 0
-                self._terminal(requests[rid], now)
+                req = requests[rid]
+                req.done_ms = now  # ended: its first chunk, if any, says so (_terminal below)
+                ended.append(req)
             if eff.kv_events:
                 self._zero[w] = 0
             self._kv(w, now, eff.kv_events)
@@ -328,6 +332,11 @@ class LiveDriver:
             self.observer.pass_completed(w, rc.dp_rank, eff.metrics, eff.forward_pass_metrics)
         for req in firsts:
             req.notify()
+        # Then the ended requests: their last messages (written at once by their streams'
+        # push) and the bookkeeping of their ends.
+        for req in ended:
+            self._terminal(req, now)
+        self.observer.flush()
         self._schedule_wakes()
 
     def _schedule_wakes(self) -> None:
@@ -357,6 +366,11 @@ class LiveDriver:
         self.in_flight -= 1
         self.observer.finished(req)
         req.notify()
+        if req.push is not None:
+            # A stream whose push() completed the response: its task only has to return,
+            # woken with the others, WAKE_BATCH per loop iteration (no client waits for it).
+            self._to_wake.append(req)
+            self._schedule_wakes()
 
     def _kv(self, w: int, now: float, events: Sequence[KvEvent]) -> None:
         if not events:

@@ -33,6 +33,11 @@ class Observer:
     def finished(self, req: LiveRequest) -> None:
         """``req`` ended: completed, rejected or cancelled."""
 
+    def flush(self) -> None:
+        """Do what was deferred: the driver calls this once a pass's first chunks are written
+        (and after a cancellation), so that bookkeeping no client waits for comes after them.
+        :meth:`render` must include what is still deferred."""
+
     def cancelled(self, req: LiveRequest, metrics: Metrics | None) -> None:
         """``req`` was cancelled (after :meth:`finished`)."""
 

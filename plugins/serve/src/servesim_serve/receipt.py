@@ -7,17 +7,21 @@ inside ``data_received``) in the scope, as an ASGI extension: ``scope["extension
 ["received"]``. Requests that come without it (another ASGI server) arrive when they are
 handled.
 
-It also offers each request a :class:`ChunkWriter` (``scope["extensions"][RECEIPT]["writer"]``):
-uvicorn's own write of one chunked body message that is not the last, done at once, without
-the ``await send(...)`` of a task. A stream's tokens then go out from the driver's wake-up
-itself (servesim_serve.streams), one event-loop hop sooner and without resuming the stream's
-coroutines, whenever uvicorn's ``send`` would not have waited either.
+It also offers each request a :class:`ChunkWriter` (``scope["extensions"][RECEIPT]["writer"]``)
+that writes a chunked body message that is not the last as uvicorn's own write does, and the
+last through uvicorn's ``send`` run to its end, both at once, without the ``await send(...)``
+of a task; and that tells when the connection is lost (:meth:`ChunkWriter.watch`, from the
+protocol's ``connection_lost``), without a task waiting on ``receive``. A stream's tokens then
+go out from the driver's wake-up itself (servesim_serve.streams), one event-loop hop sooner and
+without resuming the stream's coroutines, whenever uvicorn's ``send`` would not have waited
+either.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -31,10 +35,25 @@ class ChunkWriter:
     :meth:`ready`: the response has started in chunked encoding and is not complete, the
     client is connected and the transport is not paused (where ``send`` would wait)."""
 
-    __slots__ = ("cycle",)
+    __slots__ = ("cycle", "on_lost", "_watched")
 
-    def __init__(self, cycle: Any) -> None:
+    def __init__(self, cycle: Any, watched: set[ChunkWriter]) -> None:
         self.cycle = cycle
+        self.on_lost: Callable[[], None] | None = None
+        self._watched = watched  # the connection's writers with an on_lost (ReceiptProtocol)
+
+    def watch(self, on_lost: Callable[[], None]) -> None:
+        """Call ``on_lost`` if the connection is lost before the response is complete (or
+        now, if it already was): the protocol tells, with no task reading ``receive``."""
+        if self.cycle.disconnected:
+            on_lost()
+            return
+        self.on_lost = on_lost
+        self._watched.add(self)
+
+    def unwatch(self) -> None:
+        self.on_lost = None
+        self._watched.discard(self)
 
     def ready(self) -> bool:
         c = self.cycle
@@ -43,6 +62,17 @@ class ChunkWriter:
 
     def write(self, body: bytes) -> None:
         self.cycle.transport.write(b"%x\r\n%s\r\n" % (len(body), body))
+
+    def finish(self, body: bytes) -> None:
+        """Write the last body message and complete the response: uvicorn's own ``send``,
+        run to its end at once (while :meth:`ready` it has nothing to wait for)."""
+        step = self.cycle.send({"type": "http.response.body", "body": body, "more_body": False})
+        try:
+            step.send(None)
+        except StopIteration:
+            return
+        step.close()
+        raise RuntimeError("the response's last message had to wait")  # ready() rules this out
 
 
 def chunk_writer(scope: Any) -> ChunkWriter | None:
@@ -75,7 +105,16 @@ class ReceiptProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: Any) -> None:
         no_delay(transport)
+        self._watched: set[ChunkWriter] = set()
         super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        watched, self._watched = self._watched, set()
+        for writer in watched:
+            on_lost = writer.on_lost
+            if on_lost is not None and not writer.cycle.response_complete:
+                on_lost()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -86,4 +125,4 @@ class ReceiptProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # this request's (not an upgrade)
-            self.scope["extensions"][RECEIPT]["writer"] = ChunkWriter(cycle)
+            self.scope["extensions"][RECEIPT]["writer"] = ChunkWriter(cycle, self._watched)

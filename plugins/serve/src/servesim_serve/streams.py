@@ -55,6 +55,9 @@ class Generation:
         self.sent = 0  # output tokens in the messages produced so far
         self.step = 0  # entries of req.steps consumed
         self.sending = False  # the stream's task holds a message it has not written yet
+        # A completion with no thinking span nor usage per chunk: a pass's chunk that carries
+        # one token and does not end the stream is the opening and PlainTails' bytes.
+        self._plain = not gen.chat and not req.thinking and not gen.continuous_usage
 
     def token_id(self, j: int) -> int:
         """The ``j``-th output token: thinking boundaries, else the tokenizer's pool."""
@@ -138,8 +141,15 @@ class Generation:
     def take(self) -> bytes | None:
         """The body message of what the request gained since the last one (the chunks of its
         new passes; on its end the finish, usage chunk and ``[DONE]`` too), or None."""
+        if self.closed:
+            return None
         req, gen = self.req, self.gen
         sent = self.sent
+        steps_all = req.steps
+        if self._plain and len(steps_all) == self.step + 1 and steps_all[-1] == sent + 1 and not req.finished:
+            self.step += 1
+            self.sent = sent + 1
+            return self.out.pre + self.server.plain_tails.get(sent)
         n = len(req.times)
         out: list[bytes] = []
         if gen.chat and sent == 0 and n:
@@ -175,7 +185,7 @@ class Generation:
         try:
             while not self.closed:
                 await req.wait(self.sent)
-                data = self.take()
+                data = self.take()  # None once push() has written the last message
                 if data is not None:
                     self.sending = True  # until the consumer has written it and asks again
                     yield data
@@ -184,11 +194,19 @@ class Generation:
             self.server.driver.cancel(req)
 
     def push(self, writer: ChunkWriter) -> bool:
-        """Write the request's new chunks now, from the driver's wake-up (no task hop); False
-        when the stream's task must do it: the request ended (its last message closes the
-        response through ``send``), the task is writing a message, or the writer would wait."""
-        if self.sending or self.left or self.req.finished or not writer.ready():
+        """Write the request's new chunks now, from the driver's wake-up (no task hop), and
+        on its completion its last message, which completes the response. False when the
+        stream's task must act: the response is complete (the task only has to return), the
+        request ended otherwise (rejected, cancelled, aborted), the task is writing a
+        message, or the writer would wait."""
+        if self.closed or self.sending or self.left or not writer.ready():
             return False
+        req = self.req
+        if req.finished:
+            if req.done_ms < 0.0 or req.rejected or req.aborted:
+                return False
+            writer.finish(self.take() or b"")  # a completed request's take() closes the stream
+            return True
         data = self.take()
         if data is not None:
             writer.write(data)
