@@ -138,3 +138,29 @@ def test_entry_point_values_load_as_importlib_loads_them() -> None:
         importlib.metadata.EntryPoint("y", "servesim.builtins.kv [extra]", "servesim").load())
     with pytest.raises(ValueError, match="malformed"):
         plugin_scan.load("not a value!")
+
+
+def test_a_new_cache_file_removes_those_of_environments_that_are_gone(cache: Path) -> None:
+    cache.mkdir(parents=True)
+    gone = cache / "entry-points-00000001.json"
+    gone.write_text(json.dumps({"format": 2, "executable": str(cache / "no-such-venv" / "python"),
+                                "entries": []}))
+    alive = cache / "entry-points-00000002.json"
+    alive.write_text(json.dumps({"format": 2, "executable": sys.executable, "entries": []}))
+    older = cache / "entry-points-00000003.json"  # written before files named their interpreter
+    older.write_text(json.dumps({"format": 2, "entries": []}))
+    broken = cache / "entry-points-00000004.json"
+    broken.write_text("{not json")
+    unrelated = cache / "notes.json"
+    unrelated.write_text(json.dumps({"executable": str(cache / "gone")}))
+    plugin_scan.entry_points(ENTRY_POINT_GROUP)
+    mine = Path(plugin_scan.cache_file())
+    assert json.loads(mine.read_text())["executable"] == sys.executable
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        [mine.name, alive.name, older.name, broken.name, unrelated.name])
+    # an existing file is rewritten without pruning again
+    gone.write_text(json.dumps({"format": 2, "executable": str(cache / "gone2"), "entries": []}))
+    plugin_scan._memo.clear()  # noqa: SLF001
+    os.utime(mine, None)
+    plugin_scan._cached("another-group", plugin_scan.fingerprint())  # noqa: SLF001
+    assert gone.exists()

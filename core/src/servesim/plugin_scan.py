@@ -6,7 +6,9 @@ every installed distribution, which costs more CPU than the rest of a short repl
 start-up. The answer depends only on the distributions ``importlib.metadata`` finds on
 ``sys.path``, so it is cached in a JSON file (``$SERVESIM_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/servesim``, else ``~/.cache/servesim``; one file per Python environment,
-holding its latest eight answers) together with a fingerprint of exactly what the search reads:
+holding its latest eight answers and the environment's interpreter; a new file removes those
+whose interpreter no longer exists, so deleted virtual environments leave nothing behind)
+together with a fingerprint of exactly what the search reads:
 
 * ``sys.path``, each entry made absolute;
 * per directory on it, the names of its ``*.dist-info`` and ``*.egg-info`` entries, and for
@@ -154,17 +156,40 @@ def _cached(group: str, fp: list[Any]) -> tuple[list[Record], str]:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         entries = []
     records, version = scan(group)
+    new_file = not os.path.exists(path)
     entries = [{"group": group, "fingerprint": fp, "records": records, "version": version},
                *entries][:_KEEP]
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"format": _FORMAT, "entries": entries}, fh)
+            json.dump({"format": _FORMAT, "executable": sys.executable, "entries": entries}, fh)
         os.replace(tmp, path)
     except OSError:
-        pass
+        return records, version
+    if new_file:
+        _prune(os.path.dirname(path), path)
     return records, version
+
+
+def _prune(folder: str, keep: str) -> None:
+    """Remove the cache files of environments whose interpreter no longer exists (files
+    without a recorded interpreter are kept; anything unreadable is left alone)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        other = os.path.join(folder, name)
+        if not (name.startswith("entry-points-") and name.endswith(".json")) or other == keep:
+            continue
+        try:
+            with open(other, encoding="utf-8") as fh:
+                executable = json.load(fh).get("executable")
+            if isinstance(executable, str) and not os.path.exists(executable):
+                os.remove(other)
+        except (OSError, ValueError, AttributeError):
+            continue
 
 
 def load(value: str) -> Any:
