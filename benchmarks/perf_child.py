@@ -43,4 +43,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    status = main(sys.argv[1:])
+    from servesim.cli import spare_exit_collection
+
+    spare_exit_collection()  # as the servesim console script does before it exits
+    sys.exit(status)

@@ -267,5 +267,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
 
 
+def spare_exit_collection() -> None:
+    """Move every object still alive into the collector's permanent generation, so that the
+    interpreter's final collection at exit does not walk what the command built (a replay's
+    engines, pools and log hold reference cycles: about 4% of a 10,000-request `servesim run`'s
+    CPU went to that walk). Only for a process that is about to exit: its files are closed
+    and its output written by then, and nothing it holds needs a finaliser."""
+    import gc
+
+    gc.freeze()
+
+
+def console() -> int:
+    """The ``servesim`` console script: :func:`main`, then :func:`spare_exit_collection`
+    (``main`` itself, which tests and notebooks call, leaves the collector alone)."""
+    status = main()
+    spare_exit_collection()
+    return status
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(console())
