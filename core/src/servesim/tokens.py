@@ -9,24 +9,18 @@ of token ``h``).
 
 from __future__ import annotations
 
-import sys
 from abc import ABC, abstractmethod
-from array import array
 from collections.abc import Sequence
 
-from xxhash import xxh3_64_intdigest
-
 from servesim.kv.hashing import (
-    SEED,
     local_block_hash,
+    local_block_hashes,
     placeholder_hashes,
     repeated_token_hash,
     sequence_hashes,
 )
 
 _MASK32 = 0xFFFFFFFF
-# Whole-prompt hashing (Tokens._local_hashes) needs array('I') to hold little-endian u32s.
-_U32_ARRAY = sys.byteorder == "little" and array("I").itemsize == 4
 
 
 class TokenSeq(ABC):
@@ -86,19 +80,10 @@ class Tokens(TokenSeq):
         return len(self._tokens)
 
     def _local_hashes(self, block_size: int, n: int | None = None) -> list[int]:
-        """The blocks' bytes from one array of the whole prompt (the same bytes
-        ``local_block_hash`` hashes block by block); a token outside ``[0, 2**32)``, whose
-        low 32 bits are hashed, takes the block-by-block path."""
+        """From one array of the whole prompt (servesim.kv.hashing.local_block_hashes)."""
         if n is None:
             n = len(self._tokens) // block_size
-        if not _U32_ARRAY:  # pragma: no cover - exotic platforms
-            return super()._local_hashes(block_size, n)
-        try:
-            data = array("I", self._tokens[: n * block_size]).tobytes()
-        except OverflowError:
-            return super()._local_hashes(block_size, n)
-        width = 4 * block_size
-        return [xxh3_64_intdigest(data[i * width:(i + 1) * width], seed=SEED) for i in range(n)]
+        return local_block_hashes(self._tokens, block_size, n)
 
     def tokens(self, start: int = 0, end: int | None = None) -> list[int]:
         return self._tokens[start:end]

@@ -56,6 +56,23 @@ def repeated_token_hash(token: int, count: int) -> int:
     return h
 
 
+def local_block_hashes(tokens: Sequence[int], block_size: int, n: int) -> list[int]:
+    """:func:`local_block_hash` of each of the first ``n`` full blocks of ``tokens`` (a list
+    or tuple), from one array of all their tokens while every one is in ``[0, 2**32)``; any
+    other token (whose low 32 bits are hashed) takes the block-by-block path."""
+    try:
+        data = array("I", tokens[: n * block_size])
+    except (OverflowError, TypeError):
+        data = None
+    if data is None or data.itemsize != 4:
+        return [local_block_hash(tokens[i * block_size:(i + 1) * block_size]) for i in range(n)]
+    if _BIG_ENDIAN:  # pragma: no cover - big endian
+        data.byteswap()
+    raw = data.tobytes()
+    width = 4 * block_size
+    return [xxh3_64_intdigest(raw[i * width:(i + 1) * width], seed=SEED) for i in range(n)]
+
+
 def chain_hash(parent: int | None, local: int) -> int:
     """Sequence hash of a block given its parent's sequence hash (None for block 0)."""
     if parent is None:

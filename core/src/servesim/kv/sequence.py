@@ -10,18 +10,16 @@ them becomes full and needs its hash (§2.6, §3.1), so decoding costs no per-to
 
 from __future__ import annotations
 
-import struct
 import sys
 from array import array
 
 from xxhash import xxh3_64_intdigest
 
 from servesim.contract import Request
-from servesim.kv.hashing import SEED, local_block_hash, placeholder_hashes
+from servesim.kv.hashing import _PAIR, SEED, local_block_hash, placeholder_hashes
 
 _MASK32 = 0xFFFFFFFF
 _MASK64 = 0xFFFFFFFFFFFFFFFF
-_PAIR = struct.Struct("<QQ")  # a chained hash's input (servesim.kv.hashing.chain_hash)
 
 
 def pseudo_token_base(request_id: int, salt: int = 0) -> int:
@@ -109,6 +107,7 @@ class SequenceBlocks:
                 h = xxh3_64_intdigest(_range_bytes(g0, g0 + block_size), seed=SEED)
             else:
                 h = local_block_hash(self.tokens(start, start + block_size))
+            # servesim.kv.hashing.chain_hash, inline on this per-block path
             parent = h if parent is None else xxh3_64_intdigest(_PAIR.pack(parent, h), seed=SEED)
             seq.append(parent)
             loc.append(h)
