@@ -158,23 +158,19 @@ def kv_event_lines(worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> s
         if te is RemovedRun or te is StoredRun:
             rec: Any = e
             hs = rec.hashes
-            if rec.dp_rank != dp:
-                h = _head(worker_id, rec.dp_rank, at_ms)
+            if rec.dp_rank == dp and len(hs) == 1:  # one template fill (decode, evictions)
                 if te is StoredRun:
-                    append(_stored_run(h, rec))
-                elif hs:
-                    append(_removed_run(h, rec))
-            elif len(hs) != 1:  # one template fill for a one-block record (decode, evictions)
-                if te is StoredRun:
-                    append(_stored_run(raw_head, rec))
-                elif hs:
-                    append(_removed_run(raw_head, rec))
-            elif te is StoredRun:
-                parent = rec.parent_hash
-                append(stored1 % (rec.event_id, hs[0], "null" if parent is None else parent,
-                                  rec.tokens_hashes[0]))
-            else:
-                append(removed % (rec.event_id, hs[0]))
+                    parent = rec.parent_hash
+                    append(stored1 % (rec.event_id, hs[0], "null" if parent is None else parent,
+                                      rec.tokens_hashes[0]))
+                else:
+                    append(removed % (rec.event_id, hs[0]))
+                continue
+            h = raw_head if rec.dp_rank == dp else _head(worker_id, rec.dp_rank, at_ms)
+            if te is StoredRun:
+                append(_stored_run(h, rec))
+            elif hs:
+                append(_removed_run(h, rec))
             continue
         data = e.data
         t = type(data)

@@ -405,15 +405,14 @@ class BlockPool:
             hashes[b] = h
             if self._primary.setdefault(h, b) == b:
                 if self._events is not None and (h >= 0 or self.events_for_placeholders):
-                    parent_h = seq_hashes[start - 1] if start > 0 else None
+                    parent = seq_hashes[start - 1] if start > 0 else None
                     if self.event_records and block_tokens is None:
-                        self._events.append(StoredRun(self._next_event_id, self.dp_rank, parent_h,
+                        self._events.append(StoredRun(self._next_event_id, self.dp_rank, parent,
                                                       (h,), (local_hashes[start],)))
                         self._next_event_id += 1
                         return
                     tokens = tuple(block_tokens(start)) if block_tokens is not None else None
                     blk = kv_block(h, local_hashes[start], tokens)
-                    parent = seq_hashes[start - 1] if start > 0 else None
                     self._publish(stored_blocks(parent, (blk,), None))
             else:
                 self._dups.setdefault(h, []).append(b)
