@@ -608,6 +608,7 @@ class Replayer:
             for at, line in zip(ends, lines, strict=True):
                 write_encoded(sink, at, line)
 
+
 def _session_maps(workload: Workload) -> tuple[list[str], list[int], list[int]]:
     """Per request id: its session id, its session's index, and its next turn's id (or -1)."""
     n = workload.num_requests

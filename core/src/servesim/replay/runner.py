@@ -68,8 +68,6 @@ def _check_supported(loaded: LoadedConfig) -> bool:
     return True
 
 
-
-
 def simulate(
     loaded: LoadedConfig,
     *,

@@ -199,9 +199,9 @@ class RunDriver:
         if (type(fpms) is FpmRun and rp._fpm_runs  # noqa: SLF001
                 and rp.timeline is None):  # lines by column (servesim.fpm_runs)
             rp._fpm_run(w, ends, start, fpms)  # noqa: SLF001
-        elif eff.forward_pass_metrics is not None and (rp.fpm_sinks or rp.timeline is not None):
+        elif fpms is not None and (rp.fpm_sinks or rp.timeline is not None):
             occupancy = eff.pass_metrics if rp.timeline is not None else None
-            for j, fpm in enumerate(eff.forward_pass_metrics):
+            for j, fpm in enumerate(fpms):
                 rp._fpm(w, ends[j], ends[j - 1] if j else start, fpm,  # noqa: SLF001
                         occupancy[j] if occupancy else None)
         for rid in eff.completed:

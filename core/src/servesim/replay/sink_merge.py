@@ -124,7 +124,6 @@ class SinkMerge:
             for sink in kv_sinks if kind == _KV else fpm_sinks:
                 publish(sink, w, at, payload)
 
-
     def _emit_joined(self, entries: list[tuple[float, float, int, int, int, int, Any]]) -> None:
         """Every entry is encodings: each sink's, in order, written in one call (a failure is
         reported at the first entry's time)."""
@@ -137,9 +136,6 @@ class SinkMerge:
             (kv, self.kv_sinks), (fpm, self.fpm_sinks))
         for stream, sinks in streams:
             if not stream:
-                continue
-            if len(sinks) == 1:
-                write_encoded(sinks[0], at, "".join([enc[0] for enc in stream]))
                 continue
             for i, sink in enumerate(sinks):
                 write_encoded(sink, at, "".join([enc[i] for enc in stream]))
