@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from servesim.config.loader import load_config
 from servesim.plugins import Plugins
 from servesim.replay.disagg import build_disagg_replayer
-from servesim.replay.disagg_live import LiveDisaggReplayer, LiveListener, grow_log
+from servesim.replay.disagg_live import LiveDisaggReplayer, LiveListener
 from servesim.replay.report import build_report, dumps, per_request_lines
 from servesim.replay.runner import load_workload
 from servesim.replay.stats import RequestLog
@@ -179,12 +179,12 @@ def test_every_per_request_record_grows_with_each_request() -> None:
     assert per_request(batch.log) <= per_request(live.log)
 
 
-def test_grow_log_grows_every_per_request_list() -> None:
+def test_append_request_grows_every_per_request_list() -> None:
     log = RequestLog([3, 4], record_token_times=True)
     log.tier_attribution(0, type("T", (), {"g1_reused_input_tokens": 1, "host_reused_input_tokens": 2})())
     before = {name for name in dir(log) if isinstance(getattr(log, name, None), list)
               and len(getattr(log, name)) == 2}
-    assert grow_log(log, 7) == 2
+    assert log.append_request(7) == 2
     assert log.n == 3 and log.input_length == [3, 4, 7]
     for name in before:
         assert len(getattr(log, name)) == 3, name

@@ -2,8 +2,9 @@
 
 :class:`LiveDisaggReplayer` is a :class:`~servesim.replay.disagg.DisaggReplayer` whose
 workload starts empty: :meth:`LiveDisaggReplayer.add` appends a request (every per-request
-record grows by one slot), :meth:`~LiveDisaggReplayer.arrive` schedules its arrival,
-:meth:`~LiveDisaggReplayer.cancel` its cancellation, and :meth:`~LiveDisaggReplayer.advance`
+record grows by one slot, the log's through ``RequestLog.append_request``),
+:meth:`~LiveDisaggReplayer.arrive` schedules its arrival, :meth:`~LiveDisaggReplayer.cancel`
+its cancellation, and :meth:`~LiveDisaggReplayer.advance`
 does everything due up to a time in the replay's order (``Replayer._step``: pass ends, then
 handoff events, internal work, arrivals, new passes). The handoff, the routers and the
 report extras are the batch replayer's own. It always steps (no runs of passes), so a
@@ -22,7 +23,6 @@ from typing import Any
 from servesim.contract import PassCompletionEffects
 from servesim.replay.disagg import _CANCEL, DisaggReplayer
 from servesim.replay.driver import _ARRIVAL, _EXTERNAL
-from servesim.replay.stats import RequestLog
 from servesim.replay.workload import Turn, Workload
 from servesim.tokens import TokenSeq
 
@@ -41,28 +41,6 @@ class LiveListener:
 
     def preempted(self, w: int, dp_rank: int, count: int) -> None:
         """``count`` requests were preempted on worker ``w``'s rank ``dp_rank``."""
-
-
-def grow_log(log: RequestLog, input_length: int) -> int:
-    """Append one request of ``input_length`` prompt tokens to ``log``; returns its id."""
-    rid = log.n
-    log.n = rid + 1
-    log.input_length.append(input_length)
-    for floats in (log.arrival, log.first, log.last, log.done, log.admitted):
-        floats.append(-1.0)
-    log.ntok.append(0)
-    log.worker.append(-1)
-    log.dp_rank.append(-1)
-    log.cached.append(None)
-    log.reused.append(0)
-    log.first_reused.append(None)
-    log.rejected.append(False)
-    if log.token_times is not None:
-        log.token_times.append([])
-    if log.tier_g1 is not None and log.tier_host is not None:
-        log.tier_g1.append(0)
-        log.tier_host.append(0)
-    return rid
 
 
 class LiveDisaggReplayer(DisaggReplayer):
@@ -88,7 +66,7 @@ class LiveDisaggReplayer(DisaggReplayer):
         self.session_of.append(str(rid))
         self.session_index.append(rid)
         self.next_turn.append(-1)
-        grow_log(self.log, len(prompt))
+        self.log.append_request(len(prompt))
         for times in self.times.values():
             times.append(-1.0)
         for floats in (self.transfer_ms, self.receipt):
@@ -163,4 +141,4 @@ class LiveDisaggReplayer(DisaggReplayer):
         self.listener.preempted(w, dp_rank, count)
 
 
-__all__ = ["LiveDisaggReplayer", "LiveListener", "grow_log"]
+__all__ = ["LiveDisaggReplayer", "LiveListener"]

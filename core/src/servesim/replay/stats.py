@@ -208,6 +208,29 @@ class RequestLog:
         self.tier_g1: list[int] | None = None
         self.tier_host: list[int] | None = None
 
+    def append_request(self, input_length: int) -> int:
+        """One more request of ``input_length`` prompt tokens, not yet arrived (every
+        per-request list above grows by one; ``extra`` belongs to the replay that set it);
+        returns its id. For a replay fed requests while it runs (servesim.replay.disagg_live)."""
+        rid = self.n
+        self.n = rid + 1
+        self.input_length.append(input_length)
+        for floats in (self.arrival, self.first, self.last, self.done, self.admitted):
+            floats.append(-1.0)
+        self.ntok.append(0)
+        self.worker.append(-1)
+        self.dp_rank.append(-1)
+        self.cached.append(None)
+        self.reused.append(0)
+        self.first_reused.append(None)
+        self.rejected.append(False)
+        if self.token_times is not None:
+            self.token_times.append([])
+        if self.tier_g1 is not None and self.tier_host is not None:
+            self.tier_g1.append(0)
+            self.tier_host.append(0)
+        return rid
+
     def tier_attribution(self, rid: int, tier: Any) -> None:
         """A first admission's :class:`servesim.contract.CacheTierAttribution`: prompt
         tokens already in device KV and those restored from the host tier."""
