@@ -25,7 +25,7 @@ default ``execute_run`` returning None, and drivers fall back to stepping.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from attrs import define, field, frozen
@@ -102,7 +102,8 @@ class RunEffects:
     absent_last: list[RequestId] = field(factory=list)
     completed: list[RequestId] = field(factory=list)
     kv_events: dict[int, list[KvEvent]] = field(factory=dict)
-    forward_pass_metrics: Sequence[ForwardPassMetrics] | None = None  # servesim.fpm_runs.FpmRun from vLLM
+    # A list, or a servesim.fpm_runs.FpmRun (the vLLM runs' metrics by column)
+    forward_pass_metrics: Sequence[ForwardPassMetrics] | None = None
     completed_before: dict[int, list[RequestId]] = field(factory=dict)
     # Built on first use: drivers rarely read per-pass occupancy.
     pass_metrics_factory: Callable[[], list[Metrics]] | None = None
