@@ -12,7 +12,6 @@ split (the handoff keys included), built from the replayer's own log.
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from servesim.errors import SimError
@@ -36,24 +35,12 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
 
     def __init__(self, replayer: LiveDisaggReplayer, clock: SimClock,
                  observer: Observer | None = None) -> None:
-        # LiveDriver's timer, wake-up and failure state; its engines, router and cluster
-        # state are the replayer's.
+        # LiveDriver's requests, streams, timer and failure state; its engines, router and
+        # cluster state are the replayer's.
         self.replayer = replayer
         self.engines = replayer.engines
         self.router = replayer.prefill_router
-        self.clock = clock
-        self.observer = observer or Observer()
-        self.requests: list[LiveRequest] = []
-        self.in_flight = 0
-        self.queued = 0
-        self.pool_spans = None
-        self.now = 0.0
-        self._timer = None
-        self._timer_at = None
-        self._yielded = False  # (LiveDriver._on_timer)
-        self.failure = None
-        self._to_wake: deque[LiveRequest] = deque()
-        self._waking = False
+        self._init_streams(clock, observer)
         self._firsts: list[LiveRequest] = []  # the pass being told: first tokens, the rest
         self._later: list[LiveRequest] = []
         replayer.listener = self
@@ -152,16 +139,9 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
         else:
             req.rejected = log.rejected[rid]
             req.done_ms = now
-        if not req.times:
-            self.queued -= 1
-        self.in_flight -= 1
-        self.observer.finished(req)
+        self._ended(req)
         if req.cancelled:
-            self.observer.cancelled(req, None)
-        req.notify()
-        if req.push is not None:  # its push() may have completed the response: wake its task
-            self._to_wake.append(req)
-            self._schedule_wakes()
+            self.observer.cancelled(req, None)  # after finished(), as LiveDriver.cancel does
 
     def pass_completed(self, w: int, dp_rank: int, eff: PassCompletionEffects) -> None:
         if self._firsts or self._later:

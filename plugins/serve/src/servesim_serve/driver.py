@@ -57,26 +57,31 @@ class LiveDriver:
                  fpm_sinks: Sequence[FpmSink] = (), observer: Observer | None = None) -> None:
         self.engines = list(engines)
         self.router = router
-        self.clock = clock
         self.block_size = block_size
         self.state = ClusterState(len(self.engines), self.engines[0].dp_size)
         self.kv_sinks = list(kv_sinks)
         self.fpm_sinks = list(fpm_sinks)
-        self.observer = observer or Observer()
-        self.requests: list[LiveRequest] = []
-        self.in_flight = 0
-        self.queued = 0  # submitted, no first token and no end yet (serve.max_queued_requests)
         self.max_in_flight = 0
         self.preemptions = 0
         self.passes = 0
         self.pass_busy_ms = [0.0] * len(self.engines)  # simulated ms each worker spent in passes
-        self.pool_spans: Any = None  # cluster.pools: servesim.replay.pools.PoolSpan per pool
-        self.now = 0.0  # the latest simulated time acted on
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self._dirty: set[int] = set()
         self._zero = [0] * len(self.engines)
         self._deadline_at: list[float | None] = [None] * len(self.engines)  # deadline on the heap
+        self._init_streams(clock, observer)
+
+    def _init_streams(self, clock: SimClock, observer: Observer | None) -> None:
+        """The state of the requests, their streams and the timer (what a driver of another
+        simulation, servesim_serve.disagg_driver, shares with this one)."""
+        self.clock = clock
+        self.observer = observer or Observer()
+        self.requests: list[LiveRequest] = []
+        self.in_flight = 0
+        self.queued = 0  # submitted, no first token and no end yet (serve.max_queued_requests)
+        self.pool_spans: Any = None  # cluster.pools: servesim.replay.pools.PoolSpan per pool
+        self.now = 0.0  # the latest simulated time acted on
         self._timer: asyncio.Handle | None = None
         self._timer_at: float | None = None
         self._yielded = False  # the early timer has let the loop run once (see _on_timer)
@@ -358,11 +363,15 @@ class LiveDriver:
             self._waking = False
 
     def _terminal(self, req: LiveRequest, now: float) -> None:
-        if not req.times:
-            self.queued -= 1
         if not req.cancelled:
             req.done_ms = now
         self.state.finish(req.rid)
+        self._ended(req)
+
+    def _ended(self, req: LiveRequest) -> None:
+        """``req`` ended (its record says how): the counts, the observer and its stream."""
+        if not req.times:
+            self.queued -= 1
         self.in_flight -= 1
         self.observer.finished(req)
         req.notify()
