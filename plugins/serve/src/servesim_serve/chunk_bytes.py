@@ -82,7 +82,6 @@ class ChunkBytes:
         before, after = _head_tails(model, chat)
         self.pre = b'data: {"id":"%s",%s%d%s' % (rid_bytes, before, created, after)
 
-
     def completion(self, text: bytes, finish: str | None, usage: tuple[int, int] | None = None) -> bytes:
         """``text``: escaped (:func:`escaped`); ``usage``: (prompt, completion) tokens so far."""
         parts = [self.pre, b'"', text, b'","logprobs":null,"finish_reason":', _FINISH[finish],
