@@ -47,8 +47,7 @@ SUBSET = [
     "tests/core/test_timing.py",
     "tests/core/test_config.py",
     "tests/plugin_kinds/test_pass_shape.py",
-    "tests/plugin_kinds/test_check_kits.py::test_timing_kit_catches",
-    "tests/plugin_kinds/test_check_kits.py::test_timing_kit_passes_builtins",
+    "tests/plugin_kinds/test_check_kits.py",
 ]
 SCENARIOS: dict[str, list[str]] = {
     "vllm_kv4_preempt": ["--set", "cluster.workers=4", "--set", "cluster.router=kv",

@@ -21,6 +21,11 @@ from servesim.engine import Engine
 FIELD_BITS = 32
 _FIELD = (1 << FIELD_BITS) - 1
 
+#: :class:`ClusterState`'s attributes, for readers that compare whole states (the router
+#: conformance kit). A compiled build has no ``__slots__`` to read them from.
+STATE_FIELDS = ("num_workers", "dp_size", "active_requests", "prefill_tokens", "active_blocks",
+                "holders", "_req", "on_slot")
+
 
 class ClusterState:
     """Per-slot load, maintained by the driver from routing decisions and request progress.
@@ -32,8 +37,7 @@ class ClusterState:
     all a router or an add/finish needs, done in bulk without a per-block Python step.
     """
 
-    __slots__ = ("num_workers", "dp_size", "active_requests", "prefill_tokens", "active_blocks",
-                 "holders", "_req", "on_slot")
+    __slots__ = STATE_FIELDS
 
     def __init__(self, num_workers: int, dp_size: int) -> None:
         self.num_workers = num_workers

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from servesim.contract import KvBlock, KvEvent, Request, StoredBlocks
-from servesim.replay.cluster import ClusterState
+from servesim.replay.cluster import STATE_FIELDS, ClusterState
 from servesim.replay.routers import Router
 from servesim.testing.conformance import ConformanceReport
 from servesim.testing.kit import run_checks
@@ -53,7 +53,7 @@ def kit_requests(n: int = 40, seed: int = 7) -> list[tuple[Request, list[int]]]:
 
 
 def _snapshot(state: ClusterState) -> dict[str, Any]:
-    return {name: copy.deepcopy(getattr(state, name)) for name in ClusterState.__slots__}
+    return {name: copy.deepcopy(getattr(state, name)) for name in STATE_FIELDS}
 
 
 def _drive(s: _Subject, workers: int, dp: int, problems: list[str] | None = None) -> list[tuple[int, int]]:
