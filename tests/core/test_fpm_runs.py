@@ -144,3 +144,13 @@ def test_a_run_failure_names_the_failing_pass_as_stepping_would(tmp_path: Path) 
     assert str(by_run.value) == str(by_pass.value)
     assert "failed at 6.0 ms" in str(by_run.value)
     sink.close()
+
+
+def test_run_templates_kept_by_constants_tell_signed_zeros_and_ints_apart() -> None:
+    """The filled templates are reused by the run's constants: equal-comparing constants
+    that json writes differently (``-0.0`` and ``0.0``) must not share one."""
+    for over in ({}, {"var_prefill_length": -0.0}, {"var_queued_prefill_length": -0.0}, {},
+                 {"var_queued_decode_kv_tokens": -0.0}, {"num_queued_decode": 3}, {}):
+        run = FpmRun(_base(**over), 5, [1, 2], [3, 4], [0.5, -0.0], [1.25, 2.0])
+        ats = [1.0, 2]
+        assert fpm_run_lines(7, ats, run) == [fpm_line(7, at, m) for at, m in zip(ats, _objects(run), strict=True)]

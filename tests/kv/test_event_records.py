@@ -137,3 +137,15 @@ def test_a_replay_uses_records_only_when_every_reader_accepts_them(tmp_path: Any
     # An observer plugin sees every pass's effects, KV events included: objects.
     assert _fit([jsonl], KvRouter, True, observed=True) == (False, False)
     jsonl.close()
+
+
+def test_the_router_index_keeps_only_the_shared_blocks_of_a_stored_record() -> None:
+    """Blocks past ``StoredRun.shared`` match no prompt: the index leaves them out (a later
+    removal of them changes nothing), while the record's line lists every block."""
+    idx = KvIndex(1)
+    idx.apply(0, [StoredRun(0, 0, None, [1, 2, 3], [7, 8, 9], 2), StoredRun(1, 0, 3, (4,), (9,), 0)])
+    assert idx.slot_masks() == {1: 1, 2: 1}
+    idx.apply(0, [RemovedRun(2, 0, [3, 4, 2])])
+    assert idx.slot_masks() == {1: 1}
+    assert kv_event_lines(0, 1.0, [StoredRun(0, 0, None, [1, 2, 3], [7, 8, 9], 2)]) == kv_event_lines(
+        0, 1.0, [StoredRun(0, 0, None, [1, 2, 3], [7, 8, 9])])

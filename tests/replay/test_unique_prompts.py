@@ -74,6 +74,13 @@ def test_elided_hashes_keep_the_shareable_prefix_and_use_placeholders_after_it()
     # Block size 3: block 2 holds tokens 6..8, only one of them from the unique block.
     seq3 = p.block_hashes_elided(3)[0]
     assert seq3[:3] == p.block_hashes(3)[0][:3] and all(h < 0 for h in seq3[3:])
+    # shared_blocks counts the real (shareable) prefix of the elided hashes.
+    assert (p.shared_blocks(2), p.shared_blocks(3)) == (4, 3)
+    for bs in (1, 2, 3, 4, 5, 16):
+        elided = p.block_hashes_elided(bs)[0]
+        assert p.shared_blocks(bs) == next((i for i, h in enumerate(elided) if h < 0), len(elided))
+    q = RepeatedBlockTokens([1, 2], 4)
+    assert q.shared_blocks(2) == 4 and Tokens([1, 2, 3, 4, 5]).shared_blocks(2) == 2
 
 
 BLOCK = 4

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, truediv
 
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvEvent, RemovedBlocks, StoredBlocks
 from servesim.fpm_schema import FPM_VERSION
@@ -82,39 +83,84 @@ _FPM_RUN_LINE = (
 )
 
 
+#: Filled run templates by the run's constants (``_run_template``), cleared when full.
+_RUN_TEMPLATES: dict[tuple[Any, ...], str] = {}
+
+
+def _run_template(worker_id: int, b: dict[str, Any]) -> str:
+    """:data:`_FPM_RUN_LINE` filled with a run's constants. Runs of one rank share them
+    while its queues stay put, so the filled templates are kept by those values (a zero
+    float is keyed by its text, which tells ``-0.0`` from ``0.0``; a NaN never matches and
+    so always reaches the check below)."""
+    v1, v2, v3 = (float(b["var_prefill_length"]), float(b["var_queued_prefill_length"]),
+                  float(b["var_queued_decode_kv_tokens"]))
+    key = (worker_id, b["dp_rank"], b["num_prefill_requests"], b["sum_prefill_tokens"],
+           v1 if v1 else repr(v1), b["sum_prefill_kv_tokens"], b["num_queued_prefill"],
+           b["sum_queued_prefill_tokens"], v2 if v2 else repr(v2), b["num_queued_decode"],
+           b["sum_queued_decode_kv_tokens"], v3 if v3 else repr(v3))
+    tpl = _RUN_TEMPLATES.get(key)
+    if tpl is None:
+        for x in (v1, v2, v3):
+            _float(x)
+        tpl = _FPM_RUN_LINE % (
+            FPM_VERSION, worker_id, b["dp_rank"], b["num_prefill_requests"],
+            b["sum_prefill_tokens"], v1, b["sum_prefill_kv_tokens"], b["num_queued_prefill"],
+            b["sum_queued_prefill_tokens"], v2, b["num_queued_decode"],
+            b["sum_queued_decode_kv_tokens"], v3,
+        )
+        if len(_RUN_TEMPLATES) >= 4096:
+            _RUN_TEMPLATES.clear()
+        _RUN_TEMPLATES[key] = tpl
+    return tpl
+
+
+_NUMBER_TYPES = frozenset((float, int))
+
+
 def fpm_run_lines(worker_id: int, ats: Sequence[float], run: FpmRun) -> list[str]:
     """``[fpm_line(worker_id, ats[j], run[j]) for j in range(len(run))]``, without building
-    the objects: the run's constants are formatted once into a template."""
-    b = run.base
-    consts = (float(b["var_prefill_length"]), float(b["var_queued_prefill_length"]),
-              float(b["var_queued_decode_kv_tokens"]))
-    for x in consts:
-        _float(x)
-    tpl = _FPM_RUN_LINE % (
-        FPM_VERSION, worker_id, b["dp_rank"], b["num_prefill_requests"], b["sum_prefill_tokens"],
-        consts[0], b["sum_prefill_kv_tokens"], b["num_queued_prefill"],
-        b["sum_queued_prefill_tokens"], consts[1], b["num_queued_decode"],
-        b["sum_queued_decode_kv_tokens"], consts[2],
-    )
-    walls = [float(d) / 1000.0 for d in run.durations]
-    variances = [float(v) for v in run.var_decode]
+    the objects: the run's constants are formatted once into a template, and the passes'
+    lines are filled from the columns at C level."""
+    tpl = _run_template(worker_id, run.base)
+    durations = run.durations
+    n = len(durations)
+    if not (len(ats) == len(run.num_decode) == len(run.sum_decode_kv) == len(run.var_decode) == n):
+        raise ValueError(f"a run of {n} passes with {len(ats)} ends or columns of other lengths")
+    walls = list(map(truediv, map(float, durations), repeat(1000.0)))
+    variances = list(map(float, run.var_decode))
     # ``%r`` of an int or a float is what ``_num`` writes; anything else becomes a float first.
-    if not all(type(a) is float or type(a) is int for a in ats):
+    if not _NUMBER_TYPES.issuperset(map(type, ats)):
         ats = [a if type(a) is int else float(a) for a in ats]
     total = sum(walls) + sum(variances) + sum(ats)
     if total - total != 0.0:  # some value is not finite (or the sum overflowed): find which
         for x in (*walls, *variances, *ats):
             _num(x)
     c0 = run.counter0
-    return [
-        tpl % (c0 + j, wall, m, kv, var, at)
-        for j, (wall, m, kv, var, at) in enumerate(
-            zip(walls, run.num_decode, run.sum_decode_kv, variances, ats, strict=True))
-    ]
+    return list(map(tpl.__mod__, zip(range(c0, c0 + n), walls, run.num_decode, run.sum_decode_kv,
+                                     variances, ats)))
 
 
 _REMOVED_MID = ', "type": "BlockRemoved", "block_hashes": ['
 _REMOVED_TAIL = "]}\n"
+
+#: Per ``(worker_id, dp_rank)``: the head of its lines up to ``event_id`` and the templates of
+#: a one-record ``Removed`` / ``Stored`` line, each with ``at_ms`` as its first ``%s`` (the
+#: batch's time is the only part of the head that changes).
+_TEMPLATES: dict[tuple[int, int], tuple[str, str, str]] = {}
+
+
+def _templates(worker_id: int, dp: int) -> tuple[str, str, str]:
+    key = (worker_id, dp)
+    t = _TEMPLATES.get(key)
+    if t is None:
+        head = f'{{"worker": {worker_id}, "dp_rank": {dp}, "at_ms": '.replace("%", "%%")
+        head += '%s, "event_id": '
+        t = (head, head + '%s, "type": "BlockRemoved", "block_hashes": [%s]}\n',
+             head + ('%s, "type": "BlockStored", "block_hashes": [%s], "parent_block_hash": %s, '
+                     '"tokens_hashes": [%s]}\n'))
+        if len(_TEMPLATES) < 65536:
+            _TEMPLATES[key] = t
+    return t
 
 
 def _head(worker_id: int, dp: int, at_ms: float) -> str:
@@ -130,47 +176,72 @@ def _removed_run(head: str, rec: RemovedRun) -> str:
     return head + (_REMOVED_TAIL + head).join(map(_REMOVED_MID.join, pairs)) + _REMOVED_TAIL
 
 
+def _int_list(values: Sequence[int]) -> str:
+    """``json`` text of a list of ints: a list's ``repr`` is exactly that (and quicker than
+    joining each ``str``); other sequences are joined."""
+    if type(values) is list:
+        return repr(values)
+    return "[" + ", ".join(map(str, values)) + "]"
+
+
 def _stored_run(head: str, rec: StoredRun) -> str:
     parent = rec.parent_hash
-    return "".join((head, str(rec.event_id), ', "type": "BlockStored", "block_hashes": [',
-                    ", ".join(map(str, rec.hashes)), '], "parent_block_hash": ',
-                    "null" if parent is None else str(parent), ', "tokens_hashes": [',
-                    ", ".join(map(str, rec.tokens_hashes)), "]}\n"))
+    return "".join((head, str(rec.event_id), ', "type": "BlockStored", "block_hashes": ',
+                    _int_list(rec.hashes), ', "parent_block_hash": ',
+                    "null" if parent is None else str(parent), ', "tokens_hashes": ',
+                    _int_list(rec.tokens_hashes), "}\n"))
+
+
+def _record_line(rec: Any, te: type, dp: int, at: str, templates: tuple[str, str, str],
+                 worker_id: int) -> str:
+    """The lines of one compact record (``te``: its type) of a batch whose first rank is
+    ``dp``, at ``at`` (the batch's time as text)."""
+    hs = rec.hashes
+    if rec.dp_rank != dp:
+        templates = _templates(worker_id, rec.dp_rank)
+    if len(hs) == 1:  # one template fill (decode, evictions)
+        if te is StoredRun:
+            parent = rec.parent_hash
+            return templates[2] % (at, rec.event_id, hs[0], "null" if parent is None else parent,
+                                   rec.tokens_hashes[0])
+        return templates[1] % (at, rec.event_id, hs[0])
+    if te is StoredRun:
+        return _stored_run(templates[0] % at, rec)
+    return _removed_run(templates[0] % at, rec) if hs else ""
 
 
 def kv_event_lines(worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> str:
-    """The lines of one published batch: device-tier ``Removed`` and ``Stored`` events of the
-    batch's first dp rank fill a template whose head is shared (``%`` formatting of an int is
-    its ``str``, as ``json`` writes it); compact records (servesim.kv.event_records) are
-    formatted with C-level joins; any other event goes through :func:`kv_event_line`."""
+    """The lines of one published batch: device-tier ``Removed`` and ``Stored`` events fill a
+    template of their worker and rank (``%`` formatting of an int is its ``str``, as ``json``
+    writes it); compact records (servesim.kv.event_records) are formatted with C-level joins
+    or one template fill; any other event goes through :func:`kv_event_line`."""
     if not events:
         return ""
     dp = events[0].dp_rank
-    raw_head = _head(worker_id, dp, at_ms)
-    head = raw_head.replace("%", "%%")  # a template below (no such character in numbers)
-    removed = head + '%s, "type": "BlockRemoved", "block_hashes": [%s]}\n'
-    stored1 = (head + '%s, "type": "BlockStored", "block_hashes": [%s], "parent_block_hash": %s, '
-               '"tokens_hashes": [%s]}\n')
+    at = _num(at_ms)
+    templates = _templates(worker_id, dp)
+    if len(events) == 1:
+        e = events[0]
+        te: type = type(e)
+        if te is RemovedRun or te is StoredRun:
+            return _record_line(e, te, dp, at, templates, worker_id)
+    removed, stored1 = templates[1], templates[2]
     out: list[str] = []
     append = out.append
     for e in events:
-        te: type = type(e)
+        te = type(e)
         if te is RemovedRun or te is StoredRun:
             rec: Any = e
             hs = rec.hashes
             if rec.dp_rank == dp and len(hs) == 1:  # one template fill (decode, evictions)
                 if te is StoredRun:
                     parent = rec.parent_hash
-                    append(stored1 % (rec.event_id, hs[0], "null" if parent is None else parent,
-                                      rec.tokens_hashes[0]))
+                    append(stored1 % (at, rec.event_id, hs[0],
+                                      "null" if parent is None else parent, rec.tokens_hashes[0]))
                 else:
-                    append(removed % (rec.event_id, hs[0]))
+                    append(removed % (at, rec.event_id, hs[0]))
                 continue
-            h = raw_head if rec.dp_rank == dp else _head(worker_id, rec.dp_rank, at_ms)
-            if te is StoredRun:
-                append(_stored_run(h, rec))
-            elif hs:
-                append(_removed_run(h, rec))
+            append(_record_line(rec, te, dp, at, templates, worker_id))
             continue
         data = e.data
         t = type(data)
@@ -178,7 +249,8 @@ def kv_event_lines(worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> s
             append(kv_event_line(worker_id, at_ms, e))
         elif t is RemovedBlocks and data.medium is None:  # type: ignore[union-attr]
             hashes = data.block_hashes  # type: ignore[union-attr]
-            append(removed % (e.event_id, hashes[0] if len(hashes) == 1 else ", ".join(map(str, hashes))))
+            append(removed % (at, e.event_id,
+                              hashes[0] if len(hashes) == 1 else ", ".join(map(str, hashes))))
         elif (t is StoredBlocks and data.medium is None  # type: ignore[union-attr]
               and data.start_position is None):  # type: ignore[union-attr]
             blocks = data.blocks  # type: ignore[union-attr]
@@ -186,11 +258,11 @@ def kv_event_lines(worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> s
             p = "null" if parent is None else parent
             if len(blocks) == 1 and blocks[0].token_ids is None:
                 b = blocks[0]
-                append(stored1 % (e.event_id, b.block_hash, p, b.tokens_hash))
+                append(stored1 % (at, e.event_id, b.block_hash, p, b.tokens_hash))
             elif blocks and None not in map(_TOKEN_IDS, blocks):
                 append(kv_event_line(worker_id, at_ms, e))
             else:
-                append(stored1 % (e.event_id, ", ".join(map(str, map(_BLOCK_HASH, blocks))), p,
+                append(stored1 % (at, e.event_id, ", ".join(map(str, map(_BLOCK_HASH, blocks))), p,
                                   ", ".join(map(str, map(_TOKENS_HASH, blocks)))))
         else:
             append(kv_event_line(worker_id, at_ms, e))

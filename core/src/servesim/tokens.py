@@ -60,6 +60,12 @@ class TokenSeq(ABC):
         may carry unique negative placeholders instead (see :class:`RepeatedBlockTokens`)."""
         return self.block_hashes(block_size)
 
+    def shared_blocks(self, block_size: int) -> int:
+        """How many leading full blocks another request of the workload may hold too (the
+        rest are :meth:`block_hashes_elided`'s placeholders): every one, unless a subclass
+        knows better."""
+        return len(self) // block_size
+
     def forget_block_hashes(self) -> None:
         """Drop the cached hashes (recomputed identically if asked again). A replay calls
         this when a request ends, so finished prompts keep no hash lists (DESIGN.md §7)."""
@@ -162,6 +168,14 @@ class RepeatedBlockTokens(TokenSeq):
             cached = (seq, local)
             self._hash_cache[-block_size] = cached
         return cached
+
+    def shared_blocks(self, block_size: int) -> int:
+        """The blocks before the first one :meth:`block_hashes_elided` gives a placeholder."""
+        n = self._len // block_size
+        u = self.unique_from
+        if u is None:
+            return n
+        return min(n, max(0, -(-(u + 2) // block_size) - 1))
 
     def _local_hashes(self, block_size: int, n: int | None = None) -> list[int]:
         tb = self.trace_block_size

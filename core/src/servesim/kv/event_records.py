@@ -41,19 +41,30 @@ class RemovedRun:
         return f"RemovedRun({self.event_id}, {self.dp_rank}, {self.hashes!r})"
 
 
+#: :attr:`StoredRun.shared` (and ``BlockTable.shared``) when every block may be shared.
+ALL_SHARED = 1 << 62
+
+
 class StoredRun:
     """One device-tier ``Stored`` event without token ids or start position: blocks
-    ``hashes[i]`` with token-only hashes ``tokens_hashes[i]``, after ``parent_hash``."""
+    ``hashes[i]`` with token-only hashes ``tokens_hashes[i]``, after ``parent_hash``.
 
-    __slots__ = ("event_id", "dp_rank", "parent_hash", "hashes", "tokens_hashes")
+    ``shared``: only the first ``shared`` blocks can ever match another request's prompt
+    (the rest hold tokens no prompt of the replay holds: trace-unique prompt blocks,
+    generated pseudo tokens; servesim.kv.pool.BlockTable.shared). The event is the same
+    either way; the KV router's index, whose lookups are prompts, keeps only those."""
+
+    __slots__ = ("event_id", "dp_rank", "parent_hash", "hashes", "tokens_hashes", "shared")
 
     def __init__(self, event_id: int, dp_rank: int, parent_hash: int | None,
-                 hashes: Sequence[int], tokens_hashes: Sequence[int]) -> None:
+                 hashes: Sequence[int], tokens_hashes: Sequence[int],
+                 shared: int = ALL_SHARED) -> None:
         self.event_id = event_id
         self.dp_rank = dp_rank
         self.parent_hash = parent_hash
         self.hashes = hashes
         self.tokens_hashes = tokens_hashes
+        self.shared = shared
 
     def events(self) -> list[KvEvent]:
         blocks = kv_blocks(self.hashes, self.tokens_hashes)
@@ -97,5 +108,5 @@ def accepts_kv_records(reader: Any, methods: tuple[str, ...]) -> bool:
 SINK_METHODS = ("publish", "encode")
 ROUTER_METHODS = ("on_kv_events",)
 
-__all__ = ["RECORD_TYPES", "ROUTER_METHODS", "RemovedRun", "SINK_METHODS", "StoredRun",
+__all__ = ["ALL_SHARED", "RECORD_TYPES", "ROUTER_METHODS", "RemovedRun", "SINK_METHODS", "StoredRun",
            "accepts_kv_records", "count_events", "materialise"]

@@ -41,7 +41,7 @@ def local_block_hash(tokens: Sequence[int]) -> int:
         raise RuntimeError("array('I') is not 32-bit on this platform")
     if _BIG_ENDIAN:  # pragma: no cover - big endian
         data.byteswap()
-    return xxh3_64_intdigest(data.tobytes(), seed=SEED)
+    return xxh3_64_intdigest(data.tobytes(), SEED)
 
 
 def repeated_token_hash(token: int, count: int) -> int:
@@ -50,7 +50,7 @@ def repeated_token_hash(token: int, count: int) -> int:
     h = _repeat_cache.get(key)
     if h is None:
         # Same bytes as local_block_hash([token] * count), built without a per-token list.
-        h = xxh3_64_intdigest(_U32.pack(token & _MASK32) * count, seed=SEED)
+        h = xxh3_64_intdigest(_U32.pack(token & _MASK32) * count, SEED)
         if len(_repeat_cache) < 4_000_000:
             _repeat_cache[key] = h
     return h
@@ -70,14 +70,14 @@ def local_block_hashes(tokens: Sequence[int], block_size: int, n: int) -> list[i
         data.byteswap()
     raw = data.tobytes()
     width = 4 * block_size
-    return [xxh3_64_intdigest(raw[i * width:(i + 1) * width], seed=SEED) for i in range(n)]
+    return [xxh3_64_intdigest(raw[i * width:(i + 1) * width], SEED) for i in range(n)]
 
 
 def chain_hash(parent: int | None, local: int) -> int:
     """Sequence hash of a block given its parent's sequence hash (None for block 0)."""
     if parent is None:
         return local
-    return xxh3_64_intdigest(_PAIR.pack(parent, local), seed=SEED)
+    return xxh3_64_intdigest(_PAIR.pack(parent, local), SEED)
 
 
 class _PlaceholderCounter:
@@ -106,6 +106,6 @@ def sequence_hashes(local_hashes: Sequence[int], parent: int | None = None) -> l
     pack = _PAIR.pack
     append = out.append
     for local in it:
-        parent = xxh3_64_intdigest(pack(parent, local), seed=SEED)
+        parent = xxh3_64_intdigest(pack(parent, local), SEED)
         append(parent)
     return out

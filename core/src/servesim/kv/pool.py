@@ -49,7 +49,7 @@ from servesim.kv.event_build import (
     removed_events,
     stored_blocks,
 )
-from servesim.kv.event_records import RemovedRun, StoredRun
+from servesim.kv.event_records import ALL_SHARED, RemovedRun, StoredRun
 from servesim.kv.eviction import EvictionPolicy, LruEviction
 
 
@@ -59,14 +59,18 @@ class BlockTable:
     ``ids[:num_cached]`` are cache-visible (hashed); the rest are private to the request.
     Owned by the request, mutated only through :class:`BlockPool`. ``prompt_len`` (set by the
     request's owner) tells a record eviction policy which blocks hold generated tokens.
+    ``shared`` (set by the owner, default: all): only blocks ``0 .. shared-1`` can hold
+    tokens another request's prompt may hold; the ``Stored`` records of the others are marked
+    as no prompt's match (:attr:`servesim.kv.event_records.StoredRun.shared`).
     """
 
-    __slots__ = ("ids", "num_cached", "prompt_len")
+    __slots__ = ("ids", "num_cached", "prompt_len", "shared")
 
     def __init__(self, prompt_len: int = 0) -> None:
         self.ids: list[int] = []
         self.num_cached = 0
         self.prompt_len = prompt_len
+        self.shared = ALL_SHARED
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -408,7 +412,8 @@ class BlockPool:
                     parent = seq_hashes[start - 1] if start > 0 else None
                     if self.event_records and block_tokens is None:
                         self._events.append(StoredRun(self._next_event_id, self.dp_rank, parent,
-                                                      (h,), (local_hashes[start],)))
+                                                      (h,), (local_hashes[start],),
+                                                      1 if start < table.shared else 0))
                         self._next_event_id += 1
                         return
                     tokens = tuple(block_tokens(start)) if block_tokens is not None else None
@@ -430,7 +435,7 @@ class BlockPool:
         got = list(map(self._primary.setdefault, hs, blocks))
         if got == blocks:
             if self._events is not None:
-                self._stored(start, hs, local_hashes, block_tokens, seq_hashes)
+                self._stored(start, hs, local_hashes, block_tokens, seq_hashes, table.shared)
             return
         dups = self._dups
         run_from = -1  # start of the current run of new hashes, -1 outside one
@@ -443,31 +448,33 @@ class BlockPool:
             if run_from >= 0:
                 if self._events is not None:
                     self._stored(start + run_from, hs[run_from:j], local_hashes, block_tokens,
-                                 seq_hashes)
+                                 seq_hashes, table.shared)
                 run_from = -1
         if run_from >= 0 and self._events is not None:
-            self._stored(start + run_from, hs[run_from:], local_hashes, block_tokens, seq_hashes)
+            self._stored(start + run_from, hs[run_from:], local_hashes, block_tokens, seq_hashes,
+                         table.shared)
 
     def _stored(self, first: int, hs: Sequence[int], local_hashes: Sequence[int],
                 block_tokens: Callable[[int], Sequence[int]] | None,
-                seq_hashes: Sequence[int]) -> None:
+                seq_hashes: Sequence[int], shared: int = ALL_SHARED) -> None:
         """Publish blocks ``first .. first+len(hs)-1`` (consecutive, all newly visible) as one
         ``Stored`` batch, or as the batches between placeholders that publish nothing."""
         if self.events_for_placeholders or min(hs) >= 0:
-            self._stored_run(first, hs, local_hashes, block_tokens, seq_hashes)
+            self._stored_run(first, hs, local_hashes, block_tokens, seq_hashes, shared)
             return
         j0 = 0
         for j, h in enumerate(hs):
             if h < 0:
                 if j > j0:
-                    self._stored_run(first + j0, hs[j0:j], local_hashes, block_tokens, seq_hashes)
+                    self._stored_run(first + j0, hs[j0:j], local_hashes, block_tokens, seq_hashes,
+                                     shared)
                 j0 = j + 1
         if j0 < len(hs):
-            self._stored_run(first + j0, hs[j0:], local_hashes, block_tokens, seq_hashes)
+            self._stored_run(first + j0, hs[j0:], local_hashes, block_tokens, seq_hashes, shared)
 
     def _stored_run(self, first: int, hs: Sequence[int], local_hashes: Sequence[int],
                     block_tokens: Callable[[int], Sequence[int]] | None,
-                    seq_hashes: Sequence[int]) -> None:
+                    seq_hashes: Sequence[int], shared: int = ALL_SHARED) -> None:
         parent = seq_hashes[first - 1] if first > 0 else None
         end = first + len(hs)
         if block_tokens is not None:
@@ -476,7 +483,8 @@ class BlockPool:
         elif self.event_records:
             assert self._events is not None
             self._events.append(StoredRun(self._next_event_id, self.dp_rank, parent, hs,
-                                          local_hashes[first:end]))
+                                          local_hashes[first:end],
+                                          min(len(hs), max(0, shared - first))))
             self._next_event_id += 1
             return
         else:

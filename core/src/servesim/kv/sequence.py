@@ -16,6 +16,7 @@ from array import array
 from xxhash import xxh3_64_intdigest
 
 from servesim.contract import Request
+from servesim.kv.event_records import ALL_SHARED
 from servesim.kv.hashing import _PAIR, SEED, local_block_hash, placeholder_hashes
 
 _MASK32 = 0xFFFFFFFF
@@ -78,6 +79,15 @@ class SequenceBlocks:
             else:
                 self.seq, self.loc = prompt.block_hashes(block_size)
 
+    def shared_blocks(self, block_size: int) -> int:
+        """How many leading full blocks another request's prompt may hold too: those of the
+        prompt that it may share (TokenSeq.shared_blocks), and with pseudo generated tokens
+        none that holds one (no prompt holds this request's pseudo tokens, as the lazy
+        hashing of generated blocks also relies on); with fixed outputs, every block."""
+        if self.request.output_token_ids is not None:
+            return ALL_SHARED
+        return min(self.request.prompt.shared_blocks(block_size), self.prompt_len // block_size)
+
     def hashes(self, nblocks: int, block_size: int) -> tuple[list[int], list[int]]:
         """``(sequence_hashes, local_hashes)`` covering at least the first ``nblocks`` full
         blocks of the known tokens (the lists may be longer; callers slice)."""
@@ -99,19 +109,52 @@ class SequenceBlocks:
             loc.extend(fake)
             return seq, loc
         plen = self.prompt_len
-        pseudo = self.request.output_token_ids is None
-        for k in range(len(seq), nblocks):
-            start = k * block_size
-            if pseudo and start >= plen:
-                g0 = self.base + start - plen
-                h = xxh3_64_intdigest(_range_bytes(g0, g0 + block_size), seed=SEED)
-            else:
-                h = local_block_hash(self.tokens(start, start + block_size))
-            # servesim.kv.hashing.chain_hash, inline on this per-block path
-            parent = h if parent is None else xxh3_64_intdigest(_PAIR.pack(parent, h), seed=SEED)
-            seq.append(parent)
-            loc.append(h)
+        k = len(seq)
+        if self.request.output_token_ids is None:
+            # Blocks of pseudo tokens only: their bytes from one big-integer product each
+            # (_range_bytes, inline), hashed and chained in one loop.
+            first_pseudo = -(-plen // block_size)
+            while k < nblocks and k < first_pseudo:
+                parent = self._hash_block(k, block_size, parent)
+                k += 1
+            if k < nblocks:
+                n = block_size
+                lanes = _LANES.get(n)
+                if lanes is None:
+                    lanes = _LANES[n] = (sum(1 << (32 * i) for i in range(n)),
+                                         sum(i << (32 * i) for i in range(n)))
+                ones, steps = lanes
+                width = 4 * n
+                g = self.base + k * n - plen
+                if 0 <= g and g + (nblocks - k) * n <= 0x100000000:
+                    pack = _PAIR.pack
+                    append_seq, append_loc = seq.append, loc.append
+                    for g0 in range(g, g + (nblocks - k) * n, n):
+                        h = xxh3_64_intdigest((g0 * ones + steps).to_bytes(width, "little"), SEED)
+                        parent = h if parent is None else xxh3_64_intdigest(pack(parent, h), SEED)
+                        append_seq(parent)
+                        append_loc(h)
+                    return seq, loc
+        while k < nblocks:
+            parent = self._hash_block(k, block_size, parent)
+            k += 1
         return seq, loc
+
+    def _hash_block(self, k: int, block_size: int, parent: int | None) -> int:
+        """Append block ``k``'s sequence and local hashes (after ``parent``); its sequence
+        hash."""
+        start = k * block_size
+        plen = self.prompt_len
+        if self.request.output_token_ids is None and start >= plen:
+            g0 = self.base + start - plen
+            h = xxh3_64_intdigest(_range_bytes(g0, g0 + block_size), SEED)
+        else:
+            h = local_block_hash(self.tokens(start, start + block_size))
+        # servesim.kv.hashing.chain_hash, inline
+        parent = h if parent is None else xxh3_64_intdigest(_PAIR.pack(parent, h), SEED)
+        self.seq.append(parent)
+        self.loc.append(h)
+        return parent
 
     def tokens(self, start: int, end: int) -> list[int]:
         """Known tokens ``[start, end)`` (prompt, then generated)."""

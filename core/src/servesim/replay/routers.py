@@ -175,7 +175,10 @@ class KvIndex:
                 blocks.difference_update(ev.hashes)
                 continue
             if te is StoredRun:
-                blocks.update(ev.hashes)
+                k = ev.shared  # blocks past it match no prompt: lookups never reach them
+                if k:
+                    hs = ev.hashes
+                    blocks.update(hs if k >= len(hs) else hs[:k])
                 continue
             data = ev.data
             t = type(data)

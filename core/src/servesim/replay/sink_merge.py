@@ -59,7 +59,9 @@ class SinkMerge:
     def kv(self, w: int, at: float, start: float, events: Sequence[KvEvent]) -> None:
         self._seq += 1
         if self._kv_enc:
-            enc = tuple([encode(sink, w, at, events) for sink in self.kv_sinks])
+            sinks = self.kv_sinks
+            enc = ((encode(sinks[0], w, at, events),) if len(sinks) == 1
+                   else tuple([encode(sink, w, at, events) for sink in sinks]))
             self.buf.append((at, start, w, events[0].dp_rank, self._seq, _KV_ENC, enc))
         else:
             self.buf.append((at, start, w, events[0].dp_rank, self._seq, _KV, events))
@@ -69,7 +71,9 @@ class SinkMerge:
     def fpm(self, w: int, at: float, start: float, metrics: ForwardPassMetrics) -> None:
         self._seq += 1
         if self._fpm_enc:
-            enc = tuple([encode(sink, w, at, metrics) for sink in self.fpm_sinks])
+            sinks = self.fpm_sinks
+            enc = ((encode(sinks[0], w, at, metrics),) if len(sinks) == 1
+                   else tuple([encode(sink, w, at, metrics) for sink in sinks]))
             self.buf.append((at, start, w, metrics.dp_rank, self._seq, _FPM_ENC, enc))
         else:
             self.buf.append((at, start, w, metrics.dp_rank, self._seq, _FPM, metrics))

@@ -103,6 +103,7 @@ class VllmRequest:
         index), so blocks no other request can share may use placeholders
         (:meth:`servesim.tokens.TokenSeq.block_hashes_elided`)."""
         self.blocks.load_prompt(block_size, elide)
+        self.table.shared = self.blocks.shared_blocks(block_size)
 
     def ensure_hashes(self, nblocks: int, block_size: int) -> None:
         """Hashes of the first ``nblocks`` full blocks of the known tokens."""
@@ -125,7 +126,10 @@ class VllmRequest:
             if len(seq) >= nblocks:
                 return seq
             if not lazy:
-                self.blocks.hashes(nblocks, block_size)
+                # Every block the request can ever fill, in one call (the hashes depend on
+                # its known and pseudo tokens alone): decode then finds its block's hash here.
+                most = (self.prompt_len + self.max_out) // block_size
+                self.blocks.hashes(max(nblocks, most), block_size)
                 return self.blocks.seq
             self.lazy_seq = lz = list(seq)
         if len(lz) < nblocks:
