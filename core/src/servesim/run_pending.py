@@ -48,7 +48,7 @@ class RunPending:
     command applied mid-pass suppresses outputs exactly as with a stepped pending pass."""
 
     __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events",
-                 "completed_before", "queued")
+                 "completed_before", "queued", "cached_tokens")
 
     def __init__(self, started_at_ms: float) -> None:
         self.started_at_ms = started_at_ms
@@ -58,6 +58,8 @@ class RunPending:
         self.kv_events: dict[int, list[KvEvent]] = {}
         self.completed_before: dict[int, list[int]] = {}  # pass j < k-1 -> completed there
         self.queued = 0  # waiting requests during the run (held back: none is admitted)
+        # Cached prompt tokens the first pass reports (of the requests it admitted).
+        self.cached_tokens: dict[int, int] = {}
 
     def take_events(self, source: Any, j: int) -> None:
         """File the events ``source`` (a pool or cache) published since its last drain

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from servesim._compiled import mypyc_attr
 from servesim.contract import (
     ActivateDestination,
+    Admission,
     CancelDestination,
     CancelSource,
     DestinationReserved,
@@ -315,6 +316,13 @@ class DisaggReplayer(Replayer):
                 self._kv(w, now, eff.kv_events)
             busy = busy or bool(eff.admissions or eff.pressure_events or eff.kv_events)
         return busy
+
+    def _run_admissions(self, w: int, admissions: Sequence[Admission], now: float) -> None:
+        # A decode run's first pass admitting activated destinations (as _start_effects).
+        first = self.times["decode_admit_ms"]
+        for adm in admissions:
+            if first[adm.request_id] < 0:
+                first[adm.request_id] = now
 
     def _complete(self, w: int, pass_id: int, now: float) -> None:
         engine = self.engines[w]
