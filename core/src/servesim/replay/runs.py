@@ -113,6 +113,8 @@ class RunDriver:
 
     def try_run(self, w: int, engine: Engine, now: float) -> bool:
         horizon = self.horizon(w, now)
+        if not now < horizon:
+            return False  # no pass could start before it: the engine would decline
         cap = 1 << 30
         # A routed request still without its first token (prefill tokens pending) is almost
         # always about to be admitted, which no run covers: no need to look ahead then.
