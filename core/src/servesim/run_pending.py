@@ -74,13 +74,16 @@ class BlockRunPending(RunPending):
     """A committed run of a block-pool backend (vllm, trtllm)."""
 
     __slots__ = ("occupancy", "segments", "counter0", "fpm_fields", "last_emitters",
-                 "departures")
+                 "departures", "record_occupancy")
 
     def __init__(self, started_at_ms: float) -> None:
         super().__init__(started_at_ms)
         # (pass, active blocks, inactive blocks) after each pass that changed the pool; the
         # first entry (pass -1) is the state before the run. Per-pass Metrics derive from it.
         self.occupancy: list[tuple[int, int, int]] = []
+        # Whether replay_steps records ``occupancy`` (a rank that records no metrics builds
+        # no per-pass snapshots from it).
+        self.record_occupancy = True
         # (first pass, summed pre-run lengths, their squares, batch size) of each stretch of
         # passes between completions (FPMs derive from them).
         self.segments: list[tuple[int, int, int, int]] = []

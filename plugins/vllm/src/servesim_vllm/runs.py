@@ -188,6 +188,7 @@ def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
     ends, segments = plan_passes(batch, now, max_passes,
                                  through_completions and (not s.waiting or bool(admit)), price)
     run = VllmRunPending(now)
+    run.record_occupancy = rank.services.record_metrics  # read only for pass metrics
     members = batch.rids
     k, finished = _replay_crossings(rank, run, batch, len(ends))
     if k == 0:
