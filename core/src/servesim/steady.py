@@ -250,7 +250,7 @@ def replay_steps(
     before that pass. Returns the passes kept and ``(pass, requests)`` of the completions in
     them. ``batch.P`` is not advanced."""
     events_on = pool.events_enabled
-    record = run.record_occupancy
+    record = getattr(run, "record_occupancy", True)  # (a run state without it records)
     occupancy = run.occupancy
     if record:
         occupancy.append((-1, pool.num_active, pool.num_inactive))
