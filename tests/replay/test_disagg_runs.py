@@ -52,6 +52,8 @@ def cases(draw: Any) -> dict[str, Any]:
         # a small prefill token budget chunks prompts over several prefill passes, most of
         # which hand nothing off (the decode runs are bounded by their ends all the same)
         prefill_budget=draw(st.sampled_from([None, None, 16])),
+        # few decode sequences: a run's first pass may not admit every activated destination
+        decode_seqs=draw(st.sampled_from([None, None, 2])),
     )
 
 
@@ -83,7 +85,9 @@ def _replay(case: dict[str, Any], runs: bool, real_decode_hashes: bool = False
                     "prefill_engine": {"num_gpu_blocks": case["prefill_blocks"],
                                        **({} if case.get("prefill_budget") is None else
                                           {"max_num_batched_tokens": case["prefill_budget"]})},
-                    "decode_engine": {"num_gpu_blocks": case["decode_blocks"]}},
+                    "decode_engine": {"num_gpu_blocks": case["decode_blocks"],
+                                      **({} if case.get("decode_seqs") is None else
+                                         {"max_num_seqs": case["decode_seqs"]})}},
         "workload": workload,
     }
     (tmp / "sim.yaml").write_text(json.dumps(cfg))
@@ -145,6 +149,8 @@ def test_the_decode_pool_runs_through_handoffs() -> None:
                                     for p in range(rp.num_prefill))
     assert runs.run_passes > 0.8 * decode_passes
     assert runs.completed_within > 0
+    # activated destinations join the batch in a run's first pass (RankRun.admissions)
+    assert runs.admitted > 0
     step = _replay(case, runs=False)
     assert (report, lines) == step[:2]
     assert json.loads(report)["completed"] == 10

@@ -361,7 +361,8 @@ class Engine:
         self._next_pass_id += k
         self._wave_step += k
         self._pending = _PendingGroupPass(pass_id, now_ms, run.end_ms, {0: run.pending}, k)
-        return EngineRunStarted(pass_id, now_ms, run.pass_ends, run.completed_at, run.members)
+        return EngineRunStarted(pass_id, now_ms, run.pass_ends, run.completed_at, run.members,
+                                run.admissions)
 
     def take_run_kv_events(self, before_pass: int) -> dict[int, list[Any]]:
         """Release, early, the KV events of the in-flight run's passes ``< before_pass``.

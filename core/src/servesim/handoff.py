@@ -251,15 +251,17 @@ class HandoffBook:
     def on_terminal(self, request_ids: list[RequestId]) -> None:
         """Terminal outputs end tracking: active destinations, and sources that ended
         without being held (rejected at admission)."""
+        dests, dest_of, source_of = self.dests, self.dest_of, self.source_of
         for rid in request_ids:
-            hid = self.dest_of.get(rid)
-            if hid is not None and self.dests[hid].phase == ACTIVE:
-                del self.dests[hid]
-                del self.dest_of[rid]
-            hid = self.source_of.get(rid)
-            if hid is not None and not self.sources[hid].held:
-                del self.sources[hid]
-                del self.source_of[rid]
+            hid = dest_of.get(rid)
+            if hid is not None and dests[hid].phase == ACTIVE:
+                del dests[hid]
+                del dest_of[rid]
+            if source_of:  # (a decode rank has none)
+                hid = source_of.get(rid)
+                if hid is not None and not self.sources[hid].held:
+                    del self.sources[hid]
+                    del source_of[rid]
 
     def retry(self, force: bool = False, limit: int | None = 1) -> None:
         """Probe pending destinations in FIFO order (aisimulate-engine.md §4.8), reserving

@@ -48,7 +48,7 @@ class RunPending:
     command applied mid-pass suppresses outputs exactly as with a stepped pending pass."""
 
     __slots__ = ("started_at_ms", "ends", "members", "effects", "kv_events",
-                 "completed_before", "queued")
+                 "completed_before", "queued", "cached_tokens")
 
     def __init__(self, started_at_ms: float) -> None:
         self.started_at_ms = started_at_ms
@@ -58,6 +58,8 @@ class RunPending:
         self.kv_events: dict[int, list[KvEvent]] = {}
         self.completed_before: dict[int, list[int]] = {}  # pass j < k-1 -> completed there
         self.queued = 0  # waiting requests during the run (held back: none is admitted)
+        # Cached prompt tokens the first pass reports (of the requests it admitted).
+        self.cached_tokens: dict[int, int] = {}
 
     def take_events(self, source: Any, j: int) -> None:
         """File the events ``source`` (a pool or cache) published since its last drain
@@ -72,13 +74,16 @@ class BlockRunPending(RunPending):
     """A committed run of a block-pool backend (vllm, trtllm)."""
 
     __slots__ = ("occupancy", "segments", "counter0", "fpm_fields", "last_emitters",
-                 "departures")
+                 "departures", "record_occupancy")
 
     def __init__(self, started_at_ms: float) -> None:
         super().__init__(started_at_ms)
         # (pass, active blocks, inactive blocks) after each pass that changed the pool; the
         # first entry (pass -1) is the state before the run. Per-pass Metrics derive from it.
         self.occupancy: list[tuple[int, int, int]] = []
+        # Whether replay_steps records ``occupancy`` (a rank that records no metrics builds
+        # no per-pass snapshots from it).
+        self.record_occupancy = True
         # (first pass, summed pre-run lengths, their squares, batch size) of each stretch of
         # passes between completions (FPMs derive from them).
         self.segments: list[tuple[int, int, int, int]] = []

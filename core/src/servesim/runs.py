@@ -31,6 +31,7 @@ from typing import Any
 from attrs import define, field, frozen
 
 from servesim.contract import (
+    Admission,
     ForwardPassMetrics,
     KvEvent,
     Metrics,
@@ -68,6 +69,10 @@ class RankRun:
     # The requests emitting a token at every pass (until their completion), in batch order;
     # () when the rank does not say (drivers that need them then see no run tokens early).
     members: tuple[RequestId, ...] = ()
+    # Requests the first pass admitted (its PassStartEffects.admissions), which join the
+    # members at once: their first token is at pass 0 (a handoff destination, activated
+    # with its prompt KV resident, needs no prefill).
+    admissions: tuple[Admission, ...] = ()
 
     @property
     def num_passes(self) -> int:
@@ -105,6 +110,8 @@ class RunEffects:
     # A list, or a servesim.fpm_runs.FpmRun (the vLLM runs' metrics by column)
     forward_pass_metrics: Sequence[ForwardPassMetrics] | None = None
     completed_before: dict[int, list[RequestId]] = field(factory=dict)
+    # The first pass's OutputBatch.cached_tokens (of the requests it admitted).
+    cached_tokens: dict[RequestId, int] = field(factory=dict)
     # Built on first use: drivers rarely read per-pass occupancy.
     pass_metrics_factory: Callable[[], list[Metrics]] | None = None
     _pass_metrics: list[Metrics] | None = field(default=None, init=False)
@@ -139,7 +146,8 @@ def expand(run: RunEffects) -> list[PassCompletionEffects]:
             tokens = [r for r in tokens if r not in absent]
         done = list(run.completed) if last else list(run.completed_before.get(j, ()))
         gone.update(done)
-        batch = OutputBatch(token_request_ids=tokens, completed=done)
+        batch = OutputBatch(token_request_ids=tokens, completed=done,
+                            cached_tokens=dict(run.cached_tokens) if j == 0 else {})
         eff = PassCompletionEffects(outputs=batch, kv_events=list(run.kv_events.get(j, ())))
         if last and run.lifecycle_events:
             eff.lifecycle_events = list(run.lifecycle_events)
@@ -161,6 +169,7 @@ class EngineRunStarted:
     pass_ends: tuple[float, ...]
     completed_at: tuple[tuple[int, RequestId], ...] = ()  # as RankRun.completed_at
     members: tuple[RequestId, ...] = ()  # as RankRun.members
+    admissions: tuple[Admission, ...] = ()  # as RankRun.admissions
 
     @property
     def num_passes(self) -> int:

@@ -244,13 +244,16 @@ def replay_steps(
     """Walk a run of ``k`` passes from ``batch.P`` in stepping's order: each pass's block
     steps (``step(due, P)``, batch order), then its completions (``leave(done, P)``, batch
     order, after they left the batch), filing the KV events ``pool`` published under each
-    pass of ``run`` (a ``servesim.runs.BlockRunPending``). ``blocked(due, P)`` says a pass's
+    pass of ``run`` (a ``servesim.runs.BlockRunPending``; and the pool's occupancy after each
+    pass that changed it, when ``run.record_occupancy``). ``blocked(due, P)`` says a pass's
     block steps must be left to stepping (an allocation could fail, ...): the run then ends
     before that pass. Returns the passes kept and ``(pass, requests)`` of the completions in
     them. ``batch.P`` is not advanced."""
     events_on = pool.events_enabled
+    record = getattr(run, "record_occupancy", True)  # (a run state without it records)
     occupancy = run.occupancy
-    occupancy.append((-1, pool.num_active, pool.num_inactive))
+    if record:
+        occupancy.append((-1, pool.num_active, pool.num_inactive))
     # Events left by commands since the last pass belong to pass 0, as when stepping; they
     # are taken once pass 0 is certain to be kept.
     leftover = events_on
@@ -274,7 +277,8 @@ def replay_steps(
             done = batch.finish(p + 1)
             leave(done, p)
             finished.append((j, done))
-        occupancy.append((j, pool.num_active, pool.num_inactive))
+        if record:
+            occupancy.append((j, pool.num_active, pool.num_inactive))
         if events_on:
             run.take_events(pool, j)
             leftover = False

@@ -85,13 +85,14 @@ class CohortLog(RequestLog):
         if key is None or c is None:
             super().run_tokens(members, absent_last, ends, start, completed_before)
             if key is not None:
-                self._form(key, members, absent_last, completed_before, completed, ends[-1])
+                self._form(key, members, absent_last, completed_before, completed, ends[-1],
+                           len(ends))
             return
         k = len(ends)
         ids = c.ids
         count = run_token_counts(k, absent_last, completed_before)
         outsiders = members[len(ids):]
-        at_start = self._first_gaps(outsiders, count, k, ends, start) if outsiders else 0
+        at_start, fresh = self._first_gaps(outsiders, count, k, ends, start) if outsiders else (0, 0)
         # The cohort's first gaps, then the members leaving it early.
         ntok, last = self.ntok, self.last
         outs = set(outsiders) if outsiders and (count or completed) else ()
@@ -116,8 +117,11 @@ class CohortLog(RequestLog):
                 inside.discard(rid)
         if outsiders:
             done = set(completed)
+            # (not a member with one token yet, admitted by the run's only pass: its next
+            # gap is its time to second token, an individual sample)
             joining = [rid for rid in outsiders
-                       if (count is None or rid not in count) and rid not in done]
+                       if (count is None or rid not in count) and rid not in done
+                       and ntok[rid] > 1]
             n = c.n
             for rid in joining:
                 ntok[rid] -= n
@@ -125,7 +129,8 @@ class CohortLog(RequestLog):
             inside.update(joining)
         if not ids:
             del self.cohorts[key]
-        self._shared_gaps(len(members), k, ends, start, at_start, absent_last, completed_before)
+        self._shared_gaps(len(members), k, ends, start, at_start, absent_last, completed_before,
+                          fresh)
 
     def leave(self, key: int, rids: Sequence[int]) -> None:
         c = self.cohorts.get(key)
@@ -152,7 +157,7 @@ class CohortLog(RequestLog):
 
     def _form(self, key: int, members: Sequence[int], absent_last: Sequence[int],
               completed_before: dict[int, list[int]] | None, completed: Sequence[int],
-              t: float) -> None:
+              t: float, k: int = 2) -> None:
         """After a run recorded member by member: its members that emitted at the last pass
         (at ``t``) and go on form the worker's cohort (``n`` 0: no field changes)."""
         out = set(absent_last).union(completed)
@@ -160,6 +165,9 @@ class CohortLog(RequestLog):
             for rids in completed_before.values():
                 out.update(rids)
         ids = [rid for rid in members if rid not in out] if out else list(members)
+        if k == 1:  # a member admitted by the run's only pass has one token: not past its second
+            ntok = self.ntok
+            ids = [rid for rid in ids if ntok[rid] > 1]
         if ids:
             self.cohorts[key] = _Cohort(ids, t)
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from servesim._compiled import mypyc_attr
 from servesim.contract import (
     ActivateDestination,
+    Admission,
     CancelDestination,
     CancelSource,
     DestinationReserved,
@@ -87,7 +88,9 @@ class DecodeLoadRouter(Router):
 
     def __init__(self, num_workers: int, dp_size: int, block_size: int, config: Any = None) -> None:
         super().__init__(num_workers, dp_size, block_size, config)
-        self.members: list[set[int]] = [set() for _ in range(num_workers * dp_size)]
+        # Per slot: request id -> its prompt length + block_size - 1 (so a member's blocks
+        # are (that + tokens produced) // block_size, one addition fewer a member).
+        self.members: list[dict[int, int]] = [{} for _ in range(num_workers * dp_size)]
         self._slot_of: dict[int, int] = {}
         self._next = 0
         # Per request: prompt length and tokens produced so far (the replay's log columns).
@@ -104,28 +107,26 @@ class DecodeLoadRouter(Router):
         up = bs - 1  # ceil(length / bs) == (length + bs - 1) // bs for lengths >= 0
         isl = request.prompt_len
         n = len(self.members)
-        inp, ntok, bump = self.input_length, self.ntok, self.bump
+        ntok, bump = self.ntok, self.bump
         cost = []
         for s, members in enumerate(self.members):
             pending = blocks = 0
             extra = bump.get(s) if bump else None
             if extra is None:
-                for rid in members:
+                for rid, base in members.items():
                     produced = ntok[rid]
-                    length = inp[rid] + produced
-                    blocks += (length + up) // bs
+                    blocks += (base + produced) // bs
                     if not produced:
-                        pending += length
+                        pending += base - up
             else:
                 c, in_run = extra
-                for rid in members:
+                for rid, base in members.items():
                     produced = ntok[rid]
                     if rid in in_run:
                         produced += c
-                    length = inp[rid] + produced
-                    blocks += (length + up) // bs
+                    blocks += (base + produced) // bs
                     if not produced:
-                        pending += length
+                        pending += base - up
             cost.append((pending + isl) / bs + blocks)
         start = self._next
         best = min(range(n), key=lambda s: (cost[s], (s - start) % n))
@@ -134,14 +135,17 @@ class DecodeLoadRouter(Router):
 
     def routed(self, request: Request, worker: int, dp_rank: int, state: ClusterState) -> None:
         slot = state.slot(worker, dp_rank)
-        self.members[slot].add(request.request_id)
+        rid = request.request_id
+        inp = self.input_length  # the log's column, as the costs read it
+        self.members[slot][rid] = (inp[rid] if rid < len(inp) else request.prompt_len
+                                   ) + self.block_size - 1
         self._slot_of[request.request_id] = slot
         state.add(request.request_id, slot, 0, -(-request.prompt_len // self.block_size))
 
     def finished(self, request_id: int) -> None:
         slot = self._slot_of.pop(request_id, None)
         if slot is not None:
-            self.members[slot].discard(request_id)
+            self.members[slot].pop(request_id, None)
 
 
 _CANCEL = 1  # _EXTERNAL event kind (0: a transfer completed)
@@ -315,6 +319,13 @@ class DisaggReplayer(Replayer):
                 self._kv(w, now, eff.kv_events)
             busy = busy or bool(eff.admissions or eff.pressure_events or eff.kv_events)
         return busy
+
+    def _run_admissions(self, w: int, admissions: Sequence[Admission], now: float) -> None:
+        # A decode run's first pass admitting activated destinations (as _start_effects).
+        first = self.times["decode_admit_ms"]
+        for adm in admissions:
+            if first[adm.request_id] < 0:
+                first[adm.request_id] = now
 
     def _complete(self, w: int, pass_id: int, now: float) -> None:
         engine = self.engines[w]

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from servesim._compiled import mypyc_attr
 from servesim.contract import (
+    Admission,
     ForwardPassMetrics,
     KvEvent,
     PassCompletionEffects,
@@ -425,6 +426,14 @@ class Replayer:
                 self._kv(w, now, eff.kv_events)
             busy = busy or bool(eff.admissions or eff.pressure_events or eff.kv_events)
         return busy
+
+    def _run_admissions(self, w: int, admissions: Sequence[Admission], now: float) -> None:
+        """The admissions of a run's first pass (servesim.runs.RankRun.admissions)."""
+        log = self.log
+        for adm in admissions:
+            log.admission(adm.request_id, adm.reused_input_tokens, now)
+            if adm.cache_tier_attribution is not None:
+                log.tier_attribution(adm.request_id, adm.cache_tier_attribution)
 
     def _complete(self, w: int, pass_id: int, now: float) -> None:
         if self._runs is not None and self._runs.in_flight[w] is not None:

@@ -76,6 +76,7 @@ class RunDriver:
         self.committed = 0
         self.run_passes = 0
         self.completed_within = 0
+        self.admitted = 0  # requests admitted by runs' first passes (RankRun.admissions)
         # Per request, the most tokens it can emit (None: arrivals bound every run).
         self.planned: list[int] | None = None
         # A replayer that knows more about what reaches a worker bounds its runs itself:
@@ -112,6 +113,8 @@ class RunDriver:
 
     def try_run(self, w: int, engine: Engine, now: float) -> bool:
         horizon = self.horizon(w, now)
+        if not now < horizon:
+            return False  # no pass could start before it: the engine would decline
         cap = 1 << 30
         # A routed request still without its first token (prefill tokens pending) is almost
         # always about to be admitted, which no run covers: no need to look ahead then.
@@ -137,6 +140,9 @@ class RunDriver:
         self.run_passes += run.num_passes
         rp._start_busy[w] = False  # noqa: SLF001
         rp._last_zero[w] = False  # noqa: SLF001
+        if run.admissions:  # the first pass's admissions, as _start_effects takes them
+            self.admitted += len(run.admissions)
+            rp._run_admissions(w, run.admissions, now)  # noqa: SLF001
         rp._push(run.end_ms, 0, w, run.first_pass_id)  # noqa: SLF001 - _PASS_END
         return True
 
@@ -191,6 +197,12 @@ class RunDriver:
         ends = eff.pass_ends
         rp.log.run_tokens(eff.members, eff.absent_last, ends, eff.started_at_ms,
                           eff.completed_before, rp._log_key[w], eff.completed)  # noqa: SLF001
+        if eff.cached_tokens:  # the first pass's admissions (their first token is in it)
+            log, state = rp.log, rp.state
+            for rid, cached in eff.cached_tokens.items():
+                state.prefill_done(rid)
+                if log.cached[rid] is None:
+                    log.cached[rid] = cached
         start = eff.started_at_ms
         for j in sorted(eff.kv_events):
             if eff.kv_events[j]:

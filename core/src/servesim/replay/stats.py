@@ -313,54 +313,73 @@ class RequestLog:
         :class:`servesim.replay.cohorts.CohortLog`; this class ignores them."""
         k = len(ends)
         count = run_token_counts(k, absent_last, completed_before)
-        at_start = self._first_gaps(members, count, k, ends, start)
-        self._shared_gaps(len(members), k, ends, start, at_start, absent_last, completed_before)
+        at_start, fresh = self._first_gaps(members, count, k, ends, start)
+        self._shared_gaps(len(members), k, ends, start, at_start, absent_last, completed_before,
+                          fresh)
 
     def _first_gaps(self, members: Sequence[int], count: dict[int, int] | None, k: int,
-                    ends: Sequence[float], start: float | None) -> int:
+                    ends: Sequence[float], start: float | None) -> tuple[int, int]:
         """Each member's first gap in a run and its last time and token count (``count``:
-        tokens of the members with fewer than ``k``); returns how many first gaps began at
-        ``start`` and are not a first gap ever (they are stored shared)."""
+        tokens of the members with fewer than ``k``). A member without a token before the
+        run (admitted by its first pass, ``RankRun.admissions``) has its first token at pass
+        0 and its time to second token, at pass 1, as its individual sample. Returns how many
+        first gaps began at ``start`` and are not a first gap ever (they are stored shared)
+        and how many members' pass-1 gap is such a time to second token."""
         e0 = ends[0]
         last, ntok = self.last, self.ntok
         itl_append, rid_append = self.itl.append, self.itl_rid.append
         tt = self.token_times
-        at_start = 0
+        at_start = fresh = 0
         if count is None:
             # Every member emitted at every pass (the common case).
             end = ends[-1]
             for rid in members:
-                if last[rid] == start and ntok[rid] > 1:
+                prev = last[rid]
+                if prev == start and ntok[rid] > 1:
                     at_start += 1
+                elif prev < 0.0:
+                    self.first[rid] = e0
+                    if k > 1:
+                        itl_append(ends[1] - e0)
+                        rid_append(rid)
+                        fresh += 1
                 else:
-                    itl_append(e0 - last[rid])
+                    itl_append(e0 - prev)
                     rid_append(rid)
                 last[rid] = end
                 ntok[rid] += k
             if tt is not None:
                 for rid in members:
                     tt[rid].extend(ends)
-            return at_start
+            return at_start, fresh
         get = count.get
         for rid in members:
             n = get(rid, k)
             if n:
-                if last[rid] == start and ntok[rid] > 1:
+                prev = last[rid]
+                if prev == start and ntok[rid] > 1:
                     at_start += 1
+                elif prev < 0.0:
+                    self.first[rid] = e0
+                    if n > 1:
+                        itl_append(ends[1] - e0)
+                        rid_append(rid)
+                        fresh += 1
                 else:
-                    itl_append(e0 - last[rid])
+                    itl_append(e0 - prev)
                     rid_append(rid)
                 last[rid] = ends[n - 1]
                 ntok[rid] += n
                 if tt is not None:
                     tt[rid].extend(ends[:n])
-        return at_start
+        return at_start, fresh
 
     def _shared_gaps(self, m: int, k: int, ends: Sequence[float], start: float | None,
                      at_start: int, absent_last: Sequence[int],
-                     completed_before: dict[int, list[int]] | None) -> None:
+                     completed_before: dict[int, list[int]] | None, fresh: int = 0) -> None:
         """The gaps a run's ``m`` members share (the first ones that began at ``start``, and
-        every later one, weighted by the members emitting then) and the per-second counts."""
+        every later one, weighted by the members emitting then, less at pass 1 the ``fresh``
+        times to second token recorded individually) and the per-second counts."""
         e0 = ends[0]
         if at_start:
             assert start is not None
@@ -374,9 +393,10 @@ class RequestLog:
                     emitting[p] -= len(rids)
             emitting[k - 1] -= len(absent_last)
             for j in range(1, k):
-                if emitting[j]:
+                weight = emitting[j] - fresh if j == 1 else emitting[j]
+                if weight:
                     self.shared_gap.append(ends[j] - ends[j - 1])
-                    self.shared_weight.append(emitting[j])
+                    self.shared_weight.append(weight)
             for j in range(k):
                 if emitting[j]:
                     second = int(ends[j] // 1000.0)
@@ -388,6 +408,12 @@ class RequestLog:
             weights = self.shared_weight
             weights.extend(array("q", [m]) * (k - 2))
             weights.append(n_last)
+            if fresh:  # their pass-1 gaps are individual samples (_first_gaps)
+                at = len(weights) - (k - 1)
+                weights[at] -= fresh
+                if not weights[at]:
+                    del weights[at]
+                    del self.shared_gap[at]
         first_second = int(e0 // 1000.0)
         if first_second == int(ends[-1] // 1000.0):  # the whole run in one second: one update
             counts[first_second] = counts.get(first_second, 0) + m * (k - 1) + n_last

@@ -43,6 +43,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from servesim.contract import (
+    Admission,
     KvEvent,
     WorkerType,
 )
@@ -69,38 +70,76 @@ VllmRunPending = BlockRunPending
 
 
 
-def _steady_batch(rank: VllmRank) -> VllmSteadyBatch | None:
+def _steady_batch(rank: VllmRank) -> tuple[VllmSteadyBatch, list[VllmRequest]] | None:
     """The running batch as a :class:`VllmSteadyBatch` (the one a run or steady pass left in
-    ``steady``, else built from the requests: one loop over the batch), or None when the
+    ``steady``, else built from the requests: one loop over the batch) and the activated
+    destinations the run's first pass admits (:func:`_remote_admissions`), or None when the
     next pass would not be a plain decode of every running request."""
     s = rank.sched
     if rank.config.worker_type is WorkerType.PREFILL:
         return None  # one token per request: never a steady decode batch
-    if s.waiting and not _admission_blocked(s):
-        return None
-    if rank.services.record_schedule:
-        return None
     if s.cadence is not None:  # its step counters advance pass by pass: step
+        return None
+    admit: list[VllmRequest] = []
+    if s.waiting:
+        remote = _remote_admissions(s)
+        if remote is None:
+            if not _admission_blocked(s):
+                return None
+        else:
+            admit = remote
+    if rank.services.record_schedule:
         return None
     book = getattr(rank, "book", None)
     if book is not None and not book.only_active:
         return None  # activated destinations decode like any request (HandoffBook.at_run_end)
     running = s.running
     m = len(running)
-    if m == 0 or m > s.max_tokens:
+    if m + len(admit) == 0 or m + len(admit) > s.max_tokens:
         return None
     batch = s.steady
     if batch is not None:
         if batch.running is not running or batch.m != m:
             raise RuntimeError("vllm rank: the steady batch lost track of the running list")
-        return batch
-    tail = running[-1]
-    if tail.computed != tail.length - 1 or not tail.generated:
-        return None  # the newest member (a just-admitted request) is still prefilling
+        return batch, admit
+    if m:
+        tail = running[-1]
+        if tail.computed != tail.length - 1 or not tail.generated:
+            return None  # the newest member (a just-admitted request) is still prefilling
     # Without vLLM's null block when set.
-    batch = VllmSteadyBatch.build(running, s.bs, s.usable_blocks * s.bs)
-    s.steady = batch  # exact even if no run follows: nothing advanced yet
-    return batch
+    built = VllmSteadyBatch.build(running, s.bs, s.usable_blocks * s.bs)
+    if built is None:
+        return None
+    s.steady = built  # exact even if no run follows: nothing advanced yet
+    return built, admit
+
+
+def _remote_admissions(s: Any) -> list[VllmRequest] | None:
+    """The waiting requests when every one is an activated destination that the next pass's
+    ``_admit_waiting`` admits (``_admit_remote``) and that is a plain decoder from then on;
+    None otherwise. Such a request needs no block and no prefill: its prompt KV is resident
+    (reserved and finalised by the handoff), so in the pass that admits it it samples its
+    first token like a steady member of length ``prompt_len`` (priced by the decode call,
+    counted as a decode by the forward-pass metrics), and its block step there is empty."""
+    waiting = s.waiting
+    m = len(s.running)
+    if m >= s.max_tokens or m + len(waiting) > s.max_seqs:
+        return None  # the budget or max_num_seqs stops the admissions part-way
+    if s.spec is not None:
+        return None
+    bs = s.bs
+    limit = s.usable_blocks * bs
+    caching = s.caching
+    for req in waiting:
+        if req.status is not Status.REMOTE:
+            return None
+        plen = req.prompt_len
+        if (req.computed != plen or req.length != plen or req.generated or req.max_out < 1
+                or plen + req.max_out > limit or req.cached_signaled
+                or -(-plen // bs) != len(req.table.ids)
+                or (caching and plen // bs > req.table.num_cached)):
+            return None
+    return list(waiting)
 
 
 # Passes priced one by one before switching to numpy chunks (both bit-identical): most runs
@@ -134,26 +173,50 @@ def _admission_blocked(s: Any) -> bool:
 
 def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
                 through_completions: bool = False) -> RankRun | None:
-    batch = _steady_batch(rank)
-    if batch is None:
+    found = _steady_batch(rank)
+    if found is None:
         return None
+    batch, admit = found
     s = rank.sched
+    if admit:
+        batch.add(admit)  # they join at this pass (taken back below when no run follows)
 
     def price(start: float, total: int, m: int, j0: int, j1: int, ends: list[float]) -> bool:
         return _pass_ends(rank, start, horizon, total, m, j0, j1, ends)
 
+    # Nothing waits once the first pass admitted the activated destinations.
     ends, segments = plan_passes(batch, now, max_passes,
-                                 through_completions and not s.waiting, price)
+                                 through_completions and (not s.waiting or bool(admit)), price)
     run = VllmRunPending(now)
+    run.record_occupancy = rank.services.record_metrics  # read only for pass metrics
     members = batch.rids
     k, finished = _replay_crossings(rank, run, batch, len(ends))
     if k == 0:
+        if admit:
+            # Nothing advanced; the admitted requests are still waiting: keep no batch.
+            s.steady = None
+            batch.write_back(s.running)
         return None
     del ends[k:]
     run.ends = ends
     run.segments = [seg for seg in segments if seg[0] < k]
+    admissions = _admit(s, run, admit) if admit else ()
     completed_at = _commit(rank, run, batch, k, members, finished)
-    return RankRun(now, tuple(ends), run, completed_at, tuple(members))
+    return RankRun(now, tuple(ends), run, completed_at, tuple(members), admissions)
+
+
+def _admit(s: Any, run: VllmRunPending, admit: list[VllmRequest]) -> tuple[Admission, ...]:
+    """What ``_admit_remote`` and ``_emit`` do to the requests the run's first pass admits
+    (their length and tokens live in the batch from now on)."""
+    for req in admit:
+        s.waiting.remove(req)
+        s._queue_stats(req, -1)  # noqa: SLF001
+        req.status = Status.RUNNING
+        s.running.append(req)
+        req.cached_prefix = 0
+        req.cached_signaled = True
+        run.cached_tokens[req.rid] = 0
+    return tuple(Admission(req.rid, 0) for req in admit)
 
 
 def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
@@ -282,7 +345,7 @@ def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffec
         started_at_ms=run.started_at_ms, pass_ends=run.ends, members=run.members,
         absent_last=absent, completed=list(last.outputs.completed), kv_events=run.kv_events,
         pass_metrics_factory=pass_metrics, completed_before=run.completed_before,
-        lifecycle_events=lifecycle,
+        lifecycle_events=lifecycle, cached_tokens=run.cached_tokens,
     )
     if run.fpm_fields is not None:
         effects.forward_pass_metrics = _fpms(run, end_ms)

@@ -115,6 +115,10 @@ def pass_steps(s: VllmScheduler) -> tuple[Callable[[list[VllmRequest], int], boo
     bs = s.bs
 
     def blocked(due: list[VllmRequest], P: int) -> bool:
+        if len(due) <= len(free) + len(evict):
+            # A member's block step allocates at most one block (its length grows by one a
+            # pass; block_step raises if an allocation fails): headroom for all of them.
+            return False
         need = 0
         for req in due:
             grow = -(-(req.sb + P) // bs) - len(req.table.ids)
