@@ -52,7 +52,7 @@ from servesim.contract import (
     SourceHeld,
     SubmitHandoffPrefill,
 )
-from servesim.engine import Engine, EnginePassStarted
+from servesim.engine import Engine
 from servesim.errors import CommandRejected
 from servesim.replay.cluster import ClusterState
 from servesim.replay.driver import _EXTERNAL, Replayer, ReplayError, _publish
@@ -296,32 +296,17 @@ class DisaggReplayer(Replayer):
 
     # -- passes ---------------------------------------------------------------------------
 
-    def _start_effects(self, w: int, started: EnginePassStarted, now: float) -> bool:
+    def _admitted(self, w: int, admissions: Sequence[Admission], now: float) -> None:
         if w < self.num_prefill:
             first = self.times["prefill_admit_ms"]
-            for rs in started.by_rank:
-                for adm in rs.effects.admissions:
-                    if first[adm.request_id] < 0:
-                        first[adm.request_id] = now
-            return super()._start_effects(w, started, now)
-        # Decode-side admissions of activated requests reuse nothing from the client's
-        # point of view (the reference reports decode_reused_input_tokens separately).
-        busy = False
-        first = self.times["decode_admit_ms"]
-        for rs in started.by_rank:
-            eff = rs.effects
-            for adm in eff.admissions:
+            for adm in admissions:
                 if first[adm.request_id] < 0:
                     first[adm.request_id] = now
-            if eff.pressure_events:
-                self._preempted(w, rs.dp_rank, now, len(eff.pressure_events))
-            if eff.kv_events:
-                self._kv(w, now, eff.kv_events)
-            busy = busy or bool(eff.admissions or eff.pressure_events or eff.kv_events)
-        return busy
-
-    def _run_admissions(self, w: int, admissions: Sequence[Admission], now: float) -> None:
-        # A decode run's first pass admitting activated destinations (as _start_effects).
+            super()._admitted(w, admissions, now)
+            return
+        # Decode-side admissions of activated requests (by a stepped pass or a run's first
+        # pass) reuse nothing from the client's point of view (the reference reports
+        # decode_reused_input_tokens separately): only their admission time is kept.
         first = self.times["decode_admit_ms"]
         for adm in admissions:
             if first[adm.request_id] < 0:
@@ -364,9 +349,8 @@ class DisaggReplayer(Replayer):
             for rid in out.token_request_ids:
                 busy = True
                 self.prefill_state.prefill_done(rid)
-            for rid, cached in out.cached_tokens.items():
-                if log.cached[rid] is None:
-                    log.cached[rid] = cached
+            if out.cached_tokens:
+                log.cached_at_first_token(out.cached_tokens)
             held = {e.request_id for e in eff.lifecycle_events if isinstance(e, SourceHeld)}
             for rid in out.completed:
                 busy = True

@@ -413,13 +413,10 @@ class Replayer:
 
     def _start_effects(self, w: int, started: EnginePassStarted, now: float) -> bool:
         busy = False
-        log = self.log
         for rs in started.by_rank:
             eff = rs.effects
-            for adm in eff.admissions:
-                log.admission(adm.request_id, adm.reused_input_tokens, now)
-                if adm.cache_tier_attribution is not None:
-                    log.tier_attribution(adm.request_id, adm.cache_tier_attribution)
+            if eff.admissions:
+                self._admitted(w, eff.admissions, now)
             if eff.pressure_events:
                 self._preempted(w, rs.dp_rank, now, len(eff.pressure_events))
             if eff.kv_events:
@@ -427,8 +424,10 @@ class Replayer:
             busy = busy or bool(eff.admissions or eff.pressure_events or eff.kv_events)
         return busy
 
-    def _run_admissions(self, w: int, admissions: Sequence[Admission], now: float) -> None:
-        """The admissions of a run's first pass (servesim.runs.RankRun.admissions)."""
+    def _admitted(self, w: int, admissions: Sequence[Admission], now: float) -> None:
+        """Requests a pass of worker ``w`` starting at ``now`` admitted (a stepped pass's
+        ``PassStartEffects.admissions``, or a run's first pass's,
+        servesim.runs.RankRun.admissions)."""
         log = self.log
         for adm in admissions:
             log.admission(adm.request_id, adm.reused_input_tokens, now)
@@ -453,9 +452,8 @@ class Replayer:
                 busy = True
                 for rid in log.tokens(out.token_request_ids, now, key):
                     state.prefill_done(rid)
-            for rid, cached in out.cached_tokens.items():
-                if log.cached[rid] is None:
-                    log.cached[rid] = cached
+            if out.cached_tokens:
+                log.cached_at_first_token(out.cached_tokens)
             for rid in out.rejected:
                 log.rejected[rid] = True
             if out.completed:

@@ -142,7 +142,7 @@ class RunDriver:
         rp._last_zero[w] = False  # noqa: SLF001
         if run.admissions:  # the first pass's admissions, as _start_effects takes them
             self.admitted += len(run.admissions)
-            rp._run_admissions(w, run.admissions, now)  # noqa: SLF001
+            rp._admitted(w, run.admissions, now)  # noqa: SLF001
         rp._push(run.end_ms, 0, w, run.first_pass_id)  # noqa: SLF001 - _PASS_END
         return True
 
@@ -198,11 +198,10 @@ class RunDriver:
         rp.log.run_tokens(eff.members, eff.absent_last, ends, eff.started_at_ms,
                           eff.completed_before, rp._log_key[w], eff.completed)  # noqa: SLF001
         if eff.cached_tokens:  # the first pass's admissions (their first token is in it)
-            log, state = rp.log, rp.state
-            for rid, cached in eff.cached_tokens.items():
-                state.prefill_done(rid)
-                if log.cached[rid] is None:
-                    log.cached[rid] = cached
+            prefill_done = rp.state.prefill_done
+            for rid in eff.cached_tokens:
+                prefill_done(rid)
+            rp.log.cached_at_first_token(eff.cached_tokens)
         start = eff.started_at_ms
         for j in sorted(eff.kv_events):
             if eff.kv_events[j]:

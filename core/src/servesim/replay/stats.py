@@ -16,7 +16,7 @@ import math
 import sys
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -439,6 +439,14 @@ class RequestLog:
         if self.first_reused[rid] is None:
             self.first_reused[rid] = reused
             self.admitted[rid] = at
+
+    def cached_at_first_token(self, cached_tokens: Mapping[int, int]) -> None:
+        """A pass's ``OutputBatch.cached_tokens``: each request keeps the first value it is
+        reported with."""
+        cached = self.cached
+        for rid, n in cached_tokens.items():
+            if cached[rid] is None:
+                cached[rid] = n
 
     # -- views -------------------------------------------------------------------------
 
