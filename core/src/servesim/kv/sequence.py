@@ -32,6 +32,16 @@ def pseudo_token_base(request_id: int, salt: int = 0) -> int:
 _LANES: dict[int, tuple[int, int]] = {}
 
 
+def _lanes(n: int) -> tuple[int, int]:
+    """``(ones, steps)`` for ``n`` u32 lanes: lane i of ``lo * ones + steps`` is ``lo + i``
+    (:func:`_range_bytes`)."""
+    lanes = _LANES.get(n)
+    if lanes is None:
+        lanes = _LANES[n] = (sum(1 << (32 * i) for i in range(n)),
+                             sum(i << (32 * i) for i in range(n)))
+    return lanes
+
+
 def _range_bytes(lo: int, hi: int) -> bytes:
     """Little-endian u32 bytes of tokens ``lo .. hi-1`` (the layout local_block_hash hashes).
 
@@ -40,11 +50,8 @@ def _range_bytes(lo: int, hi: int) -> bytes:
     (several times faster than an array of the range)."""
     n = hi - lo
     if 0 <= lo and hi <= 0x100000000 and n > 0:
-        lanes = _LANES.get(n)
-        if lanes is None:
-            lanes = _LANES[n] = (sum(1 << (32 * i) for i in range(n)),
-                                 sum(i << (32 * i) for i in range(n)))
-        return (lo * lanes[0] + lanes[1]).to_bytes(4 * n, "little")
+        ones, steps = _lanes(n)
+        return (lo * ones + steps).to_bytes(4 * n, "little")
     data = array("I", range(lo, hi))
     if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
         data.byteswap()
@@ -119,11 +126,7 @@ class SequenceBlocks:
                 k += 1
             if k < nblocks:
                 n = block_size
-                lanes = _LANES.get(n)
-                if lanes is None:
-                    lanes = _LANES[n] = (sum(1 << (32 * i) for i in range(n)),
-                                         sum(i << (32 * i) for i in range(n)))
-                ones, steps = lanes
+                ones, steps = _lanes(n)
                 width = 4 * n
                 g = self.base + k * n - plen
                 if 0 <= g and g + (nblocks - k) * n <= 0x100000000:
