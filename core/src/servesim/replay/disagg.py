@@ -316,6 +316,12 @@ class DisaggReplayer(Replayer):
         engine = self.engines[w]
         run = self._runs.in_flight[w] if self._runs is not None else None
         if run is not None:
+            if (self._lone_end and w >= self.num_prefill and not self._has_deadlines
+                    and w not in self._deferred and self._runs is not None
+                    and self._runs.continue_run(w, now)):
+                # The run carries on through this boundary (RunDriver.continue_run): a
+                # prefill pass end that reached other decode workers, or none, cut it.
+                return
             # Pass by pass, as stepping adds them (the same float sums).
             busy, prev = self.busy_ms[w], run.started_at_ms
             for end in run.pass_ends:

@@ -316,6 +316,53 @@ def _commit(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
     return tuple(completed_at)
 
 
+def extend_run(rank: VllmRank, run: VllmRunPending, now: float, horizon: float,
+               max_passes: int, through_completions: bool = False) -> RankRun | None:
+    """More passes for the committed run ``run`` at its last boundary ``now`` (no command
+    reached the rank since it was committed: servesim.engine.Engine.extend_run): exactly
+    the run :meth:`VllmRank.execute_run` would commit after ``complete_run``, folded into
+    ``run``, whose ``complete_run`` then releases both as one. Returns the new passes' own
+    :class:`RankRun` (pass indices from 0), or None (nothing changed).
+
+    Declined when completing ``run`` would have done anything the new run could see: a
+    completion at its last pass (the book's ``at_run_end`` and the batch's trailing step
+    come after it), an activated destination waiting for admission; and, to keep the per-pass
+    records simple, when the run keeps forward-pass metrics or occupancy snapshots (a
+    disaggregated replay with sinks or a timeline steps anyway)."""
+    if (run.effects.outputs.completed or run.fpm_fields is not None or run.record_occupancy
+            or not run.ends or run.ends[-1] != now):
+        return None
+    s = rank.sched
+    for req in s.waiting:
+        if req.status is Status.REMOTE:
+            return None
+    more = rank.execute_run(now, horizon, max_passes, through_completions)
+    if more is None:
+        return None
+    new = more.pending
+    assert isinstance(new, BlockRunPending)
+    if more.admissions or new.cached_tokens:
+        raise RuntimeError("vllm rank: an extended run admitted requests")
+    k = len(run.ends)
+    run.ends.extend(new.ends)
+    if new.kv_events:
+        events = run.kv_events
+        for j, evs in new.kv_events.items():
+            events.setdefault(j + k, []).extend(evs)
+    if new.completed_before:
+        before = run.completed_before
+        for j, rids in new.completed_before.items():
+            before[j + k] = rids
+        run.departures = run.departures + [(j + k, n) for j, n in new.departures]
+    # Pass j of the whole run prices total + j*m: re-based sums (exact integers).
+    run.segments.extend((j0 + k, total - k * m, sq - 2 * k * total + k * k * m, m)
+                        for j0, total, sq, m in new.segments)
+    run.last_emitters = new.last_emitters
+    run.effects = new.effects
+    run.queued = new.queued
+    return more
+
+
 def take_kv_events(run: VllmRunPending, before_pass: int) -> dict[int, list[KvEvent]]:
     return take_run_kv_events(run.kv_events, before_pass)
 
@@ -387,4 +434,4 @@ def _pop_var(n: int, total: int, sum_sq: int) -> float:
     return max(0.0, (sum_sq * n - total * total) / (n * n))
 
 
-__all__ = ["VllmRunPending", "complete_run", "execute_run", "take_kv_events"]
+__all__ = ["VllmRunPending", "complete_run", "execute_run", "extend_run", "take_kv_events"]
