@@ -378,9 +378,11 @@ class Engine:
         have committed them, or return None (nothing consumed; complete the run then).
 
         Only when no command reached the engine during the run and the rank can carry its run
-        state on (a rank's ``extend_run``: servesim_vllm.runs.extend_run); the result is the
-        whole run so far (``started``'s passes, then the new ones), still completed by one
-        :meth:`complete_run`."""
+        state on: a rank's ``extend_run(pending, now, horizon, max_passes,
+        through_completions)`` returns the new passes' ends and their completions before the
+        last one (``(pass, request id)``, passes from 0), or None
+        (servesim_vllm.runs.extend_run). The result is the whole run so far (``started``'s
+        passes, then the new ones), still completed by one :meth:`complete_run`."""
         pending = self._pending
         if (pending is None or not pending.run_passes or self._run_touched
                 or pending.pass_id != started.first_pass_id or now_ms != pending.end_ms
@@ -391,26 +393,29 @@ class Engine:
         if extend is None or not rank.is_ready() or rank.waiting_for_external_command():
             return None
         try:
-            run = extend(pending.by_rank[0], now_ms, horizon_ms, max_passes,
-                         through_completions)
-            if run is None:
+            more = extend(pending.by_rank[0], now_ms, horizon_ms, max_passes,
+                          through_completions)
+            if more is None:
                 return None
-            check_run(run, now_ms, horizon_ms, max_passes)
-            if run.admissions:
-                raise EngineError("an extended run admitted requests")
+            ends, completed_at = more
+            k = len(ends)
+            # check_run's checks: 1..max_passes passes, the last starting before the horizon
+            if not 1 <= k <= max_passes or not (k == 1 or ends[-2] < horizon_ms) \
+                    or not ends[0] >= now_ms or ends[-1] == float("inf"):
+                raise EngineError(f"an extended run's boundaries {ends} break the contract "
+                                  f"(now {now_ms}, horizon {horizon_ms})")
         except Exception as exc:
             raise self._poison("extend_run on rank 0", exc) from exc
-        k = run.num_passes
         before = pending.run_passes
         self._next_pass_id += k
         self._wave_step += k
-        pending.end_ms = run.end_ms
+        pending.end_ms = ends[-1]
         pending.run_passes = before + k
         done = started.completed_at
-        if run.completed_at:
-            done = done + tuple([(j + before, rid) for j, rid in run.completed_at])
+        if completed_at:
+            done = done + tuple([(j + before, rid) for j, rid in completed_at])
         return EngineRunStarted(started.first_pass_id, started.started_at_ms,
-                                started.pass_ends + run.pass_ends, done, started.members,
+                                started.pass_ends + tuple(ends), done, started.members,
                                 started.admissions)
 
     def take_run_kv_events(self, before_pass: int) -> dict[int, list[Any]]:

@@ -227,7 +227,7 @@ class DisaggReplayer(Replayer):
         # Tokens of in-flight run passes that ended before the current routing, per decode
         # slot (set by _run_tokens before the decode router selects; empty otherwise).
         self._bump: dict[int, tuple[int, Container[int]]] = {}
-        self._run_members: list[tuple[object, frozenset[int]] | None] = [None] * len(self.engines)
+        self._run_members: list[tuple[int, frozenset[int]] | None] = [None] * len(self.engines)
         if isinstance(decode_router, DecodeLoadRouter):
             decode_router.input_length = self.log.input_length
             decode_router.ntok = self.log.ntok
@@ -434,8 +434,10 @@ class DisaggReplayer(Replayer):
             c = bisect_left(run.pass_ends, now)
             if c:
                 known = self._run_members[w]
-                if known is None or known[0] is not run:
-                    known = self._run_members[w] = (run, frozenset(run.members))
+                # Keyed by the run's first pass: a run carried on (RunDriver.continue_run)
+                # is a new object with the same members.
+                if known is None or known[0] != run.first_pass_id:
+                    known = self._run_members[w] = (run.first_pass_id, frozenset(run.members))
                 bump[w - p] = (c, known[1])  # a running engine has dp_size 1: slot = worker
 
     # -- the handoff ----------------------------------------------------------------------

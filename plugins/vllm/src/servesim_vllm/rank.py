@@ -260,9 +260,11 @@ class VllmRank(Rank):
         return run
 
     def extend_run(self, pending: _runs.VllmRunPending, now_ms: float, horizon_ms: float,
-                   max_passes: int, through_completions: bool = False) -> RankRun | None:
-        """More passes for the in-flight run at its last boundary (servesim_vllm.runs
-        .extend_run; servesim.engine.Engine.extend_run)."""
+                   max_passes: int, through_completions: bool = False
+                   ) -> tuple[list[float], list[tuple[int, int]]] | None:
+        """More passes for the in-flight run at its last boundary: their ends and their
+        completions before the last one (servesim_vllm.runs.extend_run;
+        servesim.engine.Engine.extend_run)."""
         return _runs.extend_run(self, pending, now_ms, horizon_ms, max_passes,
                                 through_completions)
 
