@@ -331,8 +331,9 @@ def extend_run(rank: VllmRank, run: VllmRunPending, now: float, horizon: float,
     completion at its last pass (the book's ``at_run_end`` and the batch's trailing step
     come after it), an activated destination waiting for admission (a new run admits it in
     its first pass); and, to keep the per-pass records simple, when the run keeps
-    forward-pass metrics or occupancy snapshots (a disaggregated replay with sinks or a
-    timeline steps anyway)."""
+    forward-pass metrics or occupancy snapshots or the pool publishes KV events (a
+    disaggregated replay with sinks or a timeline steps anyway). ``run.segments`` then stay
+    those of its first passes: only forward-pass metrics read them."""
     if (run.effects.outputs.completed or run.fpm_fields is not None or run.record_occupancy
             or not run.ends or run.ends[-1] != now):
         return None
@@ -340,7 +341,7 @@ def extend_run(rank: VllmRank, run: VllmRunPending, now: float, horizon: float,
     if s.pool.steps_only or s.spec is not None or s.host is not None:
         return None  # as VllmRank.execute_run
     if s.pool.events_enabled:
-        return _extend_by_merge(rank, run, now, horizon, max_passes, through_completions)
+        return None  # its events would need filing under their pass of the whole run
     found = _steady_batch(rank)
     if found is None or found[1]:
         return None  # (found[1]: activated destinations to admit; nothing was changed)
@@ -404,38 +405,6 @@ def _commit_more(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k:
     rank._prefilled = False  # noqa: SLF001
     rank._worked = True  # noqa: SLF001
     return completed_at
-
-
-def _extend_by_merge(rank: VllmRank, run: VllmRunPending, now: float, horizon: float,
-                     max_passes: int, through_completions: bool
-                     ) -> tuple[list[float], list[tuple[int, int]]] | None:
-    """:func:`extend_run` when the pool publishes KV events: a new run committed as usual,
-    folded into ``run`` with its events filed under their pass of the whole run."""
-    for req in rank.sched.waiting:
-        if req.status is Status.REMOTE:
-            return None
-    more = rank.execute_run(now, horizon, max_passes, through_completions)
-    if more is None:
-        return None
-    new = more.pending
-    assert isinstance(new, BlockRunPending)
-    if more.admissions or new.cached_tokens:
-        raise RuntimeError("vllm rank: an extended run admitted requests")
-    k = len(run.ends)
-    run.ends.extend(new.ends)
-    if new.kv_events:
-        events = run.kv_events
-        for j, evs in new.kv_events.items():
-            events.setdefault(j + k, []).extend(evs)
-    if new.completed_before:
-        before = run.completed_before
-        for j, rids in new.completed_before.items():
-            before[j + k] = rids
-        run.departures = run.departures + [(j + k, n) for j, n in new.departures]
-    run.last_emitters = new.last_emitters
-    run.effects = new.effects
-    run.queued = new.queued
-    return list(new.ends), list(more.completed_at)
 
 
 def take_kv_events(run: VllmRunPending, before_pass: int) -> dict[int, list[KvEvent]]:
