@@ -397,16 +397,16 @@ class RequestLog:
             emitting = [m - d for d in accumulate(drop)]
             emitting[k - 1] -= len(absent_last)
             if k > 1:
-                weights = emitting[1:]
+                shared_w = emitting[1:]
                 if fresh:
-                    weights[0] -= fresh
+                    shared_w[0] -= fresh
                 gaps = list(map(sub, ends[1:], ends[:-1]))  # ends[j] - ends[j - 1]
-                if 0 in weights:
-                    kept = [i for i, w in enumerate(weights) if w]
+                if 0 in shared_w:
+                    kept = [i for i, w in enumerate(shared_w) if w]
                     gaps = [gaps[i] for i in kept]
-                    weights = [weights[i] for i in kept]
+                    shared_w = [shared_w[i] for i in kept]
                 self.shared_gap.extend(gaps)
-                self.shared_weight.extend(weights)
+                self.shared_weight.extend(shared_w)
             first_second = int(e0 // 1000.0)
             if first_second == int(ends[-1] // 1000.0):  # one second: one update
                 emitted = sum(emitting)
