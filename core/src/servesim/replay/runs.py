@@ -160,7 +160,7 @@ class RunDriver:
         workers only, and nothing else happens at ``now``). The caller keeps whatever reads
         the run's passes before its completion exact (``DisaggReplayer._run_tokens``)."""
         run = self.in_flight[w]
-        if run is None:
+        if run is None or run.num_passes >= CONTINUE_MAX:
             return False
         horizon = self.horizon(w, now)
         if not now < horizon:
@@ -341,6 +341,10 @@ class RunDriver:
             if planned[rid] - ntok[rid] > j + 1:
                 raise ReplayError(f"internal: request {rid} finished before its planned length")
 
+
+#: Passes after which a run is completed rather than carried on (a run carried on is rebuilt
+#: with all its pass ends, so this bounds that copy).
+CONTINUE_MAX = 1024
 
 #: Arrivals a run start looks past at most.
 LOOKAHEAD = 16
