@@ -30,6 +30,12 @@ it starts (``EngineRunStarted.completed_at``) and are retired at their own bound
 later arrival is routed (:meth:`RunDriver.release_done`), so routers and ``max_in_flight`` see
 exactly stepping's state.
 
+A replayer may carry a run on at its last boundary instead of completing it
+(:meth:`RunDriver.continue_run`, ``Engine.extend_run``): when nothing else is due then and no
+command reached the engine during the run, the passes a new run from that boundary would
+commit are appended to it, and the whole run is completed once (disaggregated replay, whose
+decode runs end at every prefill pass end, most of which hand nothing to them).
+
 ``SERVESIM_RUNS=0`` in the environment (or ``Replayer(runs=False)``) forces stepping.
 """
 
