@@ -154,3 +154,23 @@ def test_the_decode_pool_runs_through_handoffs() -> None:
     step = _replay(case, runs=False)
     assert (report, lines) == step[:2]
     assert json.loads(report)["completed"] == 10
+
+
+def test_decode_runs_carry_on_where_no_handoff_reaches() -> None:
+    """Two prefill workers chunking every prompt over two passes and three decode workers:
+    a prefill pass end hands off to one decode worker at most (none after a first chunk), so
+    the runs on the others carry on through it (RunDriver.continue_run), several times per
+    run, and the replay matches stepping."""
+    rows = [(i * 4, 4, 0, 60 + 5 * i, 0, i) for i in range(16)]
+    case = dict(rows=rows, router="kv", workers=(2, 3), latency=1.5, decode_blocks=4096,
+                prefill_blocks=4096, caching=True, timing="poly", sessions=False,
+                concurrency=None, cancel=None, token_times=False, prefill_budget=16)
+    report, lines, rp = _replay(case, runs=True)
+    runs = rp._runs  # noqa: SLF001
+    assert runs is not None
+    assert runs.committed == 16
+    assert runs.continued == 56
+    step = _replay(case, runs=False)
+    assert (report, lines) == step[:2]
+    assert step[2].passes == rp.passes
+    assert json.loads(report)["completed"] == 16

@@ -77,3 +77,60 @@ def test_sorted_weighted_distribution_accepts_equal_neighbours() -> None:
     got = sorted_weighted_distribution("u", per_user, counts[::-1], PCTS, unit="")
     assert got == weighted_distribution("u", 1000.0 / gaps, w, PCTS, unit="")
     assert got["max_u"] == 1000.0 / 3.0 and got["median_u"] == 1000.0 / 7.013
+
+
+def _shared_gaps_by_pass(m: int, k: int, ends: list[float], absent: int,
+                         before: dict[int, list[int]], fresh: int
+                         ) -> tuple[list[float], list[int], dict[int, int]]:
+    """The shared gaps, weights and per-second counts of a run with completions before its
+    last pass, pass by pass (the definition RequestLog._shared_gaps must give)."""
+    emitting = [m] * k
+    for j, rids in before.items():
+        for p in range(j + 1, k):
+            emitting[p] -= len(rids)
+    emitting[k - 1] -= absent
+    gaps, weights = [], []
+    for j in range(1, k):
+        w = emitting[j] - fresh if j == 1 else emitting[j]
+        if w:
+            gaps.append(ends[j] - ends[j - 1])
+            weights.append(w)
+    counts: dict[int, int] = {}
+    for j in range(k):
+        if emitting[j]:
+            s = int(ends[j] // 1000.0)
+            counts[s] = counts.get(s, 0) + emitting[j]
+    return gaps, weights, counts
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(st.integers(1, 30), st.lists(st.floats(0.0, 900.0), min_size=1, max_size=40),
+       st.data())
+def test_shared_gaps_with_completions_match_pass_by_pass(m: int, durations: list[float],
+                                                          data: st.DataObject) -> None:
+    k = len(durations)
+    ends = []
+    t = 400.0
+    for d in durations:
+        t += d
+        ends.append(t)
+    left = m
+    before: dict[int, list[int]] = {}
+    for j in range(k - 1):
+        n = data.draw(st.integers(0, min(left, 2)))
+        if n:
+            before[j] = list(range(left - n, left))
+            left -= n
+    if not before:
+        before[0] = [0] if left and k > 1 else []
+        if not before[0]:
+            return
+        left -= 1
+    absent = data.draw(st.integers(0, left))
+    fresh = data.draw(st.integers(0, max(0, (m - len(before.get(0, []))) if k > 1 else 0)))
+    log = RequestLog([1] * m)
+    log._shared_gaps(m, k, ends, None, 0, list(range(absent)), before, fresh)  # noqa: SLF001
+    gaps, weights, counts = _shared_gaps_by_pass(m, k, ends, absent, before, fresh)
+    assert list(log.shared_gap) == gaps
+    assert list(log.shared_weight) == weights
+    assert log.tokens_per_second == counts

@@ -92,6 +92,8 @@ class Engine:
         self._next_pass_id = 0
         self._wave_step = 0
         self._pending: _PendingGroupPass | None = None
+        # A command was applied while the in-flight run was in flight (no extend_run then).
+        self._run_touched = False
         self._poisoned: str | None = None
         # The common dp_size-1 engine: the group logic reduces to its one rank, and the
         # per-pass methods below take a direct path (same calls, in the same order).
@@ -193,6 +195,8 @@ class Engine:
                     "process internal work and retry the command"
                 )
         ctx = CommandContext(now_ms, self._pending is not None)
+        if self._pending is not None and self._pending.run_passes:
+            self._run_touched = True
         pending = self._pending.by_rank.get(dp_rank) if self._pending is not None else None
         effects = self.ranks[dp_rank].apply(command, ctx, pending)
         self._reset_wave_if_drained()
@@ -361,8 +365,58 @@ class Engine:
         self._next_pass_id += k
         self._wave_step += k
         self._pending = _PendingGroupPass(pass_id, now_ms, run.end_ms, {0: run.pending}, k)
+        self._run_touched = False
         return EngineRunStarted(pass_id, now_ms, run.pass_ends, run.completed_at, run.members,
                                 run.admissions)
+
+    def extend_run(
+        self, started: EngineRunStarted, now_ms: float, horizon_ms: float,
+        max_passes: int = 1 << 30, through_completions: bool = False,
+    ) -> EngineRunStarted | None:
+        """Continue the in-flight run ``started`` at its last boundary ``now_ms`` with more
+        passes, as :meth:`complete_run` followed by :meth:`execute_run` at ``now_ms`` would
+        have committed them, or return None (nothing consumed; complete the run then).
+
+        Only when no command reached the engine during the run and the rank can carry its run
+        state on: a rank's ``extend_run(pending, now, horizon, max_passes,
+        through_completions)`` returns the new passes' ends and their completions before the
+        last one (``(pass, request id)``, passes from 0), or None
+        (servesim_vllm.runs.extend_run). The result is the whole run so far (``started``'s
+        passes, then the new ones), still completed by one :meth:`complete_run`."""
+        pending = self._pending
+        if (pending is None or not pending.run_passes or self._run_touched
+                or pending.pass_id != started.first_pass_id or now_ms != pending.end_ms
+                or not now_ms < horizon_ms or max_passes < 1 or self._poisoned is not None):
+            return None
+        rank = self.ranks[0]
+        extend = getattr(rank, "extend_run", None)
+        if extend is None or not rank.is_ready() or rank.waiting_for_external_command():
+            return None
+        try:
+            more = extend(pending.by_rank[0], now_ms, horizon_ms, max_passes,
+                          through_completions)
+            if more is None:
+                return None
+            ends, completed_at = more
+            k = len(ends)
+            # check_run's checks: 1..max_passes passes, the last starting before the horizon
+            if not 1 <= k <= max_passes or not (k == 1 or ends[-2] < horizon_ms) \
+                    or not ends[0] >= now_ms or ends[-1] == float("inf"):
+                raise EngineError(f"an extended run's boundaries {ends} break the contract "
+                                  f"(now {now_ms}, horizon {horizon_ms})")
+        except Exception as exc:
+            raise self._poison("extend_run on rank 0", exc) from exc
+        before = pending.run_passes
+        self._next_pass_id += k
+        self._wave_step += k
+        pending.end_ms = ends[-1]
+        pending.run_passes = before + k
+        done = started.completed_at
+        if completed_at:
+            done = done + tuple([(j + before, rid) for j, rid in completed_at])
+        return EngineRunStarted(started.first_pass_id, started.started_at_ms,
+                                started.pass_ends + tuple(ends), done, started.members,
+                                started.admissions)
 
     def take_run_kv_events(self, before_pass: int) -> dict[int, list[Any]]:
         """Release, early, the KV events of the in-flight run's passes ``< before_pass``.

@@ -227,7 +227,7 @@ class DisaggReplayer(Replayer):
         # Tokens of in-flight run passes that ended before the current routing, per decode
         # slot (set by _run_tokens before the decode router selects; empty otherwise).
         self._bump: dict[int, tuple[int, Container[int]]] = {}
-        self._run_members: list[tuple[object, frozenset[int]] | None] = [None] * len(self.engines)
+        self._run_members: list[tuple[int, frozenset[int]] | None] = [None] * len(self.engines)
         if isinstance(decode_router, DecodeLoadRouter):
             decode_router.input_length = self.log.input_length
             decode_router.ntok = self.log.ntok
@@ -316,6 +316,12 @@ class DisaggReplayer(Replayer):
         engine = self.engines[w]
         run = self._runs.in_flight[w] if self._runs is not None else None
         if run is not None:
+            if (self._lone_end and w >= self.num_prefill and not self._has_deadlines
+                    and w not in self._deferred and self._runs is not None
+                    and self._runs.continue_run(w, now)):
+                # The run carries on through this boundary (RunDriver.continue_run): a
+                # prefill pass end that reached other decode workers, or none, cut it.
+                return
             # Pass by pass, as stepping adds them (the same float sums).
             busy, prev = self.busy_ms[w], run.started_at_ms
             for end in run.pass_ends:
@@ -428,8 +434,10 @@ class DisaggReplayer(Replayer):
             c = bisect_left(run.pass_ends, now)
             if c:
                 known = self._run_members[w]
-                if known is None or known[0] is not run:
-                    known = self._run_members[w] = (run, frozenset(run.members))
+                # Keyed by the run's first pass: a run carried on (RunDriver.continue_run)
+                # is a new object with the same members.
+                if known is None or known[0] != run.first_pass_id:
+                    known = self._run_members[w] = (run.first_pass_id, frozenset(run.members))
                 bump[w - p] = (c, known[1])  # a running engine has dp_size 1: slot = worker
 
     # -- the handoff ----------------------------------------------------------------------

@@ -137,6 +137,9 @@ class Replayer:
         self._last_zero = [False] * len(self.engines)
         self._last_retry = [NO_RETRY_HINT] * len(self.engines)
         self.passes = 0
+        # True while the main loop completes a pass end with nothing else due at its time
+        # (a run may then carry on through it: DisaggReplayer._complete).
+        self._lone_end = False
         # Per worker, the modelled time its passes took (pool utilisation, servesim.replay.pools).
         self.pass_busy_ms = [0.0] * len(self.engines)
         self.now = 0.0
@@ -248,7 +251,9 @@ class Replayer:
                 self._feed_first_turn()
             if ev[2] == _PASS_END and (not heap or heap[0][0] != now):
                 # The common step: one pass ends and nothing else is due at this time.
+                self._lone_end = True
                 complete(ev[3], ev[4], now)
+                self._lone_end = False
                 if heap and heap[0][0] == now:
                     # The pass released a session's next turn with no delay: deliver it first.
                     self._step(None, now, has_deadlines)

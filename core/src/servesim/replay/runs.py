@@ -30,6 +30,12 @@ it starts (``EngineRunStarted.completed_at``) and are retired at their own bound
 later arrival is routed (:meth:`RunDriver.release_done`), so routers and ``max_in_flight`` see
 exactly stepping's state.
 
+A replayer may carry a run on at its last boundary instead of completing it
+(:meth:`RunDriver.continue_run`, ``Engine.extend_run``): when nothing else is due then and no
+command reached the engine during the run, the passes a new run from that boundary would
+commit are appended to it, and the whole run is completed once (disaggregated replay, whose
+decode runs end at every prefill pass end, most of which hand nothing to them).
+
 ``SERVESIM_RUNS=0`` in the environment (or ``Replayer(runs=False)``) forces stepping.
 """
 
@@ -77,6 +83,7 @@ class RunDriver:
         self.run_passes = 0
         self.completed_within = 0
         self.admitted = 0  # requests admitted by runs' first passes (RankRun.admissions)
+        self.continued = 0  # runs carried on at their last boundary (continue_run)
         # Per request, the most tokens it can emit (None: arrivals bound every run).
         self.planned: list[int] | None = None
         # A replayer that knows more about what reaches a worker bounds its runs itself:
@@ -144,6 +151,43 @@ class RunDriver:
             self.admitted += len(run.admissions)
             rp._admitted(w, run.admissions, now)  # noqa: SLF001
         rp._push(run.end_ms, 0, w, run.first_pass_id)  # noqa: SLF001 - _PASS_END
+        return True
+
+    def continue_run(self, w: int, now: float) -> bool:
+        """At the last boundary ``now`` of ``w``'s in-flight run, when nothing else is due
+        then: carry the run on with the passes a new run from ``now`` would commit
+        (``Engine.extend_run``), instead of completing it and starting that run. True when
+        it did (the run stays in flight to its new end; nothing of it is released yet).
+
+        Equivalent to :meth:`complete` then :meth:`try_run` at ``now`` because nothing is
+        released at this boundary: the engine declines when a command reached it during the
+        run or its completion would have had effects (a completion at the last pass, ...),
+        and the horizon is the one ``try_run`` would compute (it depends on the other
+        workers only, and nothing else happens at ``now``). The caller keeps whatever reads
+        the run's passes before its completion exact (``DisaggReplayer._run_tokens``)."""
+        run = self.in_flight[w]
+        if run is None or run.num_passes >= CONTINUE_MAX:
+            return False
+        horizon = self.horizon(w, now)
+        if not now < horizon:
+            return False
+        rp = self.rp
+        more = rp.engines[w].extend_run(run, now, horizon, 1 << 30,
+                                        through_completions=not self.cross_worker)
+        if more is None:
+            return False
+        k = more.num_passes - run.num_passes
+        rp.passes += k
+        rp.pass_busy_ms[w] += more.end_ms - now  # as try_run adds a run from now
+        added = len(more.completed_at) - len(run.completed_at)
+        if added:
+            if not run.completed_at:
+                self.with_done += 1
+            self.completed_within += added
+        self.in_flight[w] = more
+        self.continued += 1
+        self.run_passes += k
+        rp._push(more.end_ms, 0, w, more.first_pass_id)  # noqa: SLF001 - _PASS_END
         return True
 
     def release_kv(self, now: float) -> None:
@@ -303,6 +347,10 @@ class RunDriver:
             if planned[rid] - ntok[rid] > j + 1:
                 raise ReplayError(f"internal: request {rid} finished before its planned length")
 
+
+#: Passes after which a run is completed rather than carried on (a run carried on is rebuilt
+#: with all its pass ends, so this bounds that copy).
+CONTINUE_MAX = 1024
 
 #: Arrivals a run start looks past at most.
 LOOKAHEAD = 16

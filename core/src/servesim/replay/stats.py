@@ -18,6 +18,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate
+from operator import sub
 from typing import Any
 
 from servesim.replay.pairwise import pairwise_sum
@@ -387,16 +388,31 @@ class RequestLog:
             self.shared_weight.append(at_start)
         counts = self.tokens_per_second
         if completed_before:
-            emitting = [m] * k  # members emitting at each pass
+            # Members emitting at each pass: m less those completed at earlier passes (a
+            # running sum of the departures, linear in k however many complete).
+            drop = [0] * k
             for j, rids in completed_before.items():
-                for p in range(j + 1, k):
-                    emitting[p] -= len(rids)
+                if j + 1 < k:
+                    drop[j + 1] += len(rids)
+            emitting = [m - d for d in accumulate(drop)]
             emitting[k - 1] -= len(absent_last)
-            for j in range(1, k):
-                weight = emitting[j] - fresh if j == 1 else emitting[j]
-                if weight:
-                    self.shared_gap.append(ends[j] - ends[j - 1])
-                    self.shared_weight.append(weight)
+            if k > 1:
+                shared_w = emitting[1:]
+                if fresh:
+                    shared_w[0] -= fresh
+                gaps = list(map(sub, ends[1:], ends[:-1]))  # ends[j] - ends[j - 1]
+                if 0 in shared_w:
+                    kept = [i for i, w in enumerate(shared_w) if w]
+                    gaps = [gaps[i] for i in kept]
+                    shared_w = [shared_w[i] for i in kept]
+                self.shared_gap.extend(gaps)
+                self.shared_weight.extend(shared_w)
+            first_second = int(e0 // 1000.0)
+            if first_second == int(ends[-1] // 1000.0):  # one second: one update
+                emitted = sum(emitting)
+                if emitted:
+                    counts[first_second] = counts.get(first_second, 0) + emitted
+                return
             for j in range(k):
                 if emitting[j]:
                     second = int(ends[j] // 1000.0)

@@ -259,6 +259,15 @@ class VllmRank(Rank):
             self._note_trailing_step(True)
         return run
 
+    def extend_run(self, pending: _runs.VllmRunPending, now_ms: float, horizon_ms: float,
+                   max_passes: int, through_completions: bool = False
+                   ) -> tuple[list[float], list[tuple[int, int]]] | None:
+        """More passes for the in-flight run at its last boundary: their ends and their
+        completions before the last one (servesim_vllm.runs.extend_run;
+        servesim.engine.Engine.extend_run)."""
+        return _runs.extend_run(self, pending, now_ms, horizon_ms, max_passes,
+                                through_completions)
+
     def _note_trailing_step(self, finished: bool) -> None:
         """After a pass that finished requests and left nothing running or waiting, vLLM 0.32
         runs one more, empty step (``trailing_empty_step``, docs/conformance.md)."""

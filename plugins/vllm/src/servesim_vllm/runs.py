@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from servesim.contract import (
     Admission,
     KvEvent,
+    OutputBatch,
     WorkerType,
 )
 from servesim.fpm_runs import FpmRun
@@ -316,6 +317,96 @@ def _commit(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
     return tuple(completed_at)
 
 
+def extend_run(rank: VllmRank, run: VllmRunPending, now: float, horizon: float,
+               max_passes: int, through_completions: bool = False
+               ) -> tuple[list[float], list[tuple[int, int]]] | None:
+    """More passes for the committed run ``run`` at its last boundary ``now`` (no command
+    reached the rank since it was committed: servesim.engine.Engine.extend_run): exactly
+    the passes :meth:`VllmRank.execute_run` would commit after ``complete_run``, appended
+    to ``run``, whose ``complete_run`` then releases them all as one run. Returns the new
+    passes' ends and their completions before the last pass, ``(pass, request id)`` with
+    pass indices from 0 (as ``RankRun.completed_at``), or None (nothing changed).
+
+    Declined when completing ``run`` would have done anything the new passes could see: a
+    completion at its last pass (the book's ``at_run_end`` and the batch's trailing step
+    come after it), an activated destination waiting for admission (a new run admits it in
+    its first pass); and, to keep the per-pass records simple, when the run keeps
+    forward-pass metrics or occupancy snapshots or the pool publishes KV events (a
+    disaggregated replay with sinks or a timeline steps anyway). ``run.segments`` then stay
+    those of its first passes: only forward-pass metrics read them."""
+    if (run.effects.outputs.completed or run.fpm_fields is not None or run.record_occupancy
+            or not run.ends or run.ends[-1] != now):
+        return None
+    s = rank.sched
+    if s.pool.steps_only or s.spec is not None or s.host is not None:
+        return None  # as VllmRank.execute_run
+    if s.pool.events_enabled:
+        return None  # its events would need filing under their pass of the whole run
+    found = _steady_batch(rank)
+    if found is None or found[1]:
+        return None  # (found[1]: activated destinations to admit; nothing was changed)
+    batch = found[0]
+
+    def price(start: float, total: int, m: int, j0: int, j1: int, ends: list[float]) -> bool:
+        return _pass_ends(rank, start, horizon, total, m, j0, j1, ends)
+
+    ends, _segments = plan_passes(batch, now, max_passes,
+                                  through_completions and not s.waiting, price)
+    # No pool events and no occupancy records: replay_steps files nothing in ``run``.
+    k, finished = _replay_crossings(rank, run, batch, len(ends))
+    if k == 0:
+        return None
+    del ends[k:]
+    k0 = len(run.ends)
+    run.ends.extend(ends)
+    completed_at = _commit_more(rank, run, batch, k, k0, finished)
+    rank._note_trailing_step(True)  # noqa: SLF001 - as VllmRank.execute_run
+    return ends, completed_at
+
+
+def _commit_more(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
+                 k0: int, finished: list[tuple[int, list[VllmRequest]]]
+                 ) -> list[tuple[int, int]]:
+    """:func:`_commit` for ``k`` passes appended to ``run`` after its ``k0`` first ones:
+    the same changes to the batch, the scheduler and the rank; the completions filed in
+    ``run`` at their pass of the whole run, its last pass's outputs replaced."""
+    s = rank.sched
+    completed: list[int] = []
+    completed_at: list[tuple[int, int]] = []
+    batch.P += k
+    if finished:
+        for j, done in finished:
+            last = j == k - 1
+            for req in done:
+                rid = req.rid
+                batch.write(req, req.sb + req.se, 0)
+                req.status = Status.FINISHED
+                del s.requests[rid]
+                if last:
+                    completed.append(rid)
+                else:
+                    completed_at.append((j, rid))
+        running = s.running
+        for _j, done in finished:
+            for req in done:
+                running.remove(req)
+    emitters = run.last_emitters
+    if completed_at:
+        emitters = emitters[:]
+        before = run.completed_before
+        for j, rid in completed_at:
+            emitters.remove(rid)
+            before.setdefault(j + k0, []).append(rid)
+        run.departures = [(j, len(rids)) for j, rids in sorted(before.items())]
+    run.last_emitters = emitters
+    run.effects.outputs = OutputBatch(token_request_ids=list(emitters), completed=completed)
+    run.queued = len(s.waiting)
+    rank._pass_counter += k  # noqa: SLF001
+    rank._prefilled = False  # noqa: SLF001
+    rank._worked = True  # noqa: SLF001
+    return completed_at
+
+
 def take_kv_events(run: VllmRunPending, before_pass: int) -> dict[int, list[KvEvent]]:
     return take_run_kv_events(run.kv_events, before_pass)
 
@@ -387,4 +478,4 @@ def _pop_var(n: int, total: int, sum_sq: int) -> float:
     return max(0.0, (sum_sq * n - total * total) / (n * n))
 
 
-__all__ = ["VllmRunPending", "complete_run", "execute_run", "take_kv_events"]
+__all__ = ["VllmRunPending", "complete_run", "execute_run", "extend_run", "take_kv_events"]
