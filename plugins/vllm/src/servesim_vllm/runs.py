@@ -272,13 +272,12 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatc
     return replay_steps(batch, run, pool, k, *pass_steps(s), leave)
 
 
-def _commit(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
-            members: list[int], finished: list[tuple[int, list[VllmRequest]]]
-            ) -> tuple[tuple[int, int], ...]:
-    """Advance the batch by ``k`` passes and finish the requests that completed in the run
-    (their blocks were released at their pass); the others advance only in the batch
-    (servesim_vllm.steady). Returns the completions before the last pass as
-    ``(pass, request id)``."""
+def _finish(rank: VllmRank, batch: VllmSteadyBatch, k: int,
+            finished: list[tuple[int, list[VllmRequest]]]
+            ) -> tuple[list[int], list[tuple[int, int]]]:
+    """Advance the batch by ``k`` passes and finish the requests that completed in them
+    (their blocks were released at their pass). Returns the ids completed at the last pass
+    and the earlier completions as ``(pass, request id)``."""
     s = rank.sched
     completed: list[int] = []
     completed_at: list[tuple[int, int]] = []
@@ -300,6 +299,17 @@ def _commit(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
         for _j, done in finished:
             for req in done:
                 running.remove(req)
+    return completed, completed_at
+
+
+def _commit(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
+            members: list[int], finished: list[tuple[int, list[VllmRequest]]]
+            ) -> tuple[tuple[int, int], ...]:
+    """Commit the run's ``k`` passes: :func:`_finish` the requests that completed in them (the
+    others advance only in the batch, servesim_vllm.steady) and file the members in ``run``.
+    Returns the completions before the last pass as ``(pass, request id)``."""
+    s = rank.sched
+    completed, completed_at = _finish(rank, batch, k, finished)
     run.set_members(members, completed, completed_at)
     run.queued = len(s.waiting)
     run.counter0 = rank._pass_counter  # noqa: SLF001
@@ -371,25 +381,7 @@ def _commit_more(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k:
     the same changes to the batch, the scheduler and the rank; the completions filed in
     ``run`` at their pass of the whole run, its last pass's outputs replaced."""
     s = rank.sched
-    completed: list[int] = []
-    completed_at: list[tuple[int, int]] = []
-    batch.P += k
-    if finished:
-        for j, done in finished:
-            last = j == k - 1
-            for req in done:
-                rid = req.rid
-                batch.write(req, req.sb + req.se, 0)
-                req.status = Status.FINISHED
-                del s.requests[rid]
-                if last:
-                    completed.append(rid)
-                else:
-                    completed_at.append((j, rid))
-        running = s.running
-        for _j, done in finished:
-            for req in done:
-                running.remove(req)
+    completed, completed_at = _finish(rank, batch, k, finished)
     emitters = run.last_emitters
     if completed_at:
         emitters = emitters[:]
