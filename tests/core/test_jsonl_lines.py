@@ -15,7 +15,9 @@ from servesim.contract import (
     RemovedBlocks,
     StoredBlocks,
 )
-from servesim.jsonl_lines import fpm_line, kv_event_line, kv_event_lines
+from servesim.fpm_runs import FpmRun
+from servesim.jsonl_lines import fpm_line, fpm_run_lines, kv_event_line, kv_event_lines
+from servesim.kv.event_records import RemovedRun, StoredRun, materialise
 from servesim.sinks_builtin import fpm_record, kv_event_record
 
 u64 = st.integers(0, 2**64 - 1)
@@ -79,3 +81,51 @@ def test_non_finite_values_are_refused_as_json_would() -> None:
         fpm_line(0, float("inf"), ForwardPassMetrics())
     with pytest.raises(ValueError, match="not JSON compliant"):
         kv_event_line(0, float("nan"), KvEvent(0, 0, ClearedBlocks()))
+
+
+@st.composite
+def record_batches(draw) -> list:  # type: ignore[no-untyped-def]
+    """Compact records as the pools publish them: long ``Removed`` runs (an eviction's), long
+    and one-block ``Stored`` runs, on one or several ranks, consecutive ids per batch."""
+    out: list = []
+    next_id = draw(st.integers(0, 10**9))
+    for _ in range(draw(st.integers(1, 5))):
+        dp = draw(st.integers(0, 3))
+        hs = draw(st.lists(u64, max_size=70))
+        if draw(st.booleans()):
+            out.append(RemovedRun(next_id, dp, hs))
+            next_id += len(hs)
+        elif hs:
+            out.append(StoredRun(next_id, dp, draw(st.one_of(st.none(), u64)), hs,
+                                 [draw(u64) for _ in hs]))
+            next_id += 1
+    return out
+
+
+@settings(max_examples=300, derandomize=True)
+@given(w=st.integers(0, 1000), at_ms=at, batch=record_batches())
+def test_kv_lines_of_records_are_json_dumps_of_each_events_record(w: int, at_ms: float,
+                                                                  batch: list) -> None:
+    want = "".join(json.dumps(kv_event_record(w, at_ms, e), allow_nan=False) + "\n"
+                   for e in materialise(batch))
+    assert kv_event_lines(w, at_ms, batch) == want
+    for rec in batch:  # each record alone (a one-record batch takes its own path)
+        assert kv_event_lines(w, at_ms, [rec]) == "".join(
+            json.dumps(kv_event_record(w, at_ms, e), allow_nan=False) + "\n" for e in rec.events())
+
+
+@settings(max_examples=200, derandomize=True)
+@given(w=st.integers(0, 1000), m=fpms(), k=st.integers(1, 40),
+       data=st.data())
+def test_fpm_run_lines_are_json_dumps_of_each_passs_record(w: int, m: ForwardPassMetrics, k: int,
+                                                           data: st.DataObject) -> None:
+    fixed = ("counter_id", "num_decode_requests", "sum_decode_kv_tokens", "var_decode_kv_tokens",
+             "duration_ms")
+    base = {a.name: getattr(m, a.name) for a in ForwardPassMetrics.__attrs_attrs__
+            if a.name not in fixed}
+    cols = [data.draw(st.lists(count, min_size=k, max_size=k)) for _ in range(2)]
+    floats = [data.draw(st.lists(st.floats(0, 1e12), min_size=k, max_size=k)) for _ in range(2)]
+    ats = data.draw(st.lists(at, min_size=k, max_size=k))
+    run = FpmRun(base, m.counter_id, cols[0], cols[1], floats[0], floats[1])
+    assert fpm_run_lines(w, ats, run) == [
+        json.dumps(fpm_record(w, a, p), allow_nan=False) + "\n" for a, p in zip(ats, run, strict=True)]

@@ -5,7 +5,9 @@ that :func:`servesim.sinks_builtin.kv_event_record` / :func:`~servesim.sinks_bui
 build (tests/core/test_jsonl_lines.py checks them against each other), without building the
 dict or walking it in ``json``'s encoder: sinks write one line per event on the replay's hot
 path. ``json`` writes ints and finite floats with their ``repr``; a NaN or infinity is a
-``ValueError``, as ``allow_nan=False`` makes it.
+``ValueError``, as ``allow_nan=False`` makes it. Times are annotated ``Any``, not ``float``:
+an int time is written as an int, and the compiled build (mypyc, which turns an int passed
+as a ``float`` into one) must keep it one.
 """
 
 from __future__ import annotations
@@ -25,14 +27,14 @@ _TOKENS_HASH = attrgetter("tokens_hash")
 _TOKEN_IDS = attrgetter("token_ids")
 
 
-def _float(x: float) -> str:
+def _float(x: Any) -> str:
     x = float(x)
     if x - x != 0.0:
         raise ValueError(f"Out of range float values are not JSON compliant: {x!r}")
     return repr(x)
 
 
-def _num(x: float) -> str:
+def _num(x: Any) -> str:
     """``json`` text of an int or a float, whichever ``x`` is."""
     return repr(x) if type(x) is int else _float(x)
 
@@ -54,7 +56,7 @@ _FPM_LINE = (
 )
 
 
-def fpm_line(worker_id: int, at_ms: float, m: ForwardPassMetrics) -> str:
+def fpm_line(worker_id: int, at_ms: Any, m: ForwardPassMetrics) -> str:
     wall = float(m.duration_ms) / 1000.0
     v1, v2 = float(m.var_prefill_length), float(m.var_decode_kv_tokens)
     v3, v4 = float(m.var_queued_prefill_length), float(m.var_queued_decode_kv_tokens)
@@ -117,10 +119,12 @@ def _run_template(worker_id: int, b: dict[str, Any]) -> str:
 _NUMBER_TYPES = frozenset((float, int))
 
 
-def fpm_run_lines(worker_id: int, ats: Sequence[float], run: FpmRun) -> list[str]:
+def fpm_run_lines(worker_id: int, ats: Sequence[Any], run: FpmRun) -> list[str]:
     """``[fpm_line(worker_id, ats[j], run[j]) for j in range(len(run))]``, without building
     the objects: the run's constants are formatted once into a template, and the passes'
-    lines are filled from the columns at C level."""
+    lines are one ``%`` fill of the template repeated once a pass, whose values are the
+    columns interleaved by slice assignment, split back into lines (a line holds no line
+    break of its own: ints, finite floats and fixed keys only)."""
     tpl = _run_template(worker_id, run.base)
     durations = run.durations
     n = len(durations)
@@ -135,11 +139,23 @@ def fpm_run_lines(worker_id: int, ats: Sequence[float], run: FpmRun) -> list[str
     if total - total != 0.0:  # some value is not finite (or the sum overflowed): find which
         for x in (*walls, *variances, *ats):
             _num(x)
+    if n == 1:
+        return [tpl % (run.counter0, walls[0], run.num_decode[0], run.sum_decode_kv[0],
+                       variances[0], ats[0])]
     c0 = run.counter0
-    return list(map(tpl.__mod__, zip(range(c0, c0 + n), walls, run.num_decode, run.sum_decode_kv,
-                                     variances, ats)))
+    values: list[Any] = [0] * (6 * n)
+    values[0::6] = range(c0, c0 + n)
+    values[1::6] = walls
+    values[2::6] = run.num_decode
+    values[3::6] = run.sum_decode_kv
+    values[4::6] = variances
+    values[5::6] = ats
+    return ((tpl * n) % tuple(values)).splitlines(True)
 
 
+#: A one-hash ``Removed`` line after its head: the event id and the hash, each its ``str`` as
+#: ``%s`` writes it (what ``json`` writes for an int).
+_REMOVED_LINE = '%s, "type": "BlockRemoved", "block_hashes": [%s]}\n'
 _REMOVED_MID = ', "type": "BlockRemoved", "block_hashes": ['
 _REMOVED_TAIL = "]}\n"
 
@@ -163,17 +179,24 @@ def _templates(worker_id: int, dp: int) -> tuple[str, str, str]:
     return t
 
 
-def _head(worker_id: int, dp: int, at_ms: float) -> str:
+def _head(worker_id: int, dp: int, at_ms: Any) -> str:
     return f'{{"worker": {worker_id}, "dp_rank": {dp}, "at_ms": {_num(at_ms)}, "event_id": '
 
 
 def _removed_run(head: str, rec: RemovedRun) -> str:
     """The lines of ``len(rec.hashes)`` one-hash ``Removed`` events: ``head ID MID HASH TAIL``
-    each, joined at C level."""
+    each, as one ``%`` fill of the line's template repeated once a hash, with the ids and
+    hashes interleaved by slice assignment."""
     first = rec.event_id
     hashes = rec.hashes
-    pairs = zip(map(str, range(first, first + len(hashes))), map(str, hashes))
-    return head + (_REMOVED_TAIL + head).join(map(_REMOVED_MID.join, pairs)) + _REMOVED_TAIL
+    n = len(hashes)
+    if "%" in head:  # never from _templates (ints and a number's text), but stay exact
+        pairs = zip(map(str, range(first, first + n)), map(str, hashes))
+        return head + (_REMOVED_TAIL + head).join(map(_REMOVED_MID.join, pairs)) + _REMOVED_TAIL
+    values: list[int] = [0] * (2 * n)
+    values[0::2] = range(first, first + n)
+    values[1::2] = hashes
+    return ((head + _REMOVED_LINE) * n) % tuple(values)
 
 
 def _int_list(values: Sequence[int]) -> str:
@@ -210,7 +233,7 @@ def _record_line(rec: Any, te: type, dp: int, at: str, templates: tuple[str, str
     return _removed_run(templates[0] % at, rec) if hs else ""
 
 
-def kv_event_lines(worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> str:
+def kv_event_lines(worker_id: int, at_ms: Any, events: Sequence[Any]) -> str:
     """The lines of one published batch: device-tier ``Removed`` and ``Stored`` events fill a
     template of their worker and rank (``%`` formatting of an int is its ``str``, as ``json``
     writes it); compact records (servesim.kv.event_records) are formatted with C-level joins
@@ -218,7 +241,7 @@ def kv_event_lines(worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> s
     if not events:
         return ""
     dp = events[0].dp_rank
-    at = _num(at_ms)
+    at = repr(at_ms) if type(at_ms) is float and at_ms - at_ms == 0.0 else _num(at_ms)
     templates = _templates(worker_id, dp)
     if len(events) == 1:
         e = events[0]
@@ -243,10 +266,11 @@ def kv_event_lines(worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> s
                 continue
             append(_record_line(rec, te, dp, at, templates, worker_id))
             continue
-        data = e.data
+        ev: KvEvent = e
+        data = ev.data
         t = type(data)
-        if e.dp_rank != dp:
-            append(kv_event_line(worker_id, at_ms, e))
+        if ev.dp_rank != dp:
+            append(kv_event_line(worker_id, at_ms, ev))
         elif t is RemovedBlocks and data.medium is None:  # type: ignore[union-attr]
             hashes = data.block_hashes  # type: ignore[union-attr]
             append(removed % (at, e.event_id,
@@ -269,7 +293,7 @@ def kv_event_lines(worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> s
     return "".join(out)
 
 
-def kv_event_line(worker_id: int, at_ms: float, event: KvEvent) -> str:
+def kv_event_line(worker_id: int, at_ms: Any, event: KvEvent) -> str:
     head = (f'{{"worker": {worker_id}, "dp_rank": {event.dp_rank}, "at_ms": {_num(at_ms)}, '
             f'"event_id": {event.event_id}, ')
     data = event.data
