@@ -475,16 +475,18 @@ class HandoffBook:
     ) -> CommandEffects:
         """Command effects: lifecycle events produced now and, outside a pass, the KV events
         the command produced (mid-pass they wait for the completion boundary, §4.6)."""
-        lifecycle = tuple(self.drain_events()) if not pass_in_flight else ()
-        kv = tuple(self.adapter.drain_kv_events()) if not pass_in_flight else ()
-        return CommandEffects(
-            result,
-            lifecycle_events=lifecycle,
-            kv_events=kv,
-            retired_requests=retired,
-            metrics=self.adapter.metrics(),
-            suppressed_pending_output=suppressed,
-        )
+        lifecycle: tuple[LifecycleEvent, ...] = ()
+        kv: tuple[KvEvent, ...] = ()
+        adapter = self.adapter
+        if not pass_in_flight:
+            events = self.events
+            if events:
+                lifecycle = tuple(events)
+                self.events = []
+            drained = adapter.drain_kv_events()
+            if drained:
+                kv = tuple(drained)
+        return CommandEffects(result, lifecycle, kv, retired, adapter.metrics(), suppressed)
 
 
 __all__ = [
