@@ -161,10 +161,12 @@ class HandoffBook:
 
     def __init__(self, adapter: HandoffAdapter) -> None:
         self.adapter = adapter
-        self.sources: dict[HandoffId, SourceEntry] = {}
-        self.source_of: dict[RequestId, HandoffId] = {}
-        self.dests: dict[HandoffId, DestEntry] = {}
-        self.dest_of: dict[RequestId, HandoffId] = {}
+        # Keyed by ``HandoffId.value`` (its equality and hash are the value's): int keys
+        # hash and compare without a call into the attrs-generated methods.
+        self.sources: dict[int, SourceEntry] = {}
+        self.source_of: dict[RequestId, int] = {}
+        self.dests: dict[int, DestEntry] = {}
+        self.dest_of: dict[RequestId, int] = {}
         self.fifo: deque[DestEntry] = deque()
         self.events: list[LifecycleEvent] = []
         self.probes = 0  # reservation attempts (tests pin the no-reprobe rule)
@@ -237,15 +239,15 @@ class HandoffBook:
 
     def on_source_complete(self, request_id: RequestId, state: Any, timing_config: Any) -> bool:
         """A request finished its prefill: hold its KV if it is a tracked source."""
-        hid = self.source_of.get(request_id)
-        if hid is None:
+        key = self.source_of.get(request_id)
+        if key is None:
             return False
-        entry = self.sources[hid]
+        entry = self.sources[key]
         entry.held = True
         entry.state = state
-        self.events.append(
-            SourceHeld(hid, request_id, transfer_timing(timing_config, entry.prompt_tokens))
-        )
+        self.events.append(SourceHeld(
+            entry.handoff_id, request_id, transfer_timing(timing_config, entry.prompt_tokens)
+        ))
         return True
 
     def on_terminal(self, request_ids: list[RequestId]) -> None:
@@ -253,14 +255,14 @@ class HandoffBook:
         without being held (rejected at admission)."""
         dests, dest_of, source_of = self.dests, self.dest_of, self.source_of
         for rid in request_ids:
-            hid = dest_of.get(rid)
-            if hid is not None and dests[hid].phase == ACTIVE:
-                del dests[hid]
+            key = dest_of.get(rid)
+            if key is not None and dests[key].phase == ACTIVE:
+                del dests[key]
                 del dest_of[rid]
             if source_of:  # (a decode rank has none)
-                hid = source_of.get(rid)
-                if hid is not None and not self.sources[hid].held:
-                    del self.sources[hid]
+                key = source_of.get(rid)
+                if key is not None and not self.sources[key].held:
+                    del self.sources[key]
                     del source_of[rid]
 
     def retry(self, force: bool = False, limit: int | None = 1) -> None:
@@ -297,7 +299,8 @@ class HandoffBook:
     # -- commands -------------------------------------------------------------------------
 
     def _known(self, hid: HandoffId) -> bool:
-        return hid in self.sources or hid in self.dests
+        key = hid.value
+        return key in self.sources or key in self.dests
 
     def at_pass_boundary(self, effects: PassCompletionEffects) -> None:
         """At a pass boundary: terminal outputs end handoff tracking, pending destinations
@@ -341,8 +344,8 @@ class HandoffBook:
         if rid in self.source_of or rid in self.dest_of:
             raise CommandRejected(f"request {rid} is already active")
         self.adapter.submit_source(request)
-        self.sources[hid] = SourceEntry(hid, rid, len(request.prompt))
-        self.source_of[rid] = hid
+        self.sources[hid.value] = SourceEntry(hid, rid, len(request.prompt))
+        self.source_of[rid] = hid.value
         return self._effects(CommandResult.submitted(rid))
 
     def reserve(self, hid: HandoffId, request: Request, pass_in_flight: bool) -> CommandEffects:
@@ -356,8 +359,8 @@ class HandoffBook:
             raise CommandRejected(f"ReserveDestination {hid.value}: {problem}")
         entry = DestEntry(hid, request, self._seq)
         self._seq += 1
-        self.dests[hid] = entry
-        self.dest_of[rid] = hid
+        self.dests[hid.value] = entry
+        self.dest_of[rid] = hid.value
         self.fifo.append(entry)
         self._unactivated += 1
         if not pass_in_flight:
@@ -365,7 +368,7 @@ class HandoffBook:
         return self._effects(CommandResult.destination_accepted(rid), pass_in_flight)
 
     def activate(self, hid: HandoffId, pass_in_flight: bool) -> CommandEffects:
-        entry = self.dests.get(hid)
+        entry = self.dests.get(hid.value)
         if entry is None:
             raise CommandRejected(f"ActivateDestination: unknown handoff {hid.value}")
         if entry.phase != RESERVED:
@@ -380,7 +383,7 @@ class HandoffBook:
         return self._effects(APPLIED, pass_in_flight)
 
     def release_source(self, hid: HandoffId, pass_in_flight: bool) -> CommandEffects:
-        entry = self.sources.get(hid)
+        entry = self.sources.get(hid.value)
         if entry is None:
             return self._effects(NOOP, pass_in_flight)
         if not entry.held:
@@ -394,7 +397,7 @@ class HandoffBook:
     def cancel_source(
         self, hid: HandoffId, pass_in_flight: bool, pending: PassCompletionEffects | None
     ) -> CommandEffects:
-        entry = self.sources.get(hid)
+        entry = self.sources.get(hid.value)
         if entry is None:
             return self._effects(NOOP, pass_in_flight)
         if entry.held:
@@ -409,7 +412,7 @@ class HandoffBook:
     def cancel_destination(
         self, hid: HandoffId, pass_in_flight: bool, pending: PassCompletionEffects | None
     ) -> CommandEffects:
-        entry = self.dests.get(hid)
+        entry = self.dests.get(hid.value)
         if entry is None:
             return self._effects(NOOP, pass_in_flight)
         rid = entry.request.request_id
@@ -423,7 +426,7 @@ class HandoffBook:
             return self._effects(NOOP, pass_in_flight)
         if entry.phase != ACTIVE:
             self._unactivated -= 1
-        del self.dests[hid]
+        del self.dests[hid.value]
         del self.dest_of[rid]
         if not pass_in_flight:
             self.retry(force=True)  # the blocked head may have changed (§8.2 step 7)
@@ -434,15 +437,15 @@ class HandoffBook:
         handoff state the scheduler does not own (a held source, a pending or reserved
         destination). True when such state was freed."""
         freed = False
-        hid = self.source_of.pop(request_id, None)
-        if hid is not None:
-            entry = self.sources.pop(hid)
+        key = self.source_of.pop(request_id, None)
+        if key is not None:
+            entry = self.sources.pop(key)
             if entry.held:
                 self.adapter.release_held(entry)
                 freed = True
-        hid = self.dest_of.pop(request_id, None)
-        if hid is not None:
-            entry2 = self.dests.pop(hid)
+        key = self.dest_of.pop(request_id, None)
+        if key is not None:
+            entry2 = self.dests.pop(key)
             if entry2.phase != ACTIVE:
                 self._unactivated -= 1
                 freed = True
@@ -455,7 +458,7 @@ class HandoffBook:
     # -- helpers --------------------------------------------------------------------------
 
     def _drop_source(self, entry: SourceEntry) -> None:
-        del self.sources[entry.handoff_id]
+        del self.sources[entry.handoff_id.value]
         del self.source_of[entry.request_id]
 
     def _cancelled(
@@ -475,16 +478,18 @@ class HandoffBook:
     ) -> CommandEffects:
         """Command effects: lifecycle events produced now and, outside a pass, the KV events
         the command produced (mid-pass they wait for the completion boundary, §4.6)."""
-        lifecycle = tuple(self.drain_events()) if not pass_in_flight else ()
-        kv = tuple(self.adapter.drain_kv_events()) if not pass_in_flight else ()
-        return CommandEffects(
-            result,
-            lifecycle_events=lifecycle,
-            kv_events=kv,
-            retired_requests=retired,
-            metrics=self.adapter.metrics(),
-            suppressed_pending_output=suppressed,
-        )
+        lifecycle: tuple[LifecycleEvent, ...] = ()
+        kv: tuple[KvEvent, ...] = ()
+        adapter = self.adapter
+        if not pass_in_flight:
+            events = self.events
+            if events:
+                lifecycle = tuple(events)
+                self.events = []
+            drained = adapter.drain_kv_events()
+            if drained:
+                kv = tuple(drained)
+        return CommandEffects(result, lifecycle, kv, retired, adapter.metrics(), suppressed)
 
 
 __all__ = [

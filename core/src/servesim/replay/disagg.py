@@ -212,6 +212,9 @@ class DisaggReplayer(Replayer):
         self.prefill_dp = [0] * n
         self.decode_worker = [-1] * n
         self.decode_dp = [0] * n
+        # One handoff identity per request, shared by its commands: the books' dicts then
+        # find it by identity (no generated __eq__ call) and 4 constructions become one.
+        self._hid = [HandoffId(i) for i in range(n)]
         self._timing: dict[int, HandoffTransferTiming] = {}
         self._transferable: dict[int, int] = {}
         self.cancelled: set[int] = set()
@@ -267,7 +270,7 @@ class DisaggReplayer(Replayer):
             if d is not None and d <= now:
                 self._run_internal(worker, now)
         try:
-            effects = engine.apply(dp, SubmitHandoffPrefill(HandoffId(rid), req), now)
+            effects = engine.apply(dp, SubmitHandoffPrefill(self._hid[rid], req), now)
         except CommandRejected:
             self._fail(rid, now)
             return
@@ -284,7 +287,7 @@ class DisaggReplayer(Replayer):
         reserved for it beforehand (reserve-first backends) is given back."""
         w = self.decode_worker[rid]
         if w >= 0 and self.times["destination_activated_ms"][rid] < 0 and rid not in self.cancelled:
-            effects = self.engines[w].apply(self.decode_dp[rid], CancelDestination(HandoffId(rid)), now)
+            effects = self.engines[w].apply(self.decode_dp[rid], CancelDestination(self._hid[rid]), now)
             self._dirty.add(w)
             if effects.kv_events:
                 self._kv(w, now, effects.kv_events)
@@ -478,12 +481,12 @@ class DisaggReplayer(Replayer):
         self.log.dp_rank[rid] = dp
         self._dirty.add(w)
         try:
-            effects = self.engines[w].apply(dp, ReserveDestination(HandoffId(rid), req), now)
+            effects = self.engines[w].apply(dp, ReserveDestination(self._hid[rid], req), now)
         except CommandRejected:
             # The prompt can never fit the decode pool: give the source back, fail the request.
             pw = self.prefill_worker[rid]
             if pw >= 0:
-                self.engines[pw].apply(self.prefill_dp[rid], CancelSource(HandoffId(rid)), now)
+                self.engines[pw].apply(self.prefill_dp[rid], CancelSource(self._hid[rid]), now)
                 self._dirty.add(pw)
             self._fail(rid, now)
             return
@@ -542,8 +545,8 @@ class DisaggReplayer(Replayer):
             return
         retired = False
         for w, dp, command in (
-            (self.prefill_worker[rid], self.prefill_dp[rid], CancelSource(HandoffId(rid))),
-            (self.decode_worker[rid], self.decode_dp[rid], CancelDestination(HandoffId(rid))),
+            (self.prefill_worker[rid], self.prefill_dp[rid], CancelSource(self._hid[rid])),
+            (self.decode_worker[rid], self.decode_dp[rid], CancelDestination(self._hid[rid])),
         ):
             if w < 0:
                 continue
@@ -564,7 +567,7 @@ class DisaggReplayer(Replayer):
 
     def _activate(self, rid: int, now: float) -> None:
         w = self.decode_worker[rid]
-        effects = self.engines[w].apply(self.decode_dp[rid], ActivateDestination(HandoffId(rid)), now)
+        effects = self.engines[w].apply(self.decode_dp[rid], ActivateDestination(self._hid[rid]), now)
         self.times["destination_activated_ms"][rid] = now
         self._dirty.add(w)
         if effects.kv_events:
@@ -579,7 +582,7 @@ class DisaggReplayer(Replayer):
 
     def _release(self, rid: int, now: float) -> None:
         w = self.prefill_worker[rid]
-        effects = self.engines[w].apply(self.prefill_dp[rid], ReleaseSource(HandoffId(rid)), now)
+        effects = self.engines[w].apply(self.prefill_dp[rid], ReleaseSource(self._hid[rid]), now)
         self.times["source_released_ms"][rid] = now
         self.prefill_state.finish(rid)
         self._dirty.add(w)

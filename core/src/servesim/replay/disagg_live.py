@@ -20,7 +20,7 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
-from servesim.contract import PassCompletionEffects
+from servesim.contract import HandoffId, PassCompletionEffects
 from servesim.replay.disagg import _CANCEL, DisaggReplayer
 from servesim.replay.driver import _ARRIVAL, _EXTERNAL
 from servesim.replay.workload import Turn, Workload
@@ -74,6 +74,7 @@ class LiveDisaggReplayer(DisaggReplayer):
         for ints, value in ((self.prefill_worker, -1), (self.prefill_dp, 0),
                             (self.decode_worker, -1), (self.decode_dp, 0), (self._told, 0)):
             ints.append(value)
+        self._hid.append(HandoffId(rid))
         return rid
 
     def arrive(self, rid: int, at: float, received: float | None = None) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from servesim.contract import KvEvent, Metrics, Request, RequestId, Submit
+from servesim.contract import KvEvent, Metrics, Request, RequestId
 from servesim.handoff import DestEntry, SourceEntry
 
 from servesim_vllm.request import Status, VllmRequest
@@ -42,7 +42,7 @@ class VllmHandoffAdapter:
         self.sched = rank.sched
 
     def submit_source(self, request: Request) -> None:
-        self.rank._submit(Submit(request))
+        self.rank._enqueue(request)
 
     def cancel_request(self, request_id: RequestId) -> bool:
         return self.sched.cancel(request_id)

@@ -28,6 +28,7 @@ from servesim.contract import (
     PassCompletionEffects,
     PassStartEffects,
     ReserveDestination,
+    Request,
     ScheduleRecord,
     Submit,
     Welford,
@@ -131,7 +132,12 @@ class VllmRank(Rank):
         return book.apply(command, busy, retained)
 
     def _submit(self, command: Submit) -> CommandEffects:
-        request = command.request
+        self._enqueue(command.request)
+        return CommandEffects(CommandResult.submitted(command.request.request_id), metrics=self.metrics())
+
+    def _enqueue(self, request: Request) -> None:
+        """``Submit``'s checks and queueing, without its effects (a handoff source's
+        ``SubmitHandoffPrefill`` returns the book's)."""
         rid = request.request_id
         if rid in self.sched.requests:
             raise CommandRejected(f"request {rid} is already active")
@@ -140,7 +146,6 @@ class VllmRank(Rank):
         if len(request.prompt) == 0:
             raise CommandRejected(f"request {rid}: the prompt is empty (vLLM needs at least one token)")
         self.sched.submit(request)
-        return CommandEffects(CommandResult.submitted(rid), metrics=self.metrics())
 
     def _cancel(
         self, command: CancelRequest, pending: VllmPendingPass | BlockRunPending | None

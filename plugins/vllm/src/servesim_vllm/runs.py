@@ -58,6 +58,7 @@ from servesim.runs import (
 )
 from servesim.steady import plan_passes, replay_steps
 from servesim.timing.base import scaled_ms
+from servesim.timing.builtin import PolynomialTiming
 
 from servesim_vllm.request import Status
 from servesim_vllm.steady import VllmSteadyBatch, pass_steps
@@ -231,16 +232,26 @@ def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
     s = rank.sched
     timing = s.timing
     kv_total = s.cfg.num_gpu_blocks * s.bs
-    zero = scaled_ms(0.0, rank._speedup)  # noqa: SLF001
+    zero = 0.0  # scaled_ms(0.0, rank._speedup): no division, and 0.0 rounds to 0.0
     dsp = rank._decode_speedup  # noqa: SLF001
     start = now
     j = j0
     limit = kmax if zero else min(kmax, j0 + _VECTOR_MIN)
     predict = timing.predict_decode_ms
+    poly = _decode_polynomial(timing, m, kv_total)
+    da, db, dc = poly if poly is not None else (0.0, 0.0, 0.0)
     inf = float("inf")
     while j < limit:
         kv = total + j * m
-        raw = predict(m, kv, kv // m, kv_total)
+        if poly is None:
+            raw = predict(m, kv, kv // m, kv_total)
+        else:  # PolynomialTiming.predict_decode_ms inlined, the same operations in order
+            u = kv / kv_total
+            if u > 1.0:
+                u = 1.0
+            raw = da * u * u + db * u + dc
+            if not raw > 1.0:
+                raw = 1.0
         # scaled_ms(raw, dsp) inlined, same operations: this loop is the per-pass cost.
         if not (raw >= 0.0 and raw != inf):
             scaled_ms(raw, dsp)  # raises the usual error
@@ -253,6 +264,16 @@ def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
             return True
         start = end
     return price_decode_chunks(timing, m, total, kv_total, dsp, j, kmax, start, horizon, ends)
+
+
+def _decode_polynomial(timing: Any, m: int, kv_total: int) -> tuple[float, float, float] | None:
+    """The decode coefficients when ``timing.predict_decode_ms(m, kv, _, kv_total)`` is
+    exactly the built-in polynomial's ``max(1, da u² + db u + dc)`` with ``u = min(kv /
+    kv_total, 1)`` (the class itself, not a subclass; a batch and a pool that are not
+    empty), for :func:`_pass_ends` to evaluate without a call per pass; else None."""
+    if type(timing) is not PolynomialTiming or m <= 0 or kv_total <= 0:
+        return None
+    return timing.da, timing.db, timing.dc
 
 
 def _replay_crossings(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch,
