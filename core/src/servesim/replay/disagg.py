@@ -212,8 +212,8 @@ class DisaggReplayer(Replayer):
         self.prefill_dp = [0] * n
         self.decode_worker = [-1] * n
         self.decode_dp = [0] * n
-        # One handoff identity per request, shared by its commands: the books' dicts then
-        # find it by identity (no generated __eq__ call) and 4 constructions become one.
+        # One handoff identity per request, shared by its commands: 4 constructions become
+        # one (the books key their dicts by its value, servesim.handoff.HandoffBook).
         self._hid = [HandoffId(i) for i in range(n)]
         self._timing: dict[int, HandoffTransferTiming] = {}
         self._transferable: dict[int, int] = {}

@@ -253,10 +253,7 @@ class VllmRank(Rank):
         """A run of steady decode passes (servesim_vllm.runs), or None to step: with
         ``execute_pass`` stepping the reference pass (servesim_vllm.scheduler), this is the
         rank's entry to the fast paths (docs/architecture.md)."""
-        if self.sched.pool.steps_only or self.sched.spec is not None or self.sched.host is not None:
-            # A record eviction policy needs every step; a run's passes emit one token per
-            # member (bursts need stepping) and prepare no host stores nor see host
-            # transfers complete.
+        if self._runs_declined():
             return None
         run = _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
         if run is not None:
@@ -270,8 +267,20 @@ class VllmRank(Rank):
         """More passes for the in-flight run at its last boundary: their ends and their
         completions before the last one (servesim_vllm.runs.extend_run;
         servesim.engine.Engine.extend_run)."""
-        return _runs.extend_run(self, pending, now_ms, horizon_ms, max_passes,
+        if self._runs_declined():
+            return None
+        more = _runs.extend_run(self, pending, now_ms, horizon_ms, max_passes,
                                 through_completions)
+        if more is not None:
+            self._note_trailing_step(True)  # as execute_run
+        return more
+
+    def _runs_declined(self) -> bool:
+        """Whether this rank steps every pass: a record eviction policy needs every step; a
+        run's passes emit one token per member (bursts need stepping) and prepare no host
+        stores nor see host transfers complete."""
+        s = self.sched
+        return s.pool.steps_only or s.spec is not None or s.host is not None
 
     def _note_trailing_step(self, finished: bool) -> None:
         """After a pass that finished requests and left nothing running or waiting, vLLM 0.32

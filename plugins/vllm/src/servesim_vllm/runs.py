@@ -296,9 +296,9 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatc
 def _finish(rank: VllmRank, batch: VllmSteadyBatch, k: int,
             finished: list[tuple[int, list[VllmRequest]]]
             ) -> tuple[list[int], list[tuple[int, int]]]:
-    """Advance the batch by ``k`` passes and finish the requests that completed in them
-    (their blocks were released at their pass). Returns the ids completed at the last pass
-    and the earlier completions as ``(pass, request id)``."""
+    """Advance the batch and the rank's pass count by ``k`` passes and finish the requests
+    that completed in them (their blocks were released at their pass). Returns the ids
+    completed at the last pass and the earlier completions as ``(pass, request id)``."""
     s = rank.sched
     completed: list[int] = []
     completed_at: list[tuple[int, int]] = []
@@ -320,6 +320,9 @@ def _finish(rank: VllmRank, batch: VllmSteadyBatch, k: int,
         for _j, done in finished:
             for req in done:
                 running.remove(req)
+    rank._pass_counter += k  # noqa: SLF001
+    rank._prefilled = False  # noqa: SLF001
+    rank._worked = True  # noqa: SLF001
     return completed, completed_at
 
 
@@ -330,13 +333,10 @@ def _commit(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
     others advance only in the batch, servesim_vllm.steady) and file the members in ``run``.
     Returns the completions before the last pass as ``(pass, request id)``."""
     s = rank.sched
+    run.counter0 = rank._pass_counter  # noqa: SLF001 - before _finish counts the passes
     completed, completed_at = _finish(rank, batch, k, finished)
     run.set_members(members, completed, completed_at)
     run.queued = len(s.waiting)
-    run.counter0 = rank._pass_counter  # noqa: SLF001
-    rank._pass_counter += k  # noqa: SLF001
-    rank._prefilled = False  # noqa: SLF001
-    rank._worked = True  # noqa: SLF001
     if rank.services.emit_forward_pass_metrics:
         qp, qd = s.queued_prefill, s.queued_decode
         run.fpm_fields = dict(
@@ -369,8 +369,6 @@ def extend_run(rank: VllmRank, run: VllmRunPending, now: float, horizon: float,
             or not run.ends or run.ends[-1] != now):
         return None
     s = rank.sched
-    if s.pool.steps_only or s.spec is not None or s.host is not None:
-        return None  # as VllmRank.execute_run
     if s.pool.events_enabled:
         return None  # its events would need filing under their pass of the whole run
     found = _steady_batch(rank)
@@ -391,7 +389,6 @@ def extend_run(rank: VllmRank, run: VllmRunPending, now: float, horizon: float,
     k0 = len(run.ends)
     run.ends.extend(ends)
     completed_at = _commit_more(rank, run, batch, k, k0, finished)
-    rank._note_trailing_step(True)  # noqa: SLF001 - as VllmRank.execute_run
     return ends, completed_at
 
 
@@ -414,9 +411,6 @@ def _commit_more(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k:
     run.last_emitters = emitters
     run.effects.outputs = OutputBatch(token_request_ids=list(emitters), completed=completed)
     run.queued = len(s.waiting)
-    rank._pass_counter += k  # noqa: SLF001
-    rank._prefilled = False  # noqa: SLF001
-    rank._worked = True  # noqa: SLF001
     return completed_at
 
 
