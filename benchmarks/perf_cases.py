@@ -170,16 +170,30 @@ CHECKED_BACKEND_KEYS = {
 
 
 def config_mismatches(case: Case, servesim_report: dict[str, Any], peer: dict[str, Any]) -> list[str]:
-    """``key: servesim value != reference value`` for every checked setting that differs."""
+    """``key: servesim value != reference value`` for every checked setting that differs.
+
+    A prefill/decode split is checked role by role: the reference reports one launch
+    configuration per role (``engine_args.prefill`` / ``.decode``) and its worker counts by
+    role, and both roles run servesim's one ``engine`` section."""
     mine = servesim_report.get("config", {})
     engine = mine.get("engine", {})
-    theirs = peer.get("engine_args", {}).get("engine", {})
-    pairs: list[tuple[str, Any, Any]] = [(k, engine.get(k), theirs.get(k)) for k in CHECKED_ENGINE_KEYS]
-    for k in CHECKED_BACKEND_KEYS.get(case.backend, ()):
-        pairs.append((f"{case.backend}.{k}", engine.get(case.backend, {}).get(k),
-                      theirs.get(case.backend, {}).get(k)))
+    args = peer.get("engine_args", {})
+    roles = (("prefill", "decode") if case.split is not None else ("",))
+    pairs: list[tuple[str, Any, Any]] = []
+    for role in roles:
+        theirs = (args.get(role, {}) if role else args).get("engine", {})
+        label = f"{role}." if role else ""
+        pairs += [(label + k, engine.get(k), theirs.get(k)) for k in CHECKED_ENGINE_KEYS]
+        for k in CHECKED_BACKEND_KEYS.get(case.backend, ()):
+            pairs.append((f"{label}{case.backend}.{k}", engine.get(case.backend, {}).get(k),
+                          theirs.get(case.backend, {}).get(k)))
     cluster = mine.get("cluster", {})
-    pairs.append(("workers", cluster.get("workers"), peer.get("workers", {}).get("aggregated")))
+    workers = peer.get("workers", {})
+    if case.split is not None:
+        pairs.append(("prefill_workers", cluster.get("prefill_workers"), workers.get("prefill")))
+        pairs.append(("decode_workers", cluster.get("decode_workers"), workers.get("decode")))
+    else:
+        pairs.append(("workers", cluster.get("workers"), workers.get("aggregated")))
     pairs.append(("router", PEER_ROUTER.get(cluster.get("router", "")), peer.get("router_mode")))
     trace = mine.get("workload", {}).get("trace") or {}
     pairs.append(("trace_block_size", trace.get("trace_block_size"), TRACE_BLOCK_SIZE))

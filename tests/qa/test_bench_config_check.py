@@ -1,0 +1,55 @@
+"""``benchmarks/perf_cases.config_mismatches`` reads the reference's launch configuration the
+way ``peer_dynamo.py`` reports it: one ``engine`` for an aggregated replay, one per role
+(``prefill`` / ``decode``) and worker counts by role for a prefill/decode split."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _perf_cases():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location("perf_cases", ROOT / "benchmarks" / "perf_cases.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def _engine(pc, **changes):
+    base = {k: i for i, k in enumerate(pc.CHECKED_ENGINE_KEYS)}
+    return {**base, **changes}
+
+
+def _mine(pc, cluster, **engine_changes):
+    return {"config": {"engine": _engine(pc, **engine_changes), "cluster": cluster,
+                       "workload": {"trace": {"trace_block_size": pc.TRACE_BLOCK_SIZE}}}}
+
+
+def test_aggregated_matches_and_names_a_difference():
+    pc = _perf_cases()
+    (case,) = pc.select_cases(["vllm-4w-kv"], False, None)
+    peer = {"engine_args": {"engine": _engine(pc)}, "workers": {"aggregated": 4},
+            "router_mode": "kv_router"}
+    assert pc.config_mismatches(case, _mine(pc, {"workers": 4, "router": "kv"}), peer) == []
+    mine = _mine(pc, {"workers": 3, "router": "kv"}, block_size=99)
+    assert pc.config_mismatches(case, mine, peer) == ["block_size: 99 != 1", "workers: 3 != 4"]
+
+
+def test_split_is_checked_role_by_role():
+    pc = _perf_cases()
+    (case,) = pc.select_cases(["vllm-disagg-2p4d-kv"], False, None)
+    peer = {"engine_args": {"prefill": {"engine": _engine(pc)},
+                            "decode": {"engine": _engine(pc, max_num_seqs=7)}},
+            "workers": {"prefill": 2, "decode": 4}, "router_mode": "kv_router"}
+    mine = _mine(pc, {"workers": 1, "prefill_workers": 2, "decode_workers": 4, "router": "kv"})
+    idx = pc.CHECKED_ENGINE_KEYS.index("max_num_seqs")
+    assert pc.config_mismatches(case, mine, peer) == [f"decode.max_num_seqs: {idx} != 7"]
+    peer["workers"] = {"prefill": 1, "decode": 4}
+    assert pc.config_mismatches(case, mine, peer)[-1] == "prefill_workers: 2 != 1"
