@@ -1,21 +1,36 @@
-"""servesim-toy: the example plugin of docs/writing-a-plugin.md, one of each plugin kind."""
+"""servesim-toy: the example plugin of docs/writing-a-plugin.md, one of each plugin kind.
 
-from servesim_toy.rank import ToyConfig, ToyRank
-from servesim_toy.roofline import RooflineConfig, RooflineTiming
-from servesim_toy.router import LeastLoadedRouter
-from servesim_toy.sinks import TallyConfig, TallySink
-from servesim_toy.timing import ConstantTiming, ConstantTimingConfig
-from servesim_toy.trace import CsvTrace
+The names below load on first use (a module ``__getattr__``, PEP 562): servesim imports the
+entry-point module ``servesim_toy.plugin`` on every command, and that import brings in this
+package, which must then stay as cheap as the entry-point module itself.
+"""
 
-__all__ = [
-    "ConstantTiming",
-    "ConstantTimingConfig",
-    "CsvTrace",
-    "LeastLoadedRouter",
-    "RooflineConfig",
-    "RooflineTiming",
-    "TallyConfig",
-    "TallySink",
-    "ToyConfig",
-    "ToyRank",
-]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+#: Each public name and the module that defines it.
+_HOMES = {
+    "ConstantTiming": "timing",
+    "ConstantTimingConfig": "timing",
+    "CsvTrace": "trace",
+    "LeastLoadedRouter": "router",
+    "RooflineConfig": "roofline",
+    "RooflineTiming": "roofline",
+    "TallyConfig": "sinks",
+    "TallySink": "sinks",
+    "ToyConfig": "rank",
+    "ToyRank": "rank",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'servesim_toy' has no attribute {name!r}")
+    value = getattr(import_module(f"servesim_toy.{home}"), name)
+    globals()[name] = value
+    return value

@@ -14,39 +14,28 @@ if TYPE_CHECKING:
 
 @hookimpl
 def servesim_register_backends(registry: Registry) -> None:
-    from servesim_toy.rank import ToyRank
-
-    registry.add("toy", ToyRank)
+    registry.add_lazy("toy", "servesim_toy.rank:ToyRank")
 
 
 @hookimpl
 def servesim_register_timing_models(registry: Registry) -> None:
-    from servesim_toy.roofline import RooflineTiming
-    from servesim_toy.timing import ConstantTiming
-
-    registry.add("toy_constant", ConstantTiming)
-    registry.add("toy_roofline", RooflineTiming)
+    registry.add_lazy("toy_constant", "servesim_toy.timing:ConstantTiming")
+    registry.add_lazy("toy_roofline", "servesim_toy.roofline:RooflineTiming")
 
 
 @hookimpl
 def servesim_register_kv_event_sinks(registry: Registry) -> None:
-    from servesim_toy.sinks import TallySink
-
-    registry.add("toy_tally", TallySink)
+    registry.add_lazy("toy_tally", "servesim_toy.sinks:TallySink")
 
 
 @hookimpl
 def servesim_register_routers(registry: Registry) -> None:
-    from servesim_toy.router import LeastLoadedRouter
-
-    registry.add("toy_least_loaded", LeastLoadedRouter)
+    registry.add_lazy("toy_least_loaded", "servesim_toy.router:LeastLoadedRouter")
 
 
 @hookimpl
 def servesim_register_trace_formats(registry: Registry) -> None:
-    from servesim_toy.trace import CsvTrace
-
-    registry.add("toy_csv", CsvTrace)
+    registry.add_lazy("toy_csv", "servesim_toy.trace:CsvTrace")
 
 
 @hookimpl
