@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from perf_bytecode import ensure_bytecode  # noqa: E402
 from perf_cases import select_cases  # noqa: E402
 from perf_trace import ensure_trace  # noqa: E402
 
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     (case,) = select_cases([args.case], False, args.requests)
     trace = ensure_trace(case.trace, Path(args.trace_dir))
+    print(f"# {ensure_bytecode()}", file=sys.stderr)  # timed as an installed copy runs
     names = args.sinks.split(",")
     best: dict[str, float] = {}
     passes: dict[str, int] = {}

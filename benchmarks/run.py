@@ -10,7 +10,8 @@ in), replays it with servesim and, when the reference is installed, with
 requests per wall second for both and their ratio (measured in the same run, back to back),
 each side's peak RSS, and the relative difference of servesim's mean and p99 TTFT, TPOT and
 E2E from the reference's. Both sides time only the replay call (trace reading, cluster
-construction, simulation), not interpreter start-up. ``docs/performance.md`` explains the
+construction, simulation), not interpreter start-up. servesim's packages are compiled to
+bytecode first (``perf_bytecode``), as an installed copy is. ``docs/performance.md`` explains the
 cases, the configuration mapping and the latest results.
 
 The reference is looked for at ``--peer-script`` (default ``$SERVESIM_PEER_SCRIPT``, else
@@ -34,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from perf_bytecode import ensure_bytecode  # noqa: E402
 from perf_cases import CASES, Case, config_mismatches, select_cases  # noqa: E402
 from perf_measure import Measured, run_measured  # noqa: E402
 from perf_trace import ensure_trace  # noqa: E402
@@ -271,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
         f"commit {env['commit']}{' (dirty tree)' if env['dirty'] else ''}")
     print(f"# {env['date']}  {where}  "
           f"python {env['python']}  {env['cpus']} CPUs  load {env['loadavg_start'][0]:.1f}", flush=True)
+    # Both servesim sides run from compiled bytecode, as an installed copy does.
+    env["bytecode"] = [ensure_bytecode(sys.executable, tree_env(args.tree))]
+    if args.compiled_python:
+        env["bytecode"].append(ensure_bytecode(args.compiled_python))
+    for line in env["bytecode"]:
+        print(f"# {line}", flush=True)
     print(table_header(), flush=True)
     rows = []
     for case in cases:
