@@ -33,34 +33,15 @@ def test_a_list_of_ints_is_copied_as_it_is() -> None:
     assert seq.tokens() == [5, 6, 7] and seq.block_hashes(3) == Tokens((5, 6, 7)).block_hashes(3)
 
 
-def test_batched_prompts_hash_as_each_alone() -> None:
-    """batch_prompt_hashes: the first block_hashes call of a batch caches every member's (the
-    chains computed together), with the values and list types each prompt gets alone; a
-    block size the trace block size is no multiple of, and a prompt asked again after
-    forgetting, take the prompt's own path."""
-    import random
+def test_repeated_block_tokens_hash_their_tokens() -> None:
+    """RepeatedBlockTokens' trace-block shortcut (one local hash per trace block, repeated for
+    each engine block in it) equals hashing each block's tokens."""
+    from servesim.tokens import RepeatedBlockTokens
 
-    from servesim.tokens import RepeatedBlockTokens, batch_prompt_hashes
-
-    rng = random.Random(5)
-
-    def prompts() -> list[RepeatedBlockTokens]:
-        r = random.Random(11)
-        out = []
-        for _ in range(40):
-            ids = [r.choice((r.getrandbits(64), r.randrange(50), -r.randrange(9))) for _ in range(r.randrange(6))]
-            out.append(RepeatedBlockTokens(ids, 16, r.randrange(0, 16 * len(ids) + 1) if ids else 0))
-        return out
-
-    for block_size in (1, 4, 16, 5):
-        alone, batched = prompts(), prompts()
-        assert batch_prompt_hashes(batched, size=16) == 40
-        order = list(range(40))
-        rng.shuffle(order)
-        for i in order:
-            got = batched[i].block_hashes(block_size)
-            assert got == alone[i].block_hashes(block_size)
-            assert type(got[0]) is list and all(type(h) is int for h in got[0] + got[1])
-        assert all(p.hash_batch is None for p in batched)
-        batched[3].forget_block_hashes()
-        assert batched[3].block_hashes(block_size) == alone[3].block_hashes(block_size)
+    ids = [7, 2**40 + 3, 0, 2**32 - 1, 12]
+    for block_size in (1, 2, 4, 8):
+        for length in (0, 3, 8, 13, 31, 40):
+            seq = RepeatedBlockTokens(ids, 8, length)
+            n = length // block_size
+            local = [local_block_hash(seq.tokens(i * block_size, (i + 1) * block_size)) for i in range(n)]
+            assert seq.block_hashes(block_size) == (sequence_hashes(local), local)

@@ -109,13 +109,9 @@ class RepeatedBlockTokens(TokenSeq):
     prompt would need that token value at the same position, and generated (pseudo) tokens
     never repeat a value twice in a row. Every block ending at or after that point is
     therefore this request's alone (:meth:`block_hashes_elided`).
-
-    ``hash_batch`` (set by :func:`batch_prompt_hashes`, else None) lists the prompts whose
-    real block hashes are computed together with this one's, on the first :meth:`block_hashes`
-    call of any of them (servesim.kv.hash_vector chains them all at once; same values).
     """
 
-    __slots__ = ("hash_ids", "trace_block_size", "_len", "unique_from", "hash_batch")
+    __slots__ = ("hash_ids", "trace_block_size", "_len", "unique_from")
 
     def __init__(self, hash_ids: Sequence[int], trace_block_size: int, length: int | None = None):
         super().__init__()
@@ -126,7 +122,6 @@ class RepeatedBlockTokens(TokenSeq):
         full = len(self.hash_ids) * trace_block_size
         self._len = full if length is None else max(0, min(int(length), full))
         self.unique_from: int | None = None
-        self.hash_batch: list[RepeatedBlockTokens] | None = None
 
     def __len__(self) -> int:
         return self._len
@@ -142,19 +137,6 @@ class RepeatedBlockTokens(TokenSeq):
             out.extend([self.hash_ids[idx] & _MASK32] * (stop - pos))
             pos = stop
         return out
-
-    def block_hashes(self, block_size: int) -> tuple[list[int], list[int]]:
-        """:meth:`TokenSeq.block_hashes`; the first call of any prompt of a ``hash_batch``
-        computes every one of them (:func:`_hash_batch`)."""
-        cached = self._hash_cache.get(block_size)
-        if cached is None:
-            batch = self.hash_batch
-            if batch is not None:
-                _hash_batch(batch, block_size)
-                cached = self._hash_cache.get(block_size)
-            if cached is None:
-                return super().block_hashes(block_size)
-        return cached
 
     def block_hashes_elided(self, block_size: int) -> tuple[list[int], list[int]]:
         """Real hashes for the blocks another request could share; from the first block that
@@ -214,46 +196,3 @@ class RepeatedBlockTokens(TokenSeq):
 
     def __repr__(self) -> str:
         return f"RepeatedBlockTokens(blocks={len(self.hash_ids)}, len={self._len})"
-
-
-#: Prompts per :func:`batch_prompt_hashes` batch: enough that numpy's per-call cost is spread
-#: thin, few enough that the hashes computed ahead of their requests stay small.
-HASH_BATCH = 2048
-
-
-def batch_prompt_hashes(prompts: Sequence[TokenSeq], size: int = HASH_BATCH) -> int:
-    """Group the :class:`RepeatedBlockTokens` among ``prompts`` (in their order) into batches
-    of ``size`` whose real block hashes are computed together (``hash_batch``). Worth it only
-    when every prompt's real hashes will be read (KV events for a sink); returns how many
-    prompts were batched."""
-    mine = [p for p in prompts if type(p) is RepeatedBlockTokens]
-    for i in range(0, len(mine), size):
-        batch = mine[i:i + size]
-        for p in batch:
-            p.hash_batch = batch
-    return len(mine)
-
-
-def _hash_batch(batch: list[RepeatedBlockTokens], block_size: int) -> None:
-    """Cache :meth:`TokenSeq.block_hashes` of every prompt of ``batch`` that has none: the
-    local hash of each trace block as :meth:`_local_hashes` takes it, the chains of all of
-    them at once (servesim.kv.hash_vector); then the batch is dissolved (a prompt asked again
-    after :meth:`TokenSeq.forget_block_hashes` hashes itself alone)."""
-    from servesim.kv.hash_vector import repeated_block_hashes_many
-
-    for p in batch:
-        p.hash_batch = None
-    todo = [p for p in batch if block_size not in p._hash_cache]
-    tb = next((p.trace_block_size for p in todo if p.trace_block_size % block_size == 0), 0)
-    for p in todo:
-        if p.trace_block_size != tb:  # chained on its own
-            p.block_hashes(block_size)
-    todo = [p for p in todo if block_size not in p._hash_cache]
-    if not todo:
-        return
-    per = tb // block_size
-    nblocks = [p._len // block_size for p in todo]
-    ids = [[repeated_token_hash(h & _MASK32, block_size) for h in p.hash_ids[: -(-n // per)]]
-           for p, n in zip(todo, nblocks)]
-    for p, hashes in zip(todo, repeated_block_hashes_many(ids, nblocks, per)):
-        p._hash_cache[block_size] = hashes

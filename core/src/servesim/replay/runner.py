@@ -25,7 +25,6 @@ from servesim.replay.tiers import host_tier_report
 from servesim.replay.workload import Workload, mark_unique_prompts
 from servesim.sink_build import build_sinks
 from servesim.sinks import SinkDeployment, bind_sinks, replay_done
-from servesim.tokens import batch_prompt_hashes
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
@@ -133,9 +132,6 @@ def _simulate(
     observers = Observers.of(plugins)
     if observers is not None:
         observers = observers.run_started(loaded)
-    if kv_sinks:
-        # KV events carry every prompt block's real hash: chain them many prompts at a time.
-        batch_prompt_hashes([t.prompt for s in workload.sessions for t in s.turns])
     if disaggregated:
         result = _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress,
                                   timeline, observers)
