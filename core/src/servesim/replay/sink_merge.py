@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from itertools import repeat
 from typing import Any
 
 from servesim.contract import ForwardPassMetrics, KvEvent
@@ -84,16 +83,14 @@ class SinkMerge:
     def fpm_run(self, w: int, ats: list[float], start: float, dp: int, encs: list[list[Any]]) -> None:
         """A run's forward-pass metrics, encoded by every sink (``encs``: per sink, one encoding
         a pass), as :meth:`fpm` of each pass would buffer them."""
-        n = len(ats) if encs else 0
-        if any(len(e) != n for e in encs):
-            raise ValueError(f"a run of {n} passes with encodings of other lengths")
+        buf = self.buf
         seq = self._seq
-        # Each pass starts where the one before it ended; the entries are built at C level.
-        starts = [start, *ats]
-        starts.pop()
-        self.buf.extend(zip(ats, starts, repeat(w, n), repeat(dp, n), range(seq + 1, seq + n + 1),
-                            repeat(_FPM_ENC, n), zip(*encs)))
-        self._seq = seq + n
+        prev = start
+        for at, enc in zip(ats, zip(*encs, strict=True), strict=True):
+            seq += 1
+            buf.append((at, prev, w, dp, seq, _FPM_ENC, enc))
+            prev = at
+        self._seq = seq
         first = min(ats)
         if first < self._min:
             self._min = first
