@@ -31,3 +31,17 @@ def test_a_list_of_ints_is_copied_as_it_is() -> None:
     seq = Tokens(ids, ints=True)
     ids.append(8)
     assert seq.tokens() == [5, 6, 7] and seq.block_hashes(3) == Tokens((5, 6, 7)).block_hashes(3)
+
+
+def test_repeated_block_tokens_hash_their_tokens() -> None:
+    """RepeatedBlockTokens' trace-block shortcut (one local hash per trace block, repeated for
+    each engine block in it) equals hashing each block's tokens."""
+    from servesim.tokens import RepeatedBlockTokens
+
+    ids = [7, 2**40 + 3, 0, 2**32 - 1, 12]
+    for block_size in (1, 2, 4, 8):
+        for length in (0, 3, 8, 13, 31, 40):
+            seq = RepeatedBlockTokens(ids, 8, length)
+            n = length // block_size
+            local = [local_block_hash(seq.tokens(i * block_size, (i + 1) * block_size)) for i in range(n)]
+            assert seq.block_hashes(block_size) == (sequence_hashes(local), local)

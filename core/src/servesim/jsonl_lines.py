@@ -121,10 +121,8 @@ _NUMBER_TYPES = frozenset((float, int))
 
 def fpm_run_lines(worker_id: int, ats: Sequence[Any], run: FpmRun) -> list[str]:
     """``[fpm_line(worker_id, ats[j], run[j]) for j in range(len(run))]``, without building
-    the objects: the run's constants are formatted once into a template, and the passes'
-    lines are one ``%`` fill of the template repeated once a pass, whose values are the
-    columns interleaved by slice assignment, split back into lines (a line holds no line
-    break of its own: ints, finite floats and fixed keys only)."""
+    the objects: the run's constants are formatted once into a template, and each pass's
+    line is one ``%`` fill of it from the columns zipped, all at C level (``map``)."""
     tpl = _run_template(worker_id, run.base)
     durations = run.durations
     n = len(durations)
@@ -139,18 +137,9 @@ def fpm_run_lines(worker_id: int, ats: Sequence[Any], run: FpmRun) -> list[str]:
     if total - total != 0.0:  # some value is not finite (or the sum overflowed): find which
         for x in (*walls, *variances, *ats):
             _num(x)
-    if n == 1:
-        return [tpl % (run.counter0, walls[0], run.num_decode[0], run.sum_decode_kv[0],
-                       variances[0], ats[0])]
     c0 = run.counter0
-    values: list[Any] = [0] * (6 * n)
-    values[0::6] = range(c0, c0 + n)
-    values[1::6] = walls
-    values[2::6] = run.num_decode
-    values[3::6] = run.sum_decode_kv
-    values[4::6] = variances
-    values[5::6] = ats
-    return ((tpl * n) % tuple(values)).splitlines(True)
+    return list(map(tpl.__mod__, zip(range(c0, c0 + n), walls, run.num_decode, run.sum_decode_kv,
+                                     variances, ats)))
 
 
 #: A one-hash ``Removed`` line after its head: the event id and the hash, each its ``str`` as

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from itertools import chain
 
 from servesim.kv.hashing import (
     local_block_hash,
@@ -187,7 +188,11 @@ class RepeatedBlockTokens(TokenSeq):
         # One hash per trace block id: its ``per`` engine blocks hold the same tokens.
         ids = self.hash_ids[: -(-n // per)]
         local = [repeated_token_hash(h & _MASK32, block_size) for h in ids]
-        return [local[i // per] for i in range(n)]
+        if per == 1:
+            return local
+        out = list(chain.from_iterable([[h] * per for h in local]))
+        del out[n:]
+        return out
 
     def __repr__(self) -> str:
         return f"RepeatedBlockTokens(blocks={len(self.hash_ids)}, len={self._len})"
