@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -161,7 +162,18 @@ def measure_case(case: Case, args: argparse.Namespace, peer_ok: bool) -> dict[st
         row["peer_sets"] = case.peer_sets()
         row["peer"] = best_of(theirs)
         compare(case, row)
+        row["round_ratios"] = round_ratios(mine, theirs)
+        if compiled:
+            row["compiled_round_ratios"] = round_ratios(compiled, theirs)
     return row
+
+
+def round_ratios(mine: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> list[float]:
+    """servesim's speed over the reference's in each round (the two runs back to back), for
+    the rounds where both succeeded: less exposed to the machine's drift over a run than the
+    ratio of the two fastest runs, which may come from different rounds."""
+    return [b["wall_s"] / a["wall_s"] for a, b in zip(mine, theirs, strict=True)
+            if "error" not in a and "error" not in b]
 
 
 def compare(case: Case, row: dict[str, Any]) -> None:
@@ -303,6 +315,11 @@ def _notes(rows: list[dict[str, Any]]) -> list[str]:
                 out.append(f"- {row['case']}: {side} failed: {row[side]['error']}")
         for m in row.get("config_mismatches", []):
             out.append(f"- {row['case']}: configurations differ: {m}")
+        for key, label in (("round_ratios", "ratio"), ("compiled_round_ratios", "compiled ratio")):
+            got = row.get(key) or []
+            if len(got) > 1:
+                out.append(f"- {row['case']}: {label} by round " + ", ".join(f"{r:.2f}x" for r in got)
+                           + f" (median {median(got):.2f}x)")
         for miss in row.get("below_target", []):
             out.append(f"- {row['case']}: BELOW TARGET: {miss}")
     return out

@@ -1,6 +1,7 @@
-"""``benchmarks/perf_cases.config_mismatches`` reads the reference's launch configuration the
-way ``peer_dynamo.py`` reports it: one ``engine`` for an aggregated replay, one per role
-(``prefill`` / ``decode``) and worker counts by role for a prefill/decode split."""
+"""Benchmark bookkeeping: ``benchmarks/perf_cases.config_mismatches`` reads the reference's
+launch configuration the way ``peer_dynamo.py`` reports it (one ``engine`` for an aggregated
+replay, one per role and worker counts by role for a prefill/decode split), and
+``benchmarks/run.round_ratios`` pairs each round's two runs."""
 
 from __future__ import annotations
 
@@ -53,3 +54,18 @@ def test_split_is_checked_role_by_role():
     assert pc.config_mismatches(case, mine, peer) == [f"decode.max_num_seqs: {idx} != 7"]
     peer["workers"] = {"prefill": 1, "decode": 4}
     assert pc.config_mismatches(case, mine, peer)[-1] == "prefill_workers: 2 != 1"
+
+
+def test_round_ratios_pair_the_runs_of_each_round():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_run", ROOT / "benchmarks" / "run.py")
+        run = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(run)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    mine = [{"wall_s": 2.0}, {"error": "exit 1"}, {"wall_s": 4.0}]
+    theirs = [{"wall_s": 1.0}, {"wall_s": 1.0}, {"wall_s": 3.0}]
+    assert run.round_ratios(mine, theirs) == [0.5, 0.75]
+    row = {"case": "c", "round_ratios": [0.5, 0.75, 0.6]}
+    assert run._notes([row]) == ["- c: ratio by round 0.50x, 0.75x, 0.60x (median 0.60x)"]
