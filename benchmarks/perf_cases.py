@@ -189,11 +189,9 @@ def config_mismatches(case: Case, servesim_report: dict[str, Any], peer: dict[st
                           theirs.get(case.backend, {}).get(k)))
     cluster = mine.get("cluster", {})
     workers = peer.get("workers", {})
-    if case.split is not None:
-        pairs.append(("prefill_workers", cluster.get("prefill_workers"), workers.get("prefill")))
-        pairs.append(("decode_workers", cluster.get("decode_workers"), workers.get("decode")))
-    else:
-        pairs.append(("workers", cluster.get("workers"), workers.get("aggregated")))
+    for role in roles:
+        key = f"{role}_workers" if role else "workers"
+        pairs.append((key, cluster.get(key), workers.get(role or "aggregated")))
     pairs.append(("router", PEER_ROUTER.get(cluster.get("router", "")), peer.get("router_mode")))
     trace = mine.get("workload", {}).get("trace") or {}
     pairs.append(("trace_block_size", trace.get("trace_block_size"), TRACE_BLOCK_SIZE))

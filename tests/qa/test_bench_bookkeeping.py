@@ -12,15 +12,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _perf_cases():
+def _bench_module(name: str):
+    """``benchmarks/<name>.py``, loaded with the benchmarks folder on the path for its imports."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        spec = importlib.util.spec_from_file_location("perf_cases", ROOT / "benchmarks" / "perf_cases.py")
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def _perf_cases():
+    return _bench_module("perf_cases")
 
 
 def _engine(pc, **changes):
@@ -57,13 +62,7 @@ def test_split_is_checked_role_by_role():
 
 
 def test_round_ratios_pair_the_runs_of_each_round():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_run", ROOT / "benchmarks" / "run.py")
-        run = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(run)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    run = _bench_module("run")
     mine = [{"wall_s": 2.0}, {"error": "exit 1"}, {"wall_s": 4.0}]
     theirs = [{"wall_s": 1.0}, {"wall_s": 1.0}, {"wall_s": 3.0}]
     assert run.round_ratios(mine, theirs) == [0.5, 0.75]
