@@ -60,7 +60,7 @@ class VllmPendingPass:
     fpm_fields: tuple[Any, ...] | None = None
 
 
-# ForwardPassMetrics' fields in order: VllmRank._fpm's tuple and the duration follow it.
+# ForwardPassMetrics' fields in order: VllmRank._fpm's tuple follows it, the duration last.
 _FPM_ORDER = (
     "worker_id", "dp_rank", "counter_id", "num_prefill_requests", "sum_prefill_tokens",
     "var_prefill_length", "sum_prefill_kv_tokens", "num_decode_requests",
@@ -254,8 +254,9 @@ class VllmRank(Rank):
         effects.kv_events.extend(self.sched.pool.drain_events())
         effects.metrics = self.metrics()
         if pending.fpm_fields is not None:
-            effects.forward_pass_metrics = ForwardPassMetrics(
-                *pending.fpm_fields, max(0.0, end_ms - pending.started_at_ms))
+            # The tuple holds every field but the last (_FPM_ORDER), which mypy cannot see.
+            effects.forward_pass_metrics = ForwardPassMetrics(  # type: ignore[misc]
+                *pending.fpm_fields, duration_ms=max(0.0, end_ms - pending.started_at_ms))
         return effects
 
     # Runs may continue through completions when the driver can take them mid-run.
