@@ -76,7 +76,7 @@ def test_sinks_that_encode_ahead_keep_only_text_and_write_what_publishing_would(
     m = SinkMerge([ahead], [fpm_ahead])
     m.kv(0, 1.0, 0.0, [KvEvent(9, 0, ClearedBlocks())])
     assert m.buf[0][-1] == ('{"worker": 0, "dp_rank": 0, "at_ms": 1.0, "event_id": 9, '
-                            '"type": "AllBlocksCleared"}\n',)  # the encoding, not the events
+                            '"type": "AllBlocksCleared"}\n')  # the encoding, not the events
     m.buf.clear()
     _stream(m)
     ahead.close()

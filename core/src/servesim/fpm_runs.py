@@ -25,7 +25,9 @@ class FpmRun(Sequence[ForwardPassMetrics]):
     of ``ForwardPassMetrics``), ``counter0`` (pass ``j``'s ``counter_id`` is ``counter0 + j``)
     and, per pass, ``num_decode`` (``num_decode_requests``), ``sum_decode_kv``
     (``sum_decode_kv_tokens``), ``var_decode`` (``var_decode_kv_tokens``) and ``durations``
-    (``duration_ms``)."""
+    (``duration_ms``). ``base`` is never changed once a run holds it: a rank hands the same
+    dict to its runs while their constants hold, and the JSONL lines keep its filled
+    template by identity (:func:`servesim.jsonl_lines.fpm_run_lines`)."""
 
     __slots__ = ("base", "counter0", "num_decode", "sum_decode_kv", "var_decode", "durations")
 

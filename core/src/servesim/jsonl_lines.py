@@ -74,11 +74,13 @@ def fpm_line(worker_id: int, at_ms: Any, m: ForwardPassMetrics) -> str:
 
 #: The lines of a run (:class:`~servesim.fpm_runs.FpmRun`): the run's constants filled in once
 #: (the doubled ``%%`` stay as the five per-pass values and ``at_ms``), then one fill a pass.
+#: The decode variance is a ``%s``: a float's ``str`` is its ``repr``, and a run whose passes
+#: share one variance passes its text, formatted once.
 _FPM_RUN_LINE = (
     '{"version": %d, "worker_id": "%d", "dp_rank": %d, "counter_id": %%d, '
     '"wall_time": %%r, "scheduled_requests": {"num_prefill_requests": %d, '
     '"sum_prefill_tokens": %d, "var_prefill_length": %r, "sum_prefill_kv_tokens": %d, '
-    '"num_decode_requests": %%d, "sum_decode_kv_tokens": %%d, "var_decode_kv_tokens": %%r}, '
+    '"num_decode_requests": %%d, "sum_decode_kv_tokens": %%d, "var_decode_kv_tokens": %%s}, '
     '"queued_requests": {"num_prefill_requests": %d, "sum_prefill_tokens": %d, '
     '"var_prefill_length": %r, "num_decode_requests": %d, "sum_decode_kv_tokens": %d, '
     '"var_decode_kv_tokens": %r}, "at_ms": %%r}\n'
@@ -87,13 +89,20 @@ _FPM_RUN_LINE = (
 
 #: Filled run templates by the run's constants (``_run_template``), cleared when full.
 _RUN_TEMPLATES: dict[tuple[Any, ...], str] = {}
+#: Per worker id: the last run's ``base`` (held, so its id is not reused) and its template.
+_LAST_TEMPLATE: dict[int, tuple[dict[str, Any], str]] = {}
 
 
 def _run_template(worker_id: int, b: dict[str, Any]) -> str:
     """:data:`_FPM_RUN_LINE` filled with a run's constants. Runs of one rank share them
     while its queues stay put, so the filled templates are kept by those values (a zero
     float is keyed by its text, which tells ``-0.0`` from ``0.0``; a NaN never matches and
-    so always reaches the check below)."""
+    so always reaches the check below). A rank hands the same ``base`` to its runs while
+    their constants hold (``FpmRun.base`` is never changed once built), so the worker's
+    last one is looked up first, by identity."""
+    last = _LAST_TEMPLATE.get(worker_id)
+    if last is not None and last[0] is b:
+        return last[1]
     v1, v2, v3 = (float(b["var_prefill_length"]), float(b["var_queued_prefill_length"]),
                   float(b["var_queued_decode_kv_tokens"]))
     key = (worker_id, b["dp_rank"], b["num_prefill_requests"], b["sum_prefill_tokens"],
@@ -113,6 +122,9 @@ def _run_template(worker_id: int, b: dict[str, Any]) -> str:
         if len(_RUN_TEMPLATES) >= 4096:
             _RUN_TEMPLATES.clear()
         _RUN_TEMPLATES[key] = tpl
+    if len(_LAST_TEMPLATE) >= 4096:
+        _LAST_TEMPLATE.clear()
+    _LAST_TEMPLATE[worker_id] = (b, tpl)
     return tpl
 
 
@@ -126,10 +138,23 @@ def fpm_run_lines(worker_id: int, ats: Sequence[Any], run: FpmRun) -> list[str]:
     tpl = _run_template(worker_id, run.base)
     durations = run.durations
     n = len(durations)
-    if not (len(ats) == len(run.num_decode) == len(run.sum_decode_kv) == len(run.var_decode) == n):
+    var_decode = run.var_decode
+    if not (len(ats) == len(run.num_decode) == len(run.sum_decode_kv) == len(var_decode) == n):
         raise ValueError(f"a run of {n} passes with {len(ats)} ends or columns of other lengths")
+    c0 = run.counter0
+    if n == 1:  # a third of the runs: the general path's set-up would cost more than the line
+        wall = float(durations[0]) / 1000.0
+        v = float(var_decode[0])
+        at = ats[0]
+        if type(at) is not int and type(at) is not float:
+            at = float(at)
+        t = wall + v + at
+        if t - t != 0.0:
+            for x in (wall, v, at):
+                _num(x)
+        return [tpl % (c0, wall, run.num_decode[0], run.sum_decode_kv[0], v, at)]
     walls = list(map(truediv, map(float, durations), repeat(1000.0)))
-    variances = list(map(float, run.var_decode))
+    variances = list(map(float, var_decode))
     # ``%r`` of an int or a float is what ``_num`` writes; anything else becomes a float first.
     if not _NUMBER_TYPES.issuperset(map(type, ats)):
         ats = [a if type(a) is int else float(a) for a in ats]
@@ -137,9 +162,12 @@ def fpm_run_lines(worker_id: int, ats: Sequence[Any], run: FpmRun) -> list[str]:
     if total - total != 0.0:  # some value is not finite (or the sum overflowed): find which
         for x in (*walls, *variances, *ats):
             _num(x)
-    c0 = run.counter0
+    v0 = variances[0] if n else 0.0
+    # One variance for every pass (equal non-zero floats have one text; a zero's sign shows
+    # in its text, so zeros are written one by one): formatted once.
+    vs: Any = repeat(repr(v0), n) if v0 and variances.count(v0) == n else variances
     return list(map(tpl.__mod__, zip(range(c0, c0 + n), walls, run.num_decode, run.sum_decode_kv,
-                                     variances, ats)))
+                                     vs, ats)))
 
 
 #: A one-hash ``Removed`` line after its head: the event id and the hash, each its ``str`` as

@@ -612,7 +612,9 @@ class Replayer:
     def _fpm_run(self, w: int, ends: list[float], start: float, run: FpmRun) -> None:
         """A run's forward-pass metrics (passes ending at ``ends``), encoded by column by every
         sink (``_fpm_runs``; no timeline), in the order and with the bytes of :meth:`_fpm`."""
-        encs = [encode_run(sink, w, ends, run) for sink in self.fpm_sinks]
+        sinks = self.fpm_sinks
+        encs = ([encode_run(sinks[0], w, ends, run)] if len(sinks) == 1
+                else [encode_run(sink, w, ends, run) for sink in sinks])
         if self._merge is not None:
             self._merge.fpm_run(w, ends, start, run.base["dp_rank"], encs)
             return

@@ -30,7 +30,8 @@ from servesim.contract import ForwardPassMetrics, KvEvent
 from servesim.replay.failures import encode, publish, write_encoded
 from servesim.sinks import FpmSink, KvEventSink, declares
 
-# Entry kinds: the payload itself (published at release), or one encoding per sink.
+# Entry kinds: the payload itself (published at release), or its encodings: one per sink,
+# a tuple, except that a stream of one sink keeps its one encoding as it is.
 _KV, _FPM, _KV_ENC, _FPM_ENC = 0, 1, 2, 3
 # Buffered entries before a time step tries to release some: amortises the sort.
 FLUSH_AT = 512
@@ -60,7 +61,7 @@ class SinkMerge:
         self._seq += 1
         if self._kv_enc:
             sinks = self.kv_sinks
-            enc = ((encode(sinks[0], w, at, events),) if len(sinks) == 1
+            enc = (encode(sinks[0], w, at, events) if len(sinks) == 1
                    else tuple([encode(sink, w, at, events) for sink in sinks]))
             self.buf.append((at, start, w, events[0].dp_rank, self._seq, _KV_ENC, enc))
         else:
@@ -72,7 +73,7 @@ class SinkMerge:
         self._seq += 1
         if self._fpm_enc:
             sinks = self.fpm_sinks
-            enc = ((encode(sinks[0], w, at, metrics),) if len(sinks) == 1
+            enc = (encode(sinks[0], w, at, metrics) if len(sinks) == 1
                    else tuple([encode(sink, w, at, metrics) for sink in sinks]))
             self.buf.append((at, start, w, metrics.dp_rank, self._seq, _FPM_ENC, enc))
         else:
@@ -84,12 +85,19 @@ class SinkMerge:
         """A run's forward-pass metrics, encoded by every sink (``encs``: per sink, one encoding
         a pass), as :meth:`fpm` of each pass would buffer them."""
         buf = self.buf
+        append = buf.append
         seq = self._seq
         prev = start
-        for at, enc in zip(ats, zip(*encs, strict=True), strict=True):
-            seq += 1
-            buf.append((at, prev, w, dp, seq, _FPM_ENC, enc))
-            prev = at
+        if len(encs) == 1:
+            for at, enc in zip(ats, encs[0], strict=True):
+                seq += 1
+                append((at, prev, w, dp, seq, _FPM_ENC, enc))
+                prev = at
+        else:
+            for at, enc in zip(ats, zip(*encs, strict=True), strict=True):
+                seq += 1
+                append((at, prev, w, dp, seq, _FPM_ENC, enc))
+                prev = at
         self._seq = seq
         first = min(ats)
         if first < self._min:
@@ -122,6 +130,9 @@ class SinkMerge:
         for at, _start, w, _dp, _seq, kind, payload in entries:
             if kind >= _KV_ENC:
                 sinks: Sequence[KvEventSink | FpmSink] = kv_sinks if kind == _KV_ENC else fpm_sinks
+                if len(sinks) == 1:
+                    write_encoded(sinks[0], at, payload)
+                    continue
                 for sink, data in zip(sinks, payload, strict=True):
                     write_encoded(sink, at, data)
                 continue
@@ -131,15 +142,18 @@ class SinkMerge:
     def _emit_joined(self, entries: list[tuple[float, float, int, int, int, int, Any]]) -> None:
         """Every entry is encodings: each sink's, in order, written in one call (a failure is
         reported at the first entry's time)."""
-        kv: list[tuple[str, ...]] = []
-        fpm: list[tuple[str, ...]] = []
+        kv: list[Any] = []
+        fpm: list[Any] = []
         for entry in entries:
             (kv if entry[5] == _KV_ENC else fpm).append(entry[6])
         at = entries[0][0]
-        streams: tuple[tuple[list[tuple[str, ...]], Sequence[KvEventSink | FpmSink]], ...] = (
+        streams: tuple[tuple[list[Any], Sequence[KvEventSink | FpmSink]], ...] = (
             (kv, self.kv_sinks), (fpm, self.fpm_sinks))
         for stream, sinks in streams:
             if not stream:
+                continue
+            if len(sinks) == 1:  # the encodings themselves
+                write_encoded(sinks[0], at, "".join(stream))
                 continue
             for i, sink in enumerate(sinks):
                 write_encoded(sink, at, "".join([enc[i] for enc in stream]))

@@ -31,7 +31,6 @@ from servesim.contract import (
     Request,
     ScheduleRecord,
     Submit,
-    Welford,
     WorkerType,
 )
 from servesim.errors import CommandRejected
@@ -55,9 +54,22 @@ class VllmPendingPass:
 
     started_at_ms: float
     effects: PassCompletionEffects
-    # Forward-pass metric fields, turned into ForwardPassMetrics (with the pass duration)
-    # at completion: one object per pass instead of building and then evolving one.
-    fpm_fields: dict[str, Any] | None = None
+    # Forward-pass metric fields but the duration, in the class's field order (_FPM_ORDER),
+    # turned into ForwardPassMetrics (with the pass duration) at completion: one object per
+    # pass instead of building and then evolving one, and positional (no keyword dict).
+    fpm_fields: tuple[Any, ...] | None = None
+
+
+# ForwardPassMetrics' fields in order: VllmRank._fpm's tuple follows it, the duration last.
+_FPM_ORDER = (
+    "worker_id", "dp_rank", "counter_id", "num_prefill_requests", "sum_prefill_tokens",
+    "var_prefill_length", "sum_prefill_kv_tokens", "num_decode_requests",
+    "sum_decode_kv_tokens", "var_decode_kv_tokens", "num_queued_prefill",
+    "sum_queued_prefill_tokens", "var_queued_prefill_length", "num_queued_decode",
+    "sum_queued_decode_kv_tokens", "var_queued_decode_kv_tokens", "duration_ms",
+)
+if tuple(a.name for a in attrs.fields(ForwardPassMetrics)) != _FPM_ORDER:
+    raise ImportError("servesim_vllm.rank: ForwardPassMetrics' fields are not in the expected order")
 
 
 class VllmRank(Rank):
@@ -92,6 +104,8 @@ class VllmRank(Rank):
         self.book = HandoffBook(VllmHandoffAdapter(self))
         self.sched.book = self.book
         self._pass_counter = 0
+        # The queue statistics and FpmRun.base of the last run's metrics (servesim_vllm.runs).
+        self._fpm_base: tuple[tuple[int, ...], dict[str, Any]] | None = None
         self._prefilled = False
         self._worked = False
         self._speedup = config.speedup_ratio
@@ -240,9 +254,9 @@ class VllmRank(Rank):
         effects.kv_events.extend(self.sched.pool.drain_events())
         effects.metrics = self.metrics()
         if pending.fpm_fields is not None:
-            effects.forward_pass_metrics = ForwardPassMetrics(
-                **pending.fpm_fields, duration_ms=max(0.0, end_ms - pending.started_at_ms)
-            )
+            # The tuple holds every field but the last (_FPM_ORDER), which mypy cannot see.
+            effects.forward_pass_metrics = ForwardPassMetrics(  # type: ignore[misc]
+                *pending.fpm_fields, duration_ms=max(0.0, end_ms - pending.started_at_ms))
         return effects
 
     # Runs may continue through completions when the driver can take them mid-run.
@@ -350,14 +364,21 @@ class VllmRank(Rank):
             preemptions_total=s.preemptions_total,
         )
 
-    def _fpm(self, res: PassResult) -> dict[str, Any]:
+    def _fpm(self, res: PassResult) -> tuple[Any, ...]:
         """dynamo-mocker.md §4.5: scheduled prefills and decodes, queued prefills and
-        (preempted) decodes, population variances; ``duration_ms`` is set at completion."""
-        pre = Welford()
+        (preempted) decodes, population variances; ``duration_ms`` is set at completion.
+        The fields but the duration, in ``_FPM_ORDER``; the prefill lengths' variance is
+        :class:`servesim.common.Welford`'s, its operations inlined in the same order."""
+        n = 0
+        mean = m2 = 0.0
         pre_tokens = pre_kv = 0
         for w in res.work.values():
             if w.prompt_tokens > 0:
-                pre.add(w.req.prompt_len)
+                x = w.req.prompt_len
+                n += 1
+                d = x - mean
+                mean += d / n
+                m2 += d * (x - mean)
                 pre_tokens += w.tokens
                 pre_kv += w.prefix_tokens
         dn, dsum, dsq = res.decode_stats
@@ -365,23 +386,13 @@ class VllmRank(Rank):
         qd = self.sched.queued_decode
         if self.book.dests:  # pending and reserved destinations queue as decodes (§4.9)
             qd = [a + b for a, b in zip(qd, self.book.unactivated_prompt_stats(), strict=True)]
-        return dict(
-            worker_id=self.identity.worker_id,
-            dp_rank=self.identity.dp_rank,
-            counter_id=self._pass_counter,
-            num_prefill_requests=pre.n,
-            sum_prefill_tokens=pre_tokens,
-            var_prefill_length=pre.variance(),
-            sum_prefill_kv_tokens=pre_kv,
-            num_decode_requests=dn,
-            sum_decode_kv_tokens=dsum,
-            var_decode_kv_tokens=_population_variance(dn, dsum, dsq),
-            num_queued_prefill=qp[0],
-            sum_queued_prefill_tokens=qp[1],
-            var_queued_prefill_length=_population_variance(*qp),
-            num_queued_decode=qd[0],
-            sum_queued_decode_kv_tokens=qd[1],
-            var_queued_decode_kv_tokens=_population_variance(*qd),
+        identity = self.identity
+        return (
+            identity.worker_id, identity.dp_rank, self._pass_counter,
+            n, pre_tokens, m2 / n if n > 1 else 0.0, pre_kv,
+            dn, dsum, _population_variance(dn, dsum, dsq),
+            qp[0], qp[1], _population_variance(*qp),
+            qd[0], qd[1], _population_variance(*qd),
         )
 
     def _record(self, res: PassResult) -> ScheduleRecord:

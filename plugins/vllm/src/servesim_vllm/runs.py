@@ -338,13 +338,7 @@ def _commit(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
     run.set_members(members, completed, completed_at)
     run.queued = len(s.waiting)
     if rank.services.emit_forward_pass_metrics:
-        qp, qd = s.queued_prefill, s.queued_decode
-        run.fpm_fields = dict(
-            worker_id=rank.identity.worker_id, dp_rank=rank.identity.dp_rank,
-            num_queued_prefill=qp[0], sum_queued_prefill_tokens=qp[1],
-            var_queued_prefill_length=_pop_var(*qp), num_queued_decode=qd[0],
-            sum_queued_decode_kv_tokens=qd[1], var_queued_decode_kv_tokens=_pop_var(*qd),
-        )
+        run.fpm_fields = _run_fpm_base(rank, s.queued_prefill, s.queued_decode)
     return tuple(completed_at)
 
 
@@ -450,33 +444,75 @@ def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffec
     return effects
 
 
+def _run_fpm_base(rank: VllmRank, qp: list[int], qd: list[int]) -> dict[str, Any]:
+    """The fields every pass of a run shares (``FpmRun.base``): no prefill, the unchanged
+    queues. Runs of a rank share them while its queues stay put, so the rank keeps the last
+    dict and hands it on again (it is never changed once built)."""
+    key = (qp[0], qp[1], qp[2], qd[0], qd[1], qd[2])
+    cached = rank._fpm_base  # noqa: SLF001
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    base = dict(
+        worker_id=rank.identity.worker_id, dp_rank=rank.identity.dp_rank,
+        num_queued_prefill=qp[0], sum_queued_prefill_tokens=qp[1],
+        var_queued_prefill_length=_pop_var(*qp), num_queued_decode=qd[0],
+        sum_queued_decode_kv_tokens=qd[1], var_queued_decode_kv_tokens=_pop_var(*qd),
+        num_prefill_requests=0, sum_prefill_tokens=0, var_prefill_length=0.0,
+        sum_prefill_kv_tokens=0,
+    )
+    rank._fpm_base = (key, base)  # noqa: SLF001
+    return base
+
+
 def _fpms(run: VllmRunPending, end_ms: float) -> FpmRun:
     """dynamo-mocker.md §4.5 for a steady pass: no prefill, ``m`` decodes of the pass's
-    lengths (population variance from integer sums), the unchanged queues."""
+    lengths (population variance from integer sums), the unchanged queues.
+
+    Built a segment at a time: in a segment of ``m`` decoders whose summed pre-run lengths
+    and squares are ``total`` and ``sq``, pass ``j`` sums ``kv_j = total + j*m`` and
+    ``sq_j = sq + 2*j*total + j*j*m``, so ``sq_j*m - kv_j**2 == sq*m - total**2`` exactly
+    (Python ints): the variance is the segment's constant and ``kv_j`` a ``range``."""
     fields = run.fpm_fields
     assert fields is not None
-    nums: list[int] = []
-    kvs: list[int] = []
-    variances: list[float] = []
-    durations: list[float] = []
-    start = run.started_at_ms
     ends = run.ends
+    k = len(ends)
     segments = run.segments
-    seg = 0
-    for j in range(len(ends)):
-        while seg + 1 < len(segments) and segments[seg + 1][0] <= j:
-            seg += 1
-        _j0, total, sq, m = segments[seg]
-        end = end_ms if j == len(ends) - 1 else ends[j]
-        kv = total + j * m
-        nums.append(m)
-        kvs.append(kv)
-        variances.append(_pop_var(m, kv, sq + 2 * j * total + j * j * m))
-        durations.append(max(0.0, end - start))
-        start = ends[j]
-    base = dict(fields, num_prefill_requests=0, sum_prefill_tokens=0, var_prefill_length=0.0,
-                sum_prefill_kv_tokens=0)
-    return FpmRun(base, run.counter0, nums, kvs, variances, durations)
+    start = run.started_at_ms
+    # Pass j lasts from the previous end (the run's start for the first) to its end, the
+    # last to ``end_ms``; ``max(0.0, d)`` is ``d`` when ``d > 0.0``, else ``0.0``.
+    if len(segments) == 1:  # most runs: no completion before the last pass
+        _j0, total, sq, m = segments[0]
+        if k == 1:
+            d = end_ms - start
+            return FpmRun(fields, run.counter0, [m], [total], [_pop_var(m, total, sq)],
+                          [d if d > 0.0 else 0.0])
+        nums = [m] * k
+        kvs = list(range(total, total + k * m, m)) if m > 0 else [total + j * m for j in range(k)]
+        variances = [_pop_var(m, total, sq)] * k
+    else:
+        nums, kvs, variances = [], [], []
+        j0 = 0  # pass j takes the last segment that starts at or before it
+        for i, (_s0, total, sq, m) in enumerate(segments):
+            j1 = segments[i + 1][0] if i + 1 < len(segments) else k
+            if j1 > k:
+                j1 = k
+            if j1 <= j0:
+                continue
+            nums += [m] * (j1 - j0)
+            kvs += (range(total + j0 * m, total + j1 * m, m) if m > 0
+                    else [total + j * m for j in range(j0, j1)])
+            variances += [_pop_var(m, total, sq)] * (j1 - j0)
+            j0 = j1
+    durations: list[float] = []
+    append = durations.append
+    for end in ends:
+        d = end - start
+        append(d if d > 0.0 else 0.0)
+        start = end
+    if k:
+        d = end_ms - (ends[-2] if k > 1 else run.started_at_ms)
+        durations[-1] = d if d > 0.0 else 0.0
+    return FpmRun(fields, run.counter0, nums, kvs, variances, durations)
 
 
 def _pop_var(n: int, total: int, sum_sq: int) -> float:
