@@ -9,15 +9,17 @@ of token ``h``).
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
+from array import array
 from collections.abc import Sequence
-from itertools import chain
 
 from servesim.kv.hashing import (
+    _U32,
     local_block_hash,
     local_block_hashes,
     placeholder_hashes,
-    repeated_token_hash,
+    repeated_token_hashes,
     sequence_hashes,
 )
 
@@ -38,6 +40,14 @@ class TokenSeq(ABC):
     @abstractmethod
     def tokens(self, start: int = 0, end: int | None = None) -> list[int]:
         """Tokens ``[start, end)`` as a list."""
+
+    def token_bytes(self, start: int, end: int) -> bytes:
+        """Tokens ``[start, end)``, each modulo 2**32, as the little-endian u32 bytes that
+        servesim.kv.hashing.local_block_hash hashes."""
+        data = array("I", [t & _MASK32 for t in self.tokens(start, end)])
+        if sys.byteorder != "little":  # pragma: no cover - big-endian hosts
+            data.byteswap()
+        return data.tobytes()
 
     def _local_hashes(self, block_size: int, n: int | None = None) -> list[int]:
         """Local hashes of the first ``n`` (default: every) full blocks."""
@@ -138,6 +148,19 @@ class RepeatedBlockTokens(TokenSeq):
             pos = stop
         return out
 
+    def token_bytes(self, start: int, end: int) -> bytes:
+        """Each trace block's part of the range as its token's bytes repeated (no token list)."""
+        end = min(end, self._len)
+        parts: list[bytes] = []
+        tb = self.trace_block_size
+        pos = max(0, start)
+        while pos < end:
+            idx = pos // tb
+            stop = min(end, (idx + 1) * tb)
+            parts.append(_U32.pack(self.hash_ids[idx] & _MASK32) * (stop - pos))
+            pos = stop
+        return b"".join(parts)
+
     def block_hashes_elided(self, block_size: int) -> tuple[list[int], list[int]]:
         """Real hashes for the blocks another request could share; from the first block that
         ends at or after ``unique_from + 2`` on, placeholders (``servesim.kv.hashing.
@@ -187,10 +210,15 @@ class RepeatedBlockTokens(TokenSeq):
         per = tb // block_size
         # One hash per trace block id: its ``per`` engine blocks hold the same tokens.
         ids = self.hash_ids[: -(-n // per)]
-        local = [repeated_token_hash(h & _MASK32, block_size) for h in ids]
+        if ids and (min(ids) < 0 or max(ids) > _MASK32):
+            ids = tuple([h & _MASK32 for h in ids])
+        local = repeated_token_hashes(ids, block_size)
         if per == 1:
             return local
-        out = list(chain.from_iterable([[h] * per for h in local]))
+        # Each hash ``per`` times in a row: one C-level slice assignment per copy.
+        out: list[int] = [0] * (len(local) * per)
+        for j in range(per):
+            out[j::per] = local
         del out[n:]
         return out
 

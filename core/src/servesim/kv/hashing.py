@@ -19,7 +19,9 @@ SEED = 1337
 _PAIR = struct.Struct("<QQ")
 _U32 = struct.Struct("<I")
 _MASK32 = 0xFFFFFFFF
-_repeat_cache: dict[tuple[int, int], int] = {}
+#: ``count -> {token: local hash of count copies of token}``, for repeated_token_hash(es).
+_repeat_cache: dict[int, dict[int, int]] = {}
+_REPEAT_CACHE_MAX = 4_000_000  # entries of one count's memo
 
 
 _BIG_ENDIAN = struct.pack("=I", 1) != struct.pack("<I", 1)
@@ -44,16 +46,41 @@ def local_block_hash(tokens: Sequence[int]) -> int:
     return xxh3_64_intdigest(data.tobytes(), SEED)
 
 
+def _repeat_memo(count: int) -> dict[int, int]:
+    memo = _repeat_cache.get(count)
+    if memo is None:
+        memo = _repeat_cache[count] = {}
+    return memo
+
+
 def repeated_token_hash(token: int, count: int) -> int:
     """Local hash of a block made of ``count`` copies of one token (memoised)."""
-    key = (token, count)
-    h = _repeat_cache.get(key)
+    memo = _repeat_memo(count)
+    h = memo.get(token)
     if h is None:
         # Same bytes as local_block_hash([token] * count), built without a per-token list.
         h = xxh3_64_intdigest(_U32.pack(token & _MASK32) * count, SEED)
-        if len(_repeat_cache) < 4_000_000:
-            _repeat_cache[key] = h
+        if len(memo) < _REPEAT_CACHE_MAX:
+            memo[token] = h
     return h
+
+
+def repeated_token_hashes(tokens: Sequence[int], count: int) -> list[int]:
+    """:func:`repeated_token_hash` of each token in ``tokens`` (each in ``[0, 2**32)``): the
+    memo is read for all of them in one C-level map (keyed by the int alone, no key tuple),
+    and only the misses are hashed."""
+    memo = _repeat_memo(count)
+    out: list[int | None] = list(map(memo.get, tokens))
+    if None in out:
+        room = len(memo) < _REPEAT_CACHE_MAX
+        pack = _U32.pack
+        for i, h in enumerate(out):
+            if h is None:
+                t = tokens[i]
+                h = out[i] = xxh3_64_intdigest(pack(t) * count, SEED)
+                if room:
+                    memo[t] = h
+    return out  # type: ignore[return-value]  # every None was replaced
 
 
 def local_block_hashes(tokens: Sequence[int], block_size: int, n: int) -> list[int]:

@@ -148,11 +148,19 @@ class SequenceBlocks:
         hash."""
         start = k * block_size
         plen = self.prompt_len
+        end = start + block_size
         if self.request.output_token_ids is None and start >= plen:
             g0 = self.base + start - plen
             h = xxh3_64_intdigest(_range_bytes(g0, g0 + block_size), SEED)
+        elif (self.request.output_token_ids is None and end > plen
+              and 0 <= self.base and self.base + end - plen <= 0x100000000):
+            # The block where the prompt ends and pseudo tokens begin: its bytes from the
+            # prompt's and the pseudo range's, with no token list (the same bytes
+            # local_block_hash builds from self.tokens(start, end)).
+            h = xxh3_64_intdigest(self.request.prompt.token_bytes(start, plen)
+                                  + _range_bytes(self.base, self.base + end - plen), SEED)
         else:
-            h = local_block_hash(self.tokens(start, start + block_size))
+            h = local_block_hash(self.tokens(start, end))
         # servesim.kv.hashing.chain_hash, inline
         parent = h if parent is None else xxh3_64_intdigest(_PAIR.pack(parent, h), SEED)
         self.seq.append(parent)

@@ -172,7 +172,8 @@ class KvIndex:
                 blocks = held[s] if s < len(held) else self._slot_set(s)
             te = type(ev)
             if te is RemovedRun:
-                blocks.difference_update(ev.hashes)
+                if blocks:  # else nothing to remove (an index of unshareable blocks stays empty)
+                    blocks.difference_update(ev.hashes)
                 continue
             if te is StoredRun:
                 k = ev.shared  # blocks past it match no prompt: lookups never reach them
