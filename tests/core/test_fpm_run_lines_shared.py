@@ -11,15 +11,7 @@ from servesim.contract import ForwardPassMetrics
 from servesim.fpm_runs import FpmRun
 from servesim.jsonl_lines import fpm_line, fpm_run_lines
 
-
-def _base(**over: object) -> dict[str, object]:
-    base: dict[str, object] = dict(
-        worker_id=0, dp_rank=0, num_prefill_requests=0, sum_prefill_tokens=0,
-        var_prefill_length=0.0, sum_prefill_kv_tokens=0, num_queued_prefill=0,
-        sum_queued_prefill_tokens=0, var_queued_prefill_length=0.0, num_queued_decode=0,
-        sum_queued_decode_kv_tokens=0, var_queued_decode_kv_tokens=0.0)
-    base.update(over)
-    return base
+from tests.core.test_fpm_runs import _base
 
 
 def _lines(w: int, ats: list[float], run: FpmRun) -> list[str]:

@@ -137,29 +137,29 @@ class RepeatedBlockTokens(TokenSeq):
         return self._len
 
     def tokens(self, start: int = 0, end: int | None = None) -> list[int]:
-        end = self._len if end is None else min(end, self._len)
         out: list[int] = []
+        for token, count in self._pieces(start, self._len if end is None else end):
+            out.extend([token] * count)
+        return out
+
+    def _pieces(self, start: int, end: int) -> list[tuple[int, int]]:
+        """``(token, count)`` of each trace block's part of tokens ``[start, end)``, in order
+        (the token taken modulo 2**32)."""
+        end = min(end, self._len)
+        out: list[tuple[int, int]] = []
         tb = self.trace_block_size
         pos = max(0, start)
         while pos < end:
             idx = pos // tb
             stop = min(end, (idx + 1) * tb)
-            out.extend([self.hash_ids[idx] & _MASK32] * (stop - pos))
+            out.append((self.hash_ids[idx] & _MASK32, stop - pos))
             pos = stop
         return out
 
     def token_bytes(self, start: int, end: int) -> bytes:
         """Each trace block's part of the range as its token's bytes repeated (no token list)."""
-        end = min(end, self._len)
-        parts: list[bytes] = []
-        tb = self.trace_block_size
-        pos = max(0, start)
-        while pos < end:
-            idx = pos // tb
-            stop = min(end, (idx + 1) * tb)
-            parts.append(_U32.pack(self.hash_ids[idx] & _MASK32) * (stop - pos))
-            pos = stop
-        return b"".join(parts)
+        pack = _U32.pack
+        return b"".join([pack(token) * count for token, count in self._pieces(start, end)])
 
     def block_hashes_elided(self, block_size: int) -> tuple[list[int], list[int]]:
         """Real hashes for the blocks another request could share; from the first block that
