@@ -88,3 +88,26 @@ def test_a_blocked_pass_ends_the_run_before_it_and_keeps_its_steps() -> None:
                                step=lambda due, p: None, leave=lambda done, p: None)
     assert k == 2 and [j for j, _ in finished] == [1]
     assert batch.pop_steps(2)[0].rid == 0  # restored for stepping to decide
+
+
+def test_block_step_keys_order_by_pass_then_batch_order_and_forget_finished_members() -> None:
+    # Five members whose block steps fall in passes 2, 0, 2, 0, 2 (lengths 6, 8, 10, 4, 2 with
+    # blocks of 4), added in two groups: each pass's members come out in batch order.
+    reqs = [Req(i, length, 9) for i, length in enumerate((6, 8, 10, 4, 2))]
+    batch = Toy(4)
+    batch.add(reqs[:3])
+    batch.add(reqs[3:])
+    assert [r.sn for r in reqs] == [0, 1, 2, 3, 4]
+    assert sorted(batch.cross) == [(0 << 40) | 1, (0 << 40) | 3, (2 << 40) | 0,
+                                   (2 << 40) | 2, (2 << 40) | 4]
+    assert [r.rid for r in batch.pop_steps(0)] == [1, 3]
+    assert batch.pop_steps(1) == []
+    # A blocked pass puts its members back at the same pass; stepping it queues the next.
+    assert not batch.step_pass(2, blocked=lambda due, p: True, step=lambda due, p: None)
+    assert sorted(k >> 40 for k in batch.cross) == [2, 2, 2]
+    assert batch.step_pass(2, blocked=lambda due, p: False, step=lambda due, p: None)
+    assert sorted(batch.cross) == [(6 << 40) | 0, (6 << 40) | 2, (6 << 40) | 4]
+    # Every member's last pass is 8: all finish, and the batch keeps no serials.
+    assert batch.first_done() == 9 and len(batch.members) == 5
+    assert [r.rid for r in batch.finish(9)] == [0, 1, 2, 3, 4]
+    assert batch.members == {} and batch.m == 0

@@ -10,7 +10,7 @@ already have committed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from attrs import define, frozen
 
@@ -27,7 +27,7 @@ from servesim.run_pending import check_run
 from servesim.runs import EngineRunCompleted, EngineRunStarted
 from servesim.timing.shape import prices_pass_shapes
 
-_INF = float("inf")
+_INF: Final = float("inf")
 
 
 def _check_time(name: str, value: float) -> None:

@@ -12,9 +12,10 @@ member three constants kept on the request itself (slots ``sb``, ``se``, ``sn``)
 What changes from pass to pass is then found without visiting every member:
 
 * the members with a *block step* in pass ``P`` (a block to allocate or to finalise) are the
-  top of a heap of ``(pass, serial, request)`` entries, at most one per member, so they come
-  out in batch order; the rank says when a member's next step falls (:meth:`first_step`,
-  :meth:`next_step`);
+  top of a heap of ``pass << SERIAL_BITS | serial`` keys, at most one per member, so they
+  come out in batch order (one int comparison per heap step, where a ``(pass, serial,
+  request)`` tuple took two or three; the batch maps serials to members); the rank says when
+  a member's next step falls (:meth:`first_step`, :meth:`next_step`);
 * the members whose last pass is ``P`` are ``ends[P + 1]``, in batch order;
 * the summed lengths and squared lengths come from the sums of ``sb`` and ``sb**2``.
 
@@ -30,9 +31,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Final
 
 from servesim._compiled import mypyc_attr
+
+#: Bits of a block-step key below the pass: the member's serial (a batch takes fewer members).
+SERIAL_BITS: Final = 40
+_SERIAL_MASK: Final = (1 << 40) - 1
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -41,7 +46,7 @@ class SteadyBatch:
     :meth:`left`, :meth:`first_step`, :meth:`next_step` and :meth:`write`."""
 
     __slots__ = ("P", "bs", "m", "sum_b", "sum_b2", "cross", "ends", "end_heap", "rids",
-                 "serial")
+                 "serial", "members")
 
     def __init__(self, bs: int) -> None:
         self.P = 0
@@ -49,11 +54,12 @@ class SteadyBatch:
         self.m = 0
         self.sum_b = 0
         self.sum_b2 = 0
-        self.cross: list[tuple[int, int, Any]] = []
+        self.cross: list[int] = []  # block-step keys: pass << SERIAL_BITS | serial
         self.ends: dict[int, list[Any]] = {}
         self.end_heap: list[int] = []
         self.rids: list[int] = []
         self.serial = 0
+        self.members: dict[int, Any] = {}  # serial -> member
 
     # -- backend hooks ----------------------------------------------------------------------
 
@@ -84,6 +90,9 @@ class SteadyBatch:
         P = self.P
         cross, ends = self.cross, self.ends
         serial = self.serial
+        if serial + len(reqs) > _SERIAL_MASK:
+            raise OverflowError(f"a steady batch takes at most {_SERIAL_MASK} members")
+        members = self.members
         sum_b = sum_b2 = 0
         for r in reqs:
             length = self.length(r)
@@ -92,11 +101,12 @@ class SteadyBatch:
             r.sb = b
             r.se = end
             r.sn = serial
+            members[serial] = r
             sum_b += b
             sum_b2 += b * b
             first = P + self.first_step(r, length)
             if first < end:
-                heapq.heappush(cross, (first, serial, r))
+                heapq.heappush(cross, first << SERIAL_BITS | serial)
             serial += 1
             bucket = ends.get(end)
             if bucket is None:
@@ -120,7 +130,9 @@ class SteadyBatch:
             heap.remove(end)
             heapq.heapify(heap)
         sum_b = sum_b2 = 0
+        members = self.members
         for r in done:
+            del members[r.sn]
             b = r.sb
             sum_b += b
             sum_b2 += b * b
@@ -153,9 +165,11 @@ class SteadyBatch:
     def pop_steps(self, P: int) -> list[Any]:
         """The members with a block step in pass ``P``, in batch order, off the heap."""
         cross = self.cross
+        members = self.members
+        pop = heapq.heappop
         due = []
-        while cross and cross[0][0] == P:
-            due.append(heapq.heappop(cross)[2])
+        while cross and cross[0] >> SERIAL_BITS == P:
+            due.append(members[pop(cross) & _SERIAL_MASK])
         return due
 
     def step_pass(self, P: int, blocked: Callable[[list[Any], int], bool],
@@ -167,15 +181,17 @@ class SteadyBatch:
         if not due:
             return True
         cross = self.cross
+        push = heapq.heappush
         if blocked(due, P):
+            key = P << SERIAL_BITS
             for r in due:
-                heapq.heappush(cross, (P, r.sn, r))
+                push(cross, key | r.sn)
             return False
         step(due, P)
         for r in due:
             nxt = self.next_step(r, P)
             if nxt < r.se:
-                heapq.heappush(cross, (nxt, r.sn, r))
+                push(cross, nxt << SERIAL_BITS | r.sn)
         return True
 
     def segments(self, total: int, sq: int) -> Iterator[tuple[tuple[int, int, int, int], int]]:
@@ -262,7 +278,7 @@ def replay_steps(
     cross, end_heap = batch.cross, batch.end_heap
     finished: list[tuple[int, list[Any]]] = []
     while True:
-        pc = cross[0][0] if cross else limit
+        pc = cross[0] >> SERIAL_BITS if cross else limit
         pe = end_heap[0] - 1 if end_heap else limit  # the last pass of the next completion
         p = pc if pc < pe else pe
         if p >= limit:

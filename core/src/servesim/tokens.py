@@ -13,6 +13,7 @@ import sys
 from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Sequence
+from typing import Final
 
 from servesim.kv.hashing import (
     _U32,
@@ -23,7 +24,7 @@ from servesim.kv.hashing import (
     sequence_hashes,
 )
 
-_MASK32 = 0xFFFFFFFF
+_MASK32: Final = 0xFFFFFFFF
 
 
 class TokenSeq(ABC):

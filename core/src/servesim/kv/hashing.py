@@ -11,17 +11,17 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from xxhash import xxh3_64_intdigest
 
-SEED = 1337
+SEED: Final = 1337
 _PAIR = struct.Struct("<QQ")
 _U32 = struct.Struct("<I")
-_MASK32 = 0xFFFFFFFF
+_MASK32: Final = 0xFFFFFFFF
 #: ``count -> {token: local hash of count copies of token}``, for repeated_token_hash(es).
 _repeat_cache: dict[int, dict[int, int]] = {}
-_REPEAT_CACHE_MAX = 4_000_000  # entries of one count's memo
+_REPEAT_CACHE_MAX: Final = 4_000_000  # entries of one count's memo
 
 
 _BIG_ENDIAN = struct.pack("=I", 1) != struct.pack("<I", 1)

@@ -235,9 +235,13 @@ class BlockPool:
         # Fresh private blocks: free ones first (from the list's end), then evicted ones.
         ref = self._ref
         if fresh == 1 and free:
-            b = free.pop()
+            # The id as the list holds it (``Any``: the compiled build then moves the object
+            # itself into ``ids`` rather than a new box of it; see _evict_into).
+            obj: list[Any] = free
+            bo = obj.pop()
+            b: int = bo
             ref[b] = 1
-            ids.append(b)
+            ids.append(bo)
             return True
         take = fresh if fresh < len(free) else len(free)
         if take:
@@ -275,7 +279,12 @@ class BlockPool:
         victims = self._pop_many(n)
         self._inactive -= n
         ref = self._ref
-        hashes = self._hash
+        # Hashes are read as objects (``Any``) and a missing one is -1 (block ids are never
+        # negative): the compiled build then hands each hash object to the dict as it is and
+        # compares unboxed ids, where ``int`` locals would box every hash and id again (a heap
+        # allocation each, for ids above 256 and nearly every hash) for the dict call and the
+        # comparison. The interpreted code does the same operations.
+        hashes: list[Any] = self._hash
         events = self._events
         unmark = self._unmark
         if self._dups:
@@ -295,15 +304,15 @@ class BlockPool:
             ids += victims
             return
         # No duplicate copies: each inactive block is its hash's only (primary) copy.
-        primary = self._primary
+        primary: dict[Any, int] = self._primary
         pop = primary.pop
         if events is None:
             for b in victims:
                 h = hashes[b]
                 if h is not None:
                     hashes[b] = None
-                    p = pop(h, None)
-                    if p != b and p is not None:
+                    p = pop(h, -1)
+                    if p != b and p >= 0:
                         primary[h] = p
                 ref[b] = 1
                 unmark[b] = None
@@ -314,10 +323,10 @@ class BlockPool:
             h = hashes[b]
             if h is not None:
                 hashes[b] = None
-                p = pop(h, None)
+                p = pop(h, -1)
                 if p == b:
                     gone.append(h)
-                elif p is not None:
+                elif p >= 0:
                     primary[h] = p
             ref[b] = 1
             unmark[b] = None
@@ -401,13 +410,19 @@ class BlockPool:
             upto = len(ids)
         if upto <= start:
             return
-        hashes = self._hash
+        hashes: list[Any] = self._hash
         if upto - start == 1:  # decode: one block at a time
-            b = ids[start]
-            h = seq_hashes[start]
+            # Id and hash as objects, the id also unboxed for indexing (see _evict_into).
+            obj: list[Any] = ids
+            bo = obj[start]
+            b: int = bo
+            hs1: Sequence[Any] = seq_hashes
+            h = hs1[start]
             table.num_cached = upto
             hashes[b] = h
-            if self._primary.setdefault(h, b) == b:
+            primary: dict[Any, Any] = self._primary
+            got = primary.setdefault(h, bo)
+            if got is bo or got == bo:
                 if self._events is not None and (h >= 0 or self.events_for_placeholders):
                     parent = seq_hashes[start - 1] if start > 0 else None
                     if self.event_records and block_tokens is None:
@@ -424,7 +439,7 @@ class BlockPool:
                 # A resident copy: no event.
             return
         blocks = ids[start:upto]
-        hs = seq_hashes[start:upto]
+        hs: Sequence[Any] = seq_hashes[start:upto]
         if len(hs) != len(blocks):
             raise IndexError(f"finalize up to block {upto} with {len(seq_hashes)} hashes")
         table.num_cached = upto

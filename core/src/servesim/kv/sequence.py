@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from array import array
+from typing import Final
 
 from xxhash import xxh3_64_intdigest
 
@@ -19,8 +20,8 @@ from servesim.contract import Request
 from servesim.kv.event_records import ALL_SHARED
 from servesim.kv.hashing import _PAIR, SEED, local_block_hash, placeholder_hashes
 
-_MASK32 = 0xFFFFFFFF
-_MASK64 = 0xFFFFFFFFFFFFFFFF
+_MASK32: Final = 0xFFFFFFFF
+_MASK64: Final = 0xFFFFFFFFFFFFFFFF
 
 
 def pseudo_token_base(request_id: int, salt: int = 0) -> int:

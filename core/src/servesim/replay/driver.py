@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from servesim._compiled import mypyc_attr
 from servesim.contract import (
@@ -56,9 +56,13 @@ if TYPE_CHECKING:
     from servesim.contract import Metrics
     from servesim.plot.timeline import TimelineRecorder
 
-_PASS_END, _ARRIVAL, _DEADLINE, _EXTERNAL = 0, 1, 2, 3
+# Final: the compiled build inlines them (a module global is a dict lookup per use there).
+_PASS_END: Final = 0
+_ARRIVAL: Final = 1
+_DEADLINE: Final = 2
+_EXTERNAL: Final = 3
 # A session's first turn in timestamp mode: an arrival fed to the heap one at a time.
-_FIRST_TURN = 4
+_FIRST_TURN: Final = 4
 MAX_SAME_TIME_RETRIES = 64
 
 ProgressFn = Callable[[int, int, float], None]

@@ -46,7 +46,7 @@ import os
 from collections.abc import Callable
 from itertools import repeat
 from operator import lshift, or_, sub
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from servesim.fpm_runs import FpmRun
 from servesim.replay.failures import ReplayError
@@ -391,7 +391,7 @@ class _Finishers:
             i += 1
 
 
-_RID = (1 << 32) - 1
+_RID: Final = (1 << 32) - 1
 
 
 def exclusion_applies(rp: Replayer, num_workers: int, cross_worker: bool) -> bool:
