@@ -37,7 +37,7 @@ from servesim._compiled import mypyc_attr
 
 #: Bits of a block-step key below the pass: the member's serial (a batch takes fewer members).
 SERIAL_BITS: Final = 40
-_SERIAL_MASK: Final = (1 << 40) - 1
+_SERIAL_MASK: Final = (1 << SERIAL_BITS) - 1
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
