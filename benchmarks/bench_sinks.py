@@ -8,6 +8,9 @@ Every configuration replays the same seeded trace in its own child process
 (``perf_child.py``, which times :func:`servesim.replay.runner.simulate` only) and prints one
 markdown row: CPU seconds of the replay (fastest of ``--repeat``; CPU rather than wall time, so
 that other load on the machine counts less), passes, and the ratio to the run without sinks.
+Each round runs every configuration once, so below the table each configuration's ratio to
+``none`` is also given round by round, with the median: on a machine whose speed drifts, the
+ratio within a round is the steadier figure.
 The target is ``jsonl-both`` at most 1.6x ``none`` on ``vllm-4w-kv``. Sinks write under
 a temporary folder; ``zmq-*`` publish to 127.0.0.1 with no subscriber and need servesim-zmq,
 ``prometheus`` needs servesim-prometheus.
@@ -21,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -73,15 +77,19 @@ def main(argv: list[str] | None = None) -> int:
     best: dict[str, float] = {}
     passes: dict[str, int] = {}
     errors: dict[str, str] = {}
+    rounds: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeat):  # interleaved, so machine load hits every row alike
+            got: dict[str, float] = {}
             for name in names:
                 res = run_once(trace, [*case.servesim_sets(), *sink_sets(name, Path(tmp))], Path(tmp))
                 if "error" in res:
                     errors[name] = res["error"]
                     continue
+                got[name] = res["cpu_s"]
                 best[name] = min(best.get(name, float("inf")), res["cpu_s"])
                 passes[name] = res["passes"]
+            rounds.append(got)
     base = best.get("none")
     print(f"case {case.name}, {case.n} requests, fastest of {args.repeat}\n")
     print("| sinks | CPU s | passes | x none |\n|---|---:|---:|---:|")
@@ -91,7 +99,24 @@ def main(argv: list[str] | None = None) -> int:
             continue
         ratio = f"{best[name] / base:.2f}" if base else ""
         print(f"| {name} | {best[name]:.2f} | {passes[name]} | {ratio} |")
+    print()
+    for line in round_lines(names, rounds):
+        print(line)
     return 0
+
+
+def round_lines(names: list[str], rounds: list[dict[str, float]]) -> list[str]:
+    """Per configuration other than ``none``: its ratio to ``none`` in each round that ran
+    both, and their median."""
+    out = []
+    for name in names:
+        if name == "none":
+            continue
+        got = [r[name] / r["none"] for r in rounds if name in r and r.get("none")]
+        if got:
+            out.append(f"- {name}: x none by round " + ", ".join(f"{x:.2f}" for x in got)
+                       + f" (median {median(got):.2f})")
+    return out
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servesim.steady import SteadyBatch, replay_steps
+from servesim.steady import SteadyBatch, edge_first_step, edge_step_after, replay_steps
 
 
 class Req:
@@ -111,3 +111,63 @@ def test_block_step_keys_order_by_pass_then_batch_order_and_forget_finished_memb
     assert batch.first_done() == 9 and len(batch.members) == 5
     assert [r.rid for r in batch.finish(9)] == [0, 1, 2, 3, 4]
     assert batch.members == {} and batch.m == 0
+
+
+class Edges(Toy):
+    """Block steps at block edges through the hooks, as a backend would write them."""
+
+    __slots__ = ()
+
+    def first_step(self, r: Req, length: int) -> int:
+        rem = length % self.bs
+        return 0 if rem <= 1 else self.bs - rem
+
+    def next_step(self, r: Req, P: int) -> int:
+        return P + 1 if self.bs == 1 or (r.sb + P) % self.bs == 0 else P + self.bs - 1
+
+
+class NoHooks(Toy):
+    """``edge_steps``: the batch's own cadence; the hooks must not be called."""
+
+    __slots__ = ()
+
+    def first_step(self, r: Req, length: int) -> int:
+        raise AssertionError("first_step called with edge_steps")
+
+    def next_step(self, r: Req, P: int) -> int:
+        raise AssertionError("next_step called with edge_steps")
+
+
+def _edge_walk(batch: SteadyBatch, reqs: list[Req], passes: int) -> list[tuple[int, list[int]]]:
+    batch.add(reqs[:3])
+    seen: list[tuple[int, list[int]]] = []
+    for P in range(passes):
+        if P == 2:
+            batch.add(reqs[3:])  # members joining mid-way, at pass 2
+        batch.step_pass(P, blocked=lambda due, p: False,
+                        step=lambda due, p: seen.append((p, [r.rid for r in due])))
+        batch.P = P + 1
+        if batch.P in batch.ends:
+            batch.finish(batch.P)
+    return seen
+
+
+def test_edge_steps_fall_where_a_block_fills_and_where_the_next_is_needed() -> None:
+    # A member of length L steps in the pass where L % 4 is 0 (its block fills) and the one
+    # after it (L % 4 == 1, the next block is needed), then again four tokens on.
+    assert [edge_first_step(n, 4) for n in (8, 9, 10, 11, 12)] == [0, 0, 2, 1, 0]
+    # After the step at L 8 (filled) comes L 9 (the next block); after L 5, L 8.
+    assert edge_step_after(8, 0, 4) == 1 and edge_step_after(5, 0, 4) == 3
+    assert [edge_step_after(b, 0, 1) for b in (3, 4)] == [1, 1]  # one-token blocks: every pass
+
+    def reqs() -> list[Req]:
+        return [Req(i, n, left) for i, (n, left) in
+                enumerate(((8, 9), (10, 6), (13, 12), (6, 7), (9, 5)))]
+    by_hooks = _edge_walk(Edges(4), reqs(), 12)
+    assert _edge_walk(NoHooks(4, edge_steps=True), reqs(), 12) == by_hooks
+    # Lengths before pass P are L + P for the first three, L + P - 2 for the two joining at
+    # 2; each steps where that is 0 or 1 modulo 4, while it still emits (passes join ..
+    # join + left - 1): request 0 at 0, 1, 4, 5, 8; 1 at 2, 3; 2 at 0, 3, 4, 7, 8, 11;
+    # 3 at 4, 5, 8; 4 at 2, 5, 6.
+    assert by_hooks == [(0, [0, 2]), (1, [0]), (2, [1, 4]), (3, [1, 2]), (4, [0, 2, 3]),
+                        (5, [0, 3, 4]), (6, [4]), (7, [2]), (8, [0, 2, 3]), (11, [2])]

@@ -1,7 +1,8 @@
 """Benchmark bookkeeping: ``benchmarks/perf_cases.config_mismatches`` reads the reference's
 launch configuration the way ``peer_dynamo.py`` reports it (one ``engine`` for an aggregated
 replay, one per role and worker counts by role for a prefill/decode split), and
-``benchmarks/run.round_ratios`` pairs each round's two runs."""
+``benchmarks/run.round_ratios`` pairs each round's two runs, and ``benchmarks/bench_sinks``
+gives each sink configuration's ratio to the sink-free run round by round."""
 
 from __future__ import annotations
 
@@ -68,3 +69,15 @@ def test_round_ratios_pair_the_runs_of_each_round():
     assert run.round_ratios(mine, theirs) == [0.5, 0.75]
     row = {"case": "c", "round_ratios": [0.5, 0.75, 0.6]}
     assert run._notes([row]) == ["- c: ratio by round 0.50x, 0.75x, 0.60x (median 0.60x)"]
+
+
+def test_sink_ratios_by_round_skip_rounds_missing_either_run():
+    bs = _bench_module("bench_sinks")
+    rounds = [{"none": 2.0, "jsonl-kv": 3.0, "jsonl-both": 3.5},
+              {"none": 2.5, "jsonl-both": 4.0},  # jsonl-kv failed this round
+              {"jsonl-kv": 3.0, "jsonl-both": 3.0},  # so did the sink-free run
+              {"none": 1.0, "jsonl-kv": 1.25, "jsonl-both": 1.5}]
+    assert bs.round_lines(["none", "jsonl-kv", "jsonl-both", "zmq-kv"], rounds) == [
+        "- jsonl-kv: x none by round 1.50, 1.25 (median 1.38)",
+        "- jsonl-both: x none by round 1.75, 1.60, 1.50 (median 1.60)",
+    ]

@@ -15,7 +15,8 @@ What changes from pass to pass is then found without visiting every member:
   top of a heap of ``pass << SERIAL_BITS | serial`` keys, at most one per member, so they
   come out in batch order (one int comparison per heap step, where a ``(pass, serial,
   request)`` tuple took two or three; the batch maps serials to members); the rank says when
-  a member's next step falls (:meth:`first_step`, :meth:`next_step`);
+  a member's next step falls (:meth:`first_step`, :meth:`next_step`), or, for a batch built
+  with ``edge_steps``, the batch works it out itself (:func:`edge_step_after`);
 * the members whose last pass is ``P`` are ``ends[P + 1]``, in batch order;
 * the summed lengths and squared lengths come from the sums of ``sb`` and ``sb**2``.
 
@@ -40,17 +41,37 @@ SERIAL_BITS: Final = 40
 _SERIAL_MASK: Final = (1 << SERIAL_BITS) - 1
 
 
+def edge_first_step(length: int, bs: int) -> int:
+    """Passes until the next block step of a member of length ``length`` whose steps fall at
+    block edges: the pass that fills a block (``L % bs == 0`` before it) and the pass that
+    needs the next one (``L % bs == 1``), for one token a pass."""
+    rem = length % bs
+    return 0 if rem <= 1 else bs - rem
+
+
+def edge_step_after(b: int, P: int, bs: int) -> int:
+    """After a block step in pass ``P`` of a member with ``sb`` ``b`` whose steps fall at
+    block edges (:func:`edge_first_step`): the pass of its next one."""
+    return P + 1 if bs == 1 or (b + P) % bs == 0 else P + bs - 1
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class SteadyBatch:
     """A steady batch (see the module docstring). Subclasses define :meth:`length`,
-    :meth:`left`, :meth:`first_step`, :meth:`next_step` and :meth:`write`."""
+    :meth:`left`, :meth:`first_step` and :meth:`next_step` (neither called when the batch
+    is built with ``edge_steps``) and :meth:`write`."""
 
     __slots__ = ("P", "bs", "m", "sum_b", "sum_b2", "cross", "ends", "end_heap", "rids",
-                 "serial", "members")
+                 "serial", "members", "edge_steps")
 
-    def __init__(self, bs: int) -> None:
+    def __init__(self, bs: int, edge_steps: bool = False) -> None:
         self.P = 0
         self.bs = bs
+        # Block steps at block edges (edge_first_step, edge_step_after), worked out here:
+        # :meth:`first_step` and :meth:`next_step` are then never called (the compiled
+        # build's call to a backend's method is a Python-level call, and next_step's the
+        # most frequent one of a steady pass).
+        self.edge_steps = edge_steps
         self.m = 0
         self.sum_b = 0
         self.sum_b2 = 0
@@ -93,6 +114,7 @@ class SteadyBatch:
         if serial + len(reqs) > _SERIAL_MASK:
             raise OverflowError(f"a steady batch takes at most {_SERIAL_MASK} members")
         members = self.members
+        edges, bs = self.edge_steps, self.bs
         sum_b = sum_b2 = 0
         for r in reqs:
             length = self.length(r)
@@ -104,7 +126,7 @@ class SteadyBatch:
             members[serial] = r
             sum_b += b
             sum_b2 += b * b
-            first = P + self.first_step(r, length)
+            first = P + (edge_first_step(length, bs) if edges else self.first_step(r, length))
             if first < end:
                 heapq.heappush(cross, first << SERIAL_BITS | serial)
             serial += 1
@@ -164,20 +186,14 @@ class SteadyBatch:
 
     def pop_steps(self, P: int) -> list[Any]:
         """The members with a block step in pass ``P``, in batch order, off the heap."""
-        cross = self.cross
-        members = self.members
-        pop = heapq.heappop
-        due = []
-        while cross and cross[0] >> SERIAL_BITS == P:
-            due.append(members[pop(cross) & _SERIAL_MASK])
-        return due
+        return _pop_steps(self, P)
 
     def step_pass(self, P: int, blocked: Callable[[list[Any], int], bool],
                   step: Callable[[list[Any], int], None]) -> bool:
         """Apply the block steps of pass ``P`` (``step(due, P)``, the members in batch
         order) and queue each member's next one; False, changing nothing, when
         ``blocked(due, P)`` says they must be left to stepping (an allocation could fail)."""
-        due = self.pop_steps(P)
+        due = _pop_steps(self, P)  # (a direct call in the compiled build; the method is not)
         if not due:
             return True
         cross = self.cross
@@ -188,6 +204,13 @@ class SteadyBatch:
                 push(cross, key | r.sn)
             return False
         step(due, P)
+        if self.edge_steps:
+            bs = self.bs
+            for r in due:
+                nxt = edge_step_after(r.sb, P, bs)
+                if nxt < r.se:
+                    push(cross, nxt << SERIAL_BITS | r.sn)
+            return True
         for r in due:
             nxt = self.next_step(r, P)
             if nxt < r.se:
@@ -215,6 +238,16 @@ class SteadyBatch:
             if at == last:
                 return
             yield (end - P0, total, sq, m), keys[at + 1] - P0
+
+
+def _pop_steps(batch: SteadyBatch, P: int) -> list[Any]:
+    cross = batch.cross
+    members = batch.members
+    pop = heapq.heappop
+    due = []
+    while cross and cross[0] >> SERIAL_BITS == P:
+        due.append(members[pop(cross) & _SERIAL_MASK])
+    return due
 
 
 def plan_passes(
@@ -303,4 +336,4 @@ def replay_steps(
     return k, finished
 
 
-__all__ = ["SteadyBatch", "plan_passes", "replay_steps"]
+__all__ = ["SteadyBatch", "edge_first_step", "edge_step_after", "plan_passes", "replay_steps"]

@@ -91,10 +91,13 @@ def weighted_distribution(
 def weighted_sorted(values: Any, weights: Any) -> tuple[list[float], list[int]]:
     """``(distinct values ascending, their total weights)`` of a weighted multiset."""
     totals: dict[float, int] = {}
-    get = totals.get
-    for v, w in zip(floats(values), weights):
+    # The weights as a list of ints first (one C-level map): the compiled build then reads
+    # each unboxed and calls the dict's own get, where a bound ``get`` and ``int(w)`` were
+    # two Python-level calls an entry.
+    ws: list[int] = list(map(int, weights))
+    for v, w in zip(floats(values), ws):
         if w > 0:
-            totals[v] = get(v, 0) + int(w)
+            totals[v] = totals.get(v, 0) + w
     uniq = sorted(totals)
     return uniq, [totals[v] for v in uniq]
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from servesim._compiled import mypyc_attr
-from servesim.steady import SteadyBatch
+from servesim.steady import SteadyBatch, edge_first_step, edge_step_after
 
 if TYPE_CHECKING:
     from servesim_vllm.request import VllmRequest
@@ -42,7 +42,7 @@ class VllmSteadyBatch(SteadyBatch):
     __slots__ = ("running",)
 
     def __init__(self, running: list[VllmRequest], bs: int) -> None:
-        super().__init__(bs)
+        super().__init__(bs, edge_steps=True)  # next_step is the batch's own (block edges)
         self.running = running
 
     @classmethod
@@ -63,12 +63,10 @@ class VllmSteadyBatch(SteadyBatch):
         return r.max_out - r.generated
 
     def first_step(self, r: VllmRequest, length: int) -> int:
-        rem = length % self.bs
-        return 0 if rem <= 1 else self.bs - rem
+        return edge_first_step(length, self.bs)
 
     def next_step(self, r: VllmRequest, P: int) -> int:
-        bs = self.bs
-        return P + 1 if bs == 1 or (r.sb + P) % bs == 0 else P + bs - 1
+        return edge_step_after(r.sb, P, self.bs)
 
     def write(self, r: VllmRequest, length: int, left: int) -> None:
         r.length = length
