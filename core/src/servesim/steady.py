@@ -193,29 +193,7 @@ class SteadyBatch:
         """Apply the block steps of pass ``P`` (``step(due, P)``, the members in batch
         order) and queue each member's next one; False, changing nothing, when
         ``blocked(due, P)`` says they must be left to stepping (an allocation could fail)."""
-        due = _pop_steps(self, P)  # (a direct call in the compiled build; the method is not)
-        if not due:
-            return True
-        cross = self.cross
-        push = heapq.heappush
-        if blocked(due, P):
-            key = P << SERIAL_BITS
-            for r in due:
-                push(cross, key | r.sn)
-            return False
-        step(due, P)
-        if self.edge_steps:
-            bs = self.bs
-            for r in due:
-                nxt = edge_step_after(r.sb, P, bs)
-                if nxt < r.se:
-                    push(cross, nxt << SERIAL_BITS | r.sn)
-            return True
-        for r in due:
-            nxt = self.next_step(r, P)
-            if nxt < r.se:
-                push(cross, nxt << SERIAL_BITS | r.sn)
-        return True
+        return _step_pass(self, P, blocked, step)
 
     def segments(self, total: int, sq: int) -> Iterator[tuple[tuple[int, int, int, int], int]]:
         """For a run from ``P`` whose batch has summed lengths ``total`` and squares ``sq``:
@@ -238,6 +216,35 @@ class SteadyBatch:
             if at == last:
                 return
             yield (end - P0, total, sq, m), keys[at + 1] - P0
+
+
+def _step_pass(batch: SteadyBatch, P: int, blocked: Callable[[list[Any], int], bool],
+               step: Callable[[list[Any], int], None]) -> bool:
+    """:meth:`SteadyBatch.step_pass`, a direct call from this module in the compiled build
+    (a method call on a backend's subclass goes through a Python-level lookup)."""
+    due = _pop_steps(batch, P)  # (a direct call in the compiled build; the method is not)
+    if not due:
+        return True
+    cross = batch.cross
+    push = heapq.heappush
+    if blocked(due, P):
+        key = P << SERIAL_BITS
+        for r in due:
+            push(cross, key | r.sn)
+        return False
+    step(due, P)
+    if batch.edge_steps:
+        bs = batch.bs
+        for r in due:
+            nxt = edge_step_after(r.sb, P, bs)
+            if nxt < r.se:
+                push(cross, nxt << SERIAL_BITS | r.sn)
+        return True
+    for r in due:
+        nxt = batch.next_step(r, P)
+        if nxt < r.se:
+            push(cross, nxt << SERIAL_BITS | r.sn)
+    return True
 
 
 def _pop_steps(batch: SteadyBatch, P: int) -> list[Any]:
@@ -320,7 +327,7 @@ def replay_steps(
         if j and leftover:
             run.take_events(pool, 0)
             leftover = False
-        if pc == p and not batch.step_pass(p, blocked, step):
+        if pc == p and not _step_pass(batch, p, blocked, step):
             return j, finished
         if pe == p:
             done = batch.finish(p + 1)
