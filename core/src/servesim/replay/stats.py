@@ -42,10 +42,12 @@ def in_arrays(samples: int) -> bool:
 
 
 def floats(values: Any) -> list[float]:
-    """``values`` (a list, an ``array('d')`` or a numpy array) as a list of Python floats."""
+    """``values`` (a list, an ``array('d')`` or a numpy array) as a list of Python floats
+    (converted in one C-level ``map``: in the compiled build a comprehension's ``float(v)``
+    is a generic call per value)."""
     tolist = getattr(values, "tolist", None)
     out = tolist() if tolist is not None else list(values)
-    return [float(v) for v in out]
+    return list(map(float, out))
 
 
 def distribution(
@@ -113,7 +115,7 @@ def sorted_weighted_distribution(
 
         return sorted_weighted_distribution_array(name, uniq, counts, percentiles, unit)
     xs = floats(uniq)
-    ws = [int(c) for c in counts]
+    ws: list[int] = list(map(int, counts))
     n = sum(ws)
     if n == 0:
         return distribution(name, [], percentiles, unit)

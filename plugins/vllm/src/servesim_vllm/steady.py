@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from servesim._compiled import mypyc_attr
-from servesim.steady import SteadyBatch, edge_first_step, edge_step_after
+from servesim.steady import SteadyBatch
 
 if TYPE_CHECKING:
     from servesim_vllm.request import VllmRequest
@@ -42,7 +42,9 @@ class VllmSteadyBatch(SteadyBatch):
     __slots__ = ("running",)
 
     def __init__(self, running: list[VllmRequest], bs: int) -> None:
-        super().__init__(bs, edge_steps=True)  # next_step is the batch's own (block edges)
+        # Block steps at block edges (allocate at L % bs == 1, finalize at 0): core's own
+        # cadence (servesim.steady.edge_step_after), so no first_step/next_step hooks here.
+        super().__init__(bs, edge_steps=True)
         self.running = running
 
     @classmethod
@@ -61,12 +63,6 @@ class VllmSteadyBatch(SteadyBatch):
 
     def left(self, r: VllmRequest) -> int:
         return r.max_out - r.generated
-
-    def first_step(self, r: VllmRequest, length: int) -> int:
-        return edge_first_step(length, self.bs)
-
-    def next_step(self, r: VllmRequest, P: int) -> int:
-        return edge_step_after(r.sb, P, self.bs)
 
     def write(self, r: VllmRequest, length: int, left: int) -> None:
         r.length = length
