@@ -90,7 +90,7 @@ def test_a_blocked_pass_ends_the_run_before_it_and_keeps_its_steps() -> None:
     assert batch.pop_steps(2)[0].rid == 0  # restored for stepping to decide
 
 
-def test_block_step_keys_order_by_pass_then_batch_order_and_forget_finished_members() -> None:
+def test_block_steps_come_out_in_batch_order_and_finished_members_are_forgotten() -> None:
     # Five members whose block steps fall in passes 2, 0, 2, 0, 2 (lengths 6, 8, 10, 4, 2 with
     # blocks of 4), added in two groups: each pass's members come out in batch order.
     reqs = [Req(i, length, 9) for i, length in enumerate((6, 8, 10, 4, 2))]
@@ -98,19 +98,47 @@ def test_block_step_keys_order_by_pass_then_batch_order_and_forget_finished_memb
     batch.add(reqs[:3])
     batch.add(reqs[3:])
     assert [r.sn for r in reqs] == [0, 1, 2, 3, 4]
-    assert sorted(batch.cross) == [(0 << 40) | 1, (0 << 40) | 3, (2 << 40) | 0,
-                                   (2 << 40) | 2, (2 << 40) | 4]
+    assert batch.steps == {0: [1, 3], 2: [0, 2, 4]} and sorted(batch.step_passes) == [0, 2]
     assert [r.rid for r in batch.pop_steps(0)] == [1, 3]
-    assert batch.pop_steps(1) == []
-    # A blocked pass puts its members back at the same pass; stepping it queues the next.
+    assert batch.pop_steps(1) == [] and batch.steps == {2: [0, 2, 4]}
+    # A blocked pass puts its members back under the same pass; stepping it files the next.
     assert not batch.step_pass(2, blocked=lambda due, p: True, step=lambda due, p: None)
-    assert sorted(k >> 40 for k in batch.cross) == [2, 2, 2]
+    assert batch.steps == {2: [0, 2, 4]} and batch.step_passes == [2]
     assert batch.step_pass(2, blocked=lambda due, p: False, step=lambda due, p: None)
-    assert sorted(batch.cross) == [(6 << 40) | 0, (6 << 40) | 2, (6 << 40) | 4]
+    assert batch.steps == {6: [0, 2, 4]} and batch.step_passes == [6]
     # Every member's last pass is 8: all finish, and the batch keeps no serials.
     assert batch.first_done() == 9 and len(batch.members) == 5
     assert [r.rid for r in batch.finish(9)] == [0, 1, 2, 3, 4]
     assert batch.members == {} and batch.m == 0
+
+
+class Planned(Toy):
+    """Block steps at the passes a member lists in ``plan``."""
+
+    __slots__ = ()
+
+    def first_step(self, r: Req, length: int) -> int:
+        return r.plan[0] - self.P
+
+    def next_step(self, r: Req, P: int) -> int:
+        return r.plan[r.plan.index(P) + 1]
+
+
+def test_steps_filed_out_of_batch_order_come_out_in_it() -> None:
+    # Member 1 steps at pass 0 and files its next step, pass 5, before member 0 (stepping
+    # at 3) does: pass 5's members still come out in batch order.
+    reqs = [Req(0, 8, 20), Req(1, 9, 20)]
+    reqs[0].plan, reqs[1].plan = [3, 5, 30], [0, 5, 30]  # type: ignore[attr-defined]
+    batch = Planned(4)
+    batch.add(reqs)
+    order: list[tuple[int, list[int]]] = []
+    for P in range(5):
+        batch.step_pass(P, blocked=lambda due, p: False,
+                        step=lambda due, p: order.append((p, [r.rid for r in due])))
+    assert batch.steps == {5: [1, 0]}  # filed by pass 0 (member 1), then pass 3 (member 0)
+    batch.step_pass(5, blocked=lambda due, p: False,
+                    step=lambda due, p: order.append((p, [r.rid for r in due])))
+    assert order == [(0, [1]), (3, [0]), (5, [0, 1])]
 
 
 class Edges(Toy):

@@ -11,12 +11,13 @@ member three constants kept on the request itself (slots ``sb``, ``se``, ``sn``)
 
 What changes from pass to pass is then found without visiting every member:
 
-* the members with a *block step* in pass ``P`` (a block to allocate or to finalise) are the
-  top of a heap of ``pass << SERIAL_BITS | serial`` keys, at most one per member, so they
-  come out in batch order (one int comparison per heap step, where a ``(pass, serial,
-  request)`` tuple took two or three; the batch maps serials to members); the rank says when
-  a member's next step falls (:meth:`first_step`, :meth:`next_step`), or, for a batch built
-  with ``edge_steps``, the batch works it out itself (:func:`edge_step_after`);
+* the members with a *block step* in pass ``P`` (a block to allocate or to finalise) are
+  the serials filed under ``P`` (``steps``; at most one pending step per member), sorted into
+  batch order when taken, and the passes that have any are a heap of plain pass numbers
+  (``step_passes``): one heap step per pass with steps rather than per member, on small
+  ints (the batch maps serials to members); the rank says when a member's next step falls
+  (:meth:`first_step`, :meth:`next_step`), or, for a batch built with ``edge_steps``, the
+  batch works it out itself (:func:`edge_step_after`);
 * the members whose last pass is ``P`` are ``ends[P + 1]``, in batch order;
 * the summed lengths and squared lengths come from the sums of ``sb`` and ``sb**2``.
 
@@ -32,14 +33,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
-from typing import Any, Final
+from typing import Any
 
 from servesim._compiled import mypyc_attr
-
-#: Bits of a block-step key below the pass: the member's serial (a batch takes fewer members).
-SERIAL_BITS: Final = 40
-_SERIAL_MASK: Final = (1 << SERIAL_BITS) - 1
-
 
 def edge_first_step(length: int, bs: int) -> int:
     """Passes until the next block step of a member of length ``length`` whose steps fall at
@@ -61,8 +57,8 @@ class SteadyBatch:
     :meth:`left`, :meth:`first_step` and :meth:`next_step` (neither called when the batch
     is built with ``edge_steps``) and :meth:`write`."""
 
-    __slots__ = ("P", "bs", "m", "sum_b", "sum_b2", "cross", "ends", "end_heap", "rids",
-                 "serial", "members", "edge_steps")
+    __slots__ = ("P", "bs", "m", "sum_b", "sum_b2", "steps", "step_passes", "ends", "end_heap",
+                 "rids", "serial", "members", "edge_steps")
 
     def __init__(self, bs: int, edge_steps: bool = False) -> None:
         self.P = 0
@@ -75,7 +71,8 @@ class SteadyBatch:
         self.m = 0
         self.sum_b = 0
         self.sum_b2 = 0
-        self.cross: list[int] = []  # block-step keys: pass << SERIAL_BITS | serial
+        self.steps: dict[int, list[int]] = {}  # pass -> serials with a block step then
+        self.step_passes: list[int] = []  # heap of the passes in steps
         self.ends: dict[int, list[Any]] = {}
         self.end_heap: list[int] = []
         self.rids: list[int] = []
@@ -109,10 +106,8 @@ class SteadyBatch:
     def add(self, reqs: list[Any]) -> None:
         """Members joining at the end of the batch, their own counters current at ``P``."""
         P = self.P
-        cross, ends = self.cross, self.ends
+        ends = self.ends
         serial = self.serial
-        if serial + len(reqs) > _SERIAL_MASK:
-            raise OverflowError(f"a steady batch takes at most {_SERIAL_MASK} members")
         members = self.members
         edges, bs = self.edge_steps, self.bs
         sum_b = sum_b2 = 0
@@ -128,7 +123,7 @@ class SteadyBatch:
             sum_b2 += b * b
             first = P + (edge_first_step(length, bs) if edges else self.first_step(r, length))
             if first < end:
-                heapq.heappush(cross, first << SERIAL_BITS | serial)
+                _file_step(self, first, serial)
             serial += 1
             bucket = ends.get(end)
             if bucket is None:
@@ -222,15 +217,13 @@ def _step_pass(batch: SteadyBatch, P: int, blocked: Callable[[list[Any], int], b
                step: Callable[[list[Any], int], None]) -> bool:
     """:meth:`SteadyBatch.step_pass`, a direct call from this module in the compiled build
     (a method call on a backend's subclass goes through a Python-level lookup)."""
-    due = _pop_steps(batch, P)  # (a direct call in the compiled build; the method is not)
+    due = _pop_steps(batch, P)
     if not due:
         return True
-    cross = batch.cross
-    push = heapq.heappush
     if blocked(due, P):
-        key = P << SERIAL_BITS
-        for r in due:
-            push(cross, key | r.sn)
+        # Back under P, in batch order, as they were (nothing else was filed under P since).
+        batch.steps[P] = [r.sn for r in due]
+        heapq.heappush(batch.step_passes, P)
         return False
     step(due, P)
     if batch.edge_steps:
@@ -238,23 +231,35 @@ def _step_pass(batch: SteadyBatch, P: int, blocked: Callable[[list[Any], int], b
         for r in due:
             nxt = edge_step_after(r.sb, P, bs)
             if nxt < r.se:
-                push(cross, nxt << SERIAL_BITS | r.sn)
+                _file_step(batch, nxt, r.sn)
         return True
     for r in due:
         nxt = batch.next_step(r, P)
         if nxt < r.se:
-            push(cross, nxt << SERIAL_BITS | r.sn)
+            _file_step(batch, nxt, r.sn)
     return True
 
 
+def _file_step(batch: SteadyBatch, P: int, serial: int) -> None:
+    """File a member's next block step under pass ``P``."""
+    bucket = batch.steps.get(P)
+    if bucket is None:
+        batch.steps[P] = [serial]
+        heapq.heappush(batch.step_passes, P)
+    else:
+        bucket.append(serial)
+
+
 def _pop_steps(batch: SteadyBatch, P: int) -> list[Any]:
-    cross = batch.cross
+    heap = batch.step_passes
+    if not heap or heap[0] != P:
+        return []
+    heapq.heappop(heap)
+    serials = batch.steps.pop(P)
+    if len(serials) > 1:
+        serials.sort()  # filed in the order their previous steps came, not batch order
     members = batch.members
-    pop = heapq.heappop
-    due = []
-    while cross and cross[0] >> SERIAL_BITS == P:
-        due.append(members[pop(cross) & _SERIAL_MASK])
-    return due
+    return [members[n] for n in serials]
 
 
 def plan_passes(
@@ -315,10 +320,10 @@ def replay_steps(
     leftover = events_on
     P0 = batch.P
     limit = P0 + k
-    cross, end_heap = batch.cross, batch.end_heap
+    step_passes, end_heap = batch.step_passes, batch.end_heap
     finished: list[tuple[int, list[Any]]] = []
     while True:
-        pc = cross[0] >> SERIAL_BITS if cross else limit
+        pc = step_passes[0] if step_passes else limit
         pe = end_heap[0] - 1 if end_heap else limit  # the last pass of the next completion
         p = pc if pc < pe else pe
         if p >= limit:
