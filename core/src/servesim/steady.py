@@ -37,6 +37,7 @@ from typing import Any
 
 from servesim._compiled import mypyc_attr
 
+
 def edge_first_step(length: int, bs: int) -> int:
     """Passes until the next block step of a member of length ``length`` whose steps fall at
     block edges: the pass that fills a block (``L % bs == 0`` before it) and the pass that
