@@ -227,15 +227,9 @@ def _step_pass(batch: SteadyBatch, P: int, blocked: Callable[[list[Any], int], b
         heapq.heappush(batch.step_passes, P)
         return False
     step(due, P)
-    if batch.edge_steps:
-        bs = batch.bs
-        for r in due:
-            nxt = edge_step_after(r.sb, P, bs)
-            if nxt < r.se:
-                _file_step(batch, nxt, r.sn)
-        return True
+    edges, bs = batch.edge_steps, batch.bs
     for r in due:
-        nxt = batch.next_step(r, P)
+        nxt = edge_step_after(r.sb, P, bs) if edges else batch.next_step(r, P)
         if nxt < r.se:
             _file_step(batch, nxt, r.sn)
     return True
