@@ -14,12 +14,16 @@ ratio within a round is the steadier figure.
 The target is ``jsonl-both`` at most 1.6x ``none`` on ``vllm-4w-kv``. Sinks write under
 a temporary folder; ``zmq-*`` publish to 127.0.0.1 with no subscriber and need servesim-zmq,
 ``prometheus`` needs servesim-prometheus.
+``jsonl-both-unformatted`` replays ``jsonl-both`` with the line formatters replaced by ones
+that write nothing (``perf_unformatted.py``): what it adds to ``none`` is producing, merging
+and writing the events; what ``jsonl-both`` adds to it is formatting their text.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -46,6 +50,7 @@ def sink_sets(name: str, out: Path) -> list[str]:
         "jsonl-kv": [kv],
         "jsonl-fpm": [fpm],
         "jsonl-both": [kv, fpm],
+        "jsonl-both-unformatted": [kv, fpm],
         "zmq-kv": ['sinks.kv_events=[{type: zmq, endpoint: "tcp://127.0.0.1:45557"}]'],
         "zmq-fpm": ['sinks.fpm=[{type: zmq, endpoint: "tcp://127.0.0.1:45380"}]'],
         "prometheus": [f'sinks.fpm=[{{type: prometheus, path: "{out}/metrics.om"}}]'],
@@ -53,12 +58,22 @@ def sink_sets(name: str, out: Path) -> list[str]:
     return table[name]
 
 
-def run_once(trace: Path, sets: list[str], out_dir: Path) -> dict:
+#: Configurations replayed with the JSONL line formatters replaced (``perf_unformatted``).
+UNFORMATTED = frozenset({"jsonl-both-unformatted"})
+
+
+def run_once(trace: Path, sets: list[str], out_dir: Path, unformatted: bool = False) -> dict:
     out = out_dir / "child.json"
+    env = dict(os.environ)
+    env.pop("SERVESIM_BENCH_UNFORMATTED", None)
+    if unformatted:
+        env["SERVESIM_BENCH_UNFORMATTED"] = "1"
     proc = subprocess.run([sys.executable, str(CHILD), str(out), str(trace), *sets],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
+    if unformatted and any(p.stat().st_size for p in out_dir.glob("*.jsonl")):
+        return {"error": "the line formatters were not replaced (servesim.sinks_builtin compiled?)"}
     return json.loads(out.read_text())
 
 
@@ -82,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeat):  # interleaved, so machine load hits every row alike
             got: dict[str, float] = {}
             for name in names:
-                res = run_once(trace, [*case.servesim_sets(), *sink_sets(name, Path(tmp))], Path(tmp))
+                res = run_once(trace, [*case.servesim_sets(), *sink_sets(name, Path(tmp))], Path(tmp),
+                               unformatted=name in UNFORMATTED)
                 if "error" in res:
                     errors[name] = res["error"]
                     continue

@@ -2,7 +2,9 @@
 
     python benchmarks/perf_child.py OUT.json TRACE.jsonl [KEY=VALUE ...]
 
-The ``KEY=VALUE`` items are ``servesim run --set`` overrides. The wall time covers
+The ``KEY=VALUE`` items are ``servesim run --set`` overrides. With
+``SERVESIM_BENCH_UNFORMATTED=1`` in the environment the built-in JSONL sinks write no text
+(``perf_unformatted``), for ``bench_sinks.py``'s split of the sinks' cost. The wall time covers
 :func:`servesim.replay.runner.simulate` only (reading the trace, building the cluster and
 replaying it), which is what the reference's ``run_trace_replay`` call covers in
 ``peer_dynamo.py``; interpreter start-up and imports are left out on both sides. The report
@@ -13,6 +15,7 @@ the parent from this process's rusage, so nothing here allocates beyond the run 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -27,6 +30,10 @@ def main(argv: list[str]) -> int:
     from servesim.errors import UserError
     from servesim.replay.runner import simulate
 
+    if os.environ.get("SERVESIM_BENCH_UNFORMATTED") == "1":
+        from perf_unformatted import install
+
+        install()
     try:
         loaded = load_config(None, [*sets, f"workload.trace.path={json.dumps(trace)}"])
         started, cpu_started = time.perf_counter(), time.process_time()

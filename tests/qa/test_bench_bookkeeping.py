@@ -81,3 +81,50 @@ def test_sink_ratios_by_round_skip_rounds_missing_either_run():
         "- jsonl-kv: x none by round 1.50, 1.25 (median 1.38)",
         "- jsonl-both: x none by round 1.75, 1.60, 1.50 (median 1.60)",
     ]
+
+
+def _child(trace: Path, out: Path, unformatted: bool) -> dict:
+    """``benchmarks/perf_child.py`` on ``trace`` with both JSONL sinks writing under ``out``,
+    on two KV-routed workers (so the sink merge buffer orders their lines)."""
+    import json
+    import os
+    import subprocess
+
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "SERVESIM_BENCH_UNFORMATTED"}
+    if unformatted:
+        env["SERVESIM_BENCH_UNFORMATTED"] = "1"
+    sets = ["cluster.workers=2", "cluster.router=kv", "engine.num_gpu_blocks=64",
+            f'sinks.kv_events=[{{type: jsonl, path: "{out}/kv.jsonl"}}]',
+            f'sinks.fpm=[{{type: jsonl, path: "{out}/fpm.jsonl"}}]']
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "perf_child.py"),
+                           str(out / "child.json"), str(trace), *sets],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads((out / "child.json").read_text())
+
+
+def test_unformatted_sinks_replay_the_same_run_and_write_no_text(tmp_path):
+    """``bench_sinks``' ``jsonl-both-unformatted``: the same passes and report as with the
+    formatters, the sink files opened but empty (the formatted run's are not)."""
+    import json
+
+    lines = [json.dumps({"timestamp": 40 * i, "input_length": 300 + 17 * (i % 5), "output_length": 20 + i % 7,
+                         "hash_ids": [i % 3, 10 + i % 4, 100 + i]}) for i in range(30)]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    formatted = _child(trace, tmp_path / "formatted", unformatted=False)
+    bare = _child(trace, tmp_path / "bare", unformatted=True)
+    assert bare["passes"] == formatted["passes"] > 30
+    for res in (formatted, bare):
+        res["report"].pop("config")
+    assert bare["report"] == formatted["report"]
+    assert bare["report"]["completed"] == 30
+    kv, fpm = (tmp_path / "formatted" / "kv.jsonl"), (tmp_path / "formatted" / "fpm.jsonl")
+    assert len(fpm.read_text().splitlines()) == formatted["passes"]
+    assert kv.read_text().count('"type": "BlockStored"') > 0
+    assert (tmp_path / "bare" / "kv.jsonl").read_bytes() == b""
+    assert (tmp_path / "bare" / "fpm.jsonl").read_bytes() == b""
+    bs = _bench_module("bench_sinks")
+    assert bs.sink_sets("jsonl-both-unformatted", tmp_path) == bs.sink_sets("jsonl-both", tmp_path)
+    assert bs.UNFORMATTED == {"jsonl-both-unformatted"}
