@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from perf_bytecode import ensure_bytecode  # noqa: E402
 from perf_cases import select_cases  # noqa: E402
 from perf_trace import ensure_trace  # noqa: E402
+from perf_unformatted import ENV as UNFORMATTED_ENV  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "perf_child.py"
@@ -62,14 +63,15 @@ def sink_sets(name: str, out: Path) -> list[str]:
 UNFORMATTED = frozenset({"jsonl-both-unformatted"})
 
 
-def run_once(trace: Path, sets: list[str], out_dir: Path, unformatted: bool = False) -> dict:
+def run_once(trace: Path, sets: list[str], out_dir: Path, unformatted: bool = False,
+             timeout: float | None = None) -> dict:
     out = out_dir / "child.json"
     env = dict(os.environ)
-    env.pop("SERVESIM_BENCH_UNFORMATTED", None)
+    env.pop(UNFORMATTED_ENV, None)
     if unformatted:
-        env["SERVESIM_BENCH_UNFORMATTED"] = "1"
+        env[UNFORMATTED_ENV] = "1"
     proc = subprocess.run([sys.executable, str(CHILD), str(out), str(trace), *sets],
-                          capture_output=True, text=True, check=False, env=env)
+                          capture_output=True, text=True, check=False, env=env, timeout=timeout)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
     if unformatted and any(p.stat().st_size for p in out_dir.glob("*.jsonl")):

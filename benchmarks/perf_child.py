@@ -30,9 +30,9 @@ def main(argv: list[str]) -> int:
     from servesim.errors import UserError
     from servesim.replay.runner import simulate
 
-    if os.environ.get("SERVESIM_BENCH_UNFORMATTED") == "1":
-        from perf_unformatted import install
+    from perf_unformatted import ENV, install
 
+    if os.environ.get(ENV) == "1":
         install()
     try:
         loaded = load_config(None, [*sets, f"workload.trace.path={json.dumps(trace)}"])

@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+#: The environment variable that makes ``perf_child.py`` call :func:`install` (set to ``1``).
+ENV = "SERVESIM_BENCH_UNFORMATTED"
+
 
 def _no_kv_lines(worker_id: int, at_ms: Any, events: Sequence[Any]) -> str:
     return ""

@@ -2,7 +2,8 @@
 launch configuration the way ``peer_dynamo.py`` reports it (one ``engine`` for an aggregated
 replay, one per role and worker counts by role for a prefill/decode split), and
 ``benchmarks/run.round_ratios`` pairs each round's two runs, and ``benchmarks/bench_sinks``
-gives each sink configuration's ratio to the sink-free run round by round."""
+gives each sink configuration's ratio to the sink-free run round by round and replays its
+unformatted configuration with the same passes and report, writing no text."""
 
 from __future__ import annotations
 
@@ -83,25 +84,15 @@ def test_sink_ratios_by_round_skip_rounds_missing_either_run():
     ]
 
 
-def _child(trace: Path, out: Path, unformatted: bool) -> dict:
-    """``benchmarks/perf_child.py`` on ``trace`` with both JSONL sinks writing under ``out``,
-    on two KV-routed workers (so the sink merge buffer orders their lines)."""
-    import json
-    import os
-    import subprocess
-
+def _child(bs, trace: Path, out: Path, unformatted: bool) -> dict:
+    """``bench_sinks.run_once`` on ``trace`` with both JSONL sinks writing under ``out``, on
+    two KV-routed workers (so the sink merge buffer orders their lines)."""
     out.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "SERVESIM_BENCH_UNFORMATTED"}
-    if unformatted:
-        env["SERVESIM_BENCH_UNFORMATTED"] = "1"
     sets = ["cluster.workers=2", "cluster.router=kv", "engine.num_gpu_blocks=64",
-            f'sinks.kv_events=[{{type: jsonl, path: "{out}/kv.jsonl"}}]',
-            f'sinks.fpm=[{{type: jsonl, path: "{out}/fpm.jsonl"}}]']
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "perf_child.py"),
-                           str(out / "child.json"), str(trace), *sets],
-                          capture_output=True, text=True, env=env, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads((out / "child.json").read_text())
+            *bs.sink_sets("jsonl-both", out)]
+    res = bs.run_once(trace, sets, out, unformatted=unformatted, timeout=120)
+    assert "error" not in res, res
+    return res
 
 
 def test_unformatted_sinks_replay_the_same_run_and_write_no_text(tmp_path):
@@ -113,8 +104,9 @@ def test_unformatted_sinks_replay_the_same_run_and_write_no_text(tmp_path):
                          "hash_ids": [i % 3, 10 + i % 4, 100 + i]}) for i in range(30)]
     trace = tmp_path / "t.jsonl"
     trace.write_text("\n".join(lines) + "\n")
-    formatted = _child(trace, tmp_path / "formatted", unformatted=False)
-    bare = _child(trace, tmp_path / "bare", unformatted=True)
+    bs = _bench_module("bench_sinks")
+    formatted = _child(bs, trace, tmp_path / "formatted", unformatted=False)
+    bare = _child(bs, trace, tmp_path / "bare", unformatted=True)
     assert bare["passes"] == formatted["passes"] > 30
     for res in (formatted, bare):
         res["report"].pop("config")
@@ -125,6 +117,5 @@ def test_unformatted_sinks_replay_the_same_run_and_write_no_text(tmp_path):
     assert kv.read_text().count('"type": "BlockStored"') > 0
     assert (tmp_path / "bare" / "kv.jsonl").read_bytes() == b""
     assert (tmp_path / "bare" / "fpm.jsonl").read_bytes() == b""
-    bs = _bench_module("bench_sinks")
     assert bs.sink_sets("jsonl-both-unformatted", tmp_path) == bs.sink_sets("jsonl-both", tmp_path)
     assert bs.UNFORMATTED == {"jsonl-both-unformatted"}
