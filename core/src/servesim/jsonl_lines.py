@@ -8,6 +8,12 @@ path. ``json`` writes ints and finite floats with their ``repr``; a NaN or infin
 ``ValueError``, as ``allow_nan=False`` makes it. Times are annotated ``Any``, not ``float``:
 an int time is written as an int, and the compiled build (mypyc, which turns an int passed
 as a ``float`` into one) must keep it one.
+
+Long lists of numbers (a run's pass ends and durations, a ``Stored`` event's hashes) are
+turned into text by one msgspec encode each rather than one ``repr`` a number: msgspec writes an int as ``repr`` does, and a float with the same shortest
+round-trip digits, in the same positional notation for zero and magnitudes in
+:data:`POSITIONAL` (outside it Python writes ``1e-05`` and ``1e+16``, msgspec ``0.00001`` and
+``1e16``, so such lists keep ``repr``; tests/core/test_jsonl_numbers.py pins both sides).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from collections.abc import Sequence
 from typing import Any
 from itertools import repeat
 from operator import attrgetter, truediv
+
+from msgspec.json import Encoder
 
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvEvent, RemovedBlocks, StoredBlocks
 from servesim.fpm_schema import FPM_VERSION
@@ -37,6 +45,34 @@ def _float(x: Any) -> str:
 def _num(x: Any) -> str:
     """``json`` text of an int or a float, whichever ``x`` is."""
     return repr(x) if type(x) is int else _float(x)
+
+
+#: Magnitudes whose float text ``repr`` writes in positional notation, as msgspec does.
+POSITIONAL = (1e-4, 1e16)
+_LOW, _HIGH = POSITIONAL
+#: Lists at least this long are encoded by msgspec (shorter ones cost more to encode than to
+#: ``repr``).
+MIN_ENCODED = 3
+_encode = Encoder().encode
+
+
+def number_texts(values: Sequence[Any]) -> Sequence[Any]:
+    """The text of each finite int or float of ``values`` as ``json`` writes it, or ``values``
+    itself where that is quicker (``%s`` of an int or a float is that text too): one msgspec
+    encode of the list, cut at its commas, when every float's text is msgspec's as well."""
+    if len(values) < MIN_ENCODED:
+        return values
+    lo, hi = min(values), max(values)
+    if not (_LOW <= lo and hi < _HIGH):
+        if lo <= -_HIGH or hi >= _HIGH:
+            return values
+        for x in values:
+            if x and not _LOW <= abs(x):
+                return values
+    try:
+        return _encode(values).decode()[1:-1].split(",")
+    except (OverflowError, TypeError):  # an int beyond 64 bits, or a number msgspec refuses
+        return values
 
 
 def _ints(values: object) -> str:
@@ -74,16 +110,17 @@ def fpm_line(worker_id: int, at_ms: Any, m: ForwardPassMetrics) -> str:
 
 #: The lines of a run (:class:`~servesim.fpm_runs.FpmRun`): the run's constants filled in once
 #: (the doubled ``%%`` stay as the five per-pass values and ``at_ms``), then one fill a pass.
-#: The decode variance is a ``%s``: a float's ``str`` is its ``repr``, and a run whose passes
-#: share one variance passes its text, formatted once.
+#: The per-pass floats are ``%s``: a float's ``str`` is its ``repr`` (an int's too), so a fill
+#: takes either the number or its text (:func:`number_texts`); a run whose passes share one
+#: decode variance passes its text, formatted once.
 _FPM_RUN_LINE = (
     '{"version": %d, "worker_id": "%d", "dp_rank": %d, "counter_id": %%d, '
-    '"wall_time": %%r, "scheduled_requests": {"num_prefill_requests": %d, '
+    '"wall_time": %%s, "scheduled_requests": {"num_prefill_requests": %d, '
     '"sum_prefill_tokens": %d, "var_prefill_length": %r, "sum_prefill_kv_tokens": %d, '
     '"num_decode_requests": %%d, "sum_decode_kv_tokens": %%d, "var_decode_kv_tokens": %%s}, '
     '"queued_requests": {"num_prefill_requests": %d, "sum_prefill_tokens": %d, '
     '"var_prefill_length": %r, "num_decode_requests": %d, "sum_decode_kv_tokens": %d, '
-    '"var_decode_kv_tokens": %r}, "at_ms": %%r}\n'
+    '"var_decode_kv_tokens": %r}, "at_ms": %%s}\n'
 )
 
 
@@ -165,9 +202,10 @@ def fpm_run_lines(worker_id: int, ats: Sequence[Any], run: FpmRun) -> list[str]:
     v0 = variances[0] if n else 0.0
     # One variance for every pass (equal non-zero floats have one text; a zero's sign shows
     # in its text, so zeros are written one by one): formatted once.
-    vs: Any = repeat(repr(v0), n) if v0 and variances.count(v0) == n else variances
-    return list(map(tpl.__mod__, zip(range(c0, c0 + n), walls, run.num_decode, run.sum_decode_kv,
-                                     vs, ats)))
+    vs: Any = (repeat(repr(v0), n) if v0 and variances.count(v0) == n
+               else number_texts(variances))
+    return list(map(tpl.__mod__, zip(range(c0, c0 + n), number_texts(walls), run.num_decode,
+                                     run.sum_decode_kv, vs, number_texts(ats))))
 
 
 #: A one-hash ``Removed`` line after its head: the event id and the hash, each its ``str`` as
@@ -217,9 +255,15 @@ def _removed_run(head: str, rec: RemovedRun) -> str:
 
 
 def _int_list(values: Sequence[int]) -> str:
-    """``json`` text of a list of ints: a list's ``repr`` is exactly that (and quicker than
-    joining each ``str``); other sequences are joined."""
+    """``json`` text of a list of ints: a long one's from msgspec's compact text with the
+    separators widened (its only commas are between the numbers), a short list's ``repr``
+    (exactly that text too); other sequences are joined."""
     if type(values) is list:
+        if len(values) >= MIN_ENCODED:
+            try:
+                return _encode(values).decode().replace(",", ", ")
+            except (OverflowError, TypeError):  # an int beyond 64 bits, or not an int
+                pass
         return repr(values)
     return "[" + ", ".join(map(str, values)) + "]"
 

@@ -160,6 +160,10 @@ class RepeatedBlockTokens(TokenSeq):
     def token_bytes(self, start: int, end: int) -> bytes:
         """Each trace block's part of the range as its token's bytes repeated (no token list)."""
         pack = _U32.pack
+        tb = self.trace_block_size
+        end = min(end, self._len)
+        if 0 <= start < end and start // tb == (end - 1) // tb:  # one trace block's tokens
+            return pack(self.hash_ids[start // tb] & _MASK32) * (end - start)
         return b"".join([pack(token) * count for token, count in self._pieces(start, end)])
 
     def block_hashes_elided(self, block_size: int) -> tuple[list[int], list[int]]:
