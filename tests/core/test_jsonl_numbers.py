@@ -9,7 +9,19 @@ import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from servesim.jsonl_lines import MIN_ENCODED, POSITIONAL, _int_list, number_texts
+from servesim.contract import ForwardPassMetrics
+from servesim.fpm_runs import FpmRun
+from servesim.jsonl_lines import (
+    MIN_ENCODED,
+    POSITIONAL,
+    _int_list,
+    fpm_line,
+    fpm_run_lines,
+    kv_event_lines,
+    number_texts,
+)
+from servesim.kv.event_records import RemovedRun, StoredRun, materialise
+from servesim.sinks_builtin import fpm_record, kv_event_record
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 ints = st.integers(-(2**70), 2**70)
@@ -55,3 +67,23 @@ def test_int_list_is_json_dumps_of_the_list() -> None:
                    list(range(100)), [18446744073709551615] * 9):
         assert _int_list(values) == json.dumps(values)
     assert _int_list((1, 2, 3)) == "[1, 2, 3]"  # a tuple is joined
+
+
+def test_single_times_and_durations_at_the_edges_are_written_as_json_writes_them() -> None:
+    """One float alone (a batch's time, a pass's wall time) also goes through msgspec when in
+    range: every edge value, as a KV batch's time, an FPM line's time and duration, and a
+    one-pass run's."""
+    batch = [RemovedRun(3, 0, [7, 8]), StoredRun(5, 0, None, [9], [10])]
+    for x in EDGES:
+        want = "".join(json.dumps(kv_event_record(2, x, e)) + "\n" for e in materialise(batch))
+        assert kv_event_lines(2, x, batch) == want
+        for dur in (x, 1.0):
+            if abs(dur) > 1e300:  # its duration in ms would overflow
+                continue
+            m = ForwardPassMetrics(worker_id=0, duration_ms=abs(dur) * 1000.0, var_decode_kv_tokens=abs(x))
+            assert fpm_line(1, x, m) == json.dumps(fpm_record(1, x, m)) + "\n"
+            base = {a.name: getattr(m, a.name) for a in ForwardPassMetrics.__attrs_attrs__
+                    if a.name not in ("counter_id", "num_decode_requests", "sum_decode_kv_tokens",
+                                      "var_decode_kv_tokens", "duration_ms")}
+            run = FpmRun(base, 0, [1], [2], [abs(x)], [abs(dur) * 1000.0])
+            assert fpm_run_lines(1, [x], run) == [json.dumps(fpm_record(1, x, run[0])) + "\n"]

@@ -35,8 +35,19 @@ _TOKENS_HASH = attrgetter("tokens_hash")
 _TOKEN_IDS = attrgetter("token_ids")
 
 
+#: Magnitudes whose float text ``repr`` writes in positional notation, as msgspec does.
+POSITIONAL = (1e-4, 1e16)
+_LOW, _HIGH = POSITIONAL
+#: Lists at least this long are encoded by msgspec (shorter ones cost more to encode than to
+#: ``repr``).
+MIN_ENCODED = 3
+_encode = Encoder().encode
+
+
 def _float(x: Any) -> str:
     x = float(x)
+    if _LOW <= x < _HIGH or -_HIGH < x <= -_LOW:  # msgspec writes it as repr does, quicker
+        return _encode(x).decode()
     if x - x != 0.0:
         raise ValueError(f"Out of range float values are not JSON compliant: {x!r}")
     return repr(x)
@@ -45,15 +56,6 @@ def _float(x: Any) -> str:
 def _num(x: Any) -> str:
     """``json`` text of an int or a float, whichever ``x`` is."""
     return repr(x) if type(x) is int else _float(x)
-
-
-#: Magnitudes whose float text ``repr`` writes in positional notation, as msgspec does.
-POSITIONAL = (1e-4, 1e16)
-_LOW, _HIGH = POSITIONAL
-#: Lists at least this long are encoded by msgspec (shorter ones cost more to encode than to
-#: ``repr``).
-MIN_ENCODED = 3
-_encode = Encoder().encode
 
 
 def number_texts(values: Sequence[Any]) -> Sequence[Any]:
@@ -83,7 +85,7 @@ def _ints(values: object) -> str:
 #: writes them.
 _FPM_LINE = (
     f'{{"version": {FPM_VERSION}, "worker_id": "%d", "dp_rank": %d, "counter_id": %d, '
-    '"wall_time": %r, "scheduled_requests": {"num_prefill_requests": %d, '
+    '"wall_time": %s, "scheduled_requests": {"num_prefill_requests": %d, '
     '"sum_prefill_tokens": %d, "var_prefill_length": %r, "sum_prefill_kv_tokens": %d, '
     '"num_decode_requests": %d, "sum_decode_kv_tokens": %d, "var_decode_kv_tokens": %r}, '
     '"queued_requests": {"num_prefill_requests": %d, "sum_prefill_tokens": %d, '
@@ -101,7 +103,7 @@ def fpm_line(worker_id: int, at_ms: Any, m: ForwardPassMetrics) -> str:
         for x in (wall, v1, v2, v3, v4):
             _float(x)
     return _FPM_LINE % (
-        worker_id, m.dp_rank, m.counter_id, wall, m.num_prefill_requests, m.sum_prefill_tokens, v1,
+        worker_id, m.dp_rank, m.counter_id, _float(wall), m.num_prefill_requests, m.sum_prefill_tokens, v1,
         m.sum_prefill_kv_tokens, m.num_decode_requests, m.sum_decode_kv_tokens, v2,
         m.num_queued_prefill, m.sum_queued_prefill_tokens, v3, m.num_queued_decode,
         m.sum_queued_decode_kv_tokens, v4, _num(at_ms),
@@ -189,7 +191,7 @@ def fpm_run_lines(worker_id: int, ats: Sequence[Any], run: FpmRun) -> list[str]:
         if t - t != 0.0:
             for x in (wall, v, at):
                 _num(x)
-        return [tpl % (c0, wall, run.num_decode[0], run.sum_decode_kv[0], v, at)]
+        return [tpl % (c0, _float(wall), run.num_decode[0], run.sum_decode_kv[0], v, _num(at))]
     walls = list(map(truediv, map(float, durations), repeat(1000.0)))
     variances = list(map(float, var_decode))
     # ``%r`` of an int or a float is what ``_num`` writes; anything else becomes a float first.
@@ -302,7 +304,7 @@ def kv_event_lines(worker_id: int, at_ms: Any, events: Sequence[Any]) -> str:
     if not events:
         return ""
     dp = events[0].dp_rank
-    at = repr(at_ms) if type(at_ms) is float and at_ms - at_ms == 0.0 else _num(at_ms)
+    at = _encode(at_ms).decode() if type(at_ms) is float and _LOW <= at_ms < _HIGH else _num(at_ms)
     templates = _templates(worker_id, dp)
     if len(events) == 1:
         e = events[0]
