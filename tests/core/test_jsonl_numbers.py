@@ -80,7 +80,8 @@ def test_single_times_and_durations_at_the_edges_are_written_as_json_writes_them
         for dur in (x, 1.0):
             if abs(dur) > 1e300:  # its duration in ms would overflow
                 continue
-            m = ForwardPassMetrics(worker_id=0, duration_ms=abs(dur) * 1000.0, var_decode_kv_tokens=abs(x))
+            m = ForwardPassMetrics(worker_id=0, duration_ms=abs(dur) * 1000.0,
+                                   var_decode_kv_tokens=abs(x))
             assert fpm_line(1, x, m) == json.dumps(fpm_record(1, x, m)) + "\n"
             base = {a.name: getattr(m, a.name) for a in ForwardPassMetrics.__attrs_attrs__
                     if a.name not in ("counter_id", "num_decode_requests", "sum_decode_kv_tokens",

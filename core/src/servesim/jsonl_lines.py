@@ -10,10 +10,12 @@ an int time is written as an int, and the compiled build (mypyc, which turns an 
 as a ``float`` into one) must keep it one.
 
 Long lists of numbers (a run's pass ends and durations, a ``Stored`` event's hashes) are
-turned into text by one msgspec encode each rather than one ``repr`` a number: msgspec writes an int as ``repr`` does, and a float with the same shortest
-round-trip digits, in the same positional notation for zero and magnitudes in
-:data:`POSITIONAL` (outside it Python writes ``1e-05`` and ``1e+16``, msgspec ``0.00001`` and
-``1e16``, so such lists keep ``repr``; tests/core/test_jsonl_numbers.py pins both sides).
+turned into text by one msgspec encode each rather than one ``repr`` a number, and so is a
+lone float (a batch's time, a pass's wall time). msgspec writes an int as ``repr`` does, and
+a float with the same shortest round-trip digits in the same positional notation for zero
+and magnitudes in :data:`POSITIONAL`. Outside it Python writes ``1e-05`` and ``1e+16`` where
+msgspec writes ``0.00001`` and ``1e16``, so such floats, and lists holding one, keep
+``repr`` (tests/core/test_jsonl_numbers.py pins both sides of each end).
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def _ints(values: object) -> str:
 
 
 #: One FPM line: ``%d`` of an int is its ``str`` and ``%r`` of a float its ``repr``, as ``json``
-#: writes them.
+#: writes them; the wall time is its text (``_float``).
 _FPM_LINE = (
     f'{{"version": {FPM_VERSION}, "worker_id": "%d", "dp_rank": %d, "counter_id": %d, '
     '"wall_time": %s, "scheduled_requests": {"num_prefill_requests": %d, '
@@ -103,8 +105,9 @@ def fpm_line(worker_id: int, at_ms: Any, m: ForwardPassMetrics) -> str:
         for x in (wall, v1, v2, v3, v4):
             _float(x)
     return _FPM_LINE % (
-        worker_id, m.dp_rank, m.counter_id, _float(wall), m.num_prefill_requests, m.sum_prefill_tokens, v1,
-        m.sum_prefill_kv_tokens, m.num_decode_requests, m.sum_decode_kv_tokens, v2,
+        worker_id, m.dp_rank, m.counter_id, _float(wall), m.num_prefill_requests,
+        m.sum_prefill_tokens, v1, m.sum_prefill_kv_tokens, m.num_decode_requests,
+        m.sum_decode_kv_tokens, v2,
         m.num_queued_prefill, m.sum_queued_prefill_tokens, v3, m.num_queued_decode,
         m.sum_queued_decode_kv_tokens, v4, _num(at_ms),
     )
@@ -194,7 +197,7 @@ def fpm_run_lines(worker_id: int, ats: Sequence[Any], run: FpmRun) -> list[str]:
         return [tpl % (c0, _float(wall), run.num_decode[0], run.sum_decode_kv[0], v, _num(at))]
     walls = list(map(truediv, map(float, durations), repeat(1000.0)))
     variances = list(map(float, var_decode))
-    # ``%r`` of an int or a float is what ``_num`` writes; anything else becomes a float first.
+    # ``%s`` of an int or a float is what ``_num`` writes; anything else becomes a float first.
     if not _NUMBER_TYPES.issuperset(map(type, ats)):
         ats = [a if type(a) is int else float(a) for a in ats]
     total = sum(walls) + sum(variances) + sum(ats)
@@ -304,7 +307,8 @@ def kv_event_lines(worker_id: int, at_ms: Any, events: Sequence[Any]) -> str:
     if not events:
         return ""
     dp = events[0].dp_rank
-    at = _encode(at_ms).decode() if type(at_ms) is float and _LOW <= at_ms < _HIGH else _num(at_ms)
+    at = (_encode(at_ms).decode() if type(at_ms) is float and _LOW <= at_ms < _HIGH
+          else _num(at_ms))
     templates = _templates(worker_id, dp)
     if len(events) == 1:
         e = events[0]
