@@ -3,6 +3,7 @@
 
     python benchmarks/bench_sinks.py [--case vllm-4w-kv] [-n 10000] [--repeat 3]
                                      [--sinks none,jsonl-kv,jsonl-fpm,jsonl-both,...]
+                                     [--against CHECKOUT]
 
 Every configuration replays the same seeded trace in its own child process
 (``perf_child.py``, which times :func:`servesim.replay.runner.simulate` only) and prints one
@@ -17,6 +18,11 @@ a temporary folder; ``zmq-*`` publish to 127.0.0.1 with no subscriber and need s
 ``jsonl-both-unformatted`` replays ``jsonl-both`` with the line formatters replaced by ones
 that write nothing (``perf_unformatted.py``): what it adds to ``none`` is producing, merging
 and writing the events; what ``jsonl-both`` adds to it is formatting their text.
+``--against CHECKOUT`` also replays every configuration from another checkout (a ``git
+archive`` of another commit, say; its packages shadow the installed ones as ``run.py
+--tree`` does) in the same rounds, the two trees' order swapped every round, and prints its
+table and each configuration's difference to it round by round. On a machine whose speed
+drifts by more than a change saves, that paired difference is the figure to read.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from perf_bytecode import ensure_bytecode  # noqa: E402
 from perf_cases import select_cases  # noqa: E402
 from perf_trace import ensure_trace  # noqa: E402
 from perf_unformatted import ENV as UNFORMATTED_ENV  # noqa: E402
+from run import tree_env  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "perf_child.py"
@@ -64,9 +71,11 @@ UNFORMATTED = frozenset({"jsonl-both-unformatted"})
 
 
 def run_once(trace: Path, sets: list[str], out_dir: Path, unformatted: bool = False,
-             timeout: float | None = None) -> dict:
+             timeout: float | None = None, env: dict[str, str] | None = None) -> dict:
+    """One replay in a child (``env``: its environment, default this one's); its
+    ``perf_child`` result, or ``{"error": ...}``."""
     out = out_dir / "child.json"
-    env = dict(os.environ)
+    env = dict(os.environ if env is None else env)
     env.pop(UNFORMATTED_ENV, None)
     if unformatted:
         env[UNFORMATTED_ENV] = "1"
@@ -85,42 +94,88 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", "--requests", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sinks", default="none,jsonl-kv,jsonl-fpm,jsonl-both")
+    ap.add_argument("--against", default=None, metavar="CHECKOUT",
+                    help="also replay every configuration from this checkout, in the same rounds")
     ap.add_argument("--trace-dir", default=str(Path(tempfile.gettempdir()) / "servesim-bench-traces"))
     args = ap.parse_args(argv)
+    if args.against is not None and not (Path(args.against) / "core" / "src" / "servesim").is_dir():
+        ap.error(f"--against {args.against}: not a servesim checkout (no core/src/servesim)")
     (case,) = select_cases([args.case], False, args.requests)
     trace = ensure_trace(case.trace, Path(args.trace_dir))
     print(f"# {ensure_bytecode()}", file=sys.stderr)  # timed as an installed copy runs
+    trees: dict[str, dict[str, str] | None] = {"installed": None}
+    if args.against is not None:
+        trees[args.against] = tree_env(args.against)
+        print(f"# {ensure_bytecode(sys.executable, trees[args.against])}", file=sys.stderr)
     names = args.sinks.split(",")
-    best: dict[str, float] = {}
-    passes: dict[str, int] = {}
-    errors: dict[str, str] = {}
-    rounds: list[dict[str, float]] = []
+    results = {tree: Results() for tree in trees}
     with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(args.repeat):  # interleaved, so machine load hits every row alike
-            got: dict[str, float] = {}
-            for name in names:
-                res = run_once(trace, [*case.servesim_sets(), *sink_sets(name, Path(tmp))], Path(tmp),
-                               unformatted=name in UNFORMATTED)
-                if "error" in res:
-                    errors[name] = res["error"]
-                    continue
-                got[name] = res["cpu_s"]
-                best[name] = min(best.get(name, float("inf")), res["cpu_s"])
-                passes[name] = res["passes"]
-            rounds.append(got)
-    base = best.get("none")
+        for r in range(args.repeat):  # interleaved, so machine load hits every row alike
+            order = list(trees) if r % 2 == 0 else list(trees)[::-1]
+            for tree in order:
+                got: dict[str, float] = {}
+                for name in names:
+                    res = run_once(trace, [*case.servesim_sets(), *sink_sets(name, Path(tmp))],
+                                   Path(tmp), unformatted=name in UNFORMATTED, env=trees[tree])
+                    results[tree].add(name, res, got)
+                results[tree].rounds.append(got)
     print(f"case {case.name}, {case.n} requests, fastest of {args.repeat}\n")
-    print("| sinks | CPU s | passes | x none |\n|---|---:|---:|---:|")
-    for name in names:
-        if name in errors and name not in best:
-            print(f"| {name} | error: {errors[name]} | | |")
-            continue
-        ratio = f"{best[name] / base:.2f}" if base else ""
-        print(f"| {name} | {best[name]:.2f} | {passes[name]} | {ratio} |")
-    print()
-    for line in round_lines(names, rounds):
-        print(line)
+    for tree, res in results.items():
+        if len(results) > 1:
+            print(f"{'installed packages' if tree == 'installed' else 'checkout ' + tree}:\n")
+        for line in res.table(names):
+            print(line)
+        print()
+        for line in round_lines(names, res.rounds):
+            print(line)
+        print()
+    if args.against is not None:
+        for line in paired_lines(names, results["installed"].rounds, results[args.against].rounds):
+            print(line)
     return 0
+
+
+class Results:
+    """One tree's replays: the fastest CPU time and the passes of each configuration, its
+    last error, and every round's CPU times."""
+
+    def __init__(self) -> None:
+        self.best: dict[str, float] = {}
+        self.passes: dict[str, int] = {}
+        self.errors: dict[str, str] = {}
+        self.rounds: list[dict[str, float]] = []
+
+    def add(self, name: str, res: dict, got: dict[str, float]) -> None:
+        if "error" in res:
+            self.errors[name] = res["error"]
+            return
+        got[name] = res["cpu_s"]
+        self.best[name] = min(self.best.get(name, float("inf")), res["cpu_s"])
+        self.passes[name] = res["passes"]
+
+    def table(self, names: list[str]) -> list[str]:
+        base = self.best.get("none")
+        out = ["| sinks | CPU s | passes | x none |", "|---|---:|---:|---:|"]
+        for name in names:
+            if name not in self.best:
+                out.append(f"| {name} | error: {self.errors.get(name, 'no run')} | | |")
+                continue
+            ratio = f"{self.best[name] / base:.2f}" if base else ""
+            out.append(f"| {name} | {self.best[name]:.2f} | {self.passes[name]} | {ratio} |")
+        return out
+
+
+def paired_lines(names: list[str], mine: list[dict[str, float]],
+                 theirs: list[dict[str, float]]) -> list[str]:
+    """Per configuration: the installed run's CPU seconds less the checkout's, in each round
+    that ran both, and their median."""
+    out = []
+    for name in names:
+        got = [m[name] - t[name] for m, t in zip(mine, theirs, strict=True) if name in m and name in t]
+        if got:
+            out.append(f"- {name}: installed - checkout by round "
+                       + ", ".join(f"{x:+.3f}" for x in got) + f" s (median {median(got):+.3f} s)")
+    return out
 
 
 def round_lines(names: list[str], rounds: list[dict[str, float]]) -> list[str]:

@@ -2,14 +2,17 @@
 launch configuration the way ``peer_dynamo.py`` reports it (one ``engine`` for an aggregated
 replay, one per role and worker counts by role for a prefill/decode split), and
 ``benchmarks/run.round_ratios`` pairs each round's two runs, and ``benchmarks/bench_sinks``
-gives each sink configuration's ratio to the sink-free run round by round and replays its
-unformatted configuration with the same passes and report, writing no text."""
+gives each sink configuration's ratio to the sink-free run round by round, replays its
+unformatted configuration with the same passes and report, writing no text, and replays
+another checkout in the same rounds with one paired difference a round."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -119,3 +122,33 @@ def test_unformatted_sinks_replay_the_same_run_and_write_no_text(tmp_path):
     assert (tmp_path / "bare" / "fpm.jsonl").read_bytes() == b""
     assert bs.sink_sets("jsonl-both-unformatted", tmp_path) == bs.sink_sets("jsonl-both", tmp_path)
     assert bs.UNFORMATTED == {"jsonl-both-unformatted"}
+
+
+def test_paired_differences_skip_rounds_missing_either_tree():
+    bs = _bench_module("bench_sinks")
+    mine = [{"none": 2.0, "jsonl-both": 3.5}, {"none": 2.5}, {"none": 2.2, "jsonl-both": 3.0}]
+    theirs = [{"none": 2.25, "jsonl-both": 3.0}, {"none": 2.5, "jsonl-both": 3.9}, {"none": 2.0}]
+    assert bs.paired_lines(["none", "jsonl-both", "zmq-kv"], mine, theirs) == [
+        "- none: installed - checkout by round -0.250, +0.000, +0.200 s (median +0.000 s)",
+        "- jsonl-both: installed - checkout by round +0.500 s (median +0.500 s)",
+    ]
+
+
+def test_against_a_checkout_replays_both_trees_in_every_round(tmp_path, capsys):
+    """``bench_sinks --against CHECKOUT`` (here the repository itself): a table for each
+    tree with the same passes, and one paired difference a round."""
+    bs = _bench_module("bench_sinks")
+    assert bs.main(["-n", "20", "--repeat", "2", "--sinks", "none,jsonl-kv", "--against", str(ROOT),
+                    "--trace-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("case vllm-4w-kv, 20 requests, fastest of 2\n")
+    assert "installed packages:\n" in out and f"checkout {ROOT}:\n" in out
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| jsonl-kv |")]
+    assert len(rows) == 2 and rows[0][2] == rows[1][2] and int(rows[0][2]) > 20  # same passes
+    paired = [line for line in out.splitlines() if "installed - checkout by round" in line]
+    assert [line.split(":")[0] for line in paired] == ["- none", "- jsonl-kv"]
+    assert all(line.split("by round ")[1].split(" s (")[0].count(", ") == 1 for line in paired)
+    with pytest.raises(SystemExit) as exc:  # not a checkout: one line, no replay
+        bs.main(["--against", str(tmp_path), "--repeat", "1"])
+    assert exc.value.code == 2
+    assert "not a servesim checkout" in capsys.readouterr().err
