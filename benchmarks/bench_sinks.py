@@ -113,12 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.repeat):  # interleaved, so machine load hits every row alike
             order = list(trees) if r % 2 == 0 else list(trees)[::-1]
             for tree in order:
-                got: dict[str, float] = {}
+                results[tree].rounds.append({})
                 for name in names:
                     res = run_once(trace, [*case.servesim_sets(), *sink_sets(name, Path(tmp))],
                                    Path(tmp), unformatted=name in UNFORMATTED, env=trees[tree])
-                    results[tree].add(name, res, got)
-                results[tree].rounds.append(got)
+                    results[tree].add(name, res)
     print(f"case {case.name}, {case.n} requests, fastest of {args.repeat}\n")
     for tree, res in results.items():
         if len(results) > 1:
@@ -137,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
 class Results:
     """One tree's replays: the fastest CPU time and the passes of each configuration, its
-    last error, and every round's CPU times."""
+    last error, and every round's CPU times (:meth:`add` records into the last round)."""
 
     def __init__(self) -> None:
         self.best: dict[str, float] = {}
@@ -145,11 +144,11 @@ class Results:
         self.errors: dict[str, str] = {}
         self.rounds: list[dict[str, float]] = []
 
-    def add(self, name: str, res: dict, got: dict[str, float]) -> None:
+    def add(self, name: str, res: dict) -> None:
         if "error" in res:
             self.errors[name] = res["error"]
             return
-        got[name] = res["cpu_s"]
+        self.rounds[-1][name] = res["cpu_s"]
         self.best[name] = min(self.best.get(name, float("inf")), res["cpu_s"])
         self.passes[name] = res["passes"]
 
