@@ -75,7 +75,7 @@ def number_texts(values: Sequence[Any]) -> Sequence[Any]:
                 return values
     try:
         return _encode(values).decode()[1:-1].split(",")
-    except (OverflowError, TypeError):  # an int beyond 64 bits, or a number msgspec refuses
+    except (OverflowError, TypeError):  # a value this msgspec release cannot encode
         return values
 
 
@@ -267,7 +267,7 @@ def _int_list(values: Sequence[int]) -> str:
         if len(values) >= MIN_ENCODED:
             try:
                 return _encode(values).decode().replace(",", ", ")
-            except (OverflowError, TypeError):  # an int beyond 64 bits, or not an int
+            except (OverflowError, TypeError):  # a value this msgspec release cannot encode
                 pass
         return repr(values)
     return "[" + ", ".join(map(str, values)) + "]"
