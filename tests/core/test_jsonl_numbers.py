@@ -1,6 +1,6 @@
-"""servesim.jsonl_lines turns long lists of numbers into text with msgspec: the texts must be
-exactly what ``json.dumps`` (``repr``) writes, and lists whose floats msgspec writes
-differently keep their numbers."""
+"""servesim.jsonl_lines turns numbers into text with msgspec: the texts must be exactly what
+``json.dumps`` (``repr``) writes, and lists holding a float msgspec writes differently are
+written number by number."""
 
 from __future__ import annotations
 
@@ -11,14 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from servesim.contract import ForwardPassMetrics
 from servesim.fpm_runs import FpmRun
+import servesim.jsonl_lines as jsonl_lines
 from servesim.jsonl_lines import (
     MIN_ENCODED,
     POSITIONAL,
     _int_list,
+    _positional,
+    _texts,
     fpm_line,
     fpm_run_lines,
     kv_event_lines,
-    number_texts,
 )
 from servesim.kv.event_records import RemovedRun, StoredRun, materialise
 from servesim.sinks_builtin import fpm_record, kv_event_record
@@ -34,32 +36,63 @@ EDGES = [0.0, -0.0, LOW, math.nextafter(LOW, 0.0), math.nextafter(LOW, 1.0), HIG
 EDGES += [-x for x in EDGES]
 
 
-def _as_written(values: list) -> list[str]:
-    """What a ``%s`` fill writes for each item ``number_texts`` returns (a text, or the number)."""
-    return ["%s" % v for v in number_texts(values)]
-
-
 @settings(max_examples=400, derandomize=True)
-@given(st.lists(st.one_of(finite, ints, st.sampled_from(EDGES)), max_size=12))
-def test_number_texts_write_what_json_writes(values: list) -> None:
-    assert _as_written(values) == [json.dumps(v) for v in values]
+@given(st.lists(st.one_of(finite, ints, st.sampled_from(EDGES)), min_size=1, max_size=12))
+def test_texts_are_what_json_writes(values: list) -> None:
+    assert _texts(values) == [json.dumps(v) for v in values]
 
 
 def test_each_edge_float_is_written_as_json_writes_it() -> None:
     for x in EDGES:
-        for values in ([x] * MIN_ENCODED, [1.5, x, 2.5], [x, 0.0, 7.0]):
-            assert _as_written(values) == [json.dumps(v) for v in values], values
+        for values in ([x], [x] * MIN_ENCODED, [1.5, x, 2.5], [x, 0.0, 7.0], [0, x]):
+            assert _texts(values) == [json.dumps(v) for v in values], values
 
 
-def test_lists_in_the_positional_range_are_encoded_and_others_keep_their_numbers() -> None:
+def test_lists_in_the_positional_range_are_encoded_and_others_are_not() -> None:
     inside = [0.0, -0.0, LOW, 39.583057, 0.005843231000000003, math.nextafter(HIGH, 0.0), 12, -3.5]
-    got = number_texts(inside)
-    assert got == ["0.0", "-0.0", "0.0001", "39.583057", "0.005843231000000003",
-                   "9999999999999998.0", "12", "-3.5"]
-    for outside in ([1.0, 2.0, 1e-5], [1.0, 2.0, HIGH], [-HIGH, 1.0, 2.0], [5e-324, 1.0, 2.0]):
-        assert number_texts(outside) is outside
-    short = [0.1] * (MIN_ENCODED - 1)
-    assert number_texts(short) is short
+    assert _positional(inside) and _positional([0.0, -0.0]) and _positional([0, 12, 1.5])
+    assert _texts(inside) == ["0.0", "-0.0", "0.0001", "39.583057", "0.005843231000000003",
+                              "9999999999999998.0", "12", "-3.5"]
+    for outside in ([1.0, 2.0, 1e-5], [1.0, 2.0, HIGH], [-HIGH, 1.0, 2.0], [5e-324, 1.0, 2.0],
+                    [0.0, 1e-5], [10**16, 1.0]):
+        assert not _positional(outside), outside
+        assert _texts(outside) == [json.dumps(v) for v in outside]
+
+
+def test_without_msgspec_the_texts_are_each_numbers_own(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A list msgspec refuses (a value a release cannot encode) falls back to ``str``: the
+    same lines, from every path that encodes a list with msgspec (a lone in-range float is
+    always encoded)."""
+    encode = jsonl_lines._encode
+
+    def refuse(values: object) -> bytes:
+        if isinstance(values, list):
+            raise TypeError("refused")
+        return encode(values)
+
+    m = ForwardPassMetrics(worker_id=0, duration_ms=5.25, var_decode_kv_tokens=3.5,
+                           var_prefill_length=0.25, num_decode_requests=2)
+    base = {a.name: getattr(m, a.name) for a in ForwardPassMetrics.__attrs_attrs__
+            if a.name not in ("counter_id", "num_decode_requests", "sum_decode_kv_tokens",
+                              "var_decode_kv_tokens", "duration_ms")}
+    runs = [FpmRun(base, 4, [1, 2, 2], [3, 9, 11], [0.5, 0.5, 0.5], [1.25, 2.0, 0.0]),
+            FpmRun(base, 4, [1, 2, 2], [3, 9, 11], [0.0, -0.0, 2.5], [1.25, 2.0, 3.0]),
+            FpmRun(base, 9, [1], [3], [0.75], [1.5])]
+    batch = [RemovedRun(3, 0, [2**64 - 1, 8, 2**70]), StoredRun(6, 0, 5, [9, 10, 11], [1, 2, 3])]
+    got = []
+    for patched in (False, True):
+        if patched:
+            monkeypatch.setattr(jsonl_lines, "_encode", refuse)
+        lines = [fpm_line(1, 12.5, m), kv_event_lines(2, 7.25, batch)]
+        for run in runs:
+            ats = [10.0 + j for j in range(len(run))]
+            lines += fpm_run_lines(1, ats, run)
+            assert fpm_run_lines(1, ats, run) == [
+                json.dumps(fpm_record(1, a, p)) + "\n" for a, p in zip(ats, run, strict=True)]
+        got.append(lines)
+    assert got[0] == got[1]
+    assert got[0][1] == "".join(json.dumps(kv_event_record(2, 7.25, e)) + "\n"
+                                for e in materialise(batch))
 
 
 def test_int_list_is_json_dumps_of_the_list() -> None:

@@ -9,17 +9,20 @@ path. ``json`` writes ints and finite floats with their ``repr``; a NaN or infin
 an int time is written as an int, and the compiled build (mypyc, which turns an int passed
 as a ``float`` into one) must keep it one.
 
-Long lists of numbers (a run's pass ends and durations, a ``Stored`` event's hashes) are
-turned into text by one msgspec encode each rather than one ``repr`` a number, and so is a
-lone float (a batch's time, a pass's wall time). msgspec writes an int as ``repr`` does, and
-a float with the same shortest round-trip digits in the same positional notation for zero
-and magnitudes in :data:`POSITIONAL`. Outside it Python writes ``1e-05`` and ``1e+16`` where
-msgspec writes ``0.00001`` and ``1e16``, so such floats, and lists holding one, keep
-``repr`` (tests/core/test_jsonl_numbers.py pins both sides of each end).
+Numbers are mostly turned into text by msgspec, many to one encode: a run's per-pass values,
+a ``Stored`` event's hash lists, an eviction's event ids and hashes, a lone float (a batch's
+time, a pass's wall time). The texts are then joined between fixed pieces of the line rather
+than ``%`` filled into a template, which scans the template a character at a time. msgspec
+writes an int as ``repr`` does, and a float with the same shortest round-trip digits in the
+same positional notation for zero and magnitudes in :data:`POSITIONAL`. Outside it Python
+writes ``1e-05`` and ``1e+16`` where msgspec writes ``0.00001`` and ``1e16``, so such floats,
+and lists holding one, keep ``repr`` (tests/core/test_jsonl_numbers.py pins both sides of each
+end).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 from itertools import repeat
@@ -40,8 +43,8 @@ _TOKEN_IDS = attrgetter("token_ids")
 #: Magnitudes whose float text ``repr`` writes in positional notation, as msgspec does.
 POSITIONAL = (1e-4, 1e16)
 _LOW, _HIGH = POSITIONAL
-#: Lists at least this long are encoded by msgspec (shorter ones cost more to encode than to
-#: ``repr``).
+#: Lists of ints at least this long are encoded by msgspec (shorter ones cost more to encode
+#: than to ``repr``).
 MIN_ENCODED = 3
 _encode = Encoder().encode
 
@@ -58,25 +61,6 @@ def _float(x: Any) -> str:
 def _num(x: Any) -> str:
     """``json`` text of an int or a float, whichever ``x`` is."""
     return repr(x) if type(x) is int else _float(x)
-
-
-def number_texts(values: Sequence[Any]) -> Sequence[Any]:
-    """The text of each finite int or float of ``values`` as ``json`` writes it, or ``values``
-    itself where that is quicker (``%s`` of an int or a float is that text too): one msgspec
-    encode of the list, cut at its commas, when every float's text is msgspec's as well."""
-    if len(values) < MIN_ENCODED:
-        return values
-    lo, hi = min(values), max(values)
-    if not (_LOW <= lo and hi < _HIGH):
-        if lo <= -_HIGH or hi >= _HIGH:
-            return values
-        for x in values:
-            if x and not _LOW <= abs(x):
-                return values
-    try:
-        return _encode(values).decode()[1:-1].split(",")
-    except (OverflowError, TypeError):  # a value this msgspec release cannot encode
-        return values
 
 
 def _ints(values: object) -> str:
@@ -113,11 +97,39 @@ def fpm_line(worker_id: int, at_ms: Any, m: ForwardPassMetrics) -> str:
     )
 
 
+def _positional(values: Sequence[Any]) -> bool:
+    """Whether msgspec writes every float of ``values`` (finite ints and floats) as ``repr``
+    does: each is zero or has a magnitude in :data:`POSITIONAL`."""
+    lo, hi = min(values), max(values)
+    if _LOW <= lo and hi < _HIGH:
+        return True
+    if lo <= -_HIGH or hi >= _HIGH:
+        return False
+    if lo == hi == 0.0:  # zeros only (variances, mostly)
+        return True
+    return all(not x or _LOW <= abs(x) for x in values)
+
+
+def _encode_texts(values: list[Any]) -> list[str]:
+    """The texts of ``values`` (finite ints, and floats msgspec writes as ``repr`` does) from
+    one msgspec encode cut at its commas, or each one's ``str``."""
+    try:
+        return _encode(values).decode()[1:-1].split(",")
+    except (OverflowError, TypeError):  # a value this msgspec release cannot encode
+        return list(map(str, values))
+
+
+def _texts(values: list[Any]) -> list[str]:
+    """The ``json`` text of each of ``values`` (finite floats and ints): one msgspec encode cut
+    at its commas when msgspec writes every float as ``repr`` does, else each one's ``str``
+    (a float's is its ``repr``). A float's ``repr`` alone costs several msgspec encodes."""
+    return _encode_texts(values) if _positional(values) else list(map(str, values))
+
+
 #: The lines of a run (:class:`~servesim.fpm_runs.FpmRun`): the run's constants filled in once
-#: (the doubled ``%%`` stay as the five per-pass values and ``at_ms``), then one fill a pass.
-#: The per-pass floats are ``%s``: a float's ``str`` is its ``repr`` (an int's too), so a fill
-#: takes either the number or its text (:func:`number_texts`); a run whose passes share one
-#: decode variance passes its text, formatted once.
+#: (the doubled ``%%`` stay as the five per-pass values and ``at_ms``); a pass's line is then
+#: the template's seven pieces with the pass's six texts between them (:func:`fpm_run_lines`),
+#: or one ``%`` fill of it for a run of one pass (a float's ``str`` is its ``repr``).
 _FPM_RUN_LINE = (
     '{"version": %d, "worker_id": "%d", "dp_rank": %d, "counter_id": %%d, '
     '"wall_time": %%s, "scheduled_requests": {"num_prefill_requests": %d, '
@@ -127,19 +139,24 @@ _FPM_RUN_LINE = (
     '"var_prefill_length": %r, "num_decode_requests": %d, "sum_decode_kv_tokens": %d, '
     '"var_decode_kv_tokens": %r}, "at_ms": %%s}\n'
 )
+#: The per-pass fields of a filled run template, in order.
+_RUN_SPEC = re.compile("%[ds]")
+#: A pass's line in pieces: the template's literal text at the even places (13 in all).
+_PASS_PARTS = 13
 
-
-#: Filled run templates by the run's constants (``_run_template``), cleared when full.
-_RUN_TEMPLATES: dict[tuple[Any, ...], str] = {}
+#: Filled run templates (the template and its pieces) by the run's constants
+#: (``_run_template``), cleared when full.
+_RUN_TEMPLATES: dict[tuple[Any, ...], tuple[str, list[Any]]] = {}
 #: Per worker id: the last run's ``base`` (held, so its id is not reused) and its template.
-_LAST_TEMPLATE: dict[int, tuple[dict[str, Any], str]] = {}
+_LAST_TEMPLATE: dict[int, tuple[dict[str, Any], tuple[str, list[Any]]]] = {}
 
 
-def _run_template(worker_id: int, b: dict[str, Any]) -> str:
-    """:data:`_FPM_RUN_LINE` filled with a run's constants. Runs of one rank share them
-    while its queues stay put, so the filled templates are kept by those values (a zero
-    float is keyed by its text, which tells ``-0.0`` from ``0.0``; a NaN never matches and
-    so always reaches the check below). A rank hands the same ``base`` to its runs while
+def _run_template(worker_id: int, b: dict[str, Any]) -> tuple[str, list[Any]]:
+    """:data:`_FPM_RUN_LINE` filled with a run's constants, and its pieces (the literal texts
+    at the even places of a 13-item list, ``None`` where a pass's values go). Runs of one rank
+    share them while its queues stay put, so the filled templates are kept by those values (a
+    zero float is keyed by its text, which tells ``-0.0`` from ``0.0``; a NaN never matches
+    and so always reaches the check below). A rank hands the same ``base`` to its runs while
     their constants hold (``FpmRun.base`` is never changed once built), so the worker's
     last one is looked up first, by identity."""
     last = _LAST_TEMPLATE.get(worker_id)
@@ -151,8 +168,8 @@ def _run_template(worker_id: int, b: dict[str, Any]) -> str:
            v1 if v1 else repr(v1), b["sum_prefill_kv_tokens"], b["num_queued_prefill"],
            b["sum_queued_prefill_tokens"], v2 if v2 else repr(v2), b["num_queued_decode"],
            b["sum_queued_decode_kv_tokens"], v3 if v3 else repr(v3))
-    tpl = _RUN_TEMPLATES.get(key)
-    if tpl is None:
+    filled = _RUN_TEMPLATES.get(key)
+    if filled is None:
         for x in (v1, v2, v3):
             _float(x)
         tpl = _FPM_RUN_LINE % (
@@ -161,13 +178,17 @@ def _run_template(worker_id: int, b: dict[str, Any]) -> str:
             b["sum_queued_prefill_tokens"], v2, b["num_queued_decode"],
             b["sum_queued_decode_kv_tokens"], v3,
         )
+        # The constants are ints and float texts: the only ``%`` left are the six specs.
+        parts: list[Any] = [None] * _PASS_PARTS
+        parts[0::2] = _RUN_SPEC.split(tpl)
+        filled = (tpl, parts)
         if len(_RUN_TEMPLATES) >= 4096:
             _RUN_TEMPLATES.clear()
-        _RUN_TEMPLATES[key] = tpl
+        _RUN_TEMPLATES[key] = filled
     if len(_LAST_TEMPLATE) >= 4096:
         _LAST_TEMPLATE.clear()
-    _LAST_TEMPLATE[worker_id] = (b, tpl)
-    return tpl
+    _LAST_TEMPLATE[worker_id] = (b, filled)
+    return filled
 
 
 _NUMBER_TYPES = frozenset((float, int))
@@ -175,9 +196,12 @@ _NUMBER_TYPES = frozenset((float, int))
 
 def fpm_run_lines(worker_id: int, ats: Sequence[Any], run: FpmRun) -> list[str]:
     """``[fpm_line(worker_id, ats[j], run[j]) for j in range(len(run))]``, without building
-    the objects: the run's constants are formatted once into a template, and each pass's
-    line is one ``%`` fill of it from the columns zipped, all at C level (``map``)."""
-    tpl = _run_template(worker_id, run.base)
+    the objects: the run's constants are formatted once into a template. A run of several
+    passes takes the texts of all its per-pass values from one msgspec encode (when msgspec
+    writes its floats as ``repr`` does), slice-assigns them between the repeated pieces of
+    the template and joins each pass's thirteen, all at C level; neither ``%`` formatting,
+    which scans the template a character at a time, nor one conversion call per number."""
+    tpl, pattern = _run_template(worker_id, run.base)
     durations = run.durations
     n = len(durations)
     var_decode = run.var_decode
@@ -188,34 +212,49 @@ def fpm_run_lines(worker_id: int, ats: Sequence[Any], run: FpmRun) -> list[str]:
         wall = float(durations[0]) / 1000.0
         v = float(var_decode[0])
         at = ats[0]
-        if type(at) is not int and type(at) is not float:
+        if type(at) is not int:
             at = float(at)
-        t = wall + v + at
+        t = wall + v + at if type(at) is float else wall + v
         if t - t != 0.0:
             for x in (wall, v, at):
                 _num(x)
-        return [tpl % (c0, _float(wall), run.num_decode[0], run.sum_decode_kv[0], v, _num(at))]
+        texts = _texts([wall, v, at])
+        return [tpl % (c0, texts[0], run.num_decode[0], run.sum_decode_kv[0], texts[1], texts[2])]
+    if not n:
+        return []
     walls = list(map(truediv, map(float, durations), repeat(1000.0)))
     variances = list(map(float, var_decode))
-    # ``%s`` of an int or a float is what ``_num`` writes; anything else becomes a float first.
+    # Each at is written as an int or a float, whichever it is; anything else becomes a float.
     if not _NUMBER_TYPES.issuperset(map(type, ats)):
         ats = [a if type(a) is int else float(a) for a in ats]
     total = sum(walls) + sum(variances) + sum(ats)
     if total - total != 0.0:  # some value is not finite (or the sum overflowed): find which
         for x in (*walls, *variances, *ats):
             _num(x)
-    v0 = variances[0] if n else 0.0
+    v0 = variances[0]
     # One variance for every pass (equal non-zero floats have one text; a zero's sign shows
     # in its text, so zeros are written one by one): formatted once.
-    vs: Any = (repeat(repr(v0), n) if v0 and variances.count(v0) == n
-               else number_texts(variances))
-    return list(map(tpl.__mod__, zip(range(c0, c0 + n), number_texts(walls), run.num_decode,
-                                     run.sum_decode_kv, vs, number_texts(ats))))
+    one_var = v0 != 0.0 and variances.count(v0) == n
+    # ``%d`` writes ``int(x)``, as the record does: the int columns are made ints.
+    values: list[Any] = [*range(c0, c0 + n), *walls, *map(int, run.num_decode),
+                         *map(int, run.sum_decode_kv), *ats]
+    if one_var:
+        values.append(v0)
+    else:
+        values += variances
+    texts = (_encode_texts(values) if _positional(walls) and _positional(ats)
+             and _positional(variances) else list(map(str, values)))
+    parts = pattern * n
+    parts[1::_PASS_PARTS] = texts[:n]
+    parts[3::_PASS_PARTS] = texts[n:2 * n]
+    parts[5::_PASS_PARTS] = texts[2 * n:3 * n]
+    parts[7::_PASS_PARTS] = texts[3 * n:4 * n]
+    parts[9::_PASS_PARTS] = texts[5 * n:] * n if one_var else texts[5 * n:]
+    parts[11::_PASS_PARTS] = texts[4 * n:5 * n]
+    return list(map("".join, zip(*[iter(parts)] * _PASS_PARTS)))
 
 
-#: A one-hash ``Removed`` line after its head: the event id and the hash, each its ``str`` as
-#: ``%s`` writes it (what ``json`` writes for an int).
-_REMOVED_LINE = '%s, "type": "BlockRemoved", "block_hashes": [%s]}\n'
+#: A one-hash ``Removed`` line after its head: the event id, this, the hash, then the tail.
 _REMOVED_MID = ', "type": "BlockRemoved", "block_hashes": ['
 _REMOVED_TAIL = "]}\n"
 
@@ -244,29 +283,38 @@ def _head(worker_id: int, dp: int, at_ms: Any) -> str:
 
 
 def _removed_run(head: str, rec: RemovedRun) -> str:
-    """The lines of ``len(rec.hashes)`` one-hash ``Removed`` events: ``head ID MID HASH TAIL``
-    each, as one ``%`` fill of the line's template repeated once a hash, with the ids and
-    hashes interleaved by slice assignment."""
+    """The lines of ``len(rec.hashes)`` one-hash ``Removed`` events, ``head ID MID HASH TAIL``
+    each: the ids' and the hashes' texts (one msgspec encode each, cut at its commas) are
+    slice-assigned between the repeated pieces and the whole joined once. Neither ``%``
+    formatting, which scans the literal text a character at a time, nor one ``str`` per int."""
     first = rec.event_id
     hashes = rec.hashes
     n = len(hashes)
-    if "%" in head:  # never from _templates (ints and a number's text), but stay exact
-        pairs = zip(map(str, range(first, first + n)), map(str, hashes))
-        return head + (_REMOVED_TAIL + head).join(map(_REMOVED_MID.join, pairs)) + _REMOVED_TAIL
-    values: list[int] = [0] * (2 * n)
-    values[0::2] = range(first, first + n)
-    values[1::2] = hashes
-    return ((head + _REMOVED_LINE) * n) % tuple(values)
+    if not n:
+        return ""
+    ids = list(range(first, first + n))
+    try:
+        id_texts: Any = _encode(ids).decode()[1:-1].split(",")
+        hash_texts: Any = _encode(hashes).decode()[1:-1].split(",")
+    except (OverflowError, TypeError):  # a value this msgspec release cannot encode
+        id_texts, hash_texts = map(str, ids), map(str, hashes)
+    parts: list[Any] = [_REMOVED_TAIL + head, None, _REMOVED_MID, None] * n
+    parts[0] = head
+    parts[1::4] = id_texts
+    parts[3::4] = hash_texts
+    parts.append(_REMOVED_TAIL)
+    return "".join(parts)
 
 
 def _int_list(values: Sequence[int]) -> str:
     """``json`` text of a list of ints: a long one's from msgspec's compact text with the
-    separators widened (its only commas are between the numbers), a short list's ``repr``
+    separators widened (its only commas are between the numbers; in its bytes, which
+    ``bytes.replace`` widens in half the time ``str.replace`` takes), a short list's ``repr``
     (exactly that text too); other sequences are joined."""
     if type(values) is list:
         if len(values) >= MIN_ENCODED:
             try:
-                return _encode(values).decode().replace(",", ", ")
+                return _encode(values).replace(b",", b", ").decode()
             except (OverflowError, TypeError):  # a value this msgspec release cannot encode
                 pass
         return repr(values)

@@ -16,7 +16,14 @@ from typing import ClassVar, Final
 from xxhash import xxh3_64_intdigest
 
 SEED: Final = 1337
-_PAIR = struct.Struct("<QQ")
+#: Two u64 little-endian, packed where the platform allows with native ``unsigned long``:
+#: the same 16 bytes as ``"<QQ"`` where ``long`` is 8 bytes and little-endian, converted from
+#: an int by a cheaper routine than ``"Q"``'s (CPython 3.11 turns each ``"Q"`` value into its
+#: bytes through a generic byte-array conversion), refusing the same values.
+_PAIR = struct.Struct("LL")
+if _PAIR.size != 16 or _PAIR.pack(0x0102030405060708, 2**64 - 1) != struct.pack(
+        "<QQ", 0x0102030405060708, 2**64 - 1):  # pragma: no cover - 4-byte long or big endian
+    _PAIR = struct.Struct("<QQ")
 _U32 = struct.Struct("<I")
 _MASK32: Final = 0xFFFFFFFF
 #: ``count -> {token: local hash of count copies of token}``, for repeated_token_hash(es).
