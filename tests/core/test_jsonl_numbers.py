@@ -121,3 +121,27 @@ def test_single_times_and_durations_at_the_edges_are_written_as_json_writes_them
                                       "var_decode_kv_tokens", "duration_ms")}
             run = FpmRun(base, 0, [1], [2], [abs(x)], [abs(dur) * 1000.0])
             assert fpm_run_lines(1, [x], run) == [json.dumps(fpm_record(1, x, run[0])) + "\n"]
+
+
+def test_multi_pass_runs_with_an_edge_value_in_any_column_are_written_as_json_writes_them() -> None:
+    """A run of several passes encodes all its values at once only when every float is
+    msgspec's as well: an edge value in the wall times, the variances (shared or not) or the
+    times must give each pass's own line either way."""
+    m = ForwardPassMetrics(worker_id=0, var_prefill_length=0.5)
+    base = {a.name: getattr(m, a.name) for a in ForwardPassMetrics.__attrs_attrs__
+            if a.name not in ("counter_id", "num_decode_requests", "sum_decode_kv_tokens",
+                              "var_decode_kv_tokens", "duration_ms")}
+    for x in EDGES:
+        if abs(x) > 1e300:  # its duration in ms would overflow
+            continue
+        y = abs(x)
+        cases = [
+            ([2.5, y * 1000.0, 3.0], [0.25, 0.25, 0.25], [10.0, 11.5, 13]),
+            ([2.5, 2.0, 3.0], [y, y, y], [10.0, 11.5, 12.0]),
+            ([2.5, 2.0, 3.0], [0.0, y, 1.5], [10.0, 11.5, 12.0]),
+            ([2.5, 2.0, 3.0], [0.5, 0.5, 0.5], [10.0, x, 12]),
+        ]
+        for durations, variances, ats in cases:
+            run = FpmRun(base, 7, [1, 2, 3], [100, 200, 300], variances, durations)
+            assert fpm_run_lines(3, ats, run) == [
+                json.dumps(fpm_record(3, a, p)) + "\n" for a, p in zip(ats, run, strict=True)], (x, ats)
