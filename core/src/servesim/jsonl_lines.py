@@ -292,16 +292,10 @@ def _removed_run(head: str, rec: RemovedRun) -> str:
     n = len(hashes)
     if not n:
         return ""
-    ids = list(range(first, first + n))
-    try:
-        id_texts: Any = _encode(ids).decode()[1:-1].split(",")
-        hash_texts: Any = _encode(hashes).decode()[1:-1].split(",")
-    except (OverflowError, TypeError):  # a value this msgspec release cannot encode
-        id_texts, hash_texts = map(str, ids), map(str, hashes)
     parts: list[Any] = [_REMOVED_TAIL + head, None, _REMOVED_MID, None] * n
     parts[0] = head
-    parts[1::4] = id_texts
-    parts[3::4] = hash_texts
+    parts[1::4] = _encode_texts(list(range(first, first + n)))
+    parts[3::4] = _encode_texts(hashes)
     parts.append(_REMOVED_TAIL)
     return "".join(parts)
 
