@@ -23,6 +23,11 @@ archive`` of another commit, say; its packages shadow the installed ones as ``ru
 --tree`` does) in the same rounds, the two trees' order swapped every round, and prints its
 table and each configuration's difference to it round by round. On a machine whose speed
 drifts by more than a change saves, that paired difference is the figure to read.
+``--instructions`` replays every configuration once under valgrind's callgrind instead
+(``perf_instructions.py``; valgrind must be on ``PATH``) and prints the instructions of each
+replay and their ratio to ``none``: figures that do not drift, but leave out cache misses
+and branch predictions, so the ratio of counts is a floor under the ratio of times. A
+10,000-request replay takes about four minutes under valgrind.
 """
 
 from __future__ import annotations
@@ -39,7 +44,8 @@ from statistics import median
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from perf_bytecode import ensure_bytecode  # noqa: E402
-from perf_cases import select_cases  # noqa: E402
+from perf_cases import Case, select_cases  # noqa: E402
+from perf_instructions import CountError, replay_count, valgrind  # noqa: E402
 from perf_trace import ensure_trace  # noqa: E402
 from perf_unformatted import ENV as UNFORMATTED_ENV  # noqa: E402
 from run import tree_env  # noqa: E402
@@ -50,6 +56,11 @@ CHILD = HERE / "perf_child.py"
 
 def sink_sets(name: str, out: Path) -> list[str]:
     """``--set`` overrides that add the sinks of configuration ``name``."""
+    return sink_table(out)[name]
+
+
+def sink_table(out: Path) -> dict[str, list[str]]:
+    """Every configuration's ``--set`` overrides, its sinks writing under ``out``."""
     kv = f'sinks.kv_events=[{{type: jsonl, path: "{out}/kv.jsonl"}}]'
     fpm = f'sinks.fpm=[{{type: jsonl, path: "{out}/fpm.jsonl"}}]'
     table = {
@@ -63,7 +74,12 @@ def sink_sets(name: str, out: Path) -> list[str]:
         "zmq-fpm": ['sinks.fpm=[{type: zmq, endpoint: "tcp://127.0.0.1:45380"}]'],
         "prometheus": [f'sinks.fpm=[{{type: prometheus, path: "{out}/metrics.om"}}]'],
     }
-    return table[name]
+    return table
+
+
+def known_sinks() -> list[str]:
+    """The configuration names :func:`sink_sets` knows, in its order."""
+    return list(sink_table(Path(".")))
 
 
 #: Configurations replayed with the JSONL line formatters replaced (``perf_unformatted``).
@@ -96,10 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sinks", default="none,jsonl-kv,jsonl-fpm,jsonl-both")
     ap.add_argument("--against", default=None, metavar="CHECKOUT",
                     help="also replay every configuration from this checkout, in the same rounds")
+    ap.add_argument("--instructions", action="store_true",
+                    help="count each replay's instructions under valgrind (once) instead of timing it")
     ap.add_argument("--trace-dir", default=str(Path(tempfile.gettempdir()) / "servesim-bench-traces"))
     args = ap.parse_args(argv)
     if args.against is not None and not (Path(args.against) / "core" / "src" / "servesim").is_dir():
         ap.error(f"--against {args.against}: not a servesim checkout (no core/src/servesim)")
+    if args.instructions and valgrind() is None:
+        ap.error("--instructions needs valgrind on PATH")
     (case,) = select_cases([args.case], False, args.requests)
     trace = ensure_trace(case.trace, Path(args.trace_dir))
     print(f"# {ensure_bytecode()}", file=sys.stderr)  # timed as an installed copy runs
@@ -108,6 +128,18 @@ def main(argv: list[str] | None = None) -> int:
         trees[args.against] = tree_env(args.against)
         print(f"# {ensure_bytecode(sys.executable, trees[args.against])}", file=sys.stderr)
     names = args.sinks.split(",")
+    known = known_sinks()
+    if any(name not in known for name in names):
+        ap.error(f"--sinks {args.sinks}: each name one of {', '.join(known)}")
+    if args.instructions:
+        print(f"case {case.name}, {case.n} requests, instructions of the replay\n")
+        for tree, env in trees.items():
+            if len(trees) > 1:
+                print(f"{'installed packages' if tree == 'installed' else 'checkout ' + tree}:\n")
+            for line in count_table(names, count_all(trace, case, names, env)):
+                print(line)
+            print()
+        return 0
     results = {tree: Results() for tree in trees}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeat):  # interleaved, so machine load hits every row alike
@@ -132,6 +164,41 @@ def main(argv: list[str] | None = None) -> int:
         for line in paired_lines(names, results["installed"].rounds, results[args.against].rounds):
             print(line)
     return 0
+
+
+def count_all(trace: Path, case: Case, names: list[str],
+              env: dict[str, str] | None) -> dict[str, tuple[int, int] | str]:
+    """Per configuration: ``(instructions, passes)`` of its replay, or why it failed."""
+    out: dict[str, tuple[int, int] | str] = {}
+    for name in names:
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, str(CHILD), str(Path(tmp) / "child.json"), str(trace),
+                   *case.servesim_sets(), *sink_sets(name, Path(tmp))]
+            run_env = dict(os.environ if env is None else env)
+            run_env.pop(UNFORMATTED_ENV, None)
+            if name in UNFORMATTED:
+                run_env[UNFORMATTED_ENV] = "1"
+            try:
+                n = replay_count(cmd, run_env)
+            except CountError as exc:
+                out[name] = str(exc)
+                continue
+            out[name] = (n, json.loads((Path(tmp) / "child.json").read_text())["passes"])
+    return out
+
+
+def count_table(names: list[str], counts: dict[str, tuple[int, int] | str]) -> list[str]:
+    """Markdown rows: each configuration's replay instructions, passes and ratio to ``none``."""
+    base = counts.get("none")
+    out = ["| sinks | instructions | passes | x none |", "|---|---:|---:|---:|"]
+    for name in names:
+        got = counts.get(name, "no run")
+        if isinstance(got, str):
+            out.append(f"| {name} | error: {got} | | |")
+            continue
+        ratio = f"{got[0] / base[0]:.3f}" if isinstance(base, tuple) and base[0] else ""
+        out.append(f"| {name} | {got[0]:,} | {got[1]} | {ratio} |")
+    return out
 
 
 class Results:

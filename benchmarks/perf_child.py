@@ -10,6 +10,8 @@ replaying it), which is what the reference's ``run_trace_replay`` call covers in
 ``peer_dynamo.py``; interpreter start-up and imports are left out on both sides. The report
 (``vllm bench serve`` key names) and the timing go to ``OUT.json``. Peak memory is measured by
 the parent from this process's rusage, so nothing here allocates beyond the run itself.
+With ``SERVESIM_BENCH_NO_REPLAY=1`` it stops after loading the configuration and writes
+nothing: ``perf_instructions.py`` subtracts that run's instruction count from a full one's.
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ def main(argv: list[str]) -> int:
     from servesim.errors import UserError
     from servesim.replay.runner import simulate
 
+    from perf_instructions import NO_REPLAY
     from perf_unformatted import ENV, install
 
     if os.environ.get(ENV) == "1":
         install()
     try:
         loaded = load_config(None, [*sets, f"workload.trace.path={json.dumps(trace)}"])
+        if os.environ.get(NO_REPLAY) == "1":  # the baseline of an instruction count
+            return 0
         started, cpu_started = time.perf_counter(), time.process_time()
         result = simulate(loaded)
         wall_s = time.perf_counter() - started

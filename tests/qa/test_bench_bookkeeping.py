@@ -4,11 +4,18 @@ replay, one per role and worker counts by role for a prefill/decode split), and
 ``benchmarks/run.round_ratios`` pairs each round's two runs, and ``benchmarks/bench_sinks``
 gives each sink configuration's ratio to the sink-free run round by round, replays its
 unformatted configuration with the same passes and report, writing no text, and replays
-another checkout in the same rounds with one paired difference a round."""
+another checkout in the same rounds with one paired difference a round. Its
+``--instructions`` mode reads callgrind's count from its summary, counts a replay as the full
+child less the child stopped before the replay (both with ``PYTHONHASHSEED=0``), names a
+failed child, and gives each configuration's ratio to ``none``; valgrind itself is stood in
+for by a script, so CI needs none."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -101,7 +108,7 @@ def _child(bs, trace: Path, out: Path, unformatted: bool) -> dict:
 def test_unformatted_sinks_replay_the_same_run_and_write_no_text(tmp_path):
     """``bench_sinks``' ``jsonl-both-unformatted``: the same passes and report as with the
     formatters, the sink files opened but empty (the formatted run's are not)."""
-    import json
+
 
     lines = [json.dumps({"timestamp": 40 * i, "input_length": 300 + 17 * (i % 5), "output_length": 20 + i % 7,
                          "hash_ids": [i % 3, 10 + i % 4, 100 + i]}) for i in range(30)]
@@ -152,3 +159,93 @@ def test_against_a_checkout_replays_both_trees_in_every_round(tmp_path, capsys):
         bs.main(["--against", str(tmp_path), "--repeat", "1"])
     assert exc.value.code == 2
     assert "not a servesim checkout" in capsys.readouterr().err
+
+_SUMMARY = """==31337== Callgrind, a call-graph generating cache profiler
+==31337== Events    : Ir
+==31337== Collected : 13314784547
+==31337==
+==31337== I   refs:      13,314,784,547
+"""
+
+#: A stand-in for valgrind: runs the command after the two callgrind options and reports a
+#: count that depends on whether the child was told to stop before the replay.
+_FAKE_VALGRIND = """import os, subprocess, sys
+assert sys.argv[1:3] == ["--tool=callgrind", "--callgrind-out-file=/dev/null"], sys.argv
+if os.environ.get("PYTHONHASHSEED") != "0":
+    sys.stderr.write("hash seed not fixed\\n")
+    sys.exit(3)
+rc = subprocess.call(sys.argv[3:])
+n = 1200 if os.environ.get("SERVESIM_BENCH_NO_REPLAY") == "1" else 5000
+sys.stderr.write(f"==7== Collected : {n}\\n")
+sys.exit(rc)
+"""
+
+
+def _fake(tmp_path: Path) -> str:
+    path = tmp_path / "valgrind"
+    path.write_text(f"#!{sys.executable}\n{_FAKE_VALGRIND}")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_the_count_is_read_from_the_summary():
+    pi = _bench_module("perf_instructions")
+    assert pi.collected(_SUMMARY) == 13_314_784_547
+    assert pi.collected(_SUMMARY + "==31338== Collected : 12\n") == 12  # the last summary
+    with pytest.raises(pi.CountError, match="no instruction count"):
+        pi.collected("==1== Events    : Ir\n")
+
+
+def test_a_replay_count_subtracts_the_child_stopped_before_the_replay(tmp_path, monkeypatch):
+    pi = _bench_module("perf_instructions")
+    fake = _fake(tmp_path)  # written once: two threads run it at a time
+    monkeypatch.setattr(pi, "valgrind", lambda: fake)
+    env = {**os.environ, "PYTHONHASHSEED": "7", pi.NO_REPLAY: "1"}  # both are overridden
+    assert pi.replay_count([sys.executable, "-c", "pass"], env) == 5000 - 1200
+    with pytest.raises(pi.CountError, match="^boom$"):
+        pi.replay_count([sys.executable, "-c", "import sys; sys.exit('boom')"], env)
+    monkeypatch.setattr(pi, "valgrind", lambda: None)
+    with pytest.raises(pi.CountError, match="not on PATH"):
+        pi.count([sys.executable, "-c", "pass"], dict(os.environ))
+
+
+def test_perf_child_stops_before_the_replay_when_told(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 10 * i, "input_length": 100, "output_length": 5,
+                                         "hash_ids": [i]}) + "\n" for i in range(4)))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks")}
+    child = [sys.executable, str(ROOT / "benchmarks" / "perf_child.py")]
+    stopped = subprocess.run([*child, str(tmp_path / "a.json"), str(trace)], check=False,
+                             env={**env, "SERVESIM_BENCH_NO_REPLAY": "1"}, capture_output=True)
+    assert stopped.returncode == 0 and not (tmp_path / "a.json").exists()
+    full = subprocess.run([*child, str(tmp_path / "b.json"), str(trace)], check=False, env=env,
+                          capture_output=True)
+    assert full.returncode == 0
+    assert json.loads((tmp_path / "b.json").read_text())["report"]["completed"] == 4
+
+
+def test_the_table_gives_ratios_to_none_and_names_failures():
+    bs = _bench_module("bench_sinks")
+    counts = {"none": (2_000_000, 51), "jsonl-both": (3_100_000, 51), "zmq-kv": "valgrind: boom"}
+    assert bs.count_table(["none", "jsonl-both", "zmq-kv", "prometheus"], counts) == [
+        "| sinks | instructions | passes | x none |",
+        "|---|---:|---:|---:|",
+        "| none | 2,000,000 | 51 | 1.000 |",
+        "| jsonl-both | 3,100,000 | 51 | 1.550 |",
+        "| zmq-kv | error: valgrind: boom | | |",
+        "| prometheus | error: no run | | |",
+    ]
+    assert bs.count_table(["jsonl-kv"], {"jsonl-kv": (5, 1)})[2] == "| jsonl-kv | 5 | 1 |  |"
+
+
+def test_unknown_configurations_and_a_missing_valgrind_are_one_line(capsys, monkeypatch):
+    bs = _bench_module("bench_sinks")
+    with pytest.raises(SystemExit) as exc:
+        bs.main(["--sinks", "none,jsonl-bth", "--repeat", "1"])
+    assert exc.value.code == 2
+    assert "--sinks none,jsonl-bth: each name one of none, memory-kv, jsonl-kv" in capsys.readouterr().err
+    monkeypatch.setattr(bs, "valgrind", lambda: None)
+    with pytest.raises(SystemExit) as exc:
+        bs.main(["--instructions"])
+    assert exc.value.code == 2
+    assert "--instructions needs valgrind on PATH" in capsys.readouterr().err
