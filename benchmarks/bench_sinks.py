@@ -12,7 +12,11 @@ that other load on the machine counts less), passes, and the ratio to the run wi
 Each round runs every configuration once, so below the table each configuration's ratio to
 ``none`` is also given round by round, with the median: on a machine whose speed drifts, the
 ratio within a round is the steadier figure.
-The target is ``jsonl-both`` at most 1.6x ``none`` on ``vllm-4w-kv``. Sinks write under
+The target is ``jsonl-both`` at most 1.6x ``none`` on ``vllm-4w-kv``. ``jsonl-both`` runs as
+configured by default (``sinks.writer: auto``: at 10,000 requests on two CPUs, its lines are
+ordered, made and written in a writer process), ``jsonl-both-inline`` in the replaying process;
+the table gives the replaying process's CPU time and the replay's wall time, each with its
+ratio to ``none``, and the writer process's CPU time (which the first leaves out). Sinks write under
 a temporary folder; ``zmq-*`` publish to 127.0.0.1 with no subscriber and need servesim-zmq,
 ``prometheus`` needs servesim-prometheus.
 ``jsonl-both-unformatted`` replays ``jsonl-both`` with the line formatters replaced by ones
@@ -63,13 +67,15 @@ def sink_table(out: Path) -> dict[str, list[str]]:
     """Every configuration's ``--set`` overrides, its sinks writing under ``out``."""
     kv = f'sinks.kv_events=[{{type: jsonl, path: "{out}/kv.jsonl"}}]'
     fpm = f'sinks.fpm=[{{type: jsonl, path: "{out}/fpm.jsonl"}}]'
+    inline = "sinks.writer=inline"
     table = {
         "none": [],
         "memory-kv": ["sinks.kv_events=[{type: memory}]"],
         "jsonl-kv": [kv],
         "jsonl-fpm": [fpm],
         "jsonl-both": [kv, fpm],
-        "jsonl-both-unformatted": [kv, fpm],
+        "jsonl-both-inline": [kv, fpm, inline],
+        "jsonl-both-unformatted": [kv, fpm, inline],
         "zmq-kv": ['sinks.kv_events=[{type: zmq, endpoint: "tcp://127.0.0.1:45557"}]'],
         "zmq-fpm": ['sinks.fpm=[{type: zmq, endpoint: "tcp://127.0.0.1:45380"}]'],
         "prometheus": [f'sinks.fpm=[{{type: prometheus, path: "{out}/metrics.om"}}]'],
@@ -109,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--case", default="vllm-4w-kv")
     ap.add_argument("-n", "--requests", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--sinks", default="none,jsonl-kv,jsonl-fpm,jsonl-both")
+    ap.add_argument("--sinks", default="none,jsonl-kv,jsonl-fpm,jsonl-both,jsonl-both-inline")
     ap.add_argument("--against", default=None, metavar="CHECKOUT",
                     help="also replay every configuration from this checkout, in the same rounds")
     ap.add_argument("--instructions", action="store_true",
@@ -159,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         print()
         for line in round_lines(names, res.rounds):
             print(line)
+        for line in round_lines(names, res.wall_rounds, "wall"):
+            print(line)
         print()
     if args.against is not None:
         for line in paired_lines(names, results["installed"].rounds, results[args.against].rounds):
@@ -202,32 +210,46 @@ def count_table(names: list[str], counts: dict[str, tuple[int, int] | str]) -> l
 
 
 class Results:
-    """One tree's replays: the fastest CPU time and the passes of each configuration, its
-    last error, and every round's CPU times (:meth:`add` records into the last round)."""
+    """One tree's replays: per configuration the fastest CPU time of the replaying process,
+    the fastest wall time, the writer process's CPU time in the fastest-CPU run, the passes,
+    its last error, and every round's CPU and wall times (:meth:`add` records into the last
+    round; :attr:`wall_rounds` beside :attr:`rounds`)."""
 
     def __init__(self) -> None:
         self.best: dict[str, float] = {}
+        self.best_wall: dict[str, float] = {}
+        self.writer: dict[str, float] = {}
         self.passes: dict[str, int] = {}
         self.errors: dict[str, str] = {}
         self.rounds: list[dict[str, float]] = []
+        self.wall_rounds: list[dict[str, float]] = []
 
     def add(self, name: str, res: dict) -> None:
         if "error" in res:
             self.errors[name] = res["error"]
             return
+        if len(self.wall_rounds) < len(self.rounds):
+            self.wall_rounds.append({})
         self.rounds[-1][name] = res["cpu_s"]
-        self.best[name] = min(self.best.get(name, float("inf")), res["cpu_s"])
+        self.wall_rounds[-1][name] = res["wall_s"]
+        if res["cpu_s"] < self.best.get(name, float("inf")):
+            self.best[name] = res["cpu_s"]
+            self.writer[name] = res.get("writer_cpu_s", 0.0)
+        self.best_wall[name] = min(self.best_wall.get(name, float("inf")), res["wall_s"])
         self.passes[name] = res["passes"]
 
     def table(self, names: list[str]) -> list[str]:
-        base = self.best.get("none")
-        out = ["| sinks | CPU s | passes | x none |", "|---|---:|---:|---:|"]
+        base, base_wall = self.best.get("none"), self.best_wall.get("none")
+        out = ["| sinks | CPU s | x none | wall s | x none | writer CPU s | passes |",
+               "|---|---:|---:|---:|---:|---:|---:|"]
         for name in names:
             if name not in self.best:
-                out.append(f"| {name} | error: {self.errors.get(name, 'no run')} | | |")
+                out.append(f"| {name} | error: {self.errors.get(name, 'no run')} | | | | | |")
                 continue
             ratio = f"{self.best[name] / base:.2f}" if base else ""
-            out.append(f"| {name} | {self.best[name]:.2f} | {self.passes[name]} | {ratio} |")
+            wall_ratio = f"{self.best_wall[name] / base_wall:.2f}" if base_wall else ""
+            out.append(f"| {name} | {self.best[name]:.2f} | {ratio} | {self.best_wall[name]:.2f} | "
+                       f"{wall_ratio} | {self.writer[name]:.2f} | {self.passes[name]} |")
         return out
 
 
@@ -244,16 +266,16 @@ def paired_lines(names: list[str], mine: list[dict[str, float]],
     return out
 
 
-def round_lines(names: list[str], rounds: list[dict[str, float]]) -> list[str]:
-    """Per configuration other than ``none``: its ratio to ``none`` in each round that ran
-    both, and their median."""
+def round_lines(names: list[str], rounds: list[dict[str, float]], what: str = "CPU") -> list[str]:
+    """Per configuration other than ``none``: its ratio to ``none`` (of ``what``, the
+    figure ``rounds`` holds) in each round that ran both, and their median."""
     out = []
     for name in names:
         if name == "none":
             continue
         got = [r[name] / r["none"] for r in rounds if name in r and r.get("none")]
         if got:
-            out.append(f"- {name}: x none by round " + ", ".join(f"{x:.2f}" for x in got)
+            out.append(f"- {name}: {what} x none by round " + ", ".join(f"{x:.2f}" for x in got)
                        + f" (median {median(got):.2f})")
     return out
 

@@ -10,6 +10,7 @@ replaying it), which is what the reference's ``run_trace_replay`` call covers in
 ``peer_dynamo.py``; interpreter start-up and imports are left out on both sides. The report
 (``vllm bench serve`` key names) and the timing go to ``OUT.json``. Peak memory is measured by
 the parent from this process's rusage, so nothing here allocates beyond the run itself.
+``writer_cpu_s`` is the CPU time of the sinks' writer process (``sinks.writer``), if any.
 With ``SERVESIM_BENCH_NO_REPLAY=1`` it stops after loading the configuration and writes
 nothing: ``perf_instructions.py`` subtracts that run's instruction count from a full one's.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 
@@ -45,11 +47,15 @@ def main(argv: list[str]) -> int:
         result = simulate(loaded)
         wall_s = time.perf_counter() - started
         cpu_s = time.process_time() - cpu_started
+        # A writer process of the sinks (sinks.writer), reaped by the end of the replay.
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        writer_cpu_s = children.ru_utime + children.ru_stime
     except UserError as exc:
         sys.stderr.write(f"servesim: {exc}\n")
         return 2
     with open(out_path, "w", encoding="utf-8") as fh:
-        json.dump({"wall_s": wall_s, "cpu_s": cpu_s, "passes": result.passes, "report": result.report,
+        json.dump({"wall_s": wall_s, "cpu_s": cpu_s, "writer_cpu_s": writer_cpu_s,
+                   "passes": result.passes, "report": result.report,
                    "source": servesim.__file__}, fh)
     return 0
 

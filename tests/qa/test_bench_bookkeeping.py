@@ -89,9 +89,11 @@ def test_sink_ratios_by_round_skip_rounds_missing_either_run():
               {"jsonl-kv": 3.0, "jsonl-both": 3.0},  # so did the sink-free run
               {"none": 1.0, "jsonl-kv": 1.25, "jsonl-both": 1.5}]
     assert bs.round_lines(["none", "jsonl-kv", "jsonl-both", "zmq-kv"], rounds) == [
-        "- jsonl-kv: x none by round 1.50, 1.25 (median 1.38)",
-        "- jsonl-both: x none by round 1.75, 1.60, 1.50 (median 1.60)",
+        "- jsonl-kv: CPU x none by round 1.50, 1.25 (median 1.38)",
+        "- jsonl-both: CPU x none by round 1.75, 1.60, 1.50 (median 1.60)",
     ]
+    assert bs.round_lines(["none", "jsonl-both"], rounds[:1], "wall") == [
+        "- jsonl-both: wall x none by round 1.75 (median 1.75)"]
 
 
 def _child(bs, trace: Path, out: Path, unformatted: bool) -> dict:
@@ -127,7 +129,9 @@ def test_unformatted_sinks_replay_the_same_run_and_write_no_text(tmp_path):
     assert kv.read_text().count('"type": "BlockStored"') > 0
     assert (tmp_path / "bare" / "kv.jsonl").read_bytes() == b""
     assert (tmp_path / "bare" / "fpm.jsonl").read_bytes() == b""
-    assert bs.sink_sets("jsonl-both-unformatted", tmp_path) == bs.sink_sets("jsonl-both", tmp_path)
+    assert bs.sink_sets("jsonl-both-unformatted", tmp_path) == bs.sink_sets("jsonl-both-inline", tmp_path)
+    assert bs.sink_sets("jsonl-both-inline", tmp_path) == [*bs.sink_sets("jsonl-both", tmp_path),
+                                                           "sinks.writer=inline"]
     assert bs.UNFORMATTED == {"jsonl-both-unformatted"}
 
 
@@ -151,7 +155,7 @@ def test_against_a_checkout_replays_both_trees_in_every_round(tmp_path, capsys):
     assert out.startswith("case vllm-4w-kv, 20 requests, fastest of 2\n")
     assert "installed packages:\n" in out and f"checkout {ROOT}:\n" in out
     rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| jsonl-kv |")]
-    assert len(rows) == 2 and rows[0][2] == rows[1][2] and int(rows[0][2]) > 20  # same passes
+    assert len(rows) == 2 and rows[0][6] == rows[1][6] and int(rows[0][6].rstrip(" |")) > 20  # passes
     paired = [line for line in out.splitlines() if "installed - checkout by round" in line]
     assert [line.split(":")[0] for line in paired] == ["- none", "- jsonl-kv"]
     assert all(line.split("by round ")[1].split(" s (")[0].count(", ") == 1 for line in paired)

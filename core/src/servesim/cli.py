@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from servesim.errors import ConfigError, EngineError, UserError
+from servesim.errors import ConfigError, EngineError, SimError, UserError
 
 PROG = "servesim"
 
@@ -252,6 +252,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The engine contract refused what the inputs made it do (e.g. a timing model whose
         # durations overflow to infinity): a simulation failure, not a crash.
         print(f"{PROG}: error: simulation failed: {exc}", file=sys.stderr)
+        return 1
+    except SimError as exc:
+        from servesim.sinks import SinkError
+
+        if not isinstance(exc, SinkError):
+            raise
+        # A sink failed while the replay ran (a full disk, a file that cannot take more):
+        # the run did not finish, and the message names the sink and the simulated time.
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     except SystemExit as exc:  # argparse: --help, --version, usage errors
         code = exc.code

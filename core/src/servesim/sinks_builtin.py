@@ -37,6 +37,7 @@ Errors never pass silently (sinks.py): any failure while opening, writing or clo
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -121,6 +122,8 @@ class _JsonlWriter:
     def __init__(self, label: str, config: JsonlSinkConfig, *, validating: bool = False) -> None:
         self.name = f"jsonl {label} sink {config.path!r}"
         self._fh: IO[str] | None = None
+        # The writer process its lines go to instead (servesim.replay.sink_offload).
+        self.handed_to: Any = None
         if validating:  # servesim validate: check the path, create nothing
             problem = file_problem(config.path)
             if problem is not None:
@@ -133,12 +136,34 @@ class _JsonlWriter:
         except OSError as exc:
             raise SinkOpenError(f"{self.name}: cannot open: {exc.strerror or exc}") from exc
 
+    @classmethod
+    def on_fd(cls, name: str, fd: int) -> _JsonlWriter:
+        """A writer of an already open file descriptor (a writer process's inherited copy)."""
+        self = cls.__new__(cls)
+        self.name = name
+        self.handed_to = None
+        try:
+            self._fh = os.fdopen(fd, "w", encoding="utf-8")
+        except OSError as exc:
+            raise SinkOpenError(f"{name}: cannot open: {exc.strerror or exc}") from exc
+        return self
+
+    def hand_to(self, writer: Any) -> tuple[int, str]:
+        """Leave the writing to ``writer`` (a writer process, which inherits the descriptor
+        and writes from the start of the file): the descriptor and this sink's name."""
+        if self._fh is None:
+            raise SinkError(f"{self.name}: handed on after close")
+        self._fh.flush()
+        self.handed_to = writer
+        return self._fh.fileno(), self.name
+
     def write(self, records: list[dict[str, Any]]) -> None:
         self.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in records))
 
     def write_text(self, text: str) -> None:
-        if self._fh is None:
-            raise SinkError(f"{self.name}: publish after close")
+        if self._fh is None or self.handed_to is not None:
+            raise SinkError(f"{self.name}: publish after close" if self._fh is None
+                            else f"{self.name}: its lines go to a writer process")
         try:
             self._fh.write(text)
         except (OSError, ValueError, TypeError) as exc:
@@ -149,9 +174,13 @@ class _JsonlWriter:
         if fh is None:
             return
         try:
-            fh.close()
-        except OSError as exc:
-            raise SinkError(f"{self.name}: cannot close: {exc}") from exc
+            if self.handed_to is not None:  # the writer process writes and closes its copy
+                self.handed_to.finish()
+        finally:
+            try:
+                fh.close()
+            except OSError as exc:
+                raise SinkError(f"{self.name}: cannot close: {exc}") from exc
 
 
 def kv_event_record(worker_id: int, at_ms: float, event: KvEvent) -> dict[str, Any]:
@@ -224,6 +253,18 @@ class JsonlKvEventSink(KvEventSink):
     def write_encoded(self, data: str) -> None:
         self._out.write_text(data)
 
+    def hand_to(self, writer: Any) -> tuple[int, str]:
+        """See :meth:`_JsonlWriter.hand_to`."""
+        return self._out.hand_to(writer)
+
+    @classmethod
+    def on_fd(cls, name: str, fd: int) -> JsonlKvEventSink:
+        """The sink a writer process formats and writes with (servesim.replay.sink_offload)."""
+        sink = cls.__new__(cls)
+        sink._out = _JsonlWriter.on_fd(name, fd)
+        sink.wants_token_ids = False
+        return sink
+
     def close(self) -> None:
         self._out.close()
 
@@ -267,6 +308,17 @@ class JsonlFpmSink(FpmSink):
 
     def write_encoded(self, data: str) -> None:
         self._out.write_text(data)
+
+    def hand_to(self, writer: Any) -> tuple[int, str]:
+        """See :meth:`_JsonlWriter.hand_to`."""
+        return self._out.hand_to(writer)
+
+    @classmethod
+    def on_fd(cls, name: str, fd: int) -> JsonlFpmSink:
+        """The sink a writer process formats and writes with (servesim.replay.sink_offload)."""
+        sink = cls.__new__(cls)
+        sink._out = _JsonlWriter.on_fd(name, fd)
+        return sink
 
     def close(self) -> None:
         self._out.close()

@@ -6,6 +6,7 @@ the one converter that forbids unknown keys, and ``docs/configuration.md`` docum
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 from attrs import field, frozen
@@ -112,9 +113,20 @@ class ReportConfig:
     plot: str | None = None
 
 
+class SinkWriterMode(enum.Enum):
+    """Where the built-in JSONL sinks of a several-worker replay format and write their lines
+    (``sinks.writer``; servesim.replay.sink_offload)."""
+
+    AUTO = "auto"
+    INLINE = "inline"
+    PROCESS = "process"
+
+
 @frozen(kw_only=True)
 class SinksConfig:
-    """Lists of sinks, each ``{type: <registered sink>, <its options>...}``."""
+    """Lists of sinks, each ``{type: <registered sink>, <its options>...}``, and where the
+    JSONL sinks' lines are made (``writer``)."""
 
     kv_events: tuple[dict[str, Any], ...] = ()
     fpm: tuple[dict[str, Any], ...] = ()
+    writer: SinkWriterMode = SinkWriterMode.AUTO

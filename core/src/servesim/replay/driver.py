@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from servesim._compiled import mypyc_attr
 from servesim.contract import (
@@ -96,6 +96,7 @@ class Replayer:
         pass_log: PassLogWriter | None = None,
         timeline: TimelineRecorder | None = None,
         observers: Observers | None = None,
+        sink_writer_process: bool = False,
     ) -> None:
         if not engines:
             raise ValueError("a replay needs at least one engine")
@@ -158,10 +159,10 @@ class Replayer:
         # Runs of passes (servesim.replay.runs); None when stepping is forced or unsafe.
         if runs is None:
             runs = runs_enabled_by_env()
-        self._merge: SinkMerge | None = None
+        self._merge: Any = None  # a SinkMerge, or a SinkWriterProcess standing in for one
         if len(self.engines) > 1 and (self.kv_sinks or self.fpm_sinks):
             if self.merges_sinks():
-                self._merge = SinkMerge(self.kv_sinks, self.fpm_sinks)
+                self._merge = _sink_merge(self.kv_sinks, self.fpm_sinks, sink_writer_process)
             else:
                 runs = False
         if self.observers is not None:
@@ -274,6 +275,7 @@ class Replayer:
         self._check_drained()
         if merge is not None:
             merge.release_all()
+            merge.finish()
         self.log.settle()
         if self.progress is not None:
             self.progress(self._finished, total, self.now)
@@ -616,15 +618,28 @@ class Replayer:
     def _fpm_run(self, w: int, ends: list[float], start: float, run: FpmRun) -> None:
         """A run's forward-pass metrics (passes ending at ``ends``), encoded by column by every
         sink (``_fpm_runs``; no timeline), in the order and with the bytes of :meth:`_fpm`."""
+        if self._merge is not None:
+            self._merge.fpm_run_of(w, ends, start, run)
+            return
         sinks = self.fpm_sinks
         encs = ([encode_run(sinks[0], w, ends, run)] if len(sinks) == 1
                 else [encode_run(sink, w, ends, run) for sink in sinks])
-        if self._merge is not None:
-            self._merge.fpm_run(w, ends, start, run.base["dp_rank"], encs)
-            return
         for sink, lines in zip(self.fpm_sinks, encs, strict=True):
             for at, line in zip(ends, lines, strict=True):
                 write_encoded(sink, at, line)
+
+
+def _sink_merge(kv_sinks: Sequence[KvEventSink], fpm_sinks: Sequence[FpmSink],
+                writer_process: bool) -> Any:
+    """The merge buffer: here, or with ``writer_process`` (and sinks a writer process can
+    stand in for) in a writer process (servesim.replay.sink_offload)."""
+    if writer_process:
+        from servesim.replay.sink_offload import SinkWriterProcess, can_offload
+
+        if can_offload(kv_sinks, fpm_sinks):
+            return SinkWriterProcess(kv_sinks[0] if kv_sinks else None,
+                                     fpm_sinks[0] if fpm_sinks else None)
+    return SinkMerge(kv_sinks, fpm_sinks)
 
 
 def _session_maps(workload: Workload) -> tuple[list[str], list[int], list[int]]:

@@ -177,6 +177,8 @@ def _simulate(
         pass_log=writer,
         timeline=timeline,
         observers=observers,
+        sink_writer_process=bool(kv_sinks or fpm_sinks) and _writes_in_process(
+            sim.sinks.writer, workload.num_requests),
     )
     try:
         log = replayer.run()
@@ -193,6 +195,12 @@ def _simulate(
         report["pools"] = _clean(pool_report(log, spans, replayer.pass_busy_ms, sim.report.percentiles))
     report.update(_clean(host_tier_report(engines, log)))
     return _with_extra(SimResult(report, log, replayer.session_of, replayer.passes), observers, loaded)
+
+
+def _writes_in_process(mode: Any, num_requests: int) -> bool:
+    from servesim.replay.sink_offload import writes_in_process
+
+    return writes_in_process(mode, num_requests)
 
 
 def _with_extra(result: SimResult, observers: Observers | None, loaded: LoadedConfig) -> SimResult:

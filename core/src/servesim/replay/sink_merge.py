@@ -18,6 +18,9 @@ built-in JSONL sinks do), a batch is encoded as it arrives and the buffer keeps 
 encodings: the event objects are freed at once rather than surviving, buffered, into the
 garbage collector's older generations (which made collections the largest single cost of a
 replay with sinks). Encoding depends on the batch alone, so the bytes are the same.
+
+With ``sinks.writer: process`` a :class:`SinkMerge` runs in a writer process instead
+(:mod:`servesim.replay.sink_offload`), fed the calls the driver makes here.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from servesim.contract import ForwardPassMetrics, KvEvent
-from servesim.replay.failures import encode, publish, write_encoded
+from servesim.fpm_runs import FpmRun
+from servesim.replay.failures import encode, encode_run, publish, write_encoded
 from servesim.sinks import FpmSink, KvEventSink, declares
 
 # Entry kinds: the payload itself (published at release), or its encodings: one per sink,
@@ -81,6 +85,22 @@ class SinkMerge:
         if at < self._min:
             self._min = at
 
+    def encoded(self, fpm: bool, w: int, at: float, start: float, dp: int, enc: Any) -> None:
+        """One batch (KV, or with ``fpm`` one pass's metrics) already encoded by the stream's
+        only sink, buffered as :meth:`kv` or :meth:`fpm` buffers its encoding."""
+        self._seq += 1
+        self.buf.append((at, start, w, dp, self._seq, _FPM_ENC if fpm else _KV_ENC, enc))
+        if at < self._min:
+            self._min = at
+
+    def fpm_run_of(self, w: int, ats: list[float], start: float, run: FpmRun) -> None:
+        """A run's forward-pass metrics (an ``encodes_fpm_runs`` stream), encoded by column
+        by every sink and buffered as :meth:`fpm_run`."""
+        sinks = self.fpm_sinks
+        encs = ([encode_run(sinks[0], w, ats, run)] if len(sinks) == 1
+                else [encode_run(sink, w, ats, run) for sink in sinks])
+        self.fpm_run(w, ats, start, run.base["dp_rank"], encs)
+
     def fpm_run(self, w: int, ats: list[float], start: float, dp: int, encs: list[list[Any]]) -> None:
         """A run's forward-pass metrics, encoded by every sink (``encs``: per sink, one encoding
         a pass), as :meth:`fpm` of each pass would buffer them."""
@@ -120,6 +140,10 @@ class SinkMerge:
         out, self.buf = self.buf, []
         self._min = float("inf")
         self._emit(out)
+
+    def finish(self) -> None:
+        """After :meth:`release_all`: everything is written (a writer process's merge,
+        servesim.replay.sink_offload, waits for it here)."""
 
     def _emit(self, entries: list[tuple[float, float, int, int, int, int, Any]]) -> None:
         kv_sinks, fpm_sinks = self.kv_sinks, self.fpm_sinks
