@@ -164,10 +164,12 @@ def test_a_sink_handed_to_a_writer_process_writes_nothing_itself(tmp_path: Path)
     assert (tmp_path / "s" / "kv.jsonl").read_bytes() == b""
 
 
-def _replay(tmp_path: Path, name: str, writer: str) -> tuple[str, bytes, bytes, int]:
+def _replay(tmp_path: Path, name: str, writer: str, backend: str = "vllm") -> tuple[str, bytes, bytes, int]:
     out = tmp_path / name
+    capacity = ["engine.num_gpu_blocks=9600", "engine.block_size=1"] if backend == "sglang" else [
+        "engine.num_gpu_blocks=600", "engine.block_size=16"]
     sets = [
-        "engine.backend=vllm", "engine.num_gpu_blocks=600", "engine.block_size=16",
+        f"engine.backend={backend}", *capacity,
         "cluster.workers=3", "cluster.router=kv",
         "workload.synthetic.num_requests=120", "workload.synthetic.rate=40",
         "workload.synthetic.input_length=uniform:100:900", "workload.synthetic.output_length=uniform:20:120",
@@ -181,13 +183,23 @@ def _replay(tmp_path: Path, name: str, writer: str) -> tuple[str, bytes, bytes, 
     return dumps(report), (out / "kv.jsonl").read_bytes(), (out / "fpm.jsonl").read_bytes(), res.passes
 
 
-def test_a_replay_with_a_writer_process_writes_the_files_and_report_of_one_without(tmp_path: Path) -> None:
-    inline = _replay(tmp_path, "inline", "inline")
-    process = _replay(tmp_path, "process", "process")
+@pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
+def test_a_replay_with_a_writer_process_writes_the_files_and_report_of_one_without(
+        tmp_path: Path, backend: str) -> None:
+    inline = _replay(tmp_path, "inline", "inline", backend)
+    process = _replay(tmp_path, "process", "process", backend)
     assert process == inline
     kv_text = inline[1].decode()
     assert kv_text.count("BlockRemoved") > 100 and kv_text.count("BlockStored") > 100  # evictions
     assert inline[2].decode().count("\n") == inline[3]  # one FPM line a pass
+
+
+def test_a_writer_process_writes_the_same_files_for_runs_and_for_stepping(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = _replay(tmp_path, "runs", "process")
+    monkeypatch.setenv("SERVESIM_RUNS", "0")
+    stepping = _replay(tmp_path, "stepping", "process")
+    assert stepping[1:] == runs[1:]
 
 
 def test_the_cli_reports_a_writer_process_failure_as_one_line(tmp_path: Path) -> None:
