@@ -19,9 +19,9 @@ the table gives the replaying process's CPU time and the replay's wall time, eac
 ratio to ``none``, and the writer process's CPU time (which the first leaves out). Sinks write under
 a temporary folder; ``zmq-*`` publish to 127.0.0.1 with no subscriber and need servesim-zmq,
 ``prometheus`` needs servesim-prometheus.
-``jsonl-both-unformatted`` replays ``jsonl-both`` with the line formatters replaced by ones
-that write nothing (``perf_unformatted.py``): what it adds to ``none`` is producing, merging
-and writing the events; what ``jsonl-both`` adds to it is formatting their text.
+``jsonl-both-unformatted`` replays ``jsonl-both-inline`` with the line formatters replaced by
+ones that write nothing (``perf_unformatted.py``): what it adds to ``none`` is producing,
+merging and writing the events; what ``jsonl-both-inline`` adds to it is formatting their text.
 ``--against CHECKOUT`` also replays every configuration from another checkout (a ``git
 archive`` of another commit, say; its packages shadow the installed ones as ``run.py
 --tree`` does) in the same rounds, the two trees' order swapped every round, and prints its
@@ -31,7 +31,8 @@ drifts by more than a change saves, that paired difference is the figure to read
 (``perf_instructions.py``; valgrind must be on ``PATH``) and prints the instructions of each
 replay and their ratio to ``none``: figures that do not drift, but leave out cache misses
 and branch predictions, so the ratio of counts is a floor under the ratio of times. A
-10,000-request replay takes about four minutes under valgrind.
+10,000-request replay takes about four minutes under valgrind. Only the replaying process
+is counted: a writer process (``jsonl-both`` at 10,000 requests) runs outside the count.
 """
 
 from __future__ import annotations

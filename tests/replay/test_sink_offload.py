@@ -220,3 +220,23 @@ def test_the_cli_reports_a_writer_process_failure_as_one_line(tmp_path: Path) ->
     assert code == 1 and "Traceback" not in err
     assert err.count("\n") == 1 and "No space left on device" in err
     assert err.startswith("servesim: error: sink JsonlKvEventSink failed at ")
+
+
+def test_a_writer_process_that_cannot_start_leaves_the_sinks_their_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kv, fpm = _sinks(tmp_path / "s")
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise OSError("no more processes")
+
+    monkeypatch.setattr(sink_offload.subprocess, "Popen", refuse)
+    with pytest.raises(SinkError, match="cannot start the writer process: no more processes"):
+        SinkWriterProcess(kv, fpm)
+    m = SinkMerge([kv], [fpm])  # the replay could still write them itself
+    m.kv(0, 1.0, 0.0, [RemovedRun(0, 0, [1])])
+    m.release_all()
+    kv.close()
+    fpm.close()
+    assert (tmp_path / "s" / "kv.jsonl").read_text() == (
+        '{"worker": 0, "dp_rank": 0, "at_ms": 1.0, "event_id": 0, "type": "BlockRemoved", '
+        '"block_hashes": [1]}\n')

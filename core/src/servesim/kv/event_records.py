@@ -18,24 +18,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from msgspec import Struct
-
 from servesim.contract import KvEvent
 from servesim.kv.event_build import kv_blocks, kv_event, removed_events, stored_blocks
 from servesim.sinks import declares
 
 
-class RemovedRun(Struct, array_like=True, tag=0, gc=False):
+class RemovedRun:
     """``len(hashes)`` device-tier ``Removed`` events of one hash each, with ids
-    ``event_id``, ``event_id + 1``, ... in the order of ``hashes``.
+    ``event_id``, ``event_id + 1``, ... in the order of ``hashes``."""
 
-    Records are msgspec structs: built by one C call, never tracked by the garbage collector
-    (they hold ints and lists of ints only), and encoded as msgpack arrays ``[0, event_id,
-    dp_rank, hashes]`` by a writer process's pipe (servesim.replay.sink_offload)."""
+    __slots__ = ("event_id", "dp_rank", "hashes")
 
-    event_id: int
-    dp_rank: int
-    hashes: list[int]
+    def __init__(self, event_id: int, dp_rank: int, hashes: list[int]) -> None:
+        self.event_id = event_id
+        self.dp_rank = dp_rank
+        self.hashes = hashes
 
     def events(self) -> list[KvEvent]:
         return removed_events(self.event_id, self.dp_rank, self.hashes)
@@ -48,23 +45,26 @@ class RemovedRun(Struct, array_like=True, tag=0, gc=False):
 ALL_SHARED = 1 << 62
 
 
-class StoredRun(Struct, array_like=True, tag=1, gc=False, omit_defaults=True):
+class StoredRun:
     """One device-tier ``Stored`` event without token ids or start position: blocks
     ``hashes[i]`` with token-only hashes ``tokens_hashes[i]``, after ``parent_hash``.
 
     ``shared``: only the first ``shared`` blocks can ever match another request's prompt
     (the rest hold tokens no prompt of the replay holds: trace-unique prompt blocks,
     generated pseudo tokens; servesim.kv.pool.BlockTable.shared). The event is the same
-    either way; the KV router's index, whose lookups are prompts, keeps only those.
-    A msgspec struct as :class:`RemovedRun` is (msgpack ``[1, event_id, dp_rank,
-    parent_hash, hashes, tokens_hashes]``, then ``shared`` unless it is :data:`ALL_SHARED`)."""
+    either way; the KV router's index, whose lookups are prompts, keeps only those."""
 
-    event_id: int
-    dp_rank: int
-    parent_hash: int | None
-    hashes: Sequence[int]
-    tokens_hashes: Sequence[int]
-    shared: int = ALL_SHARED
+    __slots__ = ("event_id", "dp_rank", "parent_hash", "hashes", "tokens_hashes", "shared")
+
+    def __init__(self, event_id: int, dp_rank: int, parent_hash: int | None,
+                 hashes: Sequence[int], tokens_hashes: Sequence[int],
+                 shared: int = ALL_SHARED) -> None:
+        self.event_id = event_id
+        self.dp_rank = dp_rank
+        self.parent_hash = parent_hash
+        self.hashes = hashes
+        self.tokens_hashes = tokens_hashes
+        self.shared = shared
 
     def events(self) -> list[KvEvent]:
         blocks = kv_blocks(self.hashes, self.tokens_hashes)

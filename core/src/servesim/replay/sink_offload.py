@@ -19,7 +19,9 @@ the writer process; the file may then hold lines of later releases that were sen
 the failure was seen.
 
 Messages (msgpack arrays, first item a tag; :data:`MESSAGE`):
-``[0, worker, at, start, records]`` a KV batch of compact records,
+``[0, worker, at, start, records]`` a KV batch of compact records (``[0, event_id, dp_rank,
+hashes]`` a ``RemovedRun``, ``[1, event_id, dp_rank, parent_hash, hashes, tokens_hashes]`` a
+``StoredRun``),
 ``[1, worker, at, start, metrics]`` one pass's metrics (a map of ``ForwardPassMetrics``),
 ``[2, worker, ats, start, base, counter0, num_decode, sum_decode_kv, var_decode,
 durations]`` a run's metrics by column (:class:`~servesim.fpm_runs.FpmRun`),
@@ -73,7 +75,27 @@ _BOOT = ("import sys\n"
 
 _RECORDS = frozenset(RECORD_TYPES)
 _NUMBERS = frozenset((float, int))
-_encode = Encoder().encode
+#: Tags of the records in a KV message.
+REMOVED, STORED = 0, 1
+
+
+def _record(r: Any) -> tuple[Any, ...]:
+    """A compact record as msgpack carries it (the encoder's hook for the record types)."""
+    t = type(r)
+    if t is RemovedRun:
+        return (REMOVED, r.event_id, r.dp_rank, r.hashes)
+    if t is StoredRun:
+        return (STORED, r.event_id, r.dp_rank, r.parent_hash, r.hashes, r.tokens_hashes)
+    raise TypeError(f"cannot pass a {t.__name__} to the writer process")
+
+
+def records_of(items: list[Any]) -> list[Any]:
+    """The records a KV message carries, rebuilt (in the writer process)."""
+    return [RemovedRun(i[1], i[2], i[3]) if i[0] == REMOVED else StoredRun(i[1], i[2], i[3], i[4], i[5])
+            for i in items]
+
+
+_encode = Encoder(enc_hook=_record).encode
 
 Num = float | int
 
@@ -82,7 +104,7 @@ class KvMessage(Struct, array_like=True, tag=0):
     w: int
     at: Num
     start: Num
-    records: list[RemovedRun | StoredRun]
+    records: list[Any]  # per record :func:`_record`'s tuple
 
 
 class FpmMessage(Struct, array_like=True, tag=1):
@@ -194,6 +216,9 @@ class SinkWriterProcess:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 pass_fds=[fd for fd, _name in spec.values()])
         except (OSError, ValueError) as exc:
+            for sink in (kv_sink, fpm_sink):
+                if sink is not None:
+                    sink.hand_to(None)  # the sink keeps its own file
             raise SinkError(f"{self.name}: cannot start the writer process: {exc}") from exc
         assert self._proc.stdin is not None
         _widen_pipe(self._proc.stdin.fileno())
@@ -286,5 +311,5 @@ class SinkWriterProcess:
             raise SinkError(f"{self.name}: the writer process stopped") from None
 
 
-__all__ = ["AUTO_MIN_REQUESTS", "HEADER", "MESSAGE", "SinkWriterProcess", "can_offload", "usable_cpus",
-           "writes_in_process"]
+__all__ = ["AUTO_MIN_REQUESTS", "HEADER", "MESSAGE", "SinkWriterProcess", "can_offload", "records_of",
+           "usable_cpus", "writes_in_process"]

@@ -34,6 +34,7 @@ from servesim.replay.sink_offload import (
     RunMessage,
     RunTextMessage,
     TextMessage,
+    records_of,
 )
 from servesim.sinks import SinkError
 from servesim.sinks_builtin import JsonlFpmSink, JsonlKvEventSink
@@ -54,7 +55,7 @@ def apply(merge: SinkMerge, messages: list[Any]) -> None:
     for m in messages:
         t = type(m)
         if t is KvMessage:
-            merge.kv(m.w, m.at, m.start, m.records)
+            merge.kv(m.w, m.at, m.start, records_of(m.records))
         elif t is RunMessage:
             merge.fpm_run_of(m.w, m.ats, m.start, FpmRun(m.base, m.counter0, m.num_decode,
                                                           m.sum_decode_kv, m.var_decode, m.durations))
