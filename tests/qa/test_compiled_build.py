@@ -52,6 +52,9 @@ SUBSET = [
 SCENARIOS: dict[str, list[str]] = {
     "vllm_kv4_preempt": ["--set", "cluster.workers=4", "--set", "cluster.router=kv",
                          "--set", "engine.num_gpu_blocks=200"],
+    # The sinks' writer process (servesim.replay.sink_offload) behind the compiled driver.
+    "vllm_kv4_writer_process": ["--set", "cluster.workers=4", "--set", "cluster.router=kv",
+                                "--set", "engine.num_gpu_blocks=200", "--set", "sinks.writer=process"],
     "sglang_2w": ["--set", "engine.backend=sglang", "--set", "cluster.workers=2"],
     "trtllm_1w": ["--set", "engine.backend=trtllm"],
     "vllm_disagg": ["--set", "cluster.prefill_workers=1", "--set", "cluster.decode_workers=2",
