@@ -40,7 +40,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 
 from attrs import field, frozen, validators
 
@@ -183,6 +183,24 @@ class _JsonlWriter:
                 raise SinkError(f"{self.name}: cannot close: {exc}") from exc
 
 
+class _HandsOnItsFile:
+    """What the built-in JSONL sinks share for a writer process (servesim.replay.sink_offload):
+    handing their file over, and the sink standing for one in that process."""
+
+    _out: _JsonlWriter
+
+    def hand_to(self, writer: Any) -> tuple[int, str]:
+        """See :meth:`_JsonlWriter.hand_to`."""
+        return self._out.hand_to(writer)
+
+    @classmethod
+    def on_fd(cls, name: str, fd: int) -> Self:
+        """The sink a writer process formats and writes with, on an inherited descriptor."""
+        sink = cls.__new__(cls)
+        sink._out = _JsonlWriter.on_fd(name, fd)
+        return sink
+
+
 def kv_event_record(worker_id: int, at_ms: float, event: KvEvent) -> dict[str, Any]:
     """The JSON object written for one KV event (see the module docs)."""
     rec: dict[str, Any] = {
@@ -222,10 +240,11 @@ def fpm_record(worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> dic
     return rec
 
 
-class JsonlKvEventSink(KvEventSink):
+class JsonlKvEventSink(_HandsOnItsFile, KvEventSink):
     """Writes each KV event as one JSON line."""
 
     config_class = JsonlKvSinkConfig
+    wants_token_ids = False  # set per sink from its config; False for a writer process's (on_fd)
 
     def __init__(self, config: JsonlKvSinkConfig, *, validating: bool = False) -> None:
         self._out = _JsonlWriter("kv-event", config, validating=validating)
@@ -253,23 +272,11 @@ class JsonlKvEventSink(KvEventSink):
     def write_encoded(self, data: str) -> None:
         self._out.write_text(data)
 
-    def hand_to(self, writer: Any) -> tuple[int, str]:
-        """See :meth:`_JsonlWriter.hand_to`."""
-        return self._out.hand_to(writer)
-
-    @classmethod
-    def on_fd(cls, name: str, fd: int) -> JsonlKvEventSink:
-        """The sink a writer process formats and writes with (servesim.replay.sink_offload)."""
-        sink = cls.__new__(cls)
-        sink._out = _JsonlWriter.on_fd(name, fd)
-        sink.wants_token_ids = False
-        return sink
-
     def close(self) -> None:
         self._out.close()
 
 
-class JsonlFpmSink(FpmSink):
+class JsonlFpmSink(_HandsOnItsFile, FpmSink):
     """Writes each forward pass's metrics as one JSON line."""
 
     config_class = JsonlSinkConfig
@@ -308,17 +315,6 @@ class JsonlFpmSink(FpmSink):
 
     def write_encoded(self, data: str) -> None:
         self._out.write_text(data)
-
-    def hand_to(self, writer: Any) -> tuple[int, str]:
-        """See :meth:`_JsonlWriter.hand_to`."""
-        return self._out.hand_to(writer)
-
-    @classmethod
-    def on_fd(cls, name: str, fd: int) -> JsonlFpmSink:
-        """The sink a writer process formats and writes with (servesim.replay.sink_offload)."""
-        sink = cls.__new__(cls)
-        sink._out = _JsonlWriter.on_fd(name, fd)
-        return sink
 
     def close(self) -> None:
         self._out.close()

@@ -44,7 +44,7 @@ from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
 from servesim.replay.cohorts import CohortLog
 from servesim.fpm_runs import FpmRun, encodes_fpm_runs
-from servesim.replay.failures import ReplayError, _publish, encode_run, write_encoded
+from servesim.replay.failures import ReplayError, _publish, encode_runs, write_encoded
 from servesim.replay.routers import RoundRobinRouter, Router
 from servesim.replay.runs import RunDriver, runs_enabled_by_env
 from servesim.replay.sink_merge import FLUSH_AT, SinkMerge
@@ -621,9 +621,7 @@ class Replayer:
         if self._merge is not None:
             self._merge.fpm_run_of(w, ends, start, run)
             return
-        sinks = self.fpm_sinks
-        encs = ([encode_run(sinks[0], w, ends, run)] if len(sinks) == 1
-                else [encode_run(sink, w, ends, run) for sink in sinks])
+        encs = encode_runs(self.fpm_sinks, w, ends, run)
         for sink, lines in zip(self.fpm_sinks, encs, strict=True):
             for at, line in zip(ends, lines, strict=True):
                 write_encoded(sink, at, line)

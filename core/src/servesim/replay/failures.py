@@ -43,6 +43,11 @@ def encode_run(sink: FpmSink, w: int, ats: list[float], run: Sequence[object]) -
         raise SinkError(f"sink {type(sink).__name__} failed at {ats[0]} ms: {exc}") from exc
 
 
+def encode_runs(sinks: Sequence[FpmSink], w: int, ats: list[float], run: Sequence[object]) -> list[list[object]]:
+    """:func:`encode_run` by each of ``sinks``, in order."""
+    return [encode_run(sink, w, ats, run) for sink in sinks]
+
+
 def write_encoded(sink: KvEventSink | FpmSink, now: float, data: object) -> None:
     """``sink.write_encoded(data)``, its failures reported as :func:`publish` reports them."""
     try:

@@ -31,7 +31,7 @@ from typing import Any
 
 from servesim.contract import ForwardPassMetrics, KvEvent
 from servesim.fpm_runs import FpmRun
-from servesim.replay.failures import encode, encode_run, publish, write_encoded
+from servesim.replay.failures import encode, encode_runs, publish, write_encoded
 from servesim.sinks import FpmSink, KvEventSink, declares
 
 # Entry kinds: the payload itself (published at release), or its encodings: one per sink,
@@ -96,10 +96,7 @@ class SinkMerge:
     def fpm_run_of(self, w: int, ats: list[float], start: float, run: FpmRun) -> None:
         """A run's forward-pass metrics (an ``encodes_fpm_runs`` stream), encoded by column
         by every sink and buffered as :meth:`fpm_run`."""
-        sinks = self.fpm_sinks
-        encs = ([encode_run(sinks[0], w, ats, run)] if len(sinks) == 1
-                else [encode_run(sink, w, ats, run) for sink in sinks])
-        self.fpm_run(w, ats, start, run.base["dp_rank"], encs)
+        self.fpm_run(w, ats, start, run.base["dp_rank"], encode_runs(self.fpm_sinks, w, ats, run))
 
     def fpm_run(self, w: int, ats: list[float], start: float, dp: int, encs: list[list[Any]]) -> None:
         """A run's forward-pass metrics, encoded by every sink (``encs``: per sink, one encoding

@@ -226,37 +226,25 @@ class SinkWriterProcess:
     # -- what the driver calls (servesim.replay.sink_merge.SinkMerge's methods) -----------
 
     def kv(self, w: int, at: float, start: float, events: Sequence[Any]) -> None:
-        if (type(at) in _NUMBERS and type(start) in _NUMBERS
-                and _RECORDS.issuperset(map(type, events))):
-            try:
-                self.buf.append(Raw(_encode((0, w, at, start, events))))
-                return
-            except (TypeError, OverflowError, ValueError):
-                pass
-        text = encode(self.kv_sinks[0], w, at, events)
-        self._text(False, w, at, start, events[0].dp_rank, text)
+        # Only records go by their numbers (msgspec would encode a KvEvent, an attrs class,
+        # as a map rather than call the hook, which refuses it).
+        if not (type(at) in _NUMBERS and type(start) in _NUMBERS
+                and _RECORDS.issuperset(map(type, events)) and self._packed((0, w, at, start, events))):
+            text = encode(self.kv_sinks[0], w, at, events)
+            self._send_one((3, False, w, at, start, events[0].dp_rank, text))
 
     def fpm(self, w: int, at: float, start: float, metrics: ForwardPassMetrics) -> None:
-        if type(at) in _NUMBERS and type(start) in _NUMBERS and type(metrics) is ForwardPassMetrics:
-            try:
-                self.buf.append(Raw(_encode((1, w, at, start, metrics))))
-                return
-            except (TypeError, OverflowError, ValueError):
-                pass
-        text = encode(self.fpm_sinks[0], w, at, metrics)
-        self._text(True, w, at, start, metrics.dp_rank, text)
+        if not (type(at) in _NUMBERS and type(start) in _NUMBERS
+                and type(metrics) is ForwardPassMetrics and self._packed((1, w, at, start, metrics))):
+            text = encode(self.fpm_sinks[0], w, at, metrics)
+            self._send_one((3, True, w, at, start, metrics.dp_rank, text))
 
     def fpm_run_of(self, w: int, ats: list[float], start: float, run: FpmRun) -> None:
-        if type(start) in _NUMBERS and type(run) is FpmRun:
-            try:
-                self.buf.append(Raw(_encode((2, w, ats, start, run.base, run.counter0,
-                                             run.num_decode, run.sum_decode_kv, run.var_decode,
-                                             run.durations))))
-                return
-            except (TypeError, OverflowError, ValueError):
-                pass
-        lines = encode_run(self.fpm_sinks[0], w, ats, run)
-        self._send_one((4, w, ats, start, run.base["dp_rank"], lines))
+        if not (type(start) in _NUMBERS and type(run) is FpmRun
+                and self._packed((2, w, ats, start, run.base, run.counter0, run.num_decode,
+                                  run.sum_decode_kv, run.var_decode, run.durations))):
+            lines = encode_run(self.fpm_sinks[0], w, ats, run)
+            self._send_one((4, w, ats, start, run.base["dp_rank"], lines))
 
     def release(self, watermark: float) -> None:
         self._send_one((5, watermark))
@@ -287,8 +275,13 @@ class SinkWriterProcess:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _text(self, fpm: bool, w: int, at: Any, start: Any, dp: int, text: object) -> None:
-        self._send_one((3, fpm, w, at, start, dp, text))
+    def _packed(self, message: tuple[Any, ...]) -> bool:
+        """Buffer ``message`` if msgpack carries every value of it; whether it did."""
+        try:
+            self.buf.append(Raw(_encode(message)))
+        except (TypeError, OverflowError, ValueError):
+            return False
+        return True
 
     def _send_one(self, message: tuple[Any, ...]) -> None:
         try:
