@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from oracle import DEFAULT_PYTHON, VLLM033_PYTHON, oracle_available, run_oracle_batch  # noqa: E402
 from scenarios import GOLDEN, GOLDEN_033  # noqa: E402
-from servesim.testing.vllm_conformance import make_trace, write_jsonl  # noqa: E402
+from servesim_vllm.conformance import make_trace, write_jsonl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "vllm_oracle"
 

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from servesim.testing.vllm_conformance import KEPT_FIELDS, OracleOptions, read_jsonl, write_jsonl
+from servesim_vllm.conformance import KEPT_FIELDS, OracleOptions, read_jsonl, write_jsonl
 
 DEFAULT_PYTHON = Path.home() / ".cache" / "servesim-vllm-oracle" / "bin" / "python"
 TOOLS = Path(os.environ.get("SERVESIM_SHARED", "/work/shared")) / "tools"

@@ -50,7 +50,7 @@ from scenarios import (  # noqa: E402
     unchunked_scenario,
 )
 from servesim.errors import SimError  # noqa: E402
-from servesim.testing.vllm_conformance import (  # noqa: E402
+from servesim_vllm.conformance import (  # noqa: E402
     COMPARED_FIELDS,
     Comparison,
     OracleOptions,

@@ -8,7 +8,7 @@ default; hash blocks of 64 tokens give four engine blocks per shared trace block
 
 from __future__ import annotations
 
-from servesim.testing.vllm_conformance import OracleOptions, ScenarioSpec
+from servesim_vllm.conformance import OracleOptions, ScenarioSpec
 
 Opts = OracleOptions
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from oracle import SGLANG_PYTHON, SGLANG_SCRIPT, load_saved, run_oracle_batch, save_scenario
 from sglang_scenarios import EXTRA, GOLDEN, random_scenario
-from servesim.testing.sglang_conformance import (
+from servesim_sglang.conformance import (
     COMPARED_FIELDS,
     KEPT_FIELDS,
     SglangOracleOptions,
@@ -22,7 +22,7 @@ from servesim.testing.sglang_conformance import (
     load_golden,
     run_servesim,
 )
-from servesim.testing.vllm_conformance import Comparison, ScenarioSpec, make_trace
+from servesim_vllm.conformance import Comparison, ScenarioSpec, make_trace
 
 GOLDEN_ROOT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "sglang_oracle"
 

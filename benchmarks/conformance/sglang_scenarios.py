@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import random
 
-from servesim.testing.sglang_conformance import SglangOracleOptions
-from servesim.testing.vllm_conformance import ScenarioSpec
+from servesim_sglang.conformance import SglangOracleOptions
+from servesim_vllm.conformance import ScenarioSpec
 
 Opts = SglangOracleOptions
 

@@ -13,7 +13,7 @@ import attrs
 import pytest
 from servesim.cli import main
 from servesim.passlog import read_pass_log
-from servesim.testing.vllm_conformance import compare_steps, load_golden, write_jsonl
+from servesim_vllm.conformance import compare_steps, load_golden, write_jsonl
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "vllm_oracle"
 rank_mod = pytest.importorskip("servesim_vllm.rank")
@@ -79,7 +79,7 @@ SGLANG_GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "sglang_oracle"
 def test_cli_sglang_pass_log_has_the_oracle_fields_and_steps(tmp_path: Path, name: str) -> None:
     """The sglang rank's pass log carries the SGLang oracle's step fields under its names
     (servesim.passlog.ENGINE_FIELDS) and, with ``profile: sglang-0.5.23``, its steps."""
-    from servesim.testing import sglang_conformance as sgc
+    from servesim_sglang import conformance as sgc
 
     rows, opts, steps = sgc.load_golden(SGLANG_GOLDEN / name)
     assert opts.admit == "all"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from servesim.testing.sglang_conformance import build_engine, compare_steps, load_golden, run_servesim
+from servesim_sglang.conformance import build_engine, compare_steps, load_golden, run_servesim
 from servesim_sglang.rank import SglangRank
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "sglang_oracle"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from servesim.testing.vllm_conformance import (
+from servesim_vllm.conformance import (
     build_engine,
     compare_steps,
     golden_dirs,

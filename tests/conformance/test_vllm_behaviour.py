@@ -12,7 +12,7 @@ import attrs
 import pytest
 from servesim.contract import Request
 from servesim.testing.driver import drive
-from servesim.testing.vllm_conformance import OracleOptions, build_engine, run_servesim
+from servesim_vllm.conformance import OracleOptions, build_engine, run_servesim
 from servesim.tokens import Tokens
 
 rank_mod = pytest.importorskip("servesim_vllm.rank")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from servesim.contract import ScheduleRecord
-from servesim.testing.vllm_conformance import (
+from servesim_vllm.conformance import (
     OracleOptions,
     PromptFactory,
     ScenarioSpec,
@@ -102,7 +102,7 @@ def test_compare_ignores_order_of_id_sets_but_not_their_content() -> None:
 
 def test_rows_the_oracle_skips_are_not_submitted() -> None:
     rank_mod = pytest.importorskip("servesim_vllm.rank")
-    from servesim.testing.vllm_conformance import build_engine, run_servesim
+    from servesim_vllm.conformance import build_engine, run_servesim
 
     rows = [{"input_length": 40, "output_length": 10, "hash_ids": [1]},
             {"input_length": 60, "output_length": 30, "hash_ids": [2]},  # 90 > max_model_len
@@ -121,7 +121,7 @@ def test_golden_traces_are_the_scenario_definitions() -> None:
     import json
     from pathlib import Path
 
-    from servesim.testing.vllm_conformance import golden_dirs, load_golden
+    from servesim_vllm.conformance import golden_dirs, load_golden
 
     root = Path(__file__).resolve().parents[2]
     spec = importlib.util.spec_from_file_location(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from servesim.testing.vllm_conformance import (
+from servesim_vllm.conformance import (
     build_engine,
     compare_steps,
     golden_dirs,

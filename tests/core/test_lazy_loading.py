@@ -88,4 +88,4 @@ def test_a_vllm_run_imports_no_other_backend(tmp_path: Path) -> None:
                                                  "servesim_zmq", "servesim_prometheus", "servesim_serve"))]
     assert others and all(m.count(".") == 0 or m.endswith(".plugin") for m in others), others
     assert "servesim.timing.interpolated" not in loaded
-    assert "servesim.calibrate" not in loaded
+    assert "servesim_calibrate.fit" not in loaded

@@ -1,5 +1,5 @@
-"""The ``servesim`` command: ``run`` (the default), ``validate``, ``plugins``, ``plot`` and
-``sweep``.
+"""The ``servesim`` command: ``run`` (the default), ``validate`` and ``plugins``; installed
+plugins add more (``servesim_add_commands``: ``serve``, ``plot``, ``sweep``, ``calibrate``).
 
 Every :class:`~servesim.errors.UserError` is caught here, at the edge, and printed as one line
 ``servesim: error: <message>`` with exit status 2 and no traceback (style-anchors.md rule 10,
@@ -80,18 +80,8 @@ def build_parser(*, with_plugins: bool = True) -> argparse.ArgumentParser:
         help="override a config key, e.g. engine.max_num_seqs=64 (repeatable)",
     )
 
-    from servesim.cli_calibrate import add_arguments as calibrate_arguments
-
-    calibrate_arguments(sub.add_parser("calibrate", help="fit a timing model to measured forward passes"))
-
     plugins = sub.add_parser("plugins", help="list discovered plugins grouped by kind")
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    from servesim.plot.command import add_arguments as plot_arguments
-
-    plot_arguments(sub.add_parser("plot", help="draw a run's figures from its saved files"))
-    from servesim.sweep.command import add_arguments as sweep_arguments
-
-    sweep_arguments(sub.add_parser("sweep", help="run a grid of configurations and table the best"))
     if with_plugins:
         from servesim.plugins import Plugins
 
@@ -207,26 +197,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    from servesim import calibrate
-
-    return calibrate.run(args)
-
-
-def cmd_plot(args: argparse.Namespace) -> int:
-    from servesim.plot.command import run
-
-    return run(args)
-
-
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from servesim.sweep.command import run
-
-    return run(args)
-
-
-COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plugins": cmd_plugins, "calibrate": cmd_calibrate,
-            "plot": cmd_plot, "sweep": cmd_sweep}
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plugins": cmd_plugins}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from servesim.errors import UserError
 
 if TYPE_CHECKING:
-    from servesim.plot.timeline import TimelineRecorder
-    from servesim.replay.runner import SimResult
+    from servesim.config.loader import LoadedConfig
+    from servesim.replay.timeline import FigureWriter, PassTimeline
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,11 +82,23 @@ def _check_writable(path: str, origin: str) -> None:
         raise UserError(f"{origin}: cannot write {path!r}: {reason}")
 
 
-def _timeline(plot_dir: str | None, origin: str) -> TimelineRecorder | None:
-    """The pass-metrics collector of ``--plot``, only then (servesim.plot.timeline). The
-    folder is made now: a bad one fails before the run, not after it."""
+def _figure_writer(loaded: LoadedConfig, origin: str) -> FigureWriter:
+    """The installed figure writer (``servesim_figure_writer``); a run asked for figures with
+    none installed fails before it starts."""
+    writer = loaded.plugins.pm.hook.servesim_figure_writer()
+    if writer is None:
+        raise UserError(f"{origin}: drawing figures needs a plugin that draws them; install "
+                        "servesim-plot (pip install ./plugins/plot)")
+    return writer
+
+
+def _timeline(plot_dir: str | None, origin: str, loaded: LoadedConfig
+              ) -> tuple[FigureWriter, PassTimeline] | None:
+    """The figure writer and its pass collector for ``--plot``, only then. The folder is
+    made now: a bad one fails before the run, not after it."""
     if not plot_dir:
         return None
+    writer = _figure_writer(loaded, origin)
     try:
         os.makedirs(plot_dir, exist_ok=True)
     except OSError as exc:
@@ -97,18 +109,7 @@ def _timeline(plot_dir: str | None, origin: str) -> TimelineRecorder | None:
     problem = folder_problem(plot_dir)
     if problem is not None:
         raise UserError(f"{origin}: cannot write the figures folder {plot_dir!r}: {problem}")
-    from servesim.plot.timeline import TimelineRecorder
-
-    return TimelineRecorder()
-
-
-def _figures(plot_dir: str | None, result: SimResult, timeline: TimelineRecorder | None) -> list[str]:
-    if not plot_dir:
-        return []
-    from servesim.plot.data import from_sim
-    from servesim.plot.draw import write_figures
-
-    return write_figures(from_sim(result, timeline), plot_dir)
+    return writer, writer.timeline()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     if pass_log:
         _check_writable(pass_log, "--pass-log")
     plot_dir = getattr(args, "plot", None) or report_cfg.plot
-    timeline = _timeline(plot_dir, "--plot" if getattr(args, "plot", None) else "report.plot")
+    figures_to = _timeline(plot_dir, "--plot" if getattr(args, "plot", None) else "report.plot", loaded)
+    timeline = None if figures_to is None else figures_to[1]
     progress = None
     if not args.quiet and sys.stderr.isatty():
         from servesim.progress import RunProgress
@@ -152,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     if per_request_path:
         lines = per_request_lines(result.log, result.session_ids)
         _write(per_request_path, "".join(line + "\n" for line in lines))
-    figures = _figures(plot_dir, result, timeline)
+    figures = [] if figures_to is None else figures_to[0].write(result, figures_to[1], plot_dir)
     if args.quiet:
         pass  # docs/configuration.md: nothing on stdout, --json included; files are written
     elif getattr(args, "json", False):

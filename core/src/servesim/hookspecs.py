@@ -5,7 +5,8 @@ Three families:
 * registration hooks (``servesim_register_*``) receive a :class:`servesim.registry.Registry`
   and register named implementations into it; names are what YAML selects. Each is called
   once per plugin manager, on every registered plugin;
-* ``servesim_add_commands`` adds CLI subcommands;
+* ``servesim_add_commands`` adds CLI subcommands, and ``servesim_figure_writer`` draws the
+  figures of ``servesim run --plot``;
 * observer hooks (``servesim_run_started``, ``servesim_pass_completed``,
   ``servesim_request_finished``, ``servesim_report_extra``) watch a run and add report keys
   (servesim.observers); with none implemented the driver makes no call at all.
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from servesim.contract import PassCompletionEffects
     from servesim.observers import FinishedRequest
     from servesim.registry import Registry
+    from servesim.replay.timeline import FigureWriter
 
 
 @hookspec
@@ -126,6 +128,17 @@ def servesim_add_commands(subparsers: argparse._SubParsersAction) -> None:
     """
 
 
+@hookspec(firstresult=True)
+def servesim_figure_writer() -> FigureWriter | None:
+    """The figures of ``servesim run --plot DIR`` (and ``report.plot``): return a
+    :class:`~servesim.replay.timeline.FigureWriter`, or None to leave it to another plugin.
+    The first answer that is not None is used (``servesim-plot`` gives one); with none, a run
+    asked for figures fails before it starts with a message naming the plugin to install.
+
+    Keep the hook cheap: return an object whose drawing machinery loads when it draws.
+    """
+
+
 @hookspec
 def servesim_run_started(config: LoadedConfig) -> bool | None:
     """A run is about to start (``servesim run`` or :func:`servesim.replay.simulate`): reset
@@ -197,11 +210,12 @@ HOOK_KINDS: dict[str, str] = {
     "servesim_register_schedule_policies": "schedule_policy",
 }
 """Hook name → registry kind, in the order ``servesim plugins`` lists them. Hooks not named
-here (``servesim_add_commands`` and the observer hooks) register no named implementations."""
+here (``servesim_add_commands``, ``servesim_figure_writer`` and the observer hooks) register no named implementations."""
 
 __all__ = [
     "HOOK_KINDS",
     "servesim_add_commands",
+    "servesim_figure_writer",
     "servesim_pass_completed",
     "servesim_register_backends",
     "servesim_register_eviction_policies",

@@ -12,7 +12,7 @@ readmitted after a preemption to their hit on readmission (the vLLM oracle's sha
 when the rank did not report it); ``preempted`` / ``finished`` requests preempted / finished in
 the pass; ``running``, ``waiting`` and ``free_blocks`` are the counts after the pass. Request ids
 are strings — the trace's 0-based line index by default — so the log compares directly with
-the vLLM oracle's step lines (``servesim.testing.vllm_conformance``).
+the vLLM oracle's step lines (``servesim_vllm.conformance``).
 
 A rank may report more (``ScheduleRecord.engine_fields``): the fields its engine's own step
 trace writes, under the same names, appended after the common ones in :data:`ENGINE_FIELDS`

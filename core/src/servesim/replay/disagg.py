@@ -63,8 +63,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from servesim.observers import Observers
-    from servesim.plot.timeline import TimelineRecorder
     from servesim.replay.driver import ProgressFn
+    from servesim.replay.timeline import PassTimeline
     from servesim.sinks import FpmSink, KvEventSink
 
 
@@ -160,7 +160,7 @@ _HANDOFF_TIMES = (
 )
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # servesim.replay.disagg_live subclasses it
+@mypyc_attr(allow_interpreted_subclasses=True)  # servesim_serve.disagg_live subclasses it
 class DisaggReplayer(Replayer):
     """Replays a workload on a prefill pool and a decode pool (engines ``0..P-1`` are the
     prefill workers, ``P..P+D-1`` the decode workers)."""
@@ -185,7 +185,7 @@ class DisaggReplayer(Replayer):
         record_token_times: bool = False,
         progress: ProgressFn | None = None,
         runs: bool | None = None,
-        timeline: TimelineRecorder | None = None,
+        timeline: PassTimeline | None = None,
         observers: Observers | None = None,
     ) -> None:
         # Replayer's keywords spelled out (no **kwargs: the compiled build cannot describe
@@ -664,7 +664,7 @@ def build_disagg_replayer(
     is told so (``RankServices.kv_events_router_only``), and ``record_metrics=False`` (the
     runner's choice without a timeline) leaves the unread occupancy snapshots unbuilt.
     ``replayer_class``: a DisaggReplayer subclass to build instead (the live one of
-    ``servesim.replay.disagg_live``); ``emit_fpm``: forward-pass metrics even without sinks."""
+    ``servesim_serve.disagg_live``); ``emit_fpm``: forward-pass metrics even without sinks."""
     mark_unique_prompts(workload)
     sim = loaded.sim
     cluster = sim.cluster

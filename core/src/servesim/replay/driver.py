@@ -38,12 +38,12 @@ from servesim.contract import (
 )
 from servesim.engine import Engine, EnginePassStarted
 from servesim.errors import CommandRejected, TraceError
+from servesim.fpm_runs import FpmRun, encodes_fpm_runs
 from servesim.observers import FinishedRequest, Observers
 from servesim.passlog import PassLogWriter
 from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
 from servesim.replay.cohorts import CohortLog
-from servesim.fpm_runs import FpmRun, encodes_fpm_runs
 from servesim.replay.failures import ReplayError, _publish, encode_runs, write_encoded
 from servesim.replay.routers import RoundRobinRouter, Router
 from servesim.replay.runs import RunDriver, runs_enabled_by_env
@@ -54,7 +54,7 @@ from servesim.sinks import FpmSink, KvEventSink
 
 if TYPE_CHECKING:
     from servesim.contract import Metrics
-    from servesim.plot.timeline import TimelineRecorder
+    from servesim.replay.timeline import PassTimeline
 
 # Final: the compiled build inlines them (a module global is a dict lookup per use there).
 _PASS_END: Final = 0
@@ -94,7 +94,7 @@ class Replayer:
         progress: ProgressFn | None = None,
         runs: bool | None = None,
         pass_log: PassLogWriter | None = None,
-        timeline: TimelineRecorder | None = None,
+        timeline: PassTimeline | None = None,
         observers: Observers | None = None,
         sink_writer_process: bool = False,
     ) -> None:
@@ -118,7 +118,7 @@ class Replayer:
         self._fpm_runs = encodes_fpm_runs(self.fpm_sinks)
         self.progress = progress
         self.pass_log = pass_log
-        # Per-worker pass metrics and preemptions for figures (servesim.plot.timeline). Kept
+        # Per-worker pass metrics and preemptions for figures (servesim.replay.timeline). Kept
         # per worker, so unlike a sink it needs no cross-worker order and runs stay on.
         self.timeline = timeline
         # servesim.observers: None unless a plugin watches the run (then no runs of passes).

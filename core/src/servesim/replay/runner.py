@@ -28,8 +28,8 @@ from servesim.sinks import SinkDeployment, bind_sinks, replay_done
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
-    from servesim.plot.timeline import TimelineRecorder
     from servesim.plugins import Plugins
+    from servesim.replay.timeline import PassTimeline
 
 
 @define
@@ -74,7 +74,7 @@ def simulate(
     record_token_times: bool = False,
     progress: ProgressFn | None = None,
     pass_log: str | None = None,
-    timeline: TimelineRecorder | None = None,
+    timeline: PassTimeline | None = None,
 ) -> SimResult:
     """Replay ``loaded``'s workload on its cluster; sinks are closed afterwards.
 
@@ -106,7 +106,7 @@ def _simulate(
     record_token_times: bool,
     progress: ProgressFn | None,
     pass_log: str | None,
-    timeline: TimelineRecorder | None,
+    timeline: PassTimeline | None,
 ) -> SimResult:
     disaggregated = _check_supported(loaded)
     sim = loaded.sim
@@ -226,7 +226,7 @@ def _simulate_disagg(
     fpm_sinks: list[Any],
     record_token_times: bool,
     progress: ProgressFn | None,
-    timeline: TimelineRecorder | None = None,
+    timeline: PassTimeline | None = None,
     observers: Observers | None = None,
 ) -> SimResult:
     """A prefill/decode split (servesim.replay.disagg); the report gains its handoff keys."""

@@ -217,7 +217,7 @@ class RequestLog:
     def append_request(self, input_length: int) -> int:
         """One more request of ``input_length`` prompt tokens, not yet arrived (every
         per-request list above grows by one; ``extra`` belongs to the replay that set it);
-        returns its id. For a replay fed requests while it runs (servesim.replay.disagg_live)."""
+        returns its id. For a replay fed requests while it runs (servesim_serve.disagg_live)."""
         rid = self.n
         self.n = rid + 1
         self.input_length.append(input_length)

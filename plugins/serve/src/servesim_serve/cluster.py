@@ -6,7 +6,7 @@ pool after pool, one router over all of them), built by the replay's own functio
 
 A prefill/decode split (``cluster.prefill_workers`` / ``decode_workers``) is the
 disaggregated replay's own pools, routers and handoff (``build_disagg_replayer``), built as a
-:class:`~servesim.replay.disagg_live.LiveDisaggReplayer` and driven by
+:class:`~servesim_serve.disagg_live.LiveDisaggReplayer` and driven by
 :class:`~servesim_serve.disagg_driver.LiveDisaggDriver`; prefill workers are ``0..P-1``,
 decode workers ``P..P+D-1``, as in the replay and its sinks.
 """
@@ -68,7 +68,7 @@ def _build_split(loaded: LoadedConfig, speedup: float, wall: Callable[[], float]
                  observer: Observer | None) -> tuple[LiveDriver, list[Any]]:
     """The live driver of a prefill/decode split and its sinks (module docstring)."""
     from servesim.replay.disagg import build_disagg_replayer
-    from servesim.replay.disagg_live import LiveDisaggReplayer
+    from servesim_serve.disagg_live import LiveDisaggReplayer
     from servesim.replay.workload import Workload
 
     from servesim_serve.disagg_driver import LiveDisaggDriver

@@ -1,6 +1,6 @@
 """The live driver of a prefill/decode split (``cluster.prefill_workers`` / ``decode_workers``).
 
-The simulation is the disaggregated replay's own (:class:`servesim.replay.disagg_live.
+The simulation is the disaggregated replay's own (:class:`servesim_serve.disagg_live.
 LiveDisaggReplayer`: the prefill router, the decode router, the handoff with its transfer
 time, cancellation wherever the request is), fed each request as it arrives and advanced to
 the event loop's simulated time; this class keeps :class:`~servesim_serve.driver.LiveDriver`'s
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from servesim.errors import SimError
-from servesim.replay.disagg_live import LiveDisaggReplayer, LiveListener
+from servesim_serve.disagg_live import LiveDisaggReplayer, LiveListener
 from servesim.replay.report import _clean, build_report, per_request_lines
 from servesim.replay.stats import distribution
 from servesim.tokens import Tokens
@@ -113,7 +113,7 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
     def _advance(self, until: float) -> None:
         self.replayer.advance(until)
 
-    # -- what the replayer tells (servesim.replay.disagg_live.LiveListener) ----------------
+    # -- what the replayer tells (servesim_serve.disagg_live.LiveListener) ----------------
 
     def tokens(self, rid: int, count: int, now: float) -> None:
         req = self.requests[rid]
