@@ -100,10 +100,10 @@ def curves_figure(path: str) -> None:
 
 def calibrate(workdir: str) -> tuple[list[Any], dict[str, list[float]], str]:
     """The measured passes, each fitted model's price of them, and calibrate's printed tables."""
-    from servesim import cli
-    from servesim_calibrate.fit import price, read_passes
+    import servesim.cli.main as cli
     from servesim.config.loader import load_config
     from servesim.replay.runner import simulate
+    from servesim_calibrate.fit import price, read_passes
 
     base, fpm = os.path.join(workdir, "base.yaml"), os.path.join(workdir, "fpm.jsonl")
     with open(base, "w", encoding="utf-8") as fh:

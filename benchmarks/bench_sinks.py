@@ -107,7 +107,7 @@ def run_once(trace: Path, sets: list[str], out_dir: Path, unformatted: bool = Fa
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
     if unformatted and any(p.stat().st_size for p in out_dir.glob("*.jsonl")):
-        return {"error": "the line formatters were not replaced (servesim.sinks_builtin compiled?)"}
+        return {"error": "the line formatters were not replaced (servesim.sinks.builtin compiled?)"}
     return json.loads(out.read_text())
 
 

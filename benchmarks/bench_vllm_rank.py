@@ -6,7 +6,7 @@
 The trace is generated inline (fixed seed): Poisson arrivals at 8 req/s, input lengths
 uniform in [1024, 4096], output lengths uniform in [128, 512], every prompt block unique
 (Mooncake hash ids, 64 tokens per id), engine defaults (vLLM block size 64, 16384 blocks,
-polynomial timing), committing runs of decode passes (servesim.runs) unless ``--step``.
+polynomial timing), committing runs of decode passes (servesim.fast.runs) unless ``--step``.
 With ``--peer`` the same trace also runs through the reference peer and its own
 requests-per-wall-second figure is printed beside servesim's.
 """
@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-fpm", action="store_true", help="skip forward-pass metrics")
     ap.add_argument("--step", action="store_true",
-                    help="step pass by pass (no runs of passes, servesim.runs)")
+                    help="step pass by pass (no runs of passes, servesim.fast.runs)")
     ap.add_argument("--peer", help="path of peer_dynamo.py to run the same trace")
     args = ap.parse_args()
     rows = make_rows(args.n, args.rate, args.seed)

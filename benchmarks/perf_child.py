@@ -30,12 +30,11 @@ def main(argv: list[str]) -> int:
         return 2
     out_path, trace, *sets = argv
     import servesim
+    from perf_instructions import NO_REPLAY
+    from perf_unformatted import ENV, install
     from servesim.config.loader import load_config
     from servesim.errors import UserError
     from servesim.replay.runner import simulate
-
-    from perf_instructions import NO_REPLAY
-    from perf_unformatted import ENV, install
 
     if os.environ.get(ENV) == "1":
         install()
@@ -62,7 +61,7 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     status = main(sys.argv[1:])
-    from servesim.cli import spare_exit_collection
+    from servesim.cli.main import spare_exit_collection
 
     spare_exit_collection()  # as the servesim console script does before it exits
     sys.exit(status)

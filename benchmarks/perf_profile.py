@@ -4,7 +4,7 @@
     python benchmarks/perf_profile.py [--case vllm-1w] [-n N] [--top 15] [--sort cumulative]
                                       [--tree CHECKOUT] [--keep prof.out]
 
-Runs ``python -m cProfile -o PROF -m servesim.cli run --trace T --set ... --quiet`` in a child
+Runs ``python -m cProfile -o PROF -m servesim.cli.main run --trace T --set ... --quiet`` in a child
 process with exactly the case's configuration from ``perf_cases`` (so the profile is of the
 run the benchmark times), then prints the top functions with their cumulative and own time
 as a percentage of the whole profiled run, and their call counts. cProfile itself slows
@@ -44,7 +44,7 @@ def short(func: tuple[str, int, str]) -> str:
 
 
 #: Start-up frames that wrap the whole run; listing them would only push real entries out.
-WRAPPERS = ("<frozen runpy>", "<string>:", "<built-in method builtins.exec>", "servesim/cli.py:")
+WRAPPERS = ("<frozen runpy>", "<string>:", "<built-in method builtins.exec>", "servesim/cli/main.py:")
 
 
 def top_table(prof: str, top: int, sort: str) -> str:
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         prof = args.keep or str(Path(tmp) / "prof.out")
         sets = [arg for s in case.servesim_sets() for arg in ("--set", s)]
-        cmd = [sys.executable, "-m", "cProfile", "-o", prof, "-m", "servesim.cli", "run",
+        cmd = [sys.executable, "-m", "cProfile", "-o", prof, "-m", "servesim.cli.main", "run",
                "--trace", str(trace), *sets, "--quiet"]
         done = subprocess.run(cmd, env=tree_env(args.tree), check=False)
         if done.returncode != 0:

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         mine, theirs = Path(tmp) / "servesim.jsonl", Path(tmp) / "peer.jsonl"
         sets = [a for s in case.servesim_sets() for a in ("--set", s)]
-        subprocess.run([sys.executable, "-m", "servesim.cli", "run", "--trace", str(trace), *sets,
+        subprocess.run([sys.executable, "-m", "servesim.cli.main", "run", "--trace", str(trace), *sets,
                         "--per-request", str(mine), "--quiet"], env=tree_env(args.tree), check=True)
         psets = [a for s in case.peer_sets() for a in ("--set", s)]
         subprocess.run([args.peer_python, args.peer_script, str(trace), *psets,

@@ -30,9 +30,9 @@ def _no_fpm_run_lines(worker_id: int, ats: Sequence[Any], run: Any) -> list[str]
 
 
 def install() -> None:
-    """Swap the formatters the built-in sinks call (``servesim.sinks_builtin`` looks them up
+    """Swap the formatters the built-in sinks call (``servesim.sinks.builtin`` looks them up
     as module globals when it is not compiled, which the caller checks afterwards)."""
-    import servesim.sinks_builtin as sinks
+    import servesim.sinks.builtin as sinks
 
     sinks.kv_event_lines = _no_kv_lines
     sinks.fpm_line = _no_fpm_line

@@ -41,7 +41,7 @@ import time
 import numpy as np
 
 SERVESIM = os.environ.get("SERVESIM_CMD", "").split() or [
-    sys.executable, "-c", "import sys; from servesim.cli import main; sys.exit(main())"]
+    sys.executable, "-c", "import sys; from servesim.cli.main import main; sys.exit(main())"]
 
 
 def request_bytes(prompt_len: int, max_tokens: int) -> bytes:

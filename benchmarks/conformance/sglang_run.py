@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from oracle import SGLANG_PYTHON, SGLANG_SCRIPT, load_saved, run_oracle_batch, save_scenario
-from sglang_scenarios import EXTRA, GOLDEN, random_scenario
 from servesim_sglang.conformance import (
     COMPARED_FIELDS,
     KEPT_FIELDS,
@@ -23,6 +22,7 @@ from servesim_sglang.conformance import (
     run_servesim,
 )
 from servesim_vllm.conformance import Comparison, ScenarioSpec, make_trace
+from sglang_scenarios import EXTRA, GOLDEN, random_scenario
 
 GOLDEN_ROOT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "sglang_oracle"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import attrs
 import pytest
-from servesim.cli import main
-from servesim.passlog import read_pass_log
+from servesim.cli.main import main
+from servesim.replay.passlog import read_pass_log
 from servesim_vllm.conformance import compare_steps, load_golden, write_jsonl
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "vllm_oracle"
@@ -78,7 +78,7 @@ SGLANG_GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "sglang_oracle"
 @pytest.mark.parametrize("name", ["prefix_burst_page16", "lof_policy", "overlap_page16"])
 def test_cli_sglang_pass_log_has_the_oracle_fields_and_steps(tmp_path: Path, name: str) -> None:
     """The sglang rank's pass log carries the SGLang oracle's step fields under its names
-    (servesim.passlog.ENGINE_FIELDS) and, with ``profile: sglang-0.5.23``, its steps."""
+    (servesim.replay.passlog.ENGINE_FIELDS) and, with ``profile: sglang-0.5.23``, its steps."""
     from servesim_sglang import conformance as sgc
 
     rows, opts, steps = sgc.load_golden(SGLANG_GOLDEN / name)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from servesim.contract import ScheduleRecord
 from servesim.errors import TraceError
-from servesim.passlog import FIELDS, PassLogWriter, dumps, make_line, parse_line, read_pass_log
+from servesim.replay.passlog import FIELDS, PassLogWriter, dumps, make_line, parse_line, read_pass_log
 
 
 def _record() -> ScheduleRecord:

@@ -12,8 +12,8 @@ import attrs
 import pytest
 from servesim.contract import Request
 from servesim.testing.driver import drive
-from servesim_vllm.conformance import OracleOptions, build_engine, run_servesim
 from servesim.tokens import Tokens
+from servesim_vllm.conformance import OracleOptions, build_engine, run_servesim
 
 rank_mod = pytest.importorskip("servesim_vllm.rank")
 VllmRank = rank_mod.VllmRank

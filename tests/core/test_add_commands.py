@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from servesim import hookimpl
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.errors import ConfigError
 
 

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from servesim import cli
+import servesim.cli.main as cli
 from servesim.hookspecs import HOOK_KINDS
 
 TOY = """
@@ -165,9 +165,9 @@ def test_no_arguments_means_run(monkeypatch: pytest.MonkeyPatch) -> None:
         seen.append(args)
         return 7
 
-    import servesim.cli_run
+    import servesim.cli.run
 
-    monkeypatch.setattr(servesim.cli_run, "run", fake_run)
+    monkeypatch.setattr(servesim.cli.run, "run", fake_run)
     assert cli.main([]) == 7
     assert seen[0].command == "run" and seen[0].config == [] and seen[0].sets == []
     assert cli.main(["run", "x.yaml", "--set", "engine.dp_size=2"]) == 7
@@ -199,12 +199,12 @@ def test_version_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_console_script_error_has_no_traceback(tmp_path: Path) -> None:
-    """The ``servesim`` console script (``servesim.cli:console``) exits 2 with one line."""
+    """The ``servesim`` console script (``servesim.cli.main:console``) exits 2 with one line."""
     (script,) = importlib.metadata.entry_points(group="console_scripts", name="servesim")
-    assert script.value == "servesim.cli:console"
+    assert script.value == "servesim.cli.main:console"
     path = write(tmp_path, "engine: {dp_size: 0}")
     proc = subprocess.run(
-        [sys.executable, "-m", "servesim.cli", "validate", path],
+        [sys.executable, "-m", "servesim.cli.main", "validate", path],
         capture_output=True,
         text=True,
         timeout=60,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 
 
 def _err(capsys: pytest.CaptureFixture[str]) -> list[str]:

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 from attrs import define, field
-
 from servesim.config.engine import EngineConfig
 from servesim.contract import (
     APPLIED,

@@ -7,25 +7,26 @@ from __future__ import annotations
 import struct
 
 import pytest
-from xxhash import xxh3_64_intdigest
-
 from servesim.contract import (
     HandoffId,
     HandoffTransferTiming,
     Metrics,
     Output,
     OutputBatch,
-    RunningMean,
     TransferTimingMode,
-    Welford,
     WorkerType,
-    normalize_conditional_accept_rates,
     outputs_for,
     prefill_handoff_delay_ms,
-    validate_time,
 )
 from servesim.kv.hashing import chain_hash, local_block_hash, sequence_hashes
+from servesim.mechanics.numeric import (
+    RunningMean,
+    Welford,
+    normalize_conditional_accept_rates,
+    validate_time,
+)
 from servesim.tokens import RepeatedBlockTokens, Tokens
+from xxhash import xxh3_64_intdigest
 
 # --------------------------------------------------------------------------- §10 accept rates
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from servesim import hookspecs
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.hookspecs import HOOK_KINDS
 from servesim.plugins import make_plugin_manager
 

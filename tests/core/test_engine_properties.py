@@ -7,7 +7,6 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from servesim.contract import (
     CommandEffects,
     CommandResult,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from servesim.contract import ForwardPassMetrics
-from servesim.fpm_runs import FpmRun
-from servesim.jsonl_lines import fpm_line, fpm_run_lines
+from servesim.fast.fpm_runs import FpmRun
+from servesim.sinks.jsonl_lines import fpm_line, fpm_run_lines
 
 from tests.core.test_fpm_runs import _base
 

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from servesim.contract import ForwardPassMetrics
-from servesim.fpm_runs import FpmRun, encodes_fpm_runs
-from servesim.jsonl_lines import fpm_line, fpm_run_lines
-from servesim.replay.sink_merge import SinkMerge
-from servesim.sinks import SinkError
-from servesim.sinks_builtin import JsonlFpmSink, JsonlSinkConfig, MemoryFpmSink
+from servesim.fast.fpm_runs import FpmRun, encodes_fpm_runs
+from servesim.fast.sink_merge import SinkMerge
+from servesim.sinks.base import SinkError
+from servesim.sinks.builtin import JsonlFpmSink, JsonlSinkConfig, MemoryFpmSink
+from servesim.sinks.jsonl_lines import fpm_line, fpm_run_lines
 
 count = st.integers(0, 10**9)
 value = st.floats(0, 1e12)
@@ -133,7 +133,7 @@ def test_a_run_encoding_failure_is_a_sink_error(tmp_path: Path) -> None:
 
 
 def test_a_run_failure_names_the_failing_pass_as_stepping_would(tmp_path: Path) -> None:
-    from servesim.replay.failures import encode, encode_run
+    from servesim.sinks.publish import encode, encode_run
 
     sink = JsonlFpmSink(JsonlSinkConfig(path=str(tmp_path / "f.jsonl")))
     run = FpmRun(_base(), 0, [1, 1], [2, 3], [0.0, float("nan")], [1.0, 2.0])

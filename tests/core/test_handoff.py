@@ -1,4 +1,4 @@
-"""Handoff timing and the backend-neutral handoff bookkeeping (servesim.handoff).
+"""Handoff timing and the backend-neutral handoff bookkeeping (servesim.mechanics.handoff).
 
 Reference: aisimulate-engine.md §8.1 (transfer formulas and the 128 ms test vector), §8.2
 (lifecycle and cancel results), §4.8 (FIFO retries and the capacity generation) and §3
@@ -28,7 +28,7 @@ from servesim.contract import (
     prefill_handoff_delay_ms,
 )
 from servesim.errors import CommandRejected, ConfigError
-from servesim.handoff import (
+from servesim.mechanics.handoff import (
     DestEntry,
     HandoffBook,
     SourceEntry,

@@ -1,4 +1,4 @@
-"""servesim.jsonl_lines formats exactly what json.dumps gives for the sinks' records."""
+"""servesim.sinks.jsonl_lines formats exactly what json.dumps gives for the sinks' records."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from servesim.contract import (
     RemovedBlocks,
     StoredBlocks,
 )
-from servesim.fpm_runs import FpmRun
-from servesim.jsonl_lines import fpm_line, fpm_run_lines, kv_event_line, kv_event_lines
+from servesim.fast.fpm_runs import FpmRun
 from servesim.kv.event_records import RemovedRun, StoredRun, materialise
-from servesim.sinks_builtin import fpm_record, kv_event_record
+from servesim.sinks.builtin import fpm_record, kv_event_record
+from servesim.sinks.jsonl_lines import fpm_line, fpm_run_lines, kv_event_line, kv_event_lines
 
 u64 = st.integers(0, 2**64 - 1)
 count = st.integers(0, 10**9)

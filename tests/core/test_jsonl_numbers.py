@@ -1,4 +1,4 @@
-"""servesim.jsonl_lines turns numbers into text with msgspec: the texts must be exactly what
+"""servesim.sinks.jsonl_lines turns numbers into text with msgspec: the texts must be exactly what
 ``json.dumps`` (``repr``) writes, and lists holding a float msgspec writes differently are
 written number by number."""
 
@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import math
 
+import servesim.sinks.jsonl_lines as jsonl_lines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servesim.contract import ForwardPassMetrics
-from servesim.fpm_runs import FpmRun
-import servesim.jsonl_lines as jsonl_lines
-from servesim.jsonl_lines import (
+from servesim.fast.fpm_runs import FpmRun
+from servesim.kv.event_records import RemovedRun, StoredRun, materialise
+from servesim.sinks.builtin import fpm_record, kv_event_record
+from servesim.sinks.jsonl_lines import (
     MIN_ENCODED,
     POSITIONAL,
     _int_list,
@@ -22,8 +24,6 @@ from servesim.jsonl_lines import (
     fpm_run_lines,
     kv_event_lines,
 )
-from servesim.kv.event_records import RemovedRun, StoredRun, materialise
-from servesim.sinks_builtin import fpm_record, kv_event_record
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 ints = st.integers(-(2**70), 2**70)

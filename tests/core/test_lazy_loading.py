@@ -72,7 +72,7 @@ def test_each_kind_is_filled_on_first_use() -> None:
 def test_a_vllm_run_imports_no_other_backend(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from servesim.cli import main\n"
+        "from servesim.cli.main import main\n"
         "status = main(['run', '--quiet', '--set', 'workload.synthetic.num_requests=5'])\n"
         "print(sorted(m for m in sys.modules if m.startswith(('servesim_', 'servesim.timing.'))))\n"
         "raise SystemExit(status)\n"

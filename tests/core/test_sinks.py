@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from servesim.contract import (
     ClearedBlocks,
     ForwardPassMetrics,
@@ -16,8 +15,8 @@ from servesim.contract import (
     StoredBlocks,
 )
 from servesim.plugins import Plugins
-from servesim.sinks import SinkError, build_sink
-from servesim.sinks_builtin import (
+from servesim.sinks.base import SinkError, build_sink
+from servesim.sinks.builtin import (
     JsonlFpmSink,
     JsonlKvEventSink,
     JsonlSinkConfig,
@@ -96,7 +95,7 @@ def test_jsonl_fpm_sink(tmp_path: Path) -> None:
     sink.publish(3, 20.0, ForwardPassMetrics(worker_id=3, dp_rank=0, counter_id=10))
     sink.close()
     first_line = path.read_text().splitlines()[0]
-    # The wire object of servesim.fpm_schema (Dynamo's ForwardPassMetrics), then at_ms.
+    # The wire object of servesim.sinks.fpm_schema (Dynamo's ForwardPassMetrics), then at_ms.
     assert first_line == (
         '{"version": 1, "worker_id": "3", "dp_rank": 1, "counter_id": 9, "wall_time": 0.0125, '
         '"scheduled_requests": {"num_prefill_requests": 2, "sum_prefill_tokens": 40, '
@@ -148,7 +147,7 @@ def test_built_in_sinks_are_registered_and_buildable(tmp_path: Path) -> None:
 def test_jsonl_kv_sink_asks_for_token_ids_when_configured(tmp_path: Path) -> None:
     """``token_ids: true`` makes the replay materialise block tokens (the ranks' job), so
     every BlockStored line carries them; by default the sink asks for nothing."""
-    from servesim.sinks_builtin import JsonlKvSinkConfig
+    from servesim.sinks.builtin import JsonlKvSinkConfig
 
     plain = JsonlKvEventSink(JsonlSinkConfig(str(tmp_path / "a.jsonl")))
     asked = JsonlKvEventSink(JsonlKvSinkConfig(str(tmp_path / "b.jsonl"), token_ids=True))

@@ -1,12 +1,11 @@
-"""servesim.speculative: the acceptance sampler and vLLM-named report keys
+"""servesim.mechanics.speculative: the acceptance sampler and vLLM-named report keys
 (aisimulate-engine.md §10, §13.8)."""
 
 from __future__ import annotations
 
 import pytest
-
 from servesim.config.engine import EngineConfig
-from servesim.speculative import AcceptanceTally, SpeculativeSampler, acceptance_report
+from servesim.mechanics.speculative import AcceptanceTally, SpeculativeSampler, acceptance_report
 
 
 def test_zero_and_one_rates_are_exact() -> None:

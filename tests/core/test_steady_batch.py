@@ -1,10 +1,10 @@
-"""servesim.steady: the lazy steady batch and its run walk, on a toy request type."""
+"""servesim.fast.steady: the lazy steady batch and its run walk, on a toy request type."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from servesim.steady import SteadyBatch, edge_first_step, edge_step_after, replay_steps
+from servesim.fast.steady import SteadyBatch, edge_first_step, edge_step_after, replay_steps
 
 
 class Req:

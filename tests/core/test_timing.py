@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from servesim.errors import ConfigError
 from servesim.plugins import Plugins
 from servesim.timing import FixedTiming, FixedTimingConfig, PolynomialTiming, scaled_ms

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servesim.contract import KvBlock, KvEvent, RemovedBlocks, StoredBlocks
-from servesim.jsonl_lines import kv_event_lines
 from servesim.kv.event_records import (
     ROUTER_METHODS,
     SINK_METHODS,
@@ -21,7 +20,8 @@ from servesim.kv.event_records import (
     materialise,
 )
 from servesim.replay.routers import KvIndex, KvRouter, RoundRobinRouter
-from servesim.sinks_builtin import JsonlKvEventSink, MemoryKvEventSink
+from servesim.sinks.builtin import JsonlKvEventSink, MemoryKvEventSink
+from servesim.sinks.jsonl_lines import kv_event_lines
 
 u64 = st.integers(0, 2**64 - 1)
 hashes = st.lists(u64, min_size=1, max_size=5)
@@ -124,7 +124,7 @@ def _fit(sinks: list[Any], router: Any, reads: bool, observed: bool = False) -> 
 
 
 def test_a_replay_uses_records_only_when_every_reader_accepts_them(tmp_path: Any) -> None:
-    from servesim.sinks_builtin import JsonlKvSinkConfig
+    from servesim.sinks.builtin import JsonlKvSinkConfig
 
     jsonl = JsonlKvEventSink(JsonlKvSinkConfig(str(tmp_path / "kv.jsonl")))
     memory = MemoryKvEventSink()

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.kv.eviction import EvictableBlock, LruEviction, RecordEvictionPolicy
 from servesim.kv.eviction_keyed import KeyedEviction
 from servesim.kv.eviction_records import RecordBlockPool, make_block_pool

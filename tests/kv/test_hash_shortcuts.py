@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from servesim.contract import Request
 from servesim.kv.hashing import chain_hash, local_block_hash, repeated_token_hash, repeated_token_hashes
 from servesim.kv.sequence import SequenceBlocks
-from servesim.tokens import RepeatedBlockTokens, TokenSeq, Tokens
+from servesim.tokens import RepeatedBlockTokens, Tokens, TokenSeq
 
 IDS = st.lists(st.one_of(st.integers(0, 2**32 - 1), st.integers(-2**40, 2**70)), max_size=12)
 

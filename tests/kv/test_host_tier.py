@@ -4,7 +4,6 @@ CPU-medium events (aisimulate-engine.md §9)."""
 from __future__ import annotations
 
 import pytest
-
 from servesim.contract import RemovedBlocks, StoredBlocks
 from servesim.kv.host_tier import HostTier, Lookup, NativeHostOffloadConfig
 

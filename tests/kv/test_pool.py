@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from servesim.contract import KvBlock, RemovedBlocks, StoredBlocks
 from servesim.kv.hashing import chain_hash, local_block_hash
 from servesim.kv.pool import BlockPool, BlockTable

@@ -7,7 +7,6 @@ from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from servesim.contract import RemovedBlocks, StoredBlocks
 from servesim.kv.hashing import chain_hash
 from servesim.kv.pool import BlockPool, BlockTable

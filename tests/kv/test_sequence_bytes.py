@@ -43,9 +43,8 @@ def test_generated_block_hashes_chain_the_local_hashes_of_their_tokens() -> None
 
 def _masked_hash(tokens: list[int]) -> int:
     """The definition: xxh3_64 of the little-endian u32 bytes of every token mod 2**32."""
-    from xxhash import xxh3_64_intdigest
-
     from servesim.kv.hashing import SEED
+    from xxhash import xxh3_64_intdigest
     return xxh3_64_intdigest(b"".join((t & 0xFFFFFFFF).to_bytes(4, "little") for t in tokens),
                              seed=SEED)
 

@@ -35,7 +35,7 @@ def install(
 
 def fail(main_args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     """Run the CLI expecting exit status 2 with one error line; return that line."""
-    from servesim.cli import main
+    from servesim.cli.main import main
 
     assert main(main_args) == 2
     err = capsys.readouterr().err

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from servesim.plugins import Plugins
 from servesim.replay.routers import RoundRobinRouter, Router
-from servesim.sinks_builtin import JsonlKvEventSink, JsonlSinkConfig, MemoryFpmSink, MemoryKvEventSink
-from servesim.sinks_compose import SampleConfig, SampleKvEventSink, TeeKvEventSink
+from servesim.sinks.builtin import JsonlKvEventSink, JsonlSinkConfig, MemoryFpmSink, MemoryKvEventSink
+from servesim.sinks.compose import SampleConfig, SampleKvEventSink, TeeKvEventSink
 from servesim.testing import (
     check_fpm_sink,
     check_kv_event_sink,
@@ -238,8 +238,8 @@ def _reader(read: Any) -> Any:
 
 
 def test_trace_kit_catches(samples: tuple[str, str]) -> None:
-    from servesim.replay.workload import Session, Turn, Workload
     from servesim.tokens import Tokens
+    from servesim.workload.model import Session, Turn, Workload
 
     mooncake = Plugins().trace_formats().get("mooncake")
 

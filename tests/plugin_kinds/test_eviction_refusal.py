@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from fake_plugins import VERSION, fail, install
-from servesim.cli import main
+from servesim.cli.main import main
 
 SOURCE = """
 from collections import OrderedDict

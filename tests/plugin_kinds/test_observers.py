@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from fake_plugins import VERSION, fail, install
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.config.loader import load_config
 from servesim.plugins import Plugins
 from servesim.replay.runner import simulate
@@ -151,13 +151,13 @@ def servesim_report_extra(report, config):
 
 
 def test_no_observer_no_calls() -> None:
-    from servesim.observers import Observers
+    from servesim.replay.observers import Observers
 
     assert Observers.of(Plugins(autoload=False)) is None
 
 
 def test_an_observer_can_sit_a_run_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    from servesim.observers import Observers
+    from servesim.replay.observers import Observers
 
     mod = install(
         monkeypatch,

@@ -11,7 +11,7 @@ from servesim.config.loader import load_config
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvBlock, KvEvent, RemovedBlocks, StoredBlocks
 from servesim.errors import ConfigError
 from servesim.replay.runner import simulate
-from servesim.sink_build import build_sinks
+from servesim.sinks.build import build_sinks
 
 SMALL = ["workload.synthetic.num_requests=30", "engine.num_gpu_blocks=80"]
 
@@ -164,7 +164,7 @@ def test_trace_shorthand(tmp_path: Path) -> None:
 def test_composing_sinks_pass_on_bind_token_ids_and_the_finished_log(tmp_path: Path) -> None:
     """A jsonl sink asking for token ids inside a tee inside a sample still gets them, and
     every wrapped sink is bound to the deployment and handed the finished log."""
-    from servesim.sinks import SinkDeployment
+    from servesim.sinks.base import SinkDeployment
 
     nested = (
         "sinks.kv_events=[{type: sample, every: 1, sinks: [{type: tee, sinks: ["

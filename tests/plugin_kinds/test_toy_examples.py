@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.config.loader import load_config
 from servesim.replay.runner import simulate
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from fake_plugins import VERSION, fail, install
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.plugins import servesim_version
 
 CORE = f"servesim {servesim_version()}"
@@ -16,7 +16,7 @@ PLUGIN = f"(plugin broken from broken-dist {VERSION})"
 SOURCE = """
 from servesim import hookimpl
 from servesim.replay.routers import RoundRobinRouter
-from servesim.sinks import KvEventSink
+from servesim.sinks.base import KvEventSink
 from servesim.timing.base import TimingModel
 from servesim.timing.builtin import PolynomialTiming
 

@@ -28,7 +28,7 @@ SEAM = ("steady", "runs")
 
 def _imports(package: str) -> dict[str, set[str]]:
     """Module (within the package) -> the seam modules it imports (``steady``, ``runs``,
-    core's ``servesim.steady`` / ``servesim.runs`` as ``core.steady`` / ``core.runs``)."""
+    core's ``servesim.fast.steady`` / ``servesim.fast.runs`` as ``core.steady`` / ``core.runs``)."""
     src = ROOT / "plugins" / package.removeprefix("servesim_") / "src"
     out: dict[str, set[str]] = {}
     for module, path in _modules(src).items():
@@ -38,8 +38,8 @@ def _imports(package: str) -> dict[str, set[str]]:
         for candidate in _imported(module, path):
             for name in candidate.split("|"):
                 for seam in SEAM:
-                    if name in (f"{package}.{seam}", f"servesim.{seam}") or name.startswith(
-                            (f"{package}.{seam}.", f"servesim.{seam}.")):
+                    if name in (f"{package}.{seam}", f"servesim.fast.{seam}") or name.startswith(
+                            (f"{package}.{seam}.", f"servesim.fast.{seam}.")):
                         names.add(("core." if name.startswith("servesim.") else "") + seam)
         out[module.removeprefix(package + ".")] = names
     return out

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 
 from tests.qa.test_bad_input import fail, write
 

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from servesim.cli import main
-from servesim.replay import mooncake, synthetic
+from servesim.cli.main import main
+from servesim.workload import mooncake, synthetic
 
 from tests.qa.test_bad_input import GOOD, fail, write
 

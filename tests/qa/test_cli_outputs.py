@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.plugins import servesim_version
 
 WORKLOAD = [
@@ -29,7 +29,7 @@ WORKLOAD = [
 
 def servesim(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The installed console entry point in a fresh interpreter (stdin/stdout/stderr pipes)."""
-    code = "import sys; from servesim.cli import main; sys.exit(main())"
+    code = "import sys; from servesim.cli.main import main; sys.exit(main())"
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         capture_output=True,
@@ -190,7 +190,7 @@ class _Terminal:
 def test_progress_only_on_a_terminal(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], terminal: bool
 ) -> None:
-    from servesim.progress import RunProgress
+    from servesim.cli.progress import RunProgress
 
     original = RunProgress.__init__
 
@@ -215,7 +215,7 @@ def test_progress_only_on_a_terminal(
 
 def test_closed_stdout_pipe_is_not_a_traceback() -> None:
     """``servesim plugins | head -1``: the reader leaves early; no traceback, SIGPIPE's status."""
-    code = "import sys; from servesim.cli import main; sys.exit(main())"
+    code = "import sys; from servesim.cli.main import main; sys.exit(main())"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "plugins"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )

@@ -52,7 +52,7 @@ SUBSET = [
 SCENARIOS: dict[str, list[str]] = {
     "vllm_kv4_preempt": ["--set", "cluster.workers=4", "--set", "cluster.router=kv",
                          "--set", "engine.num_gpu_blocks=200"],
-    # The sinks' writer process (servesim.replay.sink_offload) behind the compiled driver.
+    # The sinks' writer process (servesim.fast.sink_offload) behind the compiled driver.
     "vllm_kv4_writer_process": ["--set", "cluster.workers=4", "--set", "cluster.router=kv",
                                 "--set", "engine.num_gpu_blocks=200", "--set", "sinks.writer=process"],
     "sglang_2w": ["--set", "engine.backend=sglang", "--set", "cluster.workers=2"],
@@ -124,7 +124,7 @@ def test_the_hot_modules_are_compiled_and_the_default_install_is_not(compiled_py
     for module in ["servesim.kv.pool", "servesim.replay.driver", "servesim_vllm.scheduler",
                    "servesim_sglang.scheduler", "servesim_trtllm.core",
                    "servesim_vllm.steady", "servesim_trtllm.steady", "servesim.timing.builtin",
-                   "servesim.run_pending"]:
+                   "servesim.fast.run_pending"]:
         assert _is_compiled(compiled_python, module), module
     # Classes plugins subclass stay interpreted or accept interpreted subclasses.
     assert not _is_compiled(compiled_python, "servesim.rank")

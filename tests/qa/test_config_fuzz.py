@@ -20,7 +20,7 @@ from servesim.config.loader import load_config
 from servesim.config.sections import ClusterConfig, ReportConfig, SyntheticConfig, TraceConfig, WorkloadConfig
 from servesim.errors import UserError
 from servesim.plugins import Plugins
-from servesim.replay.synthetic import generate
+from servesim.workload.synthetic import generate
 
 PLUGINS = Plugins()
 
@@ -294,7 +294,7 @@ def _outcome(doc: dict[str, Any], conv: Any) -> tuple[str, Any]:
 
 
 def _same_with_and_without_cattrs(doc: dict[str, Any], shared: Any) -> None:
-    from servesim.config.fast_convert import LazyConverter
+    from servesim.fast.config_convert import LazyConverter
 
     direct, via_cattrs = _outcome(doc, LazyConverter()), _outcome(doc, shared)
     assert direct == via_cattrs, doc

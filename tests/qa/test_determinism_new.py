@@ -5,7 +5,7 @@ aic timing model."""
 from __future__ import annotations
 
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 
 #: KV blocks that hold about 12,800 tokens at each backend's block size (64, 1, 32).
 TIGHT_BLOCKS = {"vllm": 200, "sglang": 12800, "trtllm": 400}

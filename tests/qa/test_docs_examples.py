@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.config.loader import load_config
 
 ROOT = Path(__file__).resolve().parents[2]

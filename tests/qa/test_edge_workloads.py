@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 

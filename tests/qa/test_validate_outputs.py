@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.plugins import servesim_version
 
 from tests.qa.test_bad_input import fail, write

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 
 DATA = Path(__file__).parent / "data"
 pytest.importorskip("servesim_vllm")
@@ -136,7 +136,7 @@ def test_identical_bytes_across_processes_and_hash_seeds(tmp_path):
         per = tmp_path / f"q{seed}.jsonl"
         env = {**os.environ, "PYTHONHASHSEED": seed}
         subprocess.run(
-            [sys.executable, "-m", "servesim.cli", "run", "--trace", str(DATA / "peer_sessions_trace.jsonl"),
+            [sys.executable, "-m", "servesim.cli.main", "run", "--trace", str(DATA / "peer_sessions_trace.jsonl"),
              "--set", "cluster.workers=3", "--set", "cluster.router=kv",
              "--set", "workload.trace.trace_block_size=64", "--quiet",
              "--output-json", str(out), "--per-request", str(per)],

@@ -1,4 +1,4 @@
-"""The cohort log (servesim.replay.cohorts.CohortLog) against the plain request log.
+"""The cohort log (servesim.fast.cohorts.CohortLog) against the plain request log.
 
 A replay with runs and without per-request token times logs each worker's steady batch as
 one cohort; a replay forced to step logs every token. Randomised Mooncake workloads on every
@@ -16,15 +16,15 @@ from hypothesis import strategies as st
 from servesim.config.engine import EngineConfig
 from servesim.config.sections import ReportConfig
 from servesim.factory import EngineFactory
+from servesim.fast.cohorts import CohortLog
 from servesim.replay.cluster import build_engines
-from servesim.replay.cohorts import CohortLog
 from servesim.replay.driver import Replayer
-from servesim.replay.mooncake import MooncakeTrace
-from servesim.replay.report import build_report, dumps, per_request_lines
 from servesim.replay.routers import KvRouter, RoundRobinRouter
-from servesim.replay.stats import RequestLog
+from servesim.report.stats import RequestLog
+from servesim.report.summary import build_report, dumps, per_request_lines
 from servesim.testing.strategies import mooncake_lines
 from servesim.timing import PolynomialTiming
+from servesim.workload.mooncake import MooncakeTrace
 from servesim_sglang.rank import SglangRank
 from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig
 from servesim_trtllm.rank import TrtllmRank

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from servesim.config.loader import load_config
 from servesim.replay.disagg import DisaggReplayer, build_disagg_replayer
-from servesim.replay.report import dumps, format_table, per_request_lines
 from servesim.replay.runner import SimResult, load_workload, simulate
+from servesim.report.summary import dumps, format_table, per_request_lines
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from servesim.config.loader import load_config
 from servesim.plugins import Plugins
 from servesim.replay.disagg import DisaggReplayer, build_disagg_replayer
-from servesim.replay.report import build_report, dumps, per_request_lines
 from servesim.replay.runner import load_workload
+from servesim.report.summary import build_report, dumps, per_request_lines
 
 PLUGINS = Plugins()
 

@@ -16,8 +16,8 @@ from servesim.config.sections import (
     TraceConfig,
     WorkloadConfig,
 )
-from servesim.replay.report import build_report
-from servesim.replay.stats import RequestLog
+from servesim.report.stats import RequestLog
+from servesim.report.summary import build_report
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

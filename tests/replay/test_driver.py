@@ -19,10 +19,10 @@ from servesim.contract import (
 from servesim.rank import RankPass
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer, ReplayError
-from servesim.replay.mooncake import MooncakeTrace
-from servesim.replay.report import build_report, dumps, per_request_lines
 from servesim.replay.routers import KvRouter
-from servesim.sinks import FpmSink, KvEventSink
+from servesim.report.summary import build_report, dumps, per_request_lines
+from servesim.sinks.base import FpmSink, KvEventSink
+from servesim.workload.mooncake import MooncakeTrace
 
 
 def trace(*records: dict) -> object:
@@ -291,7 +291,7 @@ def test_progress_reports_completed_and_simulated_time():
 def test_progress_bar_renders_only_after_delay():
     import io
 
-    from servesim.progress import RunProgress
+    from servesim.cli.progress import RunProgress
 
     stream = io.StringIO()
     p = RunProgress(stream, delay_s=3600.0)

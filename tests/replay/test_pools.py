@@ -7,8 +7,8 @@ import json
 import pytest
 from servesim.config.loader import load_config
 from servesim.errors import ConfigError
-from servesim.replay.report import format_table
 from servesim.replay.runner import simulate
+from servesim.report.summary import format_table
 
 BASE = """
 engine:

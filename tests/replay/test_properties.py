@@ -10,9 +10,9 @@ from replay_toy import make_factory
 from servesim.config.sections import ReportConfig
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
-from servesim.replay.mooncake import MooncakeTrace
-from servesim.replay.report import build_report, dumps
 from servesim.replay.routers import KvRouter
+from servesim.report.summary import build_report, dumps
+from servesim.workload.mooncake import MooncakeTrace
 
 turn = st.tuples(
     st.lists(st.integers(0, 6), min_size=1, max_size=4),  # hash ids (small alphabet: sharing)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servesim.config.sections import ReportConfig
-from servesim.replay.report import build_report, dumps, format_table, per_request_lines
-from servesim.replay.stats import RequestLog, percentile, percentile_key
+from servesim.report.stats import RequestLog, percentile, percentile_key
+from servesim.report.summary import build_report, dumps, format_table, per_request_lines
 
 
 def small_log(record_token_times: bool = False) -> RequestLog:
@@ -191,10 +191,10 @@ def test_pooled_gaps_equal_the_sorted_multiset(gaps, shared, incomplete):
     """Run-length encoded gaps and first occurrences found without sorting (numpy), and the
     list version's, give the multiset and per-request first gaps that sorting every gap gives."""
     import numpy as np
-    from servesim.replay.report import gaps as list_gaps
-    from servesim.replay.report_arrays import gaps as array_gaps
-    from servesim.replay.stats import weighted_sorted
-    from servesim.replay.stats_arrays import weighted_sorted_array
+    from servesim.fast.report_arrays import gaps as array_gaps
+    from servesim.fast.stats_arrays import weighted_sorted_array
+    from servesim.report.stats import weighted_sorted
+    from servesim.report.summary import gaps as list_gaps
 
     log = RequestLog([1] * 6)
     for rid, gap in gaps:

@@ -10,8 +10,8 @@ from servesim._markers import hookimpl
 from servesim.config.loader import load_config
 from servesim.errors import ConfigError
 from servesim.plugins import Plugins, make_plugin_manager
-from servesim.replay.report import dumps
 from servesim.replay.runner import simulate
+from servesim.report.summary import dumps
 
 
 class _ToyPlugin:

@@ -1,4 +1,4 @@
-"""Runs that look past arrivals proved to go to another worker (servesim.replay.runs).
+"""Runs that look past arrivals proved to go to another worker (servesim.fast.replay_runs).
 
 With several workers in timestamp mode without sessions, a run on worker ``w`` may continue
 past arrivals the router proves it will send elsewhere (``Router.exclusion_margins``). The
@@ -20,14 +20,14 @@ from servesim.config.engine import EngineConfig
 from servesim.config.sections import ReportConfig
 from servesim.contract import KvBlock, KvEvent, RemovedBlocks, Request, StoredBlocks
 from servesim.factory import EngineFactory
+from servesim.fast.replay_runs import _Finishers
 from servesim.replay.cluster import ClusterState, build_engines
 from servesim.replay.driver import Replayer, ReplayError
-from servesim.replay.mooncake import MooncakeTrace
-from servesim.replay.report import build_report, dumps, per_request_lines
 from servesim.replay.routers import KvRouter, RoundRobinRouter, _water_level
-from servesim.replay.runs import _Finishers
+from servesim.report.summary import build_report, dumps, per_request_lines
 from servesim.timing import PolynomialTiming
 from servesim.tokens import Tokens, TokenSeq
+from servesim.workload.mooncake import MooncakeTrace
 from servesim_vllm.rank import VllmRank
 
 BLOCK = 4

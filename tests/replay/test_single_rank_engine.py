@@ -14,11 +14,11 @@ from servesim.config.sections import ReportConfig
 from servesim.factory import EngineFactory
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
-from servesim.replay.mooncake import MooncakeTrace
-from servesim.replay.report import build_report, dumps, per_request_lines
 from servesim.replay.routers import KvRouter, RoundRobinRouter
+from servesim.report.summary import build_report, dumps, per_request_lines
 from servesim.testing.strategies import mooncake_lines
 from servesim.timing import PolynomialTiming
+from servesim.workload.mooncake import MooncakeTrace
 from servesim_vllm.rank import VllmRank
 
 

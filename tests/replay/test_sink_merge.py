@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvBlock, KvEvent, RemovedBlocks, StoredBlocks
-from servesim.replay.sink_merge import SinkMerge
-from servesim.sinks import KvEventSink, SinkError
-from servesim.sinks_builtin import (
+from servesim.fast.sink_merge import SinkMerge
+from servesim.sinks.base import KvEventSink, SinkError
+from servesim.sinks.builtin import (
     JsonlFpmSink,
     JsonlKvEventSink,
     JsonlKvSinkConfig,

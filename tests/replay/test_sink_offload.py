@@ -12,15 +12,15 @@ import pytest
 from servesim.config.loader import load_config
 from servesim.config.sections import SinkWriterMode
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvBlock, KvEvent, RemovedBlocks, StoredBlocks
-from servesim.fpm_runs import FpmRun
+from servesim.fast import sink_offload
+from servesim.fast.fpm_runs import FpmRun
+from servesim.fast.sink_merge import SinkMerge
+from servesim.fast.sink_offload import AUTO_MIN_REQUESTS, SinkWriterProcess, can_offload, writes_in_process
 from servesim.kv.event_records import RemovedRun, StoredRun
-from servesim.replay import sink_offload
-from servesim.replay.report import dumps
 from servesim.replay.runner import simulate
-from servesim.replay.sink_merge import SinkMerge
-from servesim.replay.sink_offload import AUTO_MIN_REQUESTS, SinkWriterProcess, can_offload, writes_in_process
-from servesim.sinks import SinkError
-from servesim.sinks_builtin import (
+from servesim.report.summary import dumps
+from servesim.sinks.base import SinkError
+from servesim.sinks.builtin import (
     JsonlFpmSink,
     JsonlKvEventSink,
     JsonlKvSinkConfig,
@@ -208,7 +208,7 @@ def test_the_cli_reports_a_writer_process_failure_as_one_line(tmp_path: Path) ->
     results = []
     for writer in ("inline", "process"):
         proc = subprocess.run(
-            [sys.executable, "-c", "import sys; from servesim.cli import main; sys.exit(main())",
+            [sys.executable, "-c", "import sys; from servesim.cli.main import main; sys.exit(main())",
              "run", "--quiet", "--set", "cluster.workers=2",
              "--set", "workload.synthetic.num_requests=40",
              "--set", 'sinks.kv_events=[{type: jsonl, path: "/dev/full"}]',

@@ -16,21 +16,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from servesim.config.loader import load_config
 from servesim.config.sections import ReportConfig
-from servesim.replay.pairwise import pairwise_sum
-from servesim.replay.report import list_samples, report_from_samples
-from servesim.replay.report_arrays import report_samples
+from servesim.fast.report_arrays import report_samples
+from servesim.fast.stats_arrays import (
+    distribution_array,
+    sorted_weighted_distribution_array,
+    weighted_sorted_array,
+)
 from servesim.replay.runner import simulate
-from servesim.replay.stats import (
+from servesim.report.pairwise import pairwise_sum
+from servesim.report.stats import (
     RequestLog,
     distribution,
     sorted_weighted_distribution,
     weighted_sorted,
 )
-from servesim.replay.stats_arrays import (
-    distribution_array,
-    sorted_weighted_distribution_array,
-    weighted_sorted_array,
-)
+from servesim.report.summary import list_samples, report_from_samples
 
 PCTS = [1.0, 25.0, 50.0, 90.0, 99.0, 99.9]
 
@@ -162,7 +162,7 @@ def test_a_short_trace_replay_imports_no_numpy(tmp_path) -> None:
     trace.write_text("".join(
         json.dumps({"timestamp": i * 100, "input_length": 300 + 17 * i, "output_length": 20 + i,
                     "hash_ids": [3 * i, 3 * i + 1]}) + "\n" for i in range(10)))
-    code = ("import sys\nfrom servesim.cli import main\n"
+    code = ("import sys\nfrom servesim.cli.main import main\n"
             "rc = main(['run', '--trace', sys.argv[1], '--json'])\n"
             "print('CATTRS' if 'cattrs' in sys.modules else 'NO CATTRS')\n"
             "print('NUMPY' if 'numpy' in sys.modules else 'NO NUMPY')\nsys.exit(rc)\n")
@@ -177,7 +177,7 @@ def test_the_path_threshold_waits_for_numpy(monkeypatch) -> None:
     """Before numpy is imported, samples up to LIST_MAX stay on the list path (importing numpy
     costs more than the list path spends on them); once it is, numpy takes over past
     ARRAY_MIN."""
-    from servesim.replay.stats import ARRAY_MIN, LIST_MAX, in_arrays
+    from servesim.report.stats import ARRAY_MIN, LIST_MAX, in_arrays
 
     assert ARRAY_MIN < LIST_MAX
     assert in_arrays(ARRAY_MIN + 1) and not in_arrays(ARRAY_MIN)

@@ -16,13 +16,13 @@ from servesim.factory import EngineFactory
 from servesim.kv.hashing import _PlaceholderCounter
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
-from servesim.replay.mooncake import MooncakeTrace
-from servesim.replay.report import build_report, dumps, per_request_lines
 from servesim.replay.routers import KvRouter, RoundRobinRouter
-from servesim.replay.workload import Session, Turn, make_workload, mark_unique_prompts
+from servesim.report.summary import build_report, dumps, per_request_lines
 from servesim.testing.strategies import mooncake_lines
 from servesim.timing import PolynomialTiming
 from servesim.tokens import RepeatedBlockTokens, Tokens
+from servesim.workload.model import Session, Turn, make_workload, mark_unique_prompts
+from servesim.workload.mooncake import MooncakeTrace
 from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig
 from servesim_trtllm.rank import TrtllmRank
 from servesim_vllm.rank import VllmRank

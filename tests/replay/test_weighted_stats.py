@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from servesim.replay.stats import RequestLog, distribution, weighted_distribution
+from servesim.report.stats import RequestLog, distribution, weighted_distribution
 
 PCTS = [50.0, 90.0, 99.0, 99.9]
 gaps = st.lists(st.sampled_from([0.0, 0.001, 1.0, 5.740003, 5.8, 13.25, 1e-6, 2.5]), min_size=0,
@@ -67,7 +67,7 @@ def test_run_tokens_shares_gaps_but_keeps_each_first_gap() -> None:
 def test_sorted_weighted_distribution_accepts_equal_neighbours() -> None:
     """The report's per-user throughput passes 1000/gap in reverse order without merging values
     that became equal: every statistic must match the merged multiset's."""
-    from servesim.replay.stats import sorted_weighted_distribution, weighted_sorted
+    from servesim.report.stats import sorted_weighted_distribution, weighted_sorted
 
     gaps = np.array([3.0, 7.013, 7.013000000000001, 12.25, 40.0])
     w = np.array([4, 2, 9, 1, 3])

@@ -7,8 +7,8 @@ import json
 import pytest
 from servesim.config.sections import SyntheticConfig
 from servesim.errors import ConfigError, TraceError
-from servesim.replay.mooncake import MooncakeTrace
-from servesim.replay.synthetic import generate, parse_length_spec
+from servesim.workload.mooncake import MooncakeTrace
+from servesim.workload.synthetic import generate, parse_length_spec
 
 
 def parse(*lines: str, tbs: int = 4):
@@ -185,7 +185,7 @@ def test_synthetic_rejects_bad_values():
 def test_lines_decode_exactly_as_json_loads(text):
     """The trace reader's line decoder (the C scanner straight away) gives json.loads's value,
     or its exception with the same message."""
-    from servesim.replay.mooncake import _loads
+    from servesim.workload.mooncake import _loads
 
     def outcome(decode):
         try:

@@ -516,7 +516,7 @@ class ForwardPassMetrics:
 class DecodeAcceptance:
     """Acceptance-length telemetry: plain decode contributes (1, 1) per request.
 
-    With speculative decoding (servesim.speculative) ``accepted_tokens`` counts the base
+    With speculative decoding (servesim.mechanics.speculative) ``accepted_tokens`` counts the base
     token plus the accepted drafts of each verification forward, before clamping to the
     request's remaining output; ``nextn`` is the draft count and ``accepted_per_pos[i]``
     how many forwards accepted draft ``i`` (both empty without speculation).
@@ -551,7 +551,7 @@ class ScheduleRecord:
     requests preempted / finished in this pass; ``running``, ``waiting`` and ``free_blocks``
     are the counts after the pass. ``engine_fields`` holds what a backend reports beyond
     these, under the names its engine's own step trace uses (the pass log writes the ones
-    :data:`servesim.passlog.ENGINE_FIELDS` knows, after the common fields).
+    :data:`servesim.replay.passlog.ENGINE_FIELDS` knows, after the common fields).
     """
 
     scheduled: dict[RequestId, int] = field(factory=dict)
@@ -585,16 +585,6 @@ class PassCompletionEffects:
 
 # --------------------------------------------------------------------------- helpers
 
-# Small numeric helpers that are part of the public contract surface live in
-# servesim.common; they are re-exported here so ``from servesim.contract import ...`` works.
-from servesim.common import (  # noqa: E402
-    DEFAULT_ACCEPT_RATES,
-    RunningMean,
-    Welford,
-    normalize_conditional_accept_rates,
-    validate_time,
-)
-
 
 def outputs_for(batch: OutputBatch, request_ids: Sequence[RequestId]) -> list[Output]:
     """The rich outputs of some requests (test helper, not for hot paths)."""
@@ -614,7 +604,6 @@ __all__ = [
     "Command",
     "CommandEffects",
     "CommandResult",
-    "DEFAULT_ACCEPT_RATES",
     "DecodeAcceptance",
     "DestinationReserved",
     "EMPTY_START",
@@ -641,16 +630,12 @@ __all__ = [
     "RequestId",
     "ReserveDestination",
     "ResultKind",
-    "RunningMean",
     "SourceHeld",
     "StoredBlocks",
     "Submit",
     "SubmitHandoffPrefill",
     "TransferTimingMode",
-    "Welford",
     "WorkerType",
-    "normalize_conditional_accept_rates",
     "outputs_for",
     "prefill_handoff_delay_ms",
-    "validate_time",
 ]

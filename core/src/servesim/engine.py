@@ -14,17 +14,12 @@ from typing import Any, Final, cast
 
 from attrs import define, frozen
 
-from servesim.contract import (
-    Command,
-    CommandEffects,
-    PassCompletionEffects,
-    PassStartEffects,
-    validate_time,
-)
+from servesim.contract import Command, CommandEffects, PassCompletionEffects, PassStartEffects
 from servesim.errors import EngineError, EnginePoisoned
+from servesim.fast.run_pending import check_run
+from servesim.fast.runs import EngineRunCompleted, EngineRunStarted
+from servesim.mechanics.numeric import validate_time
 from servesim.rank import NO_RETRY_HINT, CommandContext, Rank, RankIdentity, RetryHint
-from servesim.run_pending import check_run
-from servesim.runs import EngineRunCompleted, EngineRunStarted
 from servesim.timing.shape import prices_pass_shapes
 
 _INF: Final = float("inf")
@@ -77,7 +72,7 @@ class _PendingGroupPass:
     started_at_ms: float
     end_ms: float
     by_rank: dict[int, Any]
-    run_passes: int = 0  # > 0: an in-flight run of that many passes (servesim.runs)
+    run_passes: int = 0  # > 0: an in-flight run of that many passes (servesim.fast.runs)
 
 
 class Engine:
@@ -325,7 +320,7 @@ class Engine:
         self._reset_wave_if_drained()
         return EnginePassCompleted(pending.pass_id, modelled, tuple(out))
 
-    # -- runs of passes (servesim.runs) -----------------------------------------------------
+    # -- runs of passes (servesim.fast.runs) -----------------------------------------------------
 
     def execute_run(
         self, now_ms: float, horizon_ms: float, max_passes: int = 1 << 30,
@@ -336,7 +331,7 @@ class Engine:
         Only a dp_size-1 engine runs: with several ranks the DP barrier makes every pass a
         group decision. A run consumes one pass id and one wave step per pass.
         ``through_completions``: the caller can take completions before the run's last pass
-        (servesim.runs); passed on only to ranks whose class sets
+        (servesim.fast.runs); passed on only to ranks whose class sets
         ``runs_through_completions = True``.
         """
         self._check_alive()

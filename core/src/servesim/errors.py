@@ -56,3 +56,8 @@ class EnginePoisoned(EngineError):
 
 class CommandRejected(EngineError):
     """A rank refused a command; recoverable, the rank and engine are unchanged."""
+
+
+class ReplayError(SimError):
+    """The simulation cannot make progress (a stalled or livelocked engine)."""
+

@@ -9,7 +9,7 @@ Three families:
   figures of ``servesim run --plot``;
 * observer hooks (``servesim_run_started``, ``servesim_pass_completed``,
   ``servesim_request_finished``, ``servesim_report_extra``) watch a run and add report keys
-  (servesim.observers); with none implemented the driver makes no call at all.
+  (servesim.replay.observers); with none implemented the driver makes no call at all.
 
 Hook arguments only ever grow: a new argument is added at the end, and implementations may
 accept a subset (pluggy allows it), so old plugins keep working.
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
     from servesim.config.loader import LoadedConfig
     from servesim.contract import PassCompletionEffects
-    from servesim.observers import FinishedRequest
     from servesim.registry import Registry
+    from servesim.replay.observers import FinishedRequest
     from servesim.replay.timeline import FigureWriter
 
 
@@ -70,7 +70,7 @@ def servesim_register_kv_event_sinks(registry: Registry) -> None:
     :param registry: the ``kv_event_sink`` registry; entries of ``sinks.kv_events`` select one
         by ``type`` and configure it with the remaining keys. The class's
         ``from_config(config, context)`` builds it; a composing sink builds the sinks it wraps
-        through ``context`` (:class:`servesim.sinks.SinkContext`).
+        through ``context`` (:class:`servesim.sinks.base.SinkContext`).
     """
 
 
@@ -180,7 +180,7 @@ def servesim_request_finished(request: FinishedRequest) -> None:
     Called once per request in the order requests finish. Like ``servesim_pass_completed``
     it makes the driver step pass by pass.
 
-    :param request: a :class:`servesim.observers.FinishedRequest` (ids, worker, arrival,
+    :param request: a :class:`servesim.replay.observers.FinishedRequest` (ids, worker, arrival,
         first-token and finish times, token counts, whether it was rejected).
     """
 

@@ -235,10 +235,10 @@ class Rank(ABC):
             duration_ms=max(0.0, end_ms - started_at_ms),
         )
 
-    # -- runs of passes (DESIGN.md §7; servesim.runs) ----------------------------------------
+    # -- runs of passes (DESIGN.md §7; servesim.fast.runs) ----------------------------------------
 
     def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int) -> Any | None:
-        """Commit ``k >= 1`` consecutive passes (:class:`servesim.runs.RankRun`) or decline.
+        """Commit ``k >= 1`` consecutive passes (:class:`servesim.fast.runs.RankRun`) or decline.
 
         Pass 0 starts at ``now_ms``, each next pass at the previous one's end, every pass
         strictly before ``horizon_ms``; the run stops at the first pass whose batch would
@@ -251,7 +251,7 @@ class Rank(ABC):
         return None
 
     def complete_run(self, pending: Any, end_ms: float) -> Any:
-        """Release a run's effects (:class:`servesim.runs.RunEffects`) at its last boundary."""
+        """Release a run's effects (:class:`servesim.fast.runs.RunEffects`) at its last boundary."""
         raise NotImplementedError(f"{type(self).__name__} does not support runs")
 
     def take_run_kv_events(self, pending: Any, before_pass: int) -> dict[int, list[Any]]:

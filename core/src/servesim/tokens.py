@@ -113,7 +113,7 @@ class Tokens(TokenSeq):
 class RepeatedBlockTokens(TokenSeq):
     """Hash id ``h`` stands for ``trace_block_size`` copies of token ``h``; cut to ``length``.
 
-    ``unique_from`` (set by :func:`servesim.replay.workload.mark_unique_prompts`, else None) is
+    ``unique_from`` (set by :func:`servesim.workload.model.mark_unique_prompts`, else None) is
     the first token of this prompt's first trace block whose token value no other trace block
     of the workload holds, with at least two of its tokens in the prompt. No other request's
     known tokens can then equal this prompt's first ``unique_from + 2`` tokens: another

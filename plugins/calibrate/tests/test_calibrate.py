@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+import servesim.cli.main as cli
 import yaml
-from servesim import cli
 from servesim.errors import TraceError
 from servesim.timing.builtin import PolynomialTiming, PolynomialTimingConfig
 from servesim_calibrate.fit import Pass, fit_errors, fit_polynomial, price, read_passes

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.config.loader import load_config
 from servesim.kv.eviction import EvictableBlock
 from servesim.kv.eviction_records import RecordBlockPool

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim_plot.files import load_fpm
 
 SETS = ["workload.synthetic.num_requests=80", "workload.synthetic.rate=20",
@@ -148,7 +148,7 @@ def test_bad_report_and_fpm_are_one_line_errors(tmp_path, capsys) -> None:
 
 
 def test_run_without_plot_loads_neither_matplotlib_nor_rich() -> None:
-    code = ("import sys; from servesim.cli import main; "
+    code = ("import sys; from servesim.cli.main import main; "
             "main(['run', '--quiet', '--set', 'workload.synthetic.num_requests=5']); "
             "print(sorted(m for m in ('matplotlib', 'rich', 'pyarrow', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

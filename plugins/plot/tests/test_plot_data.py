@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.config.loader import load_config
-from servesim.replay.report import dumps
 from servesim.replay.runner import simulate
+from servesim.report.summary import dumps
 from servesim_plot import series as S
 from servesim_plot.data import RequestTable, from_sim
 from servesim_plot.files import load

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 from servesim.config.loader import load_config
-from servesim.replay.report import dumps, per_request_lines
 from servesim.replay.runner import load_workload, simulate
+from servesim.report.summary import dumps, per_request_lines
 from servesim_serve.app import Server
 from servesim_serve.cli import load
 from servesim_serve.config import ServeConfig

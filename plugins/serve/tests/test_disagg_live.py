@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from servesim.config.loader import load_config
 from servesim.plugins import Plugins
 from servesim.replay.disagg import build_disagg_replayer
-from servesim_serve.disagg_live import LiveDisaggReplayer, LiveListener
-from servesim.replay.report import build_report, dumps, per_request_lines
 from servesim.replay.runner import load_workload
-from servesim.replay.stats import RequestLog
-from servesim.replay.workload import Workload
+from servesim.report.stats import RequestLog
+from servesim.report.summary import build_report, dumps, per_request_lines
+from servesim.workload.model import Workload
+from servesim_serve.disagg_live import LiveDisaggReplayer, LiveListener
 
 PLUGINS = Plugins()
 

@@ -13,11 +13,11 @@ from typing import Any
 from servesim.config.engine import EngineConfig
 from servesim.contract import CancelRequest, Request, Submit, WorkerType
 from servesim.factory import EngineFactory
-from servesim_sglang.conformance import SglangOracleOptions
 from servesim.timing.builtin import FixedTiming
 from servesim.tokens import Tokens
 from servesim_sglang.behaviour import resolve
 from servesim_sglang.config import SglangConfig
+from servesim_sglang.conformance import SglangOracleOptions
 from servesim_sglang.rank import SglangRank
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from servesim.kv.host_tier import NativeHostOffloadConfig
 from servesim.config.engine import EngineConfig
 from servesim.contract import (
     CancelRequest,
@@ -20,6 +19,7 @@ from servesim.contract import (
 from servesim.engine import Engine
 from servesim.errors import CommandRejected, ConfigError, EngineError
 from servesim.factory import EngineFactory
+from servesim.kv.host_tier import NativeHostOffloadConfig
 from servesim.testing.driver import drive
 from servesim.timing.base import TimingModel
 from servesim.timing.builtin import FixedTiming, FixedTimingConfig

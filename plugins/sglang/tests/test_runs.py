@@ -1,9 +1,9 @@
-"""Runs of passes (servesim.runs) of the sglang rank against its stepping path.
+"""Runs of passes (servesim.fast.runs) of the sglang rank against its stepping path.
 
 Each example drives the same randomised workload twice through ``servesim.testing.drive`` —
 once pass by pass, once letting the rank commit runs — and requires identical per-request
 token times, completions and cached tokens, identical command effects, and, pass by pass
-(runs expanded with :func:`servesim.runs.expand`), identical outputs, KV events, metrics and
+(runs expanded with :func:`servesim.fast.runs.expand`), identical outputs, KV events, metrics and
 forward-pass metrics; the radix cache's recency clock and books must agree too. Small pools
 make requests retract (runs must stop before any pass that could), several page sizes, both
 policies, and sinks on (stepped runs) and off (bulk runs) are drawn.
@@ -19,7 +19,7 @@ from servesim.config.engine import EngineConfig
 from servesim.contract import CancelRequest, PassCompletionEffects, Request
 from servesim.engine import Engine
 from servesim.factory import EngineFactory
-from servesim.runs import expand
+from servesim.fast.runs import expand
 from servesim.testing.driver import DriveResult, drive
 from servesim.timing.builtin import FixedTiming, FixedTimingConfig, PolynomialTiming
 from servesim.tokens import Tokens

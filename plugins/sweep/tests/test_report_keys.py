@@ -1,4 +1,4 @@
-"""The numeric report keys known before a run (servesim.replay.report_keys) are exactly the
+"""The numeric report keys known before a run (servesim.report.keys) are exactly the
 numeric keys a run of that configuration reports, for every optional report section; a sweep
 objective outside them fails before any point runs, listing the valid keys."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.config.loader import load_config
-from servesim.replay.report_keys import numeric_keys, report_keys
 from servesim.replay.runner import simulate
+from servesim.report.keys import numeric_keys, report_keys
 
 SMALL = ["workload.synthetic.num_requests=12", "workload.synthetic.output_length=fixed:6"]
 HOST = ("engine.kv_bytes_per_token=2",

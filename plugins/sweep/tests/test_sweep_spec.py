@@ -4,7 +4,7 @@ front, and errors naming the file and key path."""
 from __future__ import annotations
 
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.errors import ConfigError
 from servesim_sweep.pareto import front
 from servesim_sweep.point import check_points, gpus_of

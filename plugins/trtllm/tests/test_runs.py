@@ -6,7 +6,7 @@ once pass by pass, once letting the rank commit runs — under every capacity po
 tight and roomy pools, chunked context on and off, prefix caching on and off, KV events and
 forward-pass metrics on, and requires identical per-request token times, completions and
 cached tokens, identical command effects, and, pass by pass (runs expanded with
-:func:`servesim.runs.expand`), identical outputs, KV events, metrics and forward-pass metrics.
+:func:`servesim.fast.runs.expand`), identical outputs, KV events, metrics and forward-pass metrics.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from servesim.config.engine import EngineConfig
 from servesim.contract import CancelRequest, PassCompletionEffects, Request
 from servesim.engine import Engine
 from servesim.factory import EngineFactory
-from servesim.runs import expand
+from servesim.fast.runs import expand
 from servesim.testing.driver import DriveResult, drive
 from servesim.timing import FixedTiming, FixedTimingConfig, PolynomialTiming
 from servesim.tokens import Tokens

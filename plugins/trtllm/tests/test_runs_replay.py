@@ -19,12 +19,12 @@ from servesim.config.sections import ReportConfig
 from servesim.factory import EngineFactory
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
-from servesim.replay.mooncake import MooncakeTrace
-from servesim.replay.report import build_report, dumps, per_request_lines
 from servesim.replay.routers import KvRouter, RoundRobinRouter
-from servesim.sinks_builtin import MemoryFpmSink, MemoryKvEventSink
+from servesim.report.summary import build_report, dumps, per_request_lines
+from servesim.sinks.builtin import MemoryFpmSink, MemoryKvEventSink
 from servesim.testing.strategies import mooncake_lines
 from servesim.timing import PolynomialTiming
+from servesim.workload.mooncake import MooncakeTrace
 from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig
 from servesim_trtllm.rank import TrtllmRank
 

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from vllm_helpers import RecordingTiming, make_engine, req
-
 from servesim.contract import PressureKind, PressureState, RemovedBlocks, StoredBlocks
 from servesim.testing.driver import drive
+from vllm_helpers import RecordingTiming, make_engine, req
 
 
 def test_shared_prefix_is_reused_and_reported_once() -> None:

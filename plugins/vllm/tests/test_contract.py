@@ -4,8 +4,6 @@ forward-pass metrics, attention DP and plugin registration (aisimulate-engine.md
 from __future__ import annotations
 
 import pytest
-from vllm_helpers import RecordingTiming, make_engine, req
-
 from servesim.contract import (
     NOOP,
     CancelRequest,
@@ -17,6 +15,7 @@ from servesim.contract import (
 )
 from servesim.errors import CommandRejected
 from servesim.testing.driver import drive
+from vllm_helpers import RecordingTiming, make_engine, req
 
 
 def test_duplicate_submit_is_rejected_without_change() -> None:

@@ -10,12 +10,11 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from servesim.common import Welford
 from servesim.contract import ForwardPassMetrics
+from servesim.mechanics.numeric import Welford
 from servesim_vllm import rank as vrank
 from servesim_vllm import runs as vruns
 from servesim_vllm.rank import _FPM_ORDER, VllmRank
-
 from vllm_helpers import make_engine
 
 FIELDS = dict(worker_id=3, dp_rank=1, num_queued_prefill=0, sum_queued_prefill_tokens=0,

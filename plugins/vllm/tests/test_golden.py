@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from servesim.config.engine import EngineConfig, PreemptionMode
 from servesim.contract import Request
 from servesim.factory import EngineFactory

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from vllm_helpers import RecordingTiming, make_engine, shared_prefix_requests
-
 from servesim.config.engine import EngineConfig
 from servesim.contract import (
     APPLIED,
@@ -25,6 +23,7 @@ from servesim.kv.host_tier import NativeHostOffloadConfig
 from servesim.testing.trace import run_trace
 from servesim.tokens import Tokens
 from servesim_vllm.rank import VllmRank
+from vllm_helpers import RecordingTiming, make_engine, shared_prefix_requests
 
 A = list(range(8))  # two full blocks
 

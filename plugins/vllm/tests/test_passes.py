@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from vllm_helpers import RecordingTiming, make_engine, req
-
 from servesim.testing.driver import drive
+from vllm_helpers import RecordingTiming, make_engine, req
 
 
 def test_first_token_comes_from_the_final_prefill_forward(timing: RecordingTiming) -> None:

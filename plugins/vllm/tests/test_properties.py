@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from vllm_helpers import RecordingTiming, make_engine, shared_prefix_requests
-
 from servesim.config.engine import PreemptionMode
 from servesim.contract import StoredBlocks
 from servesim.testing.driver import drive
+from vllm_helpers import RecordingTiming, make_engine, shared_prefix_requests
 
 configs = st.fixed_dictionaries({
     "block_size": st.sampled_from([2, 4, 8]),

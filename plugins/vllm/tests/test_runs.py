@@ -1,9 +1,9 @@
-"""Runs of passes (servesim.runs) against the stepping path: identical in every observable.
+"""Runs of passes (servesim.fast.runs) against the stepping path: identical in every observable.
 
 Each example drives the same randomised workload twice through ``servesim.testing.drive`` —
 once pass by pass, once letting the rank commit runs — and requires identical per-request
 token times, completions and cached tokens, identical command effects, and, pass by pass
-(runs expanded with :func:`servesim.runs.expand`), identical outputs, KV events, metrics and
+(runs expanded with :func:`servesim.fast.runs.expand`), identical outputs, KV events, metrics and
 forward-pass metrics.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servesim.contract import CancelRequest, PassCompletionEffects, Request
-from servesim.runs import expand
+from servesim.fast.runs import expand
 from servesim.testing.driver import DriveResult, drive
 from servesim.timing import PolynomialTiming
 from servesim.tokens import Tokens

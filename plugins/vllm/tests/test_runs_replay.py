@@ -1,4 +1,4 @@
-"""The Replayer with runs of passes (servesim.replay.runs) against forced stepping.
+"""The Replayer with runs of passes (servesim.fast.replay_runs) against forced stepping.
 
 Randomised Mooncake workloads (single- and multi-turn sessions, timestamp and concurrency
 mode) on vLLM workers, round-robin or KV routing: the report JSON and per-request lines must
@@ -16,15 +16,15 @@ from hypothesis import strategies as st
 from servesim.config.engine import EngineConfig
 from servesim.config.sections import ReportConfig
 from servesim.factory import EngineFactory
+from servesim.fast.cohorts import CohortLog
 from servesim.replay.cluster import build_engines
-from servesim.replay.cohorts import CohortLog
 from servesim.replay.driver import Replayer
-from servesim.replay.mooncake import MooncakeTrace
-from servesim.replay.report import build_report, dumps, per_request_lines
 from servesim.replay.routers import KvRouter, RoundRobinRouter
-from servesim.sinks_builtin import MemoryFpmSink, MemoryKvEventSink
+from servesim.report.summary import build_report, dumps, per_request_lines
+from servesim.sinks.builtin import MemoryFpmSink, MemoryKvEventSink
 from servesim.testing.strategies import mooncake_lines
 from servesim.timing import PolynomialTiming
+from servesim.workload.mooncake import MooncakeTrace
 from servesim_vllm.rank import VllmRank
 
 BLOCK = 4
@@ -83,7 +83,7 @@ def test_replay_with_runs_is_byte_identical(case: dict) -> None:
 @given(cases())
 def test_replay_with_runs_and_cohorts_is_byte_identical(case: dict) -> None:
     """The same without per-request token times: the run replay's log keeps steady batches
-    as cohorts (servesim.replay.cohorts); its report and settled per-request fields match."""
+    as cohorts (servesim.fast.cohorts); its report and settled per-request fields match."""
     step = _replay(case, runs=False, token_times=False)
     run = _replay(case, runs=True, token_times=False)
     assert step == run

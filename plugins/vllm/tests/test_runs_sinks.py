@@ -1,4 +1,4 @@
-"""Sinks on several workers keep runs of passes on (servesim.replay.sink_merge): the JSONL
+"""Sinks on several workers keep runs of passes on (servesim.fast.sink_merge): the JSONL
 KV-event and FPM files of a run replay are byte-identical to forced stepping's, and their
 lines are in (time, pass start, worker, dp rank) order."""
 
@@ -14,11 +14,11 @@ from servesim.config.engine import EngineConfig
 from servesim.factory import EngineFactory
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
-from servesim.replay.mooncake import MooncakeTrace
 from servesim.replay.routers import KvRouter, RoundRobinRouter
-from servesim.sinks_builtin import JsonlFpmSink, JsonlKvEventSink, JsonlSinkConfig
+from servesim.sinks.builtin import JsonlFpmSink, JsonlKvEventSink, JsonlSinkConfig
 from servesim.testing.strategies import mooncake_lines
 from servesim.timing import PolynomialTiming
+from servesim.workload.mooncake import MooncakeTrace
 from servesim_vllm.rank import VllmRank
 
 BLOCK = 4

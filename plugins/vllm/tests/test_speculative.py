@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from vllm_helpers import RecordingTiming, make_engine, req, shared_prefix_requests
-
 from servesim.config.engine import EngineConfig, PreemptionMode
 from servesim.contract import HandoffId, Request, Submit, SubmitHandoffPrefill, WorkerType
 from servesim.engine import Engine
 from servesim.testing.driver import drive
 from servesim.tokens import Tokens
 from servesim_vllm.rank import VllmRank
+from vllm_helpers import RecordingTiming, make_engine, req, shared_prefix_requests
 
 
 def step(eng: Engine, now: float):

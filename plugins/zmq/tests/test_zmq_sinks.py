@@ -13,7 +13,7 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from servesim.contract import ForwardPassMetrics, KvBlock, KvEvent, RemovedBlocks, StoredBlocks
-from servesim.sinks import SinkDeployment
+from servesim.sinks.base import SinkDeployment
 from servesim_zmq import ZmqFpmSink, ZmqFpmSinkConfig, ZmqKvEventSink, ZmqKvSinkConfig
 from wire_schema import AllBlocksCleared, BlockRemoved, BlockStored, decode_fpm, decode_kv  # noqa: E402
 

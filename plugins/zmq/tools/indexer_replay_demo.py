@@ -21,7 +21,7 @@ from pathlib import Path
 from servesim.config.loader import load_config
 from servesim.contract import KvBlock, KvEvent, RemovedBlocks, StoredBlocks
 from servesim.replay.runner import simulate
-from servesim.sinks import SinkDeployment
+from servesim.sinks.base import SinkDeployment
 from servesim_zmq import ZmqKvEventSink, ZmqKvSinkConfig
 
 

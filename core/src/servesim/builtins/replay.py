@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 @hookimpl
 def servesim_register_trace_formats(registry: Registry) -> None:
-    from servesim.replay.mooncake import MooncakeTrace
+    from servesim.workload.mooncake import MooncakeTrace
 
     registry.add("mooncake", MooncakeTrace)
 

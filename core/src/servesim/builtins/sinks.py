@@ -1,5 +1,5 @@
 """Built-in sinks for KV events and forward-pass metrics: ``memory`` and ``jsonl``, and the
-composing ``tee``, ``filter`` and ``sample`` (servesim.sinks_compose)."""
+composing ``tee``, ``filter`` and ``sample`` (servesim.sinks.compose)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 
 @hookimpl
 def servesim_register_kv_event_sinks(registry: Registry) -> None:
-    from servesim.sinks_builtin import JsonlKvEventSink, MemoryKvEventSink
-    from servesim.sinks_compose import FilterKvEventSink, SampleKvEventSink, TeeKvEventSink
+    from servesim.sinks.builtin import JsonlKvEventSink, MemoryKvEventSink
+    from servesim.sinks.compose import FilterKvEventSink, SampleKvEventSink, TeeKvEventSink
 
     registry.add("memory", MemoryKvEventSink)
     registry.add("jsonl", JsonlKvEventSink)
@@ -25,8 +25,8 @@ def servesim_register_kv_event_sinks(registry: Registry) -> None:
 
 @hookimpl
 def servesim_register_fpm_sinks(registry: Registry) -> None:
-    from servesim.sinks_builtin import JsonlFpmSink, MemoryFpmSink
-    from servesim.sinks_compose import FilterFpmSink, SampleFpmSink, TeeFpmSink
+    from servesim.sinks.builtin import JsonlFpmSink, MemoryFpmSink
+    from servesim.sinks.compose import FilterFpmSink, SampleFpmSink, TeeFpmSink
 
     registry.add("memory", MemoryFpmSink)
     registry.add("jsonl", JsonlFpmSink)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from servesim.config.converter import Problem, show
-from servesim.contract import normalize_conditional_accept_rates
+from servesim.mechanics.numeric import normalize_conditional_accept_rates
 
 Predicate = Callable[[Any], bool]
 
@@ -89,7 +89,7 @@ WORKLOAD_RULES: tuple[Rule, ...] = (
 
 TRACE_RULES: tuple[Rule, ...] = (("trace_block_size", _int_ge(1), "an integer >= 1", False),)
 
-# Bounds agree with the generator's own checks (servesim.replay.synthetic), so that
+# Bounds agree with the generator's own checks (servesim.workload.synthetic), so that
 # ``servesim validate`` accepts exactly what ``servesim run`` can generate.
 SYNTHETIC_RULES: tuple[Rule, ...] = (
     # past 1e8 the generator's arrays alone exhaust memory; a larger count is a typo
@@ -195,7 +195,7 @@ def _check_worker_counts(cluster: Any) -> list[Problem]:
 def _check_length_specs(synthetic: Any) -> list[Problem]:
     """Length specs (``uniform:512:2048`` ...) parse as the generator will parse them."""
     from servesim.errors import ConfigError
-    from servesim.replay.synthetic import parse_length_spec
+    from servesim.workload.synthetic import parse_length_spec
 
     out: list[Problem] = []
     for name, minimum in (("input_length", 1), ("output_length", 0)):

@@ -50,7 +50,7 @@ class EngineConfig:
     kv_transfer_bandwidth: float | None = None
     kv_transfer_timing_mode: TransferTimingMode = TransferTimingMode.FULL_PROMPT
     # Model geometry for kv_bytes_per_token when it is unset: num_layers * 2 * num_kv_heads
-    # * head_dim * kv_dtype_bytes (dynamo-mocker.md §1.3; servesim.handoff.kv_bytes_per_token).
+    # * head_dim * kv_dtype_bytes (dynamo-mocker.md §1.3; servesim.mechanics.handoff.kv_bytes_per_token).
     num_layers: int | None = None
     num_kv_heads: int | None = None
     head_dim: int | None = None

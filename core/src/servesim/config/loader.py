@@ -18,16 +18,17 @@ import attrs
 from servesim.config.checks import check_engine, check_sections
 from servesim.config.converter import Problem, make_converter, show, structure_at, unknown_key_message
 from servesim.config.engine import EngineConfig, resolve_block_size
-from servesim.config.fast_convert import LazyConverter
 from servesim.config.sections import ClusterConfig, ReportConfig, SinksConfig, WorkloadConfig
 from servesim.config.sim import SECTIONS, SimConfig
 from servesim.config.yaml_io import apply_sets, merge_files
 from servesim.contract import WorkerType
 from servesim.errors import ConfigError, PluginError
 from servesim.factory import EngineFactory
+from servesim.fast.config_convert import LazyConverter
 from servesim.kv.eviction import eviction_refusal, policy_factory
 from servesim.plugins import Plugins, disabled_hint
-from servesim.timing.base import TimingModel, overrides as timing_overrides
+from servesim.timing.base import TimingModel
+from servesim.timing.base import overrides as timing_overrides
 
 if TYPE_CHECKING:
     import cattrs

@@ -115,7 +115,7 @@ class ReportConfig:
 
 class SinkWriterMode(enum.Enum):
     """Where the built-in JSONL sinks of a several-worker replay format and write their lines
-    (``sinks.writer``; servesim.replay.sink_offload)."""
+    (``sinks.writer``; servesim.fast.sink_offload)."""
 
     AUTO = "auto"
     INLINE = "inline"

@@ -20,7 +20,7 @@ from typing import Any
 
 from servesim.contract import KvEvent
 from servesim.kv.event_build import kv_blocks, kv_event, removed_events, stored_blocks
-from servesim.sinks import declares
+from servesim.sinks.base import declares
 
 
 class RemovedRun:
@@ -100,7 +100,7 @@ def count_events(events: Sequence[Any]) -> int:
 def accepts_kv_records(reader: Any, methods: tuple[str, ...]) -> bool:
     """Whether ``reader`` (a sink or router, or its class) takes batches that hold records in
     the methods ``methods`` (``accepts_kv_records = True`` declared at or below every class
-    that defines them; servesim.sinks.declares)."""
+    that defines them; servesim.sinks.base.declares)."""
     return declares(reader, "accepts_kv_records", methods)
 
 

@@ -5,11 +5,11 @@ discrete-event driver underneath it, usable with hand-built engines and workload
 """
 
 from servesim.replay.driver import Replayer, ReplayError
-from servesim.replay.report import build_report, format_table
 from servesim.replay.routers import KvRouter, RoundRobinRouter, Router
 from servesim.replay.runner import SimResult, load_workload, simulate
-from servesim.replay.stats import RequestLog
-from servesim.replay.workload import Session, Turn, Workload, make_workload
+from servesim.report.stats import RequestLog
+from servesim.report.summary import build_report, format_table
+from servesim.workload.model import Session, Turn, Workload, make_workload
 
 __all__ = [
     "KvRouter",

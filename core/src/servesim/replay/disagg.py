@@ -53,19 +53,20 @@ from servesim.contract import (
     SubmitHandoffPrefill,
 )
 from servesim.engine import Engine
-from servesim.errors import CommandRejected
+from servesim.errors import CommandRejected, ReplayError
 from servesim.replay.cluster import ClusterState
-from servesim.replay.driver import _EXTERNAL, Replayer, ReplayError, _publish
+from servesim.replay.driver import _EXTERNAL, Replayer
 from servesim.replay.routers import Router
-from servesim.replay.workload import Workload, mark_unique_prompts
+from servesim.sinks.publish import publish
+from servesim.workload.model import Workload, mark_unique_prompts
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from servesim.observers import Observers
     from servesim.replay.driver import ProgressFn
+    from servesim.replay.observers import Observers
     from servesim.replay.timeline import PassTimeline
-    from servesim.sinks import FpmSink, KvEventSink
+    from servesim.sinks.base import FpmSink, KvEventSink
 
 
 class DecodeLoadRouter(Router):
@@ -213,7 +214,7 @@ class DisaggReplayer(Replayer):
         self.decode_worker = [-1] * n
         self.decode_dp = [0] * n
         # One handoff identity per request, shared by its commands: 4 constructions become
-        # one (the books key their dicts by its value, servesim.handoff.HandoffBook).
+        # one (the books key their dicts by its value, servesim.mechanics.handoff.HandoffBook).
         self._hid = [HandoffId(i) for i in range(n)]
         self._timing: dict[int, HandoffTransferTiming] = {}
         self._transferable: dict[int, int] = {}
@@ -369,7 +370,7 @@ class DisaggReplayer(Replayer):
                 busy = True
         self._end_pass(w, busy, now)
 
-    # -- runs of passes (servesim.replay.runs) ----------------------------------------------
+    # -- runs of passes (servesim.fast.replay_runs) ----------------------------------------------
 
     def _run_horizon(self, w: int, now: float, ext: float) -> float:
         """How far a run on decode worker ``w`` may reach (RunDriver.horizon_of).
@@ -599,7 +600,7 @@ class DisaggReplayer(Replayer):
         elif self.decode_router.wants_kv_events:
             self.decode_router.on_kv_events(w - self.num_prefill, events)
         for sink in self.kv_sinks:
-            _publish(sink, w, now, events)
+            publish(sink, w, now, events)
 
     # -- report ---------------------------------------------------------------------------
 

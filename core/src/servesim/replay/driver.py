@@ -6,7 +6,7 @@ each distinct time the driver (1) completes the passes that end then, in worker 
 runs due internal work on idle engines, (3) delivers arrivals and releases, routing each
 request to a worker, and (4) starts a pass on every idle ready engine. Outputs are consumed in
 their columnar form (:class:`servesim.contract.OutputBatch`); per-request times go to a
-:class:`servesim.replay.stats.RequestLog`.
+:class:`servesim.report.stats.RequestLog`.
 
 Arrivals follow the reference's workload driver (dynamo-mocker.md §9.2; Dynamo's
 ``loadgen/driver.rs``): in timestamp mode a session's first turn arrives at its timestamp
@@ -37,20 +37,20 @@ from servesim.contract import (
     Submit,
 )
 from servesim.engine import Engine, EnginePassStarted
-from servesim.errors import CommandRejected, TraceError
-from servesim.fpm_runs import FpmRun, encodes_fpm_runs
-from servesim.observers import FinishedRequest, Observers
-from servesim.passlog import PassLogWriter
+from servesim.errors import CommandRejected, ReplayError, TraceError
+from servesim.fast.cohorts import CohortLog
+from servesim.fast.fpm_runs import FpmRun, encodes_fpm_runs
+from servesim.fast.replay_runs import RunDriver, runs_enabled_by_env
+from servesim.fast.sink_merge import FLUSH_AT, SinkMerge
 from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
-from servesim.replay.cohorts import CohortLog
-from servesim.replay.failures import ReplayError, _publish, encode_runs, write_encoded
+from servesim.replay.observers import FinishedRequest, Observers
+from servesim.replay.passlog import PassLogWriter
 from servesim.replay.routers import RoundRobinRouter, Router
-from servesim.replay.runs import RunDriver, runs_enabled_by_env
-from servesim.replay.sink_merge import FLUSH_AT, SinkMerge
-from servesim.replay.stats import RequestLog
-from servesim.replay.workload import Workload
-from servesim.sinks import FpmSink, KvEventSink
+from servesim.report.stats import RequestLog
+from servesim.sinks.base import FpmSink, KvEventSink
+from servesim.sinks.publish import encode_runs, publish, write_encoded
+from servesim.workload.model import Workload
 
 if TYPE_CHECKING:
     from servesim.contract import Metrics
@@ -114,14 +114,14 @@ class Replayer:
         self.speedup = arrival_speedup_ratio
         self.kv_sinks = list(kv_sinks)
         self.fpm_sinks = list(fpm_sinks)
-        # Whether runs' forward-pass metrics go to the sinks by column (servesim.fpm_runs).
+        # Whether runs' forward-pass metrics go to the sinks by column (servesim.fast.fpm_runs).
         self._fpm_runs = encodes_fpm_runs(self.fpm_sinks)
         self.progress = progress
         self.pass_log = pass_log
         # Per-worker pass metrics and preemptions for figures (servesim.replay.timeline). Kept
         # per worker, so unlike a sink it needs no cross-worker order and runs stay on.
         self.timeline = timeline
-        # servesim.observers: None unless a plugin watches the run (then no runs of passes).
+        # servesim.replay.observers: None unless a plugin watches the run (then no runs of passes).
         self.observers = observers if observers is not None and observers.watches_run else None
         self._pass_start = [0.0] * len(self.engines)
         self.turns = workload.turns()
@@ -156,7 +156,7 @@ class Replayer:
             for e in self.engines
             for r in e.ranks
         )
-        # Runs of passes (servesim.replay.runs); None when stepping is forced or unsafe.
+        # Runs of passes (servesim.fast.replay_runs); None when stepping is forced or unsafe.
         if runs is None:
             runs = runs_enabled_by_env()
         self._merge: Any = None  # a SinkMerge, or a SinkWriterProcess standing in for one
@@ -169,7 +169,7 @@ class Replayer:
             runs = False
         cross = concurrency is not None or any(t >= 0 for t in self.next_turn)
         self._runs = RunDriver(self, len(self.engines), cross) if runs else None
-        # With runs, a worker's steady batch is logged as one cohort (servesim.replay.cohorts)
+        # With runs, a worker's steady batch is logged as one cohort (servesim.fast.cohorts)
         # keyed by the worker; only dp_size-1 engines run runs, so only they get a key.
         self._log_key: list[int | None] = [None] * len(self.engines)
         if self._runs is not None and not record_token_times and type(self) is Replayer:
@@ -438,7 +438,7 @@ class Replayer:
     def _admitted(self, w: int, admissions: Sequence[Admission], now: float) -> None:
         """Requests a pass of worker ``w`` starting at ``now`` admitted (a stepped pass's
         ``PassStartEffects.admissions``, or a run's first pass's,
-        servesim.runs.RankRun.admissions)."""
+        servesim.fast.runs.RankRun.admissions)."""
         log = self.log
         for adm in admissions:
             log.admission(adm.request_id, adm.reused_input_tokens, now)
@@ -599,7 +599,7 @@ class Replayer:
                 self._merge.kv(w, now, now if start is None else start, events)
             return
         for sink in self.kv_sinks:
-            _publish(sink, w, now, events)
+            publish(sink, w, now, events)
 
     def _fpm(
         self, w: int, now: float, start: float, fpm: ForwardPassMetrics, occupancy: Metrics | None = None
@@ -613,7 +613,7 @@ class Replayer:
             self._merge.fpm(w, now, start, fpm)
             return
         for sink in self.fpm_sinks:
-            _publish(sink, w, now, fpm)
+            publish(sink, w, now, fpm)
 
     def _fpm_run(self, w: int, ends: list[float], start: float, run: FpmRun) -> None:
         """A run's forward-pass metrics (passes ending at ``ends``), encoded by column by every
@@ -630,9 +630,9 @@ class Replayer:
 def _sink_merge(kv_sinks: Sequence[KvEventSink], fpm_sinks: Sequence[FpmSink],
                 writer_process: bool) -> Any:
     """The merge buffer: here, or with ``writer_process`` (and sinks a writer process can
-    stand in for) in a writer process (servesim.replay.sink_offload)."""
+    stand in for) in a writer process (servesim.fast.sink_offload)."""
     if writer_process:
-        from servesim.replay.sink_offload import SinkWriterProcess, can_offload
+        from servesim.fast.sink_offload import SinkWriterProcess, can_offload
 
         if can_offload(kv_sinks, fpm_sinks):
             return SinkWriterProcess(kv_sinks[0] if kv_sinks else None,

@@ -22,7 +22,7 @@ from attrs import frozen
 
 from servesim.engine import Engine
 from servesim.factory import EngineFactory
-from servesim.replay.stats import RequestLog, distribution
+from servesim.report.stats import RequestLog, distribution
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig

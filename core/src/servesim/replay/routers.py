@@ -83,7 +83,7 @@ class Router(ABC):
         self, worker: int, arrivals: Iterable[tuple[TokenSeq, Sequence[int]]], state: ClusterState
     ) -> Iterator[float]:
         """Margins proving the next arrivals go to a worker other than ``worker`` (a dp_size-1
-        cluster) while it runs steady decode passes (servesim.replay.runs).
+        cluster) while it runs steady decode passes (servesim.fast.replay_runs).
 
         ``arrivals``: the next requests' prompts with their block hashes (as :meth:`select`
         gets them), in routing order. Yields one

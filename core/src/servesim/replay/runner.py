@@ -12,19 +12,19 @@ from attrs import define
 
 from servesim.config.sections import SyntheticConfig, WorkloadConfig
 from servesim.errors import ConfigError, PluginRunError, UserError
-from servesim.observers import Observers
-from servesim.passlog import PassLogWriter
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import ProgressFn, Replayer
 from servesim.replay.gc_spacing import collections_spaced
-from servesim.replay.report import _clean, build_report
+from servesim.replay.observers import Observers
+from servesim.replay.passlog import PassLogWriter
 from servesim.replay.routers import Router
-from servesim.replay.stats import RequestLog
-from servesim.replay.synthetic import generate
 from servesim.replay.tiers import host_tier_report
-from servesim.replay.workload import Workload, mark_unique_prompts
-from servesim.sink_build import build_sinks
-from servesim.sinks import SinkDeployment, bind_sinks, replay_done
+from servesim.report.stats import RequestLog
+from servesim.report.summary import _clean, build_report
+from servesim.sinks.base import SinkDeployment, bind_sinks, replay_done
+from servesim.sinks.build import build_sinks
+from servesim.workload.model import Workload, mark_unique_prompts
+from servesim.workload.synthetic import generate
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
@@ -78,7 +78,7 @@ def simulate(
 ) -> SimResult:
     """Replay ``loaded``'s workload on its cluster; sinks are closed afterwards.
 
-    ``pass_log``: write one line per engine pass there (:mod:`servesim.passlog`); only then
+    ``pass_log``: write one line per engine pass there (:mod:`servesim.replay.passlog`); only then
     are ranks asked to record their schedules. ``timeline``: collect each pass's metrics and
     the preemptions there for figures (ranks then build forward-pass metrics).
     An exception raised by an installed plugin's code becomes a
@@ -198,7 +198,7 @@ def _simulate(
 
 
 def _writes_in_process(mode: Any, num_requests: int) -> bool:
-    from servesim.replay.sink_offload import writes_in_process
+    from servesim.fast.sink_offload import writes_in_process
 
     return writes_in_process(mode, num_requests)
 

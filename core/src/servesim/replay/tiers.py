@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from servesim.replay.stats import RequestLog
+from servesim.report.stats import RequestLog
 
 
 def host_tier_report(engines: Iterable[Any], log: RequestLog) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from attrs import define, field
 
 from servesim.contract import Command, CommandEffects, Request, Submit
 from servesim.engine import Engine, EnginePassCompleted, EnginePassStarted
-from servesim.runs import EngineRunCompleted
+from servesim.fast.runs import EngineRunCompleted
 
 
 @define
@@ -63,7 +63,7 @@ def drive(
     ``extra_commands`` are ``(at_ms, dp_rank, command)`` delivered at their time (e.g. a
     ``CancelRequest``). Raises RuntimeError if the engine stops making progress.
 
-    With ``runs`` the engine may commit runs of passes (servesim.runs) up to the next event;
+    With ``runs`` the engine may commit runs of passes (servesim.fast.runs) up to the next event;
     ``passes``/``completions`` then hold only stepped passes, ``runs`` the released runs.
     ``through_completions`` lets runs continue through completions (nothing here reacts to
     a completion before the next event).

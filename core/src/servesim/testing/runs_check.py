@@ -1,4 +1,4 @@
-"""Conformance check for runs of passes (servesim.runs): a rank that commits runs must give
+"""Conformance check for runs of passes (servesim.fast.runs): a rank that commits runs must give
 exactly what stepping gives. A rank that never runs passes trivially."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 from servesim.contract import CancelRequest, PassCompletionEffects, Request
 from servesim.engine import Engine
-from servesim.runs import expand
+from servesim.fast.runs import expand
 from servesim.testing.driver import DriveResult, drive
 from servesim.tokens import Tokens
 

@@ -2,9 +2,9 @@
 
 ``check_kv_event_sink(make_sink)`` / ``check_fpm_sink(make_sink)`` take a zero-argument
 callable building a fresh, open sink (``lambda: MySink(MyConfig(path=...))``) and check what
-the driver relies on (servesim.sinks):
+the driver relies on (servesim.sinks.base):
 
-* ``is_sink``: it is a :class:`~servesim.sinks.KvEventSink` (or :class:`~servesim.sinks.FpmSink`);
+* ``is_sink``: it is a :class:`~servesim.sinks.base.KvEventSink` (or :class:`~servesim.sinks.base.FpmSink`);
 * ``accepts_stream``: it takes a realistic stream (KV: stored, removed and cleared batches
   from two dp ranks, an empty batch; FPM: several passes) and closes;
 * ``leaves_input_alone``: publishing does not change the batch it was given (the driver
@@ -30,7 +30,7 @@ from servesim.contract import (
     RemovedBlocks,
     StoredBlocks,
 )
-from servesim.sinks import FpmSink, KvEventSink
+from servesim.sinks.base import FpmSink, KvEventSink
 from servesim.testing.conformance import ConformanceReport
 from servesim.testing.kit import run_checks
 

@@ -1,10 +1,10 @@
 """A check kit for trace formats (``servesim_register_trace_formats``).
 
 ``check_trace_format(reader, good_path, malformed_path=None)`` reads sample files with the
-reader a plugin registers and checks what the replay relies on (servesim.replay.workload):
+reader a plugin registers and checks what the replay relies on (servesim.workload.model):
 
 * ``reads_sample``: ``read(good_path, trace_block_size=...)`` returns a
-  :class:`~servesim.replay.workload.Workload` with at least one request;
+  :class:`~servesim.workload.model.Workload` with at least one request;
 * ``request_ids_dense``: request ids are ``0..n-1``, each once (the report and per-request
   records index by them);
 * ``turns_valid``: every turn has a prompt of at least one token, an output length >= 0 and
@@ -25,9 +25,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from servesim.errors import TraceError, UserError
-from servesim.replay.workload import Workload
 from servesim.testing.conformance import ConformanceReport
 from servesim.testing.kit import run_checks
+from servesim.workload.model import Workload
 
 
 class _Subject:

@@ -97,7 +97,7 @@ class TimingModel:
     ) -> np.ndarray:
         """:meth:`predict_decode_ms` for several passes of one ``batch_size`` batch whose
         summed KV lengths are ``active_kv_tokens`` (an int64 array; the mean context is
-        ``active // batch_size``), as a float64 array. Runs of passes (servesim.runs) price
+        ``active // batch_size``), as a float64 array. Runs of passes (servesim.fast.runs) price
         many passes at once with it; an override must return exactly the scalar results."""
         import numpy as np
 

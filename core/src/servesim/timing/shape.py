@@ -47,7 +47,7 @@ class EngineGeometry:
 
     @classmethod
     def of(cls, config: EngineConfig) -> EngineGeometry:
-        from servesim.handoff import kv_bytes_per_token
+        from servesim.mechanics.handoff import kv_bytes_per_token
 
         return cls(
             num_layers=config.num_layers,

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from attrs import asdict, frozen
-
 from servesim.config.engine import EngineConfig
+
 from servesim_aic import catalog
 from servesim_aic.config import AicTimingConfig, normalize_dtype
 

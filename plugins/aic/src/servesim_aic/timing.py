@@ -26,9 +26,9 @@ import math
 from typing import Any
 
 import numpy as np
-
 from servesim.config.engine import EngineConfig
 from servesim.timing.base import TimingModel
+
 from servesim_aic import deployment
 from servesim_aic.config import AicTimingConfig
 

@@ -27,10 +27,10 @@ import numpy as np
 import yaml
 from attrs import frozen
 from servesim.errors import TraceError, UserError
-from servesim.textlines import read_text_lines
 from servesim.timing.base import TimingModel
 from servesim.timing.builtin import PolynomialTiming, PolynomialTimingConfig
 from servesim.timing.interpolated import InterpolatedTiming, tables_from_arrays
+from servesim.workload.textlines import read_text_lines
 
 COUNTERS = ("num_prefill_requests", "sum_prefill_tokens", "sum_prefill_kv_tokens",
             "num_decode_requests", "sum_decode_kv_tokens")
@@ -250,7 +250,7 @@ def profile_path(output: str) -> str:
 def _check_outputs(args: argparse.Namespace) -> None:
     """Both files can be written (missing folders are created), before anything is read
     or written: a bad ``-o`` leaves no profile behind."""
-    from servesim.output_paths import file_problem
+    from servesim.config.output_paths import file_problem
 
     paths = [args.output] + ([profile_path(args.output)] if args.model != "polynomial" else [])
     for path in paths:

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from servesim.output_paths import folder_problem
+    from servesim.config.output_paths import folder_problem
 
     from servesim_plot.draw import write_figures
     from servesim_plot.files import load

@@ -78,7 +78,7 @@ def _ints(values: Any) -> np.ndarray:
 
 def from_sim(result: SimResult, timeline: TimelineRecorder | None) -> PlotData:
     """A finished replay's figure data (``servesim run --plot``)."""
-    from servesim.replay.report import itl_samples
+    from servesim.report.summary import itl_samples
 
     log = result.log
     extra = getattr(log, "extra", None)

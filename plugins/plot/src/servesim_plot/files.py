@@ -4,7 +4,7 @@
 FPM lines come in two shapes, told apart per line:
 
 * servesim's flat JSONL sink record: ``{"worker", "dp_rank", "at_ms", "type":
-  "ForwardPassMetrics", "num_prefill_requests", ..., "duration_ms"}`` (servesim.sinks_builtin);
+  "ForwardPassMetrics", "num_prefill_requests", ..., "duration_ms"}`` (servesim.sinks.builtin);
 * the wire schema of Dynamo's and vLLM's ``ForwardPassMetrics`` (ecosystem.md §5,
   wire-facts.md "FPM"): ``{"version", "worker_id", "dp_rank", "counter_id", "wall_time",
   "scheduled_requests": {...}, "queued_requests": {...}}``. ``wall_time`` is the pass's length in
@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 from servesim.contract import ForwardPassMetrics
 from servesim.errors import UserError
-from servesim.replay.stats import percentile_key
-from servesim.textlines import read_text_lines
+from servesim.report.stats import percentile_key
+from servesim.workload.textlines import read_text_lines
 
 from servesim_plot.data import HANDOFF_KEYS, PlotData, RankPasses, RequestTable
 from servesim_plot.series import METRICS

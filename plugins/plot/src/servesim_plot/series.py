@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 from attrs import frozen
-from servesim.replay.stats import nearest_rank_index, percentile_key
+from servesim.report.stats import nearest_rank_index, percentile_key
 
 from servesim_plot.data import PlotData, RankPasses, RequestTable
 

@@ -3,7 +3,7 @@
 The replayer hands every forward pass's :class:`~servesim.contract.ForwardPassMetrics` and
 every pressure event (preemption, retraction, pause) here, with the pass end or the pass start
 as its time, only when figures are asked for. Runs of passes report the metrics of each of
-their passes with that pass's own end (servesim.replay.runs), so stepping and runs give the
+their passes with that pass's own end (servesim.fast.replay_runs), so stepping and runs give the
 same series. Values go into flat ``array`` columns keyed by ``(worker, dp_rank)``: a few
 appends per pass, no object kept.
 """

@@ -14,7 +14,7 @@ from typing import Any
 from attrs import field, frozen, validators
 from servesim.contract import ForwardPassMetrics
 from servesim.errors import UserError
-from servesim.sinks import FpmSink, SinkDeployment, SinkError
+from servesim.sinks.base import FpmSink, SinkDeployment, SinkError
 
 _number = validators.instance_of((int, float))
 

@@ -64,7 +64,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 def write_outputs(server: Server) -> list[tuple[str, str]]:
     """Write the configured report files; returns ``(label, path)`` of each written."""
-    from servesim.replay.report import dumps
+    from servesim.report.summary import dumps
 
     report_cfg = server.loaded.sim.report
     written = []
@@ -108,7 +108,7 @@ def _uvicorn_server(config: Any) -> Any:
 
 def serve_command(args: argparse.Namespace) -> int:
     import uvicorn
-    from servesim.replay.report import format_table
+    from servesim.report.summary import format_table
 
     from servesim_serve.app import Server, build_app
     from servesim_serve.receipt import ReceiptProtocol

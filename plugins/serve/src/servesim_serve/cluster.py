@@ -20,8 +20,8 @@ import attrs
 from servesim.replay.cluster import build_engines
 from servesim.replay.pools import build_pool_engines
 from servesim.replay.runner import _check_supported
-from servesim.sink_build import build_sinks
-from servesim.sinks import SinkDeployment, bind_sinks
+from servesim.sinks.base import SinkDeployment, bind_sinks
+from servesim.sinks.build import build_sinks
 
 from servesim_serve.clock import SimClock
 from servesim_serve.driver import LiveDriver
@@ -68,10 +68,10 @@ def _build_split(loaded: LoadedConfig, speedup: float, wall: Callable[[], float]
                  observer: Observer | None) -> tuple[LiveDriver, list[Any]]:
     """The live driver of a prefill/decode split and its sinks (module docstring)."""
     from servesim.replay.disagg import build_disagg_replayer
-    from servesim_serve.disagg_live import LiveDisaggReplayer
-    from servesim.replay.workload import Workload
+    from servesim.workload.model import Workload
 
     from servesim_serve.disagg_driver import LiveDisaggDriver
+    from servesim_serve.disagg_live import LiveDisaggReplayer
 
     built = build_sinks(loaded)
     kv_sinks, fpm_sinks = built["kv_events"], built["fpm"]

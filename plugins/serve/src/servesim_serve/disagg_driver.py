@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from servesim.errors import SimError
-from servesim_serve.disagg_live import LiveDisaggReplayer, LiveListener
-from servesim.replay.report import _clean, build_report, per_request_lines
-from servesim.replay.stats import distribution
+from servesim.report.stats import distribution
+from servesim.report.summary import _clean, build_report, per_request_lines
 from servesim.tokens import Tokens
 
 from servesim_serve.clock import SimClock
+from servesim_serve.disagg_live import LiveDisaggReplayer, LiveListener
 from servesim_serve.driver import LiveDriver
 from servesim_serve.observer import Observer
 from servesim_serve.records import LiveRequest, answer_latencies

@@ -23,8 +23,8 @@ from typing import Any
 from servesim.contract import HandoffId, PassCompletionEffects
 from servesim.replay.disagg import _CANCEL, DisaggReplayer
 from servesim.replay.driver import _ARRIVAL, _EXTERNAL
-from servesim.replay.workload import Turn, Workload
 from servesim.tokens import TokenSeq
+from servesim.workload.model import Turn, Workload
 
 
 class LiveListener:

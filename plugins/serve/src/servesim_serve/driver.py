@@ -30,7 +30,7 @@ from servesim.engine import Engine
 from servesim.errors import CommandRejected, SimError
 from servesim.replay.cluster import ClusterState
 from servesim.replay.routers import Router
-from servesim.sinks import FpmSink, KvEventSink, SinkError
+from servesim.sinks.base import FpmSink, KvEventSink, SinkError
 from servesim.tokens import Tokens
 
 from servesim_serve.clock import SimClock

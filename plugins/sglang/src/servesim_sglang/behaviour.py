@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from attrs import frozen
-from servesim.profiles import profile_problems, resolve_switches
+from servesim.config.profiles import profile_problems, resolve_switches
 
 #: Every switch, in documentation order.
 SWITCHES = (

@@ -24,8 +24,8 @@ from servesim.contract import Request, ScheduleRecord
 from servesim.engine import Engine
 from servesim.errors import EngineError
 from servesim.factory import EngineFactory
-from servesim.passlog import make_line
 from servesim.rank import Rank
+from servesim.replay.passlog import make_line
 from servesim.testing import oracle_steps
 from servesim.testing.oracle_steps import Comparison, drive_steps, read_jsonl
 from servesim.timing.builtin import FixedTiming

@@ -1,6 +1,6 @@
 """Disaggregated prefill→decode handoff for the ``sglang`` rank (dynamo-mocker.md §7.2).
 
-The command semantics are core's :class:`servesim.handoff.HandoffBook`; this is the SGLang
+The command semantics are core's :class:`servesim.mechanics.handoff.HandoffBook`; this is the SGLang
 side (:class:`SglangHandoffAdapter`), on the radix cache:
 
 * a source request runs as an ordinary one; when its prefill completes its lease stays
@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from servesim.contract import Admission, KvEvent, Metrics, Request, RequestId
-from servesim.handoff import DestEntry, SourceEntry
+from servesim.mechanics.handoff import DestEntry, SourceEntry
 
 from servesim_sglang.request import SglangRequest
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 class SglangHandoffAdapter:
-    """The sglang rank's KV operations for :class:`servesim.handoff.HandoffBook`."""
+    """The sglang rank's KV operations for :class:`servesim.mechanics.handoff.HandoffBook`."""
 
     def __init__(self, rank: SglangRank) -> None:
         self.rank = rank

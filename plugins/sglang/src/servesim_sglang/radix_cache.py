@@ -113,7 +113,7 @@ class RadixCache:
         self.root = RadixNode([], None, 0, 0)
         self.root.hashes = []
         # Bumped whenever a lease gives pages back: a "capacity generation" for retrying
-        # handoff reservations only when something was freed (servesim.handoff).
+        # handoff reservations only when something was freed (servesim.mechanics.handoff).
         self.releases = 0
         # SGLang's tree frees a whole leaf per eviction step (engine.sglang.evict_whole_leaves).
         self.evict_whole_leaves = False

@@ -19,7 +19,7 @@ Deliberate differences from the reference:
   page even after eviction ends rejected after the tokens it produced.
 
 Disaggregated handoff (prefill/decode worker types and the six handoff commands) is core's
-:class:`servesim.handoff.HandoffBook` over :mod:`servesim_sglang.handoff`.
+:class:`servesim.mechanics.handoff.HandoffBook` over :mod:`servesim_sglang.handoff`.
 """
 
 from __future__ import annotations
@@ -44,11 +44,13 @@ from servesim.contract import (
     PassStartEffects,
     ScheduleRecord,
     Submit,
-    Welford,
     WorkerType,
 )
 from servesim.errors import CommandRejected, PluginError
-from servesim.handoff import HandoffBook, suppress_request
+from servesim.fast.runs import RankRun, RunEffects
+from servesim.mechanics.handoff import HandoffBook, suppress_request
+from servesim.mechanics.numeric import Welford
+from servesim.mechanics.speculative import Speculation
 from servesim.rank import (
     CommandContext,
     Rank,
@@ -58,8 +60,6 @@ from servesim.rank import (
     RetryHint,
     SameTimestampRetry,
 )
-from servesim.speculative import Speculation
-from servesim.runs import RankRun, RunEffects
 from servesim.timing.shape import ShapePricer
 
 from servesim_sglang import runs as _runs
@@ -334,7 +334,7 @@ class SglangRank(Rank):
             effects.forward_pass_metrics = ForwardPassMetrics(**pending.fpm, duration_ms=duration)
         return effects
 
-    # Runs may continue through completions when nothing waits (page size 1; servesim.runs).
+    # Runs may continue through completions when nothing waits (page size 1; servesim.fast.runs).
     runs_through_completions: ClassVar[bool] = True
 
     def execute_run(
@@ -421,7 +421,7 @@ class SglangRank(Rank):
         return self._queued[1], self._queued[2]
 
     def _schedule_record(self, out: PassOutcome) -> ScheduleRecord:
-        """The pass as SGLang's step trace shows it (servesim.passlog, ``engine_fields``).
+        """The pass as SGLang's step trace shows it (servesim.replay.passlog, ``engine_fields``).
 
         SGLang keeps its chunked request out of the waiting queue (``Scheduler.chunked_req``),
         so it counts as running here; its running batch holds the decoding requests (a

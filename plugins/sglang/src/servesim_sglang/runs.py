@@ -1,4 +1,4 @@
-"""Runs of steady decode passes for the ``sglang`` rank (servesim.runs; DESIGN.md §7).
+"""Runs of steady decode passes for the ``sglang`` rank (servesim.fast.runs; DESIGN.md §7).
 
 A pass is *steady* when the waiting queue is empty (or held back under FCFS: the batch is at
 ``max_running_requests``, or the head's admission fails at every pass — checked per pass with
@@ -45,7 +45,7 @@ from servesim.contract import (
     OutputBatch,
     WorkerType,
 )
-from servesim.runs import RankRun, RunEffects, RunPending, take_run_kv_events
+from servesim.fast.runs import RankRun, RunEffects, RunPending, take_run_kv_events
 from servesim.timing.base import scaled_ms
 
 from servesim_sglang.policies import FcfsPolicy
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 
 class SglangRunPending(RunPending):
-    """A committed sglang run (servesim.runs.RunPending)."""
+    """A committed sglang run (servesim.fast.runs.RunPending)."""
 
     __slots__ = ("used", "present", "fpms")
 

@@ -176,7 +176,7 @@ class SglangScheduler:
         self.handoff: Any = None
         # Set by the rank for a timing model that prices pass shapes (servesim.timing.shape).
         self.shapes: ShapePricer | None = None
-        # Speculative decoding (servesim.speculative.Speculation), set by the rank.
+        # Speculative decoding (servesim.mechanics.speculative.Speculation), set by the rank.
         self.spec: Any = None
         # SGLang's overlap loop (engine.sglang.overlap_schedule, servesim_sglang.overlap), set
         # by the rank: each pass's results are processed at the end of the next pass.

@@ -1,6 +1,6 @@
 """Disaggregated prefill→decode handoff for the ``trtllm`` rank (dynamo-mocker.md §7.2).
 
-The command semantics are core's :class:`servesim.handoff.HandoffBook`; this is the TRT-LLM
+The command semantics are core's :class:`servesim.mechanics.handoff.HandoffBook`; this is the TRT-LLM
 side (:class:`TrtHandoffAdapter`). The reference runs TRT-LLM through the same vLLM-style
 core (aisimulate-engine.md §3), with one difference servesim keeps:
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from servesim.contract import Admission, CacheTierAttribution, KvEvent, Metrics, Request, RequestId
-from servesim.handoff import DestEntry, SourceEntry
+from servesim.mechanics.handoff import DestEntry, SourceEntry
 
 from servesim_trtllm.request import TrtRequest
 from servesim_trtllm.work import StepWork
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 
 class TrtHandoffAdapter:
-    """The trtllm rank's KV operations for :class:`servesim.handoff.HandoffBook`."""
+    """The trtllm rank's KV operations for :class:`servesim.mechanics.handoff.HandoffBook`."""
 
     def __init__(self, rank: TrtllmRank) -> None:
         self.rank = rank

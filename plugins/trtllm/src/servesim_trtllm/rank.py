@@ -9,7 +9,7 @@ request's state and suppresses its retained outputs (§3 "Suppression"); a dupli
 ``Submit`` of an active request is refused without mutation (§4.2).
 
 Disaggregated handoff (prefill/decode worker types, the six handoff commands) is
-core's :class:`servesim.handoff.HandoffBook` over :mod:`servesim_trtllm.handoff`.
+core's :class:`servesim.mechanics.handoff.HandoffBook` over :mod:`servesim_trtllm.handoff`.
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ from servesim.contract import (
     PassStartEffects,
     ScheduleRecord,
     Submit,
-    Welford,
     WorkerType,
 )
 from servesim.errors import CommandRejected, ConfigError
-from servesim.handoff import HandoffBook, suppress_request
+from servesim.fast.runs import RankRun, RunEffects
 from servesim.kv.eviction_records import make_block_pool
+from servesim.mechanics.handoff import HandoffBook, suppress_request
+from servesim.mechanics.numeric import Welford
+from servesim.mechanics.speculative import Speculation
 from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
-from servesim.speculative import Speculation
-from servesim.runs import RankRun, RunEffects
 from servesim.timing.shape import PrefillChunk, ShapePricer
 
 from servesim_trtllm import runs as _runs

@@ -1,4 +1,4 @@
-"""Runs of steady decode passes for the ``trtllm`` rank (servesim.runs; DESIGN.md §7).
+"""Runs of steady decode passes for the ``trtllm`` rank (servesim.fast.runs; DESIGN.md §7).
 
 A step is *steady* when every running request is a plain decode (its context is computed, its
 newest sampled token is the one dangling token, it has output left) and the capacity policy
@@ -45,20 +45,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from servesim.contract import (
-    ForwardPassMetrics,
-    KvEvent,
-    Welford,
-    WorkerType,
-)
-from servesim.runs import (
+from servesim.contract import ForwardPassMetrics, KvEvent, WorkerType
+from servesim.fast.runs import (
     BlockRunPending,
     RankRun,
     RunEffects,
     price_decode_chunks,
     take_run_kv_events,
 )
-from servesim.steady import plan_passes, replay_steps
+from servesim.fast.steady import plan_passes, replay_steps
+from servesim.mechanics.numeric import Welford
 from servesim.timing.base import scaled_ms
 
 from servesim_trtllm.config import CapacitySchedulerPolicy
@@ -214,7 +210,7 @@ def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, batch: TrtSteadyBatc
                       watch: set[int] | None) -> tuple[int, list[tuple[int, list[TrtRequest]]]]:
     """Apply the block steps of passes ``< k`` in (pass, batch) order, then each pass's
     completions (``TrtCore.remove`` in batch order, as ``emit`` after scheduling), draining KV
-    events per pass (servesim.steady.replay_steps). Returns the passes kept (fewer when an
+    events per pass (servesim.fast.steady.replay_steps). Returns the passes kept (fewer when an
     allocation could fail at some pass, or when a block it would finalise is one the
     held-back queue head could reuse: GNE admission, after the running requests in the same
     step, could then hit it, and stepping decides) and ``(pass, requests)`` of the

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from servesim.contract import OutputBatch, RequestId
 
 if TYPE_CHECKING:
-    from servesim.speculative import Speculation
+    from servesim.mechanics.speculative import Speculation
 
     from servesim_trtllm.core import TrtCore
     from servesim_trtllm.request import TrtRequest

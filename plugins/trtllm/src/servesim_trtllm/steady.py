@@ -2,7 +2,7 @@
 
 After a run of steady decode passes (servesim_trtllm.runs) every running request is a plain
 decode: its context is computed and its newest sampled token is the one left to compute.
-:class:`TrtSteadyBatch` holds that batch lazily (servesim.steady.SteadyBatch): before pass
+:class:`TrtSteadyBatch` holds that batch lazily (servesim.fast.steady.SteadyBatch): before pass
 ``P`` a member has computed ``sb + P - 1`` tokens and generated ``sb + P - prompt_len``; its
 block steps are the decodes that allocate a block (the target ``sb + P`` passes the table)
 or fill one, and serials follow the order the policy walks the batch in
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from servesim._compiled import mypyc_attr
-from servesim.steady import SteadyBatch
+from servesim.fast.steady import SteadyBatch
 
 if TYPE_CHECKING:
     from servesim.contract import OutputBatch

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from attrs import field, frozen
-from servesim.profiles import profile_problems, resolve_switches
+from servesim.config.profiles import profile_problems, resolve_switches
 
 
 @frozen(kw_only=True)

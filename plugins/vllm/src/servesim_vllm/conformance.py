@@ -30,8 +30,8 @@ from servesim.contract import Request, ScheduleRecord
 from servesim.engine import Engine
 from servesim.errors import EngineError
 from servesim.factory import EngineFactory
-from servesim.passlog import make_line
 from servesim.rank import Rank
+from servesim.replay.passlog import make_line
 from servesim.testing.oracle_steps import (
     COMPARED_FIELDS,
     Comparison,
@@ -244,7 +244,7 @@ def prompt_tokens(rows: Sequence[dict[str, Any]], hash_block_tokens: int) -> lis
 
 def schedule_step(step: int, admitted: list[str], rec: ScheduleRecord | None) -> dict[str, Any]:
     """An oracle-shaped step dict from one pass's record: the pass-log line's fields
-    (:func:`servesim.passlog.make_line`, request ids as strings) plus ``step``/``admitted``."""
+    (:func:`servesim.replay.passlog.make_line`, request ids as strings) plus ``step``/``admitted``."""
     if rec is None:
         raise EngineError("the rank did not fill PassCompletionEffects.schedule (record_schedule)")
     line = make_line(0, 0, step, 0.0, 0.0, rec).to_json()

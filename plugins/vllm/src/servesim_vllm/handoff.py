@@ -1,6 +1,6 @@
 """Disaggregated prefill→decode handoff for the ``vllm`` rank (dynamo-mocker.md §7.2).
 
-The command semantics live in core's :class:`servesim.handoff.HandoffBook`; this module is the
+The command semantics live in core's :class:`servesim.mechanics.handoff.HandoffBook`; this module is the
 vLLM side of it (:class:`VllmHandoffAdapter`):
 
 * a source request runs as an ordinary request; when it finishes, the scheduler asks the book
@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from servesim.contract import KvEvent, Metrics, Request, RequestId
-from servesim.handoff import DestEntry, SourceEntry
+from servesim.mechanics.handoff import DestEntry, SourceEntry
 
 from servesim_vllm.request import Status, VllmRequest
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 
 class VllmHandoffAdapter:
-    """The vLLM rank's KV operations for :class:`servesim.handoff.HandoffBook`."""
+    """The vLLM rank's KV operations for :class:`servesim.mechanics.handoff.HandoffBook`."""
 
     def __init__(self, rank: VllmRank) -> None:
         self.rank = rank

@@ -34,8 +34,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from servesim.contract import CacheTierAttribution
-from servesim.handoff import kv_bytes_per_token
 from servesim.kv.host_tier import HostTier, Lookup
+from servesim.mechanics.handoff import kv_bytes_per_token
 
 from servesim_vllm.request import Status, VllmRequest
 

@@ -27,16 +27,16 @@ from servesim.contract import (
     OutputBatch,
     PassCompletionEffects,
     PassStartEffects,
-    ReserveDestination,
     Request,
+    ReserveDestination,
     ScheduleRecord,
     Submit,
     WorkerType,
 )
 from servesim.errors import CommandRejected
-from servesim.handoff import HandoffBook, kv_bytes_per_token, suppress_request
+from servesim.fast.runs import BlockRunPending, RankRun, RunEffects
+from servesim.mechanics.handoff import HandoffBook, kv_bytes_per_token, suppress_request
 from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
-from servesim.runs import BlockRunPending, RankRun, RunEffects
 from servesim.timing.base import scaled_ms
 
 from servesim_vllm import behaviour as _behaviour
@@ -134,7 +134,7 @@ class VllmRank(Rank):
     def _handoff(
         self, command: Command, ctx: CommandContext, pending: VllmPendingPass | BlockRunPending | None
     ) -> CommandEffects:
-        """The handoff commands (servesim.handoff.HandoffBook; aisimulate-engine.md §8.2)."""
+        """The handoff commands (servesim.mechanics.handoff.HandoffBook; aisimulate-engine.md §8.2)."""
         if not isinstance(command, (ReserveDestination, ActivateDestination)):
             # The cancels change running requests. A reservation and an activation touch only
             # the pool, the waiting queue and the activated request itself, so a steady batch
@@ -368,7 +368,7 @@ class VllmRank(Rank):
         """dynamo-mocker.md §4.5: scheduled prefills and decodes, queued prefills and
         (preempted) decodes, population variances; ``duration_ms`` is set at completion.
         The fields but the duration, in ``_FPM_ORDER``; the prefill lengths' variance is
-        :class:`servesim.common.Welford`'s, its operations inlined in the same order."""
+        :class:`servesim.mechanics.numeric.Welford`'s, its operations inlined in the same order."""
         n = 0
         mean = m2 = 0.0
         pre_tokens = pre_kv = 0

@@ -1,4 +1,4 @@
-"""Runs of steady decode passes for the ``vllm`` rank (servesim.runs; DESIGN.md §7).
+"""Runs of steady decode passes for the ``vllm`` rank (servesim.fast.runs; DESIGN.md §7).
 
 A pass is *steady* when the waiting queue is empty and every running request is a plain
 decode step (its prompt is done and one sampled token is left to compute): the scheduler then
@@ -48,15 +48,15 @@ from servesim.contract import (
     OutputBatch,
     WorkerType,
 )
-from servesim.fpm_runs import FpmRun
-from servesim.runs import (
+from servesim.fast.fpm_runs import FpmRun
+from servesim.fast.runs import (
     BlockRunPending,
     RankRun,
     RunEffects,
     price_decode_chunks,
     take_run_kv_events,
 )
-from servesim.steady import plan_passes, replay_steps
+from servesim.fast.steady import plan_passes, replay_steps
 from servesim.timing.base import scaled_ms
 from servesim.timing.builtin import PolynomialTiming
 
@@ -280,7 +280,7 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatc
                       k: int) -> tuple[int, list[tuple[int, list[VllmRequest]]]]:
     """Apply the block steps of passes ``< k`` in (pass, batch) order, then each pass's
     completions (releases, in batch order, as _emit after _schedule_running), draining KV
-    events per pass (servesim.steady.replay_steps). Returns the passes kept (fewer when an
+    events per pass (servesim.fast.steady.replay_steps). Returns the passes kept (fewer when an
     allocation could fail at some pass: stepping must decide, preempting) and
     ``(pass, requests)`` of the completions in them, which have left the batch."""
     s = rank.sched

@@ -44,9 +44,9 @@ from servesim.contract import (
     RequestId,
 )
 from servesim.kv.eviction_records import make_block_pool
+from servesim.mechanics.speculative import Speculation
 from servesim.rank import RankServices
 from servesim.timing.shape import ShapePricer
-from servesim.speculative import Speculation
 
 from servesim_vllm.behaviour import Behaviour, resolve
 from servesim_vllm.cadence import Cadence, mid_prefill

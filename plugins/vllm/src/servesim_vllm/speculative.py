@@ -12,7 +12,7 @@ With ``engine.aic_nextn`` set, :func:`emit` replaces the one-token sampling step
 3. the verification forward is priced as one decode pass over the ready requests, exactly
    as a plain decode step would be (the reference prices its polynomial model the same
    way: acceptance changes the tokens a step emits, not its cost);
-4. each request draws its burst (servesim.speculative.SpeculativeSampler) and emits it:
+4. each request draws its burst (servesim.mechanics.speculative.SpeculativeSampler) and emits it:
    every token of the burst carries the pass's end time. A request that is not finished
    keeps exactly one dangling token (``computed = length - 1``), which the next pass
    schedules as a one-token decode; the blocks it was given cover that token, and the

@@ -1,8 +1,8 @@
-"""The vllm rank's steady batch (servesim.steady), kept between runs and passes.
+"""The vllm rank's steady batch (servesim.fast.steady), kept between runs and passes.
 
 After a run of steady decode passes (servesim_vllm.runs) every running request is a plain
 decoder: its prompt is done and one sampled token is left to compute. :class:`VllmSteadyBatch`
-holds that batch lazily (servesim.steady.SteadyBatch): a member's block steps fall where its
+holds that batch lazily (servesim.fast.steady.SteadyBatch): a member's block steps fall where its
 pre-pass length ``L`` has ``L % bs`` 0 (a block fills: :meth:`BlockPool.finalize`) or 1 (it
 needs a new block: :meth:`BlockPool.allocate`), one after the other at a block edge.
 
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from servesim._compiled import mypyc_attr
-from servesim.steady import SteadyBatch
+from servesim.fast.steady import SteadyBatch
 
 if TYPE_CHECKING:
     from servesim_vllm.request import VllmRequest
@@ -43,7 +43,7 @@ class VllmSteadyBatch(SteadyBatch):
 
     def __init__(self, running: list[VllmRequest], bs: int) -> None:
         # Block steps at block edges (allocate at L % bs == 1, finalize at 0): core's own
-        # cadence (servesim.steady.edge_step_after), so no first_step/next_step hooks here.
+        # cadence (servesim.fast.steady.edge_step_after), so no first_step/next_step hooks here.
         super().__init__(bs, edge_steps=True)
         self.running = running
 

@@ -13,7 +13,7 @@ KV events follow vLLM 0.32 ``vllm/distributed/kv_events.py`` (ecosystem.md §4; 
   evicts; ``AllBlocksCleared`` has no fields;
 * block hashes are unsigned 64-bit ints (vLLM's default integer block hashes).
 
-Forward-pass metrics are the object of :mod:`servesim.fpm_schema` (a non-array-like,
+Forward-pass metrics are the object of :mod:`servesim.sinks.fpm_schema` (a non-array-like,
 untagged msgspec struct with no omitted fields encodes as the map of every field).
 
 Encoding plain dicts and lists with msgspec's msgpack encoder gives the same bytes as encoding
@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvEvent, RemovedBlocks, StoredBlocks
-from servesim.fpm_schema import fpm_object
+from servesim.sinks.fpm_schema import fpm_object
 
 MEDIUM_GPU = "GPU"
 

@@ -1,7 +1,7 @@
 """The ``zmq`` KV-event and FPM sinks.
 
 Both bind their sockets in :meth:`bind` (called once by the replay, or by a live server, with
-the deployment's :class:`~servesim.sinks.SinkDeployment`), then publish synchronously on every
+the deployment's :class:`~servesim.sinks.base.SinkDeployment`), then publish synchronously on every
 :meth:`publish` call: in a replay as fast as the simulation runs, in a live server at the
 wall-clock moment it calls. One ``publish`` is one frame on the rank's socket, so a replay
 sends one ``KVEventBatch`` per rank per pass moment (the pass's end, or its start for
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from servesim.contract import ForwardPassMetrics, KvEvent
-from servesim.fpm_schema import heartbeat
-from servesim.sinks import FpmSink, KvEventSink, SinkDeployment, SinkError
+from servesim.sinks.base import FpmSink, KvEventSink, SinkDeployment, SinkError
+from servesim.sinks.fpm_schema import heartbeat
 
 from servesim_zmq.config import ZmqFpmSinkConfig, ZmqKvSinkConfig
 

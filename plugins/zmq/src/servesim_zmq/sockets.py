@@ -17,7 +17,7 @@ from collections import deque
 
 import zmq
 from servesim.errors import UserError
-from servesim.sinks import SinkError
+from servesim.sinks.base import SinkError
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 

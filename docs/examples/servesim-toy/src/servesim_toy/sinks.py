@@ -11,7 +11,7 @@ from typing import Any
 from attrs import field, frozen
 from servesim import KvEventSink
 from servesim.contract import KvEvent
-from servesim.sinks import SinkContext, SinkError
+from servesim.sinks.base import SinkContext, SinkError
 
 
 @frozen

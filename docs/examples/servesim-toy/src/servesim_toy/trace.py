@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from servesim.errors import TraceError
-from servesim.replay.workload import Session, Turn, Workload, make_workload
 from servesim.tokens import RepeatedBlockTokens
+from servesim.workload.model import Session, Turn, Workload, make_workload
 
 
 class CsvTrace:

@@ -1,0 +1,212 @@
+"""Event sinks: where KV events and forward-pass metrics go.
+
+A sink receives events in order and must not block the simulation. Errors are reported, not
+swallowed: a sink that raises stops the run with a :class:`SinkError` naming the sink. Register
+sinks through ``servesim_register_kv_event_sinks`` / ``servesim_register_fpm_sinks``; sinks are
+chosen by name in YAML (``sinks.kv_events: [{type: jsonl, path: ...}]``).
+
+A sink is built by its class's :meth:`KvEventSink.from_config` (or :meth:`FpmSink.from_config`),
+which gets the structured ``config_class`` instance and a :class:`SinkContext`. The default
+calls ``cls()`` or ``cls(config)``, so a sink whose constructor takes only its config needs
+nothing more; a composing sink overrides ``from_config`` and builds the sinks it wraps from
+their specs with :meth:`SinkContext.build_all` (servesim.sinks.compose holds the built-in
+``tee``, ``filter`` and ``sample``).
+A sink that needs to know the deployment (ports per dp rank, block size, backend) defines
+``bind(context: SinkDeployment)``; the replay calls it once, after building the sinks and before
+the first publish. A sink with ``wants_token_times = True`` makes the replay record every
+token's time, and one with ``replay_done(log)`` gets the finished replay's
+:class:`~servesim.report.stats.RequestLog` before it is closed.
+
+A sink whose output for a batch depends on that batch alone may set ``encodes_ahead = True``
+and split :meth:`KvEventSink.publish` into ``encode(worker_id, at_ms, payload)`` and
+``write_encoded(data)`` (``publish`` being exactly ``write_encoded(encode(...))``). A replay
+that holds output back to merge several workers' streams in one order
+(:mod:`servesim.fast.sink_merge`) then encodes each batch when it is produced and keeps only
+the encoding, so the event objects are freed at once instead of waiting in the buffer. The
+built-in JSONL sinks do this; the bytes written are the same either way.
+
+A KV-event sink may also opt in to compact records (:mod:`servesim.kv.event_records`) by
+setting ``accepts_kv_records = True`` on the class that defines its ``publish`` (and
+``encode``): a batch may then hold :class:`~servesim.kv.event_records.RemovedRun` and
+:class:`~servesim.kv.event_records.StoredRun` records beside ``KvEvent`` objects, each standing
+for consecutive events (``record.events()`` or ``materialise(batch)`` builds them). A replay
+uses records only when every KV-event sink and the router accept them; a subclass that
+overrides ``publish`` or ``encode`` without declaring it again gets objects. The built-in JSONL
+sink accepts them.
+
+Two more promises, each declared on the class that defines the sink's line-making methods
+(``publish``, ``encode``, ``encode_run``, ``write_encoded``; :func:`declares`), let the
+aggregated replay skip work for the built-in JSONL sinks. An FPM sink that encodes ahead and
+sets ``encodes_fpm_runs = True`` has ``encode_run(worker_id, ats, run)``, which returns one
+encoding a pass of a run of steady passes held by column (:mod:`servesim.fast.fpm_runs`) without
+the ``ForwardPassMetrics`` objects. A sink that encodes ahead into text and sets
+``joins_encoded = True`` takes the concatenation of several encodings in one
+``write_encoded`` call, as if each were written in turn (the merge buffer then writes each
+release in one call).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar, Protocol
+
+from attrs import frozen
+
+from servesim.contract import ForwardPassMetrics, KvEvent
+from servesim.errors import SimError
+
+
+class SinkError(SimError):
+    """A sink failed while receiving events."""
+
+
+class SinkContext(Protocol):
+    """What a sink's ``from_config`` may use (servesim.sinks.build.SinkBuilder implements it).
+
+    ``kind`` is ``"kv_event_sink"`` or ``"fpm_sink"``; ``path`` is the key path of the sink
+    being built (``sinks.kv_events[0]``), ``source`` the config file (or None); ``validating``
+    is True under ``servesim validate``, where a sink must not create files or open sockets.
+    """
+
+    kind: str
+    path: str
+    source: str | None
+    validating: bool
+
+    def build(self, spec: Any, key: str) -> Any:
+        """Build one sink of the same kind from ``spec`` (``{type: NAME, ...options}``) found
+        at ``key`` below :attr:`path`; a problem is a ConfigError naming the full key path."""
+
+    def build_all(self, specs: Any, key: str) -> list[Any]:
+        """Build every spec of the list at ``key`` below :attr:`path`, in order."""
+
+
+class KvEventSink(ABC):
+    """Receives KV events as they become visible (at pass end for pass-produced events)."""
+
+    config_class: ClassVar[type | None] = None
+    #: True when the sink needs the tokens of stored blocks: the ranks then materialise them
+    #: (``engine.emit_kv_token_ids``).
+    wants_token_ids: bool = False
+
+    @classmethod
+    def from_config(cls, config: Any, context: SinkContext) -> KvEventSink:
+        """Build from the structured ``config_class`` instance (None when there is none)."""
+        return cls() if config is None else cls(config)  # type: ignore[call-arg]
+
+    @abstractmethod
+    def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
+        """One batch of events from one rank of one worker, visible at ``at_ms``."""
+
+    #: True when :meth:`encode` and :meth:`write_encoded` are implemented (module docs).
+    encodes_ahead: ClassVar[bool] = False
+
+    #: True when :meth:`publish` and :meth:`encode` also take batches holding compact records
+    #: (module docs); declared on the class that defines them.
+    accepts_kv_records: ClassVar[bool] = False
+
+    def encode(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> Any:
+        """What :meth:`publish` would write for this batch, computed now (``encodes_ahead``)."""
+        raise NotImplementedError
+
+    def write_encoded(self, data: Any) -> None:
+        """Write what :meth:`encode` returned, in publication order (``encodes_ahead``)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Flush and release resources; called once at the end of a run."""
+
+
+class FpmSink(ABC):
+    """Receives one :class:`ForwardPassMetrics` per rank per completed pass."""
+
+    config_class: ClassVar[type | None] = None
+
+    @classmethod
+    def from_config(cls, config: Any, context: SinkContext) -> FpmSink:
+        """Build from the structured ``config_class`` instance (None when there is none)."""
+        return cls() if config is None else cls(config)  # type: ignore[call-arg]
+
+    @abstractmethod
+    def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
+        """One forward pass's metrics, completed at ``at_ms``."""
+
+    #: As :attr:`KvEventSink.encodes_ahead`.
+    encodes_ahead: ClassVar[bool] = False
+
+    #: True when ``encode_run`` formats a run's passes from its columns (module docs).
+    encodes_fpm_runs: ClassVar[bool] = False
+
+    def encode(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> Any:
+        """What :meth:`publish` would write for this pass, computed now (``encodes_ahead``)."""
+        raise NotImplementedError
+
+    def write_encoded(self, data: Any) -> None:
+        """Write what :meth:`encode` returned, in publication order (``encodes_ahead``)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Flush and release resources; called once at the end of a run."""
+
+
+@frozen
+class SinkDeployment:
+    """What a sink may need to know about the replay before the first publish (what
+    ``bind`` gets; not the build-time :class:`SinkContext`)."""
+
+    num_workers: int
+    dp_size: int
+    block_size: int
+    backend: str
+    max_model_len: int | None = None
+    num_gpu_blocks: int | None = None
+
+
+def bind_sinks(sinks: Sequence[Any], context: SinkDeployment) -> None:
+    """Give every sink with a ``bind(context)`` method the replay's :class:`SinkDeployment`."""
+    for sink in sinks:
+        bind = getattr(sink, "bind", None)
+        if bind is not None:
+            bind(context)
+
+
+def replay_done(sinks: Sequence[Any], log: Any) -> None:
+    """Hand the finished replay's request log to every sink with ``replay_done(log)``."""
+    for sink in sinks:
+        done = getattr(sink, "replay_done", None)
+        if done is not None:
+            done(log)
+
+def build_sink(cls: type, config: Any, context: SinkContext | None = None) -> Any:
+    """``cls.from_config(config, context)``; a class that is not a servesim sink (a bare
+    callable registered as one) is called like a constructor."""
+    from_config = getattr(cls, "from_config", None)
+    if from_config is None:
+        return cls() if config is None else cls(config)
+    return from_config(config, context)
+
+
+#: The methods that make a sink's output: a promise about it is declared at or below them.
+LINE_METHODS = ("publish", "encode", "encode_run", "write_encoded")
+
+
+def declares(sink: Any, name: str, methods: tuple[str, ...] = LINE_METHODS) -> bool:
+    """Whether ``sink``'s class (or ``sink`` itself, when it is a class) sets the class
+    attribute ``name`` true in a class that is, or derives from, every class defining one of
+    ``methods``: a subclass that overrides one of them without declaring ``name`` again does
+    not inherit the promise. An attribute set on an instance is not a class-level promise."""
+    if isinstance(sink, type):
+        mro = sink.__mro__
+    elif name in getattr(sink, "__dict__", {}):
+        return False
+    else:
+        mro = type(sink).__mro__
+    owner = next((c for c in mro if name in c.__dict__), None)
+    if owner is None or not owner.__dict__[name]:
+        return False
+    for method in methods:
+        definer = next((c for c in mro if method in c.__dict__), None)
+        if definer is not None and not issubclass(owner, definer):
+            return False
+    return True
