@@ -4,8 +4,9 @@
 With ``SERVESIM_COMPILE=1`` in the environment the backend asks for mypy as an extra build
 requirement and ``setup.py`` compiles the modules its pyproject lists under
 ``[tool.servesim-build] compile`` with mypyc; the ``.py`` sources ship beside the extension
-modules. Every distribution of the repository shares this file (the plugins link to it), so
-the flag means the same everywhere.
+modules. Each distribution that compiles ships its own copy of this file in ``_build/``, so
+its sdist builds on its own, and the flag means the same everywhere
+(tests/qa/test_build_backend.py keeps the copies identical).
 """
 
 from __future__ import annotations

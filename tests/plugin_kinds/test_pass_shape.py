@@ -12,7 +12,8 @@ from servesim.config.loader import load_config
 from servesim.contract import WorkerType
 from servesim.replay.runner import simulate
 from servesim.timing.base import TimingModel
-from servesim.timing.shape import PassShape, PrefillChunk, prices_pass_shapes
+from servesim.timing.pricing import prices_pass_shapes
+from servesim.timing.shape import PassShape, PrefillChunk
 
 SHAPED = '''
 from servesim import hookimpl

@@ -35,3 +35,14 @@ def test_a_compiled_build_asks_for_mypy_and_attrs(backend, monkeypatch: pytest.M
     monkeypatch.setenv("SERVESIM_COMPILE", "1")
     for hook in (backend.get_requires_for_build_wheel, backend.get_requires_for_build_editable):
         assert hook(None) == ["wheel", "mypy>=1.10", "attrs>=23.1"]
+
+
+def test_every_plugin_ships_the_same_build_backend() -> None:
+    """A plugin that compiles carries the backend in its own folder (its sdist builds without
+    files outside it), byte for byte the file core uses."""
+    root = BACKEND.parents[2]
+    copies = sorted(p for p in (root / "plugins").glob("*/_build/servesim_build.py"))
+    assert [p.parts[-3] for p in copies] == ["sglang", "trtllm", "vllm"]
+    for copy in copies:
+        assert not copy.parent.is_symlink() and not copy.is_symlink()
+        assert copy.read_bytes() == BACKEND.read_bytes(), copy

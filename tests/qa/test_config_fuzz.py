@@ -252,7 +252,7 @@ def test_every_key_with_every_odd_value() -> None:
 
     # load_config builds a fresh converter (code generation per class) on every call; one
     # shared converter keeps ~1,000 loads fast and structures exactly the same way.
-    ctx = loader._Ctx(loader.make_converter(), PLUGINS, "sim.yaml", {})
+    ctx = loader.LoadContext(loader.make_converter(), PLUGINS, "sim.yaml", {})
     crashes = []
     cases = 0
     for section, keys in _key_paths():
@@ -282,7 +282,7 @@ def _outcome(doc: dict[str, Any], conv: Any) -> tuple[str, Any]:
 
     import servesim.config.loader as loader
 
-    ctx = loader._Ctx(conv, PLUGINS, "sim.yaml", {})
+    ctx = loader.LoadContext(conv, PLUGINS, "sim.yaml", {})
     try:
         loaded = loader.build(copy.deepcopy(doc), ctx)
     except UserError as exc:

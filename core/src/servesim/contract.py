@@ -1,10 +1,10 @@
 """The neutral command/effect contract between a driver and scheduler ranks.
 
 These frozen attrs types are the only things that cross the core/plugin boundary
-(DESIGN.md §2). Field names and semantics follow ``reference/aisimulate-engine.md`` §4
+(docs/architecture.md). Field names and semantics follow ``reference/aisimulate-engine.md`` §4
 ("Protocol types"); where a name is made Pythonic the docstring says so.
 
-Speed note (DESIGN.md §7): a pass's outputs are carried columnar in :class:`OutputBatch`
+Speed note (docs/architecture.md, "Speed by design"): a pass's outputs are carried columnar in :class:`OutputBatch`
 (one list entry per emitted token) instead of one object per token; :meth:`OutputBatch.outputs`
 builds the rich :class:`Output` objects only when a consumer asks for them.
 """

@@ -20,7 +20,7 @@ from servesim.fast.run_pending import check_run
 from servesim.fast.runs import EngineRunCompleted, EngineRunStarted
 from servesim.mechanics.numeric import validate_time
 from servesim.rank import NO_RETRY_HINT, CommandContext, Rank, RankIdentity, RetryHint
-from servesim.timing.shape import prices_pass_shapes
+from servesim.timing.pricing import prices_pass_shapes
 
 _INF: Final = float("inf")
 

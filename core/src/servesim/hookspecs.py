@@ -25,10 +25,10 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping
 
-    from servesim.config.loader import LoadedConfig
+    from servesim.config.sim import RunConfig
     from servesim.contract import PassCompletionEffects
     from servesim.registry import Registry
-    from servesim.replay.observers import FinishedRequest
+    from servesim.replay.finished import FinishedRequest
     from servesim.replay.timeline import FigureWriter
 
 
@@ -140,7 +140,7 @@ def servesim_figure_writer() -> FigureWriter | None:
 
 
 @hookspec
-def servesim_run_started(config: LoadedConfig) -> bool | None:
+def servesim_run_started(config: RunConfig) -> bool | None:
     """A run is about to start (``servesim run`` or :func:`servesim.replay.simulate`): reset
     any per-run state an observer keeps, since one process may run several simulations.
 
@@ -180,13 +180,13 @@ def servesim_request_finished(request: FinishedRequest) -> None:
     Called once per request in the order requests finish. Like ``servesim_pass_completed``
     it makes the driver step pass by pass.
 
-    :param request: a :class:`servesim.replay.observers.FinishedRequest` (ids, worker, arrival,
+    :param request: a :class:`servesim.replay.finished.FinishedRequest` (ids, worker, arrival,
         first-token and finish times, token counts, whether it was rejected).
     """
 
 
 @hookspec
-def servesim_report_extra(report: dict[str, Any], config: LoadedConfig) -> Mapping[str, Any] | None:
+def servesim_report_extra(report: dict[str, Any], config: RunConfig) -> Mapping[str, Any] | None:
     """Keys to add to the run's report (the JSON ``--output-json`` writes and ``--json``
     prints; the table shows only servesim's own keys).
 

@@ -269,7 +269,7 @@ class Plugins:
     def schedule_policies(self) -> Registry:
         return self.registry("schedule_policy")
 
-    def _ordered_impls(self, hook_name: str) -> list[pluggy.HookImpl]:
+    def ordered_impls(self, hook_name: str) -> list[pluggy.HookImpl]:
         """Implementations of ``hook_name``: built-ins first, then the rest by plugin name, so
         registration order (and thus duplicate messages) never depends on ``sys.path``."""
         impls = getattr(self.pm.hook, hook_name).get_hookimpls()
@@ -284,7 +284,7 @@ class Plugins:
         """
         pm = self.pm
         hooktrace = pm.trace.root.get("hook")
-        for impl in self._ordered_impls(hook_name):
+        for impl in self.ordered_impls(hook_name):
             name = impl.plugin_name
             if impl.hookwrapper or impl.wrapper:
                 raise PluginError(f"plugin {name!r}: {hook_name} cannot be a hook wrapper")
@@ -303,10 +303,10 @@ class Plugins:
 
     def add_commands(self, subparsers: argparse._SubParsersAction) -> None:
         """Let every plugin add CLI subcommands (``servesim_add_commands``), one plugin at a
-        time and in :meth:`_ordered_impls` order, so a clash or a failure names the plugin and
+        time and in :meth:`ordered_impls` order, so a clash or a failure names the plugin and
         its distribution."""
         pm = self.pm
-        for impl in self._ordered_impls("servesim_add_commands"):
+        for impl in self.ordered_impls("servesim_add_commands"):
             name = impl.plugin_name
             where = f"plugin {name!r} ({pm.distribution_of(name)})"
             before = set(subparsers.choices)

@@ -235,7 +235,7 @@ class Rank(ABC):
             duration_ms=max(0.0, end_ms - started_at_ms),
         )
 
-    # -- runs of passes (DESIGN.md §7; servesim.fast.runs) ----------------------------------------
+    # -- runs of passes (docs/architecture.md, "Speed by design"; servesim.fast.runs) ----------------------------------------
 
     def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int) -> Any | None:
         """Commit ``k >= 1`` consecutive passes (:class:`servesim.fast.runs.RankRun`) or decline.

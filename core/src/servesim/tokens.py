@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from servesim.kv.hashing import (
-    _U32,
+    U32_STRUCT,
     local_block_hash,
     local_block_hashes,
     placeholder_hashes,
@@ -80,7 +80,7 @@ class TokenSeq(ABC):
 
     def forget_block_hashes(self) -> None:
         """Drop the cached hashes (recomputed identically if asked again). A replay calls
-        this when a request ends, so finished prompts keep no hash lists (DESIGN.md §7)."""
+        this when a request ends, so finished prompts keep no hash lists (docs/architecture.md, "Speed by design")."""
         self._hash_cache.clear()
 
 
@@ -159,7 +159,7 @@ class RepeatedBlockTokens(TokenSeq):
 
     def token_bytes(self, start: int, end: int) -> bytes:
         """Each trace block's part of the range as its token's bytes repeated (no token list)."""
-        pack = _U32.pack
+        pack = U32_STRUCT.pack
         tb = self.trace_block_size
         end = min(end, self._len)
         if 0 <= start < end and start // tb == (end - 1) // tb:  # one trace block's tokens

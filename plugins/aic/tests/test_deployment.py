@@ -180,7 +180,7 @@ def test_docs_table_is_what_the_model_predicts():
 
 @pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
 def test_runs_of_passes_equal_stepping(tmp_path, monkeypatch, backend):
-    """Decode prices change with the context pass by pass; runs (DESIGN.md §7) price them
+    """Decode prices change with the context pass by pass; runs (docs/architecture.md, "Speed by design") price them
     through predict_decode_ms_many and must give the stepped report byte for byte."""
     workload = "workload:\n  synthetic: {num_requests: 50, rate: 2.0, output_length: 'uniform:64:300'}\n"
     path = _config(tmp_path, f"model: {MODEL}", f"  backend: {backend}\n  num_gpu_blocks: 3000\n", workload)

@@ -1,6 +1,6 @@
 """YAML → :class:`LoadedConfig`: one converter, ``--set`` overrides, plugin-owned sections.
 
-DESIGN.md §5 and style-anchors.md rule 9: the core sections are structured by the one
+docs/configuration.md and style-anchors.md rule 9: the core sections are structured by the one
 converter (unknown keys forbidden); the backend's own section ``engine.<backend>:`` and the
 timing model's options ``engine.timing_model:`` are structured *after* their plugin is looked
 up, by the class that plugin provides. Every problem found is reported in one
@@ -52,7 +52,7 @@ class EngineResolution:
 
 
 @attrs.define
-class _Ctx:
+class LoadContext:
     conv: cattrs.Converter | LazyConverter
     plugins: Plugins
     source: str | None
@@ -108,7 +108,7 @@ def merge_engine(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, 
     return out
 
 
-def _lookup(ctx: _Ctx, kind: str, name: Any, path: str, problems: list[Problem]) -> Any:
+def _lookup(ctx: LoadContext, kind: str, name: Any, path: str, problems: list[Problem]) -> Any:
     if not isinstance(name, str):
         problems.append((path, f"expected a {kind.replace('_', ' ')} name, got {show(name)}"))
         return None
@@ -120,7 +120,7 @@ def _lookup(ctx: _Ctx, kind: str, name: Any, path: str, problems: list[Problem])
         return None
 
 
-def _options(ctx: _Ctx, obj: Any, data: Any, path: str, what: str, problems: list[Problem]) -> Any:
+def _options(ctx: LoadContext, obj: Any, data: Any, path: str, what: str, problems: list[Problem]) -> Any:
     """Structure a plugin's options into its ``config_class`` (None if it has none)."""
     config_class = getattr(obj, "config_class", None)
     data = {} if data is None else data
@@ -143,7 +143,7 @@ def _options(ctx: _Ctx, obj: Any, data: Any, path: str, what: str, problems: lis
 
 
 def _eviction_factory(
-    ctx: _Ctx, config: EngineConfig, rank_class: Any, path: str, problems: list[Problem]
+    ctx: LoadContext, config: EngineConfig, rank_class: Any, path: str, problems: list[Problem]
 ) -> Callable[[], Any] | None:
     """``engine.eviction_policy`` (``NAME`` or ``{type: NAME, ...options}``) as a factory of
     one policy per cache, after building one: a constructor that fails, or a backend that
@@ -181,7 +181,7 @@ def _eviction_factory(
     return factory
 
 
-def _explain_unknown(problems: list[Problem], rest: Mapping[str, Any], path: str, ctx: _Ctx) -> None:
+def _explain_unknown(problems: list[Problem], rest: Mapping[str, Any], path: str, ctx: LoadContext) -> None:
     """An unknown key holding a mapping was most likely meant as a backend's section."""
     installed = ", ".join(ctx.plugins.backends().names()) or "(none)"
     for i, (p, msg) in enumerate(problems):
@@ -196,7 +196,7 @@ def _explain_unknown(problems: list[Problem], rest: Mapping[str, Any], path: str
             )
 
 
-def _resolve(ctx: _Ctx, raw: Any, path: str) -> tuple[EngineResolution | None, list[Problem]]:
+def _resolve(ctx: LoadContext, raw: Any, path: str) -> tuple[EngineResolution | None, list[Problem]]:
     raw = {} if raw is None else raw
     if not isinstance(raw, Mapping):
         return None, [(path, f"expected a mapping, got {show(raw)}")]
@@ -260,7 +260,7 @@ def _auto_blocks(
     return attrs.evolve(config, num_gpu_blocks=int(blocks))
 
 
-def resolve_engine(ctx: _Ctx, raw: Any, path: str = "engine") -> EngineResolution:
+def resolve_engine(ctx: LoadContext, raw: Any, path: str = "engine") -> EngineResolution:
     """Validate one engine section; raises one ConfigError listing every problem."""
     engine, problems = _resolve(ctx, raw, path)
     if engine is None:
@@ -269,7 +269,7 @@ def resolve_engine(ctx: _Ctx, raw: Any, path: str = "engine") -> EngineResolutio
 
 
 def _check_plugins(
-    ctx: _Ctx, cluster: Any, workload: Any, sinks: Any
+    ctx: LoadContext, cluster: Any, workload: Any, sinks: Any
 ) -> tuple[Any, dict[str, list[Any]], list[Problem]]:
     """Router, trace format and sink names exist; their options fit their config classes."""
     problems: list[Problem] = []
@@ -298,7 +298,7 @@ def _check_plugins(
 
 
 def structure_spec(
-    ctx: _Ctx, kind: str, entry: Any, path: str, problems: list[Problem]
+    ctx: LoadContext, kind: str, entry: Any, path: str, problems: list[Problem]
 ) -> tuple[str, Any, Any] | None:
     """``{type: NAME, ...options}`` at ``path`` → ``(NAME, registered class, structured
     options)``, or None with the problems added (a sink spec, top-level or nested)."""
@@ -336,7 +336,7 @@ def _check_worker_type(engine: EngineResolution | None, cluster: Any) -> list[Pr
 
 
 def _check_pools(
-    ctx: _Ctx, engine: EngineResolution, engine_section: Mapping[str, Any], cluster: Any
+    ctx: LoadContext, engine: EngineResolution, engine_section: Mapping[str, Any], cluster: Any
 ) -> list[Problem]:
     """Each pool's engine resolves; names are unique; every pool shares the router's slot
     layout (``dp_size``) and hash granularity (``block_size``) with ``engine:``. Like
@@ -387,7 +387,7 @@ def build_engine_timing(engine: EngineResolution, path: str, source: str | None)
 
 
 def _structure_sections(
-    ctx: _Ctx, raw: Mapping[str, Any], extra: Mapping[str, type]
+    ctx: LoadContext, raw: Mapping[str, Any], extra: Mapping[str, type]
 ) -> tuple[dict[str, Any], list[Problem]]:
     problems: list[Problem] = []
     known = sorted([*SECTIONS, *extra])
@@ -410,7 +410,7 @@ def _structure_sections(
     return out, problems
 
 
-def build(raw: Any, ctx: _Ctx, extra_sections: Mapping[str, type] | None = None) -> LoadedConfig:
+def build(raw: Any, ctx: LoadContext, extra_sections: Mapping[str, type] | None = None) -> LoadedConfig:
     """Validate raw YAML data (after ``--set``) into a :class:`LoadedConfig`.
 
     ``extra_sections``: further top-level sections a command owns (``serve:`` for a plugin's
@@ -460,7 +460,7 @@ class LoadedConfig:
         sim: SimConfig,
         engine: EngineResolution,
         engine_section: dict[str, Any],
-        ctx: _Ctx,
+        ctx: LoadContext,
         router_config: Any = None,
         sink_specs: dict[str, list[Any]] | None = None,
     ) -> None:
@@ -471,7 +471,7 @@ class LoadedConfig:
         self.router_config = router_config
         self.sink_specs = sink_specs or {}
         self._engine_section = engine_section
-        self._ctx = ctx
+        self.context = ctx
         self._timing: TimingModel | None = None
         self.extra: dict[str, Any] = {}  # sections a command owns (build's extra_sections)
 
@@ -530,14 +530,14 @@ class LoadedConfig:
 
     def resolve_overrides(self, overrides: Mapping[str, Any], path: str) -> EngineResolution:
         """``engine:`` with ``overrides`` merged over it, validated (problems under ``path``)."""
-        return resolve_engine(self._ctx, merge_engine(self._engine_section, overrides), path)
+        return resolve_engine(self.context, merge_engine(self._engine_section, overrides), path)
 
     def resolved(self) -> dict[str, Any]:
         """The full resolved configuration as plain JSON-able data (for reports).
 
         Loading it back (as YAML) gives the same configuration.
         """
-        conv = self._ctx.conv
+        conv = self.context.conv
         engine = conv.unstructure(self.engine.config)
         timing = conv.unstructure(self.engine.timing_config) if self.engine.timing_config is not None else {}
         timing = {k: v for k, v in timing.items() if v is not None}  # unset options: defaults
@@ -608,7 +608,7 @@ def load_config(
     expand_trace_shorthand(raw)
     origins = {**file_origins, **apply_sets(raw, sets)}
     expand_trace_shorthand(raw)
-    ctx = _Ctx(LazyConverter(), plugins if plugins is not None else Plugins(), path, origins)
+    ctx = LoadContext(LazyConverter(), plugins if plugins is not None else Plugins(), path, origins)
     return build(raw, ctx, extra_sections)
 
 

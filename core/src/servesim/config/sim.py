@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 from attrs import field, frozen
 
 from servesim.config.engine import EngineConfig
@@ -18,6 +20,22 @@ class SimConfig:
     workload: WorkloadConfig = field(factory=WorkloadConfig)
     report: ReportConfig = field(factory=ReportConfig)
     sinks: SinksConfig = field(factory=SinksConfig)
+
+
+class RunConfig(Protocol):
+    """What the observer hooks see of a run's configuration (``servesim_run_started``,
+    ``servesim_report_extra``); :class:`servesim.config.loader.LoadedConfig` is one."""
+
+    @property
+    def sim(self) -> SimConfig:
+        """The typed sections."""
+
+    @property
+    def source(self) -> str:
+        """The config file(s) it was read from, as error messages name them."""
+
+    def resolved(self) -> dict[str, Any]:
+        """The full resolved configuration as plain data."""
 
 
 SECTIONS: tuple[str, ...] = ("engine", "cluster", "workload", "report", "sinks")

@@ -1,4 +1,4 @@
-"""The forward-pass metrics of a run of steady passes, held by column (DESIGN.md §7).
+"""The forward-pass metrics of a run of steady passes, held by column (docs/architecture.md, "Speed by design").
 
 A run of ``k`` steady passes has ``k`` :class:`~servesim.contract.ForwardPassMetrics` that
 differ only in five values: the counter id, the pass duration, and the decode batch's size,

@@ -1,4 +1,4 @@
-"""The Replayer's side of runs of passes (servesim.fast.runs; DESIGN.md §7).
+"""The Replayer's side of runs of passes (servesim.fast.runs; docs/architecture.md, "Speed by design").
 
 When an idle engine is ready, the driver first offers it a *run* up to its horizon: the time
 of the next heap event that could reach that engine. Any arrival can be routed to any worker
@@ -43,19 +43,70 @@ from __future__ import annotations
 
 import heapq
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from operator import lshift, or_, sub
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from servesim.errors import ReplayError
 from servesim.fast.fpm_runs import FpmRun
 from servesim.fast.runs import EngineRunStarted
 
 if TYPE_CHECKING:
+    from servesim.contract import Admission, ForwardPassMetrics, KvEvent, Metrics
     from servesim.engine import Engine
     from servesim.replay.cluster import ClusterState
-    from servesim.replay.driver import Replayer
+    from servesim.replay.routers import Router
+    from servesim.replay.timeline import PassTimeline
+    from servesim.sinks.base import FpmSink, KvEventSink
+    from servesim.workload.model import Turn
+
+
+class RunHost(Protocol):
+    """What a :class:`RunDriver` reads and calls of its replayer
+    (:class:`servesim.replay.driver.Replayer` and its subclasses implement it): the cluster,
+    the request log and sinks, the per-worker idle bookkeeping it resets when a run starts or
+    ends, and the replayer's own steps for events, KV and FPM publishing and finished
+    requests, which a run's passes go through exactly as stepped passes do."""
+
+    engines: list[Engine]
+    router: Router
+    state: ClusterState
+    block_size: int
+    concurrency: int | None
+    turns: list[Turn]
+    log: Any  # a RequestLog, or a CohortLog when steady batches log cohorts
+    timeline: PassTimeline | None
+    kv_sinks: list[KvEventSink]
+    fpm_sinks: list[FpmSink]
+    sink_merge: Any  # a SinkMerge, a SinkWriterProcess standing in for one, or None
+    fpm_by_run: bool
+    has_deadlines: bool
+    passes: int
+    pass_busy_ms: list[float]
+    zero_streak: list[int]
+    countdown: list[int | None]
+    start_busy: list[bool]
+    last_zero: list[bool]
+    dirty: set[int]
+    log_key: list[int | None]
+    first_turns: list[tuple[float, int, int]]
+    first_next: int
+
+    def push_event(self, at: float, kind: int, a: int, b: int = 0) -> None: ...
+
+    def note_admissions(self, w: int, admissions: Sequence[Admission], now: float) -> None: ...
+
+    def apply_lifecycle(self, w: int, dp_rank: int, events: Sequence[object], now: float) -> None: ...
+
+    def finish_request(self, rid: int, now: float) -> None: ...
+
+    def publish_kv(self, w: int, now: float, events: Sequence[KvEvent], start: float | None = None) -> None: ...
+
+    def publish_fpm(self, w: int, now: float, start: float, fpm: ForwardPassMetrics,
+                    occupancy: Metrics | None = None) -> None: ...
+
+    def publish_fpm_run(self, w: int, ends: list[float], start: float, run: FpmRun) -> None: ...
 
 
 def runs_enabled_by_env() -> bool:
@@ -65,7 +116,7 @@ def runs_enabled_by_env() -> bool:
 class RunDriver:
     """Per-replayer run bookkeeping: external-event horizon and in-flight runs."""
 
-    def __init__(self, rp: Replayer, num_workers: int, cross_worker: bool) -> None:
+    def __init__(self, rp: RunHost, num_workers: int, cross_worker: bool) -> None:
         self.rp = rp
         self.ext: list[tuple[float, int]] = []  # (time, seq) of every non-pass-end event
         self.in_flight: list[EngineRunStarted | None] = [None] * num_workers
@@ -145,12 +196,12 @@ class RunDriver:
         self.count += 1
         self.committed += 1
         self.run_passes += run.num_passes
-        rp._start_busy[w] = False  # noqa: SLF001
-        rp._last_zero[w] = False  # noqa: SLF001
+        rp.start_busy[w] = False
+        rp.last_zero[w] = False
         if run.admissions:  # the first pass's admissions, as _start_effects takes them
             self.admitted += len(run.admissions)
-            rp._admitted(w, run.admissions, now)  # noqa: SLF001
-        rp._push(run.end_ms, 0, w, run.first_pass_id)  # noqa: SLF001 - _PASS_END
+            rp.note_admissions(w, run.admissions, now)
+        rp.push_event(run.end_ms, 0, w, run.first_pass_id)  # PASS_END
         return True
 
     def continue_run(self, w: int, now: float) -> bool:
@@ -187,7 +238,7 @@ class RunDriver:
         self.in_flight[w] = more
         self.continued += 1
         self.run_passes += k
-        rp._push(more.end_ms, 0, w, more.first_pass_id)  # noqa: SLF001 - _PASS_END
+        rp.push_event(more.end_ms, 0, w, more.first_pass_id)  # PASS_END
         return True
 
     def release_kv(self, now: float) -> None:
@@ -205,7 +256,7 @@ class RunDriver:
                 self.released[w] = upto
                 for j in sorted(evs):
                     if evs[j]:
-                        rp._kv(w, ends[j], evs[j], ends[j - 1] if j else run.started_at_ms)  # noqa: SLF001
+                        rp.publish_kv(w, ends[j], evs[j], ends[j - 1] if j else run.started_at_ms)
 
     def release_done(self, now: float) -> None:
         """Before routing at ``now``: retire requests completed at run passes ending by now."""
@@ -218,7 +269,7 @@ class RunDriver:
         done = run.completed_at
         ends = run.pass_ends
         i = self.retired[w]
-        terminal = self.rp._terminal  # noqa: SLF001
+        terminal = self.rp.finish_request
         while i < len(done) and ends[done[i][0]] <= upto:
             j, rid = done[i]
             terminal(rid, ends[j])
@@ -236,11 +287,11 @@ class RunDriver:
         self.count -= 1
         self.pass_ms[w] = (now - run.started_at_ms) / run.num_passes
         done = rp.engines[w].complete_run(run.first_pass_id, now)
-        rp._dirty.add(w)  # noqa: SLF001
+        rp.dirty.add(w)
         eff = done.effects
         ends = eff.pass_ends
         rp.log.run_tokens(eff.members, eff.absent_last, ends, eff.started_at_ms,
-                          eff.completed_before, rp._log_key[w], eff.completed)  # noqa: SLF001
+                          eff.completed_before, rp.log_key[w], eff.completed)
         if eff.cached_tokens:  # the first pass's admissions (their first token is in it)
             prefill_done = rp.state.prefill_done
             for rid in eff.cached_tokens:
@@ -249,23 +300,23 @@ class RunDriver:
         start = eff.started_at_ms
         for j in sorted(eff.kv_events):
             if eff.kv_events[j]:
-                rp._kv(w, ends[j], eff.kv_events[j], ends[j - 1] if j else start)  # noqa: SLF001
+                rp.publish_kv(w, ends[j], eff.kv_events[j], ends[j - 1] if j else start)
         fpms = eff.forward_pass_metrics
-        if (type(fpms) is FpmRun and rp._fpm_runs  # noqa: SLF001
+        if (type(fpms) is FpmRun and rp.fpm_by_run
                 and rp.timeline is None):  # lines by column (servesim.fast.fpm_runs)
-            rp._fpm_run(w, ends, start, fpms)  # noqa: SLF001
+            rp.publish_fpm_run(w, ends, start, fpms)
         elif fpms is not None and (rp.fpm_sinks or rp.timeline is not None):
             occupancy = eff.pass_metrics if rp.timeline is not None else None
             for j, fpm in enumerate(fpms):
-                rp._fpm(w, ends[j], ends[j - 1] if j else start, fpm,  # noqa: SLF001
+                rp.publish_fpm(w, ends[j], ends[j - 1] if j else start, fpm,
                         occupancy[j] if occupancy else None)
         for rid in eff.completed:
-            rp._terminal(rid, now)  # noqa: SLF001
+            rp.finish_request(rid, now)
         if eff.lifecycle_events:  # handoffs at the last boundary (disaggregated replay)
-            rp._lifecycle(w, 0, eff.lifecycle_events, now)  # noqa: SLF001
-        if rp._zero_streak[w]:  # noqa: SLF001
-            rp._zero_streak[w] = 0  # noqa: SLF001
-            rp._countdown[w] = None  # noqa: SLF001
+            rp.apply_lifecycle(w, 0, eff.lifecycle_events, now)
+        if rp.zero_streak[w]:
+            rp.zero_streak[w] = 0
+            rp.countdown[w] = None
 
     def check_routed(self, w: int, now: float) -> None:
         """Internal check: an arrival routed to ``w`` must not precede its run's last pass."""
@@ -292,8 +343,8 @@ class RunDriver:
         the largest cap ``M``; ``K`` is chosen to make the run longest by the worker's last
         pass duration (a guess that affects speed only, never results)."""
         rp = self.rp
-        turns = rp._first_turns  # noqa: SLF001
-        i = max(rp._first_next - 1, 0)  # noqa: SLF001
+        turns = rp.first_turns
+        i = max(rp.first_next - 1, 0)
         while i < len(turns) and turns[i][0] <= now:
             i += 1
         if i >= len(turns) or turns[i][0] != horizon:
@@ -394,13 +445,13 @@ class _Finishers:
 _RID: Final = (1 << 32) - 1
 
 
-def exclusion_applies(rp: Replayer, num_workers: int, cross_worker: bool) -> bool:
+def exclusion_applies(rp: RunHost, num_workers: int, cross_worker: bool) -> bool:
     """Runs may skip arrivals proved to go elsewhere only in the case argued for: several
     dp_size-1 workers in aggregated timestamp-mode replay without sessions or deadlines,
     behind a router that proves exclusions; sinks only when their output is merged in an
     order that does not depend on runs (servesim.fast.sink_merge)."""
-    sinks_ok = rp._merge is not None or not (rp.kv_sinks or rp.fpm_sinks)  # noqa: SLF001
-    return (num_workers > 1 and not cross_worker and not rp._has_deadlines  # noqa: SLF001
+    sinks_ok = rp.sink_merge is not None or not (rp.kv_sinks or rp.fpm_sinks)
+    return (num_workers > 1 and not cross_worker and not rp.has_deadlines
             and sinks_ok and rp.engines[0].dp_size == 1
             and rp.concurrency is None and type(rp).__name__ == "Replayer"
             and rp.router.proves_exclusion)

@@ -1,6 +1,6 @@
 """What a rank keeps of a committed run of passes (:class:`RunPending`), the check of a
 rank's run against the contract and the pricing of steady decode passes (servesim.fast.runs,
-which re-exports them; DESIGN.md §7).
+which re-exports them; docs/architecture.md, "Speed by design").
 
 Plain classes and functions, apart from :mod:`servesim.fast.runs`' attrs classes, so that the
 compiled build compiles them; interpreted backends subclass :class:`RunPending`.
@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from servesim._compiled import mypyc_attr
 from servesim.contract import KvEvent, Metrics, OutputBatch, PassCompletionEffects
 
-if TYPE_CHECKING:
-    from servesim.fast.runs import RankRun
+
+class RunBounds(Protocol):
+    """What :func:`check_run` reads of a run (:class:`servesim.fast.runs.RankRun` has it)."""
+
+    @property
+    def started_at_ms(self) -> float: ...
+
+    @property
+    def pass_ends(self) -> Sequence[float]: ...
 
 
-def check_run(run: RankRun, now_ms: float, horizon_ms: float, max_passes: int) -> None:
+def check_run(run: RunBounds, now_ms: float, horizon_ms: float, max_passes: int) -> None:
     """Raise ValueError when a rank's run visibly breaks the contract above. O(1): the
     first and last passes are checked (starts, horizon, finite end); the rank owns the
     monotonicity of the boundaries in between (its tests compare runs with stepping)."""

@@ -1,4 +1,4 @@
-"""Runs of passes: a rank may commit k consecutive decode passes in one call (DESIGN.md §7).
+"""Runs of passes: a rank may commit k consecutive decode passes in one call (docs/architecture.md, "Speed by design").
 
 Between external events nothing can change a steady decode-only batch except what the rank
 itself foresees (a request reaching its output length, a block boundary needing a block,
@@ -192,6 +192,7 @@ class EngineRunCompleted:
 __all__ = [
     "price_decode_chunks",
     "BlockRunPending",
+    "RunPending",
     "take_run_kv_events",
     "EngineRunCompleted",
     "EngineRunStarted",

@@ -1,4 +1,4 @@
-"""One canonical order for the sink output of several workers (DESIGN.md §7, runs of passes).
+"""One canonical order for the sink output of several workers (docs/architecture.md, "Speed by design", runs of passes).
 
 Stepping hands each KV-event batch and forward-pass record to the sinks as it happens; a run of
 passes hands over a whole run's output when the run completes. With one worker both orders

@@ -1,4 +1,4 @@
-"""A steady decode batch held lazily, for ranks with runs of passes (DESIGN.md §7).
+"""A steady decode batch held lazily, for ranks with runs of passes (docs/architecture.md, "Speed by design").
 
 After a run of steady decode passes (servesim.fast.runs) every running request of a block-pool rank
 is a plain decoder: it computes one token per pass and samples one. While that holds, a

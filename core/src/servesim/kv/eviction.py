@@ -189,7 +189,7 @@ class LruEviction(EvictionPolicy):
 
     The order is a queue of pushed batches (the pool releases a request's blocks as one
     batch), so pushing and evicting cost list operations per batch plus one pointer store per
-    block, rather than a linked-list node per block. ``_batch[block]`` is the batch holding
+    block, rather than a linked-list node per block. ``entry_batch[block]`` is the batch holding
     the block's live entry (None when absent); an entry is live iff its block still points at
     the entry's batch, so :meth:`remove` only clears the pointer (lazy deletion) and counts
     the entry as stale. While no stale entry lies ahead, evicting ``n`` blocks is slicing;
@@ -201,13 +201,13 @@ class LruEviction(EvictionPolicy):
     def __init__(self) -> None:
         self._chunks: deque[list[int]] = deque()  # pushed batches, oldest first
         self._head = 0  # index of the next entry in _chunks[0]
-        self._batch: list[list[int] | None] = []  # block -> batch of its live entry
+        self.entry_batch: list[list[int] | None] = []  # block -> batch of its live entry
         self._len = 0
         self._stale = 0  # entries not yet consumed whose block was removed
 
     def reserve(self, num_blocks: int) -> None:
         """Size the block table for ids ``0 .. num_blocks-1`` (it also grows on demand)."""
-        batch = self._batch
+        batch = self.entry_batch
         if num_blocks > len(batch):
             batch.extend([None] * (num_blocks - len(batch)))
 
@@ -215,7 +215,7 @@ class LruEviction(EvictionPolicy):
         self.push_many([block_id])
 
     def push_many(self, block_ids: list[int]) -> None:
-        batch = self._batch
+        batch = self.entry_batch
         done = 0
         try:
             for b in block_ids:
@@ -255,7 +255,7 @@ class LruEviction(EvictionPolicy):
         self.reserve(max(block_ids) + 1)
 
     def remove(self, block_id: int) -> None:
-        batch = self._batch
+        batch = self.entry_batch
         if not 0 <= block_id < len(batch) or batch[block_id] is None:
             raise KeyError(block_id)
         batch[block_id] = None
@@ -267,7 +267,7 @@ class LruEviction(EvictionPolicy):
     def _compact(self) -> None:
         """Drop every stale entry: the live ones, in order, become one batch."""
         live = self._take(self._len)
-        batch = self._batch
+        batch = self.entry_batch
         for b in live:
             batch[b] = live
         self._chunks = deque([live]) if live else deque()
@@ -281,14 +281,14 @@ class LruEviction(EvictionPolicy):
         return self.pop_many(1)[0]
 
     def pop_many(self, n: int) -> list[int]:
-        out = self._pop_unmarked(n)
-        batch = self._batch
+        out = self.pop_unmarked(n)
+        batch = self.entry_batch
         for b in out:
             batch[b] = None
         return out
 
-    def _pop_unmarked(self, n: int) -> list[int]:
-        """:meth:`pop_many`, except that the victims' ``_batch`` entries are left for the caller
+    def pop_unmarked(self, n: int) -> list[int]:
+        """:meth:`pop_many`, except that the victims' ``entry_batch`` entries are left for the caller
         to set to None (before anything else uses this policy): a pool that walks the victims
         anyway saves a loop."""
         if n > self._len:
@@ -329,9 +329,9 @@ class LruEviction(EvictionPolicy):
 
     def _take(self, n: int) -> list[int]:
         """Consume the next ``n`` live entries (there are at least ``n``), skipping stale ones;
-        their ``_batch`` entries are left as they are."""
+        their ``entry_batch`` entries are left as they are."""
         chunks = self._chunks
-        batch = self._batch
+        batch = self.entry_batch
         head = self._head
         out: list[int] = []
         while n:
@@ -356,7 +356,7 @@ class LruEviction(EvictionPolicy):
         return self._len
 
     def __contains__(self, block_id: object) -> bool:
-        batch = self._batch
+        batch = self.entry_batch
         if not isinstance(block_id, int) or not 0 <= block_id < len(batch):
             return False
         return batch[block_id] is not None

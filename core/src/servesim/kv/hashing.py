@@ -20,11 +20,11 @@ SEED: Final = 1337
 #: the same 16 bytes as ``"<QQ"`` where ``long`` is 8 bytes and little-endian, converted from
 #: an int by a cheaper routine than ``"Q"``'s (CPython 3.11 turns each ``"Q"`` value into its
 #: bytes through a generic byte-array conversion), refusing the same values.
-_PAIR = struct.Struct("LL")
-if _PAIR.size != 16 or _PAIR.pack(0x0102030405060708, 2**64 - 1) != struct.pack(
+PAIR_STRUCT = struct.Struct("LL")
+if PAIR_STRUCT.size != 16 or PAIR_STRUCT.pack(0x0102030405060708, 2**64 - 1) != struct.pack(
         "<QQ", 0x0102030405060708, 2**64 - 1):  # pragma: no cover - 4-byte long or big endian
-    _PAIR = struct.Struct("<QQ")
-_U32 = struct.Struct("<I")
+    PAIR_STRUCT = struct.Struct("<QQ")
+U32_STRUCT = struct.Struct("<I")
 _MASK32: Final = 0xFFFFFFFF
 #: ``count -> {token: local hash of count copies of token}``, for repeated_token_hash(es).
 _repeat_cache: dict[int, dict[int, int]] = {}
@@ -66,7 +66,7 @@ def repeated_token_hash(token: int, count: int) -> int:
     h = memo.get(token)
     if h is None:
         # Same bytes as local_block_hash([token] * count), built without a per-token list.
-        h = xxh3_64_intdigest(_U32.pack(token & _MASK32) * count, SEED)
+        h = xxh3_64_intdigest(U32_STRUCT.pack(token & _MASK32) * count, SEED)
         if len(memo) < _REPEAT_CACHE_MAX:
             memo[token] = h
     return h
@@ -80,7 +80,7 @@ def repeated_token_hashes(tokens: Sequence[int], count: int) -> list[int]:
     out: list[int | None] = list(map(memo.get, tokens))
     if None in out:
         room = len(memo) < _REPEAT_CACHE_MAX
-        pack = _U32.pack
+        pack = U32_STRUCT.pack
         for i, h in enumerate(out):
             if h is None:
                 t = tokens[i]
@@ -111,7 +111,7 @@ def chain_hash(parent: int | None, local: int) -> int:
     """Sequence hash of a block given its parent's sequence hash (None for block 0)."""
     if parent is None:
         return local
-    return xxh3_64_intdigest(_PAIR.pack(parent, local), SEED)
+    return xxh3_64_intdigest(PAIR_STRUCT.pack(parent, local), SEED)
 
 
 class _PlaceholderCounter:
@@ -137,7 +137,7 @@ def sequence_hashes(local_hashes: Sequence[int], parent: int | None = None) -> l
     if parent is None:
         parent = next(it)
         out.append(parent)
-    pack = _PAIR.pack
+    pack = PAIR_STRUCT.pack
     append = out.append
     for local in it:
         parent = xxh3_64_intdigest(pack(parent, local), SEED)

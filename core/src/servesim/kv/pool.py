@@ -119,8 +119,8 @@ class BlockPool:
             # The built-in LRU leaves forgetting its victims to the eviction loop, which
             # walks them anyway (one loop instead of two).
             self._evict.reserve(num_blocks)
-            self._pop_many = self._evict._pop_unmarked  # noqa: SLF001
-            self._unmark: list[list[int] | None] = self._evict._batch  # noqa: SLF001
+            self._pop_many = self._evict.pop_unmarked
+            self._unmark: list[list[int] | None] = self._evict.entry_batch
         else:
             self._pop_many = self._evict.pop_many
             self._unmark = [None] * num_blocks

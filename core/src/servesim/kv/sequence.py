@@ -18,7 +18,7 @@ from xxhash import xxh3_64_intdigest
 
 from servesim.contract import Request
 from servesim.kv.event_records import ALL_SHARED
-from servesim.kv.hashing import _PAIR, SEED, local_block_hash, placeholder_hashes
+from servesim.kv.hashing import PAIR_STRUCT, SEED, local_block_hash, placeholder_hashes
 
 _MASK32: Final = 0xFFFFFFFF
 _MASK64: Final = 0xFFFFFFFFFFFFFFFF
@@ -131,7 +131,7 @@ class SequenceBlocks:
                 width = 4 * n
                 g = self.base + k * n - plen
                 if 0 <= g and g + (nblocks - k) * n <= 0x100000000:
-                    pack = _PAIR.pack
+                    pack = PAIR_STRUCT.pack
                     append_seq, append_loc = seq.append, loc.append
                     for g0 in range(g, g + (nblocks - k) * n, n):
                         h = xxh3_64_intdigest((g0 * ones + steps).to_bytes(width, "little"), SEED)
@@ -163,7 +163,7 @@ class SequenceBlocks:
         else:
             h = local_block_hash(self.tokens(start, end))
         # servesim.kv.hashing.chain_hash, inline
-        parent = h if parent is None else xxh3_64_intdigest(_PAIR.pack(parent, h), SEED)
+        parent = h if parent is None else xxh3_64_intdigest(PAIR_STRUCT.pack(parent, h), SEED)
         self.seq.append(parent)
         self.loc.append(h)
         return parent

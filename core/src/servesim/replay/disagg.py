@@ -55,7 +55,7 @@ from servesim.contract import (
 from servesim.engine import Engine
 from servesim.errors import CommandRejected, ReplayError
 from servesim.replay.cluster import ClusterState
-from servesim.replay.driver import _EXTERNAL, Replayer
+from servesim.replay.driver import EXTERNAL, Replayer
 from servesim.replay.routers import Router
 from servesim.sinks.publish import publish
 from servesim.workload.model import Workload, mark_unique_prompts
@@ -149,7 +149,7 @@ class DecodeLoadRouter(Router):
             self.members[slot].pop(request_id, None)
 
 
-_CANCEL = 1  # _EXTERNAL event kind (0: a transfer completed)
+CANCEL = 1  # EXTERNAL event kind (0: a transfer completed)
 
 _HANDOFF_TIMES = (
     "prefill_admit_ms",
@@ -264,9 +264,9 @@ class DisaggReplayer(Replayer):
         router.routed(req, worker, dp, self.prefill_state)
         self.prefill_worker[rid] = worker
         self.prefill_dp[rid] = dp
-        self._dirty.add(worker)
+        self.dirty.add(worker)
         engine = self.engines[worker]
-        if self._has_deadlines and not engine.pass_in_flight:
+        if self.has_deadlines and not engine.pass_in_flight:
             d = engine.next_internal_deadline_ms()
             if d is not None and d <= now:
                 self._run_internal(worker, now)
@@ -276,12 +276,12 @@ class DisaggReplayer(Replayer):
             self._fail(rid, now)
             return
         if effects.kv_events:
-            self._kv(worker, now, effects.kv_events)
+            self.publish_kv(worker, now, effects.kv_events)
 
-    def _terminal(self, rid: int, now: float) -> None:
+    def finish_request(self, rid: int, now: float) -> None:
         if isinstance(self.decode_router, DecodeLoadRouter):
             self.decode_router.finished(rid)
-        super()._terminal(rid, now)
+        super().finish_request(rid, now)
 
     def _fail(self, rid: int, now: float) -> None:
         """End a request that can never be served (or was cancelled) as failed; a destination
@@ -289,24 +289,24 @@ class DisaggReplayer(Replayer):
         w = self.decode_worker[rid]
         if w >= 0 and self.times["destination_activated_ms"][rid] < 0 and rid not in self.cancelled:
             effects = self.engines[w].apply(self.decode_dp[rid], CancelDestination(self._hid[rid]), now)
-            self._dirty.add(w)
+            self.dirty.add(w)
             if effects.kv_events:
-                self._kv(w, now, effects.kv_events)
+                self.publish_kv(w, now, effects.kv_events)
             if effects.lifecycle_events:
-                self._lifecycle(w, self.decode_dp[rid], effects.lifecycle_events, now)
+                self.apply_lifecycle(w, self.decode_dp[rid], effects.lifecycle_events, now)
         self.log.rejected[rid] = True
         self.prefill_state.finish(rid)
-        self._terminal(rid, now)
+        self.finish_request(rid, now)
 
     # -- passes ---------------------------------------------------------------------------
 
-    def _admitted(self, w: int, admissions: Sequence[Admission], now: float) -> None:
+    def note_admissions(self, w: int, admissions: Sequence[Admission], now: float) -> None:
         if w < self.num_prefill:
             first = self.times["prefill_admit_ms"]
             for adm in admissions:
                 if first[adm.request_id] < 0:
                     first[adm.request_id] = now
-            super()._admitted(w, admissions, now)
+            super().note_admissions(w, admissions, now)
             return
         # Decode-side admissions of activated requests (by a stepped pass or a run's first
         # pass) reuse nothing from the client's point of view (the reference reports
@@ -320,7 +320,7 @@ class DisaggReplayer(Replayer):
         engine = self.engines[w]
         run = self._runs.in_flight[w] if self._runs is not None else None
         if run is not None:
-            if (self._lone_end and w >= self.num_prefill and not self._has_deadlines
+            if (self._lone_end and w >= self.num_prefill and not self.has_deadlines
                     and w not in self._deferred and self._runs is not None
                     and self._runs.continue_run(w, now)):
                 # The run carries on through this boundary (RunDriver.continue_run): a
@@ -350,9 +350,9 @@ class DisaggReplayer(Replayer):
 
     def _complete_prefill(self, w: int, pass_id: int, now: float) -> None:
         done = self.engines[w].complete_pass(pass_id, now)
-        self._dirty.add(w)
+        self.dirty.add(w)
         log = self.log
-        busy = self._start_busy[w]
+        busy = self.start_busy[w]
         for rc in done.by_rank:
             eff = rc.effects
             out = eff.outputs
@@ -401,7 +401,7 @@ class DisaggReplayer(Replayer):
                 idle = True
             elif end < h:
                 h = end
-        if idle or self._has_deadlines or self.reserve_first:
+        if idle or self.has_deadlines or self.reserve_first:
             h = min(h, ext)
         runs = self._runs
         if runs is not None and runs.cross_worker:
@@ -446,7 +446,7 @@ class DisaggReplayer(Replayer):
 
     # -- the handoff ----------------------------------------------------------------------
 
-    def _lifecycle(self, w: int, dp_rank: int, events: Sequence[object], now: float) -> None:
+    def apply_lifecycle(self, w: int, dp_rank: int, events: Sequence[object], now: float) -> None:
         for ev in events:
             if isinstance(ev, SourceHeld):
                 self._source_held(ev, now)
@@ -480,7 +480,7 @@ class DisaggReplayer(Replayer):
         self.decode_dp[rid] = dp
         self.log.worker[rid] = w
         self.log.dp_rank[rid] = dp
-        self._dirty.add(w)
+        self.dirty.add(w)
         try:
             effects = self.engines[w].apply(dp, ReserveDestination(self._hid[rid], req), now)
         except CommandRejected:
@@ -488,13 +488,13 @@ class DisaggReplayer(Replayer):
             pw = self.prefill_worker[rid]
             if pw >= 0:
                 self.engines[pw].apply(self.prefill_dp[rid], CancelSource(self._hid[rid]), now)
-                self._dirty.add(pw)
+                self.dirty.add(pw)
             self._fail(rid, now)
             return
         if effects.kv_events:
-            self._kv(w, now, effects.kv_events)
+            self.publish_kv(w, now, effects.kv_events)
         if effects.lifecycle_events:
-            self._lifecycle(w, dp, effects.lifecycle_events, now)
+            self.apply_lifecycle(w, dp, effects.lifecycle_events, now)
 
     def _reserved(self, ev: DestinationReserved, now: float) -> None:
         rid = ev.request_id
@@ -513,18 +513,18 @@ class DisaggReplayer(Replayer):
         if delay is None:
             delay = self.handoff_latency_ms
         self.transfer_ms[rid] = delay
-        self._push(now + delay, _EXTERNAL, rid, 0)
+        self.push_event(now + delay, EXTERNAL, rid, 0)
 
     def cancel_at(self, rid: int, at_ms: float) -> None:
         """Cancel request ``rid`` at ``at_ms`` (before :meth:`run`), wherever it is then."""
         # A cancellation mid-run would need the run's earlier passes' tokens logged before
         # it: step the replay through instead.
         self._runs = None
-        self._push(at_ms, _EXTERNAL, rid, _CANCEL)
+        self.push_event(at_ms, EXTERNAL, rid, CANCEL)
 
     def _external(self, rid: int, kind: int, now: float) -> None:
         """A transfer completed (activate on the decode worker), or a cancellation is due."""
-        if kind == _CANCEL:
+        if kind == CANCEL:
             self._settle_runs(now)
             self._cancel(rid, now)
             return
@@ -553,11 +553,11 @@ class DisaggReplayer(Replayer):
                 continue
             effects = self.engines[w].apply(dp, command, now)
             retired = retired or rid in effects.retired_requests
-            self._dirty.add(w)
+            self.dirty.add(w)
             if effects.kv_events:
-                self._kv(w, now, effects.kv_events)
+                self.publish_kv(w, now, effects.kv_events)
             if effects.lifecycle_events:  # a freed destination woke the FIFO
-                self._lifecycle(w, dp, effects.lifecycle_events, now)
+                self.apply_lifecycle(w, dp, effects.lifecycle_events, now)
         if not retired:
             return
         self.cancelled.add(rid)
@@ -570,11 +570,11 @@ class DisaggReplayer(Replayer):
         w = self.decode_worker[rid]
         effects = self.engines[w].apply(self.decode_dp[rid], ActivateDestination(self._hid[rid]), now)
         self.times["destination_activated_ms"][rid] = now
-        self._dirty.add(w)
+        self.dirty.add(w)
         if effects.kv_events:
-            self._kv(w, now, effects.kv_events)
+            self.publish_kv(w, now, effects.kv_events)
         if effects.lifecycle_events:  # the activation woke the pending-destination FIFO
-            self._lifecycle(w, self.decode_dp[rid], effects.lifecycle_events, now)
+            self.apply_lifecycle(w, self.decode_dp[rid], effects.lifecycle_events, now)
         pw = self.prefill_worker[rid]
         if self.engines[pw].pass_in_flight:
             self._deferred.setdefault(pw, []).append(rid)
@@ -586,13 +586,13 @@ class DisaggReplayer(Replayer):
         effects = self.engines[w].apply(self.prefill_dp[rid], ReleaseSource(self._hid[rid]), now)
         self.times["source_released_ms"][rid] = now
         self.prefill_state.finish(rid)
-        self._dirty.add(w)
+        self.dirty.add(w)
         if effects.kv_events:
-            self._kv(w, now, effects.kv_events)
+            self.publish_kv(w, now, effects.kv_events)
         if effects.lifecycle_events:
-            self._lifecycle(w, self.prefill_dp[rid], effects.lifecycle_events, now)
+            self.apply_lifecycle(w, self.prefill_dp[rid], effects.lifecycle_events, now)
 
-    def _kv(self, w: int, now: float, events: Sequence[KvEvent], start: float | None = None) -> None:
+    def publish_kv(self, w: int, now: float, events: Sequence[KvEvent], start: float | None = None) -> None:
         """KV events feed the router of the worker's pool (prefill overlap routing)."""
         if w < self.num_prefill:
             if self.prefill_router.wants_kv_events:

@@ -57,12 +57,12 @@ if TYPE_CHECKING:
     from servesim.replay.timeline import PassTimeline
 
 # Final: the compiled build inlines them (a module global is a dict lookup per use there).
-_PASS_END: Final = 0
-_ARRIVAL: Final = 1
-_DEADLINE: Final = 2
-_EXTERNAL: Final = 3
+PASS_END: Final = 0
+ARRIVAL: Final = 1
+DEADLINE: Final = 2
+EXTERNAL: Final = 3
 # A session's first turn in timestamp mode: an arrival fed to the heap one at a time.
-_FIRST_TURN: Final = 4
+FIRST_TURN: Final = 4
 MAX_SAME_TIME_RETRIES = 64
 
 ProgressFn = Callable[[int, int, float], None]
@@ -115,7 +115,7 @@ class Replayer:
         self.kv_sinks = list(kv_sinks)
         self.fpm_sinks = list(fpm_sinks)
         # Whether runs' forward-pass metrics go to the sinks by column (servesim.fast.fpm_runs).
-        self._fpm_runs = encodes_fpm_runs(self.fpm_sinks)
+        self.fpm_by_run = encodes_fpm_runs(self.fpm_sinks)
         self.progress = progress
         self.pass_log = pass_log
         # Per-worker pass metrics and preemptions for figures (servesim.replay.timeline). Kept
@@ -130,16 +130,16 @@ class Replayer:
         self.session_of, self.session_index, self.next_turn = _session_maps(workload)
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
-        self._first_turns: list[tuple[float, int, int]] = []  # (time, seq, rid), sorted
-        self._first_next = 0
+        self.first_turns: list[tuple[float, int, int]] = []  # (time, seq, rid), sorted
+        self.first_next = 0
         self._next_session = 0
         self._in_flight = 0
         self._finished = 0
         self._deadline_at: list[float | None] = [None] * len(self.engines)
-        self._zero_streak = [0] * len(self.engines)
-        self._countdown = [None] * len(self.engines)  # type: list[int | None]
-        self._start_busy = [False] * len(self.engines)
-        self._last_zero = [False] * len(self.engines)
+        self.zero_streak = [0] * len(self.engines)
+        self.countdown = [None] * len(self.engines)  # type: list[int | None]
+        self.start_busy = [False] * len(self.engines)
+        self.last_zero = [False] * len(self.engines)
         self._last_retry = [NO_RETRY_HINT] * len(self.engines)
         self.passes = 0
         # True while the main loop completes a pass end with nothing else due at its time
@@ -149,8 +149,8 @@ class Replayer:
         self.pass_busy_ms = [0.0] * len(self.engines)
         self.now = 0.0
         # Engines whose state changed at the current time: only they can become ready.
-        self._dirty: set[int] = set()
-        self._has_deadlines = any(
+        self.dirty: set[int] = set()
+        self.has_deadlines = any(
             type(r).next_internal_deadline_ms is not Rank.next_internal_deadline_ms
             and getattr(r, "internal_deadlines", True)
             for e in self.engines
@@ -159,10 +159,10 @@ class Replayer:
         # Runs of passes (servesim.fast.replay_runs); None when stepping is forced or unsafe.
         if runs is None:
             runs = runs_enabled_by_env()
-        self._merge: Any = None  # a SinkMerge, or a SinkWriterProcess standing in for one
+        self.sink_merge: Any = None  # a SinkMerge, or a SinkWriterProcess standing in for one
         if len(self.engines) > 1 and (self.kv_sinks or self.fpm_sinks):
             if self.merges_sinks():
-                self._merge = _sink_merge(self.kv_sinks, self.fpm_sinks, sink_writer_process)
+                self.sink_merge = _sink_merge(self.kv_sinks, self.fpm_sinks, sink_writer_process)
             else:
                 runs = False
         if self.observers is not None:
@@ -171,17 +171,17 @@ class Replayer:
         self._runs = RunDriver(self, len(self.engines), cross) if runs else None
         # With runs, a worker's steady batch is logged as one cohort (servesim.fast.cohorts)
         # keyed by the worker; only dp_size-1 engines run runs, so only they get a key.
-        self._log_key: list[int | None] = [None] * len(self.engines)
+        self.log_key: list[int | None] = [None] * len(self.engines)
         if self._runs is not None and not record_token_times and type(self) is Replayer:
             self.log = CohortLog(self.log.input_length)
-            self._log_key = [w if e.dp_size == 1 else None for w, e in enumerate(self.engines)]
+            self.log_key = [w if e.dp_size == 1 else None for w, e in enumerate(self.engines)]
 
     # -- event queue --------------------------------------------------------------------
 
-    def _push(self, at: float, kind: int, a: int, b: int = 0) -> None:
+    def push_event(self, at: float, kind: int, a: int, b: int = 0) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (at, self._seq, kind, a, b))
-        if kind != _PASS_END and self._runs is not None:
+        if kind != PASS_END and self._runs is not None:
             heapq.heappush(self._runs.ext, (at, self._seq))
 
     def _schedule_first_turns(self) -> None:
@@ -207,18 +207,18 @@ class Replayer:
             turns.append(((start - base) / self.speedup, seq, s.turns[0].request_id))
         self._seq = seq
         turns.sort()
-        self._first_turns = turns
-        self._first_next = 0
+        self.first_turns = turns
+        self.first_next = 0
         self._feed_first_turn()
 
     def _feed_first_turn(self) -> None:
         """Move the next waiting first turn into the heap (called as the previous one leaves
         it, so the heap's minimum is always the earliest pending event)."""
-        i = self._first_next
-        if i < len(self._first_turns):
-            at, seq, rid = self._first_turns[i]
-            self._first_next = i + 1
-            heapq.heappush(self._heap, (at, seq, _FIRST_TURN, rid, 0))
+        i = self.first_next
+        if i < len(self.first_turns):
+            at, seq, rid = self.first_turns[i]
+            self.first_next = i + 1
+            heapq.heappush(self._heap, (at, seq, FIRST_TURN, rid, 0))
             if self._runs is not None:
                 heapq.heappush(self._runs.ext, (at, seq))
 
@@ -228,7 +228,7 @@ class Replayer:
         if self._next_session < len(sessions):
             s = sessions[self._next_session]
             self._next_session += 1
-            self._push(now, _ARRIVAL, s.turns[0].request_id)
+            self.push_event(now, ARRIVAL, s.turns[0].request_id)
 
     # -- main loop ----------------------------------------------------------------------
 
@@ -238,23 +238,23 @@ class Replayer:
         else:
             for _ in range(self.concurrency):
                 self._activate_session(0.0)
-        has_deadlines = self._has_deadlines
+        has_deadlines = self.has_deadlines
         heap = self._heap
         total = len(self.turns)
         reported = -1
         steps = 0
         pop = heapq.heappop
         complete = self._complete
-        merge = self._merge
+        merge = self.sink_merge
         while heap:
             ev = pop(heap)
             now = ev[0]
             if merge is not None and now != self.now and len(merge.buf) >= FLUSH_AT:
                 merge.release(self._sink_watermark(now))
             self.now = now
-            if ev[2] == _FIRST_TURN:
+            if ev[2] == FIRST_TURN:
                 self._feed_first_turn()
-            if ev[2] == _PASS_END and (not heap or heap[0][0] != now):
+            if ev[2] == PASS_END and (not heap or heap[0][0] != now):
                 # The common step: one pass ends and nothing else is due at this time.
                 self._lone_end = True
                 complete(ev[3], ev[4], now)
@@ -289,17 +289,17 @@ class Replayer:
         batch = [] if ev is None else [ev]
         while heap and heap[0][0] == now:
             item = pop(heap)
-            if item[2] == _FIRST_TURN:
+            if item[2] == FIRST_TURN:
                 self._feed_first_turn()
             batch.append(item)
         due = []
         external: list[tuple[float, int, int, int, int]] = []
         for item in batch:
-            if item[2] == _PASS_END:
+            if item[2] == PASS_END:
                 self._complete(item[3], item[4], now)
-            elif item[2] == _DEADLINE:
-                self._dirty.add(item[3])
-            elif item[2] == _EXTERNAL:
+            elif item[2] == DEADLINE:
+                self.dirty.add(item[3])
+            elif item[2] == EXTERNAL:
                 external.append(item)
             else:
                 due.append(item[3])
@@ -308,9 +308,9 @@ class Replayer:
         while True:
             while heap and heap[0][0] == now:
                 item = pop(heap)
-                if item[2] == _FIRST_TURN:
+                if item[2] == FIRST_TURN:
                     self._feed_first_turn()
-                if item[2] == _EXTERNAL:
+                if item[2] == EXTERNAL:
                     external.append(item)
                 else:
                     due.append(item[3])
@@ -373,8 +373,8 @@ class Replayer:
         if self._in_flight > log.max_in_flight:
             log.max_in_flight = self._in_flight
         engine = self.engines[worker]
-        self._dirty.add(worker)
-        if self._has_deadlines and not engine.pass_in_flight:
+        self.dirty.add(worker)
+        if self.has_deadlines and not engine.pass_in_flight:
             d = engine.next_internal_deadline_ms()
             if d is not None and d <= now:
                 self._run_internal(worker, now)
@@ -382,30 +382,30 @@ class Replayer:
             effects = engine.apply(dp, Submit(req), now)
         except CommandRejected:
             log.rejected[rid] = True
-            self._terminal(rid, now)
+            self.finish_request(rid, now)
             return
         if effects.kv_events:
-            self._kv(worker, now, effects.kv_events)
+            self.publish_kv(worker, now, effects.kv_events)
 
     # -- passes -------------------------------------------------------------------------
 
     def _start_passes(self, now: float) -> None:
-        if not self._dirty:
+        if not self.dirty:
             return
-        dirty = sorted(self._dirty) if len(self._dirty) > 1 else list(self._dirty)
-        self._dirty.clear()
+        dirty = sorted(self.dirty) if len(self.dirty) > 1 else list(self.dirty)
+        self.dirty.clear()
         for w in dirty:
             engine = self.engines[w]
             if engine.pass_in_flight:
                 continue
-            if self._has_deadlines:
+            if self.has_deadlines:
                 d = engine.next_internal_deadline_ms()
                 if d is not None:
                     if d <= now:
                         self._run_internal(w, now)
                     elif self._deadline_at[w] != d:
                         self._deadline_at[w] = d
-                        self._push(d, _DEADLINE, w)
+                        self.push_event(d, DEADLINE, w)
             if not engine.is_ready():
                 continue
             if self._runs is not None and self._runs.try_run(w, engine, now):
@@ -416,26 +416,26 @@ class Replayer:
             self.passes += 1
             self.pass_busy_ms[w] += started.end_ms - now
             self._pass_start[w] = now
-            self._start_busy[w] = self._start_effects(w, started, now)
-            self._last_zero[w] = started.end_ms == now
+            self.start_busy[w] = self._start_effects(w, started, now)
+            self.last_zero[w] = started.end_ms == now
             self._last_retry[w] = started.retry
             self._seq += 1  # _push of a pass end, inlined (once per pass)
-            heapq.heappush(self._heap, (started.end_ms, self._seq, _PASS_END, w, started.pass_id))
+            heapq.heappush(self._heap, (started.end_ms, self._seq, PASS_END, w, started.pass_id))
 
     def _start_effects(self, w: int, started: EnginePassStarted, now: float) -> bool:
         busy = False
         for rs in started.by_rank:
             eff = rs.effects
             if eff.admissions:
-                self._admitted(w, eff.admissions, now)
+                self.note_admissions(w, eff.admissions, now)
             if eff.pressure_events:
                 self._preempted(w, rs.dp_rank, now, len(eff.pressure_events))
             if eff.kv_events:
-                self._kv(w, now, eff.kv_events)
+                self.publish_kv(w, now, eff.kv_events)
             busy = busy or bool(eff.admissions or eff.pressure_events or eff.kv_events)
         return busy
 
-    def _admitted(self, w: int, admissions: Sequence[Admission], now: float) -> None:
+    def note_admissions(self, w: int, admissions: Sequence[Admission], now: float) -> None:
         """Requests a pass of worker ``w`` starting at ``now`` admitted (a stepped pass's
         ``PassStartEffects.admissions``, or a run's first pass's,
         servesim.fast.runs.RankRun.admissions)."""
@@ -450,10 +450,10 @@ class Replayer:
             self._runs.complete(w, now)
             return
         done = self.engines[w].complete_pass(pass_id, now)
-        self._dirty.add(w)
+        self.dirty.add(w)
         log, state = self.log, self.state
-        key = self._log_key[w]
-        busy = self._start_busy[w]
+        key = self.log_key[w]
+        busy = self.start_busy[w]
         for rc in done.by_rank:
             eff = rc.effects
             if self.pass_log is not None and eff.schedule is not None:
@@ -472,7 +472,7 @@ class Replayer:
                 if key is not None:
                     log.leave(key, out.completed)
                 for rid in out.completed:
-                    self._terminal(rid, now)
+                    self.finish_request(rid, now)
             if self._publish_pass(w, rc.dp_rank, eff, now):
                 busy = True
         self._end_pass(w, busy, now)
@@ -486,14 +486,14 @@ class Replayer:
             self.observers.pass_completed(w, dp_rank, start, now, eff)
         if eff.kv_events:
             busy = True
-            self._kv(w, now, eff.kv_events, start)
+            self.publish_kv(w, now, eff.kv_events, start)
         if eff.decode_acceptance.nextn:
             self.log.acceptance(eff.decode_acceptance)
         if eff.forward_pass_metrics is not None:
-            self._fpm(w, now, start, eff.forward_pass_metrics, eff.metrics)
+            self.publish_fpm(w, now, start, eff.forward_pass_metrics, eff.metrics)
         if eff.lifecycle_events:
             busy = True
-            self._lifecycle(w, dp_rank, eff.lifecycle_events, now)
+            self.apply_lifecycle(w, dp_rank, eff.lifecycle_events, now)
         return busy
 
     def _preempted(self, w: int, dp_rank: int, now: float, count: int) -> None:
@@ -503,14 +503,14 @@ class Replayer:
 
     def _end_pass(self, w: int, busy: bool, now: float) -> None:
         """After a completed pass: reset the zero-duration streak, or check for a livelock."""
-        if busy or not self._last_zero[w]:
-            if self._zero_streak[w]:
-                self._zero_streak[w] = 0
-                self._countdown[w] = None
+        if busy or not self.last_zero[w]:
+            if self.zero_streak[w]:
+                self.zero_streak[w] = 0
+                self.countdown[w] = None
             return
         self._livelock_guard(w, now)
 
-    def _lifecycle(self, w: int, dp_rank: int, events: Sequence[object], now: float) -> None:
+    def apply_lifecycle(self, w: int, dp_rank: int, events: Sequence[object], now: float) -> None:
         """Handoff lifecycle events (disaggregated replay overrides this)."""
         raise ReplayError(
             f"worker {w} emitted handoff lifecycle events; disaggregated replay is not "
@@ -518,20 +518,20 @@ class Replayer:
         )
 
     def _external(self, a: int, b: int, now: float) -> None:
-        """An ``_EXTERNAL`` heap event (disaggregated replay's handoff transfers)."""
+        """An ``EXTERNAL`` heap event (disaggregated replay's handoff transfers)."""
         raise ReplayError(f"unexpected external event ({a}, {b}) at {now} ms")
 
     def _livelock_guard(self, w: int, now: float) -> None:
         """aisimulate-engine.md §12 step 6: an effect-free zero-duration pass must be explained."""
         engine = self.engines[w]
-        self._zero_streak[w] += 1
+        self.zero_streak[w] += 1
         hint = self._last_retry[w]
-        if hint.kind is SameTimestampRetry.RETRY and self._zero_streak[w] <= MAX_SAME_TIME_RETRIES:
+        if hint.kind is SameTimestampRetry.RETRY and self.zero_streak[w] <= MAX_SAME_TIME_RETRIES:
             return
         if hint.kind is SameTimestampRetry.COUNTDOWN:
-            prev = self._countdown[w]
+            prev = self.countdown[w]
             if prev is None or hint.remaining < prev:
-                self._countdown[w] = hint.remaining
+                self.countdown[w] = hint.remaining
                 return
         if engine.waiting_for_external_command() or not engine.is_ready():
             return
@@ -540,7 +540,7 @@ class Replayer:
             f"{self._in_flight} in-flight requests remaining"
         )
 
-    def _terminal(self, rid: int, now: float) -> None:
+    def finish_request(self, rid: int, now: float) -> None:
         self.turns[rid].prompt.forget_block_hashes()  # memory: a finished prompt's hashes
         self.log.done[rid] = now
         if self.observers is not None:
@@ -550,7 +550,7 @@ class Replayer:
         self._finished += 1
         nxt = self.next_turn[rid]
         if nxt >= 0:
-            self._push(now + self.turns[nxt].delay_ms / self.speedup, _ARRIVAL, nxt)
+            self.push_event(now + self.turns[nxt].delay_ms / self.speedup, ARRIVAL, nxt)
         elif self.concurrency is not None:
             self._activate_session(now)
 
@@ -575,7 +575,7 @@ class Replayer:
 
     def _run_internal(self, w: int, now: float) -> None:
         self._deadline_at[w] = None
-        self._dirty.add(w)
+        self.dirty.add(w)
         for rank, eff in self.engines[w].process_internal_work(now):
             self._absorb(w, rank, eff, now)
 
@@ -587,21 +587,21 @@ class Replayer:
         if eff.pressure_events:
             self._preempted(w, dp_rank, now, len(eff.pressure_events))
         if eff.kv_events:
-            self._kv(w, now, eff.kv_events)
+            self.publish_kv(w, now, eff.kv_events)
 
-    def _kv(self, w: int, now: float, events: Sequence[KvEvent], start: float | None = None) -> None:
+    def publish_kv(self, w: int, now: float, events: Sequence[KvEvent], start: float | None = None) -> None:
         """KV events visible at ``now``, from a pass that started at ``start`` (None: produced
         at ``now`` itself, by a pass start, a submission or internal work)."""
         if self.router.wants_kv_events:
             self.router.on_kv_events(w, events)
-        if self._merge is not None:
+        if self.sink_merge is not None:
             if self.kv_sinks:
-                self._merge.kv(w, now, now if start is None else start, events)
+                self.sink_merge.kv(w, now, now if start is None else start, events)
             return
         for sink in self.kv_sinks:
             publish(sink, w, now, events)
 
-    def _fpm(
+    def publish_fpm(
         self, w: int, now: float, start: float, fpm: ForwardPassMetrics, occupancy: Metrics | None = None
     ) -> None:
         """A pass's forward-pass metrics, to the sinks (through the merge buffer when several
@@ -609,17 +609,17 @@ class Replayer:
         reports it) to the timeline."""
         if self.timeline is not None:
             self.timeline.pass_metrics(w, now, fpm, occupancy)
-        if self._merge is not None:
-            self._merge.fpm(w, now, start, fpm)
+        if self.sink_merge is not None:
+            self.sink_merge.fpm(w, now, start, fpm)
             return
         for sink in self.fpm_sinks:
             publish(sink, w, now, fpm)
 
-    def _fpm_run(self, w: int, ends: list[float], start: float, run: FpmRun) -> None:
+    def publish_fpm_run(self, w: int, ends: list[float], start: float, run: FpmRun) -> None:
         """A run's forward-pass metrics (passes ending at ``ends``), encoded by column by every
         sink (``_fpm_runs``; no timeline), in the order and with the bytes of :meth:`_fpm`."""
-        if self._merge is not None:
-            self._merge.fpm_run_of(w, ends, start, run)
+        if self.sink_merge is not None:
+            self.sink_merge.fpm_run_of(w, ends, start, run)
             return
         encs = encode_runs(self.fpm_sinks, w, ends, run)
         for sink, lines in zip(self.fpm_sinks, encs, strict=True):

@@ -9,7 +9,7 @@ commit many passes in one call and log steady batches as cohorts, which would hi
 passes and per-request times observers are promised), which gives the same report bytes.
 
 Implementations are called one plugin at a time in the registration order of
-:meth:`servesim.plugins.Plugins._ordered_impls`; an exception names the plugin and its
+:meth:`servesim.plugins.Plugins.ordered_impls`; an exception names the plugin and its
 distribution (:class:`~servesim.errors.PluginRunError`).
 """
 
@@ -18,9 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from attrs import frozen
-
 from servesim.errors import PluginRunError, UserError
+from servesim.replay.finished import FinishedRequest
 
 if TYPE_CHECKING:
     from servesim.contract import PassCompletionEffects
@@ -28,25 +27,6 @@ if TYPE_CHECKING:
 
 RUN_HOOKS = ("servesim_pass_completed", "servesim_request_finished")
 HOOKS = ("servesim_run_started", *RUN_HOOKS, "servesim_report_extra")
-
-
-@frozen
-class FinishedRequest:
-    """One request at its end (``servesim_request_finished``). Times are simulated ms;
-    ``first_token_ms`` is -1 for a request that produced no token; ``cached_tokens`` is None
-    when the engine never reported its prefix hit."""
-
-    request_id: int
-    session_id: str
-    worker_id: int
-    dp_rank: int
-    arrival_ms: float
-    first_token_ms: float
-    finished_ms: float
-    input_tokens: int
-    output_tokens: int
-    cached_tokens: int | None
-    rejected: bool
 
 
 class _Impl:
@@ -74,7 +54,7 @@ class Observers:
         found: dict[str, list[_Impl]] = {}
         for hook in HOOKS:
             rows = []
-            for impl in plugins._ordered_impls(hook):  # noqa: SLF001 - the facade's order
+            for impl in plugins.ordered_impls(hook):  # the facade's order
                 name = impl.plugin_name
                 label = f"plugin {name} from {pm.distribution_of(name)}"
                 rows.append(_Impl(impl.function, tuple(impl.argnames), label, name))

@@ -95,19 +95,3 @@ def pool_report(
             **_latency(log, mask, pcts),
         })
     return out
-
-
-def format_pools(pools: Sequence[dict[str, Any]]) -> list[tuple[str, Any]]:
-    """Rows of the printed table's pool section."""
-    rows: list[tuple[str, Any]] = []
-    for p in pools:
-        tag = f"[{p['name']}]"
-        rows += [
-            (f"{tag} workers / GPUs", f"{p['workers']} / {p['gpus']}"),
-            (f"{tag} completed", p["completed"]),
-            (f"{tag} output tok/s (per GPU)", f"{p['output_throughput']:.2f} "
-                                               f"({p['output_throughput_per_gpu']:.2f})"),
-            (f"{tag} mean TTFT / TPOT (ms)", f"{p['mean_ttft_ms']:.2f} / {p['mean_tpot_ms']:.2f}"),
-            (f"{tag} utilization", p["utilization"]),
-        ]
-    return rows

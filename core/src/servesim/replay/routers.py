@@ -146,14 +146,14 @@ class KvIndex:
     lookup then walks each slot's set only as far as its cached prefix reaches.
     """
 
-    __slots__ = ("_held", "dp_size")
+    __slots__ = ("held", "dp_size")
 
     def __init__(self, dp_size: int) -> None:
-        self._held: list[set[int]] = []
+        self.held: list[set[int]] = []
         self.dp_size = dp_size
 
     def _slot_set(self, slot: int) -> set[int]:
-        held = self._held
+        held = self.held
         while len(held) <= slot:
             held.append(set())
         return held[slot]
@@ -161,7 +161,7 @@ class KvIndex:
     def apply(self, worker: int, events: Sequence[Any]) -> None:
         """Apply one worker's batch of ``KvEvent`` objects and compact records
         (servesim.kv.event_records: device-tier runs, one set operation each)."""
-        held = self._held
+        held = self.held
         base = worker * self.dp_size
         dp = -1
         blocks: set[int] = set()
@@ -209,7 +209,7 @@ class KvIndex:
         if not block_hashes:
             return out
         first = block_hashes[0]
-        for s, blocks in enumerate(self._held[:num_slots]):
+        for s, blocks in enumerate(self.held[:num_slots]):
             if first in blocks:
                 out[s] = len(list(takewhile(blocks.__contains__, block_hashes)))
         return out
@@ -217,7 +217,7 @@ class KvIndex:
     def slot_masks(self) -> dict[int, int]:
         """``hash -> bitmask of the slots holding it`` (for inspection and tests)."""
         out: dict[int, int] = {}
-        for s, blocks in enumerate(self._held):
+        for s, blocks in enumerate(self.held):
             bit = 1 << s
             for h in blocks:
                 out[h] = out.get(h, 0) | bit
@@ -229,7 +229,7 @@ class KvIndex:
         return self.slot_masks()
 
     def __len__(self) -> int:
-        return len(set().union(*self._held))
+        return len(set().union(*self.held))
 
 
 def _water_level(loads: list[float], extra: float) -> float:
@@ -377,7 +377,7 @@ class KvRouter(Router):
         if not loads or not own > min(loads):
             return  # every margin below is at most own - min(loads)
         others = sorted(loads)
-        held = self.index._held  # noqa: SLF001
+        held = self.index.held
         mine = held[worker] if worker < len(held) else set()
         added = 0.0
         for prompt, hashes in arrivals:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from attrs import define
 
 from servesim.config.sections import SyntheticConfig, WorkloadConfig
 from servesim.errors import ConfigError, PluginRunError, UserError
@@ -19,8 +18,8 @@ from servesim.replay.observers import Observers
 from servesim.replay.passlog import PassLogWriter
 from servesim.replay.routers import Router
 from servesim.replay.tiers import host_tier_report
-from servesim.report.stats import RequestLog
-from servesim.report.summary import _clean, build_report
+from servesim.report.result import SimResult
+from servesim.report.summary import build_report, clean_floats
 from servesim.sinks.base import SinkDeployment, bind_sinks, replay_done
 from servesim.sinks.build import build_sinks
 from servesim.workload.model import Workload, mark_unique_prompts
@@ -30,16 +29,6 @@ if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
     from servesim.plugins import Plugins
     from servesim.replay.timeline import PassTimeline
-
-
-@define
-class SimResult:
-    """The run's report dict, the per-request log and the session id of every request."""
-
-    report: dict[str, Any]
-    log: RequestLog
-    session_ids: list[str]
-    passes: int
 
 
 def load_workload(workload: WorkloadConfig, plugins: Plugins) -> Workload:
@@ -54,7 +43,7 @@ def load_workload(workload: WorkloadConfig, plugins: Plugins) -> Workload:
     return generate(workload.synthetic or SyntheticConfig(), workload.seed)
 
 
-def _check_supported(loaded: LoadedConfig) -> bool:
+def is_split(loaded: LoadedConfig) -> bool:
     """True for a prefill/decode split (both pools must be set)."""
     cluster = loaded.sim.cluster
     if not (cluster.prefill_workers or cluster.decode_workers):
@@ -108,7 +97,7 @@ def _simulate(
     pass_log: str | None,
     timeline: PassTimeline | None,
 ) -> SimResult:
-    disaggregated = _check_supported(loaded)
+    disaggregated = is_split(loaded)
     sim = loaded.sim
     plugins = loaded.plugins
     workload = load_workload(sim.workload, plugins)
@@ -192,8 +181,8 @@ def _simulate(
     if spans is not None:
         from servesim.replay.pools import pool_report
 
-        report["pools"] = _clean(pool_report(log, spans, replayer.pass_busy_ms, sim.report.percentiles))
-    report.update(_clean(host_tier_report(engines, log)))
+        report["pools"] = clean_floats(pool_report(log, spans, replayer.pass_busy_ms, sim.report.percentiles))
+    report.update(clean_floats(host_tier_report(engines, log)))
     return _with_extra(SimResult(report, log, replayer.session_of, replayer.passes), observers, loaded)
 
 
@@ -250,6 +239,6 @@ def _simulate_disagg(
         for sink in [*kv_sinks, *fpm_sinks]:
             sink.close()
     report = build_report(log, sim.report, loaded.resolved())
-    report.update(_clean(replayer.report_extras()))
+    report.update(clean_floats(replayer.report_extras()))
     log.extra = replayer.per_request_extras()
     return SimResult(report, log, replayer.session_of, replayer.passes)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from servesim.contract import ForwardPassMetrics, Metrics
-    from servesim.replay.runner import SimResult
+    from servesim.report.result import SimResult
 
 
 class PassTimeline(Protocol):

@@ -2,7 +2,7 @@
 
 The collector keeps one slot per request in flat lists indexed by request id (request ids are
 dense) and pools inter-token gaps in compact ``array('d')`` buffers, so recording a token is a
-few list stores, never an object (DESIGN.md §7). Full per-request token-time lists exist only
+few list stores, never an object (docs/architecture.md, "Speed by design"). Full per-request token-time lists exist only
 when the per-request report is asked for.
 
 Definitions follow dynamo-mocker.md §9.3: percentiles are the element at rank

@@ -32,7 +32,7 @@ from servesim.report.stats import (
 _DIGITS = 6
 
 
-def _clean(value: Any) -> Any:
+def clean_floats(value: Any) -> Any:
     """Round floats so tiny representation noise never reaches the JSON."""
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -40,9 +40,9 @@ def _clean(value: Any) -> Any:
         r = round(value, _DIGITS)
         return 0.0 if r == 0 else r
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: clean_floats(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [clean_floats(v) for v in value]
     return value
 
 
@@ -178,7 +178,7 @@ def report_from_samples(log: RequestLog, cfg: ReportConfig, s: dict[str, Any],
     }
     for name in ("ttft", "tpot", "e2el", "ttst"):
         rep.update(distribution(name, s[name], pcts))
-    # Pooled samples are (value, weight) pairs: never one float per token (DESIGN.md §7).
+    # Pooled samples are (value, weight) pairs: never one float per token (docs/architecture.md, "Speed by design").
     uniq, counts = s["itl"]
     rep.update(sorted_weighted_distribution("itl", uniq, counts, pcts))
     per_user, per_user_counts = s["per_user"]
@@ -199,7 +199,7 @@ def report_from_samples(log: RequestLog, cfg: ReportConfig, s: dict[str, Any],
         rep.update(acceptance_report(log.spec_drafts, log.spec_nextn, log.spec_accepted,
                                      log.spec_per_pos))
     rep["config"] = resolved_config if resolved_config is not None else {}
-    return _clean(rep)
+    return clean_floats(rep)
 
 
 def dumps(report: dict[str, Any]) -> str:
@@ -235,7 +235,7 @@ def per_request_lines(log: RequestLog, session_ids: Sequence[str] | None = None)
             rec["session_id"] = session_ids[rid]
         if log.token_times is not None:
             rec["token_times_ms"] = log.token_times[rid]
-        yield json.dumps(_clean(rec), sort_keys=True)
+        yield json.dumps(clean_floats(rec), sort_keys=True)
 
 
 def format_table(report: dict[str, Any], wall_s: float | None = None) -> str:
@@ -283,8 +283,6 @@ def format_table(report: dict[str, Any], wall_s: float | None = None) -> str:
             ("Decode worker utilization", util["decode"]),
         ]))
     if "pools" in report:  # a heterogeneous cluster (servesim.replay.pools)
-        from servesim.replay.pools import format_pools
-
         sections.append(("Pools", format_pools(report["pools"])))
     sections += _feature_sections(report)
     return _render(sections)
@@ -320,3 +318,19 @@ def _render(sections: list[tuple[str, list[tuple[str, Any]]]]) -> str:
             lines.append(f"{label + ':':<{width - 14}}{text:>14}")
     lines.append("=" * width)
     return "\n".join(lines) + "\n"
+
+
+def format_pools(pools: Sequence[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """Rows of the printed table's pool section."""
+    rows: list[tuple[str, Any]] = []
+    for p in pools:
+        tag = f"[{p['name']}]"
+        rows += [
+            (f"{tag} workers / GPUs", f"{p['workers']} / {p['gpus']}"),
+            (f"{tag} completed", p["completed"]),
+            (f"{tag} output tok/s (per GPU)", f"{p['output_throughput']:.2f} "
+                                               f"({p['output_throughput_per_gpu']:.2f})"),
+            (f"{tag} mean TTFT / TPOT (ms)", f"{p['mean_ttft_ms']:.2f} / {p['mean_tpot_ms']:.2f}"),
+            (f"{tag} utilization", p["utilization"]),
+        ]
+    return rows

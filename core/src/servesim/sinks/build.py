@@ -20,7 +20,7 @@ from servesim.errors import ConfigError, UserError
 from servesim.sinks.base import build_sink
 
 if TYPE_CHECKING:
-    from servesim.config.loader import LoadedConfig, _Ctx
+    from servesim.config.loader import LoadedConfig, LoadContext
 
 
 def plugin_label(plugins: Any, kind: str, name: str) -> str:
@@ -32,8 +32,8 @@ def plugin_label(plugins: Any, kind: str, name: str) -> str:
 class SinkBuilder:
     """Builds sinks of one kind at one key path (see the module docs)."""
 
-    def __init__(self, ctx: _Ctx, kind: str, path: str, *, validating: bool = False) -> None:
-        self._ctx = ctx
+    def __init__(self, ctx: LoadContext, kind: str, path: str, *, validating: bool = False) -> None:
+        self.ctx = ctx
         self.kind = kind
         self.path = path
         self.source = ctx.source
@@ -42,7 +42,7 @@ class SinkBuilder:
     @property
     def plugins(self) -> Any:
         """The run's :class:`~servesim.plugins.Plugins` (its registries)."""
-        return self._ctx.plugins
+        return self.ctx.plugins
 
     def _at(self, key: str) -> str:
         if not key:
@@ -54,22 +54,22 @@ class SinkBuilder:
 
         path = self._at(key)
         problems: list[Problem] = []
-        found = structure_spec(self._ctx, self.kind, spec, path, problems)
+        found = structure_spec(self.ctx, self.kind, spec, path, problems)
         if problems or found is None:
-            raise self._ctx.fail(problems)
+            raise self.ctx.fail(problems)
         name, cls, cfg = found
         return self.construct(name, cls, cfg, path)
 
     def build_all(self, specs: Any, key: str) -> list[Any]:
         path = self._at(key)
         if isinstance(specs, (str, bytes)) or not isinstance(specs, Sequence):
-            raise self._ctx.fail([(path, f"expected a list of sink specs, got {show(specs)}")])
+            raise self.ctx.fail([(path, f"expected a list of sink specs, got {show(specs)}")])
         return [self.build(spec, f"{key}[{i}]") for i, spec in enumerate(specs)]
 
     def construct(self, name: str, cls: type, cfg: Any, path: str) -> Any:
         """``cls.from_config(cfg, context)`` with a context at ``path``; failures name the
         key path and the plugin that registered ``name``."""
-        child = SinkBuilder(self._ctx, self.kind, path, validating=self.validating)
+        child = SinkBuilder(self.ctx, self.kind, path, validating=self.validating)
         try:
             return build_sink(cls, cfg, child)
         except ConfigError:
@@ -98,7 +98,7 @@ def build_sinks(loaded: LoadedConfig, *, validating: bool = False) -> dict[str, 
         for attr, kind in SINK_LISTS:
             for i, (name, cls, cfg) in enumerate(loaded.sink_specs.get(attr, [])):
                 path = f"sinks.{attr}[{i}]"
-                builder = SinkBuilder(loaded._ctx, kind, path, validating=validating)  # noqa: SLF001
+                builder = SinkBuilder(loaded.context, kind, path, validating=validating)
                 built[attr].append(builder.construct(name, cls, cfg, path))
     except BaseException:
         for sinks in built.values():

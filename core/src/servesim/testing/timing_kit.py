@@ -32,7 +32,8 @@ from servesim.contract import WorkerType
 from servesim.testing.conformance import ConformanceReport
 from servesim.testing.kit import run_checks
 from servesim.timing.base import TimingModel, scaled_ms
-from servesim.timing.shape import EngineGeometry, PassShape, PrefillChunk, prices_pass_shapes
+from servesim.timing.pricing import prices_pass_shapes
+from servesim.timing.shape import EngineGeometry, PassShape, PrefillChunk
 
 MakeModel = Callable[[], Any]
 TOTAL_KV = 64 * 1024

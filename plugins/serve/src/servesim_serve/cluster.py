@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from servesim.replay.cluster import build_engines
 from servesim.replay.pools import build_pool_engines
-from servesim.replay.runner import _check_supported
+from servesim.replay.runner import is_split
 from servesim.sinks.base import SinkDeployment, bind_sinks
 from servesim.sinks.build import build_sinks
 
@@ -36,7 +36,7 @@ def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float
     """The driver over ``loaded``'s cluster, its clock started now, and the sinks it publishes to."""
     sim = loaded.sim
     cluster = sim.cluster
-    if _check_supported(loaded):  # a prefill/decode split (a ConfigError if one pool is empty)
+    if is_split(loaded):  # a prefill/decode split (a ConfigError if one pool is empty)
         return _build_split(loaded, speedup, wall, observer)
     num_workers = serve_workers(loaded)
     router_class = loaded.plugins.routers().get(cluster.router)

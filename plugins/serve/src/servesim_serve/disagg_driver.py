@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from servesim.errors import SimError
 from servesim.report.stats import distribution
-from servesim.report.summary import _clean, build_report, per_request_lines
+from servesim.report.summary import build_report, clean_floats, per_request_lines
 from servesim.tokens import Tokens
 
 from servesim_serve.clock import SimClock
@@ -173,7 +173,7 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
             import numpy as np
 
             extra.update(distribution("ttfat", np.asarray(answer_latencies(requests)), cfg.percentiles))
-        report.update(_clean(extra))
+        report.update(clean_floats(extra))
         return report
 
     def per_request_lines(self) -> list[str]:

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from servesim.contract import HandoffId, PassCompletionEffects
-from servesim.replay.disagg import _CANCEL, DisaggReplayer
-from servesim.replay.driver import _ARRIVAL, _EXTERNAL
+from servesim.replay.disagg import CANCEL, DisaggReplayer
+from servesim.replay.driver import ARRIVAL, EXTERNAL
 from servesim.tokens import TokenSeq
 from servesim.workload.model import Turn, Workload
 
@@ -82,11 +82,11 @@ class LiveDisaggReplayer(DisaggReplayer):
         advanced to); its logged arrival is ``received`` (default ``at``), e.g. a server's
         receipt that came before a moment it has already acted on."""
         self.receipt[rid] = at if received is None else min(received, at)
-        self._push(at, _ARRIVAL, rid)
+        self.push_event(at, ARRIVAL, rid)
 
     def cancel(self, rid: int, at: float) -> None:
         """Cancel request ``rid`` at ``at``, wherever it is then (prefill, transfer, decode)."""
-        self._push(at, _EXTERNAL, rid, _CANCEL)
+        self.push_event(at, EXTERNAL, rid, CANCEL)
 
     def advance(self, until: float) -> None:
         """Everything due by ``until``, one simulated time after another."""
@@ -94,7 +94,7 @@ class LiveDisaggReplayer(DisaggReplayer):
         while heap and heap[0][0] <= until:
             ev = heapq.heappop(heap)
             self.now = ev[0]
-            self._step(ev, ev[0], self._has_deadlines)
+            self._step(ev, ev[0], self.has_deadlines)
 
     def next_event_ms(self) -> float | None:
         """The time of the earliest pending event (a pass end, a deadline, a transfer)."""
@@ -129,12 +129,12 @@ class LiveDisaggReplayer(DisaggReplayer):
             self._told[rid] += count
             self.listener.tokens(rid, count, now)
 
-    def _terminal(self, rid: int, now: float) -> None:
+    def finish_request(self, rid: int, now: float) -> None:
         self._tell(rid, now)
         slot = self._slot_of.pop(rid, None)
         if slot is not None:
             del self._slots[slot][rid]
-        super()._terminal(rid, now)
+        super().finish_request(rid, now)
         self.listener.ended(rid, now)
 
     def _preempted(self, w: int, dp_rank: int, now: float, count: int) -> None:

@@ -8,7 +8,7 @@ released when the event loop's clock reaches the simulated end of that pass, and
 pass starts at that simulated end, so an engine's passes stay back to back in simulated time
 however late the event loop wakes. Everything due at one simulated time is done in the
 replay's order: pass ends, then due internal work, then arrivals, then new passes. Sinks publish
-at the wall-clock moment the pass ends. Stepping only: runs of passes (DESIGN.md §7) are a
+at the wall-clock moment the pass ends. Stepping only: runs of passes (docs/architecture.md, "Speed by design") are a
 replay speed-up the live driver does not need.
 
 All of it runs on the event loop's thread; HTTP handlers call :meth:`LiveDriver.submit` and

@@ -17,7 +17,7 @@ from typing import Any
 
 from servesim.config.sections import ReportConfig
 from servesim.report.stats import RequestLog, distribution
-from servesim.report.summary import _clean, build_report, per_request_lines
+from servesim.report.summary import build_report, clean_floats, per_request_lines
 
 
 class LiveRequest:
@@ -132,7 +132,7 @@ def live_report(requests: Sequence[LiveRequest], cfg: ReportConfig, resolved: di
         from servesim.replay.pools import pool_report
 
         extra["pools"] = pool_report(log, pools, busy_ms, cfg.percentiles)
-    report.update(_clean(extra))
+    report.update(clean_floats(extra))
     return report
 
 

@@ -60,7 +60,7 @@ from servesim.rank import (
     RetryHint,
     SameTimestampRetry,
 )
-from servesim.timing.shape import ShapePricer
+from servesim.timing.pricing import ShapePricer
 
 from servesim_sglang import runs as _runs
 from servesim_sglang.config import SglangConfig, scheduler_params, validate

@@ -55,7 +55,8 @@ from typing import TYPE_CHECKING, Any
 
 from servesim.contract import Admission, PressureEvent, WorkerType
 from servesim.timing.base import scaled_ms
-from servesim.timing.shape import PrefillChunk, ShapePricer
+from servesim.timing.pricing import ShapePricer
+from servesim.timing.shape import PrefillChunk
 
 from servesim_sglang import admission as _admission
 from servesim_sglang import overlap as _overlap

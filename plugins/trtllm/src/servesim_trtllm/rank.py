@@ -44,7 +44,8 @@ from servesim.mechanics.handoff import HandoffBook, suppress_request
 from servesim.mechanics.numeric import Welford
 from servesim.mechanics.speculative import Speculation
 from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
-from servesim.timing.shape import PrefillChunk, ShapePricer
+from servesim.timing.pricing import ShapePricer
+from servesim.timing.shape import PrefillChunk
 
 from servesim_trtllm import runs as _runs
 from servesim_trtllm import speculative as _speculative

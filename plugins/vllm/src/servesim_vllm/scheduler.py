@@ -46,7 +46,7 @@ from servesim.contract import (
 from servesim.kv.eviction_records import make_block_pool
 from servesim.mechanics.speculative import Speculation
 from servesim.rank import RankServices
-from servesim.timing.shape import ShapePricer
+from servesim.timing.pricing import ShapePricer
 
 from servesim_vllm.behaviour import Behaviour, resolve
 from servesim_vllm.cadence import Cadence, mid_prefill

@@ -35,7 +35,8 @@ from servesim import (
 from servesim.config.engine import EngineConfig
 from servesim.contract import Admission, Command
 from servesim.timing import scaled_ms
-from servesim.timing.shape import PrefillChunk, ShapePricer
+from servesim.timing.pricing import ShapePricer
+from servesim.timing.shape import PrefillChunk
 
 
 @frozen

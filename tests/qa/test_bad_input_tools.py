@@ -1,4 +1,4 @@
-"""Bad input to the newer commands and keys (calibrate, plot, sweep, fixed-length timing
+"""Bad input to the tool commands and newer keys (calibrate, plot, sweep, fixed-length timing
 options, the figures folder): one ``servesim: error:`` line naming the file, line or key
 path, exit status 2, no traceback."""
 
