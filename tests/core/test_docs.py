@@ -22,7 +22,7 @@ README = (ROOT / "README.md").read_text()
 TOY = ROOT / "docs" / "examples" / "servesim-toy"
 
 INSTALL_AND_RUN = "pip install ./core ./plugins/* && servesim run"
-TEST_COMMAND = "pip install -r requirements-dev.txt && python -m pytest -q"
+TEST_COMMAND = "pip install -r requirements-dev.txt && python -m pytest -q -n auto"
 
 
 def code_blocks(markdown: str) -> list[tuple[str, str]]:

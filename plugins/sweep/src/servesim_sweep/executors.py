@@ -51,7 +51,7 @@ def run_ray(base: str, points: Sequence[tuple[int, Point]], parallel: int,
     try:
         import ray
     except ImportError:
-        raise UserError("--executor ray needs Ray: pip install 'servesim[ray]'") from None
+        raise UserError("--executor ray needs Ray: pip install 'servesim-sweep[ray]'") from None
     started = False
     if not ray.is_initialized():
         if address is not None:
