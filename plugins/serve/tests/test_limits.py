@@ -306,6 +306,25 @@ def test_a_connection_that_never_completes_its_headers_is_closed() -> None:
             assert c.get(s.url + "/health").status_code == 200
 
 
+def test_the_limits_reach_uvicorn_and_the_protocol() -> None:
+    from servesim_serve.app import Server
+    from servesim_serve.cli import load, uvicorn_config
+
+    loaded, cfg = load(None, ["serve.keep_alive_timeout_s=7.5", "serve.limit_concurrency=12",
+                              "serve.max_header_bytes=999", "serve.header_timeout_s=3"])
+    server = Server(loaded, cfg)
+    try:
+        config = uvicorn_config(server)
+    finally:
+        server.stop()
+    assert (config.timeout_keep_alive, config.limit_concurrency) == (7.5, 12)
+    assert (config.http.max_header_bytes, config.http.header_timeout_s) == (999, 3.0)
+    defaults = load(None, [])[1]
+    assert (defaults.max_body_bytes, defaults.max_header_bytes) == (16 * 1024 * 1024, 16 * 1024)
+    assert (defaults.header_timeout_s, defaults.keep_alive_timeout_s, defaults.limit_concurrency) == (
+        30.0, 5.0, None)
+
+
 def test_limits_are_checked_in_the_config() -> None:
     from servesim.errors import ConfigError
     from servesim_serve.cli import load
@@ -320,8 +339,13 @@ def test_limits_are_checked_in_the_config() -> None:
 # -- shutdown --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("chat", [False, True])
-def test_shutdown_ends_open_requests_with_an_abort_and_done(chat: bool, capfd) -> None:
+SLOW_SPLIT = ["engine.timing_model={type: fixed, prefill_ms: 0.001, decode_ms: 60000.0}", "serve.speedup=1",
+              "cluster.prefill_workers=1", "cluster.decode_workers=1", "cluster.handoff_latency_ms=0.001"]
+
+
+@pytest.mark.parametrize(("chat", "sets"), [(False, SLOW), (True, SLOW), (False, SLOW_SPLIT)],
+                         ids=["completion", "chat", "split"])
+def test_shutdown_ends_open_requests_with_an_abort_and_done(chat: bool, sets: list[str], capfd) -> None:
     """Stopped with a stream and a whole-body request open (each would take minutes): after
     the grace period the stream gets its last chunk (``finish_reason: "abort"``), the usage
     chunk and ``[DONE]``; the whole body comes with that finish reason; no traceback."""
@@ -330,7 +354,7 @@ def test_shutdown_ends_open_requests_with_an_abort_and_done(chat: bool, capfd) -
     body.update(max_tokens=50, stream=True, stream_options={"include_usage": True})
     lines: list[str] = []
     wholes: list[httpx.Response] = []
-    first = threading.Event()
+    first = threading.Event()  # the stream's first chunk has come
 
     def stream(url: str) -> None:
         with httpx.Client(timeout=30) as c, c.stream("POST", url + path, json=body) as r:
@@ -338,10 +362,13 @@ def test_shutdown_ends_open_requests_with_an_abort_and_done(chat: bool, capfd) -
                 lines.append(line)
                 first.set()
 
-    with running(SLOW) as s:
+    with running(sets) as s:
         reader = threading.Thread(target=stream, args=(s.base,))
         reader.start()
-        assert first.wait(WAIT_S)
+        if sets is SLOW:
+            assert first.wait(WAIT_S)  # a split's first token is the decode pass's: a minute away
+        else:
+            wait_for(lambda: len(s.server.driver.requests) == 1, "the stream's request")
         whole = threading.Thread(target=lambda: wholes.append(httpx.post(
             s.base + path, json={**body, "stream": False, "stream_options": None}, timeout=30)))
         whole.start()
@@ -353,7 +380,7 @@ def test_shutdown_ends_open_requests_with_an_abort_and_done(chat: bool, capfd) -
     data = [x[len("data: "):] for x in lines if x.startswith("data: ")]
     assert data[-1] == "[DONE]"
     usage, last = json.loads(data[-2]), json.loads(data[-3])
-    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 1
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == (1 if sets is SLOW else 0)
     assert last["choices"][0]["finish_reason"] == "abort"
     assert all(json.loads(d)["choices"][0]["finish_reason"] is None for d in data[:-3])
     (answer,) = wholes

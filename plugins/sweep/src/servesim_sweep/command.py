@@ -94,7 +94,7 @@ def _resumed(path: str, point_id: str) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8") as fh:
             record = json.load(fh)
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8 at all
         return None
     if not isinstance(record, dict) or record.get("id") != point_id or record.get("status") != "ok":
         return None
