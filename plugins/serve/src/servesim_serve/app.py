@@ -122,7 +122,6 @@ class Server:
         self.queue_full = 0
         self.created = int(time.time())
         self.open: set[Generation] = set()  # generations whose response is not complete yet
-        self.shutting_down = False
 
     def stop(self) -> None:
         """Stop the clock and close the sinks; a sink that cannot close (its last lines not
@@ -203,7 +202,6 @@ class Server:
         aborts: a stream's last chunk with ``finish_reason: "abort"``, then ``[DONE]``; a
         whole body with that finish reason. Each is cancelled on its engine (the report
         counts it cancelled)."""
-        self.shutting_down = True
         for g in list(self.open):
             g.end_by_server()
 

@@ -110,7 +110,9 @@ def uvicorn_config(server: Server, *, log_level: str = "warning") -> Any:
     cfg = server.cfg
     return uvicorn.Config(build_app(server), log_level=log_level, lifespan="on", loop="asyncio",
                           http=ReceiptProtocol.limited(cfg.max_header_bytes, cfg.header_timeout_s),
-                          access_log=False, timeout_keep_alive=cfg.keep_alive_timeout_s,
+                          access_log=False,
+                          # typed int, used as a delay for loop.call_later: a float is fine
+                          timeout_keep_alive=cfg.keep_alive_timeout_s,  # type: ignore[arg-type]
                           limit_concurrency=cfg.limit_concurrency,
                           timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S + 1)
 

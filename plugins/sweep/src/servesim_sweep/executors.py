@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from servesim.errors import UserError
@@ -17,13 +17,14 @@ from servesim_sweep.point import new_record, run_point
 from servesim_sweep.spec import Point
 
 Result = tuple[int, dict[str, Any]]
+Results = Generator[Result, None, None]
 
 
 def default_parallel() -> int:
     return os.cpu_count() or 1
 
 
-def run_local(base: str, points: Sequence[tuple[int, Point]], parallel: int) -> Iterator[Result]:
+def run_local(base: str, points: Sequence[tuple[int, Point]], parallel: int) -> Results:
     """One process per point at most ``parallel`` at a time (``spawn``ed: no state of the
     parent is inherited); with ``parallel`` 1 the points run in this process.
 
@@ -80,7 +81,7 @@ def _terminate(pool: Any) -> None:
 
 
 def run_ray(base: str, points: Sequence[tuple[int, Point]], parallel: int,
-            address: str | None) -> Iterator[Result]:
+            address: str | None) -> Results:
     """Points as Ray tasks on the cluster at ``address``, or on a local one started here
     (``parallel`` CPUs) and shut down afterwards."""
     try:
