@@ -16,7 +16,7 @@ import pytest
 
 TIMEOUT_S = 30.0
 # The console entry point in a fresh interpreter
-SERVESIM = [sys.executable, "-c", "import sys; from servesim.cli import main; sys.exit(main())"]
+SERVESIM = [sys.executable, "-c", "import sys; from servesim.cli.main import main; sys.exit(main())"]
 
 
 def start(tmp_path, *extra: str) -> tuple[subprocess.Popen, str]:

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from servesim.cli import main
-from servesim.replay.report import dumps
+from servesim.cli.main import main
+from servesim.report.summary import dumps
 
 SWEEP = """\
 base: base.yaml
@@ -161,7 +161,7 @@ def test_sweep_progress_bar_counts_points_and_failures() -> None:
     import io
     import re
 
-    from servesim.progress import SweepProgress
+    from servesim.cli.progress import SweepProgress
 
     stream = io.StringIO()
     bar = SweepProgress(stream, interval_s=0.0)

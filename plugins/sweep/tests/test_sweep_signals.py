@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-SERVESIM = [sys.executable, "-c", "import sys; from servesim.cli import main; sys.exit(main())"]
+SERVESIM = [sys.executable, "-c", "import sys; from servesim.cli.main import main; sys.exit(main())"]
 WAIT_S = 60.0
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc for the process tree")

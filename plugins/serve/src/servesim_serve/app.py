@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from servesim.errors import SimError
-from servesim.sinks import SinkError
+from servesim.sinks.base import SinkError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response

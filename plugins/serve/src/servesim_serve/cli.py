@@ -1,7 +1,7 @@
 """``servesim serve [CONFIG.yaml] [--host H] [--port P] [--set key=value ...]``.
 
 Loads the configuration with the ``serve:`` section, checks every output path as ``servesim
-run`` does (``servesim.validate.check_outputs``; the sinks' files as the sinks are built),
+run`` does (``servesim.cli.validate.check_outputs``; the sinks' files as the sinks are built),
 binds the socket (so the bound port is known even for ``--port 0``), serves until SIGINT or
 SIGTERM, then writes the report (``report.output_json``, ``report.per_request``) and prints
 its table. The exit status is 0, or 1 if the simulation stopped while serving (a failing
@@ -70,7 +70,7 @@ def write_outputs(server: Server) -> tuple[list[tuple[str, str]], list[str]]:
     """Write the configured report files, each to a temporary name renamed into place (a
     failed write leaves an earlier file whole); returns ``(label, path)`` of each written and
     the problems of those that could not be."""
-    from servesim.replay.report import dumps
+    from servesim.report.summary import dumps
 
     report_cfg = server.loaded.sim.report
     written = []
@@ -156,8 +156,8 @@ def uvicorn_server(config: Any, server: Server, signals: bool = True) -> Any:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    from servesim.replay.report import format_table
-    from servesim.validate import check_outputs
+    from servesim.report.summary import format_table
+    from servesim.cli.validate import check_outputs
 
     from servesim_serve.app import Server
     from servesim_serve.timeline import ENV, install

@@ -2,8 +2,8 @@
 
 A :class:`LiveRequest` is the live side of one request: the driver records its simulated
 token times and wakes whoever streams it. The report is the one ``servesim run`` writes
-(:func:`servesim.replay.report.build_report`), built from these records through a
-:class:`~servesim.replay.stats.RequestLog`; cancelled requests are not completed, count in
+(:func:`servesim.report.summary.build_report`), built from these records through a
+:class:`~servesim.report.stats.RequestLog`; cancelled requests are not completed, count in
 ``failed`` (as in a split's replay, docs/report.md) and in ``num_cancelled``; requests
 answered 503 never reach an engine and are counted in
 ``num_queue_full``. With reasoning configured the report gains the time to first answer token
@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from servesim.config.sections import ReportConfig
-from servesim.replay.report import _clean, build_report, per_request_lines
-from servesim.replay.stats import RequestLog, distribution
+from servesim.report.summary import clean_floats, build_report, per_request_lines
+from servesim.report.stats import RequestLog, distribution
 
 
 class LiveRequest:
@@ -135,7 +135,7 @@ def live_report(requests: Sequence[LiveRequest], cfg: ReportConfig, resolved: di
         from servesim.replay.pools import pool_report
 
         extra["pools"] = pool_report(log, pools, busy_ms, cfg.percentiles)
-    report.update(_clean(extra))
+    report.update(clean_floats(extra))
     return report
 
 

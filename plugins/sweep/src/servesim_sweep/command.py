@@ -6,7 +6,7 @@
 * ``DIR/pareto.png``: throughput per GPU against the SLA latency, the front highlighted;
 
 and print the table of the best points against the objectives. Wall-clock time is read only by
-the progress bar (servesim.progress), on stderr when it is a terminal.
+the progress bar (servesim.cli.progress), on stderr when it is a terminal.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def _resumed(path: str, point_id: str) -> dict[str, Any] | None:
 
 
 def _records(args: argparse.Namespace, sweep: Any, base: str, points_dir: str) -> list[Any]:
-    from servesim.replay.report import dumps
+    from servesim.report.summary import dumps
 
     from servesim_sweep.executors import default_parallel, run_local, run_ray
 
@@ -114,7 +114,7 @@ def _records(args: argparse.Namespace, sweep: Any, base: str, points_dir: str) -
     parallel = args.parallel if args.parallel is not None else default_parallel()
     progress = None
     if sys.stderr.isatty():
-        from servesim.progress import SweepProgress
+        from servesim.cli.progress import SweepProgress
 
         progress = SweepProgress(sys.stderr)
     done = len(sweep.points) - len(todo)
@@ -146,7 +146,7 @@ def _records(args: argparse.Namespace, sweep: Any, base: str, points_dir: str) -
 def _check_outputs(out: str, points_dir: str, sweep: Any) -> None:
     """Every file the sweep writes can be written, before any point runs (the tables and
     the figure are written only after the last one)."""
-    from servesim.output_paths import file_problem
+    from servesim.config.output_paths import file_problem
 
     names = ["results.csv", "results.parquet", "pareto.png"]
     paths = [os.path.join(out, n) for n in names]
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, sweep: Any) -> int:
-    from servesim.output_paths import folder_problem
+    from servesim.config.output_paths import folder_problem
 
     from servesim_sweep import pareto, results
     from servesim_sweep.point import base_path, check_points

@@ -166,8 +166,8 @@ def known_keys(loaded: Sequence[LoadedConfig]) -> tuple[frozenset[str], bool]:
     """The numeric keys some point's report will hold (report_keys, plus ``gpus`` and
     ``<key>_per_gpu`` for every throughput key), and whether an installed plugin may add
     more (``servesim_report_extra``: its keys are known only after a run)."""
-    from servesim.observers import Observers
-    from servesim.replay.report_keys import report_keys
+    from servesim.replay.observers import Observers
+    from servesim.report.keys import report_keys
 
     keys: set[str] = {"gpus"}
     for config in loaded:
