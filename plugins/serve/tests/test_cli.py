@@ -100,3 +100,74 @@ def test_a_busy_port_is_a_user_error() -> None:
                               timeout=TIMEOUT_S)
     assert proc.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("key", "why"), [("report.output_json", "it is a directory"),
+                                          ("report.per_request", "its folder")])
+def test_a_bad_output_path_fails_before_listening(tmp_path, key: str, why: str) -> None:
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("")
+    bad = tmp_path / "dir" if key == "report.output_json" else tmp_path / "file" / "r.jsonl"
+    proc = subprocess.run([*SERVESIM, "serve", "--port", "0", "--set", f"{key}={json.dumps(str(bad))}"],
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"servesim: error: {key}: cannot write {str(bad)!r}: {why}")
+    assert "on http://" not in proc.stderr and proc.stdout == ""
+
+
+def test_a_bad_sink_path_fails_before_listening(tmp_path) -> None:
+    (tmp_path / "file").write_text("")
+    path = json.dumps(str(tmp_path / "file" / "kv.jsonl"))
+    proc = subprocess.run([*SERVESIM, "serve", "--port", "0", "--set",
+                           f"sinks.kv_events=[{{type: jsonl, path: {path}}}]"],
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "cannot open" in proc.stderr and "on http://" not in proc.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_sink_that_fails_ends_the_server_with_status_1_and_the_report_written(tmp_path) -> None:
+    """The KV events' file is /dev/full: its lines cannot be written when the sink closes.
+    The report is still written, the table printed, and the exit status says the
+    simulation did not end well."""
+    proc, url = start(tmp_path, "--set", "sinks.kv_events=[{type: jsonl, path: /dev/full}]")
+    try:
+        r = httpx.post(url + "/v1/completions", json={"prompt": list(range(4, 104)), "max_tokens": 4},
+                       timeout=TIMEOUT_S)
+        assert r.status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == ("servesim: error: the simulation stopped while serving: jsonl kv-event "
+                                    "sink '/dev/full': cannot close: [Errno 28] No space left on device")
+    assert "Successful requests:" in out
+    assert json.loads((tmp_path / "report.json").read_text())["completed"] == 1
+
+
+def test_sigterm_with_an_open_stream_ends_it_and_logs_no_traceback(tmp_path) -> None:
+    slow = "engine.timing_model={type: fixed, prefill_ms: 0.01, decode_ms: 60000.0}"
+    proc, url = start(tmp_path, "--set", slow, "--set", "serve.speedup=1")
+    lines: list[str] = []
+    try:
+        body = {"prompt": "a b", "max_tokens": 9, "stream": True}
+        with httpx.Client(timeout=TIMEOUT_S) as c, c.stream("POST", url + "/v1/completions", json=body) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: ") and not lines:
+                    proc.send_signal(signal.SIGTERM)
+                lines.append(line)
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    data = [x for x in lines if x.startswith("data: ")]
+    assert data[-1] == "data: [DONE]"
+    assert json.loads(data[-2][6:])["choices"][0]["finish_reason"] == "abort"
+    assert "Traceback" not in err and "ASGI" not in err
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["num_cancelled"], report["failed"], report["completed"]) == (1, 1, 0)

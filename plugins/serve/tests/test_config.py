@@ -62,6 +62,8 @@ def test_num_thinking_tokens(osl: int, ratio: float, expected: int) -> None:
 def test_every_serve_key_is_documented() -> None:
     import attrs
 
-    text = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
+    docs = Path(__file__).resolve().parents[3] / "docs"
+    # configuration.md's `serve:` table, and serve.md's "Limits" table for the limit keys
+    text = (docs / "configuration.md").read_text() + (docs / "serve.md").read_text()
     for cls in (ServeConfig, ReasoningConfig):
         assert [f.name for f in attrs.fields(cls) if f"| `{f.name}` |" not in text] == []

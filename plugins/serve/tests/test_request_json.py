@@ -14,7 +14,7 @@ ACCEPTED = [
     b'{"big": 123456789012345678901234567890, "neg": -9223372036854775809, "u": 18446744073709551615}',
     b'{"f": [0.1, 1e22, -0.0, 1E2, 1.5e-400, 123456789.123456789e5], "z": -0}',
     b'{"nan": NaN, "inf": Infinity, "ninf": -Infinity, "huge": 1e400}',  # the stdlib's extensions
-    b'{"s": "\\u00e9\\ud83d\\ude00", "lone": "\\ud800", "tab": "\\t"}',
+    b'{"s": "\\u00e9\\ud83d\\ude00", "tab": "\\t"}',  # a surrogate pair is one character
     b'\xef\xbb\xbf{"bom": 1}',
     '{"utf16": "\u00e9"}'.encode("utf-16"),
     b' \n{"ws": true}\r\n ',
@@ -41,6 +41,16 @@ def test_refusals_carry_the_stdlib_message(raw: bytes) -> None:
         assert info.value.status == 400 and info.value.err_type == "BadRequestError"
     else:
         raise AssertionError("the stdlib accepted it")
+
+
+@pytest.mark.parametrize("raw", [b'{"lone": "\\ud800"}', b'{"m": [{"role": "\\udfff", "content": "x"}]}',
+                                 b'{"nan": NaN, "s": "a\\udc00b"}'])
+def test_a_lone_surrogate_is_refused(raw: bytes) -> None:
+    """The stdlib decodes it into a str no UTF-8 can carry; msgspec refuses it."""
+    with pytest.raises(ApiError) as info:
+        parse_json(raw)
+    assert info.value.status == 400 and info.value.err_type == "BadRequestError"
+    assert info.value.message.startswith("invalid Unicode in the request body: a lone surrogate (\\u")
 
 
 @pytest.mark.parametrize("raw", [b"[1, 2]", b'"x"', b"3", b"null"])

@@ -105,8 +105,10 @@ def test_resume_runs_only_missing_and_failed_points(sweep_file, tmp_path, monkey
     assert main(["sweep", str(sweep_file), "--out", str(out_dir), "--parallel", "1"]) == 0
     before = _outputs(out_dir)
     points = sorted((out_dir / "points").glob("*.json"))
-    gone = next(p for p in points if json.loads(p.read_text())["status"] == "ok")
+    ok = [p for p in points if json.loads(p.read_text())["status"] == "ok"]
+    gone, garbled = ok[0], ok[1]
     gone.unlink()
+    garbled.write_bytes(b"\xff\xfe not UTF-8 \x80")  # unreadable: run again, no traceback
     ran: list[str] = []
     original = executors.run_point
 
@@ -119,7 +121,7 @@ def test_resume_runs_only_missing_and_failed_points(sweep_file, tmp_path, monkey
                  "--resume"]) == 0
     failed = {json.loads(p.read_text())["id"] for p in points
               if p.exists() and json.loads(p.read_text())["status"] == "failed"}
-    assert sorted(ran) == sorted({gone.stem, *failed})
+    assert sorted(ran) == sorted({gone.stem, garbled.stem, *failed})
     assert _outputs(out_dir) == before
 
 

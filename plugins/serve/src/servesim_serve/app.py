@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from servesim.errors import SimError
+from servesim.sinks.base import SinkError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -27,7 +28,7 @@ from servesim_serve.chunk_bytes import PieceCache, PlainTails
 from servesim_serve.cluster import build_cluster
 from servesim_serve.config import ServeConfig
 from servesim_serve.metrics import make_observer
-from servesim_serve.protocol import ApiError, check_model, parse_generation, parse_json
+from servesim_serve.protocol import ApiError, check_model, parse_generation, parse_json, rejection
 from servesim_serve.receipt import chunk_writer, received_at
 from servesim_serve.records import live_per_request_lines, live_report
 from servesim_serve.streams import Generation, disconnected
@@ -55,14 +56,49 @@ def random_hex() -> str:
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")]
 
 
-async def read_body(receive: Receive) -> bytes | None:
-    """The request body, or None if the client left before sending all of it."""
+class BodyTooLarge(Exception):
+    """The request body is larger than ``serve.max_body_bytes``."""
+
+
+def too_large(limit: int) -> Response:
+    """413 in the shape vLLM's ``http_exception_handler`` (``vllm/entrypoints/openai/
+    api_server.py``) gives an HTTPException: the status phrase as the type; the connection is
+    closed after it, the rest of the body unread."""
+    body = wire.error_body(f"the request body exceeds {limit} bytes (serve.max_body_bytes)",
+                           "Request Entity Too Large", 413)
+    return Response(wire.dumps(body), status_code=413, media_type="application/json",
+                    headers={"connection": "close"})
+
+
+def declared_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+async def read_body(receive: Receive, scope: Scope | None = None, limit: int | None = None) -> bytes | None:
+    """The request body, or None if the client left before sending all of it; BodyTooLarge
+    once it is known to exceed ``limit`` (from its Content-Length, before reading any of it,
+    or as it comes)."""
+    if limit is not None and scope is not None:
+        declared = declared_length(scope)
+        if declared is not None and declared > limit:
+            raise BodyTooLarge
     chunks = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return None
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
 
@@ -82,14 +118,24 @@ class Server:
         # ``wall`` must be the event loop's clock (asyncio's default loop uses time.monotonic):
         # the driver sets its timers with loop.call_at at the clock's wall times.
         self.driver, self._sinks = build_cluster(loaded, cfg.speedup, wall, self.observer)
+        self.observer.watch(self.driver.engines, loaded.sim.engine.bs)
         self.queue_full = 0
         self.created = int(time.time())
+        self.open: set[Generation] = set()  # generations whose response is not complete yet
 
     def stop(self) -> None:
+        """Stop the clock and close the sinks; a sink that cannot close (its last lines not
+        written: a full disk) stops the simulation as a failing publish does."""
         self.driver.close()
-        for sink in self._sinks:
-            sink.close()
-        self._sinks = []
+        sinks, self._sinks = self._sinks, []
+        for sink in sinks:
+            try:
+                sink.close()
+            except Exception as exc:
+                err = exc if isinstance(exc, SimError) else SinkError(
+                    f"sink {type(sink).__name__} failed to close: {exc}")
+                if self.driver.failure is None:
+                    self.driver.fail(err)
 
     def report(self) -> dict[str, Any]:
         """The report of the requests served so far (``servesim run``'s keys and more)."""
@@ -117,7 +163,11 @@ class Server:
         plain ASGI app: a stream's chunks go straight to ``send``, with no routing, middleware
         or response object per chunk."""
         received = received_at(scope)
-        body = await read_body(receive)
+        try:
+            body = await read_body(receive, scope, self.cfg.max_body_bytes)
+        except BodyTooLarge:
+            await too_large(self.cfg.max_body_bytes)(scope, receive, send)
+            return
         if body is None:
             return
         admitted = self._admit(body, chat, received)
@@ -125,17 +175,35 @@ class Server:
             await admitted(scope, receive, send)
             return
         g = admitted
-        if g.gen.stream:
-            await self._stream(g, scope, receive, send)
-            return
-        if not await g.until_done(receive):
+        self.open.add(g)
+        try:
+            if g.gen.stream:
+                await self._stream(g, scope, receive, send)
+                return
+            await self._whole(g, scope, receive, send)
+        finally:
+            self.open.discard(g)
+
+    async def _whole(self, g: Generation, scope: Scope, receive: Receive, send: Send) -> None:
+        """A whole-body answer: the completion, or the error that ended the request."""
+        if not await g.until_done(receive) and not g.ended_by_server:
             response = error_response(ApiError("the request was cancelled", 499, "ClientClosedRequest"))
         elif g.req.aborted:
             response = error_response(ApiError(f"the simulation stopped: {self.driver.failure}", 500,
                                                "InternalServerError"))
+        elif g.req.rejected:
+            response = error_response(rejection(g.req.prompt_len, g.req.max_tokens))
         else:
             response = json_response(g.body())
         await response(scope, receive, send)
+
+    def end_open_streams(self) -> None:
+        """Shutdown: end every generation still open now, as vLLM ends a request its engine
+        aborts: a stream's last chunk with ``finish_reason: "abort"``, then ``[DONE]``; a
+        whole body with that finish reason. Each is cancelled on its engine (the report
+        counts it cancelled)."""
+        for g in list(self.open):
+            g.end_by_server()
 
     def _admit(self, raw: bytes, chat: bool, received: float | None) -> Generation | Response:
         """Parse, check and submit one generation request; an error answer if it is refused.
@@ -167,7 +235,7 @@ class Server:
             driver.fail(exc)
             return error_response(ApiError(f"the simulation stopped: {exc}", 500, "InternalServerError"))
         if req.rejected:
-            return error_response(ApiError("the engine rejected the request (it can never fit its KV cache)"))
+            return error_response(rejection(req.prompt_len, req.max_tokens))
         prefix = "chatcmpl" if chat else "cmpl"
         return Generation(self, gen, req, f"{prefix}-{random_hex()}", int(time.time()))
 
@@ -204,32 +272,45 @@ class Server:
         return json_response(wire.models_body(self.cfg.model, root, self.created, self.max_model_len))
 
     async def health(self, http: Request) -> Response:
-        return Response(status_code=200)
+        """200, or 503 once the simulation has stopped (as vLLM's ``/health`` answers 503 once
+        its engine is dead: ``vllm/entrypoints/serve/instrumentator/health.py``)."""
+        return Response(status_code=503 if self.driver.failure is not None else 200)
 
     async def tokenize(self, http: Request) -> Response:
         from servesim_serve.protocol import chat_prompt, completion_prompt
 
         try:
-            body = parse_json(await http.body())
+            body = parse_json(await self._small_body(http))
             check_model(body, self.cfg.model)
             ids = chat_prompt(body, self.tokenizer) if "messages" in body else completion_prompt(
                 body, self.tokenizer)
         except ApiError as err:
             return error_response(err)
+        except BodyTooLarge:
+            return too_large(self.cfg.max_body_bytes)
         strs = [self.tokenizer.token_text(i) for i in ids] if body.get("return_token_strs") else None
         return json_response({"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids,
                               "token_strs": strs})
 
     async def detokenize(self, http: Request) -> Response:
         try:
-            body = parse_json(await http.body())
+            body = parse_json(await self._small_body(http))
             check_model(body, self.cfg.model)
             ids = body.get("tokens")
             if not isinstance(ids, list) or not all(isinstance(i, int) and i >= 0 for i in ids):
                 raise ApiError("tokens must be a list of token ids", param="tokens")
         except ApiError as err:
             return error_response(err)
+        except BodyTooLarge:
+            return too_large(self.cfg.max_body_bytes)
         return json_response({"prompt": self.tokenizer.decode(ids)})
+
+    async def _small_body(self, http: Request) -> bytes:
+        """The body of a request to a Starlette route, within ``serve.max_body_bytes``
+        (BodyTooLarge beyond it); a client that left gets an empty body (its answer goes
+        nowhere)."""
+        body = await read_body(http.receive, http.scope, self.cfg.max_body_bytes)
+        return b"" if body is None else body
 
     async def metrics(self, http: Request) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST

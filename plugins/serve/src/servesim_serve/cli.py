@@ -1,8 +1,11 @@
 """``servesim serve [CONFIG.yaml] [--host H] [--port P] [--set key=value ...]``.
 
-Loads the configuration with the ``serve:`` section, binds the socket (so the bound port is
-known even for ``--port 0``), serves until SIGINT or SIGTERM (uvicorn's handlers), then writes
-the report (``report.output_json``, ``report.per_request``) and prints its table.
+Loads the configuration with the ``serve:`` section, checks every output path as ``servesim
+run`` does (``servesim.cli.validate.check_outputs``; the sinks' files as the sinks are built),
+binds the socket (so the bound port is known even for ``--port 0``), serves until SIGINT or
+SIGTERM, then writes the report (``report.output_json``, ``report.per_request``) and prints
+its table. The exit status is 0, or 1 if the simulation stopped while serving (a failing
+sink, a poisoned engine), or 2 for bad input (one line, before anything is served).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ if TYPE_CHECKING:
 
     from servesim_serve.app import Server
 
-# Open streams get this long (wall seconds) to finish at shutdown; the rest are cancelled.
+# Open streams get this long (wall seconds) to finish at shutdown; the rest are then ended
+# (Server.end_open_streams), and uvicorn cancels what still runs a second later.
 GRACEFUL_SHUTDOWN_S = 2
 
 
@@ -62,35 +66,80 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def write_outputs(server: Server) -> list[tuple[str, str]]:
-    """Write the configured report files; returns ``(label, path)`` of each written."""
+def write_outputs(server: Server) -> tuple[list[tuple[str, str]], list[str]]:
+    """Write the configured report files, each to a temporary name renamed into place (a
+    failed write leaves an earlier file whole); returns ``(label, path)`` of each written and
+    the problems of those that could not be."""
     from servesim.report.summary import dumps
 
     report_cfg = server.loaded.sim.report
     written = []
+    problems = []
     outputs = (("report", report_cfg.output_json, lambda: dumps(server.report())),
                ("per-request records", report_cfg.per_request, lambda: "".join(server.per_request_lines())))
     for label, path, text in outputs:
         if not path:
             continue
+        tmp = None
         try:
             parent = os.path.dirname(path)
             if parent:
                 os.makedirs(parent, exist_ok=True)
-            with open(path, "w", encoding="utf-8") as fh:
+            tmp = os.path.join(parent, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+            with open(tmp, "w", encoding="utf-8") as fh:
                 fh.write(text())
+            os.replace(tmp, path)
         except OSError as exc:
-            raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            problems.append(f"cannot write {path}: {exc.strerror or exc}")
+            continue
         written.append((label, path))
-    return written
+    return written, problems
 
 
-def _uvicorn_server(config: Any) -> Any:
-    """A uvicorn server that stops on SIGINT/SIGTERM without re-raising the signal afterwards
-    (uvicorn re-raises it, which would end the process before the report is written)."""
+def uvicorn_config(server: Server, *, log_level: str = "warning") -> Any:
+    """uvicorn's configuration for ``server``: the receipt protocol with the head limits, and
+    the ``serve:`` section's keep-alive timeout and concurrency limit."""
     import uvicorn
 
-    class ReportingServer(uvicorn.Server):
+    from servesim_serve.app import build_app
+    from servesim_serve.receipt import ReceiptProtocol
+
+    cfg = server.cfg
+    return uvicorn.Config(build_app(server), log_level=log_level, lifespan="on", loop="asyncio",
+                          http=ReceiptProtocol.limited(cfg.max_header_bytes, cfg.header_timeout_s),
+                          access_log=False,
+                          # typed int, used as a delay for loop.call_later: a float is fine
+                          timeout_keep_alive=cfg.keep_alive_timeout_s,  # type: ignore[arg-type]
+                          limit_concurrency=cfg.limit_concurrency,
+                          timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S + 1)
+
+
+def uvicorn_server(config: Any, server: Server, signals: bool = True) -> Any:
+    """A uvicorn server whose shutdown ends the streams still open after
+    :data:`GRACEFUL_SHUTDOWN_S` with a last chunk and ``[DONE]`` (uvicorn would cancel their
+    tasks mid-body a second later); with ``signals``, it stops on SIGINT/SIGTERM without
+    re-raising the signal afterwards (uvicorn re-raises it, which would end the process before
+    the report is written)."""
+    import asyncio
+
+    import uvicorn
+
+    class EndingServer(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            loop = asyncio.get_running_loop()
+            ending = loop.call_later(GRACEFUL_SHUTDOWN_S, server.end_open_streams)
+            try:
+                await super().shutdown(sockets)
+            finally:
+                ending.cancel()
+
+    if not signals:
+        return EndingServer(config)
+
+    class ReportingServer(EndingServer):
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
             if threading.current_thread() is not threading.main_thread():
@@ -107,28 +156,36 @@ def _uvicorn_server(config: Any) -> Any:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    import uvicorn
     from servesim.report.summary import format_table
+    from servesim.cli.validate import check_outputs
 
-    from servesim_serve.app import Server, build_app
-    from servesim_serve.receipt import ReceiptProtocol
+    from servesim_serve.app import Server
     from servesim_serve.timeline import ENV, install
 
     loaded, cfg = load(args.config, args.sets, args.host, args.port)
-    server = Server(loaded, cfg)
-    timeline = install(server)  # SERVESIM_SERVE_TIMELINE: the overhead benchmark's records
-    sock = bind(cfg.host, cfg.port)
+    check_outputs(loaded)  # the report's files, as `servesim run` and `validate` check them
+    server = Server(loaded, cfg)  # builds the sinks: a sink file that cannot be made fails here
+    try:
+        timeline = install(server)  # SERVESIM_SERVE_TIMELINE: the overhead benchmark's records
+        sock = bind(cfg.host, cfg.port)
+    except BaseException:
+        server.stop()
+        raise
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(build_app(server), log_level="warning", lifespan="on", loop="asyncio",
-                            http=ReceiptProtocol, access_log=False,
-                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     print(f"servesim serve: model {cfg.model!r} on http://{cfg.host}:{bound} "
           f"(speedup {cfg.speedup:g}); Ctrl-C writes the report", file=sys.stderr, flush=True)
-    _uvicorn_server(config).run(sockets=[sock])
+    uvicorn_server(uvicorn_config(server), server).run(sockets=[sock])
     if timeline is not None:
         timeline.write(os.environ[ENV])
-    written = write_outputs(server)
+    written, problems = write_outputs(server)
     sys.stdout.write(format_table(server.report()))
     for label, path in written:
         sys.stdout.write(f"{label} written to {path}\n")
+    if problems:
+        raise UserError("; ".join(problems))
+    failure = server.driver.failure
+    if failure is not None:
+        sys.stdout.flush()
+        print(f"servesim: error: the simulation stopped while serving: {failure}", file=sys.stderr)
+        return 1
     return 0

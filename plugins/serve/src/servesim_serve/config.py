@@ -41,6 +41,18 @@ class ServeConfig:
     * ``max_queued_requests``: requests admitted to the server but not yet given a first
       token; beyond it a request is answered 503. Null: unbounded.
     * ``default_max_tokens``: the output length when a request gives no ``max_tokens``.
+    * ``max_body_bytes``: a request body larger than this is answered 413 without being read
+      further (16 MiB: a million-token prompt as token ids).
+    * ``max_header_bytes``: a request line plus headers larger than this is answered 431 and
+      the connection closed (16 KiB: h11's ``DEFAULT_MAX_INCOMPLETE_EVENT_SIZE``, uvicorn's
+      ``h11_max_incomplete_event_size`` default; the httptools parser has no limit of its own).
+    * ``header_timeout_s``: a connection must complete a request's headers within this many
+      seconds of opening, or of its previous response's end, else it is closed.
+    * ``keep_alive_timeout_s``: an idle kept-alive connection is closed after this many seconds
+      (uvicorn's ``timeout_keep_alive``; 5 as in uvicorn and vLLM's
+      ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``).
+    * ``limit_concurrency``: beyond this many open connections and tasks new requests are
+      answered 503 (uvicorn's ``limit_concurrency``). Null: unbounded.
     """
 
     host: str = "127.0.0.1"
@@ -51,6 +63,11 @@ class ServeConfig:
     max_queued_requests: int | None = None
     default_max_tokens: int = 128
     reasoning: ReasoningConfig | None = None
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_header_bytes: int = 16 * 1024
+    header_timeout_s: float = 30.0
+    keep_alive_timeout_s: float = 5.0
+    limit_concurrency: int | None = None
 
 
 def check_serve(cfg: ServeConfig, source: str | None) -> None:
@@ -66,6 +83,15 @@ def check_serve(cfg: ServeConfig, source: str | None) -> None:
         problems.append(("max_queued_requests", "an integer >= 0 or null", cfg.max_queued_requests))
     if cfg.default_max_tokens < 1:
         problems.append(("default_max_tokens", "an integer >= 1", cfg.default_max_tokens))
+    for key in ("max_body_bytes", "max_header_bytes"):
+        if getattr(cfg, key) < 1:
+            problems.append((key, "an integer >= 1", getattr(cfg, key)))
+    for key in ("header_timeout_s", "keep_alive_timeout_s"):
+        value = getattr(cfg, key)
+        if not (math.isfinite(value) and value > 0):
+            problems.append((key, "a finite number > 0", value))
+    if cfg.limit_concurrency is not None and cfg.limit_concurrency < 1:
+        problems.append(("limit_concurrency", "an integer >= 1 or null", cfg.limit_concurrency))
     r = cfg.reasoning
     if r is not None:
         if not (math.isfinite(r.thinking_ratio) and 0.0 <= r.thinking_ratio <= 1.0):

@@ -6,7 +6,8 @@ The driver calls an :class:`Observer` at each event; the server's ``/metrics``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from servesim.contract import ForwardPassMetrics, Metrics
@@ -23,6 +24,10 @@ class Observer:
     def render(self) -> bytes:
         """The ``/metrics`` body (nothing here)."""
         return b""
+
+    def watch(self, engines: Sequence[Any], block_size: int) -> None:
+        """The driver's engines (worker ``w`` is ``engines[w]``), whose ranks' current state
+        :meth:`render` may read."""
 
     def arrived(self, req: LiveRequest, metrics: Metrics | None) -> None:
         """``req`` was submitted to its engine (``metrics``: the rank's state after it)."""

@@ -46,8 +46,9 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     """The request body's JSON. msgspec decodes it (a third of the stdlib's time for a long
     token-id prompt); what msgspec refuses goes to the stdlib's ``json``, which decides, so
     that the accepted bodies, their values and the error messages are the stdlib's: it also
-    accepts ``NaN``, ``Infinity``, out-of-range numbers, lone surrogate escapes and UTF-16/32
-    bodies, and its messages say where the JSON is malformed."""
+    accepts ``NaN``, ``Infinity``, out-of-range numbers and UTF-16/32 bodies, and its messages
+    say where the JSON is malformed. A lone surrogate escape (``"\\ud800"``), which the stdlib
+    decodes into a string no UTF-8 can carry, is a 400."""
     try:
         body = _decode(raw)
     except (msgspec.DecodeError, RecursionError):
@@ -59,9 +60,31 @@ def parse_json(raw: bytes) -> dict[str, Any]:
 
 def _stdlib_json(raw: bytes) -> Any:
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # Recursion: deep nesting
         raise ApiError(f"invalid JSON in the request body: {exc}") from None
+    # The stdlib decodes a lone surrogate escape ("\ud800") into a str no UTF-8 can carry:
+    # refused here, once, rather than failing wherever the text is encoded later (msgspec's
+    # strings are always valid, so only this path needs the check).
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ApiError("invalid Unicode in the request body: a lone surrogate "
+                       f"(\\u{ord(exc.object[exc.start]):04x}) is not a character") from None
+    except RecursionError:  # as deep as json.loads took: not reached in practice
+        pass
+    return body
+
+
+def rejection(prompt_len: int, max_tokens: int) -> ApiError:
+    """A request the engine refused (it could never fit the KV cache): a 400
+    ``BadRequestError`` with ``param: "input_tokens"``, as vLLM answers a request its input
+    checks refuse (``VLLMValidationError`` through ``create_error_response``,
+    ``vllm/entrypoints/openai/engine/serving.py``)."""
+    return ApiError(f"The engine rejected this request: its {prompt_len} input tokens and "
+                    f"{max_tokens} output tokens can never fit in the model's KV cache. Please "
+                    "reduce the length of the input prompt or the number of requested output "
+                    "tokens.", param="input_tokens")
 
 
 def check_model(body: dict[str, Any], served: str) -> None:

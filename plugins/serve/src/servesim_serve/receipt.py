@@ -15,6 +15,14 @@ protocol's ``connection_lost``), without a task waiting on ``receive``. A stream
 go out from the driver's wake-up itself (servesim_serve.streams), one event-loop hop sooner and
 without resuming the stream's coroutines, whenever uvicorn's ``send`` would not have waited
 either.
+
+It also bounds what one connection may hold before its request reaches the app
+(docs/serve.md, "Limits"): a request line and headers over ``max_header_bytes`` are answered
+431 and the connection closed (counted as the bytes come, so a header never completed cannot
+grow without bound either), and a connection that has not completed a request's headers within
+``header_timeout_s`` of opening (or of its previous response's end) is closed. uvicorn's own
+keep-alive timeout covers only idle connections: a client that sends its headers a byte at a
+time would otherwise hold its connection for ever.
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 RECEIPT = "servesim.receipt"
+_HEAD_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
 
 
 class ChunkWriter:
@@ -101,14 +112,93 @@ class ReceiptProtocol(HttpToolsProtocol):
     (``base_events._set_nodelay``), which a listening socket made with the default protocol
     number does not pass on to the connections it accepts. With it on, a chunk written while
     the previous one is unacknowledged waits for the client's delayed ACK: a lone stream's
-    first token reached its client some 25-40 ms late."""
+    first token reached its client some 25-40 ms late.
+
+    :meth:`limited` gives the protocol with the head limits (module docstring); this class
+    itself has none."""
+
+    max_header_bytes: int | None = None
+    header_timeout_s: float | None = None
+
+    @classmethod
+    def limited(cls, max_header_bytes: int, header_timeout_s: float) -> type[ReceiptProtocol]:
+        return type("LimitedReceiptProtocol", (cls,), {"max_header_bytes": max_header_bytes,
+                                                       "header_timeout_s": header_timeout_s})
 
     def connection_made(self, transport: Any) -> None:
         no_delay(transport)
         self._watched: set[ChunkWriter] = set()
+        self._head = 0  # bytes of the request head received so far; -1 once it is complete
+        self._head_seen = 0  # its request line and headers as parsed
+        self._refused = False  # answered 431: nothing more is read
+        self._head_timer: Any = None
         super().connection_made(transport)
+        self._arm_head_timer()
+
+    def _arm_head_timer(self) -> None:
+        if self.header_timeout_s is not None:
+            self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        idle = self.cycle is None or self.cycle.response_complete
+        if self._head >= 0 and idle and not self.transport.is_closing():
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self._head >= 0:
+            self._head += len(data)
+        super().data_received(data)
+        limit = self.max_header_bytes
+        if limit is not None and self._head > limit:
+            self._refused = True
+        if self._refused and not self.transport.is_closing():
+            from servesim_serve import wire
+
+            body = wire.dumps(wire.error_body(
+                f"the request's headers exceed {limit} bytes (serve.max_header_bytes)",
+                "Request Header Fields Too Large", 431)).encode("utf-8")
+            self.transport.write(_HEAD_TOO_LARGE % (len(body), body))
+            self.transport.close()
+
+    def on_url(self, url: bytes) -> None:
+        self._note_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._note_head(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def _note_head(self, n: int) -> None:
+        self._head_seen += n
+        if self.max_header_bytes is not None and self._head_seen > self.max_header_bytes:
+            self._refused = True
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._refused:
+            return
+        super().on_message_complete()
+        self._head = self._head_seen = 0  # the next request's head, should one come
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._cancel_head_timer()
+            self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
         super().connection_lost(exc)
         watched, self._watched = self._watched, set()
         for writer in watched:
@@ -122,6 +212,10 @@ class ReceiptProtocol(HttpToolsProtocol):
         extensions[RECEIPT] = {"received": self.loop.time()}
 
     def on_headers_complete(self) -> None:
+        if self._refused:
+            return
+        self._head = -1
+        self._cancel_head_timer()
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # this request's (not an upgrade)

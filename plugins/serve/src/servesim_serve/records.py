@@ -3,8 +3,9 @@
 A :class:`LiveRequest` is the live side of one request: the driver records its simulated
 token times and wakes whoever streams it. The report is the one ``servesim run`` writes
 (:func:`servesim.report.summary.build_report`), built from these records through a
-:class:`~servesim.report.stats.RequestLog`; cancelled requests are not completed and are
-counted in ``num_cancelled``; requests answered 503 never reach an engine and are counted in
+:class:`~servesim.report.stats.RequestLog`; cancelled requests are not completed, count in
+``failed`` (as in a split's replay, docs/report.md) and in ``num_cancelled``; requests
+answered 503 never reach an engine and are counted in
 ``num_queue_full``. With reasoning configured the report gains the time to first answer token
 (``*_ttfat_ms``: first token after the thinking span minus arrival).
 """
@@ -16,8 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from servesim.config.sections import ReportConfig
+from servesim.report.summary import clean_floats, build_report, per_request_lines
 from servesim.report.stats import RequestLog, distribution
-from servesim.report.summary import build_report, clean_floats, per_request_lines
 
 
 class LiveRequest:
@@ -94,7 +95,9 @@ def request_log(requests: Sequence[LiveRequest], max_in_flight: int, preemptions
             log.admission(rid, r.reused)
         for t in r.times:
             log.tokens([rid], t)
-        log.rejected[rid] = r.rejected
+        # docs/report.md: `failed` counts the requests rejected and those cancelled, as the
+        # replay of a split (and this server's split) logs a cancellation.
+        log.rejected[rid] = r.rejected or r.cancelled
         if not r.cancelled:
             log.done[rid] = r.done_ms
     log.max_in_flight = max_in_flight

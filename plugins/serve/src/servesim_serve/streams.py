@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from servesim_serve import wire
 from servesim_serve.chunk_bytes import ChunkBytes, join_text, unescaped
-from servesim_serve.protocol import GenRequest
+from servesim_serve.protocol import GenRequest, rejection
 
 # Passes a stream may lag before their tokens go out merged in one chunk.
 MERGE_AFTER = 16
@@ -52,6 +52,7 @@ class Generation:
         self.out = ChunkBytes(rid, created, self.model, gen.chat)
         self.closed = False  # the stream's last chunk (and [DONE]) has been produced
         self.left = False  # the client went away
+        self.ended_by_server = False  # cancelled at shutdown (Server.end_open_streams)
         self.sent = 0  # output tokens in the messages produced so far
         self.step = 0  # entries of req.steps consumed
         self.sending = False  # the stream's task holds a message it has not written yet
@@ -93,7 +94,8 @@ class Generation:
         n = len(req.times)
         if not gen.chat:
             whole = b"".join(self.completion_piece(j) for j in range(n))
-            return wire.completion_response(self.rid, self.created, self.model, unescaped(whole), "length",
+            return wire.completion_response(self.rid, self.created, self.model, unescaped(whole),
+                                            self.finish_reason(),
                                             req.prompt_len, n, req.cached_tokens())
         content: list[str] = []
         reasoning: list[str] = []
@@ -102,7 +104,7 @@ class Generation:
             if text is not None:
                 (reasoning if is_reasoning else content).append(text)
         return wire.chat_response(self.rid, self.created, self.model, "".join(content),
-                                  "".join(reasoning) if self.thinking else None, "length",
+                                  "".join(reasoning) if self.thinking else None, self.finish_reason(),
                                   req.prompt_len, n, req.cached_tokens())
 
     # -- streams -------------------------------------------------------------------------
@@ -161,13 +163,23 @@ class Generation:
         if len(steps) > MERGE_AFTER:
             steps = steps[-1:]
         closed = False  # a chunk with the finish reason went out
+        rejected = req.rejected  # ends in an error event, not a finish reason
         for end in steps:
-            closed = req.finished and end == n
+            closed = req.finished and end == n and not rejected
             out.extend(self._chunks(sent, end, closed))
             sent = end
         self.sent = sent
         if req.finished and not closed:
-            # An end without a token in its pass (a rejection at admission).
+            if rejected:
+                # vLLM's stream generators end an error with the error event and [DONE], no
+                # finish reason nor usage chunk (``completion/serving.py``).
+                err = rejection(req.prompt_len, req.max_tokens)
+                out.append(wire.stream_error(err.message, err.err_type, err.status,
+                                             err.param).encode("utf-8"))
+                out.append(SSE_DONE)
+                self.closed = True
+                return b"".join(out)
+            # An end without a token in its pass (cancelled at shutdown, or aborted).
             out.append(wire.sse(self._end_chunk()).encode("utf-8"))
             closed = True
         if closed:
@@ -223,9 +235,24 @@ class Generation:
         return wire.sse(usage).encode("utf-8") + SSE_DONE
 
     def finish_reason(self) -> str:
-        """``length`` (the output length was reached), or ``abort`` for a request the engine
-        rejected or the simulation dropped."""
-        return "abort" if self.req.rejected or self.req.aborted else "length"
+        """``length`` (the output length was reached), or ``abort`` for a request the
+        simulation dropped or the server ended at shutdown (a rejected request ends in an
+        error instead)."""
+        req = self.req
+        return "abort" if req.rejected or req.aborted or self.ended_by_server else "length"
+
+    def end_by_server(self) -> None:
+        """Shutdown: cancel the request on its engine; its stream ends with an ``abort``
+        chunk and ``[DONE]`` (or its whole body with that finish reason)."""
+        req = self.req
+        if req.finished:
+            return
+        self.server.driver.cancel(req)
+        # Set after: a request that completed in the passes the cancellation caught up with
+        # keeps its own ending (and its stream's wake-up, never synchronous for a cancelled
+        # request, finds the flag set).
+        self.ended_by_server = req.cancelled
+        req.notify()
 
     def _end_chunk(self) -> dict[str, Any]:
         finish = self.finish_reason()

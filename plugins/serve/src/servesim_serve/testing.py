@@ -12,11 +12,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import uvicorn
-
-from servesim_serve.app import Server, build_app
-from servesim_serve.cli import bind, load
-from servesim_serve.receipt import ReceiptProtocol
+from servesim_serve.app import Server
+from servesim_serve.cli import bind, load, uvicorn_config, uvicorn_server
 
 START_TIMEOUT_S = 20.0
 
@@ -36,9 +33,7 @@ def running(sets: list[str], config: str | None = None) -> Iterator[Running]:
     server = Server(loaded, cfg)
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    uv = uvicorn.Server(uvicorn.Config(build_app(server), log_level="warning", lifespan="on",
-                                       loop="asyncio", http=ReceiptProtocol, access_log=False,
-                                       timeout_graceful_shutdown=2))
+    uv = uvicorn_server(uvicorn_config(server), server, signals=False)
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT_S

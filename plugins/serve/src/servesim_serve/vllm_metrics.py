@@ -7,10 +7,22 @@ A pass's tokens are recorded together when the pass's completion is reported (on
 each family per pass and rank, not one per request: the label lookups were most of the cost).
 Finished requests are recorded together per engine when the driver flushes, after the pass's
 first chunks have been written (a finished request's dozen histograms cost some 30 us).
+
+At each scrape the scheduler gauges (requests running and waiting, KV-cache usage, KV tokens in
+use) are set from every rank's state at that moment (``Rank.metrics()``), as vLLM's logger
+reports its scheduler's latest state: a pass's forward-pass metrics describe the batch it ran,
+and once the last pass has ended no pass comes to report that its requests have gone, so the
+gauges would stay at that batch while the server idles. A rank's requests running are those
+submitted to it and not yet ended, less those waiting: an engine settles a pass's outcome when
+the pass starts, so a request whose last token is being computed has already left its
+scheduler's running list, but it runs until the pass ends (a prefill/decode split's requests
+move between workers, so there the scheduler's own count is taken). Then ``running + waiting``
+over the engines is exactly the requests submitted and not yet ended.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import generate_latest
@@ -37,13 +49,44 @@ class EngineMetricsObserver(Observer):
         self._first: list[tuple[float, int, int]] = []
         self._gaps: list[float] = []
         self._finished: dict[str, list[Any]] = {}  # engine -> FinishedRequest, until flush()
+        self._engines: Sequence[Any] = ()
+        self._block_size = 0
+        self._in_flight: dict[str, int] = {}  # engine -> requests submitted there, not ended
+        self._counted: dict[int, str] = {}  # request id -> its engine in _in_flight
 
     def _engine(self, worker: int, dp_rank: int) -> str:
         return str(worker * self.dp_size + dp_rank)
 
+    def watch(self, engines: Sequence[Any], block_size: int) -> None:
+        self._engines = engines
+        self._block_size = block_size
+
     def render(self) -> bytes:
         self.flush()
+        self._scheduler_state()
         return generate_latest(self.metrics.registry)
+
+    def _scheduler_state(self) -> None:
+        """The scheduler gauges from each rank's current state (the module docstring)."""
+        if not self._engines:
+            return
+        children = self.metrics._children  # servesim_prometheus's per-engine label lookup
+        for w, engine in enumerate(self._engines):
+            for dp, rank in enumerate(engine.ranks):
+                metrics = getattr(rank, "metrics", None)
+                m = metrics() if metrics is not None else None
+                if m is None:
+                    continue  # the rank keeps no metrics: its last pass's stay
+                label = self._engine(w, dp)
+                in_flight = self._in_flight.get(label)
+                running = m.running_requests if in_flight is None else max(in_flight - m.waiting_requests, 0)
+                for key, value in (("running", running), ("waiting", m.waiting_requests),
+                                   ("used_tokens", m.active_blocks * self._block_size),
+                                   ("kv_usage", m.cache_usage)):
+                    for child in children(key, label):
+                        child.set(value)
+                for child in children("waiting_by_reason", label, "capacity"):
+                    child.set(m.waiting_requests)
 
     def flush(self) -> None:
         if self._finished:
@@ -77,7 +120,16 @@ class EngineMetricsObserver(Observer):
         for i in range(max(len(times) - count + (1 if first else 0), 1), len(times)):
             gaps.append((times[i] - times[i - 1]) / 1000.0)
 
+    def arrived(self, req: LiveRequest, metrics: Metrics | None) -> None:
+        if req.worker >= 0:  # an aggregated worker's request (a split's moves: not counted)
+            label = self._engine(req.worker, req.dp_rank)
+            self._in_flight[label] = self._in_flight.get(label, 0) + 1
+            self._counted[req.rid] = label
+
     def finished(self, req: LiveRequest) -> None:
+        label = self._counted.pop(req.rid, None)
+        if label is not None:
+            self._in_flight[label] -= 1
         if req.rejected:
             return
         times = req.times

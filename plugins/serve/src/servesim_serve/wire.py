@@ -31,6 +31,13 @@ def error_body(message: str, err_type: str, code: int, param: str | None = None)
     return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
 
 
+def stream_error(message: str, err_type: str, code: int, param: str | None = None) -> str:
+    """An error inside a stream, as vLLM's stream generators send one before ``[DONE]``
+    (``create_streaming_error_response``, ``vllm/entrypoints/openai/engine/serving.py``: the
+    stdlib's ``json.dumps`` of the error body, so with its default separators and escapes)."""
+    return f"data: {json.dumps(error_body(message, err_type, code, param))}\n\n"
+
+
 def _usage(prompt: int, completion: int) -> dict[str, Any]:
     return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
 

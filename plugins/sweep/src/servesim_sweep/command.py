@@ -12,9 +12,13 @@ the progress bar (servesim.cli.progress), on stderr when it is a terminal.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from servesim.errors import UserError
@@ -35,12 +39,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(servesim_command=run)
 
 
+class SweepInterrupted(UserError):
+    """SIGINT or SIGTERM ended the sweep: one line, exit status 128 + the signal number (130,
+    143), the points completed so far on disk for ``--resume``."""
+
+    def __init__(self, signum: int, message: str = "") -> None:
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(message or f"interrupted by {signal.Signals(signum).name}")
+
+
 def _write(path: str, text: str) -> None:
+    """Write ``path`` through a temporary name renamed into place: an interrupted or failed
+    write leaves no partial file (and an earlier one whole)."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
     try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`SweepInterrupted` in the main thread; once one has,
+    both are ignored until the sweep has stopped its workers (the cleanup is not itself
+    interrupted). The previous handlers come back on leaving."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, frame: Any) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        raise SweepInterrupted(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _resumed(path: str, point_id: str) -> dict[str, Any] | None:
@@ -49,7 +94,7 @@ def _resumed(path: str, point_id: str) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8") as fh:
             record = json.load(fh)
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8 at all
         return None
     if not isinstance(record, dict) or record.get("id") != point_id or record.get("status") != "ok":
         return None
@@ -86,7 +131,13 @@ def _records(args: argparse.Namespace, sweep: Any, base: str, points_dir: str) -
             failed += record["status"] != "ok"
             if progress is not None:
                 progress(done, len(records), failed)
+    except SweepInterrupted as exc:
+        results.close()  # stops the workers now, before the message
+        raise SweepInterrupted(exc.signum, f"interrupted by {signal.Signals(exc.signum).name}: "
+                               f"{done} of {len(records)} points complete in {points_dir} "
+                               "(servesim sweep --resume runs the rest)") from None
     finally:
+        results.close()
         if progress is not None:
             progress.finish()
     return records
@@ -107,8 +158,6 @@ def _check_outputs(out: str, points_dir: str, sweep: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from servesim_sweep import pareto, results
-    from servesim_sweep.point import base_path, check_points
     from servesim_sweep.spec import load_sweep
 
     if args.parallel is not None and args.parallel < 1:
@@ -116,7 +165,15 @@ def run(args: argparse.Namespace) -> int:
     if args.address is not None and args.executor != "ray":
         raise UserError("--address needs --executor ray")
     sweep = load_sweep(args.sweep)
+    with _interruptible():
+        return _run(args, sweep)
+
+
+def _run(args: argparse.Namespace, sweep: Any) -> int:
     from servesim.config.output_paths import folder_problem
+
+    from servesim_sweep import pareto, results
+    from servesim_sweep.point import base_path, check_points
 
     problem = folder_problem(args.out)
     if problem is not None:

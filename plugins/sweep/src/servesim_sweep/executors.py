@@ -6,8 +6,9 @@ depend on the executor or on finishing order.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from servesim.errors import UserError
@@ -16,15 +17,21 @@ from servesim_sweep.point import new_record, run_point
 from servesim_sweep.spec import Point
 
 Result = tuple[int, dict[str, Any]]
+Results = Generator[Result, None, None]
 
 
 def default_parallel() -> int:
     return os.cpu_count() or 1
 
 
-def run_local(base: str, points: Sequence[tuple[int, Point]], parallel: int) -> Iterator[Result]:
+def run_local(base: str, points: Sequence[tuple[int, Point]], parallel: int) -> Results:
     """One process per point at most ``parallel`` at a time (``spawn``ed: no state of the
-    parent is inherited); with ``parallel`` 1 the points run in this process."""
+    parent is inherited); with ``parallel`` 1 the points run in this process.
+
+    Leaving early (an interrupt in this process, or the generator closed before its end)
+    terminates the workers and waits for them, so none outlives the sweep (nor, through them,
+    multiprocessing's resource tracker). Workers ignore SIGINT: a Ctrl-C reaches the whole
+    process group, and the sweep, not each worker, decides what it ends."""
     if parallel <= 1 or len(points) <= 1:
         for index, point in points:
             yield index, run_point(base, point)
@@ -33,19 +40,48 @@ def run_local(base: str, points: Sequence[tuple[int, Point]], parallel: int) -> 
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(parallel, len(points)), mp_context=context) as pool:
-        futures = {pool.submit(run_point, base, point): (index, point) for index, point in points}
-        for future in as_completed(futures):
-            index, point = futures[future]
-            try:
-                record = future.result()
-            except Exception as exc:  # noqa: BLE001 - a worker that died (memory) fails its point
-                record = new_record(point, exc)
-            yield index, record
+    with ProcessPoolExecutor(max_workers=min(parallel, len(points)), mp_context=context,
+                             initializer=_ignore_sigint) as pool:
+        try:
+            futures = {pool.submit(run_point, base, point): (index, point) for index, point in points}
+            for future in as_completed(futures):
+                index, point = futures[future]
+                try:
+                    record = future.result()
+                except Exception as exc:  # noqa: BLE001 - a worker that died (memory) fails its point
+                    record = new_record(point, exc)
+                yield index, record
+        except BaseException:
+            _terminate(pool)
+            raise
+
+
+def _ignore_sigint() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _terminate(pool: Any) -> None:
+    """Stop a process pool now: cancel what has not started, terminate the workers and reap
+    them. (``ProcessPoolExecutor`` has no public way to end running workers before Python
+    3.14's ``terminate_workers``; its ``_processes`` are the worker processes.)"""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in processes:
+        with contextlib.suppress(Exception):
+            proc.terminate()
+    for proc in processes:
+        with contextlib.suppress(Exception):
+            proc.join(10.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(10.0)
+    with contextlib.suppress(Exception):
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def run_ray(base: str, points: Sequence[tuple[int, Point]], parallel: int,
-            address: str | None) -> Iterator[Result]:
+            address: str | None) -> Results:
     """Points as Ray tasks on the cluster at ``address``, or on a local one started here
     (``parallel`` CPUs) and shut down afterwards."""
     try:

@@ -9,10 +9,12 @@ the objectives and the Pareto front use each configuration's mean over its compl
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
@@ -64,8 +66,26 @@ def rows(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[dict[str, A
     return columns, out
 
 
+@contextlib.contextmanager
+def replacing(path: str) -> Iterator[str]:
+    """A temporary name beside ``path`` to write, renamed to ``path`` once written: a failed
+    or interrupted write leaves no partial file (and an earlier one whole). A write that
+    fails is a UserError naming the file."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        try:
+            yield tmp
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def write_csv(path: str, columns: list[str], table: list[dict[str, Any]]) -> None:
-    with open(path, "w", encoding="utf-8", newline="") as fh:
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(columns)
         for row in table:
@@ -91,7 +111,8 @@ def write_parquet(path: str, columns: list[str], table: list[dict[str, Any]]) ->
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     arrays = {c: _arrow_column([row.get(c) for row in table]) for c in columns}
-    pq.write_table(pa.table(arrays), path)
+    with replacing(path) as tmp:
+        pq.write_table(pa.table(arrays), tmp)
 
 
 def metric(record: dict[str, Any], key: str) -> float | None:
