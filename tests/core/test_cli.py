@@ -144,18 +144,23 @@ def test_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert_user_error(capsys, cli.main(["validate", missing]), f"{missing}: cannot read config file")
 
 
-def test_plugin_failure_is_a_user_error(
+def test_a_broken_plugin_fails_a_run_and_is_listed_by_plugins(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ep = importlib.metadata.EntryPoint("broken", "servesim_no_such_module_xyz", "servesim")
     dist = argparse.Namespace(metadata={"Name": "broken-dist"}, version="0.1", entry_points=[ep])
     monkeypatch.setattr(importlib.metadata, "distributions", lambda: [dist])
-    assert_user_error(
-        capsys,
-        cli.main(["plugins"]),
-        "plugin 'broken' (entry point 'servesim_no_such_module_xyz' "
-        "of distribution broken-dist 0.1) failed to load: ModuleNotFoundError",
-    )
+    message = ("plugin 'broken' (entry point 'servesim_no_such_module_xyz' "
+               "of distribution broken-dist 0.1) failed to load: ModuleNotFoundError")
+    err = assert_user_error(capsys, cli.main(["run", "--quiet"]), message)
+    # the same failure, listed: every other plugin still shows, the broken one is marked
+    assert cli.main(["plugins"]) == 1
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert "  lru  plugin servesim.builtins.kv  (servesim " in out
+    broken = out.splitlines()[-1]
+    assert broken.startswith(f"broken plugin broken: {message}")
+    assert broken.endswith("; set SERVESIM_DISABLE_PLUGINS=broken to run without it")
 
 
 def test_no_arguments_means_run(monkeypatch: pytest.MonkeyPatch) -> None:

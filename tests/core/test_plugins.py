@@ -180,8 +180,18 @@ def test_builtins_are_registered_in_module_order_as_servesim() -> None:
 def test_unknown_hook_is_an_error_naming_the_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
     _module(monkeypatch, "fake_typo", servesim_register_backend=_backend("a"))
     _install(monkeypatch, FakeDist("typo-dist", "1.0", {"typo": "fake_typo"}))
-    with pytest.raises(PluginError, match=r"plugin 'typo' \(typo-dist 1.0\) implements an unknown hook"):
+    message = ("plugin 'typo' (typo-dist 1.0) implements an unknown hook 'servesim_register_backend' "
+               "(did you mean 'servesim_register_backends'?); "
+               "set SERVESIM_DISABLE_PLUGINS=typo to run without it")
+    with pytest.raises(PluginError) as info:
         make_plugin_manager()
+    assert str(info.value) == message
+    # tolerant (servesim plugins): the plugin is left out, its error kept, the rest loads
+    pm = make_plugin_manager(tolerant=True)
+    assert pm.broken == {"typo": message}
+    assert pm.get_plugin("typo") is None and pm.get_plugin("servesim.builtins.kv") is not None
+    monkeypatch.setenv("SERVESIM_DISABLE_PLUGINS", "typo")
+    assert make_plugin_manager().broken == {}
 
 
 def test_hookimpl_with_unknown_argument_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:

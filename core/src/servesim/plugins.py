@@ -10,7 +10,8 @@ style-anchors.md rule 6, after tox's ``Plugin.load_plugins`` and pytest's
    ``servesim.builtins.<module>`` — core's defaults go through the same hooks as anyone's;
 4. unless ``SERVESIM_DISABLE_PLUGIN_AUTOLOAD`` is set, load the entry points of group
    ``servesim`` (the entry-point name is the plugin name);
-5. ``check_pending()``, so a misspelt hook implementation is an error, not silently ignored.
+5. :meth:`ServesimPluginManager.check_hooks` (pluggy's ``check_pending``), so a misspelt hook
+   implementation is an error with a "did you mean", not silently ignored.
 
 :class:`Plugins` wraps the manager: :meth:`Plugins.registries` calls each ``servesim_register_*``
 hook one plugin at a time so every registration knows which distribution made it (a duplicate
@@ -60,9 +61,14 @@ class ServesimPluginManager(pluggy.PluginManager):
     """A pluggy manager that remembers each plugin's distribution and turns plugin failures
     into :class:`PluginError` naming the entry point and its distribution."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tolerant: bool = False) -> None:
         super().__init__(PROJECT)
         self.distributions: dict[str, DistInfo] = {}
+        #: With ``tolerant``, a plugin that fails to load or to validate is left out and its
+        #: one-line error kept here by name (``servesim plugins`` lists them); otherwise the
+        #: first such failure raises :class:`PluginError`.
+        self.tolerant = tolerant
+        self.broken: dict[str, str] = {}
 
     def load_setuptools_entrypoints(self, group: str, name: str | None = None) -> int:
         """Load the entry points of ``group`` like pluggy does, with servesim's errors.
@@ -89,11 +95,30 @@ class ServesimPluginManager(pluggy.PluginManager):
             if self.has_plugin(ep_name):
                 continue
             seen[ep_name] = info
-            plugin = _load_entry_point(ep_name, ep_value, info)
-            self._register_checked(plugin, ep_name, f"entry point {ep_name!r} of {info}")
+            try:
+                plugin = _load_entry_point(ep_name, ep_value, info)
+                self._register_checked(plugin, ep_name, f"entry point {ep_name!r} of {info}")
+            except PluginError as exc:
+                if not self.tolerant:
+                    raise
+                self.broken[ep_name] = f"{exc}; {skip_hint(ep_name)}"
+                continue
             self.distributions[ep_name] = info
             count += 1
         return count
+
+    def check_hooks(self) -> None:
+        """Every hook implementation must match a hookspec (pluggy's ``check_pending``): a
+        misspelt hook is an error naming the plugin, the hook, the nearest real hook and how
+        to skip the plugin, not a hook silently never called."""
+        for hook_name, plugin in unknown_hooks(self):
+            name = self.get_name(plugin)
+            message = (f"plugin {name!r} ({self.distribution_of(name or '')}) implements an unknown "
+                       f"hook {hook_name!r}{did_you_mean(hook_name)}; {skip_hint(name or '')}")
+            if not self.tolerant:
+                raise PluginError(message)
+            self.broken[name or repr(plugin)] = message
+            self.unregister(plugin)
 
     def _register_checked(self, plugin: object, name: str, what: str) -> None:
         try:
@@ -111,6 +136,32 @@ class ServesimPluginManager(pluggy.PluginManager):
 def _one_line(exc: BaseException) -> str:
     """pluggy's validation messages span lines; the CLI prints errors as one line."""
     return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+
+
+def unknown_hooks(pm: pluggy.PluginManager) -> list[tuple[str, object]]:
+    """``(hook name, plugin)`` of every implementation of a hook no hookspec declares."""
+    out = []
+    for name in sorted(pm.hook.__dict__):
+        if name.startswith("_"):
+            continue
+        caller = getattr(pm.hook, name)
+        if not caller.has_spec():
+            out += [(name, impl.plugin) for impl in caller.get_hookimpls() if not impl.optionalhook]
+    return out
+
+
+def did_you_mean(hook_name: str) -> str:
+    """`` (did you mean 'servesim_…'?)`` for the nearest declared hook, or nothing."""
+    import difflib
+
+    declared = [n for n in dir(hookspecs) if n.startswith("servesim_")]
+    near = difflib.get_close_matches(hook_name, declared, n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
+def skip_hint(plugin_name: str) -> str:
+    """How to run without a broken plugin."""
+    return f"set {DISABLE_ENV}={plugin_name} to run without it"
 
 
 def _load_entry_point(name: str, value: str, info: DistInfo) -> object:
@@ -155,13 +206,15 @@ def servesim_version() -> str:
     return plugin_scan.entry_points(ENTRY_POINT_GROUP)[1]
 
 
-def make_plugin_manager(*, autoload: bool = True) -> ServesimPluginManager:
+def make_plugin_manager(*, autoload: bool = True, tolerant: bool = False) -> ServesimPluginManager:
     """A fresh manager with hookspecs, built-ins and (unless disabled) installed plugins.
 
     :param autoload: load ``servesim`` entry points; tests pass False to register their own
         plugins on a clean manager. ``SERVESIM_DISABLE_PLUGIN_AUTOLOAD`` also turns it off.
+    :param tolerant: leave out a plugin that fails to load or implements an unknown hook,
+        keeping its error in ``pm.broken`` (``servesim plugins``), instead of raising.
     """
-    pm = ServesimPluginManager()
+    pm = ServesimPluginManager(tolerant=tolerant)
     pm.add_hookspecs(hookspecs)
     for name in _split_names(os.environ.get(DISABLE_ENV)):
         pm.set_blocked(name)
@@ -177,13 +230,7 @@ def make_plugin_manager(*, autoload: bool = True) -> ServesimPluginManager:
         pm.distributions[name] = builtin_dist
     if autoload:
         pm._load_records(records, None)
-    try:
-        pm.check_pending()
-    except pluggy.PluginValidationError as exc:
-        plugin = exc.plugin
-        pname = pm.get_name(plugin) if plugin is not None else None
-        where = f"plugin {pname!r} ({pm.distribution_of(pname)})" if pname else "a plugin"
-        raise PluginError(f"{where} implements an unknown hook: {_one_line(exc)}") from None
+    pm.check_hooks()
     if os.environ.get(TRACE_ENV) not in (None, "", "0"):
         pm.trace.root.setwriter(sys.stderr.write)
         pm.enable_tracing()  # any pm.hook call; registration calls trace themselves (Plugins._fill)
@@ -210,9 +257,11 @@ class Plugins:
     Built registries are cached, so repeated lookups do not call hooks again.
     """
 
-    def __init__(self, pm: ServesimPluginManager | None = None, *, autoload: bool = True) -> None:
+    def __init__(self, pm: ServesimPluginManager | None = None, *, autoload: bool = True,
+                 tolerant: bool = False) -> None:
         self._pm = pm
         self._autoload = autoload
+        self._tolerant = tolerant
         # Filled one kind at a time, on first use: a run asks only for the kinds it needs.
         self._registries: dict[str, Registry] = {}
         self._all: dict[str, Registry] | None = None
@@ -221,7 +270,7 @@ class Plugins:
     def pm(self) -> ServesimPluginManager:
         """The underlying manager, built on first use."""
         if self._pm is None:
-            self._pm = make_plugin_manager(autoload=self._autoload)
+            self._pm = make_plugin_manager(autoload=self._autoload, tolerant=self._tolerant)
         return self._pm
 
     def registries(self) -> dict[str, Registry]:

@@ -151,10 +151,12 @@ def _count(n: int, noun: str) -> str:
 
 
 def plugins_listing() -> dict[str, Any]:
-    """What ``servesim plugins --json`` prints: registrations by kind, then every plugin."""
+    """What ``servesim plugins --json`` prints: registrations by kind, every plugin, and the
+    plugins left out because they failed to load or implement an unknown hook (with their
+    errors), so one broken plugin does not hide the others."""
     from servesim.plugins import Plugins
 
-    plugins = Plugins()
+    plugins = Plugins(tolerant=True)
     registries = plugins.registries()
     pm = plugins.pm
     kinds: dict[str, list[dict[str, str]]] = {}
@@ -175,14 +177,15 @@ def plugins_listing() -> dict[str, Any]:
         {"name": p.name, "distribution": p.distribution, "version": p.version, "hooks": list(p.hooks)}
         for p in plugins.plugin_infos()
     ]
-    return {"kinds": kinds, "plugins": listed}
+    return {"kinds": kinds, "plugins": listed, "broken": dict(sorted(pm.broken.items()))}
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     listing = plugins_listing()
+    status = 1 if listing["broken"] else 0
     if args.json:
         print(json.dumps(listing, indent=2))
-        return 0
+        return status
     for kind, rows in listing["kinds"].items():
         print(f"{kind}:")
         if not rows:
@@ -194,7 +197,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     for p in listing["plugins"]:
         hooks = ", ".join(h.removeprefix("servesim_") for h in p["hooks"]) or "no hooks"
         print(f"  {p['name']}  ({p['distribution']} {p['version']}): {hooks}")
-    return 0
+    for name, error in listing["broken"].items():
+        print(f"broken plugin {name}: {error}")
+    return status
 
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "plugins": cmd_plugins}
