@@ -76,7 +76,7 @@ def test_validate_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     out, err = capsys.readouterr()
     assert err == ""
     assert out == (
-        f"OK: {path}: backend toy (block_size 16, dp_size 1), timing toy_constant, 3 workers, "
+        f"OK: {path}: backend toy (block_size 16, dp_size 1), timing toy_constant, eviction lru, 3 workers, "
         "router round_robin, workload synthetic\n"
     )
 
@@ -235,3 +235,20 @@ def test_the_console_script_spares_the_exit_collection(monkeypatch, capsys) -> N
     finally:
         gc.unfreeze()
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+def test_validate_takes_overrides_alone_and_names_the_eviction_policy_and_sinks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kv = tmp_path / "kv.jsonl"
+    sets = ["--set", "cluster.workers=2", "--set", "engine.eviction_policy={type: lru}",
+            "--set", f"sinks.kv_events=[{{type: tee, sinks: [{{type: jsonl, path: {kv}}}]}}, {{type: memory}}]"]
+    assert cli.main(["validate", *sets]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out == (
+        "OK: the built-in default scenario: backend vllm (block_size 64, dp_size 1), timing "
+        "polynomial, eviction lru, 2 workers, router round_robin, workload synthetic, "
+        "kv_events tee+memory\n"
+    )
+    assert not kv.exists()  # validating builds sinks without creating their files

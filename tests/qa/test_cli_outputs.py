@@ -139,7 +139,7 @@ def test_validate_prints_a_summary(tmp_path: Path, capsys: pytest.CaptureFixture
     config.write_text("engine: {backend: sglang, dp_size: 2}\ncluster: {workers: 3, router: kv}\n")
     assert main(["validate", str(config)]) == 0
     assert capsys.readouterr().out == (
-        f"OK: {config}: backend sglang (block_size 1, dp_size 2), timing polynomial, 3 workers, "
+        f"OK: {config}: backend sglang (block_size 1, dp_size 2), timing polynomial, eviction lru, 3 workers, "
         "router kv, workload synthetic\n"
     )
 

@@ -130,5 +130,5 @@ def test_validate_counts_every_pools_workers(
     config = write(tmp_path, "sim.yaml", f"cluster: {cluster}\n")
     assert main(["validate", config]) == 0
     assert capsys.readouterr().out == (
-        f"OK: {config}: backend vllm (block_size 64, dp_size 1), timing polynomial, {summary}, "
+        f"OK: {config}: backend vllm (block_size 64, dp_size 1), timing polynomial, eviction lru, {summary}, "
         "router round_robin, workload synthetic\n")

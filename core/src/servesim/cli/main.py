@@ -68,9 +68,10 @@ def build_parser(*, with_plugins: bool = True) -> argparse.ArgumentParser:
         run.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     validate = sub.add_parser("validate", help="check a config file without running it")
-    validate.add_argument("config", metavar="CONFIG.yaml", nargs="+",
+    validate.add_argument("config", metavar="CONFIG.yaml", nargs="*", default=[],
                           help="the YAML config to check (its trace file is read too); several are "
-                               "merged in order, later keys winning")
+                               "merged in order, later keys winning; none: the built-in default "
+                               "scenario with the --set overrides")
     validate.add_argument(
         "--set",
         dest="sets",
@@ -127,11 +128,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
         reader.read(trace.path, trace_block_size=trace.trace_block_size)
     workload = "trace" if sim.workload.trace is not None else "synthetic"
     print(
-        f"OK: {args.config}: backend {sim.engine.backend} (block_size {sim.engine.block_size}, "
-        f"dp_size {sim.engine.dp_size}), timing {loaded.engine.timing_type}, "
-        f"{_workers(sim.cluster)}, router {sim.cluster.router}, workload {workload}"
+        f"OK: {args.config or 'the built-in default scenario'}: backend {sim.engine.backend} "
+        f"(block_size {sim.engine.block_size}, dp_size {sim.engine.dp_size}), "
+        f"timing {loaded.engine.timing_type}, eviction {_kind(sim.engine.eviction_policy)}, "
+        f"{_workers(sim.cluster)}, router {sim.cluster.router}, workload {workload}{_sinks(sim.sinks)}"
     )
     return 0
+
+
+def _kind(spec: Any) -> str:
+    """A plugin selection's name: a string, or the ``type`` of a mapping."""
+    return str(spec.get("type")) if isinstance(spec, dict) else str(spec)
+
+
+def _sinks(sinks: Any) -> str:
+    """``, kv_events jsonl+tee, fpm jsonl`` for the configured sinks (nothing when none)."""
+    parts = [f"{name} {'+'.join(_kind(s) for s in specs)}"
+             for name, specs in (("kv_events", sinks.kv_events), ("fpm", sinks.fpm)) if specs]
+    return "".join(f", {part}" for part in parts)
 
 
 def _workers(cluster: Any) -> str:
