@@ -10,6 +10,7 @@ its traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -261,9 +262,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # `servesim plugins | head`: the reader left. Send the rest of stdout nowhere so the
         # interpreter's final flush does not fail again, and exit as a SIGPIPE'd tool does.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _discard_stdout()
         return 141
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRNOS:
+            raise
+        # stdout could not take the output (`servesim run > /dev/full`): one line, and the
+        # rest of stdout goes nowhere so that the final flush does not fail again.
+        _discard_stdout()
+        print(f"{PROG}: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+
+
+#: Errors of a write that could not be made (full disk, quota, I/O, file too large).
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
+
+
+def _discard_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def spare_exit_collection() -> None:

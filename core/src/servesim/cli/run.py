@@ -49,12 +49,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _write(path: str, text: str) -> None:
+    """Write a whole output file. A regular file is written under a temporary name beside it
+    and renamed into place, so a failed write (a full disk) leaves the previous file whole;
+    a device or pipe (``/dev/stdout``) is written as it is."""
     try:
         parent = os.path.dirname(path)
         if parent:
             os.makedirs(parent, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        if os.path.exists(path) and not os.path.isfile(path):
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            return
+        tmp = os.path.join(parent, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
 

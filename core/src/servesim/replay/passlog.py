@@ -48,6 +48,7 @@ from attrs import frozen
 
 from servesim.contract import RequestId, ScheduleRecord
 from servesim.errors import TraceError
+from servesim.sinks.base import SinkError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -210,9 +211,11 @@ class PassLogWriter:
         if isinstance(target, str) or (pathlib is not None and isinstance(target, pathlib.Path)):
             self._f: IO[str] = open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
             self._owned = True
+            self.name = str(target)
         else:
             self._f = target
             self._owned = False
+            self.name = getattr(target, "name", "<stream>")
         self._ids = _id_fn(ids)
         self.lines_written = 0
 
@@ -230,18 +233,32 @@ class PassLogWriter:
         if not (math.isfinite(start_ms) and math.isfinite(end_ms)):
             raise ValueError(f"pass {pass_index}: non-finite time {start_ms!r}..{end_ms!r}")
         line = make_line(worker, dp_rank, pass_index, start_ms, end_ms, record, ids or self._ids)
-        self._f.write(dumps(line) + "\n")
+        try:
+            self._f.write(dumps(line) + "\n")
+        except OSError as exc:
+            raise self._failed(exc, end_ms) from None
         self.lines_written += 1
         return line
 
+    def _failed(self, exc: OSError, at_ms: float | None = None) -> SinkError:
+        """A write that failed (a full disk), as the one-line error a sink failure is."""
+        when = "" if at_ms is None else f" at {at_ms} ms"
+        return SinkError(f"pass log {self.name}: cannot write{when}: {exc.strerror or exc}")
+
     def flush(self) -> None:
-        self._f.flush()
+        try:
+            self._f.flush()
+        except OSError as exc:
+            raise self._failed(exc) from None
 
     def close(self) -> None:
-        if self._owned:
-            self._f.close()
-        else:
-            self._f.flush()
+        try:
+            if self._owned:
+                self._f.close()
+            else:
+                self._f.flush()
+        except OSError as exc:
+            raise self._failed(exc) from None
 
     def __enter__(self) -> PassLogWriter:
         return self
