@@ -59,10 +59,55 @@ _StrictLoader.add_implicit_resolver(
 )
 
 
+#: The most values a config may hold once its aliases are expanded, and the deepest nesting.
+#: A real config holds hundreds; aliases that name aliases double at every level (an "alias
+#: bomb"), and everything that reads a config walks the expanded form.
+MAX_VALUES = 100_000
+MAX_DEPTH = 64
+
+
+def _check_bounds(data: Any, source: str) -> None:
+    """Refuse data whose expansion exceeds :data:`MAX_VALUES` or :data:`MAX_DEPTH`, or that
+    contains itself (a recursive alias). Linear in the parsed document: a value shared
+    through an alias is sized once."""
+    sizes: dict[int, int] = {}
+    depths: dict[int, int] = {}
+    open_ids: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        value, done = stack.pop()
+        if not isinstance(value, (dict, list)):
+            continue
+        key = id(value)
+        children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        if done:
+            open_ids.discard(key)
+            inner = [c for c in children if isinstance(c, (dict, list))]
+            sizes[key] = 1 + len(children) + sum(sizes[id(c)] - 1 for c in inner)
+            depths[key] = 1 + max((depths[id(c)] for c in inner), default=0)
+            if sizes[key] > MAX_VALUES:
+                raise ConfigError(f"the config holds more than {MAX_VALUES:,} values once its YAML "
+                                  "aliases are expanded (limit MAX_VALUES)", source=source)
+            if depths[key] > MAX_DEPTH:
+                raise ConfigError(f"the config nests deeper than {MAX_DEPTH} levels (limit MAX_DEPTH)",
+                                  source=source)
+            continue
+        if key in sizes:
+            continue
+        if key in open_ids:
+            raise ConfigError("a YAML alias refers to a value that contains it", source=source)
+        open_ids.add(key)
+        stack.append((value, True))
+        stack.extend((c, False) for c in children if isinstance(c, (dict, list)))
+
+
 def parse_yaml(text: str, source: str, *, lines: bool = True) -> Any:
-    """Parse YAML text; syntax errors name ``source:line`` (``lines=False``: ``source``)."""
+    """Parse YAML text; syntax errors name ``source:line`` (``lines=False``: ``source``).
+    The result is bounded in expanded size and depth (:func:`_check_bounds`)."""
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+        _check_bounds(data, source)
+        return data
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}" if mark is not None and lines else source

@@ -1,0 +1,38 @@
+"""A config is bounded once its YAML aliases are expanded: an alias bomb, a recursive alias
+or absurd nesting is one line naming the limit (exit 2), decided in time linear in the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from servesim.cli.main import main
+
+
+def _bomb(levels: int) -> str:
+    lines = ["a0: &a0 {type: memory}"]
+    lines += [f"a{i}: &a{i} {{type: tee, sinks: [{', '.join([f'*a{i - 1}'] * 10)}]}}"
+              for i in range(1, levels + 1)]
+    return "x-anchors:\n" + "".join(f"  {line}\n" for line in lines) + f"sinks:\n  kv_events: [*a{levels}]\n"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (_bomb(8), "the config holds more than 100,000 values once its YAML aliases are expanded "
+               "(limit MAX_VALUES)"),
+    ("engine: &e {x: [*e]}\n", "a YAML alias refers to a value that contains it"),
+    ("engine: " + "[" * 100 + "]" * 100 + "\n", "the config nests deeper than 64 levels (limit MAX_DEPTH)"),
+], ids=["alias-bomb", "recursive-alias", "deep"])
+def test_an_unbounded_config_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
+                                         message: str) -> None:
+    path = tmp_path / "sim.yaml"
+    path.write_text(text)
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err == f"servesim: error: {path}: {message}\n"
+
+
+def test_shared_values_within_the_bounds_are_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sim.yaml"
+    path.write_text(_bomb(3).replace("x-anchors", "x-ok"))  # 1,000 memory sinks: fine
+    assert main(["validate", str(path)]) == 2  # but x-ok is no section: the usual key error
+    assert "x-ok: unknown key" in capsys.readouterr().err
