@@ -11,7 +11,7 @@ from tests.qa.test_import_cycles import ROOT, _imported, _modules
 
 # backend package -> (modules that may enter the steady batch, the reference pass's modules)
 BACKENDS = {
-    "servesim_vllm": ({"scheduler", "rank", "runs"},
+    "servesim_vllm": ({"scheduler", "rank", "fast.runs"},
                       {"scheduler", "request", "cadence", "behaviour", "speculative",
                        "host_offload", "handoff", "shape"}),
     "servesim_trtllm": ({"core", "rank", "runs"},
@@ -38,7 +38,8 @@ def _imports(package: str) -> dict[str, set[str]]:
         for candidate in _imported(module, path):
             for name in candidate.split("|"):
                 for seam in SEAM:
-                    if name in (f"{package}.{seam}", f"servesim.fast.{seam}") or name.startswith(
+                    if name in (f"{package}.{seam}", f"{package}.fast.{seam}",
+                                f"servesim.fast.{seam}") or name.startswith(
                             (f"{package}.{seam}.", f"servesim.fast.{seam}.")):
                         names.add(("core." if name.startswith("servesim.") else "") + seam)
         out[module.removeprefix(package + ".")] = names

@@ -145,7 +145,7 @@ def test_the_decode_pool_runs_through_handoffs() -> None:
     report, lines, rp = _replay(case, runs=True)
     runs = rp._runs  # noqa: SLF001
     assert runs is not None
-    decode_passes = rp.passes - sum(rp.engines[p].ranks[0]._pass_counter  # noqa: SLF001
+    decode_passes = rp.passes - sum(rp.engines[p].ranks[0].pass_counter
                                     for p in range(rp.num_prefill))
     assert runs.run_passes > 0.8 * decode_passes
     assert runs.completed_within > 0
