@@ -14,7 +14,7 @@ BACKENDS = {
     "servesim_vllm": ({"scheduler", "rank", "fast.runs"},
                       {"scheduler", "request", "cadence", "behaviour", "speculative",
                        "host_offload", "handoff", "shape"}),
-    "servesim_trtllm": ({"core", "rank", "runs"},
+    "servesim_trtllm": ({"core", "rank", "fast.runs"},
                         {"core", "policies", "request", "work", "speculative", "handoff",
                          "config"}),
     # no steady batch: its runs (runs.py with run_head.py) re-derive the steady decode pass

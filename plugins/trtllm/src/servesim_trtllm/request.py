@@ -67,7 +67,7 @@ class TrtRequest:
         self.total_blocks = 0
         self.blocks = SequenceBlocks(request, salt)
         # Sequence length minus the pass counter, end pass and batch serial while the
-        # request is in a steady batch (servesim_trtllm.steady); meaningless otherwise.
+        # request is in a steady batch (servesim_trtllm.fast.steady); meaningless otherwise.
         self.sb = 0
         self.se = 0
         self.sn = 0
