@@ -78,6 +78,8 @@ class VllmHostOffload:
         per_token = kv_bytes_per_token(config)
         assert per_token is not None
         pool = s.pool
+        # The tier's events join the device pool's stream (one id sequence). BlockPool has no
+        # public name for its publisher yet (tests/qa/test_private_access.py, AWAITING_CORE).
         publish = pool._publish if pool.events_enabled else None  # noqa: SLF001
         self.tier = HostTier(config.native_host_offload, int(round(s.bs * per_token)), publish)
         self.s = s

@@ -56,6 +56,7 @@ from servesim.fast.runs import (
 from servesim.fast.steady import plan_passes, replay_steps
 from servesim.mechanics.numeric import Welford
 from servesim.timing.base import scaled_ms
+
 from servesim_trtllm.config import CapacitySchedulerPolicy
 from servesim_trtllm.fast.steady import SteadyCore, TrtSteadyBatch, is_plain_decode, pass_steps
 
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from servesim.contract import Metrics
     from servesim.mechanics.handoff import HandoffBook
     from servesim.rank import RankIdentity, RankServices
+
     from servesim_trtllm.handoff import TrtHandoffAdapter
     from servesim_trtllm.request import TrtRequest
 

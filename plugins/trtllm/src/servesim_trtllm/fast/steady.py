@@ -26,10 +26,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from servesim._compiled import mypyc_attr
 from servesim.fast.steady import SteadyBatch
+
 from servesim_trtllm.interfaces import CoreView
 
 if TYPE_CHECKING:
     from servesim.contract import OutputBatch
+
     from servesim_trtllm.request import TrtRequest
     from servesim_trtllm.work import StepWork
 

@@ -33,9 +33,9 @@ A decode worker of a disaggregated replay runs too while its handoff book holds 
 activated destinations (``HandoffBook.only_active``; they decode like any request); the
 book's boundary work then happens at the run's end (``HandoffBook.at_run_end``), whose
 lifecycle events are the last pass's. Runs are declined (stepping is used) for anything
-else: a prefill worker, other handoff state, schedule recording, a batch larger than the token budget, and any running request
-whose prompt plus output could outgrow the whole pool (it could later be rejected on
-readmission, which the driver's run statistics do not model).
+else: a prefill worker, other handoff state, schedule recording, a batch larger than the
+token budget, and any running request whose prompt plus output could outgrow the whole pool
+(it could later be rejected on readmission, which the driver's run statistics do not model).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from servesim.fast.runs import (
 from servesim.fast.steady import plan_passes, replay_steps
 from servesim.timing.base import scaled_ms
 from servesim.timing.builtin import PolynomialTiming
+
 from servesim_vllm.fast.steady import SteadyScheduler, VllmSteadyBatch, pass_steps
 from servesim_vllm.request import Status
 
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
     from servesim.contract import Metrics
     from servesim.mechanics.handoff import HandoffBook
     from servesim.rank import RankIdentity, RankServices
+
     from servesim_vllm.request import VllmRequest
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from servesim._compiled import mypyc_attr
 from servesim.fast.steady import SteadyBatch
+
 from servesim_vllm.interfaces import SchedulerView
 
 if TYPE_CHECKING:
