@@ -255,7 +255,7 @@ def test_steps_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) -
         kept.append(core.steady is not None)
         core.check_invariants()
 
-    # Compiled, the rank calls these natively (steady.py is in its compilation group), so
+    # Compiled, the rank calls these natively (fast/steady.py is in its compilation group), so
     # the spies see nothing there; the comparison with stepping below still runs.
     spied = steady.__file__.endswith(".py")
     monkeypatch.setattr(trank, "steady_step", spy_step)

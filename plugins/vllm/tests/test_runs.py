@@ -275,7 +275,7 @@ def test_passes_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) 
         real_after(s)
         kept.append(s.steady is not None)
 
-    # Compiled, the scheduler calls these natively (steady.py is in its compilation group),
+    # Compiled, the scheduler calls these natively (fast/steady.py is in its compilation group),
     # so the spies see nothing there; the comparison with stepping below still runs.
     spied = steady.__file__.endswith(".py")
     monkeypatch.setattr(vsched, "steady_step", spy_step)

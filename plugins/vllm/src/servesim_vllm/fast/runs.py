@@ -144,7 +144,7 @@ def _steady_batch(rank: RunRank) -> tuple[VllmSteadyBatch, list[VllmRequest]] | 
 
 def _remote_admissions(s: Any) -> list[VllmRequest] | None:
     """The waiting requests when every one is an activated destination that the next pass's
-    ``_admit_waiting`` admits (``_admit_remote``) and that is a plain decoder from then on;
+    ``_admit_waiting`` admits (``admit_remote``) and that is a plain decoder from then on;
     None otherwise. Such a request needs no block and no prefill: its prompt KV is resident
     (reserved and finalised by the handoff), so in the pass that admits it it samples its
     first token like a steady member of length ``prompt_len`` (priced by the decode call,
@@ -234,7 +234,7 @@ def execute_run(rank: RunRank, now: float, horizon: float, max_passes: int,
 
 
 def _admit(s: Any, run: VllmRunPending, admit: list[VllmRequest]) -> tuple[Admission, ...]:
-    """What ``_admit_remote`` and ``_emit`` do to the requests the run's first pass admits
+    """What ``admit_remote`` and ``_emit`` do to the requests the run's first pass admits
     (their length and tokens live in the batch from now on)."""
     for req in admit:
         s.waiting.remove(req)
