@@ -26,6 +26,11 @@ AWAITING_CORE = {
         "BlockPool.publish: the host tier's KV events go into the device pool's stream",
     ("plugins/vllm/tests/test_host_offload.py", "_pins"):
         "HostTier.pinned (or a count): no pin outlives its transfer",
+    # A spy on servesim.replay.driver.RunDriver would miss the compiled driver's own calls.
+    ("plugins/vllm/tests/test_runs_replay.py", "_runs"):
+        "Replayer.runs: the run driver, for its counters (run_passes, completed_within)",
+    ("plugins/vllm/tests/test_runs_sinks.py", "_runs"): "Replayer.runs (count, run_passes)",
+    ("plugins/trtllm/tests/test_runs_replay.py", "_runs"): "Replayer.runs (run_passes)",
 }
 
 

@@ -26,7 +26,6 @@ from servesim.testing.strategies import mooncake_lines
 from servesim.timing import PolynomialTiming
 from servesim.workload.mooncake import MooncakeTrace
 from servesim_vllm.rank import VllmRank
-from vllm_helpers import run_drivers
 
 BLOCK = 4
 
@@ -96,11 +95,11 @@ def test_runs_take_most_passes_of_a_steady_replay() -> None:
     case = dict(lines=lines, workers=1, kv=False, concurrency=None, blocks=4096, caching=True)
     workload = MooncakeTrace.parse_lines(lines, "t.jsonl", BLOCK)
     factory = EngineFactory(EngineConfig(block_size=BLOCK), VllmRank, PolynomialTiming())
-    with run_drivers() as drivers:
-        rp = Replayer(build_engines(factory.build, 1), workload, block_size=BLOCK, runs=True)
-    assert len(drivers) == 1
+    rp = Replayer(build_engines(factory.build, 1), workload, block_size=BLOCK, runs=True)
+    runs = rp._runs  # noqa: SLF001 - its RunDriver: no public name yet (tests/qa/test_private_access.py)
+    assert runs is not None
     rp.run()
-    calls = [drivers[0].run_passes]  # passes inside runs
+    calls = [runs.run_passes]  # passes inside runs
     assert rp.log.ntok == [60] * 6
     # 6 prefills step; every other pass (354 decode passes' worth) is inside a run.
     assert sum(calls) == rp.passes - 6
@@ -119,12 +118,12 @@ def test_runs_through_completions_retire_before_the_next_arrival() -> None:
     workload = MooncakeTrace.parse_lines(lines, "t.jsonl", BLOCK)
     factory = EngineFactory(EngineConfig(block_size=BLOCK), VllmRank, PolynomialTiming(),
                             emit_kv_events=True)
-    with run_drivers() as drivers:
-        rp = Replayer(build_engines(factory.build, 2), workload, router=KvRouter(2, 1, BLOCK),
-                      block_size=BLOCK, runs=True)
-    assert len(drivers) == 1
+    rp = Replayer(build_engines(factory.build, 2), workload, router=KvRouter(2, 1, BLOCK),
+                  block_size=BLOCK, runs=True)
+    runs = rp._runs  # noqa: SLF001 - its RunDriver: no public name yet (tests/qa/test_private_access.py)
+    assert runs is not None
     rp.run()
-    assert drivers[0].completed_within >= 3  # completions inside runs, not at their ends
+    assert runs.completed_within >= 3  # completions inside runs, not at their ends
     assert _replay(case, True)[:2] == _replay(case, False)[:2]
 
 

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
-from unittest import mock
 
 from servesim.config.engine import EngineConfig
 from servesim.contract import Request
 from servesim.engine import Engine
 from servesim.factory import EngineFactory
-from servesim.fast.replay_runs import RunDriver
-from servesim.replay import driver as _driver
 from servesim.timing import FixedTiming, FixedTimingConfig
 from servesim.timing.base import TimingModel
 from servesim.tokens import Tokens
@@ -61,17 +56,3 @@ def shared_prefix_requests(spec: list[tuple[int, int, int, int]]) -> list[tuple[
         tail = [50_000 + i * 100 + k for k in range(plen - len(shared))]
         out.append((t, Request(i, Tokens(shared + tail), nout)))
     return out
-
-
-@contextmanager
-def run_drivers() -> Iterator[list[RunDriver]]:
-    """The run drivers (servesim.fast.replay_runs.RunDriver) of the Replayers built inside
-    the block, in order, for their counters; none for a Replayer that steps every pass."""
-    made: list[RunDriver] = []
-
-    def build(*args: Any, **kwargs: Any) -> RunDriver:
-        made.append(RunDriver(*args, **kwargs))
-        return made[-1]
-
-    with mock.patch.object(_driver, "RunDriver", build):
-        yield made

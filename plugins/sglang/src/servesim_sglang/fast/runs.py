@@ -79,7 +79,7 @@ class RunRank(Protocol):
     counters: RankCounters
     prefilled: bool  # the last pass prefilled (Rank.prefill_in_pass)
     model_work: bool  # the last pass ran the model (Rank.model_work_in_pass)
-    # the (cache releases, requests) at which the rank found itself stalled, or None
+    # the (cache releases, waiting_version) at which the rank found itself stalled, or None
     stalled: tuple[int, int] | None
 
     @property
