@@ -19,7 +19,7 @@ from servesim.registry import Registry
 
 def test_a_lazy_entry_is_imported_on_first_get_and_then_kept() -> None:
     reg = Registry("backend")
-    reg._set_source("inline", "inline-dist 1.0")  # noqa: SLF001
+    reg.set_source("inline", "inline-dist 1.0")  # noqa: SLF001
     reg.add_lazy("json", "json.decoder:JSONDecoder")
     assert "json" in reg and reg.names() == ["json"]
     from json.decoder import JSONDecoder
@@ -31,7 +31,7 @@ def test_a_lazy_entry_is_imported_on_first_get_and_then_kept() -> None:
 
 def test_a_lazy_entry_that_fails_to_import_names_its_plugin() -> None:
     reg = Registry("timing_model")
-    reg._set_source("broken", "broken-dist 2.0")  # noqa: SLF001
+    reg.set_source("broken", "broken-dist 2.0")  # noqa: SLF001
     reg.add_lazy("nope", "servesim_no_such_module:Thing")
     with pytest.raises(PluginError, match=r"^plugin 'broken' \(distribution broken-dist 2.0\) failed "
                        r"to load timing_model 'nope' from servesim_no_such_module:Thing: "

@@ -166,7 +166,7 @@ def test_validation_builds_the_policy_and_asks_the_backend(
     def with_broken(self: Any, kind: str) -> Registry:
         reg = real(self, kind)
         if kind == "eviction_policy" and "broken" not in reg:
-            reg._set_source("brokenplug", "servesim-broken")  # noqa: SLF001
+            reg.set_source("brokenplug", "servesim-broken")  # noqa: SLF001
             reg.add("broken", Broken)
         return reg
 

@@ -123,7 +123,7 @@ def _is_compiled(python: Path, module: str) -> bool:
 def test_the_hot_modules_are_compiled_and_the_default_install_is_not(compiled_python: Path) -> None:
     for module in ["servesim.kv.pool", "servesim.replay.driver", "servesim_vllm.scheduler",
                    "servesim_sglang.scheduler", "servesim_trtllm.core",
-                   "servesim_vllm.steady", "servesim_trtllm.steady", "servesim.timing.builtin",
+                   "servesim_vllm.fast.steady", "servesim_trtllm.fast.steady", "servesim.timing.builtin",
                    "servesim.fast.run_pending"]:
         assert _is_compiled(compiled_python, module), module
     # Classes plugins subclass stay interpreted or accept interpreted subclasses.

@@ -67,12 +67,7 @@ FAST_ENTRIES = {
 
 
 def _graph() -> dict[str, set[str]]:
-    walk = cycles._is_type_checking
-    cycles._is_type_checking = lambda test: False  # TYPE_CHECKING imports count here
-    try:
-        return cycles._graph(cycles._modules(SRC))
-    finally:
-        cycles._is_type_checking = walk
+    return cycles._graph(cycles._modules(SRC), type_checking=True)  # TYPE_CHECKING imports count
 
 
 def _layer(module: str) -> str:

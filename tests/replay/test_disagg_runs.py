@@ -115,7 +115,7 @@ def _replay(case: dict[str, Any], runs: bool, real_decode_hashes: bool = False
 def test_disaggregated_replay_with_runs_is_byte_identical(case: dict[str, Any]) -> None:
     step = _replay(case, runs=False)
     run = _replay(case, runs=True)
-    assert step[2]._runs is None  # noqa: SLF001
+    assert step[2].run_driver is None  # noqa: SLF001
     assert step[0] == run[0]
     assert step[1] == run[1]
     assert step[2].passes == run[2].passes
@@ -143,9 +143,9 @@ def test_the_decode_pool_runs_through_handoffs() -> None:
                 prefill_blocks=4096, caching=True, timing="poly", sessions=False,
                 concurrency=None, cancel=None, token_times=False)
     report, lines, rp = _replay(case, runs=True)
-    runs = rp._runs  # noqa: SLF001
+    runs = rp.run_driver  # noqa: SLF001
     assert runs is not None
-    decode_passes = rp.passes - sum(rp.engines[p].ranks[0]._pass_counter  # noqa: SLF001
+    decode_passes = rp.passes - sum(rp.engines[p].ranks[0].pass_counter
                                     for p in range(rp.num_prefill))
     assert runs.run_passes > 0.8 * decode_passes
     assert runs.completed_within > 0
@@ -166,7 +166,7 @@ def test_decode_runs_carry_on_where_no_handoff_reaches() -> None:
                 prefill_blocks=4096, caching=True, timing="poly", sessions=False,
                 concurrency=None, cancel=None, token_times=False, prefill_budget=16)
     report, lines, rp = _replay(case, runs=True)
-    runs = rp._runs  # noqa: SLF001
+    runs = rp.run_driver  # noqa: SLF001
     assert runs is not None
     assert runs.committed == 16
     assert runs.continued == 56

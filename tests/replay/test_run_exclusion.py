@@ -79,7 +79,7 @@ def _outputs(rp: Replayer) -> tuple[str, list[str]]:
 @given(bursts())
 def test_runs_past_excluded_arrivals_match_stepping(case: dict) -> None:
     rp = _replayer(case, runs=True)
-    assert rp._runs is not None and rp._runs.planned is not None
+    assert rp.run_driver is not None and rp.run_driver.planned is not None
     assert _outputs(rp) == _outputs(_replayer(case, runs=False))
 
 
@@ -93,11 +93,11 @@ def _staggered(workers: int, kv: bool) -> dict:
 
 def _run_counts(case: dict, extend: bool) -> tuple[int, int, tuple[str, list[str]]]:
     rp = _replayer(case, runs=True)
-    assert rp._runs is not None
+    assert rp.run_driver is not None
     if not extend:
-        rp._runs.planned = None  # what the driver does where exclusion does not apply
+        rp.run_driver.planned = None  # what the driver does where exclusion does not apply
     out = _outputs(rp)
-    return rp._runs.committed, rp._runs.extended, out
+    return rp.run_driver.committed, rp.run_driver.extended, out
 
 
 @pytest.mark.parametrize("kv", [True, False])
@@ -113,12 +113,12 @@ def test_exclusion_lengthens_runs_and_keeps_results(kv: bool) -> None:
 
 def test_exclusion_is_off_where_it_is_not_argued() -> None:
     plain_kv = _replayer(_staggered(2, True), runs=True, router=KvRouter(2, 1, BLOCK))
-    assert plain_kv._runs.planned is None  # type: ignore[union-attr] # off by default
+    assert plain_kv.run_driver.planned is None  # type: ignore[union-attr] # off by default
     case = _staggered(1, True)
-    assert _replayer(case, runs=True)._runs.planned is None  # type: ignore[union-attr]
+    assert _replayer(case, runs=True).run_driver.planned is None  # type: ignore[union-attr]
     sess = dict(_staggered(2, True))
     sess["lines"] = [json.dumps({**json.loads(x), "session_id": "s"}) for x in sess["lines"]]
-    assert _replayer(sess, runs=True)._runs.planned is None  # type: ignore[union-attr]
+    assert _replayer(sess, runs=True).run_driver.planned is None  # type: ignore[union-attr]
 
 
 class _Overconfident(RoundRobinRouter):

@@ -376,7 +376,7 @@ class Engine:
         state on: a rank's ``extend_run(pending, now, horizon, max_passes,
         through_completions)`` returns the new passes' ends and their completions before the
         last one (``(pass, request id)``, passes from 0), or None
-        (servesim_vllm.runs.extend_run). The result is the whole run so far (``started``'s
+        (servesim_vllm.fast.runs.extend_run). The result is the whole run so far (``started``'s
         passes, then the new ones), still completed by one :meth:`complete_run`."""
         pending = self._pending
         if (pending is None or not pending.run_passes or self._run_touched

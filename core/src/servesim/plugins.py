@@ -76,9 +76,9 @@ class ServesimPluginManager(pluggy.PluginManager):
         Two *different* distributions exporting the same entry-point name is an error (pluggy
         would silently keep the first); the same distribution seen twice on ``sys.path`` is not.
         """
-        return self._load_records(plugin_scan.entry_points(group)[0], name)
+        return self.load_records(plugin_scan.entry_points(group)[0], name)
 
-    def _load_records(self, records: list[plugin_scan.Record], name: str | None) -> int:
+    def load_records(self, records: list[plugin_scan.Record], name: str | None) -> int:
         count = 0
         seen: dict[str, DistInfo] = {}
         for ep_name, ep_value, dist_name, dist_version in records:
@@ -97,7 +97,7 @@ class ServesimPluginManager(pluggy.PluginManager):
             seen[ep_name] = info
             try:
                 plugin = _load_entry_point(ep_name, ep_value, info)
-                self._register_checked(plugin, ep_name, f"entry point {ep_name!r} of {info}")
+                self.register_checked(plugin, ep_name, f"entry point {ep_name!r} of {info}")
             except PluginError as exc:
                 if not self.tolerant:
                     raise
@@ -120,7 +120,7 @@ class ServesimPluginManager(pluggy.PluginManager):
             self.broken[name or repr(plugin)] = message
             self.unregister(plugin)
 
-    def _register_checked(self, plugin: object, name: str, what: str) -> None:
+    def register_checked(self, plugin: object, name: str, what: str) -> None:
         try:
             self.register(plugin, name=name)
         except pluggy.PluginValidationError as exc:
@@ -226,10 +226,10 @@ def make_plugin_manager(*, autoload: bool = True, tolerant: bool = False) -> Ser
     for name, module in builtin_modules():
         if pm.is_blocked(name):
             continue
-        pm._register_checked(module, name, f"built-in {name!r}")
+        pm.register_checked(module, name, f"built-in {name!r}")
         pm.distributions[name] = builtin_dist
     if autoload:
-        pm._load_records(records, None)
+        pm.load_records(records, None)
     pm.check_hooks()
     if os.environ.get(TRACE_ENV) not in (None, "", "0"):
         pm.trace.root.setwriter(sys.stderr.write)
@@ -337,7 +337,7 @@ class Plugins:
             name = impl.plugin_name
             if impl.hookwrapper or impl.wrapper:
                 raise PluginError(f"plugin {name!r}: {hook_name} cannot be a hook wrapper")
-            registry._set_source(name, str(pm.distribution_of(name)))
+            registry.set_source(name, str(pm.distribution_of(name)))
             hooktrace(hook_name, {"plugin": name, "registry": registry.kind})
             kwargs = {"registry": registry}
             try:

@@ -42,7 +42,7 @@ class Registry:
         self._entries: dict[str, Entry] = {}
         self._current: tuple[str, str] = ("<direct>", "<direct>")
 
-    def _set_source(self, plugin: str, distribution: str) -> None:
+    def set_source(self, plugin: str, distribution: str) -> None:
         self._current = (plugin, distribution)
 
     def add(self, name: str, obj: Any) -> None:

@@ -133,11 +133,11 @@ def _cache_state(engine: Engine) -> tuple:
         nodes.append((node.uid, tuple(node.key), node.lock, node.stamp))
         stack.extend(node.children.values())
     return (
-        c._clock,
+        c.clock,
         c.free_pages,
         c.evictable_size,
         c.protected_size,
-        sorted(nodes),  # noqa: SLF001
+        sorted(nodes),
         rank.sched.ratio,
         rank.sched.retractions_total,
     )
@@ -154,12 +154,12 @@ def snapshot_after_passes(engine: Engine) -> dict[int, tuple]:
 
     def on_pass(pending: Any, end_ms: float) -> Any:
         out = complete_pass(pending, end_ms)
-        snaps[rank._c.passes] = _cache_state(engine)  # noqa: SLF001
+        snaps[rank.counters.passes] = _cache_state(engine)
         return out
 
     def on_run(pending: Any, end_ms: float) -> Any:
         out = complete_run(pending, end_ms)
-        snaps[rank._c.passes] = _cache_state(engine)  # noqa: SLF001
+        snaps[rank.counters.passes] = _cache_state(engine)
         return out
 
     rank.complete_pass = on_pass  # type: ignore[method-assign]

@@ -1,4 +1,4 @@
-"""Runs of passes (servesim_trtllm.runs) against the stepping path: identical in every
+"""Runs of passes (servesim_trtllm.fast.runs) against the stepping path: identical in every
 observable.
 
 Each example drives the same randomised workload twice through ``servesim.testing.drive`` —
@@ -234,13 +234,13 @@ def test_max_utilization_runs_keep_the_active_list_order() -> None:
 
 def test_steps_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) -> None:
     """A guaranteed-no-evict step that admits an arrival into a steady batch schedules the
-    members from the batch a run left (servesim_trtllm.steady); their own counters stay
+    members from the batch a run left (servesim_trtllm.fast.steady); their own counters stay
     stale. A short prompt joins the batch; a prompt longer than the token budget is still
     in context after its step, so the members are written back and the batch dropped. Every
     observable matches stepping pass by pass, and the invariant check (which syncs first)
     holds after each pass."""
     from servesim_trtllm import rank as trank
-    from servesim_trtllm import steady
+    from servesim_trtllm.fast import steady
 
     taken: list[int | None] = []
     kept: list[bool] = []
@@ -255,7 +255,7 @@ def test_steps_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) -
         kept.append(core.steady is not None)
         core.check_invariants()
 
-    # Compiled, the rank calls these natively (steady.py is in its compilation group), so
+    # Compiled, the rank calls these natively (fast/steady.py is in its compilation group), so
     # the spies see nothing there; the comparison with stepping below still runs.
     spied = steady.__file__.endswith(".py")
     monkeypatch.setattr(trank, "steady_step", spy_step)

@@ -87,9 +87,10 @@ def test_runs_take_most_passes_of_a_steady_replay() -> None:
     factory = EngineFactory(EngineConfig(backend="trtllm", block_size=BLOCK), TrtllmRank,
                             PolynomialTiming())
     rp = Replayer(build_engines(factory.build, 1), workload, block_size=BLOCK, runs=True)
-    assert rp._runs is not None
+    runs = rp.run_driver  # its RunDriver
+    assert runs is not None
     rp.run()
-    calls = [rp._runs.run_passes]  # passes inside runs
+    calls = [runs.run_passes]  # passes inside runs
     assert rp.log.ntok == [60] * 6
     # 6 context passes step; every other pass is inside a run.
     assert sum(calls) == rp.passes - 6

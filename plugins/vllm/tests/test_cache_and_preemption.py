@@ -196,7 +196,7 @@ def test_emit_kv_token_ids_puts_prompt_and_generated_tokens_in_stored_events() -
 
 
 def test_a_request_that_outgrows_the_pool_ends_rejected_instead_of_cycling() -> None:
-    """servesim's no-hang rule (documented in VllmScheduler._impossible): a lone request
+    """servesim's no-hang rule (documented in VllmScheduler.impossible): a lone request
     whose known tokens need more blocks than the pool has preempts itself and, since it can
     never be readmitted, ends with a rejected terminal after the tokens it produced."""
     eng = make_engine(RecordingTiming(), block_size=2, num_gpu_blocks=3)

@@ -1,6 +1,6 @@
 """The forward-pass metrics of runs and stepped passes, built without per-pass work
-(servesim_vllm.runs._fpms a segment at a time, the runs' shared FpmRun.base, and
-VllmRank._fpm's inlined Welford) equal what the per-pass formulas give."""
+(servesim_vllm.fast.runs._fpms a segment at a time, the runs' shared FpmRun.base, and
+VllmRank.fpm_tuple's inlined Welford) equal what the per-pass formulas give."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from servesim.contract import ForwardPassMetrics
 from servesim.mechanics.numeric import Welford
 from servesim_vllm import rank as vrank
-from servesim_vllm import runs as vruns
+from servesim_vllm.fast import runs as vruns
 from servesim_vllm.rank import _FPM_ORDER, VllmRank
 from vllm_helpers import make_engine
 
@@ -38,7 +38,7 @@ def _reference(run: Any, end_ms: float) -> list[ForwardPassMetrics]:
         out.append(ForwardPassMetrics(
             **run.fpm_fields, counter_id=run.counter0 + j, num_decode_requests=m,
             sum_decode_kv_tokens=kv,
-            var_decode_kv_tokens=vruns._pop_var(m, kv, sq + 2 * j * total + j * j * m),
+            var_decode_kv_tokens=vruns.pop_var(m, kv, sq + 2 * j * total + j * j * m),
             duration_ms=max(0.0, end - start)))
         start = ends[j]
     return out
@@ -72,7 +72,7 @@ def runs(draw: st.DrawFn) -> tuple[Any, float]:
 @given(r=runs())
 def test_run_columns_equal_the_per_pass_metrics(r: tuple[Any, float]) -> None:
     run, end_ms = r
-    built = vruns._fpms(run, end_ms)
+    built = vruns.fpms(run, end_ms)
     expected = _reference(run, end_ms)
     assert list(built) == expected
     # Same values and types, text for text (0.0 against -0.0, ints against floats).
@@ -85,13 +85,13 @@ def test_run_columns_equal_the_per_pass_metrics(r: tuple[Any, float]) -> None:
 def test_runs_of_a_rank_share_their_base_while_the_queues_hold() -> None:
     rank = make_engine(num_gpu_blocks=64, block_size=4, emit_forward_pass_metrics=True).ranks[0]
     assert isinstance(rank, VllmRank)
-    first = vruns._run_fpm_base(rank, [0, 0, 0], [0, 0, 0])
+    first = vruns.run_fpm_base(rank, [0, 0, 0], [0, 0, 0])
     assert first == dict(FIELDS, worker_id=rank.identity.worker_id, dp_rank=rank.identity.dp_rank)
-    assert vruns._run_fpm_base(rank, [0, 0, 0], [0, 0, 0]) is first
-    other = vruns._run_fpm_base(rank, [2, 10, 58], [0, 0, 0])
+    assert vruns.run_fpm_base(rank, [0, 0, 0], [0, 0, 0]) is first
+    other = vruns.run_fpm_base(rank, [2, 10, 58], [0, 0, 0])
     assert other is not first and first["num_queued_prefill"] == 0  # the shared one stays
     assert other == dict(first, num_queued_prefill=2, sum_queued_prefill_tokens=10,
-                         var_queued_prefill_length=vruns._pop_var(2, 10, 58))
+                         var_queued_prefill_length=vruns.pop_var(2, 10, 58))
 
 
 @pytest.mark.skipif(vrank.__file__.endswith((".so", ".pyd")),
@@ -99,15 +99,15 @@ def test_runs_of_a_rank_share_their_base_while_the_queues_hold() -> None:
 @given(lengths=st.lists(st.tuples(st.integers(0, 5000), st.integers(1, 40000),
                                   st.integers(0, 3000), st.integers(0, 3000)), max_size=12))
 def test_a_stepped_pass_metrics_are_welford_s(lengths: list[tuple[int, int, int, int]]) -> None:
-    """``_fpm`` inlines :class:`Welford` for the prefill lengths: the same floats."""
+    """``fpm_tuple`` inlines :class:`Welford` for the prefill lengths: the same floats."""
     work = {i: SimpleNamespace(prompt_tokens=p, req=SimpleNamespace(prompt_len=plen), tokens=t,
                                prefix_tokens=pre)
             for i, (p, plen, t, pre) in enumerate(lengths)}
     res = SimpleNamespace(work=work, decode_stats=(3, 30, 320))
-    rank = SimpleNamespace(identity=SimpleNamespace(worker_id=2, dp_rank=0), _pass_counter=7,
+    rank = SimpleNamespace(identity=SimpleNamespace(worker_id=2, dp_rank=0), pass_counter=7,
                            sched=SimpleNamespace(queued_prefill=[2, 9, 45], queued_decode=[1, 4, 16]),
                            book=SimpleNamespace(dests=None))
-    fields = VllmRank._fpm(rank, res)  # type: ignore[arg-type]
+    fields = VllmRank.fpm_tuple(rank, res)  # type: ignore[arg-type]
     pre = Welford()
     for w in work.values():
         if w.prompt_tokens > 0:
@@ -117,9 +117,9 @@ def test_a_stepped_pass_metrics_are_welford_s(lengths: list[tuple[int, int, int,
         worker_id=2, dp_rank=0, counter_id=7, num_prefill_requests=pre.n,
         sum_prefill_tokens=sum(w.tokens for w in prefills), var_prefill_length=pre.variance(),
         sum_prefill_kv_tokens=sum(w.prefix_tokens for w in prefills), num_decode_requests=3,
-        sum_decode_kv_tokens=30, var_decode_kv_tokens=vruns._pop_var(3, 30, 320),
+        sum_decode_kv_tokens=30, var_decode_kv_tokens=vruns.pop_var(3, 30, 320),
         num_queued_prefill=2, sum_queued_prefill_tokens=9,
-        var_queued_prefill_length=vruns._pop_var(2, 9, 45), num_queued_decode=1,
+        var_queued_prefill_length=vruns.pop_var(2, 9, 45), num_queued_decode=1,
         sum_queued_decode_kv_tokens=4, var_queued_decode_kv_tokens=0.0, duration_ms=1.5)
     got = ForwardPassMetrics(*fields, 1.5)
     assert got == expected

@@ -226,7 +226,7 @@ def _drive_decode(keep: bool, emit: bool) -> tuple[list[object], list[bool]]:
     the rank does, the handoff commands leave the steady batch; otherwise it is synced away
     before each command, as it once was. Returns everything observable, and whether the
     steady batch was still set after each command."""
-    from servesim_vllm import steady as _steady
+    from servesim_vllm.fast import steady as _steady
 
     eng = decode_engine(RecordingTiming(decode_ms=2.0), num_gpu_blocks=64, emit_kv_events=emit,
                         enable_prefix_caching=True)
@@ -275,7 +275,7 @@ def _drive_decode(keep: bool, emit: bool) -> tuple[list[object], list[bool]]:
 def test_handoff_commands_keep_the_steady_batch_with_the_same_results(emit: bool) -> None:
     """ReserveDestination and ActivateDestination touch only the pool, the waiting queue and
     the destination's own request, so a decode rank keeps its steady batch through them
-    (servesim_vllm.steady): its next run needs no rebuild. Every pass, run, KV event and
+    (servesim_vllm.fast.steady): its next run needs no rebuild. Every pass, run, KV event and
     lifecycle event is the same as when the batch is synced away before each command."""
     kept_seen, kept = _drive_decode(keep=True, emit=emit)
     synced_seen, _ = _drive_decode(keep=False, emit=emit)

@@ -19,7 +19,7 @@ from servesim.contract import (
     WorkerType,
 )
 from servesim.engine import Engine
-from servesim.kv.host_tier import NativeHostOffloadConfig
+from servesim.kv.host_tier import Lookup, NativeHostOffloadConfig
 from servesim.testing.trace import run_trace
 from servesim.tokens import Tokens
 from servesim_vllm.rank import VllmRank
@@ -160,7 +160,9 @@ def test_random_host_workloads_drain_without_leaks(spec: list, g1: int, host: in
     rank = eng.ranks[0]
     tier = rank.host_tier
     assert rank.sched.pool.num_active == 0 and not rank.sched.host.parked  # no leaked G1 blocks
-    assert not tier._pins and not tier.busy and tier.num_blocks <= host  # noqa: SLF001
+    # no pin outlives its transfer (HostTier has no public view of its pins yet:
+    # tests/qa/test_private_access.py, AWAITING_CORE)
+    assert tier.pinned == 0 and not tier.busy and tier.num_blocks <= host
     cpu = [e for _, _, e in trace.kv_events if e.data.medium == "CPU"]
     resident: set[int] = set()
     for e in cpu:  # the host events replay onto exactly the tier's residency
@@ -168,4 +170,6 @@ def test_random_host_workloads_drain_without_leaks(spec: list, g1: int, host: in
             resident.update(b.block_hash for b in e.data.blocks)
         else:
             resident.difference_update(e.data.block_hashes)
-    assert resident == {k for k, v in tier._entries.items() if v is None}  # noqa: SLF001
+    # nothing in flight (not busy): every block the tier holds is resident
+    assert tier.num_blocks == len(resident)
+    assert all(tier.lookup(k) is Lookup.HIT for k in resident)

@@ -218,7 +218,7 @@ def test_consecutive_runs_reuse_the_batch_and_a_cancel_drops_it(monkeypatch: Any
     takes the lengths the previous one left (``steady``) instead of re-reading the batch.
     A cancel in between changes the batch, so the cache is dropped and the next run reads
     the requests again; everything still matches stepping pass by pass."""
-    from servesim_vllm.steady import VllmSteadyBatch
+    from servesim_vllm.fast.steady import VllmSteadyBatch
 
     builds = []
     real = VllmSteadyBatch.build.__func__  # type: ignore[attr-defined]
@@ -254,14 +254,14 @@ def test_consecutive_runs_reuse_the_batch_and_a_cancel_drops_it(monkeypatch: Any
 
 def test_passes_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) -> None:
     """A pass that admits an arrival into a steady batch schedules the members from the
-    cache the previous run left (servesim_vllm.steady) instead of stepping each one; the
+    cache the previous run left (servesim_vllm.fast.steady) instead of stepping each one; the
     members' own counters stay stale until something else needs them. Three shapes of
     newcomer: a short prompt (joins the cache), a prompt longer than the token budget
     (still prefilling after the pass: the members are synced), and an arrival into a pool
     too tight for the members' next blocks (the cache is declined, stepping preempts).
     Every observable matches stepping pass by pass."""
     from servesim_vllm import scheduler as vsched
-    from servesim_vllm import steady
+    from servesim_vllm.fast import steady
 
     taken: list[bool] = []
     kept: list[bool] = []
@@ -275,7 +275,7 @@ def test_passes_after_a_run_schedule_the_batch_from_the_cache(monkeypatch: Any) 
         real_after(s)
         kept.append(s.steady is not None)
 
-    # Compiled, the scheduler calls these natively (steady.py is in its compilation group),
+    # Compiled, the scheduler calls these natively (fast/steady.py is in its compilation group),
     # so the spies see nothing there; the comparison with stepping below still runs.
     spied = steady.__file__.endswith(".py")
     monkeypatch.setattr(vsched, "steady_step", spy_step)

@@ -96,9 +96,10 @@ def test_runs_take_most_passes_of_a_steady_replay() -> None:
     workload = MooncakeTrace.parse_lines(lines, "t.jsonl", BLOCK)
     factory = EngineFactory(EngineConfig(block_size=BLOCK), VllmRank, PolynomialTiming())
     rp = Replayer(build_engines(factory.build, 1), workload, block_size=BLOCK, runs=True)
-    assert rp._runs is not None
+    runs = rp.run_driver  # its RunDriver
+    assert runs is not None
     rp.run()
-    calls = [rp._runs.run_passes]  # passes inside runs
+    calls = [runs.run_passes]  # passes inside runs
     assert rp.log.ntok == [60] * 6
     # 6 prefills step; every other pass (354 decode passes' worth) is inside a run.
     assert sum(calls) == rp.passes - 6
@@ -119,9 +120,10 @@ def test_runs_through_completions_retire_before_the_next_arrival() -> None:
                             emit_kv_events=True)
     rp = Replayer(build_engines(factory.build, 2), workload, router=KvRouter(2, 1, BLOCK),
                   block_size=BLOCK, runs=True)
-    assert rp._runs is not None
+    runs = rp.run_driver  # its RunDriver
+    assert runs is not None
     rp.run()
-    assert rp._runs.completed_within >= 3  # completions inside runs, not at their ends
+    assert runs.completed_within >= 3  # completions inside runs, not at their ends
     assert _replay(case, True)[:2] == _replay(case, False)[:2]
 
 

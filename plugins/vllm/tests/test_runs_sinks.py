@@ -41,7 +41,8 @@ def _replay(case: dict, runs: bool, out: Path) -> tuple[bytes, bytes, int]:
     rp.run()
     kv.close()
     fpm.close()
-    taken = 0 if rp._runs is None else rp._runs.count  # all runs completed
+    runs = rp.run_driver  # its RunDriver
+    taken = 0 if runs is None else runs.count  # all runs completed
     assert taken == 0
     return kv_path.read_bytes(), fpm_path.read_bytes(), rp.passes
 
@@ -83,10 +84,11 @@ def test_runs_stay_on_with_sinks_and_lines_are_in_merge_order(tmp_path: Path) ->
     kv = JsonlKvEventSink(JsonlSinkConfig(str(tmp_path / "k.jsonl")))
     rp = Replayer(build_engines(factory.build, 4), workload, router=KvRouter(4, 1, BLOCK),
                   block_size=BLOCK, kv_sinks=[kv], runs=True)
-    assert rp._runs is not None
+    runs = rp.run_driver  # its RunDriver
+    assert runs is not None
     rp.run()
     kv.close()
-    assert rp._runs.run_passes > 0.5 * rp.passes  # the passes committed inside runs
+    assert runs.run_passes > 0.5 * rp.passes  # the passes committed inside runs
     step = _replay(case, False, tmp_path)
     run = _replay(case, True, tmp_path)
     assert step == run

@@ -29,14 +29,19 @@ def _version() -> str:
     return servesim_version()
 
 
-class _VersionAction(argparse._VersionAction):
+class _VersionAction(argparse.Action):
     """``--version``, with the version read only when asked for (reading it needs
-    ``importlib.metadata``, which a run does not otherwise import)."""
+    ``importlib.metadata``, which a run does not otherwise import); printed on stdout, as
+    argparse's own ``version`` action does."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: Any = argparse.SUPPRESS, help: str = "show the version and exit") -> None:
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
-        self.version = f"%(prog)s {_version()}"
-        super().__call__(parser, namespace, values, option_string)
+        sys.stdout.write(f"{parser.prog} {_version()}\n")
+        parser.exit()
 
 
 def _cli_run() -> ModuleType | None:

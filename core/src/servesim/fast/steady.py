@@ -26,7 +26,7 @@ While a batch is set, the members' own counters are stale; the rank writes them 
 :func:`replay_steps` walks a run's block steps and completions in stepping's order, and
 :meth:`SteadyBatch.segments` yields the stretches between completions for pricing.
 Backends subclass :class:`SteadyBatch` with their requests' fields and block geometry
-(``servesim_vllm.steady``, ``servesim_trtllm.steady``).
+(``servesim_vllm.fast.steady``, ``servesim_trtllm.fast.steady``).
 """
 
 from __future__ import annotations

@@ -144,6 +144,11 @@ class HostTier:
         return due[0][0] if due else None
 
     @property
+    def pinned(self) -> int:
+        """Blocks pinned by transfers in flight (0 once every transfer has finished)."""
+        return len(self._pins)
+
+    @property
     def busy(self) -> bool:
         return bool(self._transfers)
 

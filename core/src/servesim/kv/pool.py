@@ -298,7 +298,7 @@ class BlockPool:
                         events.append(RemovedRun(self._next_event_id, self.dp_rank, [h]))
                         self._next_event_id += 1
                     else:
-                        self._publish(removed_blocks((h,)))
+                        self.publish_events(removed_blocks((h,)))
                 ref[b] = 1
                 unmark[b] = None
             ids += victims
@@ -345,7 +345,7 @@ class BlockPool:
             gone = [h for h in gone if h >= 0]
             if not gone:
                 return
-        self._publish(removed_blocks(tuple(gone)))
+        self.publish_events(removed_blocks(tuple(gone)))
 
     def _plan(self, table: BlockTable, target: int, prefix: Sequence[int]) -> tuple[int, int] | None:
         have = len(table.ids)
@@ -433,7 +433,7 @@ class BlockPool:
                         return
                     tokens = tuple(block_tokens(start)) if block_tokens is not None else None
                     blk = kv_block(h, local_hashes[start], tokens)
-                    self._publish(stored_blocks(parent, (blk,), None))
+                    self.publish_events(stored_blocks(parent, (blk,), None))
             else:
                 self._dups.setdefault(h, []).append(b)
                 # A resident copy: no event.
@@ -504,7 +504,7 @@ class BlockPool:
             return
         else:
             blocks = kv_blocks(hs, local_hashes[first:end])
-        self._publish(stored_blocks(parent, blocks, None))
+        self.publish_events(stored_blocks(parent, blocks, None))
 
     def rekey(self, table: BlockTable, lo: int, hi: int, old: Sequence[int],
               new: Sequence[int]) -> None:
@@ -584,7 +584,7 @@ class BlockPool:
     def events_enabled(self) -> bool:
         return self._events is not None
 
-    def _publish(self, data: StoredBlocks | RemovedBlocks) -> None:
+    def publish_events(self, data: StoredBlocks | RemovedBlocks) -> None:
         assert self._events is not None
         self._events.append(kv_event(self._next_event_id, self.dp_rank, data))
         self._next_event_id += 1

@@ -236,8 +236,8 @@ class DisaggReplayer(Replayer):
             decode_router.input_length = self.log.input_length
             decode_router.ntok = self.log.ntok
             self._bump = decode_router.bump
-        if self._runs is not None:
-            self._runs.horizon_of = self._run_horizon
+        if self.run_driver is not None:
+            self.run_driver.horizon_of = self._run_horizon
 
     # -- arrivals -------------------------------------------------------------------------
 
@@ -318,11 +318,11 @@ class DisaggReplayer(Replayer):
 
     def _complete(self, w: int, pass_id: int, now: float) -> None:
         engine = self.engines[w]
-        run = self._runs.in_flight[w] if self._runs is not None else None
+        run = self.run_driver.in_flight[w] if self.run_driver is not None else None
         if run is not None:
             if (self._lone_end and w >= self.num_prefill and not self.has_deadlines
-                    and w not in self._deferred and self._runs is not None
-                    and self._runs.continue_run(w, now)):
+                    and w not in self._deferred and self.run_driver is not None
+                    and self.run_driver.continue_run(w, now)):
                 # The run carries on through this boundary (RunDriver.continue_run): a
                 # prefill pass end that reached other decode workers, or none, cut it.
                 return
@@ -403,7 +403,7 @@ class DisaggReplayer(Replayer):
                 h = end
         if idle or self.has_deadlines or self.reserve_first:
             h = min(h, ext)
-        runs = self._runs
+        runs = self.run_driver
         if runs is not None and runs.cross_worker:
             h = min(h, ext)
             for v in range(self.num_prefill, len(engines)):
@@ -419,7 +419,7 @@ class DisaggReplayer(Replayer):
 
     def _settle_runs(self, now: float) -> None:
         """Retire the requests completed by in-flight runs' passes that ended by ``now``."""
-        runs = self._runs
+        runs = self.run_driver
         if runs is not None and runs.with_done:
             runs.release_done(now)
 
@@ -427,7 +427,7 @@ class DisaggReplayer(Replayer):
         """The tokens of in-flight run passes that ended before ``now``, for the decode
         router (stepping would have logged them; a pass ending exactly now completes after
         the prefill pass whose end routes, which started earlier)."""
-        runs = self._runs
+        runs = self.run_driver
         assert runs is not None
         bump = self._bump
         p = self.num_prefill
@@ -468,7 +468,7 @@ class DisaggReplayer(Replayer):
         turn = self.turns[rid]
         req = Request(rid, turn.prompt, turn.output_length)
         router = self.decode_router
-        if self._runs is not None and self._runs.count:
+        if self.run_driver is not None and self.run_driver.count:
             self._settle_runs(now)
             self._run_tokens(now)
         local, dp = router.select(req, (), self.state)
@@ -519,7 +519,7 @@ class DisaggReplayer(Replayer):
         """Cancel request ``rid`` at ``at_ms`` (before :meth:`run`), wherever it is then."""
         # A cancellation mid-run would need the run's earlier passes' tokens logged before
         # it: step the replay through instead.
-        self._runs = None
+        self.run_driver = None
         self.push_event(at_ms, EXTERNAL, rid, CANCEL)
 
     def _external(self, rid: int, kind: int, now: float) -> None:

@@ -168,11 +168,11 @@ class Replayer:
         if self.observers is not None:
             runs = False
         cross = concurrency is not None or any(t >= 0 for t in self.next_turn)
-        self._runs = RunDriver(self, len(self.engines), cross) if runs else None
+        self.run_driver = RunDriver(self, len(self.engines), cross) if runs else None
         # With runs, a worker's steady batch is logged as one cohort (servesim.fast.cohorts)
         # keyed by the worker; only dp_size-1 engines run runs, so only they get a key.
         self.log_key: list[int | None] = [None] * len(self.engines)
-        if self._runs is not None and not record_token_times and type(self) is Replayer:
+        if self.run_driver is not None and not record_token_times and type(self) is Replayer:
             self.log = CohortLog(self.log.input_length)
             self.log_key = [w if e.dp_size == 1 else None for w, e in enumerate(self.engines)]
 
@@ -181,8 +181,8 @@ class Replayer:
     def push_event(self, at: float, kind: int, a: int, b: int = 0) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (at, self._seq, kind, a, b))
-        if kind != PASS_END and self._runs is not None:
-            heapq.heappush(self._runs.ext, (at, self._seq))
+        if kind != PASS_END and self.run_driver is not None:
+            heapq.heappush(self.run_driver.ext, (at, self._seq))
 
     def _schedule_first_turns(self) -> None:
         """Timestamp mode: every session's first turn, rebased and sped up.
@@ -219,8 +219,8 @@ class Replayer:
             at, seq, rid = self.first_turns[i]
             self.first_next = i + 1
             heapq.heappush(self._heap, (at, seq, FIRST_TURN, rid, 0))
-            if self._runs is not None:
-                heapq.heappush(self._runs.ext, (at, seq))
+            if self.run_driver is not None:
+                heapq.heappush(self.run_driver.ext, (at, seq))
 
     def _activate_session(self, now: float) -> None:
         """Concurrency mode: start the next session in file order."""
@@ -332,8 +332,8 @@ class Replayer:
         """Sink output before this time is complete: an in-flight run hands its passes'
         output over only when it completes."""
         wm = now
-        if self._runs is not None and self._runs.count:
-            for run in self._runs.in_flight:
+        if self.run_driver is not None and self.run_driver.count:
+            for run in self.run_driver.in_flight:
                 if run is not None and run.pass_ends[0] < wm:
                     wm = run.pass_ends[0]
         return wm
@@ -352,18 +352,18 @@ class Replayer:
         turn = self.turns[rid]
         req = Request(rid, turn.prompt, turn.output_length)
         router = self.router
-        if self._runs is not None and self._runs.count:
-            if self._runs.with_done:
-                self._runs.release_done(now)
-            if self._runs.flush:
-                self._runs.release_kv(now)
+        if self.run_driver is not None and self.run_driver.count:
+            if self.run_driver.with_done:
+                self.run_driver.release_done(now)
+            if self.run_driver.flush:
+                self.run_driver.release_kv(now)
         # Elided: a block only this request can hold is in no worker's cache before it is
         # routed, so its placeholder scores exactly as its hash would (replay/workload.py).
         hashes = (turn.prompt.block_hashes_elided(self.block_size)[0]
                   if router.wants_block_hashes else ())
         worker, dp = router.select(req, hashes, self.state)
-        if self._runs is not None and self._runs.count:
-            self._runs.check_routed(worker, now)
+        if self.run_driver is not None and self.run_driver.count:
+            self.run_driver.check_routed(worker, now)
         router.routed(req, worker, dp, self.state)
         log = self.log
         log.arrival[rid] = now
@@ -408,7 +408,7 @@ class Replayer:
                         self.push_event(d, DEADLINE, w)
             if not engine.is_ready():
                 continue
-            if self._runs is not None and self._runs.try_run(w, engine, now):
+            if self.run_driver is not None and self.run_driver.try_run(w, engine, now):
                 continue
             started = engine.execute_pass(now)
             if started is None:
@@ -446,8 +446,8 @@ class Replayer:
                 log.tier_attribution(adm.request_id, adm.cache_tier_attribution)
 
     def _complete(self, w: int, pass_id: int, now: float) -> None:
-        if self._runs is not None and self._runs.in_flight[w] is not None:
-            self._runs.complete(w, now)
+        if self.run_driver is not None and self.run_driver.in_flight[w] is not None:
+            self.run_driver.complete(w, now)
             return
         done = self.engines[w].complete_pass(pass_id, now)
         self.dirty.add(w)

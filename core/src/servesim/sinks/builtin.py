@@ -197,8 +197,12 @@ class _HandsOnItsFile:
     def on_fd(cls, name: str, fd: int) -> Self:
         """The sink a writer process formats and writes with, on an inherited descriptor."""
         sink = cls.__new__(cls)
-        sink._out = _JsonlWriter.on_fd(name, fd)
+        sink.adopt(_JsonlWriter.on_fd(name, fd))
         return sink
+
+    def adopt(self, out: _JsonlWriter) -> None:
+        """Write through ``out`` (a writer on an inherited descriptor)."""
+        self._out = out
 
 
 def kv_event_record(worker_id: int, at_ms: float, event: KvEvent) -> dict[str, Any]:

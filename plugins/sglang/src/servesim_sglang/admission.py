@@ -34,9 +34,10 @@ from typing import TYPE_CHECKING
 from servesim.contract import Admission
 
 if TYPE_CHECKING:
+    from servesim_sglang.interfaces import SchedulerView
+    from servesim_sglang.pass_outcome import PassOutcome
     from servesim_sglang.radix_cache import RadixNode
     from servesim_sglang.request import SglangRequest
-    from servesim_sglang.scheduler import PassOutcome, SglangScheduler
 
 _CONTINUE, _NO_TOKEN, _OTHER = 0, 1, 2
 #: One admitted request: (request, prefix, chunk end, locked node; None for the chunked one).
@@ -51,7 +52,7 @@ class _Budget:
     __slots__ = ("cache", "total_offset", "current_offset", "rem_input", "rem_chunk", "headroom",
                  "input_after")
 
-    def __init__(self, s: SglangScheduler) -> None:
+    def __init__(self, s: SchedulerView) -> None:
         p, bh = s.p, s.p.behaviour
         clip = p.clip_max_new_tokens
         ratio = 1.0 if bh.ignore_eos_reserves_full_output else s.ratio
@@ -88,7 +89,7 @@ class _Budget:
         return _CONTINUE
 
 
-def admit(s: SglangScheduler, out: PassOutcome) -> tuple[list[SglangRequest], int, int]:
+def admit(s: SchedulerView, out: PassOutcome) -> tuple[list[SglangRequest], int, int]:
     """Form the prefill batch, lock its prefixes, then allocate its KV; returns what
     ``SglangScheduler._admit`` returns (admitted requests, Σ lengths, Σ prefixes)."""
     p, bh = s.p, s.p.behaviour
@@ -103,7 +104,7 @@ def admit(s: SglangScheduler, out: PassOutcome) -> tuple[list[SglangRequest], in
     lpm_active = s.p.policy == "lpm" and len(s.waiting) - (chunked is not None) <= s.p.lpm_fallback_threshold
     if bh.waiting_prefix_touch and lpm_active:
         _touch(s, [r for r in s.waiting if r is not chunked])
-    s._order_waiting(True)  # noqa: SLF001
+    s.order_waiting(True)
     if bh.waiting_prefix_touch and not lpm_active:
         _refresh_waiting_prefixes(s, chunked)
     budget = _Budget(s)
@@ -126,7 +127,7 @@ def admit(s: SglangScheduler, out: PassOutcome) -> tuple[list[SglangRequest], in
     return _allocate(s, plan, out)
 
 
-def _touch(s: SglangScheduler, reqs: list[SglangRequest]) -> None:
+def _touch(s: SchedulerView, reqs: list[SglangRequest]) -> None:
     """``match_kv_cache`` on each request's prompt and outputs: the match splits the edge it
     ends in and stamps its path (``split_refreshes_recency`` decides how)."""
     cache = s.cache
@@ -134,7 +135,7 @@ def _touch(s: SglangScheduler, reqs: list[SglangRequest]) -> None:
         cache.touch_match(req.tokens, req.seq_len)
 
 
-def _refresh_waiting_prefixes(s: SglangScheduler, chunked: SglangRequest | None) -> None:
+def _refresh_waiting_prefixes(s: SchedulerView, chunked: SglangRequest | None) -> None:
     """``SchedulePolicy._touch_waiting_prefixes`` (``SGLANG_ENABLE_WAITING_PREFIX_REFRESH``,
     on by default) under a cache-agnostic policy: every 32nd admission attempt touches the
     first 128 waiting requests' prefixes, the last of them first, so that they are evicted
@@ -147,7 +148,7 @@ def _refresh_waiting_prefixes(s: SglangScheduler, chunked: SglangRequest | None)
     _touch(s, queue[::-1])
 
 
-def _continue_chunk(s: SglangScheduler, req: SglangRequest, budget: _Budget) -> _Item:
+def _continue_chunk(s: SchedulerView, req: SglangRequest, budget: _Budget) -> _Item:
     rem_chunk = budget.rem_chunk if budget.rem_chunk is not None else req.seq_len
     avail = min(rem_chunk, int(budget.rem_total()))
     rem = avail if avail > 0 else rem_chunk
@@ -158,7 +159,7 @@ def _continue_chunk(s: SglangScheduler, req: SglangRequest, budget: _Budget) -> 
     return (req, req.materialized, req.materialized + new_len, None)
 
 
-def _add_one(s: SglangScheduler, req: SglangRequest, budget: _Budget, plan: list[_Item]) -> int:
+def _add_one(s: SchedulerView, req: SglangRequest, budget: _Budget, plan: list[_Item]) -> int:
     """``add_one_req``: check with the prefix locked, size the chunk, commit; the result of
     the check, or ``budget_state`` after committing."""
     cache, ps, clip = s.cache, s.p.page_size, s.p.clip_max_new_tokens
@@ -190,7 +191,7 @@ def _add_one(s: SglangScheduler, req: SglangRequest, budget: _Budget, plan: list
     return budget.state()
 
 
-def _allocate(s: SglangScheduler, plan: list[_Item], out: PassOutcome) -> tuple[list[SglangRequest], int, int]:
+def _allocate(s: SchedulerView, plan: list[_Item], out: PassOutcome) -> tuple[list[SglangRequest], int, int]:
     """``prepare_for_extend``: evict the batch's shortfall once, then give each request its
     pages in batch order and record the admissions as ``_admit`` does."""
     cache, ps = s.cache, s.p.page_size
@@ -222,8 +223,8 @@ def _allocate(s: SglangScheduler, plan: list[_Item], out: PassOutcome) -> tuple[
             out.admissions.append(Admission(req.rid, prefix))
             if req.cached_tokens is None:
                 req.cached_tokens = prefix
-            if req.rid in s._retracted_ids:  # noqa: SLF001
-                s._retracted_ids.discard(req.rid)  # noqa: SLF001
+            if req.rid in s.retracted_ids:
+                s.retracted_ids.discard(req.rid)
                 out.resumed.append(req.rid)
         out.prefill_items.append((req.prompt_len, computed, prefix, prefix if first else 0))
         total_isl += end

@@ -120,9 +120,9 @@ class Behaviour:
 
     @property
     def runs_supported(self) -> bool:
-        """Whether runs of passes (servesim_sglang.runs) model these switches: only the
+        """Whether runs of passes (servesim_sglang.fast.runs) model these switches: only the
         reference's. Any other switch changes what a steady decode pass allocates, caches,
-        evicts or admits, so the rank declines runs and steps (DESIGN.md §7)."""
+        evicts or admits, so the rank declines runs and steps (docs/architecture.md, "Speed by design")."""
         return not any(getattr(self, name) for name in SWITCHES)
 
 

@@ -29,14 +29,14 @@ from servesim.mechanics.handoff import DestEntry, SourceEntry
 from servesim_sglang.request import SglangRequest
 
 if TYPE_CHECKING:
-    from servesim_sglang.rank import SglangRank
-    from servesim_sglang.scheduler import PassOutcome
+    from servesim_sglang.interfaces import RankView
+    from servesim_sglang.pass_outcome import PassOutcome
 
 
 class SglangHandoffAdapter:
     """The sglang rank's KV operations for :class:`servesim.mechanics.handoff.HandoffBook`."""
 
-    def __init__(self, rank: SglangRank) -> None:
+    def __init__(self, rank: RankView) -> None:
         self.rank = rank
         self.sched = rank.sched
         self.cache = rank.cache
@@ -46,7 +46,7 @@ class SglangHandoffAdapter:
         from servesim.contract import Submit
         from servesim.rank import CommandContext
 
-        self.rank._submit(Submit(request), CommandContext(0.0, True))
+        self.rank.submit(Submit(request), CommandContext(0.0, True))
 
     def cancel_request(self, request_id: RequestId) -> bool:
         rank = self.rank
@@ -58,7 +58,7 @@ class SglangHandoffAdapter:
                 self._free(r)
                 del rank.requests[request_id]
                 return True
-        rank._drop(request_id)
+        rank.drop(request_id)
         return True
 
     def release_held(self, entry: SourceEntry) -> None:
@@ -136,7 +136,7 @@ class SglangHandoffAdapter:
         return hold_source(self.rank, req)
 
 
-def hold_source(rank: SglangRank, req: SglangRequest) -> bool:
+def hold_source(rank: RankView, req: SglangRequest) -> bool:
     """Called when a request completes: keep a tracked source's lease (held KV)."""
     book = rank.book
     return bool(book.source_of) and book.on_source_complete(req.rid, req, rank.config)

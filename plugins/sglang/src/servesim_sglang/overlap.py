@@ -36,11 +36,12 @@ from typing import TYPE_CHECKING
 from servesim_sglang import retraction as _retraction
 
 if TYPE_CHECKING:
+    from servesim_sglang.interfaces import SchedulerView
+    from servesim_sglang.pass_outcome import PassOutcome
     from servesim_sglang.request import SglangRequest
-    from servesim_sglang.scheduler import PassOutcome, SglangScheduler
 
 
-def defer(s: SglangScheduler, r: SglangRequest, out: PassOutcome, prefill: bool) -> None:
+def defer(s: SchedulerView, r: SglangRequest, out: PassOutcome, prefill: bool) -> None:
     """The token ``r`` was just given is in flight: its result is processed at the end of
     the next pass. A last token completes the request for the client now."""
     r.inflight += 1
@@ -48,7 +49,7 @@ def defer(s: SglangScheduler, r: SglangRequest, out: PassOutcome, prefill: bool)
     # the chunk end for a prefill's tree insert; -1 marks a last token
     s.results.append((r, -1 if last else r.materialized, prefill))
     if last:
-        s._report_done(r, out)  # noqa: SLF001
+        s.report_done(r, out)
 
 
 def finishing(r: SglangRequest) -> bool:
@@ -56,7 +57,7 @@ def finishing(r: SglangRequest) -> bool:
     return r.inflight > 0 and r.remaining_output == 0
 
 
-def hold_back_decode(s: SglangScheduler, out: PassOutcome) -> bool:
+def hold_back_decode(s: SchedulerView, out: PassOutcome) -> bool:
     """``update_running_batch`` under the overlap loop: drop the requests finishing in
     flight from the running batch; True when the step then decodes nothing (nothing left,
     or the rest do not fit while finishing requests will free KV at the step's end)."""
@@ -73,15 +74,15 @@ def hold_back_decode(s: SglangScheduler, out: PassOutcome) -> bool:
     return True
 
 
-def _decode_fits(s: SglangScheduler, running: list[SglangRequest]) -> bool:
+def _decode_fits(s: SchedulerView, running: list[SglangRequest]) -> bool:
     """``check_decode_mem`` (which evicts on the way, as SGLang's allocator does)."""
     if s.p.behaviour.sglang_retraction:
         return _retraction.fits(s, running)
     cache = s.cache
-    return cache.available_tokens + cache.evictable_size >= s._growth_pages(running) * cache.page_size  # noqa: SLF001
+    return cache.available_tokens + cache.evictable_size >= s.growth_pages(running) * cache.page_size
 
 
-def process_results(s: SglangScheduler, out: PassOutcome) -> None:
+def process_results(s: SchedulerView, out: PassOutcome) -> None:
     """Process the previous pass's results (``process_batch_result``), in batch order; this
     pass's become the next pass's to process."""
     pending = s.pending_results
@@ -95,9 +96,9 @@ def process_results(s: SglangScheduler, out: PassOutcome) -> None:
             continue
         r.inflight -= 1
         if upto < 0:  # its last token: the request finishes
-            s._release_done(r, out)  # noqa: SLF001
+            s.release_done(r, out)
             done.add(id(r))
-        elif prefill or s._cache_decode:  # noqa: SLF001
+        elif prefill or s.cache_decode:
             cache.cache_prefix(r.lease, r.tokens, upto)
             if prefill:
                 s.split_prompt(r, upto)

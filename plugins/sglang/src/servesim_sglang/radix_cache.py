@@ -107,7 +107,7 @@ class RadixCache:
         self.now = 0.0
         self.events: list[KvEvent] = []
         self._event_id = 0
-        self._clock = 0
+        self.clock = 0
         self._uid = 0
         self._heap: list[tuple[int, int, RadixNode]] = []
         self.root = RadixNode([], None, 0, 0)
@@ -144,12 +144,12 @@ class RadixCache:
 
     # -- matching -------------------------------------------------------------------------
 
-    def _child_key(self, tokens: Sequence[int], off: int) -> object:
+    def child_key(self, tokens: Sequence[int], off: int) -> object:
         if self.page_size == 1:
             return tokens[off]
         return tuple(tokens[off : off + self.page_size])
 
-    def _common(self, edge: list[int], tokens: Sequence[int], off: int, end: int) -> int:
+    def common_len(self, edge: list[int], tokens: Sequence[int], off: int, end: int) -> int:
         """Tokens (whole pages) that ``edge`` shares with ``tokens[off:end]``.
 
         Gallops over doubling spans with C-speed slice comparisons, then bisects the span
@@ -178,10 +178,10 @@ class RadixCache:
         end = limit - limit % self.page_size
         cur, off = self.root, 0
         while off < end:
-            child = cur.children.get(self._child_key(tokens, off))
+            child = cur.children.get(self.child_key(tokens, off))
             if child is None:
                 break
-            common = self._common(child.key, tokens, off, end)
+            common = self.common_len(child.key, tokens, off, end)
             off += common
             if common < len(child.key):
                 break
@@ -202,10 +202,10 @@ class RadixCache:
         stamp = 0 if late else self._tick()
         cur, off = self.root, 0
         while off < end:
-            child = cur.children.get(self._child_key(tokens, off))
+            child = cur.children.get(self.child_key(tokens, off))
             if child is None:
                 break
-            common = self._common(child.key, tokens, off, end)
+            common = self.common_len(child.key, tokens, off, end)
             off += common
             if common < len(child.key):
                 cur = self._split(child, common)  # keeps its inherited recency
@@ -226,11 +226,11 @@ class RadixCache:
         stamp = self._tick()
         cur, off = self.root, 0
         while off < end:
-            child = cur.children.get(self._child_key(tokens, off))
+            child = cur.children.get(self.child_key(tokens, off))
             if child is None:
                 return
             self._touch(child, stamp)
-            common = self._common(child.key, tokens, off, end)
+            common = self.common_len(child.key, tokens, off, end)
             off += common
             if common < len(child.key):
                 self._split(child, common)
@@ -265,8 +265,8 @@ class RadixCache:
     # -- recency and eviction candidates ---------------------------------------------------
 
     def _tick(self) -> int:
-        self._clock += 1
-        return self._clock
+        self.clock += 1
+        return self.clock
 
     def _push(self, node: RadixNode) -> None:
         if node.lock == 0 and not node.children and node.alive and node is not self.root:
@@ -306,7 +306,7 @@ class RadixCache:
                 continue
             parent = node.parent
             assert parent is not None
-            del parent.children[self._child_key(node.key, 0)]
+            del parent.children[self.child_key(node.key, 0)]
             node.alive = False
             if node.hashes is not None:
                 removed.extend(node.hashes)
@@ -351,8 +351,8 @@ class RadixCache:
             child.hashes = child.hashes[pages:]
         child.key = child.key[at:]
         child.parent = upper
-        parent.children[self._child_key(upper.key, 0)] = upper
-        upper.children[self._child_key(child.key, 0)] = child
+        parent.children[self.child_key(upper.key, 0)] = upper
+        upper.children[self.child_key(child.key, 0)] = child
         return upper
 
     def insert(self, start: RadixNode, tokens: Sequence[int], begin: int, end: int) -> tuple[RadixNode, int]:
@@ -376,10 +376,10 @@ class RadixCache:
             if extendable:
                 self._extend_leaf(cur, tokens, off, end, stamp)
                 return cur, dup
-            child = cur.children.get(self._child_key(tokens, off))
+            child = cur.children.get(self.child_key(tokens, off))
             if child is None:
                 return self._create_child(cur, tokens, off, end, stamp), dup
-            common = self._common(child.key, tokens, off, end)
+            common = self.common_len(child.key, tokens, off, end)
             off += common
             dup += common
             if common == len(child.key):
@@ -410,7 +410,7 @@ class RadixCache:
         self, parent: RadixNode, tokens: Sequence[int], off: int, end: int, stamp: int
     ) -> RadixNode:
         node = self._new_node(list(tokens[off:end]), parent, stamp)
-        parent.children[self._child_key(tokens, off)] = node
+        parent.children[self.child_key(tokens, off)] = node
         self.evictable_size += end - off
         self._push(node)
         if self.emit:

@@ -190,7 +190,7 @@ class RecordRadixCache(RadixCache):
             return
         parent = node.parent
         assert parent is not None
-        del parent.children[self._child_key(node.key, 0)]
+        del parent.children[self.child_key(node.key, 0)]
         node.alive = False
         for table in (self._hits, self._access, self._prompt_end):
             table.pop(node, None)

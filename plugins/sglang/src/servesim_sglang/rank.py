@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from attrs import define, field
+from attrs import define
 from servesim.config.engine import EngineConfig
 from servesim.contract import (
     APPLIED,
@@ -62,13 +62,15 @@ from servesim.rank import (
 )
 from servesim.timing.pricing import ShapePricer
 
-from servesim_sglang import runs as _runs
 from servesim_sglang.config import SglangConfig, scheduler_params, validate
+from servesim_sglang.fast import runs as _runs
 from servesim_sglang.handoff import SglangHandoffAdapter
+from servesim_sglang.interfaces import RankCounters
+from servesim_sglang.pass_outcome import PassOutcome
 from servesim_sglang.policies import resolve_policy
 from servesim_sglang.radix_records import make_radix_cache
 from servesim_sglang.request import SglangRequest
-from servesim_sglang.scheduler import PassOutcome, SglangScheduler
+from servesim_sglang.scheduler import SglangScheduler
 
 
 @define
@@ -78,12 +80,6 @@ class _Pending:
     hit_tokens: int = 0
     total_tokens: int = 0
     fpm: dict[str, Any] | None = None  # ForwardPassMetrics fields; duration set at completion
-
-
-@define
-class _Counters:
-    passes: int = 0
-    rejected: list[int] = field(factory=list)
 
 
 class SglangRank(Rank):
@@ -135,7 +131,7 @@ class SglangRank(Rank):
         self.cache = cache
         self.requests: dict[int, SglangRequest] = {}
         self.handoff = SglangHandoffAdapter(self)
-        self._stalled: tuple[int, int] | None = None  # see waiting_for_external_command
+        self.stalled: tuple[int, int] | None = None  # see waiting_for_external_command
         self.book = HandoffBook(self.handoff)
         self.sched.handoff = self.handoff
         self.sched.spec = Speculation.build(config, identity.seed_offset)
@@ -146,9 +142,9 @@ class SglangRank(Rank):
             and config.worker_type is WorkerType.AGGREGATED
             and self.sched.spec is None
         )
-        self._c = _Counters()
-        self._prefilled = False
-        self._model_work = False
+        self.counters = RankCounters()
+        self.prefilled = False
+        self.model_work = False
         self._queued: tuple[int, tuple[int, int, float], tuple[int, int, float]] = (
             -1,
             (0, 0, 0.0),
@@ -183,7 +179,7 @@ class SglangRank(Rank):
 
     def apply(self, command: Command, ctx: CommandContext, pending: Any | None) -> CommandEffects:
         if isinstance(command, Submit):
-            return self._submit(command, ctx)
+            return self.submit(command, ctx)
         if isinstance(command, CancelRequest):
             return self._cancel(command, ctx, pending)
         book = self.book
@@ -191,7 +187,7 @@ class SglangRank(Rank):
         retained = pending.effects if isinstance(pending, (_Pending, _runs.SglangRunPending)) else None
         return book.apply(command, busy, retained)
 
-    def _submit(self, command: Submit, ctx: CommandContext) -> CommandEffects:
+    def submit(self, command: Submit, ctx: CommandContext) -> CommandEffects:
         request = command.request
         rid = request.request_id
         if rid in self.requests:
@@ -201,7 +197,7 @@ class SglangRank(Rank):
         p = self.params
         need = self.cache.pages_for(req.prompt_len) * p.page_size
         if need + min(req.max_out, p.clip_max_new_tokens) >= p.total_tokens:
-            self._c.rejected.append(rid)
+            self.counters.rejected.append(rid)
         else:
             self.sched.enqueue(req)
         return self._effects(CommandResult.submitted(rid), ctx)
@@ -219,10 +215,10 @@ class SglangRank(Rank):
         result = APPLIED if removed else NOOP
         return self._effects(result, ctx, retired=retired, suppressed=suppressed)
 
-    def _drop(self, rid: int) -> None:
+    def drop(self, rid: int) -> None:
         """Remove a live request and free its KV (cancellation)."""
-        if rid in self._c.rejected:
-            self._c.rejected.remove(rid)
+        if rid in self.counters.rejected:
+            self.counters.rejected.remove(rid)
         else:
             self.sched.remove(rid)
         del self.requests[rid]
@@ -248,13 +244,13 @@ class SglangRank(Rank):
 
     def is_ready(self) -> bool:
         s = self.sched
-        return bool(s.waiting or s.running or self._c.rejected or self.handoff.activated) or (
+        return bool(s.waiting or s.running or self.counters.rejected or self.handoff.activated) or (
             self.book.can_retry
         )
 
     def is_drained(self) -> bool:
         s = self.sched
-        busy = s.waiting or s.running or self._c.rejected or self.handoff.activated
+        busy = s.waiting or s.running or self.counters.rejected or self.handoff.activated
         return not busy and not self.book.holding
 
     def waiting_for_external_command(self) -> bool:
@@ -268,28 +264,28 @@ class SglangRank(Rank):
             return False
         if book.blocks_admission:
             return True
-        return self._stalled == (self.cache.releases, s.waiting_version)
+        return self.stalled == (self.cache.releases, s.waiting_version)
 
     def prepare_group_pass(self, wave_step: int, dp_size: int) -> None:
-        self._prefilled = False
-        self._model_work = False
+        self.prefilled = False
+        self.model_work = False
 
     def prefill_in_pass(self) -> bool:
-        return self._prefilled
+        return self.prefilled
 
     def model_work_in_pass(self) -> bool:
-        return self._model_work
+        return self.model_work
 
     # -- passes ---------------------------------------------------------------------------
 
     def execute_pass(self, now_ms: float) -> RankPass:
         ratio_before = self.sched.ratio
         out = self.sched.run_pass(now_ms)
-        self._c.passes += 1
-        self._prefilled = out.prefill_pass and out.model_work
-        self._model_work = out.model_work
+        self.counters.passes += 1
+        self.prefilled = out.prefill_pass and out.model_work
+        self.model_work = out.model_work
         idle = not (out.admissions or out.token_rids or out.completed or out.model_work)
-        self._stalled = (self.cache.releases, self.sched.waiting_version) if idle else None
+        self.stalled = (self.cache.releases, self.sched.waiting_version) if idle else None
         for rid in out.completed:
             self.requests.pop(rid, None)
         batch = OutputBatch(
@@ -301,12 +297,12 @@ class SglangRank(Rank):
         batch.rejected.extend(out.rejected)
         for rid in out.rejected:
             self.requests.pop(rid, None)
-        if self._c.rejected:
-            for rid in self._c.rejected:
+        if self.counters.rejected:
+            for rid in self.counters.rejected:
                 self.requests.pop(rid, None)
                 batch.completed.append(rid)
                 batch.rejected.append(rid)
-            self._c.rejected = []
+            self.counters.rejected = []
         hit = sum(item[3] for item in out.prefill_items)
         total = sum(item[3] + item[1] for item in out.prefill_items)
         effects = PassCompletionEffects(
@@ -319,7 +315,7 @@ class SglangRank(Rank):
             effects.lifecycle_events = self.book.drain_events()  # SourceHeld (§4.8)
         start = PassStartEffects(admissions=tuple(out.admissions), pressure_events=tuple(out.pressure))
         hint = _RETRY if self.sched.ratio != ratio_before else _EXHAUSTED
-        fpm = self._fpm(out) if self.services.emit_forward_pass_metrics else None
+        fpm = self.fpm(out) if self.services.emit_forward_pass_metrics else None
         pending = _Pending(now_ms, effects, hit, total, fpm)
         return RankPass(end_ms=out.end_ms, start_effects=start, pending=pending, retry=hint)
 
@@ -340,7 +336,7 @@ class SglangRank(Rank):
     def execute_run(
         self, now_ms: float, horizon_ms: float, max_passes: int, through_completions: bool = False
     ) -> RankRun | None:
-        """A run of steady decode passes (servesim_sglang.runs), or None to step."""
+        """A run of steady decode passes (servesim_sglang.fast.runs), or None to step."""
         if self.cache.steps_only or self.sched.spec is not None:
             # A record eviction policy needs every step; a run's passes emit one token per
             # member, and speculative bursts need stepping.
@@ -380,7 +376,7 @@ class SglangRank(Rank):
             sglang_cache_total_tokens=total_tokens,
         )
 
-    def _fpm(self, out: PassOutcome) -> dict[str, Any]:
+    def fpm(self, out: PassOutcome) -> dict[str, Any]:
         pre = Welford()
         sum_pre = sum_kv = 0
         for prompt_len, computed, prefix, _ in out.prefill_items:
@@ -393,7 +389,7 @@ class SglangRank(Rank):
         return dict(
             worker_id=self.identity.worker_id,
             dp_rank=self.identity.dp_rank,
-            counter_id=self._c.passes,
+            counter_id=self.counters.passes,
             num_prefill_requests=pre.n,
             sum_prefill_tokens=sum_pre,
             var_prefill_length=pre.variance(),

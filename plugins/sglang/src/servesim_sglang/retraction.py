@@ -16,31 +16,32 @@ from typing import TYPE_CHECKING
 from servesim.contract import PressureEvent, PressureKind, PressureState
 
 if TYPE_CHECKING:
+    from servesim_sglang.interfaces import SchedulerView
+    from servesim_sglang.pass_outcome import PassOutcome
     from servesim_sglang.request import SglangRequest
-    from servesim_sglang.scheduler import PassOutcome, SglangScheduler
 
 RETRACT_DECODE_STEPS = 20
 """SGLang ``SGLANG_RETRACT_DECODE_STEPS``: decode steps of KV kept free per survivor."""
 
 
-def fits(s: SglangScheduler, running: list[SglangRequest]) -> bool:
-    need = s._growth_pages(running) * s.cache.page_size  # noqa: SLF001
+def fits(s: SchedulerView, running: list[SglangRequest]) -> bool:
+    need = s.growth_pages(running) * s.cache.page_size
     _evict_to_free(s, need)
     return s.cache.available_tokens >= need
 
 
-def _evict_to_free(s: SglangScheduler, tokens: int) -> None:
+def _evict_to_free(s: SchedulerView, tokens: int) -> None:
     short = tokens - s.cache.available_tokens
     if short > 0:
         s.cache.evict(short)
 
 
-def check_decode_mem(s: SglangScheduler, now: float, out: PassOutcome) -> tuple[list[SglangRequest], int]:
+def check_decode_mem(s: SchedulerView, now: float, out: PassOutcome) -> tuple[list[SglangRequest], int]:
     """Returns the retracted requests and the survivors' page growth for this step."""
     running = s.running
     if fits(s, running) or len(running) <= 1:
         _decode_eviction(s, running)
-        return [], s._growth_pages(running)  # noqa: SLF001
+        return [], s.growth_pages(running)
     # outputs as SGLang's output_ids counts them (a token in flight not yet: the overlap loop)
     order = sorted(range(len(running)),
                    key=lambda i: (running[i].output_len - running[i].inflight, -running[i].prompt_len),
@@ -54,16 +55,16 @@ def check_decode_mem(s: SglangScheduler, now: float, out: PassOutcome) -> tuple[
         first = False
         victim = keep[-1]
         logical = s.cache.available_tokens + s.cache.evictable_size
-        needed = s._growth_pages(keep) * s.cache.page_size  # noqa: SLF001
+        needed = s.growth_pages(keep) * s.cache.page_size
         retract(s, victim, keep, now, out, logical, needed)
         retracted.append(victim)
         _evict_to_free(s, len(keep) * RETRACT_DECODE_STEPS)
     s.running = keep
     _decode_eviction(s, keep)
-    return retracted, s._growth_pages(keep)  # noqa: SLF001
+    return retracted, s.growth_pages(keep)
 
 
-def _decode_eviction(s: SglangScheduler, running: list[SglangRequest]) -> None:
+def _decode_eviction(s: SchedulerView, running: list[SglangRequest]) -> None:
     """``alloc_paged_token_slots_decode`` evicts for one page per request, needed or not
     (``conservative_eviction``; with page 1 that is the exact need)."""
     if s.p.behaviour.conservative_eviction:
@@ -71,7 +72,7 @@ def _decode_eviction(s: SglangScheduler, running: list[SglangRequest]) -> None:
 
 
 def retract(
-    s: SglangScheduler, victim: SglangRequest, running: list[SglangRequest], now: float,
+    s: SchedulerView, victim: SglangRequest, running: list[SglangRequest], now: float,
     out: PassOutcome, logical: int, needed: int,
 ) -> None:
     """Take ``victim`` out of ``running``: free its private KV (its cached prefix stays,
@@ -86,7 +87,7 @@ def retract(
     victim.materialized = 0
     victim.inflight = 0  # its token in flight stays emitted (docs/conformance.md)
     s.retractions_total += 1
-    s._retracted_ids.add(victim.rid)  # noqa: SLF001
+    s.retracted_ids.add(victim.rid)
     out.retracted.append(victim.rid)
     out.pressure.append(
         PressureEvent(

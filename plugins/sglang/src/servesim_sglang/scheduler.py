@@ -42,7 +42,7 @@ prefill batch, :mod:`servesim_sglang.retraction` for the decode memory check,
 the next one), and the KV and tree switches read here and in :mod:`servesim_sglang.radix_cache`.
 
 This module is the reference pass, stepped one pass at a time. The one fast path, runs of
-steady decode passes, lives in :mod:`servesim_sglang.runs` behind one seam
+steady decode passes, lives in :mod:`servesim_sglang.fast.runs` behind one seam
 (``SglangRank.execute_run``), which declines under any version switch; nothing here
 depends on it.
 """
@@ -53,7 +53,7 @@ import enum
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from servesim.contract import Admission, PressureEvent, WorkerType
+from servesim.contract import Admission, WorkerType
 from servesim.timing.base import scaled_ms
 from servesim.timing.pricing import ShapePricer
 from servesim.timing.shape import PrefillChunk
@@ -61,6 +61,7 @@ from servesim.timing.shape import PrefillChunk
 from servesim_sglang import admission as _admission
 from servesim_sglang import overlap as _overlap
 from servesim_sglang import retraction as _retraction
+from servesim_sglang.pass_outcome import PassOutcome
 from servesim_sglang.radix_cache import RadixCache
 from servesim_sglang.request import SglangRequest
 from servesim_sglang.speculative import emit_bursts
@@ -82,59 +83,6 @@ class _Stop(enum.Enum):
 
 RETRACT_DECODE_STEPS = _retraction.RETRACT_DECODE_STEPS
 """Also the decode steps of KV kept per survivor when ``retract_decode`` re-estimates the ratio."""
-
-
-class PassOutcome:
-    """Everything one pass produced; the rank turns it into contract effects.
-
-    ``prefill_items`` rows are ``(prompt_len, tokens computed, prefix before the chunk, radix
-    reuse credited)``. A plain slots class: one is built per pass.
-    """
-
-    __slots__ = (
-        "end_ms",
-        "admissions",
-        "pressure",
-        "token_rids",
-        "token_ids",
-        "completed",
-        "cached_tokens",
-        "prefill_items",
-        "decode_lens",
-        "scheduled",
-        "retracted",
-        "resumed",
-        "rejected",
-        "prefill_pass",
-        "model_work",
-        "decode_forwards",
-        "running_before",
-        "finished",
-        "running_batch",
-    )
-
-    def __init__(self, end_ms: float) -> None:
-        self.end_ms = end_ms
-        self.admissions: list[Admission] = []
-        self.pressure: list[PressureEvent] = []
-        self.token_rids: list[int] = []
-        self.token_ids: list[int] = []
-        self.completed: list[int] = []
-        self.cached_tokens: dict[int, int] = {}
-        self.prefill_items: list[tuple[int, int, int, int]] = []
-        self.decode_lens: list[int] = []
-        self.scheduled: dict[int, int] = {}
-        self.retracted: list[int] = []
-        self.resumed: list[int] = []
-        self.rejected: list[int] = []
-        self.prefill_pass = False
-        self.model_work = False
-        self.decode_forwards = 0
-        self.running_before = 0  # decoding requests when the pass began (pass log)
-        # Requests whose finish the scheduler processed in this pass (pass log): the
-        # completions of the pass, or with the overlap loop those of the pass before.
-        self.finished: list[int] = []
-        self.running_batch: int | None = None  # pass log override (overlap's skipped decode)
 
 
 class SglangScheduler:
@@ -163,11 +111,11 @@ class SglangScheduler:
         self.running: list[SglangRequest] = []
         self.ratio = params.init_new_token_ratio
         self.retractions_total = 0
-        self._retracted_ids: set[int] = set()
+        self.retracted_ids: set[int] = set()
         bh = params.behaviour
         # SGLang-version switches (servesim_sglang.behaviour) read on hot paths.
         self._ahead = 0 if bh.lazy_decode_slot else 1  # decode slot taken for the new token
-        self._cache_decode = not bh.cache_decode_at_finish
+        self.cache_decode = not bh.cache_decode_at_finish
         self._prompt_split = bh.prompt_boundary_split
         self.batch_full = False  # SGLang's running_batch.batch_is_full (sticky_batch_full)
         self._left = False  # a request left the batch in the last pass (clears batch_full)
@@ -221,7 +169,7 @@ class SglangScheduler:
             handoff.admit_activated(out)
         if self.waiting:
             if not bh.two_phase_admission:  # else ordered by admission, past its early exits
-                self._order_waiting(False)
+                self.order_waiting(False)
             if not self.running:
                 self._reject_impossible_head(out)
         can_run: list[SglangRequest] = []
@@ -279,7 +227,7 @@ class SglangScheduler:
             self.batch_full = False
         self._left = False
 
-    def _order_waiting(self, chunk_first: bool) -> None:
+    def order_waiting(self, chunk_first: bool) -> None:
         """Apply the policy; SGLang keeps its chunked request out of the queue it sorts."""
         head = self.waiting[0]
         held = chunk_first and 0 < head.materialized < head.seq_len
@@ -301,7 +249,7 @@ class SglangScheduler:
                 return
             self.waiting.popleft()
             self.waiting_version += 1
-            self._complete(req, out, rejected=True)
+            self.complete(req, out, rejected=True)
             out.rejected.append(req.rid)
 
     def _prefill_ms(self, batch: int, mean_isl: int, mean_prefix: int) -> float:
@@ -343,8 +291,8 @@ class SglangScheduler:
                 out.admissions.append(Admission(req.rid, prefix))
                 if req.cached_tokens is None:
                     req.cached_tokens = prefix
-                if req.rid in self._retracted_ids:
-                    self._retracted_ids.discard(req.rid)
+                if req.rid in self.retracted_ids:
+                    self.retracted_ids.discard(req.rid)
                     out.resumed.append(req.rid)
             out.prefill_items.append((req.prompt_len, computed, prefix, prefix if first else 0))
             total_isl += req.materialized
@@ -397,7 +345,7 @@ class SglangScheduler:
 
     # -- token emission -------------------------------------------------------------------
 
-    def _emit(self, req: SglangRequest, out: PassOutcome) -> None:
+    def emit(self, req: SglangRequest, out: PassOutcome) -> None:
         tok = req.next_token()
         req.append_token(tok)
         out.token_rids.append(req.rid)
@@ -407,11 +355,11 @@ class SglangScheduler:
             if req.cached_tokens is not None:
                 out.cached_tokens[req.rid] = req.cached_tokens
 
-    def _complete(self, req: SglangRequest, out: PassOutcome, rejected: bool = False) -> None:
-        self._report_done(req, out)
-        self._release_done(req, out, rejected)
+    def complete(self, req: SglangRequest, out: PassOutcome, rejected: bool = False) -> None:
+        self.report_done(req, out)
+        self.release_done(req, out, rejected)
 
-    def _report_done(self, req: SglangRequest, out: PassOutcome) -> None:
+    def report_done(self, req: SglangRequest, out: PassOutcome) -> None:
         """The request's completion, as the client sees it."""
         if not req.first_output_sent:
             req.first_output_sent = True
@@ -419,7 +367,7 @@ class SglangScheduler:
                 out.cached_tokens[req.rid] = req.cached_tokens
         out.completed.append(req.rid)
 
-    def _release_done(self, req: SglangRequest, out: PassOutcome, rejected: bool = False) -> None:
+    def release_done(self, req: SglangRequest, out: PassOutcome, rejected: bool = False) -> None:
         """The scheduler's side of a finish: cache and free its KV (``release_kv_cache``)."""
         out.finished.append(req.rid)
         if req.lease is not None:
@@ -436,7 +384,7 @@ class SglangScheduler:
         keep = []
         for r in reqs:
             if r.remaining_output == 0 and not r.inflight:
-                self._complete(r, out)
+                self.complete(r, out)
             else:
                 keep.append(r)
         return keep
@@ -452,13 +400,13 @@ class SglangScheduler:
         cont = []
         for r in fresh:
             if r.remaining_output == 1:
-                self._emit(r, out)
+                self.emit(r, out)
                 self._prefill_result(r, out)
             else:
                 cont.append(r)
         if not self._ahead:  # lazy_decode_slot: the token's slot comes at the next decode
             for r in cont:
-                self._emit(r, out)
+                self.emit(r, out)
                 self._prefill_result(r, out)
             return
         need = sum(self.cache.pages_for(r.seq_len + 1) - r.allocated_pages for r in cont)
@@ -475,7 +423,7 @@ class SglangScheduler:
         if self.overlap:
             _overlap.defer(self, r, out, True)
         elif r.remaining_output == 0:
-            self._complete(r, out)
+            self.complete(r, out)
         else:
             assert r.lease is not None
             self.cache.cache_prefix(r.lease, r.tokens, r.materialized)
@@ -500,7 +448,7 @@ class SglangScheduler:
         assert lease is not None
         if r.seq_len + 1 > lease.pages * self.cache.page_size:
             self.cache.grow(lease, 1)
-        self._emit(r, out)
+        self.emit(r, out)
         r.materialized += 1
 
     # -- decode -----------------------------------------------------------------------------
@@ -556,7 +504,7 @@ class SglangScheduler:
         keep = []
         for r in self.running:
             if -(-(len(r.tokens) + self._ahead) // ps) > r.allocated_pages:
-                self._complete(r, out, rejected=True)
+                self.complete(r, out, rejected=True)
                 out.rejected.append(r.rid)
             else:
                 keep.append(r)
@@ -567,7 +515,7 @@ class SglangScheduler:
         cache = self.cache
         ps = cache.page_size
         rids, ids, scheduled = out.token_rids, out.token_ids, out.scheduled
-        ahead, cache_decode = self._ahead, self._cache_decode
+        ahead, cache_decode = self._ahead, self.cache_decode
         overlap = self.overlap
         keep = []
         for r in running:
@@ -598,14 +546,14 @@ class SglangScheduler:
                 _overlap.defer(self, r, out, False)
                 keep.append(r)
             elif r.remaining_output == 0:
-                self._complete(r, out)
+                self.complete(r, out)
             else:
                 if cache_decode:
                     cache.cache_prefix(lease, toks, r.materialized)
                 keep.append(r)
         return keep
 
-    def _growth_pages(self, running: list[SglangRequest]) -> int:
+    def growth_pages(self, running: list[SglangRequest]) -> int:
         """Pages every running request needs for its next token (``ceil(len+1) - held``)."""
         ps, ahead = self.cache.page_size, self._ahead
         if self.spec is not None:  # every request's largest burst
@@ -624,7 +572,7 @@ class SglangScheduler:
         cache, ps = self.cache, self.p.page_size
         retracted: list[SglangRequest] = []
         running = self.running
-        growth = self._growth_pages(running)
+        growth = self.growth_pages(running)
         while True:
             logical = cache.available_tokens + cache.evictable_size
             needed = growth * ps
@@ -633,7 +581,7 @@ class SglangScheduler:
             victim = min(running, key=lambda r: r.output_len - r.inflight)
             _retraction.retract(self, victim, running, now, out, logical, needed)
             retracted.append(victim)
-            growth = self._growth_pages(running)
+            growth = self.growth_pages(running)
         needed = growth * ps
         if cache.available_tokens < needed:
             cache.evict(needed - cache.available_tokens)
@@ -670,6 +618,6 @@ class SglangScheduler:
                     if req.lease is not None:
                         self.cache.release(req.lease)
                         req.lease = None
-                    self._retracted_ids.discard(rid)
+                    self.retracted_ids.discard(rid)
                     return req
         return None

@@ -3,7 +3,7 @@
 As the reference's SGLang decode step: every running request may emit a burst of up to
 ``min(aic_nextn + 1, remaining)`` tokens (1 on a prefill worker), so the memory check
 retracts until every survivor's largest burst fits and evicts cached pages for it
-(``SglangScheduler._growth_pages`` counts the burst); the step is priced as one decode
+(``SglangScheduler.growth_pages`` counts the burst); the step is priced as one decode
 forward, as a plain decode step; each request then draws its burst and emits it, every
 token with the step's end time. The first token after a prefill comes out of the prefill
 forward, one token without drafts.
@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from servesim_sglang.interfaces import SchedulerView
+    from servesim_sglang.pass_outcome import PassOutcome
     from servesim_sglang.request import SglangRequest
-    from servesim_sglang.scheduler import PassOutcome, SglangScheduler
 
 
-def emit_bursts(s: SglangScheduler, running: list[SglangRequest],
+def emit_bursts(s: SchedulerView, running: list[SglangRequest],
                 out: PassOutcome) -> list[SglangRequest]:
     """Each running request's burst (pages already reserved); the requests still running."""
     spec = s.spec
@@ -34,11 +35,11 @@ def emit_bursts(s: SglangScheduler, running: list[SglangRequest],
             if len(r.tokens) + 1 > lease.pages * ps:
                 cache.free_pages -= 1
                 lease.pages += 1
-            s._emit(r, out)  # noqa: SLF001
+            s.emit(r, out)
             r.materialized += 1
         out.scheduled[r.rid] = n
         if r.remaining_output == 0:
-            s._complete(r, out)  # noqa: SLF001
+            s.complete(r, out)
         else:
             cache.cache_prefix(lease, r.tokens, r.materialized)
             keep.append(r)

@@ -22,7 +22,7 @@ Reference semantics (dynamo-mocker.md §6, reusing the vLLM-style core of §2.2-
 
 The reference step is :meth:`TrtllmRank.execute_pass` over a policy of
 :mod:`servesim_trtllm.policies` and this module. Its fast paths sit behind one seam, the steady
-batch (:mod:`servesim_trtllm.steady`, with the runs of passes in :mod:`servesim_trtllm.runs`):
+batch (:mod:`servesim_trtllm.fast.steady`, with the runs of passes in :mod:`servesim_trtllm.fast.runs`):
 the rank enters it at ``TrtllmRank._steady_members`` and ``TrtllmRank.execute_run``, and
 everything else that reads running requests calls :meth:`TrtCore.sync` first. ``elide``
 (placeholder hashes for trace-unique prompt blocks) shortens the same steps.
@@ -47,32 +47,11 @@ from servesim.kv.pool import BlockPool
 from servesim.timing.base import TimingModel, scaled_ms
 
 from servesim_trtllm.config import CapacitySchedulerPolicy, Limits, TrtllmConfig
+from servesim_trtllm.fast.steady import TrtSteadyBatch
 from servesim_trtllm.handoff import detach_held_source
+from servesim_trtllm.queue_sums import QueueSums
 from servesim_trtllm.request import TrtRequest
-from servesim_trtllm.steady import TrtSteadyBatch
 from servesim_trtllm.work import StepWork
-
-
-class _Sums:
-    """Exact count / Σx / Σx² of a multiset of ints, for FPM queue statistics without a scan."""
-
-    __slots__ = ("n", "s1", "s2")
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.s1 = 0
-        self.s2 = 0
-
-    def add(self, x: int, sign: int = 1) -> None:
-        self.n += sign
-        self.s1 += sign * x
-        self.s2 += sign * x * x
-
-    def variance(self) -> float:
-        """Population variance, computed exactly on integers (0 for n ≤ 1)."""
-        if self.n <= 1:
-            return 0.0
-        return (self.n * self.s2 - self.s1 * self.s1) / (self.n * self.n)
 
 
 class TrtCore:
@@ -100,8 +79,8 @@ class TrtCore:
         self.reqs: dict[RequestId, TrtRequest] = {}  # submission order (TRT-LLM's active list)
         self.waiting: dict[RequestId, TrtRequest] = {}  # FIFO
         self.running: dict[RequestId, TrtRequest] = {}  # admission order
-        self.queued_prefill = _Sums()
-        self.queued_decode = _Sums()
+        self.queued_prefill = QueueSums()
+        self.queued_decode = QueueSums()
         self.pauses_total = 0
         self.reserved = 0  # Σ_running blocks_needed_to_finish, kept incrementally
         # Steps that found the pool short. GNE and static batch reserve to completion, so
@@ -112,7 +91,7 @@ class TrtCore:
         self._salt = salt
         self.token_ids_in_events = False  # engine.emit_kv_token_ids, when events are on
         self.elide = False  # prompts load placeholder-elided hashes (set by the rank)
-        # The steady batch left by a run or a steady step (servesim_trtllm.steady): while
+        # The steady batch left by a run or a steady step (servesim_trtllm.fast.steady): while
         # set, its members' num_computed and generated are stale (see sync).
         self.steady: TrtSteadyBatch | None = None
         self.book: Any = None  # handoff bookkeeping (servesim_trtllm.handoff), set by the rank
@@ -154,9 +133,9 @@ class TrtCore:
             r.started = False
         self.reqs.pop(r.rid, None)
         if self.waiting.pop(r.rid, None) is not None:
-            self._unqueue(r)
+            self.unqueue(r)
 
-    def _unqueue(self, r: TrtRequest) -> None:
+    def unqueue(self, r: TrtRequest) -> None:
         if r.paused:
             self.queued_decode.add(r.seq_len, -1)
         else:
@@ -205,7 +184,7 @@ class TrtCore:
 
     def sync(self) -> None:
         """Write a steady batch's counters back into its members and drop the batch
-        (servesim_trtllm.steady): before anything but runs and steady steps reads them."""
+        (servesim_trtllm.fast.steady): before anything but runs and steady steps reads them."""
         batch = self.steady
         if batch is None:
             return
@@ -273,7 +252,7 @@ class TrtCore:
             if self.native:
                 work.to_finalize.append(r)
             else:
-                self._finalize(r, target // bs)
+                self.finalize(r, target // bs)
         work.record_context(r, desired, prompt_before, min(target, r.ctx_len) - prompt_before)
         return True
 
@@ -292,7 +271,7 @@ class TrtCore:
             if self.native:
                 work.to_finalize.append(r)
             else:
-                self._finalize(r, target // bs)
+                self.finalize(r, target // bs)
         work.scheduled.append(r)
         work.tokens.append(1)
         return True
@@ -306,9 +285,9 @@ class TrtCore:
         for r in work.to_finalize:
             full = r.num_computed // bs
             if r.started and full > r.table.num_cached:
-                self._finalize(r, full)
+                self.finalize(r, full)
 
-    def _finalize(self, r: TrtRequest, upto: int) -> None:
+    def finalize(self, r: TrtRequest, upto: int) -> None:
         bs = self.bs
         seq, local = r.hashes(upto, bs)
         tokens = None
@@ -319,7 +298,7 @@ class TrtCore:
     def _admit(self, r: TrtRequest, work: StepWork) -> None:
         r.started = True
         del self.waiting[r.rid]
-        self._unqueue(r)
+        self.unqueue(r)
         self.running[r.rid] = r
         self.reserved += r.total_blocks - len(r.table.ids)
         if r.paused:
@@ -443,7 +422,7 @@ class TrtCore:
         out.completed.append(r.rid)
 
     def finalize_through(self, r: TrtRequest, upto: int) -> None:
-        self._finalize(r, upto)
+        self.finalize(r, upto)
 
     def emit(self, ready: list[TrtRequest], out: OutputBatch) -> list[RequestId]:
         """Sample one token per ready request; finished requests release their KV."""

@@ -35,16 +35,15 @@ from servesim_trtllm.request import TrtRequest
 from servesim_trtllm.work import StepWork
 
 if TYPE_CHECKING:
-    from servesim_trtllm.core import TrtCore
-    from servesim_trtllm.rank import TrtllmRank
+    from servesim_trtllm.interfaces import CoreView, RankView
 
 
 class TrtHandoffAdapter:
     """The trtllm rank's KV operations for :class:`servesim.mechanics.handoff.HandoffBook`."""
 
-    def __init__(self, rank: TrtllmRank) -> None:
+    def __init__(self, rank: RankView) -> None:
         self.rank = rank
-        self.core: TrtCore = rank.core
+        self.core: CoreView = rank.core
         self.activated: list[TrtRequest] = []  # admitted at the next step
         # Output blocks reserved for destinations not yet running (GNE accounting).
         self.growth = 0
@@ -107,7 +106,7 @@ class TrtHandoffAdapter:
         core = self.core
         r: TrtRequest = entry.state
         if core.pool.prefix_caching and r.prompt_len // core.bs:
-            core._finalize(r, r.prompt_len // core.bs)
+            core.finalize(r, r.prompt_len // core.bs)
         # The last prompt token is left for the first step to compute as a decode token.
         r.ctx_len = r.num_computed = r.prompt_len - 1
         core.reqs[r.rid] = r
@@ -139,17 +138,17 @@ class TrtHandoffAdapter:
             work.new_hits[r.rid] = 0
 
 
-def _detached_request(core: TrtCore, request: Request) -> TrtRequest:
+def _detached_request(core: CoreView, request: Request) -> TrtRequest:
     """A request normalised like a submitted one (output clamped to the pool) but not
     queued: it stays outside the scheduler until activated."""
     r = core.submit(request)
     del core.waiting[r.rid]
-    core._unqueue(r)
+    core.unqueue(r)
     del core.reqs[r.rid]
     return r
 
 
-def detach_held_source(core: TrtCore, r: TrtRequest) -> None:
+def detach_held_source(core: CoreView, r: TrtRequest) -> None:
     """Drop a finished source request's scheduler state but keep its blocks (held)."""
     if core.running.pop(r.rid, None) is not None:
         core.reserved -= r.total_blocks - len(r.table.ids)

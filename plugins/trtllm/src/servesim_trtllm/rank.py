@@ -47,10 +47,11 @@ from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServ
 from servesim.timing.pricing import ShapePricer
 from servesim.timing.shape import PrefillChunk
 
-from servesim_trtllm import runs as _runs
 from servesim_trtllm import speculative as _speculative
 from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig, effective_limits, validate
 from servesim_trtllm.core import TrtCore
+from servesim_trtllm.fast import runs as _runs
+from servesim_trtllm.fast.steady import after_step, emit_members, steady_step
 from servesim_trtllm.handoff import TrtHandoffAdapter
 from servesim_trtllm.policies import (
     admit_reference,
@@ -58,7 +59,6 @@ from servesim_trtllm.policies import (
     schedule_reference,
     schedule_static_batch,
 )
-from servesim_trtllm.steady import after_step, emit_members, steady_step
 from servesim_trtllm.work import StepWork
 
 
@@ -120,13 +120,13 @@ class TrtllmRank(Rank):
         self.core.elide = config.enable_prefix_caching and (
             not pool.events_enabled or services.kv_events_router_only)
         self.handoff = TrtHandoffAdapter(self)
-        self._stalled: tuple[int, int] | None = None  # see waiting_for_external_command
+        self.stalled: tuple[int, int] | None = None  # see waiting_for_external_command
         self.book = HandoffBook(self.handoff)
         self.core.book = self.book
         self.policy = trt.capacity_scheduler_policy
-        self._fpm_counter = 0
-        self._prefilled = False
-        self._model_work = False
+        self.fpm_counter = 0
+        self.prefilled = False
+        self.model_work = False
         self._shapes = ShapePricer.for_rank(services.timing, config, identity.dp_rank)
 
     @classmethod
@@ -209,17 +209,17 @@ class TrtllmRank(Rank):
             return False
         if book.blocks_admission:
             return True
-        return self._stalled == (core.pool.releases, len(core.reqs))
+        return self.stalled == (core.pool.releases, len(core.reqs))
 
     def prepare_group_pass(self, wave_step: int, dp_size: int) -> None:
         # An idle sibling must not report the work of its previous pass.
-        self._prefilled = self._model_work = False
+        self.prefilled = self.model_work = False
 
     def prefill_in_pass(self) -> bool:
-        return self._prefilled
+        return self.prefilled
 
     def model_work_in_pass(self) -> bool:
-        return self._model_work
+        return self.model_work
 
     # -- passes -------------------------------------------------------------------------
 
@@ -273,10 +273,10 @@ class TrtllmRank(Rank):
             finished = _speculative.emit(core, spec, ready, outputs)
         if members is not None:
             after_step(core, work)
-        self._prefilled = work.prefilled
-        self._model_work = bool(work.scheduled or members)
+        self.prefilled = work.prefilled
+        self.model_work = bool(work.scheduled or members)
         idle = not (work.scheduled or members or work.admissions or outputs.completed)
-        self._stalled = (core.pool.releases, len(core.reqs)) if idle else None
+        self.stalled = (core.pool.releases, len(core.reqs)) if idle else None
         effects = PassCompletionEffects(
             outputs=outputs,
             kv_events=core.pool.drain_events(),
@@ -293,7 +293,7 @@ class TrtllmRank(Rank):
 
     def _steady_members(self) -> int | None:
         """The fast-path seam of a step: with a steady batch left by a run
-        (servesim_trtllm.steady), a guaranteed-no-evict step without handoff state schedules
+        (servesim_trtllm.fast.steady), a guaranteed-no-evict step without handoff state schedules
         the batch's members from it and returns how many it scheduled (their share of
         pricing, metrics and emission follows from the batch). Otherwise the batch's
         counters are written back (the policies read the requests) and None is returned."""
@@ -350,7 +350,7 @@ class TrtllmRank(Rank):
 
     def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int,
                     through_completions: bool = False) -> RankRun | None:
-        """A run of steady decode passes (servesim_trtllm.runs), or None to step."""
+        """A run of steady decode passes (servesim_trtllm.fast.runs), or None to step."""
         if self.core.pool.steps_only or self.spec is not None:
             # A record eviction policy needs every step; a run's passes emit one token per
             # member, and speculative bursts need stepping.
@@ -418,11 +418,11 @@ class TrtllmRank(Rank):
                 s1 += x
                 s2 += x * x
         qp, qd = self.core.queued_prefill, self.core.queued_decode
-        self._fpm_counter += 1
+        self.fpm_counter += 1
         return ForwardPassMetrics(
             worker_id=self.identity.worker_id,
             dp_rank=self.identity.dp_rank,
-            counter_id=self._fpm_counter,
+            counter_id=self.fpm_counter,
             num_prefill_requests=prefill.n,
             sum_prefill_tokens=prefill_tokens,
             var_prefill_length=prefill.variance(),

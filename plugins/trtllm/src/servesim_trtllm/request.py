@@ -12,7 +12,7 @@ are never stored: token ``g`` is ``output_token_ids[g]`` when the request plans 
 else the deterministic pseudo token ``base + g`` with a per-request ``base`` (the reference
 samples random u32 ids, so generated blocks are never shared across requests; servesim
 stays reproducible). They are materialised a block at a time, only when a block holding
-them becomes full and needs its hash (DESIGN.md §7).
+them becomes full and needs its hash (docs/architecture.md, "Speed by design").
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class TrtRequest:
         self.total_blocks = 0
         self.blocks = SequenceBlocks(request, salt)
         # Sequence length minus the pass counter, end pass and batch serial while the
-        # request is in a steady batch (servesim_trtllm.steady); meaningless otherwise.
+        # request is in a steady batch (servesim_trtllm.fast.steady); meaningless otherwise.
         self.sb = 0
         self.se = 0
         self.sn = 0

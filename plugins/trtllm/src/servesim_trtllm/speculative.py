@@ -21,7 +21,7 @@ from servesim.contract import OutputBatch, RequestId
 if TYPE_CHECKING:
     from servesim.mechanics.speculative import Speculation
 
-    from servesim_trtllm.core import TrtCore
+    from servesim_trtllm.interfaces import CoreView
     from servesim_trtllm.request import TrtRequest
 
 
@@ -35,7 +35,7 @@ def priced(ready: list[TrtRequest]) -> tuple[int, int]:
     return n, kv
 
 
-def emit(core: TrtCore, spec: Speculation, ready: list[TrtRequest],
+def emit(core: CoreView, spec: Speculation, ready: list[TrtRequest],
          out: OutputBatch) -> list[RequestId]:
     """Emit each ready request's burst (see the module docstring); the finished ids."""
     bs = core.bs
@@ -65,7 +65,7 @@ def emit(core: TrtCore, spec: Speculation, ready: list[TrtRequest],
     return finished
 
 
-def _keep_dangling(core: TrtCore, r: TrtRequest) -> None:
+def _keep_dangling(core: CoreView, r: TrtRequest) -> None:
     bs = core.bs
     length = r.prompt_len + r.generated
     held = len(r.table.ids)

@@ -30,19 +30,18 @@ from servesim.mechanics.handoff import DestEntry, SourceEntry
 from servesim_vllm.request import Status, VllmRequest
 
 if TYPE_CHECKING:
-    from servesim_vllm.rank import VllmRank
-    from servesim_vllm.scheduler import VllmScheduler
+    from servesim_vllm.interfaces import RankView, SchedulerView
 
 
 class VllmHandoffAdapter:
     """The vLLM rank's KV operations for :class:`servesim.mechanics.handoff.HandoffBook`."""
 
-    def __init__(self, rank: VllmRank) -> None:
+    def __init__(self, rank: RankView) -> None:
         self.rank = rank
         self.sched = rank.sched
 
     def submit_source(self, request: Request) -> None:
-        self.rank._enqueue(request)
+        self.rank.enqueue(request)
 
     def cancel_request(self, request_id: RequestId) -> bool:
         return self.sched.cancel(request_id)
@@ -98,7 +97,7 @@ class VllmHandoffAdapter:
         req.status = Status.REMOTE
         s.requests[req.rid] = req
         _insert_by_arrival(s, req, entry.seq)
-        s._queue_stats(req, +1)
+        s.queue_stats(req, +1)
 
     def capacity_generation(self) -> int:
         return self.sched.pool.releases
@@ -110,7 +109,7 @@ class VllmHandoffAdapter:
         return self.sched.pool.drain_events()
 
 
-def _insert_by_arrival(s: VllmScheduler, req: VllmRequest, seq: int) -> None:
+def _insert_by_arrival(s: SchedulerView, req: VllmRequest, seq: int) -> None:
     """Activated destinations join the waiting queue in their reservation order (§8.2
     step 5): ahead of later-reserved activated requests that are still waiting."""
     waiting = s.waiting
@@ -124,20 +123,20 @@ def _insert_by_arrival(s: VllmScheduler, req: VllmRequest, seq: int) -> None:
     waiting.insert(pos, req)
 
 
-def admit_prebuilt_only(s: VllmScheduler) -> None:
+def admit_prebuilt_only(s: SchedulerView) -> None:
     """Admission while a pending destination blocks fresh KV: prebuilt (activated) requests
     may still run, in queue order; nothing else is admitted."""
-    if not s.waiting or s._preempted_in_pass:
+    if not s.waiting or s.preempted_in_pass:
         return
     for req in [r for r in s.waiting if r.status is Status.REMOTE]:
         if len(s.running) >= s.max_seqs:
             return
-        s._admit_remote(req)
-        if s._budget == 0:
+        s.admit_remote(req)
+        if s.budget == 0:
             return
 
 
-def head_blocked_externally(s: VllmScheduler) -> bool:
+def head_blocked_externally(s: SchedulerView) -> bool:
     """Whether the rank's only work is blocked on handoff state (a pending destination, or
     a waiting head that cannot fit while held sources or reserved destinations occupy KV):
     the rank then waits for an external command instead of running empty passes."""
@@ -149,9 +148,9 @@ def head_blocked_externally(s: VllmScheduler) -> bool:
     if book.blocks_admission:
         return True
     head = s.waiting[0]
-    if s._impossible(head):
+    if s.impossible(head):
         return False
-    cached, active_cached = s._prefill_cost(head)
+    cached, active_cached = s.prefill_cost(head)
     needed = -(-head.length // s.bs) - active_cached // s.bs
     return needed > s.usable_blocks - s.pool.num_active
 

@@ -42,7 +42,8 @@ from servesim_vllm.request import Status, VllmRequest
 if TYPE_CHECKING:
     from servesim.config.engine import EngineConfig
 
-    from servesim_vllm.scheduler import PassResult, VllmScheduler
+    from servesim_vllm.interfaces import SchedulerView
+    from servesim_vllm.pass_result import PassResult
 
 #: Verdicts of :meth:`VllmHostOffload.probe` other than "admit through G1".
 PARKED = "parked"
@@ -72,12 +73,14 @@ class HostRequestState:
 class VllmHostOffload:
     """The connector of one rank."""
 
-    def __init__(self, s: VllmScheduler, config: EngineConfig) -> None:
+    def __init__(self, s: SchedulerView, config: EngineConfig) -> None:
         assert config.native_host_offload is not None
         per_token = kv_bytes_per_token(config)
         assert per_token is not None
         pool = s.pool
-        publish = pool._publish if pool.events_enabled else None  # noqa: SLF001
+        # The tier's events join the device pool's stream (one id sequence). BlockPool has no
+        # public name for its publisher yet (tests/qa/test_private_access.py, AWAITING_CORE).
+        publish = pool.publish_events if pool.events_enabled else None
         self.tier = HostTier(config.native_host_offload, int(round(s.bs * per_token)), publish)
         self.s = s
         self.load_by_key: dict[int, int] = {}
@@ -89,7 +92,7 @@ class VllmHostOffload:
         self.activated: dict[int, VllmRequest] = {}  # loaded, not admitted yet
 
     @classmethod
-    def build(cls, s: VllmScheduler, config: EngineConfig) -> VllmHostOffload | None:
+    def build(cls, s: SchedulerView, config: EngineConfig) -> VllmHostOffload | None:
         return cls(s, config) if config.native_host_offload is not None else None
 
     def state(self, req: VllmRequest) -> HostRequestState:
@@ -106,7 +109,7 @@ class VllmHostOffload:
     def admission(self, req: VllmRequest, cached: int, active: int) -> str | None:
         """The waiting head after its G1 lookup: :meth:`probe`, or BLOCKED once the pass's
         budget is spent (vLLM never queries the connector then)."""
-        if self.s._budget <= 0:  # noqa: SLF001
+        if self.s.budget <= 0:
             return BLOCKED
         return self.probe(req, cached, active)
 
@@ -155,7 +158,7 @@ class VllmHostOffload:
         if not s.pool.allocate(req.table, end, req.seq[:base] if base else ()):
             return BLOCKED
         keys = st.keys[base:end]
-        now = s._now  # noqa: SLF001
+        now = s.now
         not_before = now
         for b in req.table.ids[base:end]:
             store = self.copying.get(b)
@@ -171,7 +174,7 @@ class VllmHostOffload:
         st.loaded_prefix = end
         st.loaded = matched
         s.waiting.popleft()
-        s._queue_stats(req, -1)  # noqa: SLF001
+        s.queue_stats(req, -1)
         req.status = Status.LOADING
         self.parked[tid] = req
         return PARKED
@@ -289,7 +292,7 @@ class VllmHostOffload:
             s.finalize_blocks(req, st.loaded_prefix)
         # A preempted request keeps its generated tokens through the load.
         req.status = Status.PREEMPTED if req.generated else Status.WAITING
-        s._queue_stats(req, +1)  # noqa: SLF001
+        s.queue_stats(req, +1)
 
     def requeue_preempted(self, victim: VllmRequest) -> None:
         """A preempted request goes to the front of the queue, but behind the loaded

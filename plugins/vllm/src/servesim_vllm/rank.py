@@ -40,11 +40,12 @@ from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServ
 from servesim.timing.base import scaled_ms
 
 from servesim_vllm import behaviour as _behaviour
-from servesim_vllm import runs as _runs
-from servesim_vllm import steady as _steady
 from servesim_vllm.config import VllmConfig
+from servesim_vllm.fast import runs as _runs
+from servesim_vllm.fast import steady as _steady
 from servesim_vllm.handoff import VllmHandoffAdapter, head_blocked_externally
-from servesim_vllm.scheduler import PassResult, VllmScheduler
+from servesim_vllm.pass_result import PassResult
+from servesim_vllm.scheduler import VllmScheduler
 from servesim_vllm.shape import shaped_pass_ms
 
 
@@ -60,7 +61,7 @@ class VllmPendingPass:
     fpm_fields: tuple[Any, ...] | None = None
 
 
-# ForwardPassMetrics' fields in order: VllmRank._fpm's tuple follows it, the duration last.
+# ForwardPassMetrics' fields in order: VllmRank.fpm_tuple's tuple follows it, the duration last.
 _FPM_ORDER = (
     "worker_id", "dp_rank", "counter_id", "num_prefill_requests", "sum_prefill_tokens",
     "var_prefill_length", "sum_prefill_kv_tokens", "num_decode_requests",
@@ -103,13 +104,13 @@ class VllmRank(Rank):
         self._trailing_step = False
         self.book = HandoffBook(VllmHandoffAdapter(self))
         self.sched.book = self.book
-        self._pass_counter = 0
-        # The queue statistics and FpmRun.base of the last run's metrics (servesim_vllm.runs).
-        self._fpm_base: tuple[tuple[int, ...], dict[str, Any]] | None = None
-        self._prefilled = False
-        self._worked = False
-        self._speedup = config.speedup_ratio
-        self._decode_speedup = config.decode_speedup
+        self.pass_counter = 0
+        # The queue statistics and FpmRun.base of the last run's metrics (servesim_vllm.fast.runs).
+        self.fpm_base: tuple[tuple[int, ...], dict[str, Any]] | None = None
+        self.prefilled = False
+        self.worked = False
+        self.speedup = config.speedup_ratio
+        self.decode_speedup = config.decode_speedup
 
     @classmethod
     def validate_config(cls, config: EngineConfig, backend_config: Any) -> list[tuple[str, str]]:
@@ -138,7 +139,7 @@ class VllmRank(Rank):
         if not isinstance(command, (ReserveDestination, ActivateDestination)):
             # The cancels change running requests. A reservation and an activation touch only
             # the pool, the waiting queue and the activated request itself, so a steady batch
-            # (servesim_vllm.steady) may stay: its members' counters are not read.
+            # (servesim_vllm.fast.steady) may stay: its members' counters are not read.
             _steady.sync(self.sched)
         book = self.book
         busy = ctx.pass_in_flight
@@ -146,10 +147,10 @@ class VllmRank(Rank):
         return book.apply(command, busy, retained)
 
     def _submit(self, command: Submit) -> CommandEffects:
-        self._enqueue(command.request)
+        self.enqueue(command.request)
         return CommandEffects(CommandResult.submitted(command.request.request_id), metrics=self.metrics())
 
-    def _enqueue(self, request: Request) -> None:
+    def enqueue(self, request: Request) -> None:
         """``Submit``'s checks and queueing, without its effects (a handoff source's
         ``SubmitHandoffPrefill`` returns the book's)."""
         rid = request.request_id
@@ -199,10 +200,10 @@ class VllmRank(Rank):
         return self.book.holding and head_blocked_externally(self.sched)
 
     def prefill_in_pass(self) -> bool:
-        return self._prefilled
+        return self.prefilled
 
     def model_work_in_pass(self) -> bool:
-        return self._worked
+        return self.worked
 
     # -- passes ---------------------------------------------------------------------------
 
@@ -214,10 +215,10 @@ class VllmRank(Rank):
             prefill_ms = 0.0 if worker is WorkerType.DECODE else res.prefill_ms
             # A prefill worker's first token comes out of the prefill forward (§7.2).
             decode_ms = 0.0 if worker is WorkerType.PREFILL else res.decode_ms
-            end = now_ms + scaled_ms(prefill_ms, self._speedup) + scaled_ms(decode_ms, self._decode_speedup)
-            self._prefilled = prefill_ms > 0
+            end = now_ms + scaled_ms(prefill_ms, self.speedup) + scaled_ms(decode_ms, self.decode_speedup)
+            self.prefilled = prefill_ms > 0
         else:
-            duration, self._prefilled = shaped_pass_ms(self.sched, res)
+            duration, self.prefilled = shaped_pass_ms(self.sched, res)
             end = now_ms + duration
         host = self.sched.host
         if host is not None and end == now_ms and not res.order and self.sched.waiting:
@@ -227,7 +228,7 @@ class VllmRank(Rank):
             deadline = host.next_deadline()
             if deadline is not None and deadline > now_ms:
                 end = deadline
-        self._worked = bool(res.order)
+        self.worked = bool(res.order)
         outputs = OutputBatch(
             token_request_ids=res.token_rids,
             completed=res.completed,
@@ -239,10 +240,10 @@ class VllmRank(Rank):
             effects.decode_acceptance = self.sched.spec.sampler.tally.take()
         if self.book.events:
             effects.lifecycle_events = self.book.drain_events()  # SourceHeld (§4.8)
-        fpm = self._fpm(res) if self.services.emit_forward_pass_metrics else None
+        fpm = self.fpm_tuple(res) if self.services.emit_forward_pass_metrics else None
         if self.services.record_schedule:
             effects.schedule = self._record(res)
-        self._pass_counter += 1
+        self.pass_counter += 1
         start = PassStartEffects(tuple(res.admissions), tuple(res.pressure))
         return RankPass(end, start, VllmPendingPass(now_ms, effects, fpm))
 
@@ -264,7 +265,7 @@ class VllmRank(Rank):
 
     def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int,
                     through_completions: bool = False) -> RankRun | None:
-        """A run of steady decode passes (servesim_vllm.runs), or None to step: with
+        """A run of steady decode passes (servesim_vllm.fast.runs), or None to step: with
         ``execute_pass`` stepping the reference pass (servesim_vllm.scheduler), this is the
         rank's entry to the fast paths (docs/architecture.md)."""
         if self._runs_declined():
@@ -279,7 +280,7 @@ class VllmRank(Rank):
                    max_passes: int, through_completions: bool = False
                    ) -> tuple[list[float], list[tuple[int, int]]] | None:
         """More passes for the in-flight run at its last boundary: their ends and their
-        completions before the last one (servesim_vllm.runs.extend_run;
+        completions before the last one (servesim_vllm.fast.runs.extend_run;
         servesim.engine.Engine.extend_run)."""
         if self._runs_declined():
             return None
@@ -364,7 +365,7 @@ class VllmRank(Rank):
             preemptions_total=s.preemptions_total,
         )
 
-    def _fpm(self, res: PassResult) -> tuple[Any, ...]:
+    def fpm_tuple(self, res: PassResult) -> tuple[Any, ...]:
         """dynamo-mocker.md §4.5: scheduled prefills and decodes, queued prefills and
         (preempted) decodes, population variances; ``duration_ms`` is set at completion.
         The fields but the duration, in ``_FPM_ORDER``; the prefill lengths' variance is
@@ -388,7 +389,7 @@ class VllmRank(Rank):
             qd = [a + b for a, b in zip(qd, self.book.unactivated_prompt_stats(), strict=True)]
         identity = self.identity
         return (
-            identity.worker_id, identity.dp_rank, self._pass_counter,
+            identity.worker_id, identity.dp_rank, self.pass_counter,
             n, pre_tokens, m2 / n if n > 1 else 0.0, pre_kv,
             dn, dsum, _population_variance(dn, dsum, dsq),
             qp[0], qp[1], _population_variance(*qp),

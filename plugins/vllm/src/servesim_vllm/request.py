@@ -77,7 +77,7 @@ class VllmRequest:
         # Prompt hashes followed by unique placeholders for generated blocks (finalize_seq).
         self.lazy_seq: list[int] | None = None
         # Length minus the pass counter, end pass and batch serial while the request is in
-        # a steady batch (servesim_vllm.steady); meaningless otherwise.
+        # a steady batch (servesim_vllm.fast.steady); meaningless otherwise.
         self.sb = 0
         self.se = 0
         self.sn = 0

@@ -19,8 +19,8 @@ One call of :meth:`VllmScheduler.run_pass` is one scheduler step plus its forwar
    ``now + prefill + decode``.
 
 That is the reference pass, and this module is all of it. The speed-ups that must give the
-same bytes live behind one seam, the steady batch (:mod:`servesim_vllm.steady`, with the
-runs of passes built on it in :mod:`servesim_vllm.runs`), entered only here:
+same bytes live behind one seam, the steady batch (:mod:`servesim_vllm.fast.steady`, with the
+runs of passes built on it in :mod:`servesim_vllm.fast.runs`), entered only here:
 :meth:`VllmScheduler.run_pass` schedules the running list from a kept steady batch
 (``steady_step``, then ``after_step``) and otherwise writes the batch back (``sync``) before
 the reference :meth:`VllmScheduler._schedule_running`; :meth:`VllmScheduler.cancel` writes it
@@ -50,81 +50,16 @@ from servesim.timing.pricing import ShapePricer
 
 from servesim_vllm.behaviour import Behaviour, resolve
 from servesim_vllm.cadence import Cadence, mid_prefill
+from servesim_vllm.fast.steady import VllmSteadyBatch, after_step, steady_step, sync
 from servesim_vllm.handoff import admit_prebuilt_only
 from servesim_vllm.host_offload import BLOCKED, VllmHostOffload
+from servesim_vllm.pass_result import PassResult, Work
 from servesim_vllm.request import Status, VllmRequest
 from servesim_vllm.speculative import emit as emit_speculative
-from servesim_vllm.steady import VllmSteadyBatch, after_step, steady_step, sync
 
 _BLOCKED = -1
 _CURRENT_PREEMPTED = -2
 _UNBOUNDED = 1 << 62
-
-
-class _Work:
-    """What one request did in this pass (the reference's ``ScheduledWork``)."""
-
-    __slots__ = ("req", "tokens", "prompt_tokens", "prefix_tokens", "seq_len", "terminal")
-
-    def __init__(self, req: VllmRequest, tokens: int, prompt_tokens: int, prefix: int) -> None:
-        self.req = req
-        self.tokens = tokens
-        self.prompt_tokens = prompt_tokens
-        self.prefix_tokens = prefix
-        self.seq_len = req.length
-        self.terminal = False  # finished without sampling (nothing left to generate)
-
-
-class PassResult:
-    """Everything one pass produced; the rank turns it into contract effects."""
-
-    __slots__ = (
-        "order",
-        "work",
-        "admissions",
-        "new_hits",
-        "resumed",
-        "pressure",
-        "token_rids",
-        "completed",
-        "rejected",
-        "cached_tokens",
-        "prefill_ms",
-        "decode_ms",
-        "decoders",
-        "decode_stats",
-        "later",
-        "plain",
-        "priced",
-    )
-
-    def __init__(self) -> None:
-        # Every request scheduled this pass, in batch order; ``work`` holds the details of
-        # those that did more than a plain one-token decode step (prefill chunks,
-        # recomputation after preemption, block allocation or finalisation).
-        self.order: list[VllmRequest] = []
-        self.work: dict[RequestId, _Work] = {}
-        self.admissions: list[Admission] = []
-        self.new_hits: dict[RequestId, int] = {}
-        self.resumed: list[RequestId] = []
-        self.pressure: list[PressureEvent] = []
-        self.token_rids: list[RequestId] = []
-        self.completed: list[RequestId] = []
-        self.rejected: list[RequestId] = []
-        self.cached_tokens: dict[RequestId, int] = {}
-        self.prefill_ms = 0.0
-        self.decode_ms = 0.0
-        self.decoders = 0
-        # (count, sum, sum of squares) of scheduled decode lengths, for forward-pass metrics.
-        self.decode_stats = (0, 0, 0)
-        # Requests ``_emit`` must visit, in batch order: every one with ``work`` and the plain
-        # decoders whose token (taken at scheduling) completes them.
-        self.later: list[VllmRequest] = []
-        # [count, sum, sum of squares] of the plain decoders' pre-pass lengths.
-        self.plain = [0, 0, 0]
-        # For a timing model that prices pass shapes: rid -> length of each request with
-        # ``work`` that the decode call prices (servesim_vllm.shape).
-        self.priced: dict[RequestId, int] | None = None
 
 
 class VllmScheduler:
@@ -178,15 +113,15 @@ class VllmScheduler:
         # of never-admitted requests and of the known lengths of preempted ones.
         self.queued_prefill = [0, 0, 0]
         self.queued_decode = [0, 0, 0]
-        # The steady batch left by a run or a steady pass (servesim_vllm.steady.VllmSteadyBatch):
+        # The steady batch left by a run or a steady pass (servesim_vllm.fast.steady.VllmSteadyBatch):
         # while set, the running requests' counters are stale and the batch holds them;
         # anything else that reads or changes running requests syncs first.
         self.steady: VllmSteadyBatch | None = None
         # Pass-local state (valid only inside run_pass).
-        self._now = 0.0
-        self._budget = 0
-        self._res = PassResult()
-        self._preempted_in_pass = False
+        self.now = 0.0
+        self.budget = 0
+        self.result = PassResult()
+        self.preempted_in_pass = False
         # vLLM 0.33's local prefill cadence (servesim_vllm.cadence), when it applies.
         interval = config.prefill_schedule_interval
         on = self.beh.local_prefill_cadence and interval > 1 and config.dp_size == 1
@@ -200,10 +135,10 @@ class VllmScheduler:
             req.load_prompt_hashes(self.bs, elide=self.lazy_hashes)
         self.requests[req.rid] = req
         self.waiting.append(req)
-        self._queue_stats(req, +1)
+        self.queue_stats(req, +1)
         return req
 
-    def _queue_stats(self, req: VllmRequest, sign: int) -> None:
+    def queue_stats(self, req: VllmRequest, sign: int) -> None:
         if req.status is Status.WAITING:
             acc, x = self.queued_prefill, req.prompt_len
         else:
@@ -225,18 +160,18 @@ class VllmScheduler:
             self.host.cancel(req)
         else:
             self.waiting.remove(req)
-            self._queue_stats(req, -1)
+            self.queue_stats(req, -1)
         self.pool.release(req.table)
         return True
 
     # -- the pass -------------------------------------------------------------------------
 
     def run_pass(self, now: float) -> PassResult:
-        self._now = now
+        self.now = now
         self.pool.now = now
-        self._budget = self.max_tokens
-        self._res = res = PassResult()
-        self._preempted_in_pass = False
+        self.budget = self.max_tokens
+        self.result = res = PassResult()
+        self.preempted_in_pass = False
         cadence = self.cadence
         if cadence is not None:
             sync(self)
@@ -250,9 +185,9 @@ class VllmScheduler:
             self.host.restore_skipped()
             self.host.after_schedule(res)
         if cadence is not None:
-            if not self._preempted_in_pass:
+            if not self.preempted_in_pass:
                 cadence.after_waiting_scan(len(self.waiting))
-            cadence.end(self._budget != self.max_tokens)
+            cadence.end(self.budget != self.max_tokens)
         self._prefill_time(res)
         if self.spec is None:
             self._emit(res)
@@ -264,13 +199,13 @@ class VllmScheduler:
 
     def _schedule_running(self) -> None:
         running = self.running
-        res = self._res
+        res = self.result
         order = res.order
         tokens = res.token_rids
         later = res.later
         bs = self.bs
         i = 0
-        budget = self._budget
+        budget = self.budget
         n = total = sq = 0
         m = len(running)  # changes only on the slow path (preemption)
         fast = self.spec is None  # a speculative decode step samples in emit_speculative
@@ -314,11 +249,11 @@ class VllmScheduler:
             if chunk and cadence is not None and cadence.held:  # held back; decodes still run
                 i += 1
                 continue
-            self._budget = budget
+            self.budget = budget
             res.plain = [n, total, sq]
             used = self._schedule(req, 0, from_waiting=False)
             n, total, sq = res.plain
-            budget = self._budget
+            budget = self.budget
             m = len(running)
             if used == _BLOCKED:
                 break
@@ -326,7 +261,7 @@ class VllmScheduler:
                 cadence.carried = True
             if used != _CURRENT_PREEMPTED:
                 i += 1
-        self._budget = budget
+        self.budget = budget
         res.plain = [n, total, sq]
 
     def _admit_waiting(self) -> None:
@@ -338,19 +273,19 @@ class VllmScheduler:
             # A blocked pending destination holds back fresh KV admission (§7.2).
             admit_prebuilt_only(self)
             return
-        while waiting and not self._preempted_in_pass and len(running) < self.max_seqs:
+        while waiting and not self.preempted_in_pass and len(running) < self.max_seqs:
             req = waiting[0]
             if req.status is Status.REMOTE:
-                self._admit_remote(req)
-                if self._budget == 0:
+                self.admit_remote(req)
+                if self.budget == 0:
                     break
                 continue
-            if self._impossible(req):
+            if self.impossible(req):
                 waiting.popleft()
-                self._queue_stats(req, -1)
+                self.queue_stats(req, -1)
                 self._reject(req)
                 continue
-            cached, active_cached = self._prefill_cost(req)
+            cached, active_cached = self.prefill_cost(req)
             cadence = self.cadence
             if cadence is not None and cached < req.length - 1 and cadence.held:
                 break  # held: only a request with just its last token to compute may enter
@@ -372,7 +307,7 @@ class VllmScheduler:
             if used < 0:
                 break
             waiting.popleft()
-            self._queue_stats(req, -1)
+            self.queue_stats(req, -1)
             if cadence is not None and cached < req.length - 1:
                 cadence.carried = True
             resumed = req.status is Status.PREEMPTED
@@ -380,28 +315,28 @@ class VllmScheduler:
             running.append(req)
             if req.cached_prefix is None:
                 req.cached_prefix = cached
-            res = self._res
+            res = self.result
             tier = self.host.on_admitted(req, cached) if self.host is not None else None
             res.admissions.append(Admission(req.rid, cached, tier))
             res.new_hits[req.rid] = cached
             if resumed:
                 res.resumed.append(req.rid)
-            if used == 0 and self._budget == 0:
+            if used == 0 and self.budget == 0:
                 break
 
-    def _admit_remote(self, req: VllmRequest) -> None:
+    def admit_remote(self, req: VllmRequest) -> None:
         """Admit an activated destination: its prompt KV is resident, so it needs no blocks
         and no prefill (admission stage "Materialized", dynamo-mocker.md §7.2)."""
         self.waiting.remove(req)
-        self._queue_stats(req, -1)
+        self.queue_stats(req, -1)
         self._schedule(req, 0, from_waiting=True)
         req.status = Status.RUNNING
         self.running.append(req)
         req.cached_prefix = 0
-        self._res.admissions.append(Admission(req.rid, 0))
-        self._res.new_hits[req.rid] = 0
+        self.result.admissions.append(Admission(req.rid, 0))
+        self.result.new_hits[req.rid] = 0
 
-    def _impossible(self, req: VllmRequest) -> bool:
+    def impossible(self, req: VllmRequest) -> bool:
         """Requests that could never run are rejected instead of blocking the queue forever.
 
         The reference rejects a prompt at or over ``max_model_len`` and a fresh prompt larger
@@ -423,7 +358,7 @@ class VllmScheduler:
             return True
         return not cfg.enable_chunked_prefill and req.prompt_len > self.max_tokens
 
-    def _prefill_cost(self, req: VllmRequest) -> tuple[int, int]:
+    def prefill_cost(self, req: VllmRequest) -> tuple[int, int]:
         """``(cached_tokens, active_cached_tokens)`` after the prefix-recompute rule (§2.3)."""
         if not self.caching:
             return 0, 0
@@ -446,7 +381,7 @@ class VllmScheduler:
     def _schedule(self, req: VllmRequest, cached_prefix: int, from_waiting: bool) -> int:
         """Schedule ``req`` within the budget: tokens used, ``_BLOCKED`` or
         ``_CURRENT_PREEMPTED`` (dynamo-mocker.md §2.3)."""
-        budget = self._budget
+        budget = self.budget
         eff = req.computed + cached_prefix
         plen = req.prompt_len
         prompt_before = eff if eff < plen else plen
@@ -467,25 +402,25 @@ class VllmScheduler:
             while not self.pool.allocate(table, target, prefix):
                 if from_waiting:
                     return _BLOCKED
-                victim = self._victim()
+                victim = self.victim()
                 if victim is None:
                     return _BLOCKED
-                self._preempt(victim)
+                self.preempt(victim)
                 if victim is req:
                     return _CURRENT_PREEMPTED
         req.computed = new_computed
         if self.caching and new_computed // bs > table.num_cached:
             self.finalize_blocks(req, new_computed // bs)
         prompt_tokens = (new_computed if new_computed < plen else plen) - prompt_before
-        work = _Work(req, desired, prompt_tokens, prompt_before)
-        res = self._res
+        work = Work(req, desired, prompt_tokens, prompt_before)
+        res = self.result
         res.work[req.rid] = work
         res.order.append(req)
         res.later.append(req)
         if new_computed == req.length and req.generated < req.max_out:
             # It samples this pass (_emit): its token takes its place in batch order now.
             res.token_rids.append(req.rid)
-        self._budget = budget - desired
+        self.budget = budget - desired
         return desired
 
     def finalize_blocks(self, req: VllmRequest, full: int) -> None:
@@ -509,13 +444,13 @@ class VllmScheduler:
 
     # -- preemption -----------------------------------------------------------------------
 
-    def _victim(self) -> VllmRequest | None:
+    def victim(self) -> VllmRequest | None:
         running = self.running
         if not running:
             return None
         return running[-1] if self.lifo else running[0]
 
-    def _preempt(self, victim: VllmRequest) -> None:
+    def preempt(self, victim: VllmRequest) -> None:
         """Return the victim's blocks to the cache and requeue it at the front (§2.4)."""
         running = self.running
         pool = self.pool
@@ -527,7 +462,7 @@ class VllmScheduler:
         # so the next running request sits this pass out, as in the reference peer (golden
         # case preempt_fifo). A LIFO victim sits at or after the scan, where nothing shifts.
         del running[idx]
-        if victim in self._res.order:  # scheduled earlier in this pass: undo it (O(batch), rare)
+        if victim in self.result.order:  # scheduled earlier in this pass: undo it (O(batch), rare)
             self._unschedule(victim)
         victim.realize_hashes(self.bs, pool)  # its own blocks may be hit on readmission
         pool.release(victim.table)
@@ -536,11 +471,11 @@ class VllmScheduler:
         victim.preemptions += 1
         self.preemptions_total += 1
         (self.host.requeue_preempted if self.host is not None else self.waiting.appendleft)(victim)
-        self._queue_stats(victim, +1)
-        self._preempted_in_pass = True
+        self.queue_stats(victim, +1)
+        self.preempted_in_pass = True
         after = PressureState(len(running), len(self.waiting), pool.num_active)
-        self._res.pressure.append(
-            PressureEvent(self._now, PressureKind.VLLM_PREEMPTION, victim.rid, before, after, held)
+        self.result.pressure.append(
+            PressureEvent(self.now, PressureKind.VLLM_PREEMPTION, victim.rid, before, after, held)
         )
 
     # -- timing and tokens ----------------------------------------------------------------
@@ -560,7 +495,7 @@ class VllmScheduler:
     def _unschedule(self, victim: VllmRequest) -> None:
         """Take back everything scheduling did for ``victim`` in this pass, including a plain
         decoder's token (sampled at scheduling, _schedule_running)."""
-        res = self._res
+        res = self.result
         res.order.remove(victim)
         if victim in res.later:
             res.later.remove(victim)
@@ -568,9 +503,9 @@ class VllmScheduler:
             res.token_rids.remove(victim.rid)
         undone = res.work.pop(victim.rid, None)
         if undone is not None:
-            self._budget += undone.tokens
+            self.budget += undone.tokens
             return
-        self._budget += 1
+        self.budget += 1
         if self.spec is not None:
             return  # a speculative dangling-token step sampled nothing yet
         length = victim.length - 1
@@ -599,7 +534,7 @@ class VllmScheduler:
             if w is None:
                 # A plain decoder whose token (taken at scheduling) was its last.
                 completed.append(req.rid)
-                self._finish(req, res)
+                self.finish(req, res)
                 finished.append(req)
                 continue
             length = req.length
@@ -613,7 +548,7 @@ class VllmScheduler:
             if terminal:
                 completed.append(req.rid)  # terminal after prefill: no token
                 w.terminal = True
-                self._finish(req, res)
+                self.finish(req, res)
                 finished.append(req)
                 continue
             if req.generated or not w.prompt_tokens:
@@ -633,18 +568,18 @@ class VllmScheduler:
             req.length = length + 1
             if req.generated >= req.max_out:
                 completed.append(req.rid)
-                self._finish(req, res)
+                self.finish(req, res)
                 finished.append(req)
         if finished:
             if len(finished) > 8:
                 self.running = [r for r in self.running if r.status is Status.RUNNING]
-            else:  # in place: a steady batch (servesim_vllm.steady) keeps the list
+            else:  # in place: a steady batch (servesim_vllm.fast.steady) keeps the list
                 for req in finished:
                     self.running.remove(req)
         res.decode_stats = (plain + fpm_n, plain_sum + fpm_sum, plain_sq + fpm_sq)
-        self._decode_time(res, plain + priced, plain_sum + priced_sum)
+        self.decode_time(res, plain + priced, plain_sum + priced_sum)
 
-    def _decode_time(self, res: PassResult, decoders: int, kv_sum: int) -> None:
+    def decode_time(self, res: PassResult, decoders: int, kv_sum: int) -> None:
         """active_kv_tokens is the sum of the decoders' logical lengths, not physical blocks:
         the reference peer's decode times match this (aisimulate-engine.md §6.3)."""
         res.decoders = decoders
@@ -652,7 +587,7 @@ class VllmScheduler:
             total = self.cfg.num_gpu_blocks * self.bs
             res.decode_ms = self.timing.predict_decode_ms(decoders, kv_sum, kv_sum // decoders, total)
 
-    def _finish(self, req: VllmRequest, res: PassResult) -> None:
+    def finish(self, req: VllmRequest, res: PassResult) -> None:
         if not req.cached_signaled:
             req.cached_signaled = True
             res.cached_tokens[req.rid] = req.cached_prefix or 0
@@ -663,7 +598,7 @@ class VllmScheduler:
         del self.requests[req.rid]
 
     def _reject(self, req: VllmRequest) -> None:
-        res = self._res
+        res = self.result
         res.completed.append(req.rid)
         res.rejected.append(req.rid)
         self.pool.release(req.table)

@@ -17,10 +17,11 @@ from servesim.contract import WorkerType
 from servesim.timing.shape import PrefillChunk
 
 if TYPE_CHECKING:
-    from servesim_vllm.scheduler import PassResult, VllmScheduler
+    from servesim_vllm.interfaces import SchedulerView
+    from servesim_vllm.pass_result import PassResult
 
 
-def shaped_pass_ms(sched: VllmScheduler, res: PassResult) -> tuple[float, bool]:
+def shaped_pass_ms(sched: SchedulerView, res: PassResult) -> tuple[float, bool]:
     """The pass's duration from the model's ``predict_pass_ms``, and whether it prefilled."""
     chunks = [
         PrefillChunk(w.prompt_tokens, w.prefix_tokens) for w in res.work.values() if w.prompt_tokens > 0

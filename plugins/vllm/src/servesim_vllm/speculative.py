@@ -20,7 +20,7 @@ With ``engine.aic_nextn`` set, :func:`emit` replaces the one-token sampling step
 
 The reference also recomputes one more block of every non-empty prefix-cache hit (the
 drafter needs the hidden states of the last matched block), applied in
-``VllmScheduler._prefill_cost``.
+``VllmScheduler.prefill_cost``.
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ from servesim_vllm.request import Status, VllmRequest
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from servesim_vllm.scheduler import PassResult, VllmScheduler
+    from servesim_vllm.interfaces import SchedulerView
+    from servesim_vllm.pass_result import PassResult
 
 
-def emit(s: VllmScheduler, res: PassResult) -> None:
+def emit(s: SchedulerView, res: PassResult) -> None:
     """Sample and emit every ready request's burst (see the module docstring)."""
     spec = s.spec
     assert spec is not None
@@ -51,7 +52,7 @@ def emit(s: VllmScheduler, res: PassResult) -> None:
     # Unlike a plain step, the verification forward covers the requests that just
     # prefilled too: their first burst is verified like any other (as the reference prices it).
     if not spec.prefill_worker:  # a prefill worker's tokens come out of the prefill forward
-        s._decode_time(res, len(ready), sum(req.length for req in ready))  # noqa: SLF001
+        s.decode_time(res, len(ready), sum(req.length for req in ready))
     bursts = [spec.draw_burst(req.max_out - req.generated) for req in ready]
     finished = False
     for req, burst in zip(ready, bursts, strict=True):
@@ -62,7 +63,7 @@ def emit(s: VllmScheduler, res: PassResult) -> None:
         s.running[:] = [r for r in s.running if r.status is Status.RUNNING]
 
 
-def _finish_terminal(s: VllmScheduler, res: PassResult) -> list[VllmRequest]:
+def _finish_terminal(s: SchedulerView, res: PassResult) -> list[VllmRequest]:
     """Forward-pass-metric tallies, completions without a token, and the ready requests
     (all known tokens computed, output left), in batch order."""
     n = total = sq = 0
@@ -83,7 +84,7 @@ def _finish_terminal(s: VllmScheduler, res: PassResult) -> list[VllmRequest]:
             res.completed.append(req.rid)
             if w is not None:
                 w.terminal = True
-            s._finish(req, res)  # noqa: SLF001
+            s.finish(req, res)
             finished = True
             continue
         ready.append(req)
@@ -94,7 +95,7 @@ def _finish_terminal(s: VllmScheduler, res: PassResult) -> list[VllmRequest]:
 
 
 def _reserve(
-    s: VllmScheduler, ready: list[VllmRequest], largest: Callable[[int], int]
+    s: SchedulerView, ready: list[VllmRequest], largest: Callable[[int], int]
 ) -> tuple[list[VllmRequest], BlockTable | None]:
     """Reserve the blocks of every ready request's largest burst, preempting until they fit;
     ``(still ready, reservation)``, or ``([], None)`` when nothing is left to run."""
@@ -107,17 +108,17 @@ def _reserve(
         reserved = BlockTable()
         if s.pool.allocate(reserved, need):
             return ready, reserved
-        victim = s._victim()  # noqa: SLF001
+        victim = s.victim()
         if victim is None:
             return [], None
-        s._preempt(victim)  # noqa: SLF001
+        s.preempt(victim)
         ready = [r for r in ready if r.status is Status.RUNNING]
         if not ready:
             return [], None
 
 
 def _emit_burst(
-    s: VllmScheduler, res: PassResult, req: VllmRequest, burst: int, reserved: BlockTable
+    s: SchedulerView, res: PassResult, req: VllmRequest, burst: int, reserved: BlockTable
 ) -> bool:
     """Emit ``burst`` tokens of ``req`` at the pass end; True when it finished."""
     rid = req.rid
@@ -129,7 +130,7 @@ def _emit_burst(
     req.length += burst
     if req.generated >= req.max_out:
         res.completed.append(rid)
-        s._finish(req, res)  # noqa: SLF001
+        s.finish(req, res)
         return True
     # The burst's blocks come out of the reservation; the last token stays dangling.
     bs = s.bs

@@ -1,12 +1,12 @@
 """The steady batch kept between runs and steps, with its members' counters held lazily.
 
-After a run of steady decode passes (servesim_trtllm.runs) every running request is a plain
+After a run of steady decode passes (servesim_trtllm.fast.runs) every running request is a plain
 decode: its context is computed and its newest sampled token is the one left to compute.
 :class:`TrtSteadyBatch` holds that batch lazily (servesim.fast.steady.SteadyBatch): before pass
 ``P`` a member has computed ``sb + P - 1`` tokens and generated ``sb + P - prompt_len``; its
 block steps are the decodes that allocate a block (the target ``sb + P`` passes the table)
 or fill one, and serials follow the order the policy walks the batch in
-(:func:`servesim_trtllm.runs.batch_order`).
+(:func:`servesim_trtllm.fast.runs.batch_order`).
 
 While a batch is set (``TrtCore.steady``), the running requests' own ``num_computed`` and
 ``generated`` are stale; :meth:`TrtCore.sync` writes them back, and everything else that
@@ -22,15 +22,16 @@ members' share of emission and add the newly admitted requests to the batch.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from servesim._compiled import mypyc_attr
 from servesim.fast.steady import SteadyBatch
 
+from servesim_trtllm.interfaces import CoreView
+
 if TYPE_CHECKING:
     from servesim.contract import OutputBatch
 
-    from servesim_trtllm.core import TrtCore
     from servesim_trtllm.request import TrtRequest
     from servesim_trtllm.work import StepWork
 
@@ -87,13 +88,19 @@ class TrtSteadyBatch(SteadyBatch):
         r.generated = length - r.prompt_len
 
 
-def pass_steps(core: TrtCore) -> tuple[Callable[[list[TrtRequest], int], bool],
+class SteadyCore(CoreView, Protocol):
+    """The core as the fast paths see it: :class:`CoreView` with the steady batch
+    (``TrtCore.steady``, None while none is kept)."""
+
+    steady: TrtSteadyBatch | None
+
+
+def pass_steps(core: SteadyCore) -> tuple[Callable[[list[TrtRequest], int], bool],
                                         Callable[[list[TrtRequest], int], None]]:
     """``(blocked, step)`` for :meth:`SteadyBatch.step_pass`: a pass's block steps are left
     to stepping when the blocks its decodes allocate (one each at most) could run short,
     and are otherwise :func:`block_steps`."""
     pool = core.pool
-    free, evict = pool._free, pool._evict  # noqa: SLF001 - allocation headroom
     bs = core.bs
 
     def blocked(due: list[TrtRequest], P: int) -> bool:
@@ -101,7 +108,8 @@ def pass_steps(core: TrtCore) -> tuple[Callable[[list[TrtRequest], int], bool],
         for r in due:
             if r.sb + P > len(r.table.ids) * bs:
                 need += 1
-        return need > len(free) + len(evict)
+        # the blocks an allocation can take: free ones and cached ones nothing references
+        return need > pool.num_free + pool.num_inactive
 
     def step(due: list[TrtRequest], P: int) -> None:
         block_steps(core, due, P)
@@ -109,7 +117,7 @@ def pass_steps(core: TrtCore) -> tuple[Callable[[list[TrtRequest], int], bool],
     return blocked, step
 
 
-def block_steps(core: TrtCore, due: list[TrtRequest], P: int) -> None:
+def block_steps(core: SteadyCore, due: list[TrtRequest], P: int) -> None:
     """What ``TrtCore.decode_step`` (and, for native policies, ``flush_finalize``) do to the
     pool in pass ``P`` for the members in ``due`` (batch order); the allocations cannot fail
     (the caller checked the headroom)."""
@@ -129,14 +137,14 @@ def block_steps(core: TrtCore, due: list[TrtRequest], P: int) -> None:
             if native:
                 fin.append(r)
             else:
-                core._finalize(r, target // bs)  # noqa: SLF001 - the stepping path's call
+                core.finalize(r, target // bs)  # the stepping path's call
     for r in fin:
         full = (r.sb + P) // bs
         if full > r.table.num_cached:
-            core._finalize(r, full)  # noqa: SLF001
+            core.finalize(r, full)
 
 
-def steady_step(core: TrtCore, budget: float) -> int | None:
+def steady_step(core: SteadyCore, budget: float) -> int | None:
     """The running requests' share of a guaranteed-no-evict step from the batch: their block
     steps for this pass, in batch order. Returns how many members were scheduled (one token
     each), or None, having changed nothing, when the step is not that simple (the batch
@@ -151,7 +159,7 @@ def steady_step(core: TrtCore, budget: float) -> int | None:
     return m
 
 
-def emit_members(core: TrtCore, out: OutputBatch) -> None:
+def emit_members(core: SteadyCore, out: OutputBatch) -> None:
     """The members' emission in this step (before any newcomer's): every member samples one
     token; those whose last token it was leave the batch and the rank (``TrtCore.remove``,
     in batch order, as ``TrtCore.emit``)."""
@@ -168,7 +176,7 @@ def emit_members(core: TrtCore, out: OutputBatch) -> None:
             completed.append(r.rid)
 
 
-def after_step(core: TrtCore, work: StepWork) -> None:
+def after_step(core: SteadyCore, work: StepWork) -> None:
     """After a step begun by :func:`steady_step`: add the requests it admitted to the batch
     when every one of them is a plain decode now, else write back and drop the batch."""
     batch = core.steady
@@ -183,5 +191,5 @@ def after_step(core: TrtCore, work: StepWork) -> None:
     batch.add(new)
 
 
-__all__ = ["TrtSteadyBatch", "after_step", "block_steps", "emit_members", "is_plain_decode",
+__all__ = ["SteadyCore", "TrtSteadyBatch", "after_step", "block_steps", "emit_members", "is_plain_decode",
            "next_event", "pass_steps", "steady_step"]

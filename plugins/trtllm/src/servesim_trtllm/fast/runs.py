@@ -1,4 +1,4 @@
-"""Runs of steady decode passes for the ``trtllm`` rank (servesim.fast.runs; DESIGN.md §7).
+"""Runs of steady decode passes for the ``trtllm`` rank (servesim.fast.runs; docs/architecture.md, "Speed by design").
 
 A step is *steady* when every running request is a plain decode (its context is computed, its
 newest sampled token is the one dangling token, it has output left) and the capacity policy
@@ -33,7 +33,7 @@ Pass ``j`` is priced as stepping prices it: ``start + decode`` with
 ``decode = scaled_ms(predict_decode_ms(m, S + j*m, (S + j*m) // m, capacity), decode_speedup)``
 (the prefill term is exactly 0.0), numpy chunks for long runs (bit-identical).
 
-The batch is held as a :class:`servesim_trtllm.steady.TrtSteadyBatch`: a run visits only the
+The batch is held as a :class:`servesim_trtllm.fast.steady.TrtSteadyBatch`: a run visits only the
 members whose block steps or completions fall inside it, and the members' own counters are
 written back only when something other than runs and steady steps needs them.
 
@@ -43,7 +43,7 @@ request not in plain decode, and the queue conditions above.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from servesim.contract import ForwardPassMetrics, KvEvent, WorkerType
 from servesim.fast.runs import (
@@ -58,11 +58,15 @@ from servesim.mechanics.numeric import Welford
 from servesim.timing.base import scaled_ms
 
 from servesim_trtllm.config import CapacitySchedulerPolicy
-from servesim_trtllm.steady import TrtSteadyBatch, is_plain_decode, pass_steps
+from servesim_trtllm.fast.steady import SteadyCore, TrtSteadyBatch, is_plain_decode, pass_steps
 
 if TYPE_CHECKING:
-    from servesim_trtllm.core import TrtCore
-    from servesim_trtllm.rank import TrtllmRank
+    from servesim.config.engine import EngineConfig
+    from servesim.contract import Metrics
+    from servesim.mechanics.handoff import HandoffBook
+    from servesim.rank import RankIdentity, RankServices
+
+    from servesim_trtllm.handoff import TrtHandoffAdapter
     from servesim_trtllm.request import TrtRequest
 
 _GNE = CapacitySchedulerPolicy.GUARANTEED_NO_EVICT
@@ -75,8 +79,30 @@ _VECTOR_MIN = 16
 TrtRunPending = BlockRunPending
 
 
+class RunRank(Protocol):
+    """A ``TrtllmRank`` (servesim_trtllm.rank) as its runs see it: the core, the rank's
+    configuration, and the per-pass state a run advances by its ``k`` passes."""
 
-def _head_watch(core: TrtCore) -> set[int] | None | bool:
+    identity: RankIdentity
+    config: EngineConfig
+    services: RankServices
+    policy: CapacitySchedulerPolicy
+    handoff: TrtHandoffAdapter
+    book: HandoffBook
+    fpm_counter: int  # ForwardPassMetrics.counter_id of the last pass
+    prefilled: bool  # the last pass prefilled (Rank.prefill_in_pass)
+    model_work: bool  # the last pass ran the model (Rank.model_work_in_pass)
+    # the (pool releases, requests) at which the rank found itself stalled, or None
+    stalled: tuple[int, int] | None
+
+    @property
+    def core(self) -> SteadyCore: ...
+
+    def metrics(self) -> Metrics | None: ...
+
+
+
+def _head_watch(core: SteadyCore) -> set[int] | None | bool:
     """GNE only: False when admission could change the batch (decline), None when admission
     is not attempted or cannot succeed whatever the run finalises, else the sequence hashes
     of the head's full prompt blocks (a run finalising one of them must end there)."""
@@ -102,7 +128,7 @@ def _limit(value: int | None) -> float:
     return float("inf") if value is None else float(value)
 
 
-def batch_order(rank: TrtllmRank) -> dict[int, TrtRequest]:
+def batch_order(rank: RunRank) -> dict[int, TrtRequest]:
     """The order a steady step schedules the running requests in: admission order, except
     under max_utilization, which walks the active list in submission order (``core.reqs``;
     a steady run there has an empty queue, so the two hold the same requests). They differ
@@ -111,7 +137,7 @@ def batch_order(rank: TrtllmRank) -> dict[int, TrtRequest]:
     return core.reqs if rank.policy is _MU else core.running
 
 
-def _steady(rank: TrtllmRank) -> TrtSteadyBatch | None:
+def _steady(rank: RunRank) -> TrtSteadyBatch | None:
     """The running batch as a :class:`TrtSteadyBatch` (the one a run or steady step left in
     ``core.steady``, else built from the requests: one loop over the batch), or None when
     the next step is not steady."""
@@ -145,7 +171,7 @@ def _steady(rank: TrtllmRank) -> TrtSteadyBatch | None:
     return batch
 
 
-def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
+def execute_run(rank: RunRank, now: float, horizon: float, max_passes: int,
                 through_completions: bool = False) -> RankRun | None:
     # The queue head first: an admissible head is the usual reason to step, and cheap to see.
     core = rank.core
@@ -174,14 +200,14 @@ def execute_run(rank: TrtllmRank, now: float, horizon: float, max_passes: int,
     return RankRun(now, tuple(ends), run, completed_at)
 
 
-def _may_continue(rank: TrtllmRank) -> bool:
+def _may_continue(rank: RunRank) -> bool:
     """Whether a completion inside a run leaves the next pass's batch to the remaining
     members: nothing waits (GNE would admit into the freed room; MU runs only with an empty
     queue), or the static batch, which is joined only once every member has completed."""
     return rank.policy is CapacitySchedulerPolicy.STATIC_BATCH or not rank.core.waiting
 
 
-def _pass_ends(rank: TrtllmRank, now: float, horizon: float, total: int, m: int,
+def _pass_ends(rank: RunRank, now: float, horizon: float, total: int, m: int,
                j0: int, kmax: int, ends: list[float]) -> bool:
     """Append the ends of passes ``j0 .. kmax-1`` (pass ``j0`` starting at ``now``) that start
     before ``horizon``; True when it stopped early (at ``horizon`` or after a zero-duration
@@ -206,7 +232,7 @@ def _pass_ends(rank: TrtllmRank, now: float, horizon: float, total: int, m: int,
     return price_decode_chunks(timing, m, total, capacity, dsp, j, kmax, start, horizon, ends)
 
 
-def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, batch: TrtSteadyBatch, k: int,
+def _replay_crossings(rank: RunRank, run: TrtRunPending, batch: TrtSteadyBatch, k: int,
                       watch: set[int] | None) -> tuple[int, list[tuple[int, list[TrtRequest]]]]:
     """Apply the block steps of passes ``< k`` in (pass, batch) order, then each pass's
     completions (``TrtCore.remove`` in batch order, as ``emit`` after scheduling), draining KV
@@ -229,7 +255,7 @@ def _replay_crossings(rank: TrtllmRank, run: TrtRunPending, batch: TrtSteadyBatc
     return replay_steps(batch, run, core.pool, k, blocked, step, leave)
 
 
-def _would_publish(core: TrtCore, due: list[TrtRequest], P: int, watch: set[int]) -> bool:
+def _would_publish(core: SteadyCore, due: list[TrtRequest], P: int, watch: set[int]) -> bool:
     """Whether pass ``P`` would finalise a block whose sequence hash is in ``watch``
     (computing the hashes has no observable effect)."""
     bs = core.bs
@@ -245,11 +271,11 @@ def _would_publish(core: TrtCore, due: list[TrtRequest], P: int, watch: set[int]
     return False
 
 
-def _commit(rank: TrtllmRank, run: TrtRunPending, batch: TrtSteadyBatch, k: int,
+def _commit(rank: RunRank, run: TrtRunPending, batch: TrtSteadyBatch, k: int,
             members: list[int], finished: list[tuple[int, list[TrtRequest]]]
             ) -> tuple[tuple[int, int], ...]:
     """Advance the batch by ``k`` passes (the members' own counters stay stale,
-    servesim_trtllm.steady; the completed ones were removed at their pass). Returns the
+    servesim_trtllm.fast.steady; the completed ones were removed at their pass). Returns the
     completions before the last pass as ``(pass, request id)``, in stepping's order."""
     core = rank.core
     completed: list[int] = []
@@ -263,11 +289,11 @@ def _commit(rank: TrtllmRank, run: TrtRunPending, batch: TrtSteadyBatch, k: int,
                 completed_at.append((j, r.rid))
     run.set_members(members, completed, completed_at)
     run.queued = len(core.waiting)
-    run.counter0 = rank._fpm_counter  # noqa: SLF001
-    rank._fpm_counter += k  # noqa: SLF001
-    rank._prefilled = False  # noqa: SLF001
-    rank._model_work = True  # noqa: SLF001
-    rank._stalled = None  # noqa: SLF001
+    run.counter0 = rank.fpm_counter
+    rank.fpm_counter += k
+    rank.prefilled = False
+    rank.model_work = True
+    rank.stalled = None
     if rank.services.emit_forward_pass_metrics:
         qp, qd = core.queued_prefill, core.queued_decode
         empty = Welford()
@@ -286,7 +312,7 @@ def take_kv_events(run: TrtRunPending, before_pass: int) -> dict[int, list[KvEve
     return take_run_kv_events(run.kv_events, before_pass)
 
 
-def complete_run(rank: TrtllmRank, run: TrtRunPending, end_ms: float) -> RunEffects:
+def complete_run(rank: RunRank, run: TrtRunPending, end_ms: float) -> RunEffects:
     k = len(run.ends)
     core = rank.core
     pool = core.pool

@@ -1,4 +1,4 @@
-"""Runs of steady decode passes for the ``sglang`` rank (servesim.fast.runs; DESIGN.md §7).
+"""Runs of steady decode passes for the ``sglang`` rank (servesim.fast.runs; docs/architecture.md, "Speed by design").
 
 A pass is *steady* when the waiting queue is empty (or held back under FCFS: the batch is at
 ``max_running_requests``, or the head's admission fails at every pass — checked per pass with
@@ -36,7 +36,7 @@ Two ways to apply a run's state changes, both identical to stepping:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from servesim.contract import (
     ForwardPassMetrics,
@@ -48,13 +48,48 @@ from servesim.contract import (
 from servesim.fast.runs import RankRun, RunEffects, RunPending, take_run_kv_events
 from servesim.timing.base import scaled_ms
 
+from servesim_sglang.fast.run_head import Head, held_head
+from servesim_sglang.pass_outcome import PassOutcome
 from servesim_sglang.policies import FcfsPolicy
-from servesim_sglang.run_head import Head, held_head
-from servesim_sglang.scheduler import PassOutcome
 
 if TYPE_CHECKING:
-    from servesim_sglang.rank import SglangRank
+    from servesim.config.engine import EngineConfig
+    from servesim.mechanics.handoff import HandoffBook
+    from servesim.rank import RankIdentity, RankServices
+
+    from servesim_sglang.config import SchedulerParams
+    from servesim_sglang.handoff import SglangHandoffAdapter
+    from servesim_sglang.interfaces import RankCounters, SchedulerView
+    from servesim_sglang.radix_cache import RadixCache
     from servesim_sglang.request import SglangRequest
+
+
+class RunRank(Protocol):
+    """A ``SglangRank`` (servesim_sglang.rank) as its runs see it: the scheduler and the
+    radix cache, the rank's configuration, and the per-pass state a run advances."""
+
+    identity: RankIdentity
+    config: EngineConfig
+    services: RankServices
+    params: SchedulerParams
+    cache: RadixCache
+    requests: dict[int, SglangRequest]
+    handoff: SglangHandoffAdapter
+    book: HandoffBook
+    counters: RankCounters
+    prefilled: bool  # the last pass prefilled (Rank.prefill_in_pass)
+    model_work: bool  # the last pass ran the model (Rank.model_work_in_pass)
+    # the (cache releases, waiting_version) at which the rank found itself stalled, or None
+    stalled: tuple[int, int] | None
+
+    @property
+    def sched(self) -> SchedulerView: ...
+
+    def metrics(self, hit_tokens: int = 0, total_tokens: int = 0) -> Metrics: ...
+
+    def fpm(self, out: PassOutcome) -> dict[str, Any]:
+        """The forward-pass metrics fields of a stepped pass."""
+        ...
 
 
 class SglangRunPending(RunPending):
@@ -82,11 +117,11 @@ class _Plan:
         self.open = False  # every pass up to kmax was planned (no stop)
 
 
-def _steady(rank: SglangRank) -> tuple[int, int, list[int]] | None:
+def _steady(rank: RunRank) -> tuple[int, int, list[int]] | None:
     """``(Σ lengths, passes until the first completion, length residues mod page size)`` of
     a steady batch, or None when the next pass is not a plain decode of every request."""
     s = rank.sched
-    if not s.running or rank._c.rejected:  # noqa: SLF001
+    if not s.running or rank.counters.rejected:
         return None
     if s.waiting and type(s.policy) is not FcfsPolicy:  # others reorder (or draw) every pass
         return None
@@ -156,7 +191,7 @@ def _steady_page1(running: list[SglangRequest], cache: Any) -> tuple[int, int, l
 
 
 def _plan(
-    rank: SglangRank,
+    rank: RunRank,
     now: float,
     horizon: float,
     kmax: int,
@@ -237,7 +272,7 @@ def _plan(
 
 
 def execute_run(
-    rank: SglangRank, now: float, horizon: float, max_passes: int, through_completions: bool = False
+    rank: RunRank, now: float, horizon: float, max_passes: int, through_completions: bool = False
 ) -> RankRun | None:
     s = rank.sched
     head = None
@@ -288,7 +323,7 @@ def execute_run(
     return RankRun(now, tuple(plan.ends), run, completed_at)
 
 
-def _stepped(rank: SglangRank, run: SglangRunPending, k: int) -> None:
+def _stepped(rank: RunRank, run: SglangRunPending, k: int) -> None:
     """``k`` passes through the scheduler's own ``run_pass``."""
     s = rank.sched
     fpm_on = rank.services.emit_forward_pass_metrics
@@ -297,7 +332,7 @@ def _stepped(rank: SglangRank, run: SglangRunPending, k: int) -> None:
     out = None
     for j in range(k):
         out = s.run_pass(start)
-        rank._c.passes += 1  # noqa: SLF001
+        rank.counters.passes += 1
         if (
             out.end_ms != run.ends[j]
             or out.retracted
@@ -310,21 +345,21 @@ def _stepped(rank: SglangRank, run: SglangRunPending, k: int) -> None:
             run.completed_before[j] = list(out.completed)
         run.take_events(s.cache, j)
         if fpm_on:
-            fpms.append(rank._fpm(out))  # noqa: SLF001
+            fpms.append(rank.fpm(out))
         start = out.end_ms
     assert out is not None
     run.fpms = fpms if fpm_on else None
     _finish_rank(rank, run, list(out.completed), list(out.token_rids))
 
 
-def _bulk(rank: SglangRank, run: SglangRunPending, plan: _Plan, k: int) -> None:
+def _bulk(rank: RunRank, run: SglangRunPending, plan: _Plan, k: int) -> None:
     """Apply ``k`` decode passes request by request (see the module docstring)."""
     s = rank.sched
     cache = s.cache
     cache.free_pages -= plan.grants
     ps = cache.page_size
     caching = cache.caching
-    clock0 = cache._clock  # noqa: SLF001
+    clock0 = cache.clock
     # before[j]: page completions (ticks) in passes < j; a request of residue r completes a
     # page at pass j when (r + j + 1) % ps == 0 (page size 1: every member, every pass).
     before = [0] * (k + 1)
@@ -361,21 +396,21 @@ def _bulk(rank: SglangRank, run: SglangRunPending, plan: _Plan, k: int) -> None:
             cache.evict(tokens)
         _append_tokens(r, 1)
         if caching:
-            cache._clock = clock  # noqa: SLF001 - the tick finish() takes is stepping's
-        s._complete(r, out)  # noqa: SLF001
+            cache.clock = clock  # the tick finish() takes is stepping's
+        s.complete(r, out)
         if c < k - 1:
             run.completed_before.setdefault(c, []).append(out.completed.pop())
     rest = sum([t for _, t in evictions[e:]])
     if rest:
         cache.evict(rest)
     if caching:
-        cache._clock = clock0 + before[k]  # noqa: SLF001
+        cache.clock = clock0 + before[k]
     s.running = keep
     ratio, step, floor = s.ratio, s.p.decay_step, s.p.min_new_token_ratio
     for _ in range(k):
         ratio = max(ratio - step, floor)
     s.ratio = ratio
-    rank._c.passes += k  # noqa: SLF001
+    rank.counters.passes += k
     last = run.members
     if run.completed_before:
         gone = {rid for rids in run.completed_before.values() for rid in rids}
@@ -504,7 +539,7 @@ def _append_tokens(r: SglangRequest, n: int) -> None:
     r.materialized += n
 
 
-def _finish_rank(rank: SglangRank, run: SglangRunPending, completed: list[int], last: list[int]) -> None:
+def _finish_rank(rank: RunRank, run: SglangRunPending, completed: list[int], last: list[int]) -> None:
     """The rank's per-pass bookkeeping of ``execute_pass`` for the whole run; ``last`` are
     the members emitting at the last pass, ``completed`` those completing there."""
     for rid in completed:
@@ -512,9 +547,9 @@ def _finish_rank(rank: SglangRank, run: SglangRunPending, completed: list[int], 
     for rids in run.completed_before.values():
         for rid in rids:
             rank.requests.pop(rid, None)
-    rank._prefilled = False  # noqa: SLF001
-    rank._model_work = True  # noqa: SLF001
-    rank._stalled = None  # noqa: SLF001
+    rank.prefilled = False
+    rank.model_work = True
+    rank.stalled = None
     run.effects.outputs = OutputBatch(token_request_ids=last, completed=completed)
 
 
@@ -522,7 +557,7 @@ def take_kv_events(run: SglangRunPending, before_pass: int) -> dict[int, list[Kv
     return take_run_kv_events(run.kv_events, before_pass)
 
 
-def complete_run(rank: SglangRank, run: SglangRunPending, end_ms: float) -> RunEffects:
+def complete_run(rank: RunRank, run: SglangRunPending, end_ms: float) -> RunEffects:
     k = len(run.ends)
     last = run.effects
     run.take_events(rank.cache, k - 1)  # commands applied while the last pass was in flight

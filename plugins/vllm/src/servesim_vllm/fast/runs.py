@@ -1,4 +1,4 @@
-"""Runs of steady decode passes for the ``vllm`` rank (servesim.fast.runs; DESIGN.md §7).
+"""Runs of steady decode passes for the ``vllm`` rank (servesim.fast.runs; docs/architecture.md, "Speed by design").
 
 A pass is *steady* when the waiting queue is empty and every running request is a plain
 decode step (its prompt is done and one sampled token is left to compute): the scheduler then
@@ -24,7 +24,7 @@ Pass ``j``'s decode time uses the same call and float operations as stepping:
 pre-run length, and ``end = start + scaled_ms(0.0, speedup) + scaled_ms(decode, decode_speedup)``,
 so boundaries are bit-identical (including the nanosecond rounding of ``scaled_ms``).
 
-The batch is held as a :class:`servesim_vllm.steady.VllmSteadyBatch`: a run visits only the
+The batch is held as a :class:`servesim_vllm.fast.steady.VllmSteadyBatch`: a run visits only the
 members whose block steps or completions fall inside it (a heap of next block steps, buckets
 of completion passes), so its cost does not grow with the batch, and the members' own counters
 are written back only when something other than runs and steady passes needs them.
@@ -33,14 +33,14 @@ A decode worker of a disaggregated replay runs too while its handoff book holds 
 activated destinations (``HandoffBook.only_active``; they decode like any request); the
 book's boundary work then happens at the run's end (``HandoffBook.at_run_end``), whose
 lifecycle events are the last pass's. Runs are declined (stepping is used) for anything
-else: a prefill worker, other handoff state, schedule recording, a batch larger than the token budget, and any running request
-whose prompt plus output could outgrow the whole pool (it could later be rejected on
-readmission, which the driver's run statistics do not model).
+else: a prefill worker, other handoff state, schedule recording, a batch larger than the
+token budget, and any running request whose prompt plus output could outgrow the whole pool
+(it could later be rejected on readmission, which the driver's run statistics do not model).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from servesim.contract import (
     Admission,
@@ -60,19 +60,45 @@ from servesim.fast.steady import plan_passes, replay_steps
 from servesim.timing.base import scaled_ms
 from servesim.timing.builtin import PolynomialTiming
 
+from servesim_vllm.fast.steady import SteadyScheduler, VllmSteadyBatch, pass_steps
 from servesim_vllm.request import Status
-from servesim_vllm.steady import VllmSteadyBatch, pass_steps
 
 if TYPE_CHECKING:
-    from servesim_vllm.rank import VllmRank
+    from servesim.config.engine import EngineConfig
+    from servesim.contract import Metrics
+    from servesim.mechanics.handoff import HandoffBook
+    from servesim.rank import RankIdentity, RankServices
+
     from servesim_vllm.request import VllmRequest
+
+
+class RunRank(Protocol):
+    """A ``VllmRank`` (servesim_vllm.rank) as its runs see it: the scheduler, the rank's
+    configuration, and the per-pass state a run advances by its ``k`` passes."""
+
+    identity: RankIdentity
+    config: EngineConfig
+    services: RankServices
+    book: HandoffBook
+    decode_speedup: float
+    # pass number of the next forward-pass metrics line (ForwardPassMetrics.counter_id)
+    pass_counter: int
+    # the queue statistics and FpmRun.base of the last run's metrics (run_fpm_base)
+    fpm_base: tuple[tuple[int, ...], dict[str, Any]] | None
+    prefilled: bool  # the last pass prefilled (Rank.prefill_in_pass)
+    worked: bool  # the last pass ran the model (Rank.model_work_in_pass)
+
+    @property
+    def sched(self) -> SteadyScheduler: ...
+
+    def metrics(self) -> Metrics | None: ...
 
 
 VllmRunPending = BlockRunPending
 
 
 
-def _steady_batch(rank: VllmRank) -> tuple[VllmSteadyBatch, list[VllmRequest]] | None:
+def _steady_batch(rank: RunRank) -> tuple[VllmSteadyBatch, list[VllmRequest]] | None:
     """The running batch as a :class:`VllmSteadyBatch` (the one a run or steady pass left in
     ``steady``, else built from the requests: one loop over the batch) and the activated
     destinations the run's first pass admits (:func:`_remote_admissions`), or None when the
@@ -118,7 +144,7 @@ def _steady_batch(rank: VllmRank) -> tuple[VllmSteadyBatch, list[VllmRequest]] |
 
 def _remote_admissions(s: Any) -> list[VllmRequest] | None:
     """The waiting requests when every one is an activated destination that the next pass's
-    ``_admit_waiting`` admits (``_admit_remote``) and that is a plain decoder from then on;
+    ``_admit_waiting`` admits (``admit_remote``) and that is a plain decoder from then on;
     None otherwise. Such a request needs no block and no prefill: its prompt KV is resident
     (reserved and finalised by the handoff), so in the pass that admits it it samples its
     first token like a steady member of length ``prompt_len`` (priced by the decode call,
@@ -166,14 +192,14 @@ def _admission_blocked(s: Any) -> bool:
         return False
     if not s.beh.scheduler_reserve_full_isl:
         return False  # only the first chunk must fit: not foreseeable here
-    if s._impossible(req):  # noqa: SLF001 - the scheduler's own admission rules
+    if s.impossible(req):  # the scheduler's own admission rules
         return False
-    _cached, active_cached = s._prefill_cost(req)  # noqa: SLF001
+    _cached, active_cached = s.prefill_cost(req)
     needed = -(-req.length // s.bs) - active_cached // s.bs
     return needed > s.usable_blocks - s.pool.num_active
 
 
-def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
+def execute_run(rank: RunRank, now: float, horizon: float, max_passes: int,
                 through_completions: bool = False) -> RankRun | None:
     found = _steady_batch(rank)
     if found is None:
@@ -208,11 +234,11 @@ def execute_run(rank: VllmRank, now: float, horizon: float, max_passes: int,
 
 
 def _admit(s: Any, run: VllmRunPending, admit: list[VllmRequest]) -> tuple[Admission, ...]:
-    """What ``_admit_remote`` and ``_emit`` do to the requests the run's first pass admits
+    """What ``admit_remote`` and ``_emit`` do to the requests the run's first pass admits
     (their length and tokens live in the batch from now on)."""
     for req in admit:
         s.waiting.remove(req)
-        s._queue_stats(req, -1)  # noqa: SLF001
+        s.queue_stats(req, -1)
         req.status = Status.RUNNING
         s.running.append(req)
         req.cached_prefix = 0
@@ -221,7 +247,7 @@ def _admit(s: Any, run: VllmRunPending, admit: list[VllmRequest]) -> tuple[Admis
     return tuple(Admission(req.rid, 0) for req in admit)
 
 
-def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
+def _pass_ends(rank: RunRank, now: float, horizon: float, total: int, m: int,
                j0: int, kmax: int, ends: list[float]) -> bool:
     """Append to ``ends`` the ends of passes ``j0 .. kmax-1`` (pass ``j0`` starting at
     ``now``) that start before ``horizon``; True when it stopped early (at ``horizon`` or
@@ -232,8 +258,8 @@ def _pass_ends(rank: VllmRank, now: float, horizon: float, total: int, m: int,
     s = rank.sched
     timing = s.timing
     kv_total = s.cfg.num_gpu_blocks * s.bs
-    zero = 0.0  # scaled_ms(0.0, rank._speedup): no division, and 0.0 rounds to 0.0
-    dsp = rank._decode_speedup  # noqa: SLF001
+    zero = 0.0  # scaled_ms(0.0, rank.speedup): no division, and 0.0 rounds to 0.0
+    dsp = rank.decode_speedup
     start = now
     j = j0
     limit = kmax if zero else min(kmax, j0 + _VECTOR_MIN)
@@ -276,7 +302,7 @@ def _decode_polynomial(timing: Any, m: int, kv_total: int) -> tuple[float, float
     return timing.da, timing.db, timing.dc
 
 
-def _replay_crossings(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch,
+def _replay_crossings(rank: RunRank, run: VllmRunPending, batch: VllmSteadyBatch,
                       k: int) -> tuple[int, list[tuple[int, list[VllmRequest]]]]:
     """Apply the block steps of passes ``< k`` in (pass, batch) order, then each pass's
     completions (releases, in batch order, as _emit after _schedule_running), draining KV
@@ -293,7 +319,7 @@ def _replay_crossings(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatc
     return replay_steps(batch, run, pool, k, *pass_steps(s), leave)
 
 
-def _finish(rank: VllmRank, batch: VllmSteadyBatch, k: int,
+def _finish(rank: RunRank, batch: VllmSteadyBatch, k: int,
             finished: list[tuple[int, list[VllmRequest]]]
             ) -> tuple[list[int], list[tuple[int, int]]]:
     """Advance the batch and the rank's pass count by ``k`` passes and finish the requests
@@ -320,29 +346,29 @@ def _finish(rank: VllmRank, batch: VllmSteadyBatch, k: int,
         for _j, done in finished:
             for req in done:
                 running.remove(req)
-    rank._pass_counter += k  # noqa: SLF001
-    rank._prefilled = False  # noqa: SLF001
-    rank._worked = True  # noqa: SLF001
+    rank.pass_counter += k
+    rank.prefilled = False
+    rank.worked = True
     return completed, completed_at
 
 
-def _commit(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
+def _commit(rank: RunRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
             members: list[int], finished: list[tuple[int, list[VllmRequest]]]
             ) -> tuple[tuple[int, int], ...]:
     """Commit the run's ``k`` passes: :func:`_finish` the requests that completed in them (the
-    others advance only in the batch, servesim_vllm.steady) and file the members in ``run``.
+    others advance only in the batch, servesim_vllm.fast.steady) and file the members in ``run``.
     Returns the completions before the last pass as ``(pass, request id)``."""
     s = rank.sched
-    run.counter0 = rank._pass_counter  # noqa: SLF001 - before _finish counts the passes
+    run.counter0 = rank.pass_counter  # before _finish counts the passes
     completed, completed_at = _finish(rank, batch, k, finished)
     run.set_members(members, completed, completed_at)
     run.queued = len(s.waiting)
     if rank.services.emit_forward_pass_metrics:
-        run.fpm_fields = _run_fpm_base(rank, s.queued_prefill, s.queued_decode)
+        run.fpm_fields = run_fpm_base(rank, s.queued_prefill, s.queued_decode)
     return tuple(completed_at)
 
 
-def extend_run(rank: VllmRank, run: VllmRunPending, now: float, horizon: float,
+def extend_run(rank: RunRank, run: VllmRunPending, now: float, horizon: float,
                max_passes: int, through_completions: bool = False
                ) -> tuple[list[float], list[tuple[int, int]]] | None:
     """More passes for the committed run ``run`` at its last boundary ``now`` (no command
@@ -386,7 +412,7 @@ def extend_run(rank: VllmRank, run: VllmRunPending, now: float, horizon: float,
     return ends, completed_at
 
 
-def _commit_more(rank: VllmRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
+def _commit_more(rank: RunRank, run: VllmRunPending, batch: VllmSteadyBatch, k: int,
                  k0: int, finished: list[tuple[int, list[VllmRequest]]]
                  ) -> list[tuple[int, int]]:
     """:func:`_commit` for ``k`` passes appended to ``run`` after its ``k0`` first ones:
@@ -412,7 +438,7 @@ def take_kv_events(run: VllmRunPending, before_pass: int) -> dict[int, list[KvEv
     return take_run_kv_events(run.kv_events, before_pass)
 
 
-def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffects:
+def complete_run(rank: RunRank, run: VllmRunPending, end_ms: float) -> RunEffects:
     k = len(run.ends)
     last = run.effects
     # The handoff book's boundary work (its retry may allocate: before the events and the
@@ -440,31 +466,31 @@ def complete_run(rank: VllmRank, run: VllmRunPending, end_ms: float) -> RunEffec
         lifecycle_events=lifecycle, cached_tokens=run.cached_tokens,
     )
     if run.fpm_fields is not None:
-        effects.forward_pass_metrics = _fpms(run, end_ms)
+        effects.forward_pass_metrics = fpms(run, end_ms)
     return effects
 
 
-def _run_fpm_base(rank: VllmRank, qp: list[int], qd: list[int]) -> dict[str, Any]:
+def run_fpm_base(rank: RunRank, qp: list[int], qd: list[int]) -> dict[str, Any]:
     """The fields every pass of a run shares (``FpmRun.base``): no prefill, the unchanged
     queues. Runs of a rank share them while its queues stay put, so the rank keeps the last
     dict and hands it on again (it is never changed once built)."""
     key = (qp[0], qp[1], qp[2], qd[0], qd[1], qd[2])
-    cached = rank._fpm_base  # noqa: SLF001
+    cached = rank.fpm_base
     if cached is not None and cached[0] == key:
         return cached[1]
     base = dict(
         worker_id=rank.identity.worker_id, dp_rank=rank.identity.dp_rank,
         num_queued_prefill=qp[0], sum_queued_prefill_tokens=qp[1],
-        var_queued_prefill_length=_pop_var(*qp), num_queued_decode=qd[0],
-        sum_queued_decode_kv_tokens=qd[1], var_queued_decode_kv_tokens=_pop_var(*qd),
+        var_queued_prefill_length=pop_var(*qp), num_queued_decode=qd[0],
+        sum_queued_decode_kv_tokens=qd[1], var_queued_decode_kv_tokens=pop_var(*qd),
         num_prefill_requests=0, sum_prefill_tokens=0, var_prefill_length=0.0,
         sum_prefill_kv_tokens=0,
     )
-    rank._fpm_base = (key, base)  # noqa: SLF001
+    rank.fpm_base = (key, base)
     return base
 
 
-def _fpms(run: VllmRunPending, end_ms: float) -> FpmRun:
+def fpms(run: VllmRunPending, end_ms: float) -> FpmRun:
     """dynamo-mocker.md §4.5 for a steady pass: no prefill, ``m`` decodes of the pass's
     lengths (population variance from integer sums), the unchanged queues.
 
@@ -484,11 +510,11 @@ def _fpms(run: VllmRunPending, end_ms: float) -> FpmRun:
         _j0, total, sq, m = segments[0]
         if k == 1:
             d = end_ms - start
-            return FpmRun(fields, run.counter0, [m], [total], [_pop_var(m, total, sq)],
+            return FpmRun(fields, run.counter0, [m], [total], [pop_var(m, total, sq)],
                           [d if d > 0.0 else 0.0])
         nums = [m] * k
         kvs = list(range(total, total + k * m, m)) if m > 0 else [total + j * m for j in range(k)]
-        variances = [_pop_var(m, total, sq)] * k
+        variances = [pop_var(m, total, sq)] * k
     else:
         nums, kvs, variances = [], [], []
         j0 = 0  # pass j takes the last segment that starts at or before it
@@ -501,7 +527,7 @@ def _fpms(run: VllmRunPending, end_ms: float) -> FpmRun:
             nums += [m] * (j1 - j0)
             kvs += (range(total + j0 * m, total + j1 * m, m) if m > 0
                     else [total + j * m for j in range(j0, j1)])
-            variances += [_pop_var(m, total, sq)] * (j1 - j0)
+            variances += [pop_var(m, total, sq)] * (j1 - j0)
             j0 = j1
     durations: list[float] = []
     append = durations.append
@@ -515,7 +541,7 @@ def _fpms(run: VllmRunPending, end_ms: float) -> FpmRun:
     return FpmRun(fields, run.counter0, nums, kvs, variances, durations)
 
 
-def _pop_var(n: int, total: int, sum_sq: int) -> float:
+def pop_var(n: int, total: int, sum_sq: int) -> float:
     if n < 2:
         return 0.0
     return max(0.0, (sum_sq * n - total * total) / (n * n))

@@ -1,4 +1,4 @@
-"""The FCFS queue head of a run held back at every pass (servesim_sglang.runs).
+"""The FCFS queue head of a run held back at every pass (servesim_sglang.fast.runs).
 
 A run may start while requests wait only when stepping's ``_admit`` would admit nothing in
 any of its passes: no free slot, or the head's fixed ask exceeding ``rem_total`` at each pass
@@ -82,10 +82,10 @@ def match_may_grow(cache: Any, tokens: list[int], limit: int) -> bool:
     end = limit - limit % ps
     cur, off = cache.root, 0
     while off < end:
-        child = cur.children.get(cache._child_key(tokens, off))  # noqa: SLF001
+        child = cur.children.get(cache.child_key(tokens, off))
         if child is None:
             break
-        common = cache._common(child.key, tokens, off, end)  # noqa: SLF001
+        common = cache.common_len(child.key, tokens, off, end)
         off += common
         if common < len(child.key):
             return False

@@ -1,6 +1,6 @@
 """The vllm rank's steady batch (servesim.fast.steady), kept between runs and passes.
 
-After a run of steady decode passes (servesim_vllm.runs) every running request is a plain
+After a run of steady decode passes (servesim_vllm.fast.runs) every running request is a plain
 decoder: its prompt is done and one sampled token is left to compute. :class:`VllmSteadyBatch`
 holds that batch lazily (servesim.fast.steady.SteadyBatch): a member's block steps fall where its
 pre-pass length ``L`` has ``L % bs`` 0 (a block fills: :meth:`BlockPool.finalize`) or 1 (it
@@ -22,14 +22,15 @@ to the batch, or syncs when one of them is not a plain decoder yet.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from servesim._compiled import mypyc_attr
 from servesim.fast.steady import SteadyBatch
 
+from servesim_vllm.interfaces import SchedulerView
+
 if TYPE_CHECKING:
     from servesim_vllm.request import VllmRequest
-    from servesim_vllm.scheduler import VllmScheduler
 
 
 # A class of another distribution's compiled module cannot be a native base: the compiled
@@ -70,12 +71,19 @@ class VllmSteadyBatch(SteadyBatch):
         r.generated = r.max_out - left
 
 
+class SteadyScheduler(SchedulerView, Protocol):
+    """The scheduler as the fast paths see it: :class:`SchedulerView` with the steady batch
+    (``VllmScheduler.steady``, None while none is kept)."""
+
+    steady: VllmSteadyBatch | None
+
+
 def _plain_decoder(req: VllmRequest, limit: int) -> bool:
     return (req.computed == req.length - 1 and req.generated > 0
             and req.generated < req.max_out and req.prompt_len + req.max_out <= limit)
 
 
-def sync(s: VllmScheduler) -> None:
+def sync(s: SteadyScheduler) -> None:
     """Write the batch's counters back into the running requests and drop the batch."""
     batch = s.steady
     if batch is None:
@@ -86,7 +94,7 @@ def sync(s: VllmScheduler) -> None:
     batch.write_back(s.running)
 
 
-def block_step(s: VllmScheduler, req: VllmRequest, length: int) -> None:
+def block_step(s: SteadyScheduler, req: VllmRequest, length: int) -> None:
     """What ``VllmScheduler._schedule`` does to the pool for a one-token decode step of a
     request whose pre-pass length is ``length`` (its allocation cannot fail here)."""
     bs = s.bs
@@ -99,17 +107,17 @@ def block_step(s: VllmScheduler, req: VllmRequest, length: int) -> None:
         s.finalize_blocks(req, length // bs)
 
 
-def pass_steps(s: VllmScheduler) -> tuple[Callable[[list[VllmRequest], int], bool],
+def pass_steps(s: SteadyScheduler) -> tuple[Callable[[list[VllmRequest], int], bool],
                                            Callable[[list[VllmRequest], int], None]]:
     """``(blocked, step)`` for :meth:`SteadyBatch.step_pass`: a pass's block steps are left
     to stepping when the blocks they allocate could run short (it would preempt), and are
     otherwise :func:`block_step` for each member."""
     pool = s.pool
-    free, evict = pool._free, pool._evict  # noqa: SLF001 - allocation headroom
     bs = s.bs
 
     def blocked(due: list[VllmRequest], P: int) -> bool:
-        if len(due) <= len(free) + len(evict):
+        # the blocks an allocation can take: free ones and cached ones nothing references
+        if len(due) <= pool.num_free + pool.num_inactive:
             # A member's block step allocates at most one block (its length grows by one a
             # pass; block_step raises if an allocation fails): headroom for all of them.
             return False
@@ -118,7 +126,7 @@ def pass_steps(s: VllmScheduler) -> tuple[Callable[[list[VllmRequest], int], boo
             grow = -(-(req.sb + P) // bs) - len(req.table.ids)
             if grow > 0:
                 need += grow
-        return need > len(free) + len(evict)
+        return need > pool.num_free + pool.num_inactive
 
     def step(due: list[VllmRequest], P: int) -> None:
         for req in due:
@@ -127,7 +135,7 @@ def pass_steps(s: VllmScheduler) -> tuple[Callable[[list[VllmRequest], int], boo
     return blocked, step
 
 
-def steady_step(s: VllmScheduler) -> bool:
+def steady_step(s: SteadyScheduler) -> bool:
     """Schedule the running batch of this pass from the steady batch, as
     ``_schedule_running`` would; False, having changed nothing, when the pass is not a
     steady one (handoff state, or an allocation that could fail and must preempt)."""
@@ -145,7 +153,7 @@ def steady_step(s: VllmScheduler) -> bool:
     P = batch.P
     if not batch.step_pass(P, *pass_steps(s)):
         return False
-    res = s._res  # noqa: SLF001 - the pass being built
+    res = s.result  # the pass being built
     res.order = running[:]
     res.token_rids = batch.rids[:]
     finishing = batch.ends.get(P + 1)
@@ -153,11 +161,11 @@ def steady_step(s: VllmScheduler) -> bool:
         res.later = finishing[:]
     total, sq = batch.sums(P)
     res.plain = [m, total, sq]
-    s._budget = s.max_tokens - m  # noqa: SLF001
+    s.budget = s.max_tokens - m
     return True
 
 
-def after_step(s: VllmScheduler) -> None:
+def after_step(s: SteadyScheduler) -> None:
     """After a pass begun by :func:`steady_step`: the running list is the surviving members
     followed by the requests admitted in the pass. Keep the batch when every newcomer is a
     plain decoder now; otherwise sync the members and drop it."""
@@ -185,4 +193,6 @@ def after_step(s: VllmScheduler) -> None:
     batch.add(new)
 
 
-__all__ = ["VllmSteadyBatch", "after_step", "block_step", "pass_steps", "steady_step", "sync"]
+__all__ = [
+    "SteadyScheduler", "VllmSteadyBatch", "after_step", "block_step", "pass_steps", "steady_step", "sync",
+]
