@@ -252,3 +252,14 @@ def test_validate_takes_overrides_alone_and_names_the_eviction_policy_and_sinks(
         "kv_events tee+memory\n"
     )
     assert not kv.exists()  # validating builds sinks without creating their files
+
+
+def test_a_split_with_a_backend_that_cannot_hand_off_is_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, TOY + "cluster: {prefill_workers: 1, decode_workers: 2}\n")
+    message = (f"{path}: cluster.prefill_workers: a prefill/decode split needs a backend that hands "
+               "prefills to decode workers; backend 'toy' (plugin toy from servesim-toy 0.1.0) does "
+               "not declare it (Rank.supports_handoff)")
+    for argv in (["validate", path], ["run", path]):
+        assert_user_error(capsys, cli.main(argv), message)

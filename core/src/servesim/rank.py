@@ -143,6 +143,11 @@ class Rank(ABC):
     #: validation (servesim.kv.eviction.eviction_refusal): "lru" (the built-in only), "ids"
     #: (any EvictionPolicy), "records" (a RecordEvictionPolicy).
     eviction_support: ClassVar[frozenset[str]] = frozenset({"lru"})
+    #: Whether the rank takes part in a prefill/decode split: on a prefill worker it accepts
+    #: ``SubmitHandoffPrefill`` and holds the source until released, on a decode worker it
+    #: accepts ``ReserveDestination``/``ActivateDestination`` (aisimulate-engine.md §8).
+    #: ``cluster.prefill_workers``/``decode_workers`` need it; validation checks it.
+    supports_handoff: ClassVar[bool] = False
 
     def __init__(
         self,

@@ -335,6 +335,21 @@ def _check_worker_type(engine: EngineResolution | None, cluster: Any) -> list[Pr
     ]
 
 
+def _check_handoff(ctx: LoadContext, engine: EngineResolution | None, cluster: Any) -> list[Problem]:
+    """A prefill/decode split needs a backend whose ranks hand prefills to decode workers
+    (``Rank.supports_handoff``); without it every request would be rejected."""
+    if engine is None or not (cluster.prefill_workers or cluster.decode_workers):
+        return []
+    if engine.rank_class.supports_handoff:
+        return []
+    backend = engine.config.backend
+    entry = ctx.plugins.registry("backend").entry(backend)
+    key = "cluster.prefill_workers" if cluster.prefill_workers else "cluster.decode_workers"
+    return [(key, f"a prefill/decode split needs a backend that hands prefills to decode workers; "
+                  f"backend {backend!r} (plugin {entry.plugin} from {entry.distribution}) does not "
+                  "declare it (Rank.supports_handoff)")]
+
+
 def _check_pools(
     ctx: LoadContext, engine: EngineResolution, engine_section: Mapping[str, Any], cluster: Any
 ) -> list[Problem]:
@@ -438,6 +453,7 @@ def build(raw: Any, ctx: LoadContext, extra_sections: Mapping[str, type] | None 
             problems += _resolve(ctx, merge_engine(engine_section, overrides), f"cluster.{role}")[1]
     if engine is not None:
         problems += _check_pools(ctx, engine, engine_section, sections["cluster"])
+    problems += _check_handoff(ctx, engine, sections["cluster"])
     if problems or engine is None:
         raise ctx.fail(problems)
     extra = {name: sections.pop(name) for name in extra_sections}

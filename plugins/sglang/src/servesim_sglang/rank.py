@@ -89,6 +89,7 @@ class SglangRank(Rank):
     default_block_size = 1
     # The tree keeps SGLang's own LRU order for lru; a record policy orders its leaf pages.
     eviction_support = frozenset({"lru", "records"})
+    supports_handoff = True  # prefill and decode workers of a split (handoff.py)
     # Disaggregated replay reserves an SGLang decode worker's KV before the prefill runs
     # (servesim.replay.disagg; SGLang's decode side pre-allocates for the transfer).
     reserve_destination_first = True

@@ -81,6 +81,7 @@ class TrtllmRank(Rank):
     config_class = TrtllmConfig
     default_block_size = 32
     eviction_support = frozenset({"ids", "records"})
+    supports_handoff = True  # prefill and decode workers of a split (handoff.py)
 
     def __init__(
         self,

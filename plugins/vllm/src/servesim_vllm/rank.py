@@ -79,6 +79,7 @@ class VllmRank(Rank):
     config_class: ClassVar[type | None] = VllmConfig
     default_block_size: ClassVar[int] = 64
     eviction_support: ClassVar[frozenset[str]] = frozenset({"ids", "records"})
+    supports_handoff = True  # prefill and decode workers of a split (handoff.py)
 
     def __init__(
         self,
