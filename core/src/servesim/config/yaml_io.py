@@ -39,7 +39,10 @@ def plain_value(text: str) -> Any:
     is a simple scalar (a decimal int, a float with a dot and no exponent, a bool or null
     word, a name, a quoted printable-ASCII string without escapes), else ``_MISSING``."""
     if _INT.fullmatch(text):
-        return int(text)
+        try:
+            return int(text)
+        except ValueError:  # more digits than Python converts: parse_yaml says so in one line
+            return _MISSING
     if _FLOAT.fullmatch(text):
         return float(text)
     if _WORD.fullmatch(text):
@@ -51,11 +54,18 @@ def plain_value(text: str) -> Any:
     return _MISSING
 
 
+#: The largest config file read (a config is kilobytes; ``/dev/zero`` would never end).
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
+
 def read_yaml(path: str) -> Any:
     """The parsed contents of a YAML file (an empty file is ``{}``)."""
     try:
         with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+            text = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(text) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file is larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB "
+                              "(limit MAX_CONFIG_BYTES)", source=path)
     except OSError as exc:
         raise ConfigError(f"cannot read config file: {exc.strerror or exc}", source=path) from None
     except UnicodeDecodeError as exc:

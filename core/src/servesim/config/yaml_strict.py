@@ -116,6 +116,8 @@ def parse_yaml(text: str, source: str, *, lines: bool = True) -> Any:
         raise ConfigError(f"invalid YAML: {detail}{col}", source=where) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", source=source) from None
+    except ValueError as exc:  # an integer longer than Python converts (sys.int_max_str_digits)
+        raise ConfigError(f"invalid YAML: {exc}", source=source) from None
 
 
 __all__ = ["parse_yaml"]

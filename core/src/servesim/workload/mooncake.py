@@ -166,8 +166,12 @@ class MooncakeTrace:
             except json.JSONDecodeError as exc:
                 raise TraceError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path,
                                  line=lineno) from None
-            except ValueError as exc:
+            except ValueError as exc:  # a field's value, or an integer too long to read
                 raise TraceError(str(exc), file=path, line=lineno) from None
+            except OverflowError as exc:
+                raise TraceError(f"a number out of range: {exc}", file=path, line=lineno) from None
+            except RecursionError:
+                raise TraceError("JSON nested too deeply to read", file=path, line=lineno) from None
             sid = rec.session if rec.session is not None else f"request_{lineno}"
             session = sessions.get(sid)
             try:
