@@ -261,6 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help, --version, usage errors
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 2)
+    except Terminated:
+        print(f"{PROG}: terminated by SIGTERM; the run did not finish (no report was written, "
+              "and files written so far end with whole lines)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
@@ -299,9 +303,23 @@ def spare_exit_collection() -> None:
     gc.freeze()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so that it unwinds as Ctrl-C does: sinks and
+    logs are closed on the way out and keep whole lines."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def console() -> int:
     """The ``servesim`` console script: :func:`main`, then :func:`spare_exit_collection`
-    (``main`` itself, which tests and notebooks call, leaves the collector alone)."""
+    (``main`` itself, which tests and notebooks call, leaves the collector alone). SIGTERM
+    ends it as Ctrl-C does, with its own line and exit status 143 (128 + SIGTERM); commands
+    that serve or run workers (``serve``, ``sweep``) install their own handlers."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     status = main()
     spare_exit_collection()
     return status
