@@ -114,6 +114,12 @@ class EngineMetrics:
             for extra in fam.extra[1] if fam.extra else [None]:
                 metric.labels(*base, *([extra] if extra is not None else []))
 
+    def set_gauge(self, key: str, engine: str, value: float, extra: str | None = None) -> None:
+        """Set the gauge ``key`` of ``engine`` (and its ``extra`` label value, for a family
+        that has one) in every metric family that carries it."""
+        for child in self._children(key, engine, extra):
+            child.set(value)
+
     def _children(self, key: str, engine: str, extra: str | None = None) -> Iterable[Any]:
         for fam, metric in self._by_key.get(key, ()):
             values = self._label_values(fam, engine)

@@ -70,7 +70,7 @@ class EngineMetricsObserver(Observer):
         """The scheduler gauges from each rank's current state (the module docstring)."""
         if not self._engines:
             return
-        children = self.metrics._children  # servesim_prometheus's per-engine label lookup
+        set_gauge = self.metrics.set_gauge
         for w, engine in enumerate(self._engines):
             for dp, rank in enumerate(engine.ranks):
                 metrics = getattr(rank, "metrics", None)
@@ -83,10 +83,8 @@ class EngineMetricsObserver(Observer):
                 for key, value in (("running", running), ("waiting", m.waiting_requests),
                                    ("used_tokens", m.active_blocks * self._block_size),
                                    ("kv_usage", m.cache_usage)):
-                    for child in children(key, label):
-                        child.set(value)
-                for child in children("waiting_by_reason", label, "capacity"):
-                    child.set(m.waiting_requests)
+                    set_gauge(key, label, value)
+                set_gauge("waiting_by_reason", label, m.waiting_requests, "capacity")
 
     def flush(self) -> None:
         if self._finished:
