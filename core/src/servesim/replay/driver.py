@@ -73,7 +73,7 @@ class Replayer:
     """Replays ``workload`` through ``engines`` behind ``router``; :meth:`run` returns the log."""
 
     def merges_sinks(self) -> bool:
-        """Several workers' sink output goes through a SinkMerge (replay/sink_merge.py), so
+        """Several workers' sink output goes through a SinkMerge (fast/sink_merge.py), so
         runs of passes stay on; a subclass that publishes on its own paths returns False.
         A method, not a class attribute: in the compiled build an interpreted subclass's
         class attribute would not override the compiled class's."""
@@ -358,7 +358,7 @@ class Replayer:
             if self.run_driver.flush:
                 self.run_driver.release_kv(now)
         # Elided: a block only this request can hold is in no worker's cache before it is
-        # routed, so its placeholder scores exactly as its hash would (replay/workload.py).
+        # routed, so its placeholder scores exactly as its hash would (workload/model.py).
         hashes = (turn.prompt.block_hashes_elided(self.block_size)[0]
                   if router.wants_block_hashes else ())
         worker, dp = router.select(req, hashes, self.state)
