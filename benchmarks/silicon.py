@@ -32,7 +32,7 @@ import silicon_peer  # noqa: E402
 import silicon_report  # noqa: E402
 import silicon_rows  # noqa: E402
 
-FIELDS = ("id", "group", "backend", "version", "model", "system", "mode", "isl", "osl", "concurrency",
+FIELDS = ("id", "group", "half", "backend", "version", "model", "system", "mode", "isl", "osl", "concurrency",
           "measured_ttft_ms", "measured_tpot_ms", "servesim_ttft_ms", "servesim_tpot_ms", "aic_ttft_ms",
           "aic_tpot_ms", "servesim_problem", "aic_problem", "sim_s")
 
@@ -82,6 +82,10 @@ def run_row(job: tuple[dict[str, Any], dict[str, Any] | None, bool]) -> dict[str
 def select(rows: list[dict[str, Any]], a: argparse.Namespace) -> tuple[list[dict[str, Any]], int, int]:
     """(rows to replay, rows servesim can express, all rows)."""
     parsed = [(r, silicon_rows.parse(r)) for r in rows]
+    if a.half:
+        fit, held = silicon_rows.model_halves(rows)
+        half = fit if a.half == "fit" else held
+        parsed = [(r, p) for r, p in parsed if p.model in half]
     expressible = [(r, p) for r, p in parsed if p.problem is None]
     keep = [(r, p) for r, p in expressible
             if (not a.backend or p.backend in a.backend) and (not a.system or p.system in a.system)
@@ -100,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--system", action="append", help="e.g. h100_sxm (repeatable)")
     ap.add_argument("--model", action="append", help="AIConfigurator model id (repeatable)")
     ap.add_argument("--mode", choices=("agg", "disagg"))
+    ap.add_argument("--half", choices=("fit", "held"), help="only the fitting or the held-out half of the models")
     ap.add_argument("--max-concurrency", type=int, default=256, help="skip rows above (replay cost)")
     ap.add_argument("--max-osl", type=int, default=8192, help="skip rows with longer outputs (replay cost)")
     ap.add_argument("--limit", type=int, default=0, help="replay at most this many rows, evenly spaced")
@@ -126,19 +131,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {i}/{len(jobs)} rows, {time.perf_counter() - t0:.0f} s", flush=True)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    fit, _ = silicon_rows.model_halves(silicon_rows.load_rows())
+    for r in results:
+        r["half"] = "fit" if r["model"] in fit else "held"
     with open(out / "rows.csv", "w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, FIELDS)
         w.writeheader()
         w.writerows(results)
-    failed = [r for r in results if r.get("servesim_problem")]
-    lines = silicon_report.table(results)
-    print(silicon_report.format_table(lines))
-    print(f"replayed {len(results) - len(failed)}/{len(results)} ({len(failed)} failed to build or run); "
-          f"coverage {n_expr}/{n_all}")
-    for r in failed[:10]:
-        print(f"  {r['id']}: {r['servesim_problem']}")
-    (out / "summary.md").write_text(silicon_report.markdown_table(lines) + "\n")
-    silicon_report.scatter(results, str(out / "scatter.png"))
+    silicon_report.summarize(results, out, n_expr, n_all)
     return 0
 
 

@@ -15,7 +15,7 @@ import logging
 import math
 from typing import Any
 
-from silicon_rows import MAX_BATCHED_TOKENS, Row
+from silicon_rows import FP8_KV_PRECISIONS, MAX_BATCHED_TOKENS, Row
 
 
 def available() -> bool:
@@ -34,6 +34,7 @@ def estimate(row: Row, version: str) -> tuple[float, float] | str:
         "mode": row.mode, "backend_name": row.backend, "backend_version": version, "isl": row.isl,
         "osl": row.osl, "gemm_quant_mode": row.gemm, "moe_quant_mode": row.moe,
         "ctx_tokens": MAX_BATCHED_TOKENS,
+        "kvcache_quant_mode": "fp8" if row.precision in FP8_KV_PRECISIONS else None,
     }
     if row.mode == "agg":
         r = row.roles["agg"]

@@ -1,4 +1,9 @@
-"""Error tables and scatter plots of a silicon replay's per-row results."""
+"""Error tables and scatter plots of a silicon replay's per-row results.
+
+    python benchmarks/silicon_report.py silicon-out/rows.csv [--out DIR] [--title TEXT]
+
+re-prints the tables and redraws the plots of a finished run.
+"""
 
 from __future__ import annotations
 
@@ -101,3 +106,51 @@ def scatter(results: list[dict[str, Any]], path: str, title: str = "") -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def summarize(results: list[dict[str, Any]], out: Any, n_expr: int | None = None, n_all: int | None = None,
+              title: str = "") -> None:
+    """Print the tables (by backend x system x mode, by backend, by model half) and write
+    ``summary.md`` and ``scatter.png`` under ``out``."""
+    from pathlib import Path
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    failed = [r for r in results if r.get("servesim_problem")]
+    # every figure is over the rows servesim priced, the peer's over those it also estimated
+    priced = [r for r in results if not r.get("servesim_problem")]
+    tables = [(table(priced, key=k), k) for k in ("group", "backend", "half") if all(k in r for r in results)]
+    for lines, key in tables:
+        print(format_table(lines, key=key))
+    print(f"replayed {len(results) - len(failed)}/{len(results)} selected rows ({len(failed)} could not be "
+          "priced or built: see servesim_problem)" + (f"; expressible {n_expr}/{n_all}" if n_all else ""))
+    (out / "summary.md").write_text("\n\n".join(markdown_table(t, key=k) for t, k in tables) + "\n")
+    scatter(priced, str(out / "scatter.png"), title)
+
+
+def main() -> int:
+    import argparse
+    import csv
+    import sys
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("rows")
+    ap.add_argument("--out")
+    ap.add_argument("--title", default="")
+    a = ap.parse_args()
+    with open(a.rows, encoding="utf-8") as fh:
+        results = list(csv.DictReader(fh))
+    if results and "half" not in results[0]:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import silicon_rows
+
+        fit, _ = silicon_rows.model_halves(silicon_rows.load_rows())
+        for r in results:
+            r["half"] = "fit" if r["model"] in fit else "held"
+    summarize(results, a.out or str(Path(a.rows).parent), title=a.title)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,6 +9,12 @@ InferenceX, called by ``benchmarks/benchmark_lib.sh``): random dataset,
 ``--random-range-ratio 0.8`` (lengths from ``[int(0.8 L), L]``), ``--num-prompts`` 10 x
 concurrency, ``--max-concurrency``, ``--request-rate inf``, ``--ignore-eos``; the servers run
 with ``max-num-seqs`` = concurrency, 8,192 batched tokens and prefix caching off.
+
+The servers' launch scripts (InferenceX ``benchmarks/*.sh``, e.g. ``70b_fp8_b200_docker.sh``:
+``kv-cache-dtype: fp8``; ``70b_fp4_b200_trt_slurm.sh``: ``kv_cache_config: dtype: fp8``;
+``gptoss_fp4_b200_trt.sh``: ``free_gpu_memory_fraction: 0.85``) keep the KV cache in fp8 for
+fp8 and fp4 runs and give TRT-LLM 85 % of the free memory (vLLM and SGLang 90 %), so the rows
+are replayed with those settings.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from typing import Any
 PROMPTS_PER_SLOT = 10
 RANGE_RATIO = 0.8
 MAX_BATCHED_TOKENS = 8192
+FP8_KV_PRECISIONS = ("fp8", "fp4")
+GPU_MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.9, "trtllm": 0.85}
 
 # Checkpoint names in the sample that AIConfigurator catalogues under another id with the
 # same architecture (the precision comes from the row's quant columns).
@@ -82,6 +90,7 @@ class Row:
     concurrency: int
     gemm: str | None
     moe: str | None
+    precision: str
     measured_ttft: float
     measured_tpot: float
     roles: dict[str, Role] = field(default_factory=dict)
@@ -118,7 +127,7 @@ def parse(raw: dict[str, Any]) -> Row:
     gemm = raw["gemm_quant_mode"] or None
     moe = raw["moe_quant_mode"] or None
     row = Row(raw["id"], raw["backend"], raw["backend_version"], model, raw["system"], raw["mode"],
-              int(raw["isl"]), int(raw["osl"]), conc or 0, gemm, moe,
+              int(raw["isl"]), int(raw["osl"]), conc or 0, gemm, moe, raw["precision"] or "bf16",
               float(raw["silicon_ttft_ms"] or "nan"), float(raw["silicon_tpot_ms"] or "nan"))
     if conc is None:
         row.problem = "no concurrency"
@@ -134,6 +143,14 @@ def parse(raw: dict[str, Any]) -> Row:
         row.roles["prefill"] = _role(raw, "prefill_", row.concurrency)
         row.roles["decode"] = _role(raw, "decode_", row.concurrency)
     return row
+
+
+def model_halves(rows: list[dict[str, Any]]) -> tuple[set[str], set[str]]:
+    """(fitting half, held-out half) of the models: the distinct (aliased) models of the agg
+    rows sorted by name, taken alternately. Any constant fitted on the sample is fitted on
+    the first half and reported on the second."""
+    ordered = sorted({MODEL_ALIASES.get(r["model_path"], r["model_path"]) for r in rows if r["mode"] == "agg"})
+    return set(ordered[0::2]), set(ordered[1::2])
 
 
 def client_options(row: Row) -> dict[str, Any]:
@@ -157,6 +174,9 @@ def _timing(row: Row, role: Role, timing: dict[str, Any] | None) -> dict[str, An
         aic["gemm_dtype"] = row.gemm
     if row.moe:
         aic["moe_dtype"] = row.moe
+    if row.precision in FP8_KV_PRECISIONS:
+        aic["kv_cache_dtype"] = "fp8"
+    aic["gpu_memory_utilization"] = GPU_MEMORY_FRACTION.get(row.backend, 0.9)
     if timing is None:
         return aic
     return {**timing, "inner": aic}
