@@ -82,11 +82,12 @@ def run_row(job: tuple[dict[str, Any], dict[str, Any] | None, bool]) -> dict[str
 def select(rows: list[dict[str, Any]], a: argparse.Namespace) -> tuple[list[dict[str, Any]], int, int]:
     """(rows to replay, rows servesim can express, all rows)."""
     parsed = [(r, silicon_rows.parse(r)) for r in rows]
+    expressible = [(r, p) for r, p in parsed if p.problem is None]
+    n_expressible = len(expressible)
     if a.half:
         fit, held = silicon_rows.model_halves(rows)
         half = fit if a.half == "fit" else held
-        parsed = [(r, p) for r, p in parsed if p.model in half]
-    expressible = [(r, p) for r, p in parsed if p.problem is None]
+        expressible = [(r, p) for r, p in expressible if p.model in half]
     keep = [(r, p) for r, p in expressible
             if (not a.backend or p.backend in a.backend) and (not a.system or p.system in a.system)
             and (not a.mode or p.mode == a.mode) and (not a.model or p.model in a.model)
@@ -95,7 +96,7 @@ def select(rows: list[dict[str, Any]], a: argparse.Namespace) -> tuple[list[dict
     if a.limit and len(keep) > a.limit:  # evenly spaced, so a subset still spans the groups
         step = len(keep) / a.limit
         keep = [keep[int(i * step)] for i in range(a.limit)]
-    return [r for r, _ in keep], len(expressible), len(rows)
+    return [r for r, _ in keep], n_expressible, len(rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 Uses the ``aiconfigurator`` 0.12.0 package's Python API (``aiconfigurator.cli.api.cli_estimate``,
 the programmatic form of ``aiconfigurator cli estimate``) with the row's deployment, its
-nominal ISL/OSL, ``batch_size`` = the client's concurrency and ``ctx_tokens`` = the servers'
+nominal ISL/OSL, the sample's own ``batch_size`` (the client's concurrency, per
+attention-DP rank) and ``ctx_tokens`` = the servers'
 8,192 batched tokens, on the same data version servesim's ``aic`` model reads (the system's
 ``current`` slot). Returns None when the package is not installed.
 """
@@ -38,7 +39,7 @@ def estimate(row: Row, version: str) -> tuple[float, float] | str:
     }
     if row.mode == "agg":
         r = row.roles["agg"]
-        kw.update(batch_size=row.concurrency, tp_size=r.tp, pp_size=r.pp, attention_dp_size=r.attention_dp,
+        kw.update(batch_size=row.batch_size or row.concurrency, tp_size=r.tp, pp_size=r.pp, attention_dp_size=r.attention_dp,
                   moe_tp_size=r.moe_tp, moe_ep_size=r.moe_ep)
     else:
         p, d = row.roles["prefill"], row.roles["decode"]

@@ -93,6 +93,7 @@ class Row:
     precision: str
     measured_ttft: float
     measured_tpot: float
+    batch_size: int | None = None  # the sample's own batch_size (AIConfigurator's convention)
     roles: dict[str, Role] = field(default_factory=dict)
     problem: str | None = None  # why servesim cannot express the row
 
@@ -111,7 +112,8 @@ def _role(raw: dict[str, Any], prefix: str, concurrency: int) -> Role:
     moe_tp = _int(raw[f"{prefix}moe_tp_size"]) or None
     moe_ep = _int(raw[f"{prefix}moe_ep_size"]) or None
     workers = _int(raw.get(f"{prefix}num_workers")) or 1
-    seqs = _int(raw.get(f"{prefix}batch_size")) or concurrency
+    seqs = _int(raw.get(f"{prefix}batch_size"))
+    seqs = seqs * adp if seqs else concurrency
     return Role(tp, _int(raw[f"{prefix}pp_size"]) or 1, adp, moe_tp, moe_ep, workers, seqs)
 
 
@@ -119,16 +121,17 @@ def parse(raw: dict[str, Any]) -> Row:
     """The row, with ``problem`` set when it cannot be replayed (and why)."""
     from servesim_aic import catalog
 
-    conc = _int(raw["batch_size"])
-    if conc is None:
-        m = re.search(r"silicon_concurrency=(\d+)", raw["silicon_data_source"] or "")
-        conc = int(m.group(1)) if m else None
+    # The client's concurrency is the source's silicon_concurrency; batch_size is per
+    # attention-DP rank where the engine has several (c32 with attention DP 4: batch_size 8).
+    m = re.search(r"silicon_concurrency=(\d+)", raw["silicon_data_source"] or "")
+    conc = int(m.group(1)) if m else _int(raw["batch_size"])
     model = MODEL_ALIASES.get(raw["model_path"], raw["model_path"])
     gemm = raw["gemm_quant_mode"] or None
     moe = raw["moe_quant_mode"] or None
     row = Row(raw["id"], raw["backend"], raw["backend_version"], model, raw["system"], raw["mode"],
               int(raw["isl"]), int(raw["osl"]), conc or 0, gemm, moe, raw["precision"] or "bf16",
-              float(raw["silicon_ttft_ms"] or "nan"), float(raw["silicon_tpot_ms"] or "nan"))
+              float(raw["silicon_ttft_ms"] or "nan"), float(raw["silicon_tpot_ms"] or "nan"),
+              _int(raw["batch_size"]))
     if conc is None:
         row.problem = "no concurrency"
     elif model not in catalog.models():
@@ -138,7 +141,12 @@ def parse(raw: dict[str, Any]) -> Row:
     elif not (row.measured_ttft > 0 and row.measured_tpot > 0):
         row.problem = "no measurement"
     if row.mode == "agg":
-        row.roles["agg"] = _role(raw, "", row.concurrency)
+        role = row.roles["agg"] = _role(raw, "", row.concurrency)
+        # batch_size counts one replica's requests per attention-DP rank: a concurrency it
+        # does not reach is spread over replicas (c8 with batch_size 2: four engines)
+        per_engine = (row.batch_size or 0) * role.attention_dp
+        if per_engine and row.concurrency > per_engine and row.concurrency % per_engine == 0:
+            role.workers = row.concurrency // per_engine
     else:
         row.roles["prefill"] = _role(raw, "prefill_", row.concurrency)
         row.roles["decode"] = _role(raw, "decode_", row.concurrency)
@@ -195,7 +203,8 @@ def sim_config(row: Row, client_path: str, timing: dict[str, Any] | None = None)
     """servesim's configuration for the row; ``timing`` wraps ``aic`` (its ``inner``)."""
     workload = {"trace": {"format": "bench_client", "path": client_path}, "concurrency": row.concurrency}
     if row.mode == "agg":
-        return {"engine": _engine(row, row.roles["agg"], timing), "workload": workload}
+        role = row.roles["agg"]
+        return {"engine": _engine(row, role, timing), "cluster": {"workers": role.workers}, "workload": workload}
     pre, dec = row.roles["prefill"], row.roles["decode"]
     base = _engine(row, pre, timing)
     return {
