@@ -1,8 +1,10 @@
 """Error tables and scatter plots of a silicon replay's per-row results.
 
     python benchmarks/silicon_report.py silicon-out/rows.csv [--out DIR] [--title TEXT]
+        [--same-rows-as other/rows.csv]
 
-re-prints the tables and redraws the plots of a finished run.
+re-prints the tables and redraws the plots of a finished run (``--same-rows-as``: over the
+rows another run replayed, to compare two timing models on the same rows).
 """
 
 from __future__ import annotations
@@ -138,9 +140,14 @@ def main() -> int:
     ap.add_argument("rows")
     ap.add_argument("--out")
     ap.add_argument("--title", default="")
+    ap.add_argument("--same-rows-as", metavar="ROWS.csv", help="keep only the rows another run replayed")
     a = ap.parse_args()
     with open(a.rows, encoding="utf-8") as fh:
         results = list(csv.DictReader(fh))
+    if a.same_rows_as:
+        with open(a.same_rows_as, encoding="utf-8") as fh:
+            keep = {r["id"] for r in csv.DictReader(fh)}
+        results = [r for r in results if r["id"] in keep]
     if results and "half" not in results[0]:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import silicon_rows

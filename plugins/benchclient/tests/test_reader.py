@@ -86,3 +86,15 @@ def test_cli_run_is_one_line_exit_2(tmp_path, capsys):
     assert main(["run", cfg]) == 2
     err = capsys.readouterr().err.strip()
     assert "random_range_ratio" in err and len(err.splitlines()) == 1
+
+
+def test_docs_client_file_example(tmp_path):
+    import re
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[3] / "docs" / "trace-formats.md"
+    body = next(m.group(1) for m in re.finditer(r"^```text\n(.*?)^```$", doc.read_text(), re.M | re.S)
+                if "# client.yaml" in m.group(1))
+    wl = BenchClientFormat.read(_write(tmp_path, body), trace_block_size=16)
+    assert wl.num_requests == 640 and all(s.start_ms == 0 for s in wl.sessions)
+    assert all(204 <= t.input_length <= 1844 for t in wl.turns())
