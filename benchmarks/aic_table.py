@@ -100,7 +100,7 @@ def curves_figure(path: str) -> None:
 
 def calibrate(workdir: str) -> tuple[list[Any], dict[str, list[float]], str]:
     """The measured passes, each fitted model's price of them, and calibrate's printed tables."""
-    from servesim import cli
+    import servesim.cli.main as cli
     from servesim.calibrate import price, read_passes
     from servesim.config.loader import load_config
     from servesim.replay.runner import simulate

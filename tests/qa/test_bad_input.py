@@ -1,7 +1,7 @@
 """Bad input never gives a traceback: one ``servesim: error:`` line, exit status 2, naming
 the file:line or key path, the bad value and what was expected (issue 2 item 7, issue 4).
 
-Each case runs ``servesim.cli.main`` in-process: a traceback would be an exception escaping
+Each case runs ``servesim.cli.main.main`` in-process: a traceback would be an exception escaping
 ``main``; anything ``main`` turns into an exit status is what a user sees.
 """
 
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.plugins import servesim_version
 
 VERSION = servesim_version()

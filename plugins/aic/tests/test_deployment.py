@@ -121,7 +121,7 @@ def test_one_request_replay_follows_the_priced_passes(tmp_path, backend):
 def test_calibration_round_trip_from_an_aic_run(tmp_path, model):
     """FPMs of an AIC-timed run, fitted and layered over the same base, give a report whose
     means agree within 5 %."""
-    from servesim import cli
+    import servesim.cli.main as cli
 
     fpm = tmp_path / "fpm.jsonl"
     engine = "  backend: vllm\n  num_gpu_blocks: 4000\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.errors import ConfigError
 from servesim.testing import check_trace_format
 from servesim_benchclient.reader import BenchClientFormat

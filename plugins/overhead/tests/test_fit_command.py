@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim_overhead.fit import Sample, fit_terms, moved
 from servesim_overhead.results import read
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from servesim.cli import main
+from servesim.cli.main import main
 from servesim.config.loader import load_config
 from servesim.errors import ConfigError
-from servesim.timing.shape import PrefillChunk, ShapePricer
+from servesim.timing.pricing import ShapePricer
+from servesim.timing.shape import PrefillChunk
 from servesim_overhead.cuda_graphs import capture_sizes, padded
 
 

@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 from servesim.errors import ConfigError
-from servesim.replay.workload import Session, Turn, Workload, make_workload
+from servesim.workload.model import Session, Turn, Workload, make_workload
 from servesim.tokens import RepeatedBlockTokens
 
 from servesim_benchclient import config as config_mod

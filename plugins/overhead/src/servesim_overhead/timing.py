@@ -32,7 +32,8 @@ from servesim.config.engine import EngineConfig
 from servesim.contract import WorkerType
 from servesim.errors import ConfigError
 from servesim.timing.base import TimingModel, default_pass_ms
-from servesim.timing.shape import PassShape, prices_pass_shapes
+from servesim.timing.pricing import prices_pass_shapes
+from servesim.timing.shape import PassShape
 from servesim_overhead import cuda_graphs, defaults
 from servesim_overhead.config import OverheadTimingConfig
 
