@@ -205,7 +205,7 @@ SET_CASES = [
         "installed: filter, jsonl, memory, sample, tee",
     ),
     ("sinks.kv_events.0.path=x", "sinks.kv_events: expected a list, got {'0': {'path': 'x'}}"),
-    ("workload.trace.format=nope", "workload.trace.format: unknown trace_format 'nope'; installed: mooncake"),
+    ("workload.trace.format=nope", "workload.trace.format: unknown trace_format 'nope'; installed: "),
 ]
 
 

@@ -1,0 +1,215 @@
+"""The silicon sample's rows, and the servesim configuration that replays each one.
+
+``aiconfigurator_core/systems/silicon_sample.csv`` (aiconfigurator-core 0.12.0) holds one
+benchmark run per row: backend and version, model, system, precision, agg/disagg, ISL, OSL,
+the client's concurrency, each role's parallelism, and the measured mean TTFT and TPOT.
+
+The load is the InferenceMAX client's (``utils/bench_serving/benchmark_serving.py`` of
+InferenceX, called by ``benchmarks/benchmark_lib.sh``): random dataset,
+``--random-range-ratio 0.8`` (lengths from ``[int(0.8 L), L]``), ``--num-prompts`` 10 x
+concurrency, ``--max-concurrency``, ``--request-rate inf``, ``--ignore-eos``; the servers run
+with ``max-num-seqs`` = concurrency, 8,192 batched tokens and prefix caching off.
+
+The servers' launch scripts (InferenceX ``benchmarks/*.sh``, e.g. ``70b_fp8_b200_docker.sh``:
+``kv-cache-dtype: fp8``; ``70b_fp4_b200_trt_slurm.sh``: ``kv_cache_config: dtype: fp8``;
+``gptoss_fp4_b200_trt.sh``: ``free_gpu_memory_fraction: 0.85``) keep the KV cache in fp8 for
+fp8 and fp4 runs and give TRT-LLM 85 % of the free memory (vLLM and SGLang 90 %), so the rows
+are replayed with those settings.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROMPTS_PER_SLOT = 10
+RANGE_RATIO = 0.8
+MAX_BATCHED_TOKENS = 8192
+FP8_KV_PRECISIONS = ("fp8", "fp4")
+GPU_MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.9, "trtllm": 0.85}
+
+# Checkpoint names in the sample that AIConfigurator catalogues under another id with the
+# same architecture (the precision comes from the row's quant columns).
+MODEL_ALIASES = {
+    "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
+    "nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B",
+    "nvidia/DeepSeek-R1-NVFP4": "deepseek-ai/DeepSeek-R1",
+    "zhipuai/GLM-5": "zai-org/GLM-5",
+}
+
+
+def csv_path() -> Path:
+    import aiconfigurator_core
+
+    return Path(aiconfigurator_core.__file__).parent / "systems" / "silicon_sample.csv"
+
+
+def load_rows() -> list[dict[str, Any]]:
+    import csv
+
+    with open(csv_path(), newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _int(v: Any) -> int | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else int(f)
+
+
+@dataclass
+class Role:
+    """One role's deployment (the whole engine in agg)."""
+
+    tp: int
+    pp: int
+    attention_dp: int
+    moe_tp: int | None
+    moe_ep: int | None
+    workers: int = 1
+    max_num_seqs: int | None = None
+
+
+@dataclass
+class Row:
+    id: str
+    backend: str
+    version: str
+    model: str
+    system: str
+    mode: str
+    isl: int
+    osl: int
+    concurrency: int
+    gemm: str | None
+    moe: str | None
+    precision: str
+    measured_ttft: float
+    measured_tpot: float
+    batch_size: int | None = None  # the sample's own batch_size (AIConfigurator's convention)
+    roles: dict[str, Role] = field(default_factory=dict)
+    problem: str | None = None  # why servesim cannot express the row
+
+    @property
+    def group(self) -> str:
+        return f"{self.backend}/{self.system}/{self.mode}"
+
+    @property
+    def model_family(self) -> str:
+        return self.model
+
+
+def _role(raw: dict[str, Any], prefix: str, concurrency: int) -> Role:
+    tp = _int(raw[f"{prefix}tp_size"]) or 1
+    adp = _int(raw[f"{prefix}attention_dp_size"]) or 1
+    moe_tp = _int(raw[f"{prefix}moe_tp_size"]) or None
+    moe_ep = _int(raw[f"{prefix}moe_ep_size"]) or None
+    workers = _int(raw.get(f"{prefix}num_workers")) or 1
+    seqs = _int(raw.get(f"{prefix}batch_size"))
+    seqs = seqs * adp if seqs else concurrency
+    return Role(tp, _int(raw[f"{prefix}pp_size"]) or 1, adp, moe_tp, moe_ep, workers, seqs)
+
+
+def parse(raw: dict[str, Any]) -> Row:
+    """The row, with ``problem`` set when it cannot be replayed (and why)."""
+    from servesim_aic import catalog
+
+    # The client's concurrency is the source's silicon_concurrency; batch_size is per
+    # attention-DP rank where the engine has several (c32 with attention DP 4: batch_size 8).
+    m = re.search(r"silicon_concurrency=(\d+)", raw["silicon_data_source"] or "")
+    conc = int(m.group(1)) if m else _int(raw["batch_size"])
+    model = MODEL_ALIASES.get(raw["model_path"], raw["model_path"])
+    gemm = raw["gemm_quant_mode"] or None
+    moe = raw["moe_quant_mode"] or None
+    row = Row(raw["id"], raw["backend"], raw["backend_version"], model, raw["system"], raw["mode"],
+              int(raw["isl"]), int(raw["osl"]), conc or 0, gemm, moe, raw["precision"] or "bf16",
+              float(raw["silicon_ttft_ms"] or "nan"), float(raw["silicon_tpot_ms"] or "nan"),
+              _int(raw["batch_size"]))
+    if conc is None:
+        row.problem = "no concurrency"
+    elif model not in catalog.models():
+        row.problem = f"model {model} not in AIConfigurator's catalog"
+    elif row.system not in catalog.systems() or row.backend not in catalog.backends(row.system):
+        row.problem = f"no AIConfigurator data for {row.backend} on {row.system}"
+    elif not (row.measured_ttft > 0 and row.measured_tpot > 0):
+        row.problem = "no measurement"
+    if row.mode == "agg":
+        role = row.roles["agg"] = _role(raw, "", row.concurrency)
+        # batch_size counts one replica's requests per attention-DP rank: a concurrency it
+        # does not reach is spread over replicas (c8 with batch_size 2: four engines)
+        per_engine = (row.batch_size or 0) * role.attention_dp
+        if per_engine and row.concurrency > per_engine and row.concurrency % per_engine == 0:
+            role.workers = row.concurrency // per_engine
+    else:
+        row.roles["prefill"] = _role(raw, "prefill_", row.concurrency)
+        row.roles["decode"] = _role(raw, "decode_", row.concurrency)
+    return row
+
+
+def model_halves(rows: list[dict[str, Any]]) -> tuple[set[str], set[str]]:
+    """(fitting half, held-out half) of the models: the distinct (aliased) models of the agg
+    rows sorted by name, taken alternately. Any constant fitted on the sample is fitted on
+    the first half and reported on the second."""
+    ordered = sorted({MODEL_ALIASES.get(r["model_path"], r["model_path"]) for r in rows if r["mode"] == "agg"})
+    return set(ordered[0::2]), set(ordered[1::2])
+
+
+def client_options(row: Row) -> dict[str, Any]:
+    """The client file (servesim-benchclient's ``bench_client`` format) for the row."""
+    return {
+        "client": "inferencemax", "random_input_len": row.isl, "random_output_len": row.osl,
+        "random_range_ratio": RANGE_RATIO, "num_prompts": PROMPTS_PER_SLOT * row.concurrency,
+        "max_concurrency": row.concurrency, "request_rate": "inf", "ignore_eos": True,
+        "num_warmups": 2 * row.concurrency,
+    }
+
+
+def _timing(row: Row, role: Role, timing: dict[str, Any] | None) -> dict[str, Any]:
+    aic: dict[str, Any] = {"type": "aic", "model": row.model, "system": row.system, "tp": role.tp,
+                           "pp": role.pp, "attention_dp": role.attention_dp}
+    if role.moe_tp:
+        aic["moe_tp"] = role.moe_tp
+    if role.moe_ep:
+        aic["moe_ep"] = role.moe_ep
+    if row.gemm:
+        aic["gemm_dtype"] = row.gemm
+    if row.moe:
+        aic["moe_dtype"] = row.moe
+    if row.precision in FP8_KV_PRECISIONS:
+        aic["kv_cache_dtype"] = "fp8"
+    aic["gpu_memory_utilization"] = GPU_MEMORY_FRACTION.get(row.backend, 0.9)
+    if timing is None:
+        return aic
+    return {**timing, "inner": aic}
+
+
+def _engine(row: Row, role: Role, timing: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "backend": row.backend, "num_gpu_blocks": "auto", "dp_size": role.attention_dp,
+        "max_num_seqs": max(1, -(-(role.max_num_seqs or row.concurrency) // role.attention_dp)),
+        "max_num_batched_tokens": MAX_BATCHED_TOKENS, "enable_prefix_caching": False,
+        "timing_model": _timing(row, role, timing),
+    }
+
+
+def sim_config(row: Row, client_path: str, timing: dict[str, Any] | None = None) -> dict[str, Any]:
+    """servesim's configuration for the row; ``timing`` wraps ``aic`` (its ``inner``)."""
+    workload = {"trace": {"format": "bench_client", "path": client_path}, "concurrency": row.concurrency}
+    if row.mode == "agg":
+        role = row.roles["agg"]
+        return {"engine": _engine(row, role, timing), "cluster": {"workers": role.workers}, "workload": workload}
+    pre, dec = row.roles["prefill"], row.roles["decode"]
+    base = _engine(row, pre, timing)
+    return {
+        "engine": base,
+        "cluster": {"prefill_workers": pre.workers, "decode_workers": dec.workers,
+                    "prefill_engine": {}, "decode_engine": _engine(row, dec, timing)},
+        "workload": workload,
+    }

@@ -1,0 +1,67 @@
+"""The ``bench_client`` trace format: a benchmark client's options file becomes its load.
+
+``workload.trace.path`` names a YAML file of the client's options
+(:mod:`servesim_benchclient.config`). Each prompt is one single-turn session, in the order
+the client sends them, starting at its send time. Prompts share the client's fixed random
+prefix (whole ``trace_block_size`` blocks of it) and nothing else, as random token ids do.
+
+With ``max_concurrency`` the client keeps that many requests in flight: set
+``workload.concurrency`` to the same number (closed-loop replay). ``num_warmups`` requests
+run before the timed ones and finish before they start; on a simulated server they change
+nothing but the prefix cache (they repeat the first prompt), so they are not replayed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from servesim.errors import ConfigError
+from servesim.workload.model import Session, Turn, Workload, make_workload
+from servesim.tokens import RepeatedBlockTokens
+
+from servesim_benchclient import config as config_mod
+from servesim_benchclient import draws
+
+_UNIQUE_BASE = 1 << 28
+
+
+def load_config(path: str) -> config_mod.BenchClientConfig:
+    """The validated client options in ``path`` (a ConfigError names the file and key)."""
+    import yaml
+
+    if not os.path.isfile(path):
+        raise ConfigError(f"no such client options file {path!r}", path="workload.trace.path")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"cannot read client options: {first}", source=path) from None
+    return config_mod.build(raw, path)
+
+
+def build_workload(cfg: config_mod.BenchClientConfig, block_size: int, source: str = "<bench_client>") -> Workload:
+    """The client's load as a workload of single-turn sessions."""
+    ins, outs = draws.lengths(cfg)
+    times = draws.send_times_ms(cfg)
+    shared = list(range(cfg.random_prefix_len // block_size))
+    next_id = _UNIQUE_BASE
+    sessions = []
+    for i, (n_in, n_out, t) in enumerate(zip(ins, outs, times, strict=True)):
+        blocks = -(-n_in // block_size)
+        own = blocks - len(shared)
+        ids = shared + list(range(next_id, next_id + own))
+        next_id += own
+        session = Session(f"request_{i}", t)
+        session.turns.append(Turn(i, RepeatedBlockTokens(ids, block_size, n_in), n_out))
+        sessions.append(session)
+    return make_workload(sessions, source)
+
+
+class BenchClientFormat:
+    """``workload.trace: {format: bench_client, path: client.yaml}``."""
+
+    @classmethod
+    def read(cls, path: str, *, trace_block_size: int, options: dict[str, Any] | None = None) -> Workload:
+        return build_workload(load_config(path), trace_block_size, path)

@@ -1,0 +1,100 @@
+"""The ``bench_client`` trace format: files, command lines, errors, determinism."""
+
+from __future__ import annotations
+
+import pytest
+
+from servesim.cli.main import main
+from servesim.errors import ConfigError
+from servesim.testing import check_trace_format
+from servesim_benchclient.reader import BenchClientFormat
+
+GOOD = """\
+client: inferencemax
+random_input_len: 1024
+random_output_len: 256
+random_range_ratio: 0.8
+num_prompts: 12
+max_concurrency: 4
+request_rate: inf
+ignore_eos: true
+random_prefix_len: 300
+vocab_size: 151643
+"""
+
+
+def _write(tmp_path, text, name="client.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_trace_kit(tmp_path):
+    report = check_trace_format(BenchClientFormat, _write(tmp_path, GOOD))
+    assert report.ok, report.failures
+
+
+def test_workload_shape(tmp_path):
+    wl = BenchClientFormat.read(_write(tmp_path, GOOD), trace_block_size=64)
+    turns = wl.turns()
+    assert wl.num_requests == 12
+    assert [s.start_ms for s in wl.sessions] == [0.0] * 12
+    # 300 prefix tokens: four whole 64-token blocks shared by every prompt, then own blocks
+    a, b = turns[0].prompt.hash_ids, turns[1].prompt.hash_ids
+    assert a[:4] == b[:4] == (0, 1, 2, 3) and set(a[4:]).isdisjoint(b[4:])
+    assert all(1 <= t.output_length <= 256 for t in turns)
+    assert all(300 + 819 <= t.input_length <= 300 + 1024 for t in turns)
+
+
+def test_command_line(tmp_path):
+    text = ("command: >-\n  vllm bench serve --model Qwen/Qwen3-32B --dataset-name random\n"
+            "  --random-input-len 2000 --random-output-len 50 --random-range-ratio 0.5\n"
+            "  --num-prompts 6 --request-rate 3 --burstiness 0.5 --seed 9 --ignore-eos --save-result\n")
+    wl = BenchClientFormat.read(_write(tmp_path, text), trace_block_size=16)
+    explicit = _write(tmp_path, "random_input_len: 2000\nrandom_output_len: 50\nrandom_range_ratio: 0.5\n"
+                      "num_prompts: 6\nrequest_rate: 3\nburstiness: 0.5\nseed: 9\nignore_eos: true\n", "b.yaml")
+    wl2 = BenchClientFormat.read(explicit, trace_block_size=16)
+    assert [(s.start_ms, s.turns[0].input_length, s.turns[0].output_length) for s in wl.sessions] == \
+        [(s.start_ms, s.turns[0].input_length, s.turns[0].output_length) for s in wl2.sessions]
+    assert wl.sessions[0].start_ms > 0  # vllm sends even the first request after a gap
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ("random_range_ratio: 1.0\nignore_eos: true\n", "random_range_ratio"),
+    ("ignore_eos: false\n", "ignore_eos"),
+    ("num_prompts: 0\nignore_eos: true\n", "num_prompts"),
+    ("request_rate: 0\nignore_eos: true\n", "request_rate"),
+    ("burstiness: -1\nignore_eos: true\n", "burstiness"),
+    ("max_concurrency: 4\nrequest_rate: 5\nignore_eos: true\n", "max_concurrency"),
+    ("num_promts: 3\n", "num_promts"),
+    ("client: sglang\n", "client"),
+    ("dataset_name: sharegpt\n", "dataset_name"),
+    ("client: inferencemax\nrequest_rate: 2\nignore_eos: true\n", "vocab_size"),
+    ("command: vllm bench serve --random-input-len abc --ignore-eos\n", "random_input_len"),
+    ("command: vllm bench serve --use-chat-template --ignore-eos\n", "command"),
+])
+def test_bad_options_name_the_key(tmp_path, text, key):
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        BenchClientFormat.read(path, trace_block_size=16)
+    assert f"{path}: {key}" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cli_run_is_one_line_exit_2(tmp_path, capsys):
+    client = _write(tmp_path, "random_range_ratio: 2\nignore_eos: true\n")
+    cfg = _write(tmp_path, f"workload:\n  trace: {{format: bench_client, path: {client}}}\n", "run.yaml")
+    assert main(["run", cfg]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "random_range_ratio" in err and len(err.splitlines()) == 1
+
+
+def test_docs_client_file_example(tmp_path):
+    import re
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[3] / "docs" / "trace-formats.md"
+    body = next(m.group(1) for m in re.finditer(r"^```text\n(.*?)^```$", doc.read_text(), re.M | re.S)
+                if "# client.yaml" in m.group(1))
+    wl = BenchClientFormat.read(_write(tmp_path, body), trace_block_size=16)
+    assert wl.num_requests == 640 and all(s.start_ms == 0 for s in wl.sessions)
+    assert all(204 <= t.input_length <= 1844 for t in wl.turns())

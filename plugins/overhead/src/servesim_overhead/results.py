@@ -1,0 +1,84 @@
+"""Benchmark results to calibrate against: the load each one ran, and what it measured.
+
+* ``vllm bench serve --save-result`` JSON: ``num_prompts``, ``request_rate``, ``burstiness``,
+  ``max_concurrency``, ``mean_ttft_ms`` and ``mean_tpot_ms`` (``vllm/benchmarks/serve.py``,
+  ``main_async``); the random dataset's options are not saved, so they come from
+  ``--metadata`` keys of the same names (``random_input_len=1024`` ...) or from the
+  command's ``--client`` file. With ``--save-detailed`` the file also lists every request's
+  ``input_lens`` and ``output_lens``, which are then replayed as they are.
+* a table (``.csv`` or ``.jsonl``): one result per row, the ``bench_client`` options by
+  name (``random_input_len``, ``num_prompts``, ``max_concurrency`` ...) and the measured
+  ``mean_ttft_ms`` and ``mean_tpot_ms``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Any
+
+from attrs import frozen
+
+from servesim.errors import UserError
+
+CLIENT_KEYS = ("random_input_len", "random_output_len", "random_range_ratio", "random_prefix_len", "num_prompts",
+               "max_concurrency", "request_rate", "burstiness", "seed", "special_tokens", "client",
+               "chat_template_tokens", "vocab_size")
+
+
+@frozen
+class Result:
+    name: str
+    client: dict[str, Any]
+    measured_ttft_ms: float
+    measured_tpot_ms: float
+    lengths: tuple[tuple[int, int], ...] | None = None  # (input, output) per request, when saved
+
+
+def _measured(rec: dict[str, Any], where: str) -> tuple[float, float]:
+    try:
+        ttft, tpot = float(rec["mean_ttft_ms"]), float(rec["mean_tpot_ms"])
+    except (KeyError, TypeError, ValueError):
+        raise UserError(f"{where}: needs numeric mean_ttft_ms and mean_tpot_ms") from None
+    if not (ttft > 0 and tpot > 0):
+        raise UserError(f"{where}: mean_ttft_ms and mean_tpot_ms must be > 0")
+    return ttft, tpot
+
+
+def _client(rec: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    out = {**defaults, "ignore_eos": True}
+    for key in CLIENT_KEYS:
+        if rec.get(key) not in (None, ""):
+            out[key] = rec[key]
+    if out.get("max_concurrency") in (None, "", "None"):
+        out.pop("max_concurrency", None)
+    return out
+
+
+def read(path: str, defaults: dict[str, Any]) -> list[Result]:
+    """The results in ``path`` (UserError naming the file for anything unreadable)."""
+    if not os.path.isfile(path):
+        raise UserError(f"no such results file {path!r}")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            if path.endswith(".csv"):
+                records = list(csv.DictReader(fh))
+            elif path.endswith(".jsonl"):
+                records = [json.loads(line) for line in fh if line.strip()]
+            else:
+                records = [json.load(fh)]
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"{path}: cannot read results: {str(exc).splitlines()[0]}") from None
+    out = []
+    for i, rec in enumerate(records):
+        where = f"{path}:{i + 1}" if len(records) > 1 else path
+        if not isinstance(rec, dict):
+            raise UserError(f"{where}: expected an object of results")
+        ttft, tpot = _measured(rec, where)
+        lengths = None
+        if isinstance(rec.get("input_lens"), list) and isinstance(rec.get("output_lens"), list):
+            lengths = tuple(zip((int(x) for x in rec["input_lens"]), (int(x) for x in rec["output_lens"]),
+                                strict=True))
+        out.append(Result(where, _client(rec, defaults), ttft, tpot, lengths))
+    return out

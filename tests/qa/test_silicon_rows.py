@@ -1,0 +1,71 @@
+"""benchmarks/silicon_rows.py: how a silicon-sample row becomes a servesim replay, and the
+predictions of a few rows (plain ``aic`` and the default ``overhead`` wrapper), pinned.
+
+Accuracy is the benchmark's business (benchmarks/silicon.py); these pin behaviour."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench(name: str):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+rows_mod = _bench("silicon_rows")
+silicon = _bench("silicon")
+RAW = {r["id"]: r for r in rows_mod.load_rows()}
+
+# (row id, plain aic (TTFT, TPOT), overhead defaults (TTFT, TPOT)), ms
+PINNED = [
+    ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1",
+     (101.572186, 16.774374), (91.520041, 17.379158)),
+    ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_sglang_agg_1024x128_c16_tp2_epnone_1",
+     (118.8332, 20.782922), (118.8332, 20.788818)),
+    ("meta_llama_llama_3_1_8b_instruct_meta_llama_llama_3_1_8b_instruct_h100_sxm_trtllm_agg_1024x128_c8_tp1_epnone_1",
+     (43.056256, 8.256465), (37.597678, 7.934819)),
+]
+
+
+def test_row_mapping():
+    row = rows_mod.parse(RAW["2026_04_06_kimi_k2_5_b200_sxm_vllm_fp4_agg_1024x8192_c32_tp4_ep4_1318"])
+    assert (row.concurrency, row.batch_size, row.precision) == (32, 8, "fp4")
+    cfg = rows_mod.sim_config(row, "client.yaml")
+    tm = cfg["engine"]["timing_model"]
+    assert tm["kv_cache_dtype"] == "fp8" and tm["attention_dp"] == 4 and cfg["engine"]["dp_size"] == 4
+    assert cfg["engine"]["max_num_seqs"] == 8 and cfg["workload"]["concurrency"] == 32
+    assert rows_mod.client_options(row) == {
+        "client": "inferencemax", "random_input_len": 1024, "random_output_len": 8192, "random_range_ratio": 0.8,
+        "num_prompts": 320, "max_concurrency": 32, "request_rate": "inf", "ignore_eos": True, "num_warmups": 64}
+    replicas = rows_mod.parse(RAW["qwen_qwen3_32b_qwen_qwen3_32b_gb200_trtllm_agg_4000x1000_c8_tp2_epnone_11"])
+    assert replicas.roles["agg"].workers == 4
+    assert rows_mod.sim_config(replicas, "c.yaml")["cluster"] == {"workers": 4}
+    assert rows_mod.parse(RAW[next(iter(RAW))]).problem is None
+
+
+def test_model_halves_are_disjoint_and_documented():
+    fit, held = rows_mod.model_halves(list(RAW.values()))
+    assert not fit & held
+    assert {"Qwen/Qwen3-32B", "meta-llama/Meta-Llama-3.1-70B"} <= fit
+    assert {"meta-llama/Meta-Llama-3.1-8B", "Qwen/Qwen3-235B-A22B-FP8"} <= held
+
+
+@pytest.mark.parametrize(("row_id", "plain", "wrapped"), PINNED, ids=[p[0][-40:] for p in PINNED])
+def test_pinned_predictions(row_id, plain, wrapped):
+    row = rows_mod.parse(RAW[row_id])
+    assert silicon._replay(row, None) == pytest.approx(plain, rel=1e-9)
+    assert silicon._replay(row, {"type": "overhead"}) == pytest.approx(wrapped, rel=1e-9)
