@@ -48,30 +48,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print nothing on success, not even --json (files are still written)")
 
 
-def _write(path: str, text: str) -> None:
-    """Write a whole output file. A regular file is written under a temporary name beside it
-    and renamed into place, so a failed write (a full disk) leaves the previous file whole;
-    a device or pipe (``/dev/stdout``) is written as it is."""
-    try:
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        if os.path.exists(path) and not os.path.isfile(path):
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            return
-        tmp = os.path.join(parent, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
 def _check_writable(path: str, origin: str) -> None:
     """Fail before a long run, not after it, when an output file cannot be written.
 
@@ -128,6 +104,7 @@ def _timeline(plot_dir: str | None, origin: str, loaded: LoadedConfig
 def run(args: argparse.Namespace) -> int:
     """Run ``servesim run``; returns the exit status (UserErrors propagate to the CLI edge)."""
     from servesim.config.loader import load_config
+    from servesim.config.output_paths import write_replacing
     from servesim.replay.runner import simulate
     from servesim.report.summary import dumps, format_table, per_request_lines
 
@@ -163,10 +140,10 @@ def run(args: argparse.Namespace) -> int:
             progress.finish()
     wall_s = time.monotonic() - started
     if json_path:
-        _write(json_path, dumps(result.report))
+        write_replacing(json_path, dumps(result.report))
     if per_request_path:
         lines = per_request_lines(result.log, result.session_ids)
-        _write(per_request_path, "".join(line + "\n" for line in lines))
+        write_replacing(per_request_path, "".join(line + "\n" for line in lines))
     figures = [] if figures_to is None else figures_to[0].write(result, figures_to[1], plot_dir)
     if args.quiet:
         pass  # docs/configuration.md: nothing on stdout, --json included; files are written

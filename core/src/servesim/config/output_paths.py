@@ -4,12 +4,17 @@
 path can be written when it is not a folder and either exists writable, or its nearest
 existing ancestor is a folder this process may create entries in. ``servesim validate``
 asks :func:`file_problem` / :func:`folder_problem` so that it accepts exactly what a run
-can write, and creates nothing.
+can write, and creates nothing. :func:`replacing` writes a whole output file so that a failed
+write keeps the previous one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
+
+from servesim.errors import UserError
 
 
 def _ancestor_problem(path: str) -> str | None:
@@ -46,3 +51,36 @@ def folder_problem(path: str) -> str | None:
 
 
 __all__ = ["file_problem", "folder_problem"]
+
+
+@contextlib.contextmanager
+def replacing(path: str) -> Iterator[str]:
+    """A temporary name beside ``path`` to write the whole file to, renamed to ``path`` when
+    the block ends: a failed or interrupted write leaves no partial file and keeps an earlier
+    one whole. A device or pipe that exists at ``path`` (``/dev/stdout``) is written as it
+    is. Missing parent folders are created; a write that fails is a :class:`UserError`
+    naming the file."""
+    tmp = path
+    try:
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        if not (os.path.exists(path) and not os.path.isfile(path)):
+            tmp = os.path.join(parent, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+        try:
+            yield tmp
+            if tmp != path:
+                os.replace(tmp, path)
+        except BaseException:
+            if tmp != path:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def write_replacing(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through :func:`replacing`."""
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from servesim.config.output_paths import write_replacing
 from servesim.errors import UserError
 
 from servesim_serve.config import ServeConfig, check_serve
@@ -80,20 +81,10 @@ def write_outputs(server: Server) -> tuple[list[tuple[str, str]], list[str]]:
     for label, path, text in outputs:
         if not path:
             continue
-        tmp = None
         try:
-            parent = os.path.dirname(path)
-            if parent:
-                os.makedirs(parent, exist_ok=True)
-            tmp = os.path.join(parent, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write(text())
-            os.replace(tmp, path)
-        except OSError as exc:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-            problems.append(f"cannot write {path}: {exc.strerror or exc}")
+            write_replacing(path, text())
+        except UserError as exc:
+            problems.append(str(exc))
             continue
         written.append((label, path))
     return written, problems
@@ -156,8 +147,8 @@ def uvicorn_server(config: Any, server: Server, signals: bool = True) -> Any:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    from servesim.report.summary import format_table
     from servesim.cli.validate import check_outputs
+    from servesim.report.summary import format_table
 
     from servesim_serve.app import Server
     from servesim_serve.timeline import ENV, install

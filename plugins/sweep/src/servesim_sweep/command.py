@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from servesim.config.output_paths import write_replacing
 from servesim.errors import UserError
 
 
@@ -47,23 +48,6 @@ class SweepInterrupted(UserError):
         self.signum = signum
         self.exit_code = 128 + signum
         super().__init__(message or f"interrupted by {signal.Signals(signum).name}")
-
-
-def _write(path: str, text: str) -> None:
-    """Write ``path`` through a temporary name renamed into place: an interrupted or failed
-    write leaves no partial file (and an earlier one whole)."""
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
-        try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 @contextlib.contextmanager
@@ -126,7 +110,7 @@ def _records(args: argparse.Namespace, sweep: Any, base: str, points_dir: str) -
             progress(done, len(records), failed)
         for index, record in results:
             records[index] = record
-            _write(os.path.join(points_dir, f"{record['id']}.json"), dumps(record))
+            write_replacing(os.path.join(points_dir, f"{record['id']}.json"), dumps(record))
             done += 1
             failed += record["status"] != "ok"
             if progress is not None:

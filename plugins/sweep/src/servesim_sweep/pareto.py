@@ -56,7 +56,7 @@ def draw(path: str, configs: Sequence[Config], x: str, y: str, objectives: Objec
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("Sweep: Pareto front")
-    from servesim_sweep.results import replacing
+    from servesim.config.output_paths import replacing
 
     with replacing(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})

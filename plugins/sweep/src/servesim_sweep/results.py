@@ -9,15 +9,14 @@ the objectives and the Pareto front use each configuration's mean over its compl
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import math
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
+from servesim.config.output_paths import replacing
 from servesim.errors import UserError
 
 from servesim_sweep.spec import Objectives
@@ -64,24 +63,6 @@ def rows(records: Sequence[dict[str, Any]]) -> tuple[list[str], list[dict[str, A
         out.append(row)
     columns = [*META, *(f"set.{k}" for k in set_keys), *sorted(report_keys)]
     return columns, out
-
-
-@contextlib.contextmanager
-def replacing(path: str) -> Iterator[str]:
-    """A temporary name beside ``path`` to write, renamed to ``path`` once written: a failed
-    or interrupted write leaves no partial file (and an earlier one whole). A write that
-    fails is a UserError naming the file."""
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
-        try:
-            yield tmp
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def write_csv(path: str, columns: list[str], table: list[dict[str, Any]]) -> None:
