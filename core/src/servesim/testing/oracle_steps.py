@@ -19,18 +19,11 @@ import attrs
 from servesim.contract import Request, ScheduleRecord, Submit
 from servesim.engine import Engine
 from servesim.errors import EngineError
+from servesim.replay.passlog import FIELDS
 
-#: Fields of an oracle step line that servesim reproduces and the comparison checks.
-COMPARED_FIELDS = (
-    "scheduled",
-    "new_hits",
-    "resumed",
-    "preempted",
-    "finished",
-    "running",
-    "waiting",
-    "free_blocks",
-)
+#: Fields of an oracle step line that servesim reproduces and the comparison checks: a pass-log
+#: line's fields after its place (worker, dp rank, pass, start and end).
+COMPARED_FIELDS = FIELDS[FIELDS.index("scheduled"):]
 
 def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     with open(path, "w") as f:
