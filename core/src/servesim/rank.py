@@ -200,16 +200,25 @@ class Rank(ABC):
     # -- group pass hooks ---------------------------------------------------------------
 
     def prepare_group_pass(self, wave_step: int, dp_size: int) -> None:
-        """Called on every rank before a group pass."""
+        """Called on every rank before each pass of its engine (``wave_step`` counts the
+        engine's passes; ``dp_size`` is its number of ranks), before any ``execute_pass``."""
 
     def prefill_in_pass(self) -> bool:
+        """Asked after every rank's ``execute_pass`` of the pass: whether this rank's pass
+        computes prefill tokens. The engine passes whether any rank did to
+        :meth:`finish_group_pass` (attention-DP ranks that must agree on a pass's kind, as
+        SGLang's do, read it there). The default: no prefill."""
         return False
 
     def model_work_in_pass(self) -> bool:
+        """Asked with :meth:`prefill_in_pass`: whether this rank's pass runs the model at all
+        (a decode-only rank does; an idle one does not). The default: when it prefills."""
         return self.prefill_in_pass()
 
     def finish_group_pass(self, any_rank_prefilled: bool, any_rank_ran_model: bool) -> None:
-        """Called on every rank after all ranks selected work."""
+        """Called on every rank after all ranks selected work, with whether any rank of the
+        engine prefilled or ran the model in this pass. A failure here poisons the engine:
+        the ranks have committed their passes."""
 
     # -- passes ---------------------------------------------------------------------------
 
