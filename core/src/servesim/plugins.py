@@ -279,6 +279,12 @@ class Plugins:
             self._all = {kind: self.registry(kind) for kind in HOOK_KINDS.values()}
         return self._all
 
+    def label(self, kind: str, name: str) -> str:
+        """``plugin NAME from DIST`` for the implementation registered as ``name``, as errors
+        name the plugin behind a configured choice."""
+        entry = self.registry(kind).entry(name)
+        return f"plugin {entry.plugin} from {entry.distribution}"
+
     def registry(self, kind: str) -> Registry:
         """The registry of one kind (``backend``, ``timing_model``, ...)."""
         registry = self._registries.get(kind)

@@ -109,7 +109,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from servesim.cli.validate import check_outputs, construct_all
+    from servesim.cli.validate import check_outputs, construct_all, spec_name
     from servesim.config.loader import load_config
 
     loaded = load_config(args.config, args.sets)
@@ -136,20 +136,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(
         f"OK: {args.config or 'the built-in default scenario'}: backend {sim.engine.backend} "
         f"(block_size {sim.engine.block_size}, dp_size {sim.engine.dp_size}), "
-        f"timing {loaded.engine.timing_type}, eviction {_kind(sim.engine.eviction_policy)}, "
+        f"timing {loaded.engine.timing_type}, eviction {spec_name(sim.engine.eviction_policy)}, "
         f"{_workers(sim.cluster)}, router {sim.cluster.router}, workload {workload}{_sinks(sim.sinks)}"
     )
     return 0
 
 
-def _kind(spec: Any) -> str:
-    """A plugin selection's name: a string, or the ``type`` of a mapping."""
-    return str(spec.get("type")) if isinstance(spec, dict) else str(spec)
-
-
 def _sinks(sinks: Any) -> str:
     """``, kv_events jsonl+tee, fpm jsonl`` for the configured sinks (nothing when none)."""
-    parts = [f"{name} {'+'.join(_kind(s) for s in specs)}"
+    from servesim.cli.validate import spec_name
+
+    parts = [f"{name} {'+'.join(spec_name(s) for s in specs)}"
              for name, specs in (("kv_events", sinks.kv_events), ("fpm", sinks.fpm)) if specs]
     return "".join(f", {part}" for part in parts)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from servesim.errors import ConfigError, UserError
-from servesim.sinks.build import build_sinks, plugin_label
+from servesim.sinks.build import build_sinks
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
@@ -33,7 +33,7 @@ def _message(exc: ConfigError) -> str:
 
 def _construct(loaded: LoadedConfig, kind: str, name: str, path: str, build: Callable[[], Any]) -> Any:
     """``build()``, with any failure named by ``path`` and the plugin behind ``name``."""
-    label = plugin_label(loaded.plugins, kind, name)
+    label = loaded.plugins.label(kind, name)
     what = kind.replace("_", " ")
     try:
         return build()
@@ -49,6 +49,12 @@ def _construct(loaded: LoadedConfig, kind: str, name: str, path: str, build: Cal
             path=path,
             source=loaded.source,
         ) from exc
+
+
+def spec_name(spec: Any) -> str:
+    """A configured plugin's name: the spec itself, or the ``type`` of a mapping spec (the
+    loader has checked that one is there)."""
+    return str(spec["type"]) if isinstance(spec, dict) else str(spec)
 
 
 def _engine_roles(loaded: LoadedConfig) -> list[tuple[str, dict[str, Any] | None]]:
@@ -85,9 +91,7 @@ def construct_all(loaded: LoadedConfig) -> None:
     _construct(loaded, "timing_model", engine.timing_type, "engine.timing_model", loaded.timing_model)
     # The eviction policy: one instance per KV pool at run time; built once here. Whether the
     # backend can honour it belongs to the backend's validate_config (checked while loading).
-    policy = sim.engine.eviction_policy
-    policy_name = policy if isinstance(policy, str) else policy.get("type", "lru")
-    _construct(loaded, "eviction_policy", policy_name, "engine.eviction_policy", loaded.eviction_factory)
+    _construct(loaded, "eviction_policy", spec_name(sim.engine.eviction_policy), "engine.eviction_policy", loaded.eviction_factory)
     for path, overrides in _engine_roles(loaded):
         backend = sim.engine.backend
         if overrides is not None:
@@ -132,4 +136,4 @@ def check_outputs(loaded: LoadedConfig) -> None:
                               source=loaded.source)
 
 
-__all__ = ["check_outputs", "construct_all"]
+__all__ = ["check_outputs", "construct_all", "spec_name"]

@@ -166,8 +166,7 @@ def _eviction_factory(
     problems.extend(found)
     if found or rank_class is None:
         return None
-    entry = ctx.plugins.registry("eviction_policy").entry(spec)
-    origin = f" (plugin {entry.plugin} from {entry.distribution})"
+    origin = f" ({ctx.plugins.label('eviction_policy', spec)})"
     factory = policy_factory(cls, policy_config)
     try:
         policy = factory()
@@ -343,10 +342,9 @@ def _check_handoff(ctx: LoadContext, engine: EngineResolution | None, cluster: A
     if engine.rank_class.supports_handoff:
         return []
     backend = engine.config.backend
-    entry = ctx.plugins.registry("backend").entry(backend)
     key = "cluster.prefill_workers" if cluster.prefill_workers else "cluster.decode_workers"
     return [(key, f"a prefill/decode split needs a backend that hands prefills to decode workers; "
-                  f"backend {backend!r} (plugin {entry.plugin} from {entry.distribution}) does not "
+                  f"backend {backend!r} ({ctx.plugins.label('backend', backend)}) does not "
                   "declare it (Rank.supports_handoff)")]
 
 

@@ -23,12 +23,6 @@ if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig, LoadContext
 
 
-def plugin_label(plugins: Any, kind: str, name: str) -> str:
-    """``plugin NAME from DIST`` for the implementation registered as ``name``."""
-    entry = plugins.registry(kind).entry(name)
-    return f"plugin {entry.plugin} from {entry.distribution}"
-
-
 class SinkBuilder:
     """Builds sinks of one kind at one key path (see the module docs)."""
 
@@ -82,7 +76,7 @@ class SinkBuilder:
             raise self._failure(message, name, path) from exc
 
     def _failure(self, message: str, name: str, path: str) -> ConfigError:
-        label = plugin_label(self.plugins, self.kind, name)
+        label = self.plugins.label(self.kind, name)
         return ConfigError(f"{message} ({label})", path=path, source=self.source)
 
 
@@ -111,4 +105,4 @@ def build_sinks(loaded: LoadedConfig, *, validating: bool = False) -> dict[str, 
     return built
 
 
-__all__ = ["SinkBuilder", "build_sinks", "plugin_label"]
+__all__ = ["SinkBuilder", "build_sinks"]
