@@ -194,6 +194,18 @@ def test_unknown_hook_is_an_error_naming_the_plugin(monkeypatch: pytest.MonkeyPa
     assert make_plugin_manager().broken == {}
 
 
+def test_a_plugin_with_two_unknown_hooks_is_left_out_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    _module(monkeypatch, "fake_typos", servesim_register_backend=_backend("a"),
+            servesim_register_router=_backend("b"))
+    _install(monkeypatch, FakeDist("typos-dist", "1.0", {"typos": "fake_typos"}))
+    pm = make_plugin_manager(tolerant=True)
+    assert list(pm.broken) == ["typos"]
+    assert pm.broken["typos"].startswith(
+        "plugin 'typos' (typos-dist 1.0) implements an unknown hook 'servesim_register_backend' "
+        "(did you mean 'servesim_register_backends'?)")
+    assert pm.get_plugin("typos") is None
+
+
 def test_hookimpl_with_unknown_argument_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     def servesim_register_backends(registry: Any, extra: Any) -> None:
         raise AssertionError("never called")

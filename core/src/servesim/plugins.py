@@ -113,11 +113,13 @@ class ServesimPluginManager(pluggy.PluginManager):
         to skip the plugin, not a hook silently never called."""
         for hook_name, plugin in unknown_hooks(self):
             name = self.get_name(plugin)
-            message = (f"plugin {name!r} ({self.distribution_of(name or '')}) implements an unknown "
-                       f"hook {hook_name!r}{did_you_mean(hook_name)}; {skip_hint(name or '')}")
+            if name is None:  # left out already, for an earlier unknown hook of its own
+                continue
+            message = (f"plugin {name!r} ({self.distribution_of(name)}) implements an unknown "
+                       f"hook {hook_name!r}{did_you_mean(hook_name)}; {skip_hint(name)}")
             if not self.tolerant:
                 raise PluginError(message)
-            self.broken[name or repr(plugin)] = message
+            self.broken[name] = message
             self.unregister(plugin)
 
     def register_checked(self, plugin: object, name: str, what: str) -> None:
