@@ -74,6 +74,11 @@ def test_sessions_and_delays():
         (j(timestamp=0, output_length=1, hash_ids=[1], delay=5), "not allowed on a session's first"),
         (j(timestamp=0, output_length=1, output_tokens=1, hash_ids=[1]), "both 'output_length'"),
         (j(timestamp=0, output_length=1, hash_ids=[1], session_id=[1]), "'session_id' must be"),
+        (j(timestamp=0, output_length=1, hash_ids=[1], priority=1.5), "'priority' must be an int"),
+        (j(timestamp=0, output_length=1, hash_ids=[1], priority=True), "'priority' must be an int"),
+        (j(timestamp=0, output_length=1, hash_ids=[1], lora=0), "'lora' must be an adapter id"),
+        (j(timestamp=0, output_length=1, hash_ids=[1], lora=""), "'lora' must be an adapter id"),
+        (j(timestamp=0, output_length=1, hash_ids=[1], lora=[2]), "'lora' must be an adapter id"),
     ],
 )
 def test_malformed_line_names_file_and_line(line, message):
@@ -83,6 +88,21 @@ def test_malformed_line_names_file_and_line(line, message):
     assert info.value.file == "t.jsonl" and info.value.line == 3
     assert str(info.value).startswith("t.jsonl:3: ")
     assert message in str(info.value)
+
+
+def test_priority_and_lora_fields():
+    """``priority`` defaults to 0; ``lora`` keeps integer ids and gives each new name the id
+    one past every id seen so far; absent or null is the base model (0)."""
+    lines = [
+        j(timestamp=0, output_length=1, hash_ids=[1], priority=-2, lora="a"),
+        j(timestamp=1, output_length=1, hash_ids=[1], lora=3),
+        j(timestamp=2, output_length=1, hash_ids=[1], lora="b"),
+        j(timestamp=3, output_length=1, hash_ids=[1], lora="a", priority=7),
+        j(timestamp=4, output_length=1, hash_ids=[1], lora=None),
+        j(timestamp=5, input_length=4, output_length=1, hash_ids=[1]),
+    ]
+    turns = parse(*lines).turns()
+    assert [(t.priority, t.lora) for t in turns] == [(-2, 1), (0, 3), (0, 4), (7, 1), (0, 0), (0, 0)]
 
 
 @pytest.mark.parametrize(

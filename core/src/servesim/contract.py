@@ -43,12 +43,19 @@ class Request:
     Mooncake hash ids) so that replaying 100k requests does not materialise 100k token lists.
     ``output_token_ids``, when given, fixes the exact outputs and its length overrides
     ``max_output_tokens`` (reference §4.1).
+
+    ``priority`` orders requests under a priority scheduling policy: lower is served first, ties
+    by arrival (vLLM ``Request.priority``, ``--scheduling-policy priority``); a backend without
+    such a policy ignores it. ``lora`` is the LoRA adapter id, as vLLM's
+    ``LoRARequest.lora_int_id`` (>= 1); 0 is the base model.
     """
 
     request_id: RequestId
     prompt: TokenSeq
     max_output_tokens: int
     output_token_ids: tuple[int, ...] | None = None
+    priority: int = 0
+    lora: int = 0
 
     @property
     def prompt_len(self) -> int:

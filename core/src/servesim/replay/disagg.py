@@ -254,7 +254,7 @@ class DisaggReplayer(Replayer):
 
     def _submit_prefill(self, rid: int, now: float) -> None:
         turn = self.turns[rid]
-        req = Request(rid, turn.prompt, min(1, turn.output_length))
+        req = Request(rid, turn.prompt, min(1, turn.output_length), None, turn.priority, turn.lora)
         router = self.prefill_router
         # Elided: as in aggregated replay (Replayer._submit), a block only this request can
         # hold is in no prefill worker's cache before it is routed.
@@ -466,7 +466,7 @@ class DisaggReplayer(Replayer):
 
     def _reserve(self, rid: int, now: float) -> None:
         turn = self.turns[rid]
-        req = Request(rid, turn.prompt, turn.output_length)
+        req = Request(rid, turn.prompt, turn.output_length, None, turn.priority, turn.lora)
         router = self.decode_router
         if self.run_driver is not None and self.run_driver.count:
             self._settle_runs(now)

@@ -350,7 +350,7 @@ class Replayer:
 
     def _submit(self, rid: int, now: float) -> None:
         turn = self.turns[rid]
-        req = Request(rid, turn.prompt, turn.output_length)
+        req = Request(rid, turn.prompt, turn.output_length, None, turn.priority, turn.lora)
         router = self.router
         if self.run_driver is not None and self.run_driver.count:
             if self.run_driver.with_done:

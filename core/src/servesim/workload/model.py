@@ -23,13 +23,16 @@ _MASK32 = 0xFFFFFFFF
 
 @define(slots=True)
 class Turn:
-    """One request of a session. ``delay_ms`` is 0 for a first turn."""
+    """One request of a session. ``delay_ms`` is 0 for a first turn. ``priority`` and ``lora``
+    are the request's (:class:`servesim.contract.Request`); ``lora`` 0 is the base model."""
 
     request_id: int
     prompt: TokenSeq
     output_length: int
     delay_ms: float = 0.0
     line: int | None = None
+    priority: int = 0
+    lora: int = 0
 
     @property
     def input_length(self) -> int:

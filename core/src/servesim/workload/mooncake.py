@@ -7,7 +7,10 @@ at most ``MAX_OUTPUT_LENGTH``),
 ``hash_ids`` (required list of non-negative ints), ``session_id`` (optional; default
 ``request_<line>``), ``delay`` / ``delay_ms`` (a later turn's wait after the previous turn
 finishes; forbidden on a session's first turn). A later turn without an explicit delay waits
-``timestamp - previous timestamp`` of its session when both are given, else 0. Unknown keys are
+``timestamp - previous timestamp`` of its session when both are given, else 0. ``priority``
+(optional integer, default 0; lower is served first under a priority scheduling policy, as
+vLLM's ``Request.priority``) and ``lora`` (optional LoRA adapter: an integer id >= 1, as vLLM's
+``LoRARequest.lora_int_id``, or a non-empty name; absent or null means the base model). Unknown keys are
 ignored so AIPerf's superset (``messages``, ``extra``...) still loads. Blank lines are skipped.
 
 Validation follows the reference reader (Dynamo's ``loadgen/trace.rs``): ``hash_ids`` must not be
@@ -81,8 +84,19 @@ def _hash_ids(v: Any) -> list[int]:
     return v
 
 
+def _lora(v: Any) -> int | str | None:
+    if v is None:
+        return None
+    if _is_int(v) and v >= 1:
+        return int(v)
+    if isinstance(v, str) and v:
+        return v
+    raise ValueError(f"'lora' must be an adapter id >= 1 or a non-empty name, got {v!r}")
+
+
 class _Record:
-    __slots__ = ("line", "timestamp", "input_length", "output_length", "hash_ids", "session", "delay")
+    __slots__ = ("line", "timestamp", "input_length", "output_length", "hash_ids", "session", "delay",
+                 "priority", "lora")
 
     def __init__(self, obj: Any, line: int) -> None:
         if type(obj) is dict and obj.keys() == _PLAIN and self._plain(obj, line):
@@ -116,7 +130,11 @@ class _Record:
         if len(delays) > 1:
             raise ValueError("both 'delay' and 'delay_ms' are given; use one")
         self.delay = _finite(delays[0], obj[delays[0]], non_negative=True) if delays else None
-
+        pri = obj.get("priority", 0)
+        if not _is_int(pri):
+            raise ValueError(f"'priority' must be an integer, got {pri!r}")
+        self.priority = int(pri)
+        self.lora = _lora(obj.get("lora"))
 
     def _plain(self, obj: dict[str, Any], line: int) -> bool:
         """The common record (exactly the four plain keys, well typed) without the general
@@ -135,6 +153,8 @@ class _Record:
         self.timestamp = float(ts)
         self.session = None
         self.delay = None
+        self.priority = 0
+        self.lora = None
         return True
 
 
@@ -157,6 +177,7 @@ class MooncakeTrace:
         sessions: dict[str, Session] = {}
         last_ts: dict[str, float | None] = {}
         span = _Span()
+        lora_ids: dict[int | str, int] = {}
         rid = 0
         for lineno, text in enumerate(lines, start=1):
             if not text.strip():
@@ -183,6 +204,11 @@ class MooncakeTrace:
             length = full if rec.input_length is None else min(rec.input_length, full)
             prompt = RepeatedBlockTokens(rec.hash_ids, trace_block_size, length)
             turn = Turn(rid, prompt, rec.output_length, delay, lineno)
+            if rec.priority:
+                turn.priority = rec.priority
+            if rec.lora is not None:
+                turn.lora = lora_ids.setdefault(rec.lora, rec.lora) if type(rec.lora) is int else \
+                    lora_ids.setdefault(rec.lora, _next_lora_id(lora_ids))
             rid += 1
             if session is None:
                 session = sessions[sid] = Session(sid, rec.timestamp)
@@ -190,6 +216,13 @@ class MooncakeTrace:
             if rec.timestamp is not None:
                 last_ts[sid] = rec.timestamp
         return make_workload(list(sessions.values()), path)
+
+
+def _next_lora_id(ids: dict[int | str, int]) -> int:
+    """The id a newly seen adapter name gets: one past every id given or assigned so far (so a
+    name never takes an integer id the trace uses earlier; one used later is the trace's
+    own choice, and refers to a different adapter)."""
+    return max(ids.values(), default=0) + 1
 
 
 #: The C scanner json.loads ends in (the default decoder's; it keeps no state between calls).
