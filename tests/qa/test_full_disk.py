@@ -49,3 +49,22 @@ def test_a_failed_report_write_keeps_the_previous_report(tmp_path: Path, monkeyp
     assert capsys.readouterr().err == f"servesim: error: cannot write {report}: No space left on device\n"
     assert report.read_bytes() == good
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]  # no temporary left
+
+
+def test_sink_files_and_the_pass_log_are_partial_until_the_run_ends_whole(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fpm, passes = tmp_path / "fpm.jsonl", tmp_path / "passes.jsonl"
+    argv = ["run", "--quiet", "--pass-log", str(passes), *SMALL,
+            "--set", f"sinks.fpm=[{{type: jsonl, path: {fpm}}}]", "--set", "sinks.writer=inline"]
+    assert main(argv) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fpm.jsonl", "passes.jsonl"]
+    first_fpm, first_passes = fpm.read_bytes(), passes.read_bytes()
+    assert first_fpm.count(b"\n") == first_passes.count(b"\n") > 5
+    # The same run, with a KV-event sink on a full device: it fails at its first write.
+    assert main([*argv, "--set", "sinks.kv_events=[{type: jsonl, path: /dev/full}]"]) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert fpm.read_bytes() == first_fpm and passes.read_bytes() == first_passes
+    partial = tmp_path / "fpm.jsonl.partial"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "fpm.jsonl", "fpm.jsonl.partial", "passes.jsonl", "passes.jsonl.partial"]
+    assert first_fpm.startswith(partial.read_bytes())  # what was written before the failure

@@ -260,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code if isinstance(code, int) else (0 if code is None else 2)
     except Terminated:
         print(f"{PROG}: terminated by SIGTERM; the run did not finish (no report was written, "
-              "and files written so far end with whole lines)", file=sys.stderr)
+              "and the sink files and pass log written so far are left as PATH.partial, with whole lines)", file=sys.stderr)
         return 143
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

@@ -84,3 +84,31 @@ def write_replacing(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through :func:`replacing`."""
     with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
+
+
+class GrowingFile:
+    """A file written line by line through a run (a sink's JSONL, the pass log): it is
+    ``PATH.partial`` while it is written, and :meth:`close` renames it to ``PATH`` unless
+    :meth:`abandon` said the run failed or was interrupted. Such a run leaves ``PATH.partial``
+    (what was written, marked as partial) and any earlier ``PATH`` untouched. A device or pipe
+    that exists at ``PATH`` (``/dev/stdout``) is written as it is. Raises :class:`OSError`."""
+
+    SUFFIX = ".partial"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        self.writing = path if os.path.exists(path) and not os.path.isfile(path) else path + self.SUFFIX
+        self.fh = open(self.writing, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.abandoned = False
+
+    def abandon(self) -> None:
+        self.abandoned = True
+
+    def close(self) -> None:
+        """Close the file; rename it into place unless abandoned."""
+        self.fh.close()
+        if not self.abandoned and self.writing != self.path:
+            os.replace(self.writing, self.path)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from servesim.config.output_paths import GrowingFile
 from servesim.config.sections import SyntheticConfig, WorkloadConfig
 from servesim.errors import ConfigError, PluginRunError, UserError
 from servesim.replay.cluster import build_engines
@@ -20,7 +21,7 @@ from servesim.replay.routers import Router
 from servesim.replay.tiers import host_tier_report
 from servesim.report.result import SimResult
 from servesim.report.summary import build_report, clean_floats
-from servesim.sinks.base import SinkDeployment, bind_sinks, replay_done
+from servesim.sinks.base import SinkDeployment, SinkError, abandon_sinks, bind_sinks, replay_done
 from servesim.sinks.build import build_sinks
 from servesim.workload.model import Workload, mark_unique_prompts
 from servesim.workload.synthetic import generate
@@ -151,7 +152,8 @@ def _simulate(
         engines, spans = build_pool_engines(loaded, make_factory)
     else:
         engines = build_engines(make_factory().build, sim.cluster.workers)
-    writer = _open_pass_log(pass_log)
+    pass_file = _open_pass_log(pass_log)
+    writer = None if pass_file is None else PassLogWriter(pass_file.fh)
     replayer = Replayer(
         engines,
         workload,
@@ -172,11 +174,18 @@ def _simulate(
     try:
         log = replayer.run()
         replay_done(sinks, log)
+    except BaseException:  # failed or interrupted: the files stay PATH.partial
+        abandon_sinks(sinks)
+        if pass_file is not None:
+            pass_file.abandon()
+        raise
     finally:
         for sink in sinks:
             sink.close()
         if writer is not None:
             writer.close()
+        if pass_file is not None:
+            _close_pass_log(pass_file)
     report = build_report(log, sim.report, loaded.resolved())
     if spans is not None:
         from servesim.replay.pools import pool_report
@@ -199,13 +208,21 @@ def _with_extra(result: SimResult, observers: Observers | None, loaded: LoadedCo
     return result
 
 
-def _open_pass_log(path: str | None) -> PassLogWriter | None:
+def _open_pass_log(path: str | None) -> GrowingFile | None:
+    """The pass log's file: ``PATH.partial`` until it is closed after the replay (GrowingFile)."""
     if path is None:
         return None
     try:
-        return PassLogWriter(path)
+        return GrowingFile(path)
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _close_pass_log(file: GrowingFile) -> None:
+    try:
+        file.close()
+    except OSError as exc:
+        raise SinkError(f"pass log {file.path}: cannot close: {exc.strerror or exc}") from None
 
 
 def _simulate_disagg(
@@ -235,6 +252,9 @@ def _simulate_disagg(
     try:
         log = replayer.run()
         replay_done([*kv_sinks, *fpm_sinks], log)
+    except BaseException:  # failed or interrupted: the files stay PATH.partial
+        abandon_sinks([*kv_sinks, *fpm_sinks])
+        raise
     finally:
         for sink in [*kv_sinks, *fpm_sinks]:
             sink.close()

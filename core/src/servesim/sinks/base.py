@@ -15,7 +15,9 @@ A sink that needs to know the deployment (ports per dp rank, block size, backend
 ``bind(context: SinkDeployment)``; the replay calls it once, after building the sinks and before
 the first publish. A sink with ``wants_token_times = True`` makes the replay record every
 token's time, and one with ``replay_done(log)`` gets the finished replay's
-:class:`~servesim.report.stats.RequestLog` before it is closed.
+:class:`~servesim.report.stats.RequestLog` before it is closed. One with ``abandon()`` is told,
+before it is closed, that the run failed or was interrupted, so that what it wrote is not the
+whole output (the built-in JSONL sinks then leave their file as ``PATH.partial``).
 
 A sink whose output for a batch depends on that batch alone may set ``encodes_ahead = True``
 and split :meth:`KvEventSink.publish` into ``encode(worker_id, at_ms, payload)`` and
@@ -177,6 +179,15 @@ def replay_done(sinks: Sequence[Any], log: Any) -> None:
         done = getattr(sink, "replay_done", None)
         if done is not None:
             done(log)
+
+def abandon_sinks(sinks: Sequence[Any]) -> None:
+    """Tell every sink with ``abandon()`` that the run failed or was interrupted (see the
+    module docs)."""
+    for sink in sinks:
+        abandon = getattr(sink, "abandon", None)
+        if abandon is not None:
+            abandon()
+
 
 def build_sink(cls: type, config: Any, context: SinkContext | None = None) -> Any:
     """``cls.from_config(config, context)``; a class that is not a servesim sink (a bare

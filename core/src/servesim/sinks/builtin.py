@@ -32,6 +32,11 @@ the text until the merged order releases it.
 
 Errors never pass silently (sinks.py): any failure while opening, writing or closing is a
 :class:`~servesim.sinks.base.SinkError` naming the sink and its file.
+
+A JSONL file is ``PATH.partial`` while it is written and becomes ``PATH`` when the sink is
+closed; a failed or interrupted run (``abandon``, :func:`servesim.sinks.base.abandon_sinks`)
+leaves ``PATH.partial`` beside an earlier ``PATH``, which it never touches
+(:class:`servesim.config.output_paths.GrowingFile`).
 """
 
 from __future__ import annotations
@@ -39,12 +44,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import IO, Any, Self
 
 from attrs import field, frozen, validators
 
-from servesim.config.output_paths import file_problem
+from servesim.config.output_paths import GrowingFile, file_problem
 from servesim.contract import (
     ClearedBlocks,
     ForwardPassMetrics,
@@ -122,6 +126,7 @@ class _JsonlWriter:
     def __init__(self, label: str, config: JsonlSinkConfig, *, validating: bool = False) -> None:
         self.name = f"jsonl {label} sink {config.path!r}"
         self._fh: IO[str] | None = None
+        self._file: GrowingFile | None = None
         # The writer process its lines go to instead (servesim.fast.sink_offload).
         self.handed_to: Any = None
         if validating:  # servesim validate: check the path, create nothing
@@ -130,9 +135,8 @@ class _JsonlWriter:
                 raise SinkOpenError(f"{self.name}: cannot open: {problem}")
             return
         try:
-            path = Path(config.path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = path.open("w", encoding="utf-8")
+            self._file = GrowingFile(str(config.path))
+            self._fh = self._file.fh
         except OSError as exc:
             raise SinkOpenError(f"{self.name}: cannot open: {exc.strerror or exc}") from exc
 
@@ -142,6 +146,7 @@ class _JsonlWriter:
         self = cls.__new__(cls)
         self.name = name
         self.handed_to = None
+        self._file = None
         try:
             self._fh = os.fdopen(fd, "w", encoding="utf-8")
         except OSError as exc:
@@ -169,6 +174,12 @@ class _JsonlWriter:
         except (OSError, ValueError, TypeError) as exc:
             raise SinkError(f"{self.name}: cannot write: {exc}") from exc
 
+    def abandon(self) -> None:
+        """The run failed or was interrupted: :meth:`close` leaves the file as ``PATH.partial``
+        (servesim.sinks.base)."""
+        if self._file is not None:
+            self._file.abandon()
+
     def close(self) -> None:
         fh, self._fh = self._fh, None
         if fh is None:
@@ -178,9 +189,12 @@ class _JsonlWriter:
                 self.handed_to.finish()
         finally:
             try:
-                fh.close()
+                if self._file is not None:
+                    self._file.close()
+                else:
+                    fh.close()
             except OSError as exc:
-                raise SinkError(f"{self.name}: cannot close: {exc}") from exc
+                raise SinkError(f"{self.name}: cannot close: {exc.strerror or exc}") from exc
 
 
 class _HandsOnItsFile:
@@ -203,6 +217,10 @@ class _HandsOnItsFile:
     def adopt(self, out: _JsonlWriter) -> None:
         """Write through ``out`` (a writer on an inherited descriptor)."""
         self._out = out
+
+    def abandon(self) -> None:
+        """See :meth:`_JsonlWriter.abandon`."""
+        self._out.abandon()
 
 
 def kv_event_record(worker_id: int, at_ms: float, event: KvEvent) -> dict[str, Any]:

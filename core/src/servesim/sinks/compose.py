@@ -35,6 +35,7 @@ from servesim.sinks.base import (
     SinkContext,
     SinkDeployment,
     SinkError,
+    abandon_sinks,
     bind_sinks,
     replay_done,
 )
@@ -164,6 +165,9 @@ class _Wrapping:
 
     def replay_done(self, log: Any) -> None:
         replay_done(self.sinks, log)
+
+    def abandon(self) -> None:
+        abandon_sinks(self.sinks)
 
     def setup(self, config: Any) -> None:
         """Read the options (a tee has none beyond its sinks)."""

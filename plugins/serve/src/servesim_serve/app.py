@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from servesim.errors import SimError
-from servesim.sinks.base import SinkError
+from servesim.sinks.base import SinkError, abandon_sinks
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -128,6 +128,8 @@ class Server:
         written: a full disk) stops the simulation as a failing publish does."""
         self.driver.close()
         sinks, self._sinks = self._sinks, []
+        if self.driver.failure is not None:  # the simulation stopped: the sinks' files are partial
+            abandon_sinks(sinks)
         for sink in sinks:
             try:
                 sink.close()

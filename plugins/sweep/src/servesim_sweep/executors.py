@@ -64,9 +64,13 @@ def _ignore_sigint() -> None:
 
 def _terminate(pool: Any) -> None:
     """Stop a process pool now: cancel what has not started, terminate the workers and reap
-    them. (``ProcessPoolExecutor`` has no public way to end running workers before Python
-    3.14's ``terminate_workers``; its ``_processes`` are the worker processes.)"""
-    processes = list((getattr(pool, "_processes", None) or {}).values())
+    them. ``ProcessPoolExecutor`` has no public way to end running workers before Python
+    3.14's ``terminate_workers``; the workers are this process's only multiprocessing
+    children (``multiprocessing.active_children``: the resource tracker is not one), so
+    those are the ones ended."""
+    import multiprocessing
+
+    processes = multiprocessing.active_children()
     for proc in processes:
         with contextlib.suppress(Exception):
             proc.terminate()
