@@ -244,6 +244,20 @@ def random_scenario(seed: int, n: int = 300) -> ScenarioSpec:
     )
 
 
+def priority_scenario(seed: int, n: int = 300) -> ScenarioSpec:
+    """:func:`random_scenario`'s settings and lengths under ``--scheduling-policy priority``:
+    2, 3, 5 or 20 priority levels drawn per request, or (one seed in five) priorities inverted
+    against arrival order."""
+    import random
+
+    rng = random.Random(f"priority:{seed}")
+    base = random_scenario(seed, n)
+    inverted = rng.random() < 0.2
+    return attrs.evolve(base, name=f"priority_{seed}", priority_inverted=inverted,
+                        priority_levels=0 if inverted else rng.choice([2, 3, 5, 20]),
+                        options=attrs.evolve(base.options, policy="priority"))
+
+
 def unchunked_scenario(seed: int) -> ScenarioSpec:
     """Small chunked-prefill-off scenarios with budget = ``max_model_len`` and tight pools: the
     family whose search found the readmission budget gate (docs/conformance.md, difference 3).

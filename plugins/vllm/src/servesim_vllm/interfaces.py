@@ -55,7 +55,7 @@ class SchedulerView(Protocol):
     # queues and KV
     pool: BlockPool
     requests: dict[RequestId, VllmRequest]
-    waiting: deque[VllmRequest]
+    waiting: deque[VllmRequest] | PriorityWaiting
     running: list[VllmRequest]
     book: Any  # servesim.mechanics.handoff.HandoffBook, attached by the rank
     queued_prefill: list[int]

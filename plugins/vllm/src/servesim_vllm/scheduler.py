@@ -100,11 +100,11 @@ class VllmScheduler:
             config.max_num_batched_tokens if config.max_num_batched_tokens is not None else _UNBOUNDED
         )
         self.requests: dict[RequestId, VllmRequest] = {}
-        self.waiting: deque[VllmRequest] = deque()
         # engine.scheduling_policy: priority (servesim_vllm.priority): a heap, not a deque.
         self.by_priority: PriorityWaiting | None = None
+        self.waiting: deque[VllmRequest] | PriorityWaiting = deque()
         if config.scheduling_policy is SchedulingPolicy.PRIORITY:
-            self.by_priority = self.waiting = PriorityWaiting()  # type: ignore[assignment]
+            self.by_priority = self.waiting = PriorityWaiting()
         self.running: list[VllmRequest] = []
         self.preemptions_total = 0
         # Speculative decoding (servesim_vllm.speculative), None when aic_nextn is unset.
