@@ -109,21 +109,31 @@ def test_the_resolved_config_shows_the_policy_only_when_set() -> None:
     assert loaded.sim.engine.scheduling_policy is PRIORITY
 
 
-def _admission_order(tmp_path: Path, policy: str) -> list[int]:
-    """Six one-block prompts 1 ms apart on one rank that runs one request at a time; the last
-    arrival is the most urgent."""
+def _service_order(tmp_path: Path, policy: str, split: bool = False) -> list[int]:
+    """Six one-block prompts 1 ms apart served one at a time (aggregated: by a rank with
+    ``max_num_seqs: 1``, in admission order; split: by a decode worker with ``max_num_seqs:
+    1``, in completion order); the last arrival is the most urgent."""
     trace = tmp_path / "t.jsonl"
     prios = [3, 3, 1, 3, 2, 0]
     trace.write_text("".join(
         json.dumps({"timestamp": i, "input_length": 16, "output_length": 20, "hash_ids": [i],
                     "priority": p}) + "\n" for i, p in enumerate(prios)))
     sets = [f"workload.trace.path={trace}", "workload.trace.trace_block_size=16",
-            "engine.block_size=16", "engine.max_num_seqs=1", f"engine.scheduling_policy={policy}"]
+            "engine.block_size=16", f"engine.scheduling_policy={policy}"]
+    if split:
+        sets += ["cluster.prefill_workers=1", "cluster.decode_workers=1",
+                 "cluster.decode_engine={max_num_seqs: 1}", "engine.kv_bytes_per_token=1000",
+                 "engine.kv_transfer_bandwidth=10"]
+    else:
+        sets.append("engine.max_num_seqs=1")
     log = simulate(load_config(None, sets)).log
-    return sorted(range(len(prios)), key=lambda i: log.admitted[i])
+    times = log.done if split else log.admitted
+    return sorted(range(len(prios)), key=lambda i: times[i])
 
 
-def test_replay_admits_by_trace_priority(tmp_path: Path) -> None:
-    assert _admission_order(tmp_path, "fcfs") == [0, 1, 2, 3, 4, 5]
-    # Request 0 runs alone from 0 ms; the others queue behind it and leave by priority.
-    assert _admission_order(tmp_path, "priority") == [0, 5, 2, 4, 1, 3]
+@pytest.mark.parametrize("split", [False, True])
+def test_replay_serves_by_trace_priority(tmp_path: Path, split: bool) -> None:
+    assert _service_order(tmp_path, "fcfs", split) == [0, 1, 2, 3, 4, 5]
+    # Request 0 runs alone from 0 ms; the others queue behind it and leave by priority (on a
+    # split, as activated destinations in the decode worker's queue).
+    assert _service_order(tmp_path, "priority", split) == [0, 5, 2, 4, 1, 3]
