@@ -10,7 +10,9 @@ One call of :meth:`VllmScheduler.run_pass` is one scheduler step plus its forwar
    ``max_num_seqs`` allows, stopping at the first request that cannot be admitted;
 3. KV blocks are allocated all or nothing; a running request that cannot get its blocks
    preempts the newest (LIFO) or oldest (FIFO) running request, which drops its blocks into
-   the prefix cache, keeps its generated tokens and goes back to the front of the queue;
+   the prefix cache, keeps its generated tokens and goes back to the front of the queue
+   (under ``engine.scheduling_policy: priority`` the queue is a heap on (priority, arrival)
+   and the victim the running request of largest key: :mod:`servesim_vllm.priority`);
 4. blocks whose tokens are now computed become cache-visible at once, so a later request of
    the same pass can hit them;
 5. every request whose known tokens are all computed samples one token. Requests that
