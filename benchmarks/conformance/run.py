@@ -6,6 +6,8 @@
     python benchmarks/conformance/run.py random --count 10 --start-seed 0 --profile vllm-0.32
     # small chunked-prefill-off scenarios with tight budgets and pools
     python benchmarks/conformance/run.py random --family unchunked --count 500 --profile vllm-0.32
+    # mixed random scenarios under --scheduling-policy priority
+    python benchmarks/conformance/run.py random --family priority --count 100 --profile vllm-0.32
     # a golden scenario's spec re-run through the oracle
     python benchmarks/conformance/run.py oracle --only preempt_small_pool
     # servesim again against oracle logs kept earlier with --save DIR (no vLLM needed)
@@ -45,6 +47,7 @@ from oracle import (  # noqa: E402
 from scenarios import (  # noqa: E402
     GOLDEN,
     GOLDEN_033,
+    priority_scenario,
     random_scenario,
     tiny_pool_scenario,
     unchunked_scenario,
@@ -130,6 +133,8 @@ def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], Or
             specs = [unchunked_scenario(s) for s in seeds]
         elif a.family == "tinypool":
             specs = [tiny_pool_scenario(s) for s in seeds]
+        elif a.family == "priority":
+            specs = [priority_scenario(s, a.n) for s in seeds]
         else:
             specs = [random_scenario(s, a.n) for s in seeds]
     else:
@@ -156,10 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--count", type=int, default=5, help="random scenarios")
     p.add_argument("--start-seed", type=int, default=0)
     p.add_argument("-n", type=int, default=300, help="requests per random scenario")
-    p.add_argument("--family", choices=["mixed", "unchunked", "tinypool", "overlap", "no-overlap"],
+    p.add_argument("--family", choices=["mixed", "unchunked", "tinypool", "priority", "overlap",
+                                        "no-overlap"],
                    default="mixed",
                    help="random scenarios: mixed settings (300 requests), small chunked-off "
-                        "ones, or pools about the size of the largest request (vllm); with "
+                        "ones, pools about the size of the largest request, or mixed ones under "
+                        "the priority policy (vllm); with "
                         "--engine sglang, mixed, or every one with the overlap loop on "
                         "(ignore_eos on) or off")
     p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm",

@@ -8,6 +8,7 @@ default; hash blocks of 64 tokens give four engine blocks per shared trace block
 
 from __future__ import annotations
 
+import attrs
 from servesim_vllm.conformance import OracleOptions, ScenarioSpec
 
 Opts = OracleOptions
@@ -112,6 +113,83 @@ GOLDEN: list[ScenarioSpec] = [
     ),
 ]
 
+PRIO = Opts(policy="priority")
+
+#: ``--scheduling-policy priority`` (engine.scheduling_policy: priority): each row carries a
+#: ``priority``; the waiting queue is a heap on (priority, arrival) and preemption takes the
+#: running request with the largest (priority, arrival) (servesim_vllm.priority).
+GOLDEN += [
+    ScenarioSpec(
+        name="prio_mixed_stepwise",
+        note="priority: four levels, two requests arrive before each step, moderate pool: "
+             "urgent arrivals overtake the queue",
+        n=120, isl=(80, 300), osl=(10, 60), prefix_groups=3, prefix_frac=0.6, prefix_ratio=0.5,
+        seed=21, priority_levels=4,
+        options=attrs.evolve(PRIO, num_gpu_blocks=160, max_num_seqs=16,
+                             max_num_batched_tokens=512, admit="stepwise", per_step=2),
+    ),
+    ScenarioSpec(
+        name="prio_preempt_small_pool",
+        note="priority: pool of 60 blocks, three levels, all admitted at once: decode growth "
+             "preempts the lowest-priority running request, not the newest",
+        n=30, isl=(150, 300), osl=(20, 60), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=22, priority_levels=3,
+        options=attrs.evolve(PRIO, num_gpu_blocks=60, max_num_seqs=32, max_num_batched_tokens=1024),
+    ),
+    ScenarioSpec(
+        name="prio_preempt_stepwise",
+        note="priority: tight pool, one arrival per step, five levels: preempted requests "
+             "re-enter the heap by key and victims sit anywhere in the running list",
+        n=80, isl=(60, 200), osl=(20, 80), prefix_groups=2, prefix_frac=0.4, prefix_ratio=0.5,
+        seed=23, priority_levels=5,
+        options=attrs.evolve(PRIO, num_gpu_blocks=48, max_num_seqs=16, max_num_batched_tokens=256,
+                             admit="stepwise", per_step=1),
+    ),
+    ScenarioSpec(
+        name="prio_no_chunked_prefill",
+        note="priority with chunked prefill off and a tight pool: whole-prompt admission in "
+             "priority order, priority preemption",
+        n=40, isl=(60, 300), osl=(20, 60), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=24, priority_levels=3,
+        options=attrs.evolve(PRIO, num_gpu_blocks=64, max_num_seqs=16, max_num_batched_tokens=512,
+                             chunked_prefill=False, admit="stepwise", per_step=1),
+    ),
+    ScenarioSpec(
+        name="prio_shared_prefix",
+        note="priority with long shared prefixes, tight pool and chunked prefill: hits of "
+             "readmitted victims, eviction under priority preemption",
+        n=40, isl=(200, 400), osl=(20, 60), prefix_groups=2, prefix_frac=0.9, prefix_ratio=0.8,
+        seed=25, priority_levels=3,
+        options=attrs.evolve(PRIO, num_gpu_blocks=80, max_num_seqs=16, max_num_batched_tokens=256,
+                             admit="stepwise", per_step=1),
+    ),
+    ScenarioSpec(
+        name="prio_ties",
+        note="priority with two levels (many equal priorities): ties go to the earlier arrival; "
+             "prefix caching off, tight pool",
+        n=60, isl=(80, 250), osl=(10, 50), seed=26, priority_levels=2,
+        options=attrs.evolve(PRIO, num_gpu_blocks=56, max_num_seqs=16, max_num_batched_tokens=384,
+                             prefix_caching=False, admit="stepwise", per_step=2),
+    ),
+    ScenarioSpec(
+        name="prio_inverted",
+        note="priority inverted against arrival (each later request more urgent), all admitted "
+             "at once, tight pool: served newest first, the oldest running one is the victim",
+        n=30, isl=(100, 250), osl=(20, 60), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=27, priority_inverted=True,
+        options=attrs.evolve(PRIO, num_gpu_blocks=50, max_num_seqs=8, max_num_batched_tokens=512),
+    ),
+    ScenarioSpec(
+        name="prio_inverted_stepwise",
+        note="priority inverted against arrival with one arrival per step and a tight pool: "
+             "every arrival outranks every running request, which it cannot preempt (vLLM 0.32)",
+        n=60, isl=(60, 200), osl=(30, 90), seed=28, priority_inverted=True,
+        options=attrs.evolve(PRIO, num_gpu_blocks=40, max_num_seqs=16, max_num_batched_tokens=256,
+                             admit="stepwise", per_step=1),
+    ),
+]
+
+
 
 def _with_interval(spec: ScenarioSpec, interval: int) -> ScenarioSpec:
     import attrs
@@ -164,6 +242,20 @@ def random_scenario(seed: int, n: int = 300) -> ScenarioSpec:
         prefix_groups=rng.choice([0, 2, 5, 20]), prefix_frac=rng.random(),
         prefix_ratio=rng.uniform(0.2, 0.9), seed=seed, options=opts,
     )
+
+
+def priority_scenario(seed: int, n: int = 300) -> ScenarioSpec:
+    """:func:`random_scenario`'s settings and lengths under ``--scheduling-policy priority``:
+    2, 3, 5 or 20 priority levels drawn per request, or (one seed in five) priorities inverted
+    against arrival order."""
+    import random
+
+    rng = random.Random(f"priority:{seed}")
+    base = random_scenario(seed, n)
+    inverted = rng.random() < 0.2
+    return attrs.evolve(base, name=f"priority_{seed}", priority_inverted=inverted,
+                        priority_levels=0 if inverted else rng.choice([2, 3, 5, 20]),
+                        options=attrs.evolve(base.options, policy="priority"))
 
 
 def unchunked_scenario(seed: int) -> ScenarioSpec:

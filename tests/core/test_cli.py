@@ -95,6 +95,23 @@ def test_validate_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
             [],
             "{file}: engine.preemption_mode: expected one of 'lifo', 'fifo'",
         ),
+        (
+            "engine: {scheduling_policy: lifo}",
+            [],
+            "{file}: engine.scheduling_policy: expected one of 'fcfs', 'priority', got 'lifo'",
+        ),
+        (
+            "engine: {backend: trtllm, scheduling_policy: priority}",
+            [],
+            "{file}: engine.scheduling_policy: priority is modelled for the vllm backend only",
+        ),
+        (
+            "engine: {backend: vllm, scheduling_policy: priority, kv_bytes_per_token: 1000, "
+            "native_host_offload: {num_host_blocks: 100}}",
+            [],
+            "{file}: engine.scheduling_policy: priority is not modelled with "
+            "engine.native_host_offload; use fcfs",
+        ),
         ("engine: {dp_size: -1}", [], "{file}: engine.dp_size: expected an integer >= 1, got -1"),
         ("engine: {backend: nope}", [], "{file}: engine.backend: unknown backend 'nope'; installed: "),
         (

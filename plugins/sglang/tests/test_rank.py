@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from servesim.config.engine import EngineConfig
+from servesim.config.engine import EngineConfig, SchedulingPolicy
 from servesim.contract import (
     CancelRequest,
     PressureKind,
@@ -116,6 +116,11 @@ def test_validate_config_names_key_paths() -> None:
     assert [p for p, _ in SglangRank.validate_config(unsupported, SglangConfig())] == [
         "engine.block_size",
         "engine.native_host_offload",
+    ]
+    prio = EngineConfig(backend="sglang", scheduling_policy=SchedulingPolicy.PRIORITY)
+    assert SglangRank.validate_config(prio, SglangConfig()) == [
+        ("engine.scheduling_policy", "priority is modelled for the vllm backend only "
+         "(SGLang's --enable-priority-scheduling is not modelled)"),
     ]
     with pytest.raises(EngineError, match="engine.sglang.page_size: 2 differs"):
         make_engine({"block_size": 4}, {"page_size": 2})

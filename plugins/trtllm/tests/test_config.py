@@ -88,6 +88,8 @@ def test_yaml_section_structures_policy_by_name() -> None:
         (["engine.aic_nextn=2", "engine.trtllm.capacity_scheduler_policy=max_utilization"],
          "engine.aic_nextn"),
         (["engine.native_host_offload={num_host_blocks: 4}"], "engine.native_host_offload"),
+        (["engine.scheduling_policy=priority"], "engine.scheduling_policy: priority is modelled for "
+                                                 "the vllm backend only"),
         (
             ["engine.trtllm.capacity_scheduler_policy=max_utilization", "engine.trtllm.max_num_tokens=16"],
             "engine.trtllm.max_num_tokens",

@@ -24,6 +24,13 @@ class PreemptionMode(enum.Enum):
     FIFO = "fifo"
 
 
+class SchedulingPolicy(enum.Enum):
+    """Waiting-queue order (vLLM ``--scheduling-policy``): arrival, or (priority, arrival)."""
+
+    FCFS = "fcfs"
+    PRIORITY = "priority"
+
+
 def _default_timing() -> dict[str, Any]:
     return {"type": "polynomial"}
 
@@ -44,6 +51,7 @@ class EngineConfig:
     decode_speedup_ratio: float = 1.0
     dp_size: int = 1
     preemption_mode: PreemptionMode = PreemptionMode.LIFO
+    scheduling_policy: SchedulingPolicy = SchedulingPolicy.FCFS
     worker_type: WorkerType = WorkerType.AGGREGATED
     prefill_schedule_interval: int = 1
     kv_bytes_per_token: float | None = None

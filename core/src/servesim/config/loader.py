@@ -553,6 +553,8 @@ class LoadedConfig:
         """
         conv = self.context.conv
         engine = conv.unstructure(self.engine.config)
+        if engine.get("scheduling_policy") == "fcfs":
+            del engine["scheduling_policy"]  # the default: reports read as before the key existed
         timing = conv.unstructure(self.engine.timing_config) if self.engine.timing_config is not None else {}
         timing = {k: v for k, v in timing.items() if v is not None}  # unset options: defaults
         engine["timing_model"] = {"type": self.engine.timing_type, **timing}

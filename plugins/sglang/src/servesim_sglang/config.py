@@ -171,6 +171,10 @@ def validate(config: EngineConfig, sg: SglangConfig) -> list[tuple[str, str]]:
     if getattr(config, "native_host_offload", None) is not None:
         # aisimulate-engine.md §9: the native host tier models vLLM's OffloadingConnector.
         out.append(("engine.native_host_offload", "host KV offload is modelled for vllm only"))
+    if config.scheduling_policy.value != "fcfs":
+        # docs/workloads.md "Priorities": SGLang's own switches differ from vLLM's policy.
+        out.append(("engine.scheduling_policy", "priority is modelled for the vllm backend only "
+                    "(SGLang's --enable-priority-scheduling is not modelled)"))
     if sg.page_size is not None and sg.page_size <= 0:
         out.append((f"{SECTION}.page_size", f"must be > 0, got {sg.page_size}"))
     elif sg.page_size is not None and config.block_size is not None and sg.page_size != config.block_size:

@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 from attrs import field, frozen
-from servesim.config.engine import EngineConfig
+from servesim.config.engine import EngineConfig, SchedulingPolicy
 from servesim.contract import Request, ScheduleRecord
 from servesim.engine import Engine
 from servesim.errors import EngineError
@@ -93,6 +93,7 @@ class OracleOptions:
     seed: int = 0
     reserve_full_isl: bool | None = None  # None: vLLM's default (on in 0.32)
     prefill_schedule_interval: int | None = None  # None: vLLM's default (1)
+    policy: str = "fcfs"  # SchedulerConfig.policy: fcfs or priority (each row's 'priority')
 
     def argv(self) -> list[str]:
         """Command-line arguments of ``vllm_sched_trace.py`` (besides trace and --out)."""
@@ -114,6 +115,8 @@ class OracleOptions:
             args.append("--reserve-full-isl" if self.reserve_full_isl else "--no-reserve-full-isl")
         if self.prefill_schedule_interval is not None:
             args.append(f"--prefill-schedule-interval={self.prefill_schedule_interval}")
+        if self.policy != "fcfs":
+            args.append(f"--policy={self.policy}")
         return args
 
     def backend_settings(self) -> dict[str, Any]:
@@ -123,7 +126,10 @@ class OracleOptions:
         return {"scheduler_reserve_full_isl": self.reserve_full_isl}
 
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        data = attrs.asdict(self)
+        if self.policy == "fcfs":
+            del data["policy"]  # as the options of scenarios recorded before the setting
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> OracleOptions:
@@ -149,6 +155,7 @@ class OracleOptions:
             enable_prefix_caching=self.prefix_caching,
             enable_chunked_prefill=self.chunked_prefill,
             prefill_schedule_interval=self.prefill_schedule_interval or 1,
+            scheduling_policy=SchedulingPolicy(self.policy),
         )
 
 
@@ -171,6 +178,11 @@ class ScenarioSpec:
     seed: int = 0
     options: OracleOptions = field(factory=OracleOptions)
     note: str = ""
+    # Per-row 'priority' fields: uniform in [0, priority_levels) from their own random stream
+    # (the lengths and prefixes stay those of the same spec without priorities), or, with
+    # priority_inverted, the row's position from the end (every later row more urgent).
+    priority_levels: int = 0
+    priority_inverted: bool = False
 
 
 def make_trace(spec: ScenarioSpec) -> list[dict[str, Any]]:
@@ -192,6 +204,13 @@ def make_trace(spec: ScenarioSpec) -> list[dict[str, Any]]:
             ids.append(next_unique)
             next_unique += 1
         rows.append({"timestamp": i, "input_length": isl, "output_length": osl, "hash_ids": ids})
+    if spec.priority_inverted:
+        for i, row in enumerate(rows):
+            row["priority"] = spec.n - 1 - i
+    elif spec.priority_levels > 0:
+        prng = random.Random(f"{spec.seed}:priority")
+        for row in rows:
+            row["priority"] = prng.randrange(spec.priority_levels)
     return rows
 
 
@@ -297,7 +316,8 @@ def run_servesim(
     mml = options.engine_config(rows).max_model_len
     # The oracle drops rows it could never finish (``skipped_too_long``); ids stay line indices.
     reqs = [
-        Request(request_id=i, prompt=p, max_output_tokens=max(1, int(r["output_length"])))
+        Request(request_id=i, prompt=p, max_output_tokens=max(1, int(r["output_length"])),
+                priority=int(r.get("priority", 0)))
         for i, (p, r) in enumerate(zip(prompts, rows, strict=True))
         if 1 <= int(r["input_length"]) and mml is not None
         and int(r["input_length"]) + max(1, int(r["output_length"])) <= mml

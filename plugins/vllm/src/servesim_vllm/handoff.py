@@ -113,6 +113,9 @@ def _insert_by_arrival(s: SchedulerView, req: VllmRequest, seq: int) -> None:
     """Activated destinations join the waiting queue in their reservation order (§8.2
     step 5): ahead of later-reserved activated requests that are still waiting."""
     waiting = s.waiting
+    if s.by_priority is not None:  # the heap orders it by (priority, arrival)
+        waiting.append(req)
+        return
     book = s.book
     pos = len(waiting)
     while pos > 0:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from servesim_vllm.behaviour import Behaviour
     from servesim_vllm.cadence import Cadence
     from servesim_vllm.pass_result import PassResult
+    from servesim_vllm.priority import PriorityWaiting
     from servesim_vllm.request import VllmRequest
 
 
@@ -50,10 +51,11 @@ class SchedulerView(Protocol):
     max_tokens: int
     spec: Speculation | None
     cadence: Cadence | None
+    by_priority: PriorityWaiting | None  # the waiting queue too, under the priority policy
     # queues and KV
     pool: BlockPool
     requests: dict[RequestId, VllmRequest]
-    waiting: deque[VllmRequest]
+    waiting: deque[VllmRequest] | PriorityWaiting
     running: list[VllmRequest]
     book: Any  # servesim.mechanics.handoff.HandoffBook, attached by the rank
     queued_prefill: list[int]

@@ -45,6 +45,7 @@ from servesim_vllm.fast import runs as _runs
 from servesim_vllm.fast import steady as _steady
 from servesim_vllm.handoff import VllmHandoffAdapter, head_blocked_externally
 from servesim_vllm.pass_result import PassResult
+from servesim_vllm.priority import problems as _priority_problems
 from servesim_vllm.scheduler import VllmScheduler
 from servesim_vllm.shape import shaped_pass_ms
 
@@ -122,6 +123,7 @@ class VllmRank(Rank):
             problems.append(("engine.num_gpu_blocks", f"must be > 0, got {config.num_gpu_blocks}"))
         problems.extend(_behaviour.validate(backend_config))
         problems.extend(_host_problems(config))
+        problems.extend(_priority_problems(config))
         return problems
 
     # -- commands -------------------------------------------------------------------------

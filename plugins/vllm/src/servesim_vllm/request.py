@@ -44,6 +44,7 @@ class VllmRequest:
         "table",
         "status",
         "preemptions",
+        "arrival",
         "cached_prefix",
         "cached_signaled",
         "blocks",
@@ -70,6 +71,7 @@ class VllmRequest:
         self.table = BlockTable(self.prompt_len)
         self.status = Status.WAITING
         self.preemptions = 0
+        self.arrival = 0  # arrival order under the priority policy (servesim_vllm.priority)
         self.cached_prefix: int | None = None
         self.cached_signaled = False
         self.blocks = SequenceBlocks(request)

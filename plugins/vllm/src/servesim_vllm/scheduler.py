@@ -10,7 +10,9 @@ One call of :meth:`VllmScheduler.run_pass` is one scheduler step plus its forwar
    ``max_num_seqs`` allows, stopping at the first request that cannot be admitted;
 3. KV blocks are allocated all or nothing; a running request that cannot get its blocks
    preempts the newest (LIFO) or oldest (FIFO) running request, which drops its blocks into
-   the prefix cache, keeps its generated tokens and goes back to the front of the queue;
+   the prefix cache, keeps its generated tokens and goes back to the front of the queue
+   (under ``engine.scheduling_policy: priority`` the queue is a heap on (priority, arrival)
+   and the victim the running request of largest key: :mod:`servesim_vllm.priority`);
 4. blocks whose tokens are now computed become cache-visible at once, so a later request of
    the same pass can hit them;
 5. every request whose known tokens are all computed samples one token. Requests that
@@ -34,7 +36,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from servesim.config.engine import EngineConfig, PreemptionMode
+from servesim.config.engine import EngineConfig, PreemptionMode, SchedulingPolicy
 from servesim.contract import (
     Admission,
     PressureEvent,
@@ -54,6 +56,7 @@ from servesim_vllm.fast.steady import VllmSteadyBatch, after_step, steady_step, 
 from servesim_vllm.handoff import admit_prebuilt_only
 from servesim_vllm.host_offload import BLOCKED, VllmHostOffload
 from servesim_vllm.pass_result import PassResult, Work
+from servesim_vllm.priority import PriorityWaiting, lowest_priority
 from servesim_vllm.request import Status, VllmRequest
 from servesim_vllm.speculative import emit as emit_speculative
 
@@ -99,7 +102,11 @@ class VllmScheduler:
             config.max_num_batched_tokens if config.max_num_batched_tokens is not None else _UNBOUNDED
         )
         self.requests: dict[RequestId, VllmRequest] = {}
-        self.waiting: deque[VllmRequest] = deque()
+        # engine.scheduling_policy: priority (servesim_vllm.priority): a heap, not a deque.
+        self.by_priority: PriorityWaiting | None = None
+        self.waiting: deque[VllmRequest] | PriorityWaiting = deque()
+        if config.scheduling_policy is SchedulingPolicy.PRIORITY:
+            self.by_priority = self.waiting = PriorityWaiting()
         self.running: list[VllmRequest] = []
         self.preemptions_total = 0
         # Speculative decoding (servesim_vllm.speculative), None when aic_nextn is unset.
@@ -254,6 +261,12 @@ class VllmScheduler:
             used = self._schedule(req, 0, from_waiting=False)
             n, total, sq = res.plain
             budget = self.budget
+            if self.by_priority is not None and len(running) != m:
+                # Priority victims may sit before the scan; vLLM ends the scan when the
+                # request preempted itself (servesim_vllm.priority).
+                if used == _CURRENT_PREEMPTED:
+                    break
+                i = running.index(req)
             m = len(running)
             if used == _BLOCKED:
                 break
@@ -448,6 +461,8 @@ class VllmScheduler:
         running = self.running
         if not running:
             return None
+        if self.by_priority is not None:
+            return lowest_priority(running, self.by_priority)
         return running[-1] if self.lifo else running[0]
 
     def preempt(self, victim: VllmRequest) -> None:

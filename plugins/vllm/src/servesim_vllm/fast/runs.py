@@ -108,6 +108,8 @@ def _steady_batch(rank: RunRank) -> tuple[VllmSteadyBatch, list[VllmRequest]] | 
         return None  # one token per request: never a steady decode batch
     if s.cadence is not None:  # its step counters advance pass by pass: step
         return None
+    if s.by_priority is not None:  # the priority policy (servesim_vllm.priority) steps
+        return None
     admit: list[VllmRequest] = []
     if s.waiting:
         remote = _remote_admissions(s)
