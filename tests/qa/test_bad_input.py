@@ -294,7 +294,7 @@ def test_unwritable_outputs_fail_before_the_run(tmp_path: Path, capsys: pytest.C
     blocker.write_text("x")
     bad = str(blocker / "sub" / "x.json")  # its folder would have to be inside a file
     assert fail(["run", *SMALL, "--output-json", bad], capsys) == (
-        f"--output-json: cannot write {bad!r}: cannot create its folder: Not a directory"
+        f"--output-json: cannot write {bad!r}: its folder {str(blocker)!r} is a file"
     )
     assert fail(["run", *SMALL, "--per-request", str(tmp_path)], capsys) == (
         f"--per-request: cannot write {str(tmp_path)!r}: it is a directory"

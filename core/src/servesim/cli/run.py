@@ -17,6 +17,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from servesim.config.output_paths import file_problem
 from servesim.errors import UserError
 
 if TYPE_CHECKING:
@@ -49,24 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_writable(path: str, origin: str) -> None:
-    """Fail before a long run, not after it, when an output file cannot be written.
-
-    Parent folders are created, as the JSONL sinks do; the file itself is not touched, so a
-    run that fails later leaves an earlier report in place.
-    """
-    reason = None
-    parent = os.path.dirname(path) or "."
-    if os.path.isdir(path):
-        reason = "it is a directory"
-    else:
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError as exc:
-            reason = f"cannot create its folder: {exc.strerror or exc}"
-        else:
-            target = path if os.path.exists(path) else parent
-            if not os.access(target, os.W_OK):
-                reason = "permission denied"
+    """Fail before a long run, not after it, when an output file cannot be written: the
+    check ``servesim validate`` makes (:func:`servesim.config.output_paths.file_problem`).
+    Nothing is created or touched, so a run that fails later leaves an earlier report in
+    place; the writer creates the missing folders."""
+    reason = file_problem(path)
     if reason is not None:
         raise UserError(f"{origin}: cannot write {path!r}: {reason}")
 
