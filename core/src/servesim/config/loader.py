@@ -20,6 +20,7 @@ from servesim.config.converter import Problem, make_converter, show, structure_a
 from servesim.config.engine import EngineConfig, resolve_block_size
 from servesim.config.sections import ClusterConfig, ReportConfig, SinksConfig, WorkloadConfig
 from servesim.config.sim import SECTIONS, SimConfig
+from servesim.config.workload_scope import drop_unset_scope
 from servesim.config.yaml_io import apply_sets, merge_files
 from servesim.contract import WorkerType
 from servesim.errors import ConfigError, PluginError
@@ -563,6 +564,7 @@ class LoadedConfig:
             out[name] = conv.unstructure(getattr(self.sim, name))
         if not out["cluster"].get("pools"):
             out["cluster"].pop("pools", None)  # a homogeneous cluster reads as it always did
+        drop_unset_scope(out["workload"])  # so does a workload without warmup, stop, classes
         for name, value in self.extra.items():
             out[name] = conv.unstructure(value)
         return _jsonable(out)

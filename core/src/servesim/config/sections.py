@@ -11,6 +11,8 @@ from typing import Any
 
 from attrs import field, frozen
 
+from servesim.config.workload_scope import StopConfig, WarmupConfig
+
 
 @frozen(kw_only=True)
 class PoolConfig:
@@ -90,13 +92,16 @@ class WorkloadConfig:
     """``trace`` or ``synthetic`` (neither: the default synthetic scenario); ``concurrency``
     switches to closed-loop mode (N requests in flight, timestamps ignored);
     ``arrival_speedup_ratio`` divides rebased first-turn timestamps; ``seed`` seeds synthetic
-    generation."""
+    generation. ``warmup`` and ``stop``: docs/workloads.md
+    (:mod:`servesim.config.workload_scope`); all off unless set."""
 
     trace: TraceConfig | None = None
     synthetic: SyntheticConfig | None = None
     concurrency: int | None = None
     arrival_speedup_ratio: float = 1.0
     seed: int = 0
+    warmup: WarmupConfig | None = None
+    stop: StopConfig | None = None
 
 
 @frozen(kw_only=True)

@@ -17,9 +17,10 @@ from servesim.replay.gc_spacing import collections_spaced
 from servesim.replay.observers import Observers
 from servesim.replay.passlog import PassLogWriter
 from servesim.replay.routers import Router
+from servesim.replay.scope import ReportScope, scoped_report
 from servesim.replay.tiers import host_tier_report
 from servesim.report.result import SimResult
-from servesim.report.summary import build_report, clean_floats
+from servesim.report.summary import clean_floats
 from servesim.sinks.base import SinkDeployment, bind_sinks, replay_done
 from servesim.sinks.build import build_sinks
 from servesim.workload.model import Workload, mark_unique_prompts
@@ -152,6 +153,7 @@ def _simulate(
     else:
         engines = build_engines(make_factory().build, sim.cluster.workers)
     writer = _open_pass_log(pass_log)
+    scope = ReportScope.of(sim.workload)
     replayer = Replayer(
         engines,
         workload,
@@ -168,7 +170,10 @@ def _simulate(
         observers=observers,
         sink_writer_process=bool(kv_sinks or fpm_sinks) and _writes_in_process(
             sim.sinks.writer, workload.num_requests),
+        runs=False if scope is not None else None,
     )
+    if scope is not None:
+        scope.attach(replayer)
     try:
         log = replayer.run()
         replay_done(sinks, log)
@@ -177,13 +182,13 @@ def _simulate(
             sink.close()
         if writer is not None:
             writer.close()
-    report = build_report(log, sim.report, loaded.resolved())
+    report, log, session_of = scoped_report(scope, replayer, log, sim.report, loaded.resolved())
     if spans is not None:
         from servesim.replay.pools import pool_report
 
         report["pools"] = clean_floats(pool_report(log, spans, replayer.pass_busy_ms, sim.report.percentiles))
     report.update(clean_floats(host_tier_report(engines, log)))
-    return _with_extra(SimResult(report, log, replayer.session_of, replayer.passes), observers, loaded)
+    return _with_extra(SimResult(report, log, session_of, replayer.passes), observers, loaded)
 
 
 def _writes_in_process(mode: Any, num_requests: int) -> bool:
@@ -222,6 +227,7 @@ def _simulate_disagg(
     from servesim.replay.disagg import build_disagg_replayer
 
     sim = loaded.sim
+    scope = ReportScope.of(sim.workload)
     replayer = build_disagg_replayer(
         loaded, workload, kv_sinks, fpm_sinks,
         record_metrics=timeline is not None,  # occupancy snapshots feed only the timeline
@@ -231,14 +237,17 @@ def _simulate_disagg(
         progress=progress,
         timeline=timeline,
         observers=observers,
+        **({"runs": False} if scope is not None else {}),
     )
+    if scope is not None:
+        scope.attach(replayer)
     try:
         log = replayer.run()
         replay_done([*kv_sinks, *fpm_sinks], log)
     finally:
         for sink in [*kv_sinks, *fpm_sinks]:
             sink.close()
-    report = build_report(log, sim.report, loaded.resolved())
-    report.update(clean_floats(replayer.report_extras()))
     log.extra = replayer.per_request_extras()
-    return SimResult(report, log, replayer.session_of, replayer.passes)
+    report, log, session_of = scoped_report(scope, replayer, log, sim.report, loaded.resolved())
+    report.update(clean_floats(replayer.report_extras()))
+    return SimResult(report, log, session_of, replayer.passes)
