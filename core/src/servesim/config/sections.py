@@ -11,7 +11,7 @@ from typing import Any
 
 from attrs import field, frozen
 
-from servesim.config.workload_scope import StopConfig, WarmupConfig
+from servesim.config.workload_scope import SloClassConfig, StopConfig, WarmupConfig
 
 
 @frozen(kw_only=True)
@@ -92,7 +92,7 @@ class WorkloadConfig:
     """``trace`` or ``synthetic`` (neither: the default synthetic scenario); ``concurrency``
     switches to closed-loop mode (N requests in flight, timestamps ignored);
     ``arrival_speedup_ratio`` divides rebased first-turn timestamps; ``seed`` seeds synthetic
-    generation. ``warmup`` and ``stop``: docs/workloads.md
+    generation. ``warmup``, ``stop``, ``classes`` and ``admission``: docs/workloads.md
     (:mod:`servesim.config.workload_scope`); all off unless set."""
 
     trace: TraceConfig | None = None
@@ -102,6 +102,8 @@ class WorkloadConfig:
     seed: int = 0
     warmup: WarmupConfig | None = None
     stop: StopConfig | None = None
+    classes: tuple[SloClassConfig, ...] = ()
+    admission: dict[str, Any] | None = None
 
 
 @frozen(kw_only=True)

@@ -153,7 +153,7 @@ def _simulate(
     else:
         engines = build_engines(make_factory().build, sim.cluster.workers)
     writer = _open_pass_log(pass_log)
-    scope = ReportScope.of(sim.workload)
+    scope = ReportScope.of(sim.workload, workload, plugins)
     replayer = Replayer(
         engines,
         workload,
@@ -227,7 +227,7 @@ def _simulate_disagg(
     from servesim.replay.disagg import build_disagg_replayer
 
     sim = loaded.sim
-    scope = ReportScope.of(sim.workload)
+    scope = ReportScope.of(sim.workload, workload, loaded.plugins)
     replayer = build_disagg_replayer(
         loaded, workload, kv_sinks, fpm_sinks,
         record_metrics=timeline is not None,  # occupancy snapshots feed only the timeline

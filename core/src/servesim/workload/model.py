@@ -24,7 +24,8 @@ _MASK32 = 0xFFFFFFFF
 @define(slots=True)
 class Turn:
     """One request of a session. ``delay_ms`` is 0 for a first turn. ``priority`` and ``lora``
-    are the request's (:class:`servesim.contract.Request`); ``lora`` 0 is the base model."""
+    are the request's (:class:`servesim.contract.Request`); ``lora`` 0 is the base model.
+    ``slo_class``: the SLO class a trace names (``workload.classes``), or None."""
 
     request_id: int
     prompt: TokenSeq
@@ -33,6 +34,7 @@ class Turn:
     line: int | None = None
     priority: int = 0
     lora: int = 0
+    slo_class: str | None = None
 
     @property
     def input_length(self) -> int:
