@@ -151,6 +151,8 @@ class Replayer:
         self.stop_after = 0
         self.admission: Any = None
         self.stopped = False
+        # Releases turns that wait for requests of other sessions (servesim.replay.release).
+        self.release: Any = None
         # True while the main loop completes a pass end with nothing else due at its time
         # (a run may then carry on through it: DisaggReplayer._complete).
         self._lone_end = False
@@ -199,7 +201,7 @@ class Replayer:
         The turns get their heap sequence numbers now, in session order, but wait in a
         sorted list: the heap holds only the earliest of them (:meth:`_feed_first_turn`),
         which keeps it a few entries deep instead of one per session, with the same order."""
-        sessions = self.workload.sessions
+        sessions = self.workload.sessions if self.release is None else self.release.roots
         missing = next((s for s in sessions if s.start_ms is None), None)
         if missing is not None:
             raise TraceError(
@@ -576,6 +578,8 @@ class Replayer:
         self.state.finish(rid)
         self._in_flight -= 1
         self._finished += 1
+        if self.release is not None:
+            self.release.finished(rid, now)
         nxt = self.next_turn[rid]
         if nxt >= 0:
             self.push_event(now + self.turns[nxt].delay_ms / self.speedup, ARRIVAL, nxt)

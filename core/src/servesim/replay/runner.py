@@ -16,6 +16,7 @@ from servesim.replay.driver import ProgressFn, Replayer
 from servesim.replay.gc_spacing import collections_spaced
 from servesim.replay.observers import Observers
 from servesim.replay.passlog import PassLogWriter
+from servesim.replay.release import attach_release, has_dependencies
 from servesim.replay.routers import Router
 from servesim.replay.scope import ReportScope, scoped_report
 from servesim.replay.tiers import host_tier_report
@@ -154,6 +155,7 @@ def _simulate(
         engines = build_engines(make_factory().build, sim.cluster.workers)
     writer = _open_pass_log(pass_log)
     scope = ReportScope.of(sim.workload, workload, plugins)
+    graph = has_dependencies(workload)
     replayer = Replayer(
         engines,
         workload,
@@ -170,8 +172,10 @@ def _simulate(
         observers=observers,
         sink_writer_process=bool(kv_sinks or fpm_sinks) and _writes_in_process(
             sim.sinks.writer, workload.num_requests),
-        runs=False if scope is not None else None,
+        runs=False if scope is not None or graph else None,
     )
+    if graph:
+        attach_release(replayer, sim.workload.concurrency)
     if scope is not None:
         scope.attach(replayer)
     try:
@@ -228,6 +232,7 @@ def _simulate_disagg(
 
     sim = loaded.sim
     scope = ReportScope.of(sim.workload, workload, loaded.plugins)
+    graph = has_dependencies(workload)
     replayer = build_disagg_replayer(
         loaded, workload, kv_sinks, fpm_sinks,
         record_metrics=timeline is not None,  # occupancy snapshots feed only the timeline
@@ -237,8 +242,10 @@ def _simulate_disagg(
         progress=progress,
         timeline=timeline,
         observers=observers,
-        **({"runs": False} if scope is not None else {}),
+        **({"runs": False} if scope is not None or graph else {}),
     )
+    if graph:
+        attach_release(replayer, sim.workload.concurrency)
     if scope is not None:
         scope.attach(replayer)
     try:

@@ -25,7 +25,10 @@ _MASK32 = 0xFFFFFFFF
 class Turn:
     """One request of a session. ``delay_ms`` is 0 for a first turn. ``priority`` and ``lora``
     are the request's (:class:`servesim.contract.Request`); ``lora`` 0 is the base model.
-    ``slo_class``: the SLO class a trace names (``workload.classes``), or None."""
+    ``slo_class``: the SLO class a trace names (``workload.classes``), or None. ``wait_for``:
+    request ids this turn also waits for besides its session's previous turn (an agentic
+    trace's dependency graph, servesim.replay.release); it is released ``delay_ms`` after the
+    last of them finishes, and a first turn with them has no timestamp of its own."""
 
     request_id: int
     prompt: TokenSeq
@@ -35,6 +38,7 @@ class Turn:
     priority: int = 0
     lora: int = 0
     slo_class: str | None = None
+    wait_for: tuple[int, ...] = ()
 
     @property
     def input_length(self) -> int:

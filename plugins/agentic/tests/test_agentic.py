@@ -1,0 +1,170 @@
+"""servesim-agentic: the agentic_mooncake and dynamo_agent_trace readers, and their requests
+released in simulated time after the requests they wait for (servesim.replay.release)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from servesim.config.loader import load_config
+from servesim.errors import ConfigError, TraceError
+from servesim.plugins import Plugins
+from servesim.replay.runner import simulate
+from servesim.report.summary import per_request_lines
+from servesim_agentic.agentic_mooncake import AgenticMooncakeTrace
+from servesim_agentic.dynamo_trace import DynamoAgentTrace
+
+
+def write(tmp_path, rows, name="t.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+ROWS = [
+    {"request_id": "r1", "session_id": "root", "timestamp": 100, "input_length": 64, "output_length": 8,
+     "hash_ids": [1, 2], "prefix_reset": True, "branches": ["c1"]},
+    {"request_id": "c1", "session_id": "child", "timestamp": 150, "input_length": 32, "output_length": 4,
+     "hash_ids": [9], "wait_for": ["r1"], "delay": 5},
+    {"request_id": "r2", "session_id": "root", "timestamp": 300, "input_length": 96, "output_length": 8,
+     "hash_ids": [1, 2, 3], "wait_for": ["r1", "c1"], "delay": 10, "tool_wait_ms": 6,
+     "policy_class": "batch", "priority": 2},
+    {"request_id": "x", "timestamp": 120, "input_length": 32, "output_length": 2, "hash_ids": [7]},
+]
+
+ROOT = {k: v for k, v in ROWS[0].items() if k != "branches"}
+
+
+def replay(tmp_path, trace, fmt, sets=(), block=32):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"workload:\n  trace: {{path: {trace}, format: {fmt}, trace_block_size: {block}}}\n")
+    res = simulate(load_config(str(cfg), list(sets), Plugins()))
+    return res, {r["request_id"]: r for r in map(json.loads, per_request_lines(res.log, res.session_ids))}
+
+
+def test_agentic_mooncake_rows_become_requests_with_dependencies(tmp_path):
+    w = AgenticMooncakeTrace.read(write(tmp_path, ROWS), trace_block_size=32)
+    turns = w.turns()
+    assert [t.wait_for for t in turns] == [(), (0,), (0, 1), ()]
+    assert [t.delay_ms for t in turns] == [0.0, 5.0, 16.0, 0.0]
+    assert [s.start_ms for s in w.sessions] == [100.0, None, None, 120.0]
+    assert [s.session_id for s in w.sessions] == ["root", "child", "root", "x"]
+    assert turns[2].slo_class == "batch" and turns[2].priority == 2
+    assert [t.input_length for t in turns] == [64, 32, 96, 32]
+
+
+def test_a_row_is_released_after_its_last_dependency_plus_delay_and_tool_wait(tmp_path):
+    _, out = replay(tmp_path, write(tmp_path, ROWS), "agentic_mooncake")
+    r1, c1, r2, x = (out[i] for i in range(4))
+    assert r1["arrival_ms"] == 0.0 and x["arrival_ms"] == 20.0  # roots at their rebased timestamps
+    assert c1["arrival_ms"] == pytest.approx(r1["completion_ms"] + 5.0, abs=1e-6)
+    assert r2["arrival_ms"] == pytest.approx(max(r1["completion_ms"], c1["completion_ms"]) + 16.0, abs=1e-6)
+    assert (r2["session_id"], c1["session_id"]) == ("root", "child")
+    # the speed-up divides root timestamps and dependency waits (the reference's test: 30/2, 16/2)
+    _, fast = replay(tmp_path, write(tmp_path, ROWS), "agentic_mooncake", ["workload.arrival_speedup_ratio=2"])
+    assert fast[3]["arrival_ms"] == 10.0
+    assert fast[2]["arrival_ms"] == pytest.approx(
+        max(fast[0]["completion_ms"], fast[1]["completion_ms"]) + 8.0, abs=1e-6)
+
+
+def test_dependencies_with_warmup_classes_and_a_stop(tmp_path):
+    trace = write(tmp_path, ROWS)
+    res, out = replay(tmp_path, trace, "agentic_mooncake", [
+        "workload.classes=[{name: interactive, share: 1}, {name: batch, share: 0}]",
+        "workload.warmup.requests=1"])
+    assert set(out) == {1, 2, 3} and out[2]["class"] == "batch" and out[1]["class"] == "interactive"
+    with pytest.raises(ConfigError) as info:
+        replay(tmp_path, trace, "agentic_mooncake", ["workload.concurrency=2"])
+    assert info.value.path == "workload.concurrency"
+
+
+@pytest.mark.parametrize(("row", "field"), [
+    ({"hash_ids": [1], "output_length": 1}, "request_id"),
+    ({"request_id": "a", "hash_ids": [], "output_length": 1}, "hash_ids"),
+    ({"request_id": "a", "hash_ids": [1]}, "output_length"),
+    ({"request_id": "a", "hash_ids": [1], "output_length": 1, "wait_for": "r1"}, "wait_for"),
+    ({"request_id": "a", "hash_ids": [1], "output_length": 1, "wait_for": ["nope"]}, "wait_for"),
+    ({"request_id": "a", "hash_ids": [1], "output_length": 1, "branches": ["nope"]}, "branches"),
+    ({"request_id": "a", "hash_ids": [1], "output_length": 1, "tool_wait_ms": -1}, "tool_wait_ms"),
+    ({"request_id": "a", "hash_ids": [1], "output_length": 1, "prefix_reset": 1}, "prefix_reset"),
+    ({"request_id": "r1", "hash_ids": [1], "output_length": 1}, "request_id"),
+    ({"request_id": "a", "hash_ids": [1], "output_length": 1, "wait_for": ["a"]}, "wait_for"),
+])
+def test_a_malformed_line_names_file_line_and_field(tmp_path, row, field):
+    path = write(tmp_path, [ROOT, row])
+    with pytest.raises(TraceError) as info:
+        AgenticMooncakeTrace.read(path, trace_block_size=32)
+    assert info.value.line == 2 and f"'{field}'" in str(info.value)
+    assert str(info.value).startswith(f"{path}:2:")
+
+
+def test_a_dependency_cycle_is_refused(tmp_path):
+    rows = [ROOT,
+            {"request_id": "a", "hash_ids": [1], "output_length": 1, "wait_for": ["b"]},
+            {"request_id": "b", "hash_ids": [1], "output_length": 1, "wait_for": ["a"]}]
+    with pytest.raises(TraceError) as info:
+        AgenticMooncakeTrace.read(write(tmp_path, rows), trace_block_size=32)
+    assert info.value.line == 2 and "cycle" in str(info.value)
+
+
+# -- dynamo_agent_trace: the converter's own cases (Dynamo's agent_trace_to_mooncake tests) ---
+
+def request_end(rid, traj, start, end, hashes, parent=None, block=2):
+    return {"event_type": "request_end", "event_time_unix_ms": end,
+            "agent_context": {"session_id": "s", "trajectory_id": traj,
+                              "parent_trajectory_id": parent},
+            "request": {"request_id": rid, "output_tokens": 5, "request_received_ms": start,
+                        "total_time_ms": end - start,
+                        "replay": {"trace_block_size": block, "input_length": 2 * len(hashes),
+                                   "input_sequence_hashes": hashes}}}
+
+
+def read_dynamo(tmp_path, records, block=2):
+    w = DynamoAgentTrace.read(write(tmp_path, records), trace_block_size=block)
+    ids = [s.session_id for s in w.sessions]
+    return w, ids
+
+
+def test_dynamo_sequential_waits_and_tool_wait(tmp_path):
+    records = [request_end("r1", "root", 1000, 1100, [11]),
+               {"event": {"event_type": "tool_end", "event_time_unix_ms": 1250,
+                          "agent_context": {"session_id": "s", "trajectory_id": "root"},
+                          "tool": {"started_at_unix_ms": 1150, "ended_at_unix_ms": 1250}}},
+               request_end("r2", "root", 1300, 1400, [11, 22])]
+    w, _ = read_dynamo(tmp_path, records)
+    t = w.turns()
+    assert t[0].wait_for == () and t[1].wait_for == (0,)
+    assert t[1].delay_ms == 200.0  # delay 100 + tool wait 100
+    assert [s.start_ms for s in w.sessions] == [0.0, None]
+    assert list(t[0].prompt.hash_ids) == [0] and list(t[1].prompt.hash_ids) == [0, 1]  # dense, shared prefix
+
+
+def test_dynamo_subagent_spawn_and_join(tmp_path):
+    records = [request_end("parent-1", "root", 1000, 1100, [11]),
+               request_end("child-1", "child", 1200, 1300, [33], parent="root"),
+               request_end("parent-2", "root", 1500, 1600, [11, 22])]
+    w, _ = read_dynamo(tmp_path, records)
+    t = w.turns()
+    assert t[1].wait_for == (0,)  # child waits for parent-1
+    assert t[2].wait_for == (0, 1)  # parent-2 waits for parent-1 and child-1
+    assert t[2].delay_ms == 200.0
+
+
+def test_dynamo_join_on_the_last_finishing_child_and_conflicting_parents(tmp_path):
+    records = [request_end("parent-1", "root", 1000, 1100, [11]),
+               request_end("child-slow", "child", 1200, 1900, [33], parent="root"),
+               request_end("child-fast", "child", 1300, 1400, [44], parent="root"),
+               request_end("parent-2", "root", 1500, 1600, [11, 22]),
+               request_end("parent-3", "root", 2000, 2100, [11, 22, 33])]
+    w, _ = read_dynamo(tmp_path, records)
+    t = w.turns()
+    assert 2 not in t[3].wait_for  # parent-2 does not wait for child-fast
+    assert 1 in t[4].wait_for  # parent-3 waits for child-slow
+    bad = [request_end("c1", "child", 1000, 1100, [11], parent="root-a"),
+           request_end("c2", "child", 1200, 1300, [22], parent="root-b")]
+    with pytest.raises(TraceError) as info:
+        read_dynamo(tmp_path, bad)
+    assert info.value.line == 2 and "parent_trajectory_id" in str(info.value)
+    with pytest.raises(TraceError) as info:
+        read_dynamo(tmp_path, records, block=4)
+    assert "trace_block_size" in str(info.value)
