@@ -168,3 +168,76 @@ def test_dynamo_join_on_the_last_finishing_child_and_conflicting_parents(tmp_pat
     with pytest.raises(TraceError) as info:
         read_dynamo(tmp_path, records, block=4)
     assert "trace_block_size" in str(info.value)
+
+
+# -- applied_compute_agentic (Dynamo's Trace::from_applied_compute_agentic) --------------------
+
+from servesim_agentic.applied_compute import AppliedComputeAgenticTrace  # noqa: E402
+
+AC = [{"num_turns": 2, "input_prompt_length": 100, "assistant_response_length": [10, 20],
+       "tool_call_output_length": [30, 40], "tool_call_latency": [0.5, 0.25],
+       "final_assistant_response_length": 5},
+      {"num_turns": 1, "input_prompt_length": 64, "assistant_response_length": [8],
+       "tool_call_output_length": [16], "tool_call_latency": [1.0],
+       "final_assistant_response_length": 4}]
+TAG = 0xA63E_0000_0000_0000
+
+
+def test_applied_compute_sessions_grow_turn_by_turn(tmp_path):
+    w = AppliedComputeAgenticTrace.read(write(tmp_path, AC), trace_block_size=32)
+    a, b = w.sessions
+    assert a.session_id == "applied_compute_agentic_session_1" and a.start_ms is None
+    assert [t.input_length for t in a.turns] == [100, 140, 200]
+    assert [t.output_length for t in a.turns] == [10, 20, 5]
+    assert [t.delay_ms for t in a.turns] == [0.0, 500.0, 250.0]
+    assert [list(t.prompt.hash_ids) for t in a.turns] == [[1, 2, 3, 4], [1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 6, 7]]
+    assert [list(t.prompt.hash_ids) for t in b.turns] == [[8, 9], [8, 9, 10]]
+    assert [t.request_id for s in w.sessions for t in s.turns] == [0, 1, 2, 3, 4]
+
+
+def test_applied_compute_shared_prefix_groups(tmp_path):
+    opts = {"trace_shared_prefix_ratio": 0.5, "trace_num_prefix_groups": 2}
+    w = AppliedComputeAgenticTrace.read(write(tmp_path, AC), trace_block_size=32, options=opts)
+    a, b = w.sessions
+    # ceil(100/32) = 4 blocks, half shared (group 0); ceil(64/32) = 2 blocks, 1 shared (group 1)
+    assert list(a.turns[0].prompt.hash_ids) == [TAG | 0, TAG | 1, 1, 2]
+    assert list(b.turns[1].prompt.hash_ids) == [TAG | (1 << 32), 6, 7]  # a used ids 1..5
+    same = AppliedComputeAgenticTrace.read(write(tmp_path, AC), trace_block_size=32,
+                                           options={"shared_prefix_ratio": 0.5, "num_prefix_groups": 2})
+    assert [list(t.prompt.hash_ids) for t in same.turns()] == [list(t.prompt.hash_ids) for t in w.turns()]
+    with pytest.raises(ConfigError) as info:
+        AppliedComputeAgenticTrace.read(write(tmp_path, AC), trace_block_size=32,
+                                        options={"shared_prefix_ratio": 2})
+    assert info.value.path == "workload.trace.options.shared_prefix_ratio"
+    with pytest.raises(ConfigError) as info:
+        AppliedComputeAgenticTrace.read(write(tmp_path, AC), trace_block_size=32, options={"x": 1})
+    assert info.value.path == "workload.trace.options.x"
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"tool_call_latency": [0.5]}, "tool_call_latency"),
+    ({"input_prompt_length": 0}, "input_prompt_length"),
+    ({"tool_call_latency": [0.5, -1]}, "tool_call_latency[1]"),
+    ({"final_assistant_response_length": None}, "final_assistant_response_length"),
+])
+def test_applied_compute_malformed_line(tmp_path, change, field):
+    path = write(tmp_path, [AC[1], {**AC[0], **change}])
+    with pytest.raises(TraceError) as info:
+        AppliedComputeAgenticTrace.read(path, trace_block_size=32)
+    assert info.value.line == 2 and f"'{field}'" in str(info.value)
+
+
+def test_applied_compute_replays_in_concurrency_mode_with_options_from_yaml(tmp_path):
+    trace = write(tmp_path, AC)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"workload:\n  concurrency: 2\n  trace: {{path: {trace}, format: applied_compute_agentic, "
+                   "trace_block_size: 32, options: {trace_shared_prefix_ratio: 0.5, trace_num_prefix_groups: 2}}\n")
+    res = simulate(load_config(str(cfg), [], Plugins()))
+    out = {r["request_id"]: r for r in map(json.loads, per_request_lines(res.log, res.session_ids))}
+    assert out[1]["arrival_ms"] == pytest.approx(out[0]["completion_ms"] + 500.0, abs=1e-6)
+    assert out[4]["arrival_ms"] == pytest.approx(out[3]["completion_ms"] + 1000.0, abs=1e-6)
+    assert res.report["config"]["workload"]["trace"]["options"] == {
+        "trace_shared_prefix_ratio": 0.5, "trace_num_prefix_groups": 2}
+    # without options the resolved trace section is as it always was
+    res, _ = replay(tmp_path, write(tmp_path, ROWS), "agentic_mooncake")
+    assert "options" not in res.report["config"]["workload"]["trace"]

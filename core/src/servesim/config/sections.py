@@ -57,11 +57,13 @@ class ClusterConfig:
 class TraceConfig:
     """A trace file: ``path``, its ``format`` (a registered trace format) and
     ``trace_block_size`` (tokens per trace hash id; 512 for public Mooncake traces; separate
-    from ``engine.block_size``)."""
+    from ``engine.block_size``); ``options``: the format's own options, passed to its reader
+    (none by default)."""
 
     path: str
     format: str = "mooncake"
     trace_block_size: int = 512
+    options: dict[str, Any] = field(factory=dict)
 
 
 @frozen(kw_only=True)

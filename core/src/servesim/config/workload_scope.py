@@ -126,6 +126,9 @@ def drop_unset_scope(workload: dict[str, Any]) -> None:
     for key in SCOPE_KEYS:
         if workload.get(key) in (None, [], ()):
             workload.pop(key, None)
+    trace = workload.get("trace")
+    if isinstance(trace, dict) and not trace.get("options"):
+        trace.pop("options", None)
 
 
 __all__ = ["drop_unset_scope", "SloClassConfig", "StopConfig", "WarmupConfig", "check_workload_scope"]

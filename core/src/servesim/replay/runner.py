@@ -41,7 +41,9 @@ def load_workload(workload: WorkloadConfig, plugins: Plugins) -> Workload:
     """
     if workload.trace is not None:
         reader = plugins.trace_formats().get(workload.trace.format)
-        return reader.read(workload.trace.path, trace_block_size=workload.trace.trace_block_size)
+        options = {"options": workload.trace.options} if workload.trace.options else {}
+        return reader.read(workload.trace.path, trace_block_size=workload.trace.trace_block_size,
+                           **options)
     return generate(workload.synthetic or SyntheticConfig(), workload.seed)
 
 
