@@ -164,3 +164,39 @@ def test_an_admission_policy_from_a_plugin(tmp_path):
     res, lines = run(tmp_path, "  admission: {type: odd_out}\n", plugins=Plugins(pm))
     assert {r["request_id"] for r in lines if r["refused_by"] == "odd"} == set(range(1, 60, 2))
     assert res.report["rejected_by"] == {"odd": 30}
+
+
+def test_validate_refuses_a_bad_policy_before_the_run(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("workload:\n  admission: {type: token_bucket}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(cfg), [], Plugins())
+    assert info.value.path == "workload.admission.rate"
+
+
+def test_a_refused_turn_releases_its_sessions_next_turn_after_its_delay(tmp_path):
+    res, lines = run(tmp_path, "  admission: {type: token_bucket, rate: 0.001, burst: 1}\n",
+                     ["workload.synthetic.turns_per_session=3", "workload.synthetic.inter_turn_delay_ms=40",
+                      "workload.synthetic.num_requests=9"])
+    by_session: dict[str, list] = {}
+    for r in sorted(lines, key=lambda r: r["request_id"]):
+        by_session.setdefault(r["session_id"], []).append(r)
+    assert len(by_session) == 3
+    for turns in by_session.values():
+        for a, b in zip(turns, turns[1:]):
+            assert b["arrival_ms"] == pytest.approx(a["completion_ms"] + 40.0, abs=1e-6)
+    assert [r["refused_by"] is None for r in sorted(lines, key=lambda r: (r["arrival_ms"], r["request_id"]))] \
+        == [True] + [False] * 8
+    assert res.report["completed"] == 1 and res.report["rejected"] == 8 and res.report["failed"] == 0
+
+
+def test_scope_in_a_prefill_decode_split(tmp_path):
+    res, lines = run(tmp_path, CLASSES + "  admission: {type: queue_shed, max_in_flight: 6}\n"
+                     "  warmup: {requests: 5}\n  stop: {max_virtual_time_s: 2.5}\n"
+                     "cluster: {prefill_workers: 1, decode_workers: 1, router: kv}\n")
+    rep = res.report
+    assert rep["num_handoffs"] > 0 and rep["warmup"]["requests"] == 5
+    assert rep["completed"] + rep["failed"] + rep["rejected"] + rep["stop"]["cut_off"] == rep["num_requests"]
+    assert len(lines) == rep["num_requests"] and all("prefill_worker" in r for r in lines)
+    for c in rep["classes"].values():
+        assert c["completed"] + c["failed"] + c["rejected"] + c["cut_off"] == c["submitted"]

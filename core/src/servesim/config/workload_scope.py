@@ -117,6 +117,23 @@ def _check_classes(classes: tuple[SloClassConfig, ...]) -> list[Problem]:
     return out
 
 
+def admission_problems(policy: Any, options: dict[str, Any], classes: Any) -> list[Problem]:
+    """The problems building the admission policy class ``policy`` (None: not found, already
+    reported) from ``workload.admission``'s options raises (a ConfigError names its key)."""
+    from servesim.errors import ConfigError
+
+    if policy is None:
+        return []
+    try:
+        policy({k: v for k, v in options.items() if k != "type"}, tuple(classes))
+    except ConfigError as exc:
+        message = str(exc)
+        prefix = f"{exc.path}: "
+        return [(exc.path or "workload.admission",
+                 message[len(prefix):] if message.startswith(prefix) else message)]
+    return []
+
+
 SCOPE_KEYS = ("warmup", "stop", "classes", "admission")
 
 
@@ -131,4 +148,4 @@ def drop_unset_scope(workload: dict[str, Any]) -> None:
         trace.pop("options", None)
 
 
-__all__ = ["drop_unset_scope", "SloClassConfig", "StopConfig", "WarmupConfig", "check_workload_scope"]
+__all__ = ["admission_problems", "drop_unset_scope", "SloClassConfig", "StopConfig", "WarmupConfig", "check_workload_scope"]
