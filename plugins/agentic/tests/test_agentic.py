@@ -241,3 +241,45 @@ def test_applied_compute_replays_in_concurrency_mode_with_options_from_yaml(tmp_
     # without options the resolved trace section is as it always was
     res, _ = replay(tmp_path, write(tmp_path, ROWS), "agentic_mooncake")
     assert "options" not in res.report["config"]["workload"]["trace"]
+
+
+# -- workload.lanes: at most N plays at once (AISimulate's agentic_lanes) ---------------------
+
+LANES = [
+    {"request_id": "a1", "timestamp": 0, "input_length": 64, "output_length": 8, "hash_ids": [1, 2]},
+    {"request_id": "a2", "input_length": 96, "output_length": 8, "hash_ids": [1, 2, 3], "wait_for": ["a1"], "delay": 10},
+    {"request_id": "b1", "timestamp": 5, "input_length": 64, "output_length": 8, "hash_ids": [5, 6]},
+    {"request_id": "b2", "timestamp": 9, "input_length": 64, "output_length": 8, "hash_ids": [5, 7]},
+    {"request_id": "b3", "input_length": 96, "output_length": 8, "hash_ids": [5, 6, 7], "wait_for": ["b1", "b2"]},
+    {"request_id": "c1", "timestamp": 7, "input_length": 64, "output_length": 8, "hash_ids": [8, 9]},
+]
+
+
+def test_one_lane_runs_the_plays_one_after_another(tmp_path):
+    _, out = replay(tmp_path, write(tmp_path, LANES), "agentic_mooncake", ["workload.lanes=1"])
+    a1, a2, b1, b2, b3, c1 = (out[i] for i in range(6))
+    assert a1["arrival_ms"] == 0.0
+    assert a2["arrival_ms"] == pytest.approx(a1["completion_ms"] + 10.0, abs=1e-6)
+    # play b (roots b1, b2 joined by b3) starts when play a is done; b2 keeps its 4 ms offset
+    assert b1["arrival_ms"] == a2["completion_ms"]
+    assert b2["arrival_ms"] == pytest.approx(b1["arrival_ms"] + 4.0, abs=1e-6)
+    assert b3["arrival_ms"] == max(b1["completion_ms"], b2["completion_ms"])
+    assert c1["arrival_ms"] == b3["completion_ms"]
+
+
+def test_two_lanes_start_two_plays_and_refill(tmp_path):
+    _, out = replay(tmp_path, write(tmp_path, LANES), "agentic_mooncake", ["workload.lanes=2"])
+    assert out[0]["arrival_ms"] == 0.0 and out[2]["arrival_ms"] == 0.0 and out[3]["arrival_ms"] == 4.0
+    first_done = min(out[1]["completion_ms"], out[4]["completion_ms"])
+    assert out[5]["arrival_ms"] == first_done
+
+
+def test_lanes_need_a_dependency_graph_and_exclude_concurrency(tmp_path):
+    mooncake = tmp_path / "m.jsonl"
+    mooncake.write_text(json.dumps({"timestamp": 0, "output_length": 2, "hash_ids": [1]}) + "\n")
+    with pytest.raises(ConfigError) as info:
+        replay(tmp_path, str(mooncake), "mooncake", ["workload.lanes=2"])
+    assert info.value.path == "workload.lanes"
+    with pytest.raises(ConfigError) as info:
+        replay(tmp_path, write(tmp_path, LANES), "agentic_mooncake", ["workload.lanes=2", "workload.concurrency=2"])
+    assert info.value.path == "workload.lanes"

@@ -94,7 +94,7 @@ class WorkloadConfig:
     """``trace`` or ``synthetic`` (neither: the default synthetic scenario); ``concurrency``
     switches to closed-loop mode (N requests in flight, timestamps ignored);
     ``arrival_speedup_ratio`` divides rebased first-turn timestamps; ``seed`` seeds synthetic
-    generation. ``warmup``, ``stop``, ``classes`` and ``admission``: docs/workloads.md
+    generation. ``warmup``, ``stop``, ``classes``, ``admission`` and ``lanes``: docs/workloads.md
     (:mod:`servesim.config.workload_scope`); all off unless set."""
 
     trace: TraceConfig | None = None
@@ -106,6 +106,7 @@ class WorkloadConfig:
     stop: StopConfig | None = None
     classes: tuple[SloClassConfig, ...] = ()
     admission: dict[str, Any] | None = None
+    lanes: int | None = None
 
 
 @frozen(kw_only=True)

@@ -78,6 +78,11 @@ def check_workload_scope(workload: Any) -> list[Problem]:
     if stop is not None:
         out += _check_stop(stop)
     out += _check_classes(tuple(getattr(workload, "classes", ())))
+    lanes = getattr(workload, "lanes", None)
+    if lanes is not None and not (isinstance(lanes, int) and not isinstance(lanes, bool) and lanes >= 1):
+        out.append(("workload.lanes", f"expected an integer >= 1 or null, got {show(lanes)}"))
+    if lanes is not None and getattr(workload, "concurrency", None) is not None:
+        out.append(("workload.lanes", "expected either 'lanes' or 'concurrency', got both"))
     return out
 
 
@@ -134,7 +139,7 @@ def admission_problems(policy: Any, options: dict[str, Any], classes: Any) -> li
     return []
 
 
-SCOPE_KEYS = ("warmup", "stop", "classes", "admission")
+SCOPE_KEYS = ("warmup", "stop", "classes", "admission", "lanes")
 
 
 def drop_unset_scope(workload: dict[str, Any]) -> None:

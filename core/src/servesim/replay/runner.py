@@ -16,7 +16,7 @@ from servesim.replay.driver import ProgressFn, Replayer
 from servesim.replay.gc_spacing import collections_spaced
 from servesim.replay.observers import Observers
 from servesim.replay.passlog import PassLogWriter
-from servesim.replay.release import attach_release, has_dependencies
+from servesim.replay.release import attach_release, has_dependencies, refuse_lanes_without_graph
 from servesim.replay.routers import Router
 from servesim.replay.scope import ReportScope, scoped_report
 from servesim.replay.tiers import host_tier_report
@@ -177,7 +177,9 @@ def _simulate(
         runs=False if scope is not None or graph else None,
     )
     if graph:
-        attach_release(replayer, sim.workload.concurrency)
+        attach_release(replayer, sim.workload.concurrency, sim.workload.lanes)
+    else:
+        refuse_lanes_without_graph(sim.workload.lanes)
     if scope is not None:
         scope.attach(replayer)
     try:
@@ -247,7 +249,9 @@ def _simulate_disagg(
         **({"runs": False} if scope is not None or graph else {}),
     )
     if graph:
-        attach_release(replayer, sim.workload.concurrency)
+        attach_release(replayer, sim.workload.concurrency, sim.workload.lanes)
+    else:
+        refuse_lanes_without_graph(sim.workload.lanes)
     if scope is not None:
         scope.attach(replayer)
     try:
