@@ -112,9 +112,11 @@ def test_queue_shed_refuses_only_the_lowest_class_past_the_depth(tmp_path):
 
 
 def test_token_bucket_admits_the_burst_then_the_refill(tmp_path):
-    res, lines = run(tmp_path, CLASSES + "  admission: {type: token_bucket, rate: 0.001, burst: {interactive: 3, batch: 2}}\n")
+    res, lines = run(tmp_path, CLASSES + "  admission: {type: token_bucket, rate: 0.001, "
+                                         "burst: {interactive: 3, batch: 2}}\n")
     for name, burst in (("interactive", 3), ("batch", 2)):
-        mine = sorted((r for r in lines if r["class"] == name), key=lambda r: (r["arrival_ms"], r["request_id"]))
+        mine = sorted((r for r in lines if r["class"] == name),
+                      key=lambda r: (r["arrival_ms"], r["request_id"]))
         assert [r["refused_by"] for r in mine] == [None] * burst + ["rate_limited"] * (len(mine) - burst)
     res, lines = run(tmp_path, "  admission: {type: token_bucket, rate: 5, burst: 1, per: session}\n")
     assert res.report["rejected"] == 0  # one request per session: every bucket is full
@@ -183,10 +185,10 @@ def test_a_refused_turn_releases_its_sessions_next_turn_after_its_delay(tmp_path
         by_session.setdefault(r["session_id"], []).append(r)
     assert len(by_session) == 3
     for turns in by_session.values():
-        for a, b in zip(turns, turns[1:]):
+        for a, b in zip(turns, turns[1:], strict=False):
             assert b["arrival_ms"] == pytest.approx(a["completion_ms"] + 40.0, abs=1e-6)
-    assert [r["refused_by"] is None for r in sorted(lines, key=lambda r: (r["arrival_ms"], r["request_id"]))] \
-        == [True] + [False] * 8
+    in_order = sorted(lines, key=lambda r: (r["arrival_ms"], r["request_id"]))
+    assert [r["refused_by"] is None for r in in_order] == [True] + [False] * 8
     assert res.report["completed"] == 1 and res.report["rejected"] == 8 and res.report["failed"] == 0
 
 

@@ -115,7 +115,8 @@ def test_without_the_settings_the_resolved_config_has_no_new_keys(base):
     (["workload.warmup={}"], "workload.warmup"),
     (["workload.warmup.requests=0"], "workload.warmup.requests"),
     (["workload.stop.completions=0"], "workload.stop.completions"),
-    (["workload.stop.max_virtual_time_s=1", "workload.stop.max_sim_time_ms=5"], "workload.stop.max_sim_time_ms"),
+    (["workload.stop.max_virtual_time_s=1", "workload.stop.max_sim_time_ms=5"],
+     "workload.stop.max_sim_time_ms"),
     (["workload.stop.max_virtual_time_s=-1"], "workload.stop.max_virtual_time_s"),
 ])
 def test_bad_values_name_their_key(tmp_path, sets, path):

@@ -61,7 +61,8 @@ def test_a_row_is_released_after_its_last_dependency_plus_delay_and_tool_wait(tm
     assert r2["arrival_ms"] == pytest.approx(max(r1["completion_ms"], c1["completion_ms"]) + 16.0, abs=1e-6)
     assert (r2["session_id"], c1["session_id"]) == ("root", "child")
     # the speed-up divides root timestamps and dependency waits (the reference's test: 30/2, 16/2)
-    _, fast = replay(tmp_path, write(tmp_path, ROWS), "agentic_mooncake", ["workload.arrival_speedup_ratio=2"])
+    _, fast = replay(tmp_path, write(tmp_path, ROWS), "agentic_mooncake",
+                     ["workload.arrival_speedup_ratio=2"])
     assert fast[3]["arrival_ms"] == 10.0
     assert fast[2]["arrival_ms"] == pytest.approx(
         max(fast[0]["completion_ms"], fast[1]["completion_ms"]) + 8.0, abs=1e-6)
@@ -190,7 +191,8 @@ def test_applied_compute_sessions_grow_turn_by_turn(tmp_path):
     assert [t.input_length for t in a.turns] == [100, 140, 200]
     assert [t.output_length for t in a.turns] == [10, 20, 5]
     assert [t.delay_ms for t in a.turns] == [0.0, 500.0, 250.0]
-    assert [list(t.prompt.hash_ids) for t in a.turns] == [[1, 2, 3, 4], [1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 6, 7]]
+    assert [list(t.prompt.hash_ids) for t in a.turns] == [[1, 2, 3, 4], [1, 2, 3, 4, 5],
+                                                          [1, 2, 3, 4, 5, 6, 7]]
     assert [list(t.prompt.hash_ids) for t in b.turns] == [[8, 9], [8, 9, 10]]
     assert [t.request_id for s in w.sessions for t in s.turns] == [0, 1, 2, 3, 4]
 
@@ -231,7 +233,8 @@ def test_applied_compute_replays_in_concurrency_mode_with_options_from_yaml(tmp_
     trace = write(tmp_path, AC)
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"workload:\n  concurrency: 2\n  trace: {{path: {trace}, format: applied_compute_agentic, "
-                   "trace_block_size: 32, options: {trace_shared_prefix_ratio: 0.5, trace_num_prefix_groups: 2}}\n")
+                   "trace_block_size: 32, options: {trace_shared_prefix_ratio: 0.5, "
+                   "trace_num_prefix_groups: 2}}\n")
     res = simulate(load_config(str(cfg), [], Plugins()))
     out = {r["request_id"]: r for r in map(json.loads, per_request_lines(res.log, res.session_ids))}
     assert out[1]["arrival_ms"] == pytest.approx(out[0]["completion_ms"] + 500.0, abs=1e-6)
@@ -247,10 +250,12 @@ def test_applied_compute_replays_in_concurrency_mode_with_options_from_yaml(tmp_
 
 LANES = [
     {"request_id": "a1", "timestamp": 0, "input_length": 64, "output_length": 8, "hash_ids": [1, 2]},
-    {"request_id": "a2", "input_length": 96, "output_length": 8, "hash_ids": [1, 2, 3], "wait_for": ["a1"], "delay": 10},
+    {"request_id": "a2", "input_length": 96, "output_length": 8, "hash_ids": [1, 2, 3],
+     "wait_for": ["a1"], "delay": 10},
     {"request_id": "b1", "timestamp": 5, "input_length": 64, "output_length": 8, "hash_ids": [5, 6]},
     {"request_id": "b2", "timestamp": 9, "input_length": 64, "output_length": 8, "hash_ids": [5, 7]},
-    {"request_id": "b3", "input_length": 96, "output_length": 8, "hash_ids": [5, 6, 7], "wait_for": ["b1", "b2"]},
+    {"request_id": "b3", "input_length": 96, "output_length": 8, "hash_ids": [5, 6, 7],
+     "wait_for": ["b1", "b2"]},
     {"request_id": "c1", "timestamp": 7, "input_length": 64, "output_length": 8, "hash_ids": [8, 9]},
 ]
 
@@ -281,5 +286,6 @@ def test_lanes_need_a_dependency_graph_and_exclude_concurrency(tmp_path):
         replay(tmp_path, str(mooncake), "mooncake", ["workload.lanes=2"])
     assert info.value.path == "workload.lanes"
     with pytest.raises(ConfigError) as info:
-        replay(tmp_path, write(tmp_path, LANES), "agentic_mooncake", ["workload.lanes=2", "workload.concurrency=2"])
+        replay(tmp_path, write(tmp_path, LANES), "agentic_mooncake",
+               ["workload.lanes=2", "workload.concurrency=2"])
     assert info.value.path == "workload.lanes"

@@ -73,7 +73,8 @@ def check_workload_scope(workload: Any) -> list[Problem]:
         if warmup.requests is not None and not (isinstance(warmup.requests, int) and warmup.requests >= 1):
             out.append(("workload.warmup.requests", f"expected an integer >= 1, got {show(warmup.requests)}"))
         if warmup.duration_s is not None and not _positive(warmup.duration_s):
-            out.append(("workload.warmup.duration_s", f"expected a finite number > 0, got {show(warmup.duration_s)}"))
+            out.append(("workload.warmup.duration_s",
+                        f"expected a finite number > 0, got {show(warmup.duration_s)}"))
     stop = getattr(workload, "stop", None)
     if stop is not None:
         out += _check_stop(stop)
@@ -91,7 +92,8 @@ def _check_stop(stop: StopConfig) -> list[Problem]:
     if stop.max_virtual_time_s is None and stop.max_sim_time_ms is None and stop.completions is None:
         out.append(("workload.stop", "expected 'max_virtual_time_s', 'max_sim_time_ms' or 'completions'"))
     if stop.max_virtual_time_s is not None and stop.max_sim_time_ms is not None:
-        out.append(("workload.stop.max_sim_time_ms", "both 'max_virtual_time_s' and 'max_sim_time_ms' are given; use one"))
+        out.append(("workload.stop.max_sim_time_ms",
+                    "both 'max_virtual_time_s' and 'max_sim_time_ms' are given; use one"))
     for key in ("max_virtual_time_s", "max_sim_time_ms"):
         value = getattr(stop, key)
         if value is not None and not _positive(value):
@@ -153,4 +155,5 @@ def drop_unset_scope(workload: dict[str, Any]) -> None:
         trace.pop("options", None)
 
 
-__all__ = ["admission_problems", "drop_unset_scope", "SloClassConfig", "StopConfig", "WarmupConfig", "check_workload_scope"]
+__all__ = ["SloClassConfig", "StopConfig", "WarmupConfig", "admission_problems", "check_workload_scope",
+           "drop_unset_scope"]

@@ -124,7 +124,7 @@ class TokenBucket:
                            "'class' or 'session'")
         names = [c.name for c in classes] or ["default"]
         self.rate = self._per_class(options, "rate", names, None, _number(0.0), "a number > 0")
-        self.burst = self._per_class(options, "burst", names, 1.0, _number(0.0) , "a number > 0")
+        self.burst = self._per_class(options, "burst", names, 1.0, _number(0.0), "a number > 0")
         self.buckets: dict[Any, _Bucket] = {}
 
     @staticmethod
@@ -196,7 +196,8 @@ class AdmissionControl:
             self.in_class[self.class_of[rid]] -= 1
 
 
-def build_policy(options: dict[str, Any], classes: Sequence[SloClassConfig], registry: Any) -> AdmissionPolicy:
+def build_policy(options: dict[str, Any], classes: Sequence[SloClassConfig],
+                 registry: Any) -> AdmissionPolicy:
     """The policy ``workload.admission`` names (``type``), built with its other options."""
     kind = options.get("type")
     if not isinstance(kind, str) or not kind:

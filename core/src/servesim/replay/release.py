@@ -93,12 +93,12 @@ class _Lanes:
                 x = parent[x]
             return x
 
-        for a, later in dependents.items():
-            for b in later:
-                parent[find(a)] = find(b)
+        for dep, later in dependents.items():
+            for rid in later:
+                parent[find(dep)] = find(rid)
         for s in replayer.workload.sessions:
-            for a, b in zip(s.turns, s.turns[1:], strict=False):
-                parent[find(a.request_id)] = find(b.request_id)
+            for t, nxt in zip(s.turns, s.turns[1:], strict=False):
+                parent[find(t.request_id)] = find(nxt.request_id)
         self.play_of = [find(r) for r in range(n)]
         self.left: dict[int, int] = {}
         for r in range(n):

@@ -246,7 +246,7 @@ def _simulate_disagg(
         progress=progress,
         timeline=timeline,
         observers=observers,
-        **({"runs": False} if scope is not None or graph else {}),
+        runs=False if scope is not None or graph else None,
     )
     if graph:
         attach_release(replayer, sim.workload.concurrency, sim.workload.lanes)

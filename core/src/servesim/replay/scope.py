@@ -32,7 +32,6 @@ from servesim.replay.admission import AdmissionControl, build_policy
 from servesim.report.classes import class_section
 from servesim.report.subset import subset_log
 from servesim.report.summary import build_report, clean_floats
-
 from servesim.workload.classes import assign_classes
 
 if TYPE_CHECKING:
@@ -145,8 +144,8 @@ class ReportScope:
                 "not_arrived": sum(1 for a in log.arrival if a < 0.0)}
 
 
-def scoped_report(scope: ReportScope | None, replayer: Replayer, log: RequestLog,
-                  cfg: ReportConfig, resolved: dict[str, Any]) -> tuple[dict[str, Any], RequestLog, list[str]]:
+def scoped_report(scope: ReportScope | None, replayer: Replayer, log: RequestLog, cfg: ReportConfig,
+                  resolved: dict[str, Any]) -> tuple[dict[str, Any], RequestLog, list[str]]:
     """The report, log and session ids a finished replay's result holds: as they are without a
     scope, narrowed with one."""
     if scope is None:

@@ -36,7 +36,7 @@ def subset_log(log: RequestLog, keep: Sequence[int], shift_ms: float = 0.0) -> R
     for name in ("ntok", "worker", "dp_rank", "cached", "reused", "first_reused", "rejected"):
         col = getattr(log, name)
         setattr(out, name, [col[r] for r in keep])
-    gaps = [(g, new_id[r]) for g, r in zip(log.itl, log.itl_rid) if r in new_id]
+    gaps = [(g, new_id[r]) for g, r in zip(log.itl, log.itl_rid, strict=True) if r in new_id]
     out.itl = array("d", [g for g, _ in gaps])
     out.itl_rid = array("q", [r for _, r in gaps])
     if log.token_times is not None:

@@ -93,7 +93,8 @@ def _session(obj: Any, lineno: int, block: int, ratio: float, groups: int, next_
     length = int_field("input_prompt_length", obj.get("input_prompt_length"), 1)
     final = int_field("final_assistant_response_length", obj.get("final_assistant_response_length"))
     group = (lineno - 1) % groups if ratio > 0.0 and groups > 0 else None
-    ids = _Ids(math.floor(-(-length // block) * ratio + 0.5), group, next_unique)  # half away from 0, as Rust's round
+    # rounded half away from zero, as Rust's f64::round
+    ids = _Ids(math.floor(-(-length // block) * ratio + 0.5), group, next_unique)
     ids.extend(length, block)
     turns = []
     delay = 0.0
