@@ -47,7 +47,8 @@ def test_agentic_mooncake_rows_become_requests_with_dependencies(tmp_path):
     turns = w.turns()
     assert [t.wait_for for t in turns] == [(), (0,), (0, 1), ()]
     assert [t.delay_ms for t in turns] == [0.0, 5.0, 16.0, 0.0]
-    assert [s.start_ms for s in w.sessions] == [100.0, None, None, 120.0]
+    # a dependent's timestamp is kept as its authored start; it does not release it
+    assert [s.start_ms for s in w.sessions] == [100.0, 150.0, 300.0, 120.0]
     assert [s.session_id for s in w.sessions] == ["root", "child", "root", "x"]
     assert turns[2].slo_class == "batch" and turns[2].priority == 2
     assert [t.input_length for t in turns] == [64, 32, 96, 32]
@@ -136,7 +137,7 @@ def test_dynamo_sequential_waits_and_tool_wait(tmp_path):
     t = w.turns()
     assert t[0].wait_for == () and t[1].wait_for == (0,)
     assert t[1].delay_ms == 200.0  # delay 100 + tool wait 100
-    assert [s.start_ms for s in w.sessions] == [0.0, None]
+    assert [s.start_ms for s in w.sessions] == [0.0, 300.0]
     assert list(t[0].prompt.hash_ids) == [0] and list(t[1].prompt.hash_ids) == [0, 1]  # dense, shared prefix
 
 
@@ -289,3 +290,21 @@ def test_lanes_need_a_dependency_graph_and_exclude_concurrency(tmp_path):
         replay(tmp_path, write(tmp_path, LANES), "agentic_mooncake",
                ["workload.lanes=2", "workload.concurrency=2"])
     assert info.value.path == "workload.lanes"
+
+
+# -- the trace-format check kit (servesim.testing) ---------------------------------------------
+
+from servesim.testing import check_trace_format  # noqa: E402
+
+
+@pytest.mark.parametrize(("reader", "good", "bad", "block"), [
+    (AgenticMooncakeTrace, ROWS, [ROOT, {"request_id": "a", "hash_ids": [1]}], 16),
+    (AppliedComputeAgenticTrace, AC, [AC[0], {"num_turns": 1}], 16),
+    (DynamoAgentTrace, [request_end("r1", "root", 1000, 1100, [11]),
+                        request_end("r2", "root", 1300, 1400, [11, 22])],
+     [request_end("r1", "root", 1000, 1100, [11]), {"event_type": "request_end", "request": {}}], 2),
+])
+def test_the_readers_pass_the_trace_format_kit(tmp_path, reader, good, bad, block):
+    report = check_trace_format(reader, write(tmp_path, good, "good.jsonl"),
+                                write(tmp_path, bad, "bad.jsonl"), trace_block_size=block)
+    assert report.ok and len(report.checks) == 6

@@ -11,7 +11,7 @@ from typing import Any
 
 from attrs import field, frozen
 
-from servesim.config.workload_scope import SloClassConfig, StopConfig, WarmupConfig
+from servesim.config.workload_scope import SloClassConfig, SnapshotConfig, StopConfig, WarmupConfig
 
 
 @frozen(kw_only=True)
@@ -94,8 +94,8 @@ class WorkloadConfig:
     """``trace`` or ``synthetic`` (neither: the default synthetic scenario); ``concurrency``
     switches to closed-loop mode (N requests in flight, timestamps ignored);
     ``arrival_speedup_ratio`` divides rebased first-turn timestamps; ``seed`` seeds synthetic
-    generation. ``warmup``, ``stop``, ``classes``, ``admission`` and ``lanes``: docs/workloads.md
-    (:mod:`servesim.config.workload_scope`); all off unless set."""
+    generation. ``warmup``, ``stop``, ``classes``, ``admission``, ``lanes`` and ``snapshot``:
+    docs/workloads.md (:mod:`servesim.config.workload_scope`); all off unless set."""
 
     trace: TraceConfig | None = None
     synthetic: SyntheticConfig | None = None
@@ -107,6 +107,7 @@ class WorkloadConfig:
     classes: tuple[SloClassConfig, ...] = ()
     admission: dict[str, Any] | None = None
     lanes: int | None = None
+    snapshot: SnapshotConfig | None = None
 
 
 @frozen(kw_only=True)

@@ -46,6 +46,14 @@ class StopConfig:
 
 
 @frozen(kw_only=True)
+class SnapshotConfig:
+    """Start each of the first ``workload.lanes`` plays part-way, at a cut drawn with ``seed``
+    (AISimulate's ``agentic_snapshot``; servesim.workload.snapshot)."""
+
+    seed: int = 0
+
+
+@frozen(kw_only=True)
 class SloClassConfig:
     """One SLO class: its ``name``, its ``share`` of a generated workload's sessions, the
     ``priority`` its requests get (lower is served first, as vLLM's ``Request.priority``;
@@ -84,6 +92,13 @@ def check_workload_scope(workload: Any) -> list[Problem]:
         out.append(("workload.lanes", f"expected an integer >= 1 or null, got {show(lanes)}"))
     if lanes is not None and getattr(workload, "concurrency", None) is not None:
         out.append(("workload.lanes", "expected either 'lanes' or 'concurrency', got both"))
+    snapshot = getattr(workload, "snapshot", None)
+    if snapshot is not None:
+        if lanes is None:
+            out.append(("workload.snapshot", "a snapshot starts the plays of workload.lanes; set lanes"))
+        seed = snapshot.seed
+        if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 1 << 64):
+            out.append(("workload.snapshot.seed", f"expected an integer in [0, 2**64), got {show(seed)}"))
     return out
 
 
@@ -141,7 +156,7 @@ def admission_problems(policy: Any, options: dict[str, Any], classes: Any) -> li
     return []
 
 
-SCOPE_KEYS = ("warmup", "stop", "classes", "admission", "lanes")
+SCOPE_KEYS = ("warmup", "stop", "classes", "admission", "lanes", "snapshot")
 
 
 def drop_unset_scope(workload: dict[str, Any]) -> None:
@@ -155,5 +170,6 @@ def drop_unset_scope(workload: dict[str, Any]) -> None:
         trace.pop("options", None)
 
 
-__all__ = ["SloClassConfig", "StopConfig", "WarmupConfig", "admission_problems", "check_workload_scope",
+__all__ = ["SloClassConfig", "SnapshotConfig", "StopConfig", "WarmupConfig", "admission_problems",
+           "check_workload_scope",
            "drop_unset_scope"]

@@ -14,16 +14,18 @@ session whose first turn has ``wait_for`` has no arrival of its own. The driver 
 (docs/replay/workloads.md, "Lanes"): a play is a dependency tree (the requests joined by
 ``wait_for`` and session chains); plays are queued by their earliest root timestamp, then
 file order; a free lane takes the next play at once, its roots keeping their offsets from the
-play's earliest root (divided by ``arrival_speedup_ratio``), and a lane is free again when
-every request of its play has finished. Lanes cap whole plays, not the requests inside one.
+play's earliest root (divided by ``arrival_speedup_ratio``; a snapshot's roots are timed from
+their play's cut, servesim.workload.snapshot), and a lane is free again when every request of
+its play has finished. Lanes cap whole plays, not the requests inside one.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from servesim.errors import ConfigError
 from servesim.replay.driver import ARRIVAL
+from servesim.workload.plays import ordered_plays, play_of
 
 if TYPE_CHECKING:
     from servesim.replay.driver import Replayer
@@ -61,9 +63,9 @@ class DependencyRelease:
         self.roots: tuple[Session, ...] = tuple(roots)
         self.lanes: _Lanes | None = None
 
-    def start_lanes(self, lanes: int) -> None:
+    def start_lanes(self, lanes: int, from_cut: bool = False) -> None:
         """Replace timestamp arrivals by ``lanes`` lanes of plays (see the module docstring)."""
-        self.lanes = _Lanes(self.replayer, self.roots, self.dependents, lanes)
+        self.lanes = _Lanes(self.replayer, lanes, from_cut)
         self.roots = ()
 
     def finished(self, rid: int, now: float) -> None:
@@ -79,44 +81,25 @@ class DependencyRelease:
 
 
 class _Lanes:
-    """The plays of a dependency graph and the lanes that run them."""
+    """The plays of a dependency graph (servesim.workload.plays) and the lanes that run them."""
 
-    def __init__(self, replayer: Replayer, roots: tuple[Session, ...],
-                 dependents: dict[int, list[int]], lanes: int) -> None:
+    def __init__(self, replayer: Replayer, lanes: int, from_cut: bool) -> None:
         self.replayer = replayer
-        n = len(replayer.turns)
-        parent = list(range(n))
-
-        def find(x: int) -> int:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
-        for dep, later in dependents.items():
-            for rid in later:
-                parent[find(dep)] = find(rid)
-        for s in replayer.workload.sessions:
-            for t, nxt in zip(s.turns, s.turns[1:], strict=False):
-                parent[find(t.request_id)] = find(nxt.request_id)
-        self.play_of = [find(r) for r in range(n)]
+        self.from_cut = from_cut
+        self.play_of = play_of(replayer.workload)
         self.left: dict[int, int] = {}
-        for r in range(n):
-            self.left[self.play_of[r]] = self.left.get(self.play_of[r], 0) + 1
-        by_play: dict[int, list[tuple[float, int, int]]] = {}
-        for order, s in enumerate(roots):
-            rid = s.turns[0].request_id
-            by_play.setdefault(self.play_of[rid], []).append((float(s.start_ms or 0.0), order, rid))
-        self.queue = sorted(by_play.values(), key=lambda play: min(play))
+        for play in self.play_of:
+            self.left[play] = self.left.get(play, 0) + 1
+        self.queue = ordered_plays(replayer.workload)
         self.next = 0
         for _ in range(min(lanes, len(self.queue))):
             self._start(0.0)
 
     def _start(self, now: float) -> None:
-        play = self.queue[self.next]
+        roots = self.queue[self.next]
         self.next += 1
-        first = min(t for t, _, _ in play)
-        for t, _, rid in sorted(play):
+        first = 0.0 if self.from_cut else roots[0][0]
+        for t, _, rid in roots:
             self.replayer.push_event(now + (t - first) / self.replayer.speedup, ARRIVAL, rid)
 
     def finished(self, rid: int, now: float) -> None:
@@ -126,16 +109,31 @@ class _Lanes:
             self._start(now)
 
 
-def attach_release(replayer: Replayer, concurrency: int | None, lanes: int | None = None) -> None:
+def snapshot_workload(workload: Workload, cfg: Any) -> tuple[Workload, dict[str, Any] | None]:
+    """``workload`` cut by ``cfg.snapshot`` (servesim.workload.snapshot) and the report's
+    ``snapshot`` entry, or ``workload`` unchanged and None."""
+    if cfg.snapshot is None:
+        return workload, None
+    if not has_dependencies(workload):
+        refuse_lanes_without_graph(cfg.lanes)
+    from servesim.workload.snapshot import take_snapshot
+
+    cut, plays = take_snapshot(workload, cfg.lanes, cfg.snapshot.seed)
+    return cut, {"seed": cfg.snapshot.seed, "plays": plays}
+
+
+def attach_release(replayer: Replayer, concurrency: int | None, lanes: int | None = None,
+                   from_cut: bool = False) -> None:
     """Give ``replayer`` its dependency graph (only for a workload that has one), run by
-    ``lanes`` lanes when set."""
+    ``lanes`` lanes when set (``from_cut``: a snapshot's roots are already timed from their
+    play's cut, not from its earliest root)."""
     if concurrency is not None:
         raise ConfigError("closed-loop concurrency is not supported with a trace whose requests "
                           "wait for other sessions' requests ('wait_for'); use workload.lanes",
                           path="workload.concurrency")
     release = DependencyRelease(replayer)
     if lanes is not None:
-        release.start_lanes(lanes)
+        release.start_lanes(lanes, from_cut)
     replayer.release = release
 
 
@@ -147,4 +145,5 @@ def refuse_lanes_without_graph(lanes: int | None) -> None:
                           path="workload.lanes")
 
 
-__all__ = ["DependencyRelease", "attach_release", "has_dependencies", "refuse_lanes_without_graph"]
+__all__ = ["DependencyRelease", "attach_release", "has_dependencies", "refuse_lanes_without_graph",
+           "snapshot_workload"]

@@ -16,12 +16,17 @@ from servesim.replay.driver import ProgressFn, Replayer
 from servesim.replay.gc_spacing import collections_spaced
 from servesim.replay.observers import Observers
 from servesim.replay.passlog import PassLogWriter
-from servesim.replay.release import attach_release, has_dependencies, refuse_lanes_without_graph
+from servesim.replay.release import (
+    attach_release,
+    has_dependencies,
+    refuse_lanes_without_graph,
+    snapshot_workload,
+)
 from servesim.replay.routers import Router
-from servesim.replay.scope import ReportScope, scoped_report
+from servesim.replay.scope import ReportScope
 from servesim.replay.tiers import host_tier_report
 from servesim.report.result import SimResult
-from servesim.report.summary import clean_floats
+from servesim.report.summary import build_report, clean_floats
 from servesim.sinks.base import SinkDeployment, bind_sinks, replay_done
 from servesim.sinks.build import build_sinks
 from servesim.workload.model import Workload, mark_unique_prompts
@@ -104,7 +109,7 @@ def _simulate(
     disaggregated = is_split(loaded)
     sim = loaded.sim
     plugins = loaded.plugins
-    workload = load_workload(sim.workload, plugins)
+    workload, snapshot = snapshot_workload(load_workload(sim.workload, plugins), sim.workload)
     router_class = plugins.routers().get(sim.cluster.router)
     block_size = sim.engine.bs
     num_workers = sum(p.workers for p in sim.cluster.pools) or sim.cluster.workers
@@ -128,6 +133,8 @@ def _simulate(
     if disaggregated:
         result = _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress,
                                   timeline, observers)
+        if snapshot is not None:
+            result.report["snapshot"] = clean_floats(snapshot)
         return _with_extra(result, observers, loaded)
     # Aggregated replay: only the ranks and the router (which routes each request before any
     # worker has seen its tokens) read prompt hashes, so trace-unique blocks may skip them.
@@ -177,7 +184,7 @@ def _simulate(
         runs=False if scope is not None or graph else None,
     )
     if graph:
-        attach_release(replayer, sim.workload.concurrency, sim.workload.lanes)
+        attach_release(replayer, sim.workload.concurrency, sim.workload.lanes, snapshot is not None)
     else:
         refuse_lanes_without_graph(sim.workload.lanes)
     if scope is not None:
@@ -190,7 +197,13 @@ def _simulate(
             sink.close()
         if writer is not None:
             writer.close()
-    report, log, session_of = scoped_report(scope, replayer, log, sim.report, loaded.resolved())
+    session_of = replayer.session_of
+    if scope is None:
+        report = build_report(log, sim.report, loaded.resolved())
+    else:
+        report, log, session_of = scope.narrow(replayer, log, sim.report, loaded.resolved())
+    if snapshot is not None:
+        report["snapshot"] = clean_floats(snapshot)
     if spans is not None:
         from servesim.replay.pools import pool_report
 
@@ -249,7 +262,8 @@ def _simulate_disagg(
         runs=False if scope is not None or graph else None,
     )
     if graph:
-        attach_release(replayer, sim.workload.concurrency, sim.workload.lanes)
+        attach_release(replayer, sim.workload.concurrency, sim.workload.lanes,
+                       sim.workload.snapshot is not None)
     else:
         refuse_lanes_without_graph(sim.workload.lanes)
     if scope is not None:
@@ -261,6 +275,10 @@ def _simulate_disagg(
         for sink in [*kv_sinks, *fpm_sinks]:
             sink.close()
     log.extra = replayer.per_request_extras()
-    report, log, session_of = scoped_report(scope, replayer, log, sim.report, loaded.resolved())
+    session_of = replayer.session_of
+    if scope is None:
+        report = build_report(log, sim.report, loaded.resolved())
+    else:
+        report, log, session_of = scope.narrow(replayer, log, sim.report, loaded.resolved())
     report.update(clean_floats(replayer.report_extras()))
     return SimResult(report, log, session_of, replayer.passes)

@@ -144,13 +144,4 @@ class ReportScope:
                 "not_arrived": sum(1 for a in log.arrival if a < 0.0)}
 
 
-def scoped_report(scope: ReportScope | None, replayer: Replayer, log: RequestLog, cfg: ReportConfig,
-                  resolved: dict[str, Any]) -> tuple[dict[str, Any], RequestLog, list[str]]:
-    """The report, log and session ids a finished replay's result holds: as they are without a
-    scope, narrowed with one."""
-    if scope is None:
-        return build_report(log, cfg, resolved), log, replayer.session_of
-    return scope.narrow(replayer, log, cfg, resolved)
-
-
-__all__ = ["ReportScope", "scoped_report"]
+__all__ = ["ReportScope"]

@@ -28,7 +28,8 @@ class Turn:
     ``slo_class``: the SLO class a trace names (``workload.classes``), or None. ``wait_for``:
     request ids this turn also waits for besides its session's previous turn (an agentic
     trace's dependency graph, servesim.replay.release); it is released ``delay_ms`` after the
-    last of them finishes, and a first turn with them has no timestamp of its own."""
+    last of them finishes; for a first turn with them, its session's ``start_ms`` (if any) is
+    its authored start, never its release."""
 
     request_id: int
     prompt: TokenSeq

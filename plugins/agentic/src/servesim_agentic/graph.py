@@ -5,7 +5,8 @@ As the reference's agentic replay does (Dynamo 1.6.1, ``loadgen`` ``AgenticMoonc
 row dispatches after ``wait_for`` completions plus its authored delay/tool wait"), a row with
 no ``wait_for`` is a root, ready at its ``timestamp`` (rebased so the earliest root is at 0; a
 root without one is ready at 0); any other row is released ``delay + tool_wait_ms`` after the
-last request it waits for finishes, and its own timestamp is not used. ``session_id`` only
+last request it waits for finishes; its own timestamp is kept as its authored start (a
+snapshot's cut reads it, servesim.workload.snapshot) but never releases it. ``session_id`` only
 labels the row (the per-request output shows it); ``branches`` (the rows it spawns) must name
 rows of the trace; ``prefix_reset`` is read and checked but changes nothing, since every row's
 ``hash_ids`` give its whole prompt.
@@ -109,7 +110,9 @@ def build_workload(rows: list[Row], path: str, trace_block_size: int) -> Workloa
                     row.line, row.priority)
         turn.slo_class = row.slo_class
         turn.wait_for = d
-        start = None if d else (row.timestamp if row.timestamp is not None else base)
+        # a dependent's timestamp is its authored start (a snapshot's cut reads it), never its
+        # release (servesim.replay.release)
+        start = row.timestamp if d else (row.timestamp if row.timestamp is not None else base)
         sessions.append(Session(row.session_id or row.request_id, start, [turn]))
     return make_workload(sessions, path)
 
