@@ -199,6 +199,17 @@ def servesim_report_extra(report: dict[str, Any], config: RunConfig) -> Mapping[
     """
 
 
+@hookspec
+def servesim_register_admission_policies(registry: Registry) -> None:
+    """Register admission policies: ``registry.add(name, PolicyClass)``, a class built as
+    ``PolicyClass(options, classes)`` whose ``admit(candidate)`` returns None or the reason a
+    due request is turned away (:mod:`servesim.replay.admission`).
+
+    :param registry: the ``admission_policy`` registry; ``workload.admission.type`` selects one
+        (``always``, ``queue_shed`` and ``token_bucket`` are built in).
+    """
+
+
 HOOK_KINDS: dict[str, str] = {
     "servesim_register_backends": "backend",
     "servesim_register_timing_models": "timing_model",
@@ -208,6 +219,7 @@ HOOK_KINDS: dict[str, str] = {
     "servesim_register_trace_formats": "trace_format",
     "servesim_register_routers": "router",
     "servesim_register_schedule_policies": "schedule_policy",
+    "servesim_register_admission_policies": "admission_policy",
 }
 """Hook name → registry kind, in the order ``servesim plugins`` lists them. Hooks not named
 here (``servesim_add_commands``, ``servesim_figure_writer`` and the observer hooks) register no named implementations."""
@@ -217,6 +229,7 @@ __all__ = [
     "servesim_add_commands",
     "servesim_figure_writer",
     "servesim_pass_completed",
+    "servesim_register_admission_policies",
     "servesim_register_backends",
     "servesim_register_eviction_policies",
     "servesim_register_fpm_sinks",

@@ -1,5 +1,6 @@
-"""Built-in replay plugins: the ``mooncake`` trace format and the ``round_robin`` and ``kv``
-routers (dynamo-mocker.md §9.1-§9.2)."""
+"""Built-in replay plugins: the ``mooncake`` trace format, the ``round_robin`` and ``kv``
+routers (dynamo-mocker.md §9.1-§9.2) and the ``always``, ``queue_shed`` and ``token_bucket``
+admission policies (servesim.replay.admission)."""
 
 from __future__ import annotations
 
@@ -24,3 +25,12 @@ def servesim_register_routers(registry: Registry) -> None:
 
     registry.add("round_robin", RoundRobinRouter)
     registry.add("kv", KvRouter)
+
+
+@hookimpl
+def servesim_register_admission_policies(registry: Registry) -> None:
+    from servesim.replay.admission import AlwaysAdmit, QueueShed, TokenBucket
+
+    registry.add("always", AlwaysAdmit)
+    registry.add("queue_shed", QueueShed)
+    registry.add("token_bucket", TokenBucket)

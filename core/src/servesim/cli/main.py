@@ -130,8 +130,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 f"no such trace file {trace.path!r}", path="workload.trace.path", source=args.config
             )
         # Read it too: a malformed line is reported now (file:line), not after a long start-up.
-        reader = loaded.plugins.trace_formats().get(trace.format)
-        reader.read(trace.path, trace_block_size=trace.trace_block_size)
+        from servesim.replay.runner import load_workload
+
+        load_workload(sim.workload, loaded.plugins)
     workload = "trace" if sim.workload.trace is not None else "synthetic"
     print(
         f"OK: {args.config or 'the built-in default scenario'}: backend {sim.engine.backend} "

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from servesim.config.converter import Problem, show
+from servesim.config.workload_scope import check_workload_scope
 from servesim.mechanics.numeric import normalize_conditional_accept_rates
 
 Predicate = Callable[[Any], bool]
@@ -166,6 +167,7 @@ def check_sections(cluster: Any, workload: Any, report: Any) -> list[Problem]:
         problems += _check_length_specs(synthetic)
     if trace is not None and synthetic is not None:
         problems.append(("workload", "expected either 'trace' or 'synthetic', got both"))
+    problems += check_workload_scope(workload)
     problems += apply_rules(report, "report", REPORT_RULES)
     for i, p in enumerate(getattr(report, "percentiles", ())):
         if not (math.isfinite(p) and 0.0 <= p <= 100.0):

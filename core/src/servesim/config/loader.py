@@ -20,6 +20,7 @@ from servesim.config.converter import Problem, make_converter, show, structure_a
 from servesim.config.engine import EngineConfig, resolve_block_size
 from servesim.config.sections import ClusterConfig, ReportConfig, SinksConfig, WorkloadConfig
 from servesim.config.sim import SECTIONS, SimConfig
+from servesim.config.workload_scope import admission_problems, drop_unset_scope
 from servesim.config.yaml_io import apply_sets, merge_files
 from servesim.contract import WorkerType
 from servesim.errors import ConfigError, PluginError
@@ -286,6 +287,10 @@ def _check_plugins(
     trace = getattr(workload, "trace", None)
     if trace is not None:
         _lookup(ctx, "trace_format", trace.format, "workload.trace.format", problems)
+    admission = getattr(workload, "admission", None)
+    if admission is not None:
+        policy = _lookup(ctx, "admission_policy", admission.get("type"), "workload.admission.type", problems)
+        problems += admission_problems(policy, admission, workload.classes)
     specs: dict[str, list[Any]] = {}
     for attr, kind in SINK_LISTS:
         specs[attr] = []
@@ -565,6 +570,7 @@ class LoadedConfig:
             out[name] = conv.unstructure(getattr(self.sim, name))
         if not out["cluster"].get("pools"):
             out["cluster"].pop("pools", None)  # a homogeneous cluster reads as it always did
+        drop_unset_scope(out["workload"])  # so does a workload without warmup, stop, classes
         for name, value in self.extra.items():
             out[name] = conv.unstructure(value)
         return _jsonable(out)

@@ -11,6 +11,8 @@ from typing import Any
 
 from attrs import field, frozen
 
+from servesim.config.workload_scope import SloClassConfig, SnapshotConfig, StopConfig, WarmupConfig
+
 
 @frozen(kw_only=True)
 class PoolConfig:
@@ -55,11 +57,13 @@ class ClusterConfig:
 class TraceConfig:
     """A trace file: ``path``, its ``format`` (a registered trace format) and
     ``trace_block_size`` (tokens per trace hash id; 512 for public Mooncake traces; separate
-    from ``engine.block_size``)."""
+    from ``engine.block_size``); ``options``: the format's own options, passed to its reader
+    (none by default)."""
 
     path: str
     format: str = "mooncake"
     trace_block_size: int = 512
+    options: dict[str, Any] = field(factory=dict)
 
 
 @frozen(kw_only=True)
@@ -90,13 +94,20 @@ class WorkloadConfig:
     """``trace`` or ``synthetic`` (neither: the default synthetic scenario); ``concurrency``
     switches to closed-loop mode (N requests in flight, timestamps ignored);
     ``arrival_speedup_ratio`` divides rebased first-turn timestamps; ``seed`` seeds synthetic
-    generation."""
+    generation. ``warmup``, ``stop``, ``classes``, ``admission``, ``lanes`` and ``snapshot``:
+    docs/workloads.md (:mod:`servesim.config.workload_scope`); all off unless set."""
 
     trace: TraceConfig | None = None
     synthetic: SyntheticConfig | None = None
     concurrency: int | None = None
     arrival_speedup_ratio: float = 1.0
     seed: int = 0
+    warmup: WarmupConfig | None = None
+    stop: StopConfig | None = None
+    classes: tuple[SloClassConfig, ...] = ()
+    admission: dict[str, Any] | None = None
+    lanes: int | None = None
+    snapshot: SnapshotConfig | None = None
 
 
 @frozen(kw_only=True)

@@ -23,6 +23,7 @@ concurrency mode is its dispatch.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -142,6 +143,16 @@ class Replayer:
         self.last_zero = [False] * len(self.engines)
         self._last_retry = [NO_RETRY_HINT] * len(self.engines)
         self.passes = 0
+        # A report scope's stop (servesim.replay.scope): no event after ``stop_at`` (ms) is
+        # handled; the last of ``stop_after`` completions sets it to its own time (the rest of
+        # that time is still handled). ``admission`` turns requests away before routing
+        # (servesim.replay.admission). ``stopped``: the replay ended with events left.
+        self.stop_at = math.inf
+        self.stop_after = 0
+        self.admission: Any = None
+        self.stopped = False
+        # Releases turns that wait for requests of other sessions (servesim.replay.release).
+        self.release: Any = None
         # True while the main loop completes a pass end with nothing else due at its time
         # (a run may then carry on through it: DisaggReplayer._complete).
         self._lone_end = False
@@ -190,7 +201,7 @@ class Replayer:
         The turns get their heap sequence numbers now, in session order, but wait in a
         sorted list: the heap holds only the earliest of them (:meth:`_feed_first_turn`),
         which keeps it a few entries deep instead of one per session, with the same order."""
-        sessions = self.workload.sessions
+        sessions = self.workload.sessions if self.release is None else self.release.roots
         missing = next((s for s in sessions if s.start_ms is None), None)
         if missing is not None:
             raise TraceError(
@@ -246,7 +257,7 @@ class Replayer:
         pop = heapq.heappop
         complete = self._complete
         merge = self.sink_merge
-        while heap:
+        while heap and heap[0][0] <= self.stop_at:
             ev = pop(heap)
             now = ev[0]
             if merge is not None and now != self.now and len(merge.buf) >= FLUSH_AT:
@@ -272,7 +283,9 @@ class Replayer:
             if self.progress is not None and steps & 63 == 0 and self._finished != reported:
                 reported = self._finished
                 self.progress(self._finished, total, now)
-        self._check_drained()
+        self.stopped = bool(heap)
+        if not self.stopped:
+            self._check_drained()
         if merge is not None:
             merge.release_all()
             merge.finish()
@@ -325,6 +338,9 @@ class Replayer:
             index = self.session_index
             due.sort(key=lambda rid: (index[rid], rid))
         for rid in due:
+            if self.admission is not None and not self.admission.admit(rid, now):
+                self.refuse(rid, now)
+                continue
             self._submit(rid, now)
         self._start_passes(now)
 
@@ -540,14 +556,30 @@ class Replayer:
             f"{self._in_flight} in-flight requests remaining"
         )
 
+    def refuse(self, rid: int, now: float) -> None:
+        """Request ``rid``, due at ``now``, turned away by the admission policy: it arrives
+        and fails then, unrouted, and its session goes on as after any rejection."""
+        self.log.arrival[rid] = now
+        self.log.rejected[rid] = True
+        self._in_flight += 1
+        self.finish_request(rid, now)
+
     def finish_request(self, rid: int, now: float) -> None:
         self.turns[rid].prompt.forget_block_hashes()  # memory: a finished prompt's hashes
         self.log.done[rid] = now
+        if self.admission is not None:
+            self.admission.finished(rid)
+        if self.stop_after and not self.log.rejected[rid]:
+            self.stop_after -= 1
+            if not self.stop_after:
+                self.stop_at = now
         if self.observers is not None:
             self.observers.request_finished(self._finished_record(rid, now))
         self.state.finish(rid)
         self._in_flight -= 1
         self._finished += 1
+        if self.release is not None:
+            self.release.finished(rid, now)
         nxt = self.next_turn[rid]
         if nxt >= 0:
             self.push_event(now + self.turns[nxt].delay_ms / self.speedup, ARRIVAL, nxt)

@@ -17,7 +17,14 @@ from servesim.replay.driver import ProgressFn, Replayer
 from servesim.replay.gc_spacing import collections_spaced
 from servesim.replay.observers import Observers
 from servesim.replay.passlog import PassLogWriter
+from servesim.replay.release import (
+    attach_release,
+    has_dependencies,
+    refuse_lanes_without_graph,
+    snapshot_workload,
+)
 from servesim.replay.routers import Router
+from servesim.replay.scope import ReportScope
 from servesim.replay.tiers import host_tier_report
 from servesim.report.result import SimResult
 from servesim.report.summary import build_report, clean_floats
@@ -40,7 +47,9 @@ def load_workload(workload: WorkloadConfig, plugins: Plugins) -> Workload:
     """
     if workload.trace is not None:
         reader = plugins.trace_formats().get(workload.trace.format)
-        return reader.read(workload.trace.path, trace_block_size=workload.trace.trace_block_size)
+        options = {"options": workload.trace.options} if workload.trace.options else {}
+        return reader.read(workload.trace.path, trace_block_size=workload.trace.trace_block_size,
+                           **options)
     return generate(workload.synthetic or SyntheticConfig(), workload.seed)
 
 
@@ -101,7 +110,7 @@ def _simulate(
     disaggregated = is_split(loaded)
     sim = loaded.sim
     plugins = loaded.plugins
-    workload = load_workload(sim.workload, plugins)
+    workload, snapshot = snapshot_workload(load_workload(sim.workload, plugins), sim.workload)
     router_class = plugins.routers().get(sim.cluster.router)
     block_size = sim.engine.bs
     num_workers = sum(p.workers for p in sim.cluster.pools) or sim.cluster.workers
@@ -125,6 +134,8 @@ def _simulate(
     if disaggregated:
         result = _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress,
                                   timeline, observers)
+        if snapshot is not None:
+            result.report["snapshot"] = clean_floats(snapshot)
         return _with_extra(result, observers, loaded)
     # Aggregated replay: only the ranks and the router (which routes each request before any
     # worker has seen its tokens) read prompt hashes, so trace-unique blocks may skip them.
@@ -154,6 +165,8 @@ def _simulate(
         engines = build_engines(make_factory().build, sim.cluster.workers)
     pass_file = _open_pass_log(pass_log)
     writer = None if pass_file is None else PassLogWriter(pass_file.fh)
+    scope = ReportScope.of(sim.workload, workload, plugins)
+    graph = has_dependencies(workload)
     replayer = Replayer(
         engines,
         workload,
@@ -170,7 +183,14 @@ def _simulate(
         observers=observers,
         sink_writer_process=bool(kv_sinks or fpm_sinks) and _writes_in_process(
             sim.sinks.writer, workload.num_requests),
+        runs=False if scope is not None or graph else None,
     )
+    if graph:
+        attach_release(replayer, sim.workload.concurrency, sim.workload.lanes, snapshot is not None)
+    else:
+        refuse_lanes_without_graph(sim.workload.lanes)
+    if scope is not None:
+        scope.attach(replayer)
     try:
         log = replayer.run()
         replay_done(sinks, log)
@@ -186,13 +206,19 @@ def _simulate(
             writer.close()
         if pass_file is not None:
             _close_pass_log(pass_file)
-    report = build_report(log, sim.report, loaded.resolved())
+    session_of = replayer.session_of
+    if scope is None:
+        report = build_report(log, sim.report, loaded.resolved())
+    else:
+        report, log, session_of = scope.narrow(replayer, log, sim.report, loaded.resolved())
+    if snapshot is not None:
+        report["snapshot"] = clean_floats(snapshot)
     if spans is not None:
         from servesim.replay.pools import pool_report
 
         report["pools"] = clean_floats(pool_report(log, spans, replayer.pass_busy_ms, sim.report.percentiles))
     report.update(clean_floats(host_tier_report(engines, log)))
-    return _with_extra(SimResult(report, log, replayer.session_of, replayer.passes), observers, loaded)
+    return _with_extra(SimResult(report, log, session_of, replayer.passes), observers, loaded)
 
 
 def _writes_in_process(mode: Any, num_requests: int) -> bool:
@@ -239,6 +265,8 @@ def _simulate_disagg(
     from servesim.replay.disagg import build_disagg_replayer
 
     sim = loaded.sim
+    scope = ReportScope.of(sim.workload, workload, loaded.plugins)
+    graph = has_dependencies(workload)
     replayer = build_disagg_replayer(
         loaded, workload, kv_sinks, fpm_sinks,
         record_metrics=timeline is not None,  # occupancy snapshots feed only the timeline
@@ -248,7 +276,15 @@ def _simulate_disagg(
         progress=progress,
         timeline=timeline,
         observers=observers,
+        runs=False if scope is not None or graph else None,
     )
+    if graph:
+        attach_release(replayer, sim.workload.concurrency, sim.workload.lanes,
+                       sim.workload.snapshot is not None)
+    else:
+        refuse_lanes_without_graph(sim.workload.lanes)
+    if scope is not None:
+        scope.attach(replayer)
     try:
         log = replayer.run()
         replay_done([*kv_sinks, *fpm_sinks], log)
@@ -258,7 +294,11 @@ def _simulate_disagg(
     finally:
         for sink in [*kv_sinks, *fpm_sinks]:
             sink.close()
-    report = build_report(log, sim.report, loaded.resolved())
-    report.update(clean_floats(replayer.report_extras()))
     log.extra = replayer.per_request_extras()
-    return SimResult(report, log, replayer.session_of, replayer.passes)
+    session_of = replayer.session_of
+    if scope is None:
+        report = build_report(log, sim.report, loaded.resolved())
+    else:
+        report, log, session_of = scope.narrow(replayer, log, sim.report, loaded.resolved())
+    report.update(clean_floats(replayer.report_extras()))
+    return SimResult(report, log, session_of, replayer.passes)

@@ -24,7 +24,12 @@ _MASK32 = 0xFFFFFFFF
 @define(slots=True)
 class Turn:
     """One request of a session. ``delay_ms`` is 0 for a first turn. ``priority`` and ``lora``
-    are the request's (:class:`servesim.contract.Request`); ``lora`` 0 is the base model."""
+    are the request's (:class:`servesim.contract.Request`); ``lora`` 0 is the base model.
+    ``slo_class``: the SLO class a trace names (``workload.classes``), or None. ``wait_for``:
+    request ids this turn also waits for besides its session's previous turn (an agentic
+    trace's dependency graph, servesim.replay.release); it is released ``delay_ms`` after the
+    last of them finishes; for a first turn with them, its session's ``start_ms`` (if any) is
+    its authored start, never its release."""
 
     request_id: int
     prompt: TokenSeq
@@ -33,6 +38,8 @@ class Turn:
     line: int | None = None
     priority: int = 0
     lora: int = 0
+    slo_class: str | None = None
+    wait_for: tuple[int, ...] = ()
 
     @property
     def input_length(self) -> int:

@@ -10,7 +10,8 @@ finishes; forbidden on a session's first turn). A later turn without an explicit
 ``timestamp - previous timestamp`` of its session when both are given, else 0. ``priority``
 (optional integer, default 0; lower is served first under a priority scheduling policy, as
 vLLM's ``Request.priority``) and ``lora`` (optional LoRA adapter: an integer id >= 1, as vLLM's
-``LoRARequest.lora_int_id``, or a non-empty name; absent or null means the base model). Unknown keys are
+``LoRARequest.lora_int_id``, or a non-empty name; absent or null means the base model), ``class``
+(optional SLO class name, one of ``workload.classes``; docs/workloads.md). Unknown keys are
 ignored so AIPerf's superset (``messages``, ``extra``...) still loads. Blank lines are skipped.
 
 Validation follows the reference reader (Dynamo's ``loadgen/trace.rs``): ``hash_ids`` must not be
@@ -96,7 +97,7 @@ def _lora(v: Any) -> int | str | None:
 
 class _Record:
     __slots__ = ("line", "timestamp", "input_length", "output_length", "hash_ids", "session", "delay",
-                 "priority", "lora")
+                 "priority", "lora", "slo_class")
 
     def __init__(self, obj: Any, line: int) -> None:
         if type(obj) is dict and obj.keys() == _PLAIN and self._plain(obj, line):
@@ -135,6 +136,10 @@ class _Record:
             raise ValueError(f"'priority' must be an integer, got {pri!r}")
         self.priority = int(pri)
         self.lora = _lora(obj.get("lora"))
+        cls = obj.get("class")
+        if cls is not None and (not isinstance(cls, str) or not cls):
+            raise ValueError(f"'class' must be a non-empty string, got {cls!r}")
+        self.slo_class = cls
 
     def _plain(self, obj: dict[str, Any], line: int) -> bool:
         """The common record (exactly the four plain keys, well typed) without the general
@@ -155,6 +160,7 @@ class _Record:
         self.delay = None
         self.priority = 0
         self.lora = None
+        self.slo_class = None
         return True
 
 
@@ -209,6 +215,8 @@ class MooncakeTrace:
             if rec.lora is not None:
                 turn.lora = lora_ids.setdefault(rec.lora, rec.lora) if type(rec.lora) is int else \
                     lora_ids.setdefault(rec.lora, _next_lora_id(lora_ids))
+            if rec.slo_class is not None:
+                turn.slo_class = rec.slo_class
             rid += 1
             if session is None:
                 session = sessions[sid] = Session(sid, rec.timestamp)
