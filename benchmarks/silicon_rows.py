@@ -15,6 +15,8 @@ The servers' launch scripts (InferenceX ``benchmarks/*.sh``, e.g. ``70b_fp8_b200
 ``gptoss_fp4_b200_trt.sh``: ``free_gpu_memory_fraction: 0.85``) keep the KV cache in fp8 for
 fp8 and fp4 runs and give TRT-LLM 85 % of the free memory (vLLM and SGLang 90 %), so the rows
 are replayed with those settings.
+
+Scheduler options a launch script sets for some runs only are in :func:`backend_options`.
 """
 
 from __future__ import annotations
@@ -190,26 +192,44 @@ def _timing(row: Row, role: Role, timing: dict[str, Any] | None) -> dict[str, An
     return {**timing, "inner": aic}
 
 
-def _engine(row: Row, role: Role, timing: dict[str, Any] | None) -> dict[str, Any]:
+def backend_options(row: Row, role: Role) -> dict[str, Any]:
+    """The backend section (``engine.<backend>``) the row's launch script implies, or {}.
+
+    InferenceMAX's Llama-3.1-70B TensorRT-LLM scripts (InferenceX
+    ``benchmarks/70b_fp8_b200_trt_slurm.sh``, ``70b_fp8_h200_trt_slurm.sh``,
+    ``70b_fp4_b200_trt_slurm.sh``) turn on TensorRT-LLM's batch waiting for 1k/1k runs below
+    TP 8 (``batch_wait_timeout_iters: 20``, ``batch_wait_max_tokens_ratio: 0.9``; "by default
+    they are all zeros").
+    """
+    if (row.backend == "trtllm" and row.model == "meta-llama/Meta-Llama-3.1-70B" and row.isl == 1024
+            and row.osl == 1024 and role.tp < 8):
+        return {"trtllm": {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}}
+    return {}
+
+
+def _engine(row: Row, role: Role, timing: dict[str, Any] | None, launch: bool = True) -> dict[str, Any]:
     return {
         "backend": row.backend, "num_gpu_blocks": "auto", "dp_size": role.attention_dp,
         "max_num_seqs": max(1, -(-(role.max_num_seqs or row.concurrency) // role.attention_dp)),
         "max_num_batched_tokens": MAX_BATCHED_TOKENS, "enable_prefix_caching": False,
-        "timing_model": _timing(row, role, timing),
+        "timing_model": _timing(row, role, timing), **(backend_options(row, role) if launch else {}),
     }
 
 
-def sim_config(row: Row, client_path: str, timing: dict[str, Any] | None = None) -> dict[str, Any]:
-    """servesim's configuration for the row; ``timing`` wraps ``aic`` (its ``inner``)."""
+def sim_config(row: Row, client_path: str, timing: dict[str, Any] | None = None,
+               launch: bool = True) -> dict[str, Any]:
+    """servesim's configuration for the row; ``timing`` wraps ``aic`` (its ``inner``);
+    ``launch`` False leaves out the launch scripts' scheduler options (:func:`backend_options`)."""
     workload = {"trace": {"format": "bench_client", "path": client_path}, "concurrency": row.concurrency}
     if row.mode == "agg":
         role = row.roles["agg"]
-        return {"engine": _engine(row, role, timing), "cluster": {"workers": role.workers}, "workload": workload}
+        return {"engine": _engine(row, role, timing, launch), "cluster": {"workers": role.workers},
+                "workload": workload}
     pre, dec = row.roles["prefill"], row.roles["decode"]
-    base = _engine(row, pre, timing)
+    base = _engine(row, pre, timing, launch)
     return {
         "engine": base,
         "cluster": {"prefill_workers": pre.workers, "decode_workers": dec.workers,
-                    "prefill_engine": {}, "decode_engine": _engine(row, dec, timing)},
+                    "prefill_engine": {}, "decode_engine": _engine(row, dec, timing, launch)},
         "workload": workload,
     }
