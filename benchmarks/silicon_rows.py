@@ -32,6 +32,7 @@ RANGE_RATIO = 0.8
 MAX_BATCHED_TOKENS = 8192
 FP8_KV_PRECISIONS = ("fp8", "fp4")
 GPU_MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.9, "trtllm": 0.85}
+BLACKWELL = ("b200", "b300", "gb200", "gb300")
 
 # Checkpoint names in the sample that AIConfigurator catalogues under another id with the
 # same architecture (the precision comes from the row's quant columns).
@@ -200,7 +201,15 @@ def backend_options(row: Row, role: Role) -> dict[str, Any]:
     ``70b_fp4_b200_trt_slurm.sh``) turn on TensorRT-LLM's batch waiting for 1k/1k runs below
     TP 8 (``batch_wait_timeout_iters: 20``, ``batch_wait_max_tokens_ratio: 0.9``; "by default
     they are all zeros").
+
+    InferenceMAX's SGLang scripts for Qwen3.5 and DeepSeek-R1/V3 on Blackwell (InferenceX
+    ``benchmarks/single_node/qwen3.5_fp8_b200.sh``, the DeepSeek-R1 FP4 B200 scripts) set
+    ``--scheduler-recv-interval`` to 10, and to 30 from concurrency 16 ("relax to ~30
+    requests between scheduler recv polls"); the H200 Qwen3.5 script does not.
     """
+    if (row.backend == "sglang" and row.system.startswith(BLACKWELL)
+            and row.model in ("Qwen/Qwen3.5-397B-A17B", "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")):
+        return {"sglang": {"scheduler_recv_interval": 30 if row.concurrency >= 16 else 10}}
     if (row.backend == "trtllm" and row.model == "meta-llama/Meta-Llama-3.1-70B" and row.isl == 1024
             and row.osl == 1024 and role.tp < 8):
         return {"trtllm": {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}}
