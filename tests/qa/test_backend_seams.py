@@ -26,10 +26,10 @@ REFERENCE = {
     "servesim_vllm": {"scheduler", "request", "cadence", "behaviour", "speculative",
                       "host_offload", "handoff", "shape", "pass_result", "interfaces", "config"},
     "servesim_trtllm": {"core", "policies", "request", "work", "speculative", "handoff",
-                        "config", "queue_sums", "interfaces"},
+                        "config", "queue_sums", "interfaces", "batch_wait"},
     "servesim_sglang": {"scheduler", "admission", "retraction", "overlap", "radix_cache",
                         "radix_records", "request", "policies", "behaviour", "config",
-                        "speculative", "handoff", "pass_outcome", "interfaces"},
+                        "speculative", "handoff", "pass_outcome", "interfaces", "recv_interval"},
 }
 
 
