@@ -32,7 +32,7 @@ import silicon_peer  # noqa: E402
 import silicon_report  # noqa: E402
 import silicon_rows  # noqa: E402
 
-FIELDS = ("id", "group", "half", "backend", "version", "model", "system", "mode", "isl", "osl", "concurrency",
+FIELDS = ("id", "group", "half", "source", "backend", "version", "model", "system", "mode", "isl", "osl", "concurrency",
           "measured_ttft_ms", "measured_tpot_ms", "servesim_ttft_ms", "servesim_tpot_ms", "aic_ttft_ms",
           "aic_tpot_ms", "servesim_problem", "aic_problem", "sim_s")
 

@@ -97,6 +97,7 @@ class Row:
     measured_ttft: float
     measured_tpot: float
     batch_size: int | None = None  # the sample's own batch_size (AIConfigurator's convention)
+    source: str = ""  # data_source(): "inferencemax" or "gap-analysis"
     roles: dict[str, Role] = field(default_factory=dict)
     problem: str | None = None  # why servesim cannot express the row
 
@@ -134,7 +135,7 @@ def parse(raw: dict[str, Any]) -> Row:
     row = Row(raw["id"], raw["backend"], raw["backend_version"], model, raw["system"], raw["mode"],
               int(raw["isl"]), int(raw["osl"]), conc or 0, gemm, moe, raw["precision"] or "bf16",
               float(raw["silicon_ttft_ms"] or "nan"), float(raw["silicon_tpot_ms"] or "nan"),
-              _int(raw["batch_size"]))
+              _int(raw["batch_size"]), source=data_source(raw))
     if conc is None:
         row.problem = "no concurrency"
     elif model not in catalog.models():
@@ -154,6 +155,15 @@ def parse(raw: dict[str, Any]) -> Row:
         row.roles["prefill"] = _role(raw, "prefill_", row.concurrency)
         row.roles["decode"] = _role(raw, "decode_", row.concurrency)
     return row
+
+
+def data_source(raw: dict[str, Any]) -> str:
+    """Where the row was measured: ``inferencemax`` (InferenceMAX runs, ``source_file=2026-...``
+    and ``db-dump/...``; client and launch scripts public in InferenceX) or ``gap-analysis``
+    (AIConfigurator's own runs, ``aic-auto-gap-analysis`` and ``*-gap-analysis.csv``; client
+    not published). docs/fidelity.md compares the two."""
+    src = (raw.get("silicon_data_source") or "").split(";")[0]
+    return "inferencemax" if src.startswith(("source_file=2026-", "db-dump/")) else "gap-analysis"
 
 
 def model_halves(rows: list[dict[str, Any]]) -> tuple[set[str], set[str]]:

@@ -55,6 +55,7 @@ def test_row_mapping():
     assert replicas.roles["agg"].workers == 4
     assert rows_mod.sim_config(replicas, "c.yaml")["cluster"] == {"workers": 4}
     assert rows_mod.parse(RAW[next(iter(RAW))]).problem is None
+    assert (row.source, replicas.source) == ("inferencemax", "gap-analysis")
 
 
 def test_model_halves_are_disjoint_and_documented():
