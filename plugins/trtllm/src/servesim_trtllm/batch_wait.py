@@ -22,7 +22,8 @@ request then waits about 20 decode steps before its context runs.
 servesim asks the question before scheduling: the context requests are the running requests
 still in their context plus the queue's head requests the step could start (FIFO, within
 ``max_batch_size`` and the token budget left after one token per generation request; without
-chunked context a prompt that does not fit ends the walk, as the micro-batch scheduler's).
+chunked context a prompt that does not fit ends the walk, as the micro-batch scheduler's;
+the capacity scheduler's KV check is not repeated, so a head it would refuse still counts).
 A held step hides the queue; a context already in progress (chunked context) keeps running,
 where TensorRT-LLM would hold it too.
 """
