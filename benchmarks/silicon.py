@@ -4,7 +4,7 @@ and TPOT (and aiconfigurator's own estimate) with what the GPUs measured.
 
     python benchmarks/silicon.py [--backend vllm] [--system h100_sxm] [--mode agg]
         [--model Qwen/Qwen3-32B] [--max-concurrency 256] [--limit 40] [--jobs 2]
-        [--timing '{type: overhead}'] [--no-peer] [--out silicon-out]
+        [--timing '{type: overhead}'] [--no-peer] [--no-launch-options] [--out silicon-out]
 
 Each row is replayed with its backend, system, model, precision and per-role parallelism under
 the InferenceMAX client's load (benchmarks/silicon_rows.py). Writes ``rows.csv`` (one line per
@@ -32,12 +32,13 @@ import silicon_peer  # noqa: E402
 import silicon_report  # noqa: E402
 import silicon_rows  # noqa: E402
 
-FIELDS = ("id", "group", "half", "backend", "version", "model", "system", "mode", "isl", "osl", "concurrency",
+FIELDS = ("id", "group", "half", "source", "backend", "version", "model", "system", "mode", "isl", "osl", "concurrency",
           "measured_ttft_ms", "measured_tpot_ms", "servesim_ttft_ms", "servesim_tpot_ms", "aic_ttft_ms",
           "aic_tpot_ms", "servesim_problem", "aic_problem", "sim_s")
 
 
-def _replay(row: silicon_rows.Row, timing: dict[str, Any] | None) -> tuple[float, float] | str:
+def _replay(row: silicon_rows.Row, timing: dict[str, Any] | None,
+            launch: bool = True) -> tuple[float, float] | str:
     import yaml
 
     from servesim.config.loader import load_config
@@ -48,7 +49,7 @@ def _replay(row: silicon_rows.Row, timing: dict[str, Any] | None) -> tuple[float
         client = os.path.join(tmp, "client.yaml")
         run = os.path.join(tmp, "run.yaml")
         Path(client).write_text(yaml.safe_dump(silicon_rows.client_options(row)))
-        Path(run).write_text(yaml.safe_dump(silicon_rows.sim_config(row, client, timing)))
+        Path(run).write_text(yaml.safe_dump(silicon_rows.sim_config(row, client, timing, launch)))
         try:
             report = simulate(load_config(run)).report
         except (SimError, ValueError) as exc:
@@ -56,13 +57,13 @@ def _replay(row: silicon_rows.Row, timing: dict[str, Any] | None) -> tuple[float
     return float(report["mean_ttft_ms"]), float(report["mean_tpot_ms"])
 
 
-def run_row(job: tuple[dict[str, Any], dict[str, Any] | None, bool]) -> dict[str, Any]:
-    raw, timing, peer = job
+def run_row(job: tuple[dict[str, Any], dict[str, Any] | None, bool, bool]) -> dict[str, Any]:
+    raw, timing, peer, launch = job
     row = silicon_rows.parse(raw)
     out: dict[str, Any] = {k: getattr(row, k, None) for k in FIELDS}
     out.update(group=row.group, measured_ttft_ms=row.measured_ttft, measured_tpot_ms=row.measured_tpot)
     t0 = time.perf_counter()
-    got = _replay(row, timing)
+    got = _replay(row, timing, launch)
     out["sim_s"] = round(time.perf_counter() - t0, 2)
     if isinstance(got, str):
         out["servesim_problem"] = got
@@ -112,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--timing", default=None, help="YAML mapping of a timing model wrapping aic")
     ap.add_argument("--no-peer", action="store_true", help="skip aiconfigurator's own estimate")
+    ap.add_argument("--no-launch-options", action="store_true",
+                    help="leave out the launch scripts' scheduler options (silicon_rows.backend_options)")
     ap.add_argument("--out", default="silicon-out")
     a = ap.parse_args(argv)
     import yaml
@@ -122,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         print("aiconfigurator is not installed: no peer estimates (pip install aiconfigurator==0.12.0)")
     rows, n_expr, n_all = select(silicon_rows.load_rows(), a)
     print(f"coverage: {n_expr}/{n_all} rows expressible; replaying {len(rows)}")
-    jobs = [(r, timing, peer) for r in rows]
+    jobs = [(r, timing, peer, not a.no_launch_options) for r in rows]
     t0 = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(max(1, a.jobs)) as pool:
         results = []

@@ -112,7 +112,8 @@ def scatter(results: list[dict[str, Any]], path: str, title: str = "") -> None:
 
 def summarize(results: list[dict[str, Any]], out: Any, n_expr: int | None = None, n_all: int | None = None,
               title: str = "") -> None:
-    """Print the tables (by backend x system x mode, by backend, by model half) and write
+    """Print the tables (by backend x system x mode, by backend, by model half, by data source)
+    and write
     ``summary.md`` and ``scatter.png`` under ``out``."""
     from pathlib import Path
 
@@ -121,7 +122,8 @@ def summarize(results: list[dict[str, Any]], out: Any, n_expr: int | None = None
     failed = [r for r in results if r.get("servesim_problem")]
     # every figure is over the rows servesim priced, the peer's over those it also estimated
     priced = [r for r in results if not r.get("servesim_problem")]
-    tables = [(table(priced, key=k), k) for k in ("group", "backend", "half") if all(k in r for r in results)]
+    tables = [(table(priced, key=k), k) for k in ("group", "backend", "half", "source")
+              if all(k in r for r in results)]
     for lines, key in tables:
         print(format_table(lines, key=key))
     print(f"replayed {len(results) - len(failed)}/{len(results)} selected rows ({len(failed)} could not be "

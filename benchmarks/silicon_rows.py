@@ -15,6 +15,8 @@ The servers' launch scripts (InferenceX ``benchmarks/*.sh``, e.g. ``70b_fp8_b200
 ``gptoss_fp4_b200_trt.sh``: ``free_gpu_memory_fraction: 0.85``) keep the KV cache in fp8 for
 fp8 and fp4 runs and give TRT-LLM 85 % of the free memory (vLLM and SGLang 90 %), so the rows
 are replayed with those settings.
+
+Scheduler options a launch script sets for some runs only are in :func:`backend_options`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ RANGE_RATIO = 0.8
 MAX_BATCHED_TOKENS = 8192
 FP8_KV_PRECISIONS = ("fp8", "fp4")
 GPU_MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.9, "trtllm": 0.85}
+BLACKWELL = ("b200", "b300", "gb200", "gb300")
 
 # Checkpoint names in the sample that AIConfigurator catalogues under another id with the
 # same architecture (the precision comes from the row's quant columns).
@@ -94,6 +97,7 @@ class Row:
     measured_ttft: float
     measured_tpot: float
     batch_size: int | None = None  # the sample's own batch_size (AIConfigurator's convention)
+    source: str = ""  # data_source(): "inferencemax" or "gap-analysis"
     roles: dict[str, Role] = field(default_factory=dict)
     problem: str | None = None  # why servesim cannot express the row
 
@@ -131,7 +135,7 @@ def parse(raw: dict[str, Any]) -> Row:
     row = Row(raw["id"], raw["backend"], raw["backend_version"], model, raw["system"], raw["mode"],
               int(raw["isl"]), int(raw["osl"]), conc or 0, gemm, moe, raw["precision"] or "bf16",
               float(raw["silicon_ttft_ms"] or "nan"), float(raw["silicon_tpot_ms"] or "nan"),
-              _int(raw["batch_size"]))
+              _int(raw["batch_size"]), source=data_source(raw))
     if conc is None:
         row.problem = "no concurrency"
     elif model not in catalog.models():
@@ -151,6 +155,15 @@ def parse(raw: dict[str, Any]) -> Row:
         row.roles["prefill"] = _role(raw, "prefill_", row.concurrency)
         row.roles["decode"] = _role(raw, "decode_", row.concurrency)
     return row
+
+
+def data_source(raw: dict[str, Any]) -> str:
+    """Where the row was measured: ``inferencemax`` (InferenceMAX runs, ``source_file=2026-...``
+    and ``db-dump/...``; client and launch scripts public in InferenceX) or ``gap-analysis``
+    (AIConfigurator's own runs, ``aic-auto-gap-analysis`` and ``*-gap-analysis.csv``; client
+    not published). docs/fidelity.md compares the two."""
+    src = (raw.get("silicon_data_source") or "").split(";")[0]
+    return "inferencemax" if src.startswith(("source_file=2026-", "db-dump/")) else "gap-analysis"
 
 
 def model_halves(rows: list[dict[str, Any]]) -> tuple[set[str], set[str]]:
@@ -190,26 +203,52 @@ def _timing(row: Row, role: Role, timing: dict[str, Any] | None) -> dict[str, An
     return {**timing, "inner": aic}
 
 
-def _engine(row: Row, role: Role, timing: dict[str, Any] | None) -> dict[str, Any]:
+def backend_options(row: Row, role: Role) -> dict[str, Any]:
+    """The backend section (``engine.<backend>``) the row's launch script implies, or {}.
+
+    InferenceMAX's Llama-3.1-70B TensorRT-LLM scripts (InferenceX
+    ``benchmarks/70b_fp8_b200_trt_slurm.sh``, ``70b_fp8_h200_trt_slurm.sh``,
+    ``70b_fp4_b200_trt_slurm.sh``) turn on TensorRT-LLM's batch waiting for 1k/1k runs below
+    TP 8 (``batch_wait_timeout_iters: 20``, ``batch_wait_max_tokens_ratio: 0.9``; "by default
+    they are all zeros").
+
+    InferenceMAX's SGLang scripts for Qwen3.5 and DeepSeek-R1/V3 on Blackwell (InferenceX
+    ``benchmarks/single_node/qwen3.5_fp8_b200.sh``, the DeepSeek-R1 FP4 B200 scripts) set
+    ``--scheduler-recv-interval`` to 10, and to 30 from concurrency 16 ("relax to ~30
+    requests between scheduler recv polls"); the H200 Qwen3.5 script does not.
+    """
+    if (row.backend == "sglang" and row.system.startswith(BLACKWELL)
+            and row.model in ("Qwen/Qwen3.5-397B-A17B", "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")):
+        return {"sglang": {"scheduler_recv_interval": 30 if row.concurrency >= 16 else 10}}
+    if (row.backend == "trtllm" and row.model == "meta-llama/Meta-Llama-3.1-70B" and row.isl == 1024
+            and row.osl == 1024 and role.tp < 8):
+        return {"trtllm": {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}}
+    return {}
+
+
+def _engine(row: Row, role: Role, timing: dict[str, Any] | None, launch: bool = True) -> dict[str, Any]:
     return {
         "backend": row.backend, "num_gpu_blocks": "auto", "dp_size": role.attention_dp,
         "max_num_seqs": max(1, -(-(role.max_num_seqs or row.concurrency) // role.attention_dp)),
         "max_num_batched_tokens": MAX_BATCHED_TOKENS, "enable_prefix_caching": False,
-        "timing_model": _timing(row, role, timing),
+        "timing_model": _timing(row, role, timing), **(backend_options(row, role) if launch else {}),
     }
 
 
-def sim_config(row: Row, client_path: str, timing: dict[str, Any] | None = None) -> dict[str, Any]:
-    """servesim's configuration for the row; ``timing`` wraps ``aic`` (its ``inner``)."""
+def sim_config(row: Row, client_path: str, timing: dict[str, Any] | None = None,
+               launch: bool = True) -> dict[str, Any]:
+    """servesim's configuration for the row; ``timing`` wraps ``aic`` (its ``inner``);
+    ``launch`` False leaves out the launch scripts' scheduler options (:func:`backend_options`)."""
     workload = {"trace": {"format": "bench_client", "path": client_path}, "concurrency": row.concurrency}
     if row.mode == "agg":
         role = row.roles["agg"]
-        return {"engine": _engine(row, role, timing), "cluster": {"workers": role.workers}, "workload": workload}
+        return {"engine": _engine(row, role, timing, launch), "cluster": {"workers": role.workers},
+                "workload": workload}
     pre, dec = row.roles["prefill"], row.roles["decode"]
-    base = _engine(row, pre, timing)
+    base = _engine(row, pre, timing, launch)
     return {
         "engine": base,
         "cluster": {"prefill_workers": pre.workers, "decode_workers": dec.workers,
-                    "prefill_engine": {}, "decode_engine": _engine(row, dec, timing)},
+                    "prefill_engine": {}, "decode_engine": _engine(row, dec, timing, launch)},
         "workload": workload,
     }

@@ -27,10 +27,10 @@ REFERENCE = {
                       "host_offload", "handoff", "shape", "pass_result", "interfaces", "config",
                       "priority"},
     "servesim_trtllm": {"core", "policies", "request", "work", "speculative", "handoff",
-                        "config", "queue_sums", "interfaces"},
+                        "config", "queue_sums", "interfaces", "batch_wait"},
     "servesim_sglang": {"scheduler", "admission", "retraction", "overlap", "radix_cache",
                         "radix_records", "request", "policies", "behaviour", "config",
-                        "speculative", "handoff", "pass_outcome", "interfaces"},
+                        "speculative", "handoff", "pass_outcome", "interfaces", "recv_interval"},
 }
 
 

@@ -55,6 +55,7 @@ def test_row_mapping():
     assert replicas.roles["agg"].workers == 4
     assert rows_mod.sim_config(replicas, "c.yaml")["cluster"] == {"workers": 4}
     assert rows_mod.parse(RAW[next(iter(RAW))]).problem is None
+    assert (row.source, replicas.source) == ("inferencemax", "gap-analysis")
 
 
 def test_model_halves_are_disjoint_and_documented():
@@ -69,3 +70,32 @@ def test_pinned_predictions(row_id, plain, wrapped):
     row = rows_mod.parse(RAW[row_id])
     assert silicon._replay(row, None) == pytest.approx(plain, rel=1e-9)
     assert silicon._replay(row, {"type": "overhead"}) == pytest.approx(wrapped, rel=1e-9)
+
+
+BATCH_WAIT_ROW = "2026_04_06_llama_3_1_70b_b200_sxm_trtllm_fp8_agg_1024x1024_c4_tp2_ep1_615"
+
+
+def test_launch_script_options():
+    """InferenceMAX's Llama-3.1-70B TensorRT-LLM scripts turn batch waiting on for 1k/1k
+    below TP 8 only, its SGLang Blackwell scripts set a receive interval; ``launch=False``
+    leaves them out."""
+    row = rows_mod.parse(RAW[BATCH_WAIT_ROW])
+    assert rows_mod.sim_config(row, "c.yaml")["engine"]["trtllm"] == {
+        "batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+    assert "trtllm" not in rows_mod.sim_config(row, "c.yaml", launch=False)["engine"]
+    tp8 = rows_mod.parse(RAW["2026_04_06_llama_3_1_70b_b200_sxm_trtllm_fp8_agg_1024x1024_c4_tp8_ep1_626"])
+    assert "trtllm" not in rows_mod.sim_config(tp8, "c.yaml")["engine"]
+    # SGLang on Blackwell: --scheduler-recv-interval 10, 30 from concurrency 16
+    for row_id, interval in (("qwen3_5_b200_sglang_fp8_agg_1024x1024_c4_cfg618", 10),
+                             ("qwen3_5_b200_sglang_fp8_agg_1024x1024_c32_cfg615", 30)):
+        cfg = rows_mod.sim_config(rows_mod.parse(RAW[row_id]), "c.yaml")
+        assert cfg["engine"]["sglang"] == {"scheduler_recv_interval": interval}
+    h100 = rows_mod.parse(RAW["qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_sglang_agg_1024x128_c16_tp2_epnone_1"])
+    assert "sglang" not in rows_mod.sim_config(h100, "c.yaml")["engine"]
+
+
+def test_batch_waiting_delays_the_first_token_not_the_decode():
+    # Measured: TTFT 256 ms, TPOT 9.7 ms; each new context waits 20 decode steps.
+    row = rows_mod.parse(RAW[BATCH_WAIT_ROW])
+    assert silicon._replay(row, None) == pytest.approx((306.225788, 13.434928), rel=1e-9)
+    assert silicon._replay(row, None, launch=False) == pytest.approx((66.59063, 13.434078), rel=1e-9)

@@ -55,6 +55,8 @@ class SglangConfig:
     retraction_requeue: str = field(default="back", validator=validators.in_(("back", "front")))
     retraction_ratio: str = field(default="estimate", validator=validators.in_(("estimate", "reset")))
     oom_resets_ratio: bool = False
+    # SGLang's --scheduler-recv-interval (servesim_sglang.recv_interval); 1 reads every iteration.
+    scheduler_recv_interval: int = 1
     # SGLang-version behaviour (servesim_sglang.behaviour): a profile, and one key per
     # difference; None follows the profile.
     profile: str = "reference"
@@ -192,6 +194,9 @@ def validate(config: EngineConfig, sg: SglangConfig) -> list[tuple[str, str]]:
         if not isinstance(value, int) or value <= 0:
             out.append((f"{SECTION}.{name}", f"must be an integer > 0, got {value!r}"))
     out.extend(validate_behaviour(sg))
+    interval = sg.scheduler_recv_interval
+    if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+        out.append((f"{SECTION}.scheduler_recv_interval", f"must be an integer >= 1, got {interval!r}"))
     c = sg.schedule_conservativeness
     if not isinstance(c, (int, float)) or not math.isfinite(c) or c < 0:
         out.append((f"{SECTION}.schedule_conservativeness", f"must be finite and >= 0, got {c!r}"))

@@ -69,6 +69,7 @@ from servesim_sglang.interfaces import RankCounters
 from servesim_sglang.pass_outcome import PassOutcome
 from servesim_sglang.policies import resolve_policy
 from servesim_sglang.radix_records import make_radix_cache
+from servesim_sglang.recv_interval import RecvSkipper
 from servesim_sglang.request import SglangRequest
 from servesim_sglang.scheduler import SglangScheduler
 
@@ -144,6 +145,9 @@ class SglangRank(Rank):
             and self.sched.spec is None
         )
         self.counters = RankCounters()
+        # SGLang's --scheduler-recv-interval (servesim_sglang.recv_interval), None when 1.
+        self.recv = RecvSkipper.build(sg.scheduler_recv_interval, identity.dp_size)
+        self.last_pass: str | None = None  # the previous pass's kind, for the skipper
         self.prefilled = False
         self.model_work = False
         self._queued: tuple[int, tuple[int, int, float], tuple[int, int, float]] = (
@@ -199,6 +203,8 @@ class SglangRank(Rank):
         need = self.cache.pages_for(req.prompt_len) * p.page_size
         if need + min(req.max_out, p.clip_max_new_tokens) >= p.total_tokens:
             self.counters.rejected.append(rid)
+        elif self.recv is not None and (self.sched.running or self.sched.waiting):
+            self.recv.inbox.append(req)  # read by a later loop iteration
         else:
             self.sched.enqueue(req)
         return self._effects(CommandResult.submitted(rid), ctx)
@@ -220,6 +226,8 @@ class SglangRank(Rank):
         """Remove a live request and free its KV (cancellation)."""
         if rid in self.counters.rejected:
             self.counters.rejected.remove(rid)
+        elif self.recv is not None and any(r.rid == rid for r in self.recv.inbox):
+            self.recv.inbox = [r for r in self.recv.inbox if r.rid != rid]
         else:
             self.sched.remove(rid)
         del self.requests[rid]
@@ -245,13 +253,13 @@ class SglangRank(Rank):
 
     def is_ready(self) -> bool:
         s = self.sched
-        return bool(s.waiting or s.running or self.counters.rejected or self.handoff.activated) or (
-            self.book.can_retry
-        )
+        return bool(s.waiting or s.running or self.counters.rejected or self.handoff.activated
+                    or (self.recv is not None and self.recv.inbox)) or self.book.can_retry
 
     def is_drained(self) -> bool:
         s = self.sched
-        busy = s.waiting or s.running or self.counters.rejected or self.handoff.activated
+        busy = (s.waiting or s.running or self.counters.rejected or self.handoff.activated
+                or (self.recv is not None and self.recv.inbox))
         return not busy and not self.book.holding
 
     def waiting_for_external_command(self) -> bool:
@@ -280,8 +288,15 @@ class SglangRank(Rank):
     # -- passes ---------------------------------------------------------------------------
 
     def execute_pass(self, now_ms: float) -> RankPass:
+        recv = self.recv
+        if recv is not None:
+            reads = recv.reads(self.last_pass)
+            if recv.inbox and (reads or not (self.sched.running or self.sched.waiting)):
+                for req in recv.take():
+                    self.sched.enqueue(req)
         ratio_before = self.sched.ratio
         out = self.sched.run_pass(now_ms)
+        self.last_pass = ("prefill" if out.prefill_pass else "decode") if out.model_work else None
         self.counters.passes += 1
         self.prefilled = out.prefill_pass and out.model_work
         self.model_work = out.model_work
@@ -342,9 +357,16 @@ class SglangRank(Rank):
             # A record eviction policy needs every step; a run's passes emit one token per
             # member, and speculative bursts need stepping.
             return None
+        if self.recv is not None and self.recv.inbox:
+            return None  # requests not read yet: each pass decides whether it reads them
         return _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
 
     def complete_run(self, pending: _runs.SglangRunPending, end_ms: float) -> RunEffects:
+        if self.recv is not None and pending.ends:
+            # the run's passes were loop iterations that read nothing (the inbox was empty)
+            self.recv.reads(self.last_pass)
+            self.recv.decode_passes(len(pending.ends) - 1)
+            self.last_pass = "decode"
         return _runs.complete_run(self, pending, end_ms)
 
     def take_run_kv_events(

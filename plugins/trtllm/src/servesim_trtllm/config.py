@@ -51,6 +51,10 @@ class TrtllmConfig:
     ``context_chunking_policy`` only affects ``max_utilization`` and ``static_batch``:
     ``guaranteed_no_evict`` reproduces the reference's token budget exactly (running
     requests first, then admissions, each taking what is left).
+
+    ``batch_wait_timeout_iters`` and ``batch_wait_max_tokens_ratio``: TensorRT-LLM's batch
+    waiting (``PyExecutor._waiting_requests``), off by default as in TensorRT-LLM
+    (:mod:`servesim_trtllm.batch_wait`).
     """
 
     capacity_scheduler_policy: CapacitySchedulerPolicy = CapacitySchedulerPolicy.GUARANTEED_NO_EVICT
@@ -58,6 +62,8 @@ class TrtllmConfig:
     max_num_tokens: int | None = None
     context_chunking_policy: ContextChunkingPolicy = ContextChunkingPolicy.FIRST_COME_FIRST_SERVED
     first_token_decode_call: bool = False
+    batch_wait_timeout_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
 
 
 @frozen
@@ -82,6 +88,12 @@ def validate(config: EngineConfig, trt: TrtllmConfig) -> list[tuple[str, str]]:
         value = getattr(trt, name)
         if value is not None and value < 1:
             problems.append((f"{SECTION}.{name}", f"must be >= 1 or unset, got {value}"))
+    iters = trt.batch_wait_timeout_iters
+    if iters < 0:
+        problems.append((f"{SECTION}.batch_wait_timeout_iters", f"must be >= 0, got {iters}"))
+    ratio = trt.batch_wait_max_tokens_ratio
+    if not 0.0 <= ratio <= 1.0:
+        problems.append((f"{SECTION}.batch_wait_max_tokens_ratio", f"must be in [0, 1], got {ratio}"))
     if config.num_gpu_blocks < 1:
         problems.append(("engine.num_gpu_blocks", f"must be >= 1, got {config.num_gpu_blocks}"))
     if config.block_size is not None and config.block_size < 1:

@@ -48,6 +48,7 @@ from servesim.timing.pricing import ShapePricer
 from servesim.timing.shape import PrefillChunk
 
 from servesim_trtllm import speculative as _speculative
+from servesim_trtllm.batch_wait import BatchWait
 from servesim_trtllm.config import CapacitySchedulerPolicy, TrtllmConfig, effective_limits, validate
 from servesim_trtllm.core import TrtCore
 from servesim_trtllm.fast import runs as _runs
@@ -125,6 +126,8 @@ class TrtllmRank(Rank):
         self.book = HandoffBook(self.handoff)
         self.core.book = self.book
         self.policy = trt.capacity_scheduler_policy
+        # TensorRT-LLM's batch waiting (servesim_trtllm.batch_wait), None when off.
+        self.batch_wait = BatchWait.build(trt, config.dp_size)
         self.fpm_counter = 0
         self.prefilled = False
         self.model_work = False
@@ -231,11 +234,19 @@ class TrtllmRank(Rank):
         core = self.core
         core.pool.now = now_ms
         work = StepWork()
-        members = self._steady_members()
-        if members is not None:
-            admit_reference(core, work, _step_budget(core) - members)
-        else:
-            self._schedule(work, now_ms)
+        held = None  # the queue, while batch waiting holds this step's contexts back
+        if self.batch_wait is not None and self.batch_wait.holds(core):
+            held, core.waiting = core.waiting, {}
+        try:
+            members = self._steady_members()
+            if members is not None:
+                admit_reference(core, work, _step_budget(core) - members)
+            else:
+                self._schedule(work, now_ms)
+        finally:
+            if held is not None:
+                held.update(core.waiting)
+                core.waiting = held
         worker = self.config.worker_type
         # Decode workers receive computed prompts; prefill workers emit the first token
         # from the prefill forward (dynamo-mocker.md §7.2).
