@@ -132,7 +132,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         # Read it too: a malformed line is reported now (file:line), not after a long start-up.
         reader = loaded.plugins.trace_formats().get(trace.format)
         reader.read(trace.path, trace_block_size=trace.trace_block_size)
-    workload = "trace" if sim.workload.trace is not None else "synthetic"
+    trace = sim.workload.trace
+    workload = f"trace (format {trace.format})" if trace is not None else "synthetic"
     print(
         f"OK: {args.config or 'the built-in default scenario'}: backend {sim.engine.backend} "
         f"(block_size {sim.engine.block_size}, dp_size {sim.engine.dp_size}), "
