@@ -363,7 +363,7 @@ class Engine:
         self, now_ms: float, horizon_ms: float, max_passes: int = 1 << 30,
         through_completions: bool = False,
     ) -> EngineRunStarted | None:
-        """Commit a run of passes (:meth:`Rank.execute_run`) or return None (nothing consumed).
+        """Commit a run of passes (:meth:`RunsOfPasses.execute_run`) or return None (nothing consumed).
 
         Only a dp_size-1 engine whose rank declares :class:`RunsOfPasses` runs: with several
         ranks the DP barrier makes every pass a group decision. A run consumes one pass id
