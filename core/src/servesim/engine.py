@@ -110,7 +110,9 @@ class Engine:
         # The ranks' declared capabilities (servesim.rank): a rank is asked only for the
         # members of the capabilities it declares.
         self._hooks: list[GroupPassHooks] = [r for r in self.ranks if isinstance(r, GroupPassHooks)]
-        self._handoff: list[bool] = [isinstance(r, Handoff) for r in self.ranks]
+        # (rank, its Handoff view or None): only a Handoff rank waits for external commands.
+        self._waiting: list[tuple[Rank, Handoff | None]] = [
+            (r, r if isinstance(r, Handoff) else None) for r in self.ranks]
         self._internal: list[tuple[int, InternalWork]] = [
             (i, r) for i, r in enumerate(self.ranks) if isinstance(r, InternalWork)]
         self._idle_hooks: list[GroupPassHooks | None] = [
@@ -166,13 +168,14 @@ class Engine:
 
     def _waits(self, i: int) -> bool:
         """Rank ``i``'s ``waiting_for_external_command`` (only a :class:`Handoff` rank waits)."""
-        return self._handoff[i] and cast(Handoff, self.ranks[i]).waiting_for_external_command()
+        h = self._waiting[i][1]
+        return h is not None and h.waiting_for_external_command()
 
     def _ready_unblocked(self) -> list[int]:
         return [
             i
-            for i, r in enumerate(self.ranks)
-            if r.is_ready() and not self._waits(i)
+            for i, (r, h) in enumerate(self._waiting)
+            if r.is_ready() and not (h is not None and h.waiting_for_external_command())
         ]
 
     def is_ready(self) -> bool:
@@ -182,13 +185,14 @@ class Engine:
         if r is not None:
             w = self._single_handoff
             return bool(r.is_ready() and not (w is not None and w.waiting_for_external_command()))
-        return any(r.is_ready() and not self._waits(i) for i, r in enumerate(self.ranks))
+        return any(r.is_ready() and not (h is not None and h.waiting_for_external_command())
+                   for r, h in self._waiting)
 
     def waiting_for_external_command(self) -> bool:
         if self._poisoned is not None or self._pending is not None:
             return False
-        ready = [i for i, r in enumerate(self.ranks) if r.is_ready()]
-        return bool(ready) and all(self._waits(i) for i in ready)
+        ready = [h for r, h in self._waiting if r.is_ready()]
+        return bool(ready) and all(h is not None and h.waiting_for_external_command() for h in ready)
 
     def is_drained(self) -> bool:
         if self._poisoned is not None or self._pending is not None:
