@@ -115,6 +115,7 @@ class Engine:
             (r, r if isinstance(r, Handoff) else None) for r in self.ranks]
         self._internal: list[tuple[int, InternalWork]] = [
             (i, r) for i, r in enumerate(self.ranks) if isinstance(r, InternalWork)]
+        self._deadlines: list[InternalWork] = [r for _, r in self._internal]
         self._idle_hooks: list[GroupPassHooks | None] = [
             r if isinstance(r, GroupPassHooks) else None for r in self.ranks]
         first = self.ranks[0]
@@ -165,11 +166,6 @@ class Engine:
     def _poison(self, what: str, exc: BaseException) -> EnginePoisoned:
         self._poisoned = f"{what} failed: {str(exc) or type(exc).__name__}"  # MemoryError() has no text
         return EnginePoisoned(f"engine {self.worker_id} is now poisoned: {self._poisoned}")
-
-    def _waits(self, i: int) -> bool:
-        """Rank ``i``'s ``waiting_for_external_command`` (only a :class:`Handoff` rank waits)."""
-        h = self._waiting[i][1]
-        return h is not None and h.waiting_for_external_command()
 
     def _ready_unblocked(self) -> list[int]:
         return [
@@ -382,7 +378,8 @@ class Engine:
         runner = self._run_rank
         if runner is None or not now_ms < horizon_ms or max_passes < 1 or not self._runs_allowed:
             return None
-        if not self.ranks[0].is_ready() or self._waits(0):
+        w = self._single_handoff
+        if not self.ranks[0].is_ready() or (w is not None and w.waiting_for_external_command()):
             return None
         try:
             if through_completions and runner.runs_through_completions:
@@ -422,8 +419,9 @@ class Engine:
                 or pending.pass_id != started.first_pass_id or now_ms != pending.end_ms
                 or not now_ms < horizon_ms or max_passes < 1 or self._poisoned is not None):
             return None
-        runner = self._run_rank
-        if runner is None or not self.ranks[0].is_ready() or self._waits(0):
+        runner, w = self._run_rank, self._single_handoff
+        if runner is None or not self.ranks[0].is_ready() or (
+                w is not None and w.waiting_for_external_command()):
             return None
         try:
             more = runner.extend_run(pending.by_rank[0], now_ms, horizon_ms, max_passes,
@@ -462,7 +460,7 @@ class Engine:
         if pending is None or not pending.run_passes:
             raise EngineError(f"engine {self.worker_id}: no run in flight")
         try:
-            return cast(RunsOfPasses[Any], self._run_rank).take_run_kv_events(
+            return cast("RunsOfPasses[Any]", self._run_rank).take_run_kv_events(
                 pending.by_rank[0], before_pass)
         except Exception as exc:
             raise self._poison("take_run_kv_events on rank 0", exc) from exc
@@ -486,7 +484,7 @@ class Engine:
             )
         self._pending = None
         try:
-            effects = cast(RunsOfPasses[Any], self._run_rank).complete_run(
+            effects = cast("RunsOfPasses[Any]", self._run_rank).complete_run(
                 pending.by_rank[0], pending.end_ms)
         except Exception as exc:
             raise self._poison("complete_run on rank 0", exc) from exc
@@ -500,7 +498,7 @@ class Engine:
         if self._poisoned is not None or self._pending is not None:
             return None
         best: float | None = None
-        for _, r in self._internal:
+        for r in self._deadlines:
             d = r.next_internal_deadline_ms()
             if d is not None and d != float("inf") and (best is None or d < best):
                 best = d
