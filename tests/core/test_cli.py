@@ -153,7 +153,7 @@ def test_validate_checks_the_trace_file_exists(tmp_path: Path, capsys: pytest.Ca
     trace = tmp_path / "t.jsonl"
     trace.write_text("")
     assert cli.main(["validate", path, "--set", f"workload.trace.path={trace}"]) == 0
-    assert capsys.readouterr().out.endswith("workload trace\n")
+    assert capsys.readouterr().out.endswith("workload trace (format mooncake)\n")
 
 
 def test_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -275,8 +275,9 @@ def test_a_split_with_a_backend_that_cannot_hand_off_is_a_config_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write(tmp_path, TOY + "cluster: {prefill_workers: 1, decode_workers: 2}\n")
-    message = (f"{path}: cluster.prefill_workers: a prefill/decode split needs a backend that hands "
-               "prefills to decode workers; backend 'toy' (plugin toy from servesim-toy 0.1.0) does "
-               "not declare it (Rank.supports_handoff)")
+    message = (f"{path}: cluster.prefill_workers: a prefill/decode split (prefill workers hand "
+               "prefills to decode workers) needs the backend capability Handoff "
+               "(servesim.rank.Handoff); backend 'toy' (plugin toy from servesim-toy 0.1.0, class "
+               "ToyRank) does not declare it")
     for argv in (["validate", path], ["run", path]):
         assert_user_error(capsys, cli.main(argv), message)

@@ -180,9 +180,9 @@ def test_prefill_engine_overrides_validated_at_load(tmp_path: Path, plugins: Plu
     lines = str(err).splitlines()
     assert lines[1:] == [
         "  cluster.prefill_engine.toy.max_running: expected an int >= 1, got 0",
-        "  cluster.prefill_workers: a prefill/decode split needs a backend that hands prefills to "
-        "decode workers; backend 'toy' (plugin toy from servesim-toy 0.1.0) does not declare it "
-        "(Rank.supports_handoff)",
+        "  cluster.prefill_workers: a prefill/decode split (prefill workers hand prefills to decode "
+        "workers) needs the backend capability Handoff (servesim.rank.Handoff); backend 'toy' "
+        "(plugin toy from servesim-toy 0.1.0, class ToyRank) does not declare it",
     ]
 
 

@@ -34,8 +34,10 @@ from servesim.testing import (
     ConformanceOptions,
     RankConformance,
     check_rank_conformance,
+    default_workload,
     engine_maker,
     kv_event_problems,
+    run_trace,
 )
 from servesim.timing import scaled_ms
 
@@ -58,6 +60,7 @@ class ToyRank(Rank):
         self.running: dict[int, list[int]] = {}  # request id -> [emitted, planned]
         self.blocks: dict[int, list[int]] = {}  # request id -> held block hashes
         self.refs: dict[int, int] = {}
+        self.reused: dict[int, int] = {}  # request id -> prompt tokens found held at admission
         self.next_event = 0
 
     # -- KV ------------------------------------------------------------------------------
@@ -70,6 +73,8 @@ class ToyRank(Rank):
     def _hold(self, req: Request) -> list[KvEvent]:
         seq, local = req.prompt.block_hashes(self.config.block_size)
         self.blocks[req.request_id] = list(seq)
+        hits = next((i for i, h in enumerate(seq) if h not in self.refs), len(seq))
+        self.reused[req.request_id] = hits * self.config.block_size
         new = []
         for i, h in enumerate(seq):
             self.refs[h] = self.refs.get(h, 0) + 1
@@ -143,7 +148,8 @@ class ToyRank(Rank):
         prefill = timing.predict_prefill_ms(len(admitted), 16, 0) if admitted else 0.0
         decode = timing.predict_decode_ms(decoding, 1, 1, 1000)
         end = now_ms + scaled_ms(prefill, 1.0) + scaled_ms(decode, 1.0)
-        start = PassStartEffects(admissions=tuple(Admission(r.request_id, 0) for r in admitted))
+        start = PassStartEffects(admissions=tuple(
+            Admission(r.request_id, self.reused.get(r.request_id, 0)) for r in admitted))
         return RankPass(end, start, pending)
 
     def _emit(self, pending: _Pending) -> None:
@@ -304,6 +310,23 @@ class ExplodesOnSecondPass(ToyRank):
         return super().execute_pass(now_ms)
 
 
+class PublishesNoKvEvents(ToyRank):
+    """Keeps its blocks but never publishes a KV event."""
+
+    def complete_pass(self, pending: Any, end_ms: float) -> PassCompletionEffects:
+        pending.kv_events.clear()
+        return super().complete_pass(pending, end_ms)
+
+
+class NeverReuses(ToyRank):
+    """Publishes its blocks but admits every request as if nothing were cached."""
+
+    def _hold(self, req: Request) -> list[KvEvent]:
+        events = super()._hold(req)
+        self.reused[req.request_id] = 0
+        return events
+
+
 # --------------------------------------------------------------------------- tests
 
 
@@ -317,6 +340,19 @@ def test_kit_passes_a_correct_rank(dp_size: int) -> None:
 def test_kit_passes_without_kv_events() -> None:
     report = check_rank_conformance(engine_maker(ToyRank, emit_kv_events=False))
     assert report.ok
+    # without KV events (or without a KV cache) nothing asks for Stored events or reuse
+    assert check_rank_conformance(engine_maker(PublishesNoKvEvents, emit_kv_events=False)).ok
+    no_cache = ConformanceOptions(expect_kv_cache=False)
+    assert check_rank_conformance(engine_maker(PublishesNoKvEvents), options=no_cache).ok
+    assert check_rank_conformance(engine_maker(NeverReuses), options=no_cache).ok
+
+
+def test_the_kit_sees_the_shared_prefix_reused() -> None:
+    trace = run_trace(engine_maker(ToyRank)(), default_workload(ConformanceOptions()))
+    # request 0 holds the shared 24 tokens (3 blocks of 8) until its one token at 10 ms; request
+    # 1, admitted then, finds nothing held, and every later prompt finds request 1's blocks
+    assert trace.admissions == [(0.0, 0, 0), (10.0, 1, 0), (10.0, 2, 24), (10.0, 3, 24),
+                                (10.0, 4, 24), (10.0, 5, 24), (10.0, 6, 24), (20.0, 7, 24)]
 
 
 @pytest.mark.parametrize(
@@ -334,6 +370,10 @@ def test_kit_passes_without_kv_events() -> None:
         (JoinsInFlightPass, "completions", "got a token from the pass started at"),
         (Nondeterministic, "determinism", "produced different traces"),
         (DuplicateStores, "kv_events", "while it is live"),
+        (PublishesNoKvEvents, "kv_events", "KV events and prefix caching are on, yet 8 prompts of "
+                                           "about 48 tokens published no Stored event"),
+        (NeverReuses, "kv_events", "the prompts share their first 24 tokens (3 full block(s) of 8), "
+                                   "yet no admission reused a cached block"),
         (AcceptsDuplicates, "duplicate_submit", "was accepted"),
         (CancelIgnoresWaiting, "cancel_waiting", "expected applied retiring [0]"),
         (ExplodesOnSecondPass, "completions", "raised EnginePoisoned"),

@@ -28,6 +28,9 @@ from servesim.engine import Engine
 from servesim.errors import CommandRejected, EngineError, EnginePoisoned
 from servesim.rank import (
     CommandContext,
+    GroupPassHooks,
+    Handoff,
+    InternalWork,
     Rank,
     RankIdentity,
     RankPass,
@@ -45,7 +48,7 @@ def countdown(n: int) -> RetryHint:
     return RetryHint(SameTimestampRetry.COUNTDOWN, n)
 
 
-class FakeRank(Rank):
+class FakeRank(Rank, GroupPassHooks, Handoff, InternalWork):
     """A scripted rank: each job emits one token per pass; calls are recorded in ``log``."""
 
     def __init__(self, dp_rank: int = 0, dp_size: int = 1, duration_ms: float = 10.0) -> None:

@@ -17,11 +17,11 @@ from servesim.contract import (
     Submit,
 )
 from servesim.engine import Engine
-from servesim.rank import CommandContext, Rank, RankIdentity, RankPass
+from servesim.rank import CommandContext, GroupPassHooks, Rank, RankIdentity, RankPass
 from servesim.tokens import Tokens
 
 
-class CountingRank(Rank):
+class CountingRank(Rank, GroupPassHooks):
     """One token per job per pass; pass length is ``ms_per_job`` × jobs (0 allowed)."""
 
     def __init__(self, dp_rank: int, dp_size: int, ms_per_job: float) -> None:

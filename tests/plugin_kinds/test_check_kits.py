@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
+from servesim.contract import WorkerType
 from servesim.plugins import Plugins
 from servesim.replay.routers import RoundRobinRouter, Router
 from servesim.sinks.builtin import JsonlKvEventSink, JsonlSinkConfig, MemoryFpmSink, MemoryKvEventSink
@@ -63,6 +65,27 @@ class NanPass(PolynomialTiming):
         return float("nan") if shape.decode else super().predict_pass_ms(shape)
 
 
+class IgnoresSpeedups(PolynomialTiming):
+    """Prices whole passes, with neither speed-up."""
+
+    def predict_pass_ms(self, shape: Any) -> float:
+        return super().predict_pass_ms(attrs.evolve(shape, speedup_ratio=1.0, decode_speedup=1.0))
+
+
+class OneSpeedupForAll(PolynomialTiming):
+    """Scales decode by ``speedup_ratio`` too, ignoring ``decode_speedup``."""
+
+    def predict_pass_ms(self, shape: Any) -> float:
+        return super().predict_pass_ms(attrs.evolve(shape, decode_speedup=shape.speedup_ratio))
+
+
+class RoleBlind(PolynomialTiming):
+    """Prices every worker as an aggregated one."""
+
+    def predict_pass_ms(self, shape: Any) -> float:
+        return super().predict_pass_ms(attrs.evolve(shape, worker_type=WorkerType.AGGREGATED))
+
+
 def test_timing_kit_passes_builtins() -> None:
     assert check_timing_model(PolynomialTiming).ok
     assert check_timing_model(lambda: FixedTiming(None)).ok
@@ -72,10 +95,14 @@ def test_timing_kit_passes_builtins() -> None:
     ("cls", "failing"),
     [
         (NegativeDecode, {"durations_valid", "pure", "default_pass_matches_methods"}),
-        (Drifting, {"pure", "default_pass_matches_methods"}),
+        (Drifting, {"pure", "default_pass_matches_methods", "speedups_applied", "worker_role_zeros"}),
         (SloppyMany, {"many_matches_scalar"}),
-        (BusyIdle, {"empty_pass_is_free"}),
-        (NanPass, {"durations_valid"}),
+        # 0.5 ms a pass that no speed-up scales and no role zeroes
+        (BusyIdle, {"empty_pass_is_free", "speedups_applied", "worker_role_zeros"}),
+        (NanPass, {"durations_valid", "speedups_applied", "worker_role_zeros"}),
+        (IgnoresSpeedups, {"speedups_applied"}),
+        (OneSpeedupForAll, {"speedups_applied"}),
+        (RoleBlind, {"worker_role_zeros"}),
     ],
 )
 def test_timing_kit_catches(cls: type, failing: set[str]) -> None:
@@ -83,6 +110,21 @@ def test_timing_kit_catches(cls: type, failing: set[str]) -> None:
     assert _failed(report) == failing, report.failures
     with pytest.raises(AssertionError, match=r"timing model conformance failed"):
         check_timing_model(cls)
+
+
+def test_timing_kit_names_the_speed_up_and_the_role() -> None:
+    speed = check_timing_model(OneSpeedupForAll, raise_on_failure=False).failures
+    assert len(speed) == 2 and speed[0].startswith(
+        "speedups_applied: a decode-only pass lasts ") and speed[0].endswith(
+        "(the pass divided by decode_speedup)")
+    assert speed[1].endswith("ms with 1: speedup_ratio must leave it alone")
+    roles = check_timing_model(RoleBlind, raise_on_failure=False).failures
+    assert [f.split(" lasts ")[0] for f in roles] == [
+        "worker_role_zeros: a prefill-only pass on a decode worker",
+        "worker_role_zeros: a decode-only pass on a prefill worker",
+        "worker_role_zeros: a mixed pass on a decode worker",
+        "worker_role_zeros: a mixed pass on a prefill worker",
+    ]
 
 
 def test_timing_kit_rejects_a_non_model() -> None:

@@ -54,6 +54,19 @@ def test_filter_by_worker_dp_rank_type_and_window() -> None:
     assert [(w, t, e.event_id) for w, t, e in mem.events] == [(1, 2.0, 0), (0, 5.0, 2)]
 
 
+def test_filter_takes_the_class_names_a_sink_sees_too() -> None:
+    """``event_types`` names the wire types or the ``KvEvent.data`` classes, mixed at will."""
+    kept = []
+    for types in ("[BlockStored, AllBlocksCleared]", "[StoredBlocks, ClearedBlocks]",
+                  "[StoredBlocks, AllBlocksCleared]"):
+        spec = (f"sinks.kv_events=[{{type: filter, workers: [0, 1], dp_ranks: [0], event_types: {types}, "
+                "start_ms: 1.5, end_ms: 9.0, sinks: [{type: memory}]}]")
+        (flt,) = _built([spec])["kv_events"]
+        _feed(flt, _events())
+        kept.append([(w, t, e.event_id) for w, t, e in flt.sinks[0].events])
+    assert kept == [[(1, 2.0, 0), (0, 5.0, 2)]] * 3
+
+
 def test_filter_fpm_by_dp_rank_and_window() -> None:
     spec = "sinks.fpm=[{type: filter, dp_ranks: [1], end_ms: 3.0, sinks: [{type: memory}]}]"
     (flt,) = _built([spec])["fpm"]
@@ -112,7 +125,8 @@ def test_bad_nested_key_names_its_path(capsys: pytest.CaptureFixture[str]) -> No
         capsys,
     ).endswith(
         "sinks.kv_events[0].event_types[0]: unknown event type 'Stored'; expected one of "
-        "BlockStored, BlockRemoved, AllBlocksCleared"
+        "BlockStored, BlockRemoved, AllBlocksCleared (or the class names StoredBlocks, RemovedBlocks, "
+        "ClearedBlocks)"
     )
 
 

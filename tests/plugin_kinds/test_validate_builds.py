@@ -19,6 +19,7 @@ from servesim.replay.routers import RoundRobinRouter
 from servesim.sinks.base import KvEventSink
 from servesim.timing.base import TimingModel
 from servesim.timing.builtin import PolynomialTiming
+from servesim_vllm.rank import VllmRank
 
 
 class RaisingSink(KvEventSink):
@@ -43,6 +44,15 @@ class ExplodingTiming(PolynomialTiming):
         raise ZeroDivisionError("bad coefficient")
 
 
+class FragileRank(VllmRank):
+    # builds only on a pool of at most 100 blocks
+
+    def __init__(self, identity, config, backend_config, services):
+        if config.num_gpu_blocks > 100:
+            raise MemoryError(f"{config.num_gpu_blocks} blocks do not fit")
+        super().__init__(identity, config, backend_config, services)
+
+
 class PickyRouter(RoundRobinRouter):
     def __init__(self, *args):
         super().__init__(*args)
@@ -64,6 +74,11 @@ def servesim_register_timing_models(registry):
 @hookimpl
 def servesim_register_routers(registry):
     registry.add("picky", PickyRouter)
+
+
+@hookimpl
+def servesim_register_backends(registry):
+    registry.add("fragile", FragileRank)
 """
 
 
@@ -114,6 +129,27 @@ def test_validate_constructs_the_router(
     assert fail(["validate", cfg], capsys) == (
         f"{cfg}: cluster.router: router 'picky' failed to start: KeyError: 'zone' {PLUGIN}"
     )
+
+
+@pytest.mark.parametrize(("body", "path"), [
+    ("engine: {backend: fragile, num_gpu_blocks: 500}\n", "engine.backend"),
+    ("engine: {backend: fragile, num_gpu_blocks: 50}\n"
+     "cluster: {prefill_workers: 1, decode_workers: 1, decode_engine: {num_gpu_blocks: 400}}\n",
+     "cluster.decode_engine.backend"),
+    ("engine: {backend: fragile, num_gpu_blocks: 50}\n"
+     "cluster: {pools: [{name: a}, {name: b, engine: {num_gpu_blocks: 300}}]}\n",
+     "cluster.pools[1].engine.backend"),
+])
+def test_run_names_a_backend_that_fails_to_build_as_validate_does(
+    broken: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, path: str
+) -> None:
+    cfg = _config(tmp_path, body)
+    blocks = body.rsplit("num_gpu_blocks: ", 1)[1].split("}", 1)[0]
+    worker = "0" if path == "engine.backend" else "1"  # decode workers and pool b follow worker 0
+    expected = (f"{cfg}: {path}: backend 'fragile' failed to start: EngineError: building rank 0 "
+                f"of worker {{}}: {blocks} blocks do not fit {PLUGIN}")
+    assert fail(["validate", cfg], capsys) == expected.format(0)
+    assert fail(["run", cfg], capsys) == expected.format(worker)
 
 
 def test_validate_constructs_each_roles_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

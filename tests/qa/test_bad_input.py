@@ -342,4 +342,4 @@ def test_validate_reads_the_trace(tmp_path: Path, capsys: pytest.CaptureFixture[
     )
     write(tmp_path, "t.jsonl", trace_line() + "\n")
     assert main(["validate", config]) == 0
-    assert capsys.readouterr().out.endswith("workload trace\n")
+    assert capsys.readouterr().out.endswith("workload trace (format mooncake)\n")

@@ -16,7 +16,7 @@ from servesim.contract import (
     PassCompletionEffects,
     PassStartEffects,
 )
-from servesim.rank import RankPass
+from servesim.rank import InternalWork, RankPass
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer, ReplayError
 from servesim.replay.routers import KvRouter
@@ -348,7 +348,7 @@ def test_kv_router_cost_formula():
     assert router.select(req, hashes, st) == (1, 0)
 
 
-class _Janitor(ToyRank):
+class _Janitor(ToyRank, InternalWork):
     """Evicts its cache 5 ms after each pass that completed a request (internal work)."""
 
     def __init__(self, *a) -> None:

@@ -16,10 +16,20 @@ from attrs import define, frozen
 
 from servesim.contract import Command, CommandEffects, PassCompletionEffects, PassStartEffects
 from servesim.errors import EngineError, EnginePoisoned
+from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.run_pending import check_run
 from servesim.fast.runs import EngineRunCompleted, EngineRunStarted
 from servesim.mechanics.numeric import validate_time
-from servesim.rank import NO_RETRY_HINT, CommandContext, Rank, RankIdentity, RetryHint
+from servesim.rank import (
+    NO_RETRY_HINT,
+    CommandContext,
+    GroupPassHooks,
+    Handoff,
+    InternalWork,
+    Rank,
+    RankIdentity,
+    RetryHint,
+)
 from servesim.timing.pricing import prices_pass_shapes
 
 _INF: Final = float("inf")
@@ -95,8 +105,26 @@ class Engine:
         self._single: Rank | None = self.ranks[0] if self.dp_size == 1 else None
         # A timing model that prices whole passes is priced pass by pass: runs price many
         # passes at once through the two-method contract (servesim.timing.shape).
-        services = getattr(self.ranks[0], "services", None)
-        self._runs_allowed = not prices_pass_shapes(getattr(services, "timing", None))
+        services = self.ranks[0].services
+        self._runs_allowed = not prices_pass_shapes(services.timing if services is not None else None)
+        # The ranks' declared capabilities (servesim.rank): a rank is asked only for the
+        # members of the capabilities it declares.
+        self._hooks: list[GroupPassHooks] = [r for r in self.ranks if isinstance(r, GroupPassHooks)]
+        # (rank, its Handoff view or None): only a Handoff rank waits for external commands.
+        self._waiting: list[tuple[Rank, Handoff | None]] = [
+            (r, r if isinstance(r, Handoff) else None) for r in self.ranks]
+        self._internal: list[tuple[int, InternalWork]] = [
+            (i, r) for i, r in enumerate(self.ranks) if isinstance(r, InternalWork)]
+        self._deadlines: list[InternalWork] = [r for _, r in self._internal]
+        self._idle_hooks: list[GroupPassHooks | None] = [
+            r if isinstance(r, GroupPassHooks) else None for r in self.ranks]
+        first = self.ranks[0]
+        self._run_rank: RunsOfPasses[Any] | None = (
+            first if self.dp_size == 1 and isinstance(first, RunsOfPasses) else None)
+        self._single_hooks: GroupPassHooks | None = (
+            self._idle_hooks[0] if self._single is not None else None)
+        self._single_handoff: Handoff | None = (
+            first if self._single is not None and isinstance(first, Handoff) else None)
 
     @classmethod
     def build(
@@ -142,8 +170,8 @@ class Engine:
     def _ready_unblocked(self) -> list[int]:
         return [
             i
-            for i, r in enumerate(self.ranks)
-            if r.is_ready() and not r.waiting_for_external_command()
+            for i, (r, h) in enumerate(self._waiting)
+            if r.is_ready() and not (h is not None and h.waiting_for_external_command())
         ]
 
     def is_ready(self) -> bool:
@@ -151,14 +179,16 @@ class Engine:
             return False
         r = self._single
         if r is not None:
-            return bool(r.is_ready() and not r.waiting_for_external_command())
-        return any(r.is_ready() and not r.waiting_for_external_command() for r in self.ranks)
+            w = self._single_handoff
+            return bool(r.is_ready() and not (w is not None and w.waiting_for_external_command()))
+        return any(r.is_ready() and not (h is not None and h.waiting_for_external_command())
+                   for r, h in self._waiting)
 
     def waiting_for_external_command(self) -> bool:
         if self._poisoned is not None or self._pending is not None:
             return False
-        ready = [r for r in self.ranks if r.is_ready()]
-        return bool(ready) and all(r.waiting_for_external_command() for r in ready)
+        ready = [h for r, h in self._waiting if r.is_ready()]
+        return bool(ready) and all(h is not None and h.waiting_for_external_command() for h in ready)
 
     def is_drained(self) -> bool:
         if self._poisoned is not None or self._pending is not None:
@@ -213,9 +243,10 @@ class Engine:
         pass_id = self._next_pass_id
         wave = self._wave_step
         ranks = self.ranks
+        hooks = self._hooks
         try:
-            for r in ranks:
-                r.prepare_group_pass(wave, self.dp_size)
+            for h in hooks:
+                h.prepare_group_pass(wave, self.dp_size)
         except Exception as exc:
             raise self._poison("prepare_group_pass", exc) from exc
         end_ms = now_ms
@@ -236,10 +267,10 @@ class Engine:
             pendings[i] = rp.pending
         # Ranks have committed by now: a failure here must poison, not silently drop the pass.
         try:
-            any_prefill = any(r.prefill_in_pass() for r in ranks)
-            any_model = any(r.model_work_in_pass() for r in ranks)
-            for r in ranks:
-                r.finish_group_pass(any_prefill, any_model)
+            any_prefill = any(h.prefill_in_pass() for h in hooks)
+            any_model = any(h.model_work_in_pass() for h in hooks)
+            for h in hooks:
+                h.finish_group_pass(any_prefill, any_model)
         except Exception as exc:
             raise self._poison("finish_group_pass", exc) from exc
         self._next_pass_id += 1
@@ -249,11 +280,14 @@ class Engine:
 
     def _execute_single(self, now_ms: float, rank: Rank) -> EnginePassStarted | None:
         """:meth:`execute_pass` for one rank: the group steps without the group loops."""
-        if not rank.is_ready() or rank.waiting_for_external_command():
+        w = self._single_handoff
+        if not rank.is_ready() or (w is not None and w.waiting_for_external_command()):
             return None
         pass_id = self._next_pass_id
+        hooks = self._single_hooks
         try:
-            rank.prepare_group_pass(self._wave_step, 1)
+            if hooks is not None:
+                hooks.prepare_group_pass(self._wave_step, 1)
         except Exception as exc:
             raise self._poison("prepare_group_pass", exc) from exc
         try:
@@ -265,9 +299,10 @@ class Engine:
         end_ms = rp.end_ms if rp.end_ms > now_ms else now_ms
         retry = NO_RETRY_HINT.fold(rp.retry)
         try:
-            any_prefill = bool(rank.prefill_in_pass())
-            any_model = bool(rank.model_work_in_pass())
-            rank.finish_group_pass(any_prefill, any_model)
+            if hooks is not None:
+                any_prefill = bool(hooks.prefill_in_pass())
+                any_model = bool(hooks.model_work_in_pass())
+                hooks.finish_group_pass(any_prefill, any_model)
         except Exception as exc:
             raise self._poison("finish_group_pass", exc) from exc
         self._next_pass_id += 1
@@ -312,7 +347,9 @@ class Engine:
                 if i in pending.by_rank:
                     out.append(RankCompletion(i, rank.complete_pass(pending.by_rank[i], modelled)))
                 else:
-                    idle = rank.complete_idle_group_pass(pending.started_at_ms, modelled)
+                    hook = self._idle_hooks[i]
+                    idle = hook.complete_idle_group_pass(pending.started_at_ms, modelled) \
+                        if hook is not None else None
                     if idle is not None:
                         out.append(RankCompletion(i, idle))
             except Exception as exc:
@@ -326,30 +363,29 @@ class Engine:
         self, now_ms: float, horizon_ms: float, max_passes: int = 1 << 30,
         through_completions: bool = False,
     ) -> EngineRunStarted | None:
-        """Commit a run of passes (:meth:`Rank.execute_run`) or return None (nothing consumed).
+        """Commit a run of passes (:meth:`RunsOfPasses.execute_run`) or return None (nothing consumed).
 
-        Only a dp_size-1 engine runs: with several ranks the DP barrier makes every pass a
-        group decision. A run consumes one pass id and one wave step per pass.
-        ``through_completions``: the caller can take completions before the run's last pass
-        (servesim.fast.runs); passed on only to ranks whose class sets
-        ``runs_through_completions = True``.
+        Only a dp_size-1 engine whose rank declares :class:`RunsOfPasses` runs: with several
+        ranks the DP barrier makes every pass a group decision. A run consumes one pass id
+        and one wave step per pass. ``through_completions``: the caller can take completions
+        before the run's last pass (servesim.fast.runs); passed on only to ranks whose class
+        sets ``runs_through_completions = True``.
         """
         self._check_alive()
         _check_time("now_ms", now_ms)
         if self._pending is not None:
             raise EngineError(f"engine {self.worker_id}: a pass is already in flight")
-        if self.dp_size != 1 or not now_ms < horizon_ms or max_passes < 1 or not self._runs_allowed:
+        runner = self._run_rank
+        if runner is None or not now_ms < horizon_ms or max_passes < 1 or not self._runs_allowed:
             return None
-        rank = self.ranks[0]
-        if not rank.is_ready() or rank.waiting_for_external_command():
+        w = self._single_handoff
+        if not self.ranks[0].is_ready() or (w is not None and w.waiting_for_external_command()):
             return None
         try:
-            if through_completions and getattr(type(rank), "runs_through_completions", False):
-                # Only ranks that declare runs_through_completions take the keyword.
-                run = cast(Any, rank).execute_run(now_ms, horizon_ms, max_passes,
-                                                  through_completions=True)
+            if through_completions and runner.runs_through_completions:
+                run = runner.execute_run(now_ms, horizon_ms, max_passes, through_completions=True)
             else:
-                run = rank.execute_run(now_ms, horizon_ms, max_passes)
+                run = runner.execute_run(now_ms, horizon_ms, max_passes)
             if run is None:
                 return None
             check_run(run, now_ms, horizon_ms, max_passes)
@@ -383,13 +419,13 @@ class Engine:
                 or pending.pass_id != started.first_pass_id or now_ms != pending.end_ms
                 or not now_ms < horizon_ms or max_passes < 1 or self._poisoned is not None):
             return None
-        rank = self.ranks[0]
-        extend = getattr(rank, "extend_run", None)
-        if extend is None or not rank.is_ready() or rank.waiting_for_external_command():
+        runner, w = self._run_rank, self._single_handoff
+        if runner is None or not self.ranks[0].is_ready() or (
+                w is not None and w.waiting_for_external_command()):
             return None
         try:
-            more = extend(pending.by_rank[0], now_ms, horizon_ms, max_passes,
-                          through_completions)
+            more = runner.extend_run(pending.by_rank[0], now_ms, horizon_ms, max_passes,
+                                     through_completions)
             if more is None:
                 return None
             ends, completed_at = more
@@ -424,7 +460,8 @@ class Engine:
         if pending is None or not pending.run_passes:
             raise EngineError(f"engine {self.worker_id}: no run in flight")
         try:
-            return self.ranks[0].take_run_kv_events(pending.by_rank[0], before_pass)
+            return cast("RunsOfPasses[Any]", self._run_rank).take_run_kv_events(
+                pending.by_rank[0], before_pass)
         except Exception as exc:
             raise self._poison("take_run_kv_events on rank 0", exc) from exc
 
@@ -447,7 +484,8 @@ class Engine:
             )
         self._pending = None
         try:
-            effects = self.ranks[0].complete_run(pending.by_rank[0], pending.end_ms)
+            effects = cast("RunsOfPasses[Any]", self._run_rank).complete_run(
+                pending.by_rank[0], pending.end_ms)
         except Exception as exc:
             raise self._poison("complete_run on rank 0", exc) from exc
         self._reset_wave_if_drained()
@@ -460,7 +498,7 @@ class Engine:
         if self._poisoned is not None or self._pending is not None:
             return None
         best: float | None = None
-        for r in self.ranks:
+        for r in self._deadlines:
             d = r.next_internal_deadline_ms()
             if d is not None and d != float("inf") and (best is None or d < best):
                 best = d
@@ -472,7 +510,7 @@ class Engine:
         if self._pending is not None:
             return []
         out = []
-        for i, r in enumerate(self.ranks):
+        for i, r in self._internal:
             d = r.next_internal_deadline_ms()
             if d is None or d > now_ms:
                 continue

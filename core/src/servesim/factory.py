@@ -47,6 +47,10 @@ class EngineFactory:
             emit_forward_pass_metrics=emit_forward_pass_metrics,
             record_schedule=record_schedule,
         )
+        #: Turns an exception raised while building the ranks into the error to raise instead
+        #: (servesim.config.plugin_build.engine_failure: the backend's plugin named, as
+        #: ``servesim validate`` names it); None raises it as it is.
+        self.name_failure: Callable[[Exception], Exception] | None = None
 
     def fit_to_readers(self, kv_sinks: list[Any], *, router_reads_events: bool,
                        record_metrics: bool, router: Any = None, observed: bool = False) -> None:
@@ -72,4 +76,9 @@ class EngineFactory:
         return self.rank_class(identity, self.config, self.backend_config, self.services)
 
     def build(self, worker_id: int) -> Engine:
-        return Engine.build(worker_id, self.config.dp_size, self.build_rank)
+        if self.name_failure is None:
+            return Engine.build(worker_id, self.config.dp_size, self.build_rank)
+        try:
+            return Engine.build(worker_id, self.config.dp_size, self.build_rank)
+        except Exception as exc:  # the backend's own code
+            raise self.name_failure(exc) from exc

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from servesim.config.engine import EngineConfig, SchedulingPolicy
+from servesim.config.loader import load_config
 from servesim.contract import (
     CancelRequest,
     PressureKind,
@@ -115,13 +116,17 @@ def test_validate_config_names_key_paths() -> None:
                                block_size=0)
     assert [p for p, _ in SglangRank.validate_config(unsupported, SglangConfig())] == [
         "engine.block_size",
-        "engine.native_host_offload",
     ]
     prio = EngineConfig(backend="sglang", scheduling_policy=SchedulingPolicy.PRIORITY)
     assert SglangRank.validate_config(prio, SglangConfig()) == [
         ("engine.scheduling_policy", "priority is modelled for the vllm backend only "
          "(SGLang's --enable-priority-scheduling is not modelled)"),
     ]
+    # the host tier is a capability sglang does not declare (servesim.rank.HostOffload)
+    with pytest.raises(ConfigError, match=r"engine.native_host_offload: native_host_offload needs "
+                       r"the backend capability HostOffload \(servesim.rank.HostOffload\); "
+                       r"backend 'sglang' \(plugin sglang from servesim-sglang"):
+        load_config(None, ["engine.backend=sglang", "engine.native_host_offload={num_host_blocks: 8}"])
     with pytest.raises(EngineError, match="engine.sglang.page_size: 2 differs"):
         make_engine({"block_size": 4}, {"page_size": 2})
 

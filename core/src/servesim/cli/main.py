@@ -133,7 +133,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from servesim.replay.runner import load_workload
 
         load_workload(sim.workload, loaded.plugins)
-    workload = "trace" if sim.workload.trace is not None else "synthetic"
+    trace = sim.workload.trace
+    workload = f"trace (format {trace.format})" if trace is not None else "synthetic"
     print(
         f"OK: {args.config or 'the built-in default scenario'}: backend {sim.engine.backend} "
         f"(block_size {sim.engine.block_size}, dp_size {sim.engine.dp_size}), "

@@ -15,40 +15,18 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from servesim.errors import ConfigError, UserError
+from servesim.config.plugin_build import built
+from servesim.errors import ConfigError
 from servesim.sinks.build import build_sinks
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
 
 
-def _message(exc: ConfigError) -> str:
-    """A ConfigError's message without its ``source: path:`` prefix."""
-    text = str(exc)
-    for prefix in (f"{exc.source}: " if exc.source else "", f"{exc.path}: " if exc.path else ""):
-        if prefix and text.startswith(prefix):
-            text = text[len(prefix) :]
-    return text
-
-
 def _construct(loaded: LoadedConfig, kind: str, name: str, path: str, build: Callable[[], Any]) -> Any:
-    """``build()``, with any failure named by ``path`` and the plugin behind ``name``."""
-    label = loaded.plugins.label(kind, name)
-    what = kind.replace("_", " ")
-    try:
-        return build()
-    except ConfigError as exc:
-        raise ConfigError(
-            f"{_message(exc)} ({label})", path=exc.path or path, source=exc.source or loaded.source
-        ) from exc
-    except UserError as exc:
-        raise ConfigError(f"{exc} ({label})", path=path, source=loaded.source) from exc
-    except Exception as exc:  # the plugin's own code
-        raise ConfigError(
-            f"{what} {name!r} failed to start: {type(exc).__name__}: {exc} ({label})",
-            path=path,
-            source=loaded.source,
-        ) from exc
+    """``build()``, with any failure named by ``path`` and the plugin behind ``name``
+    (servesim.config.plugin_build, as a run names it)."""
+    return built(loaded.plugins, loaded.source, kind, name, path, build)
 
 
 def spec_name(spec: Any) -> str:
@@ -77,9 +55,8 @@ def _construct_pools(loaded: LoadedConfig) -> None:
         engine = loaded.resolve_overrides(pool.engine, path)
         build = functools.partial(build_engine_timing, engine, path, loaded.source)
         _construct(loaded, "timing_model", engine.timing_type, f"{path}.timing_model", build)
-        factory = loaded.engine_factory(pool.engine, path=path)
-        _construct(loaded, "backend", factory.config.backend, f"{path}.backend",
-                   functools.partial(factory.build, 0))
+        # The factory names a backend that fails to build as a run does (EngineFactory.name_failure).
+        loaded.engine_factory(pool.engine, path=path).build(0)
 
 
 def construct_all(loaded: LoadedConfig) -> None:
@@ -93,13 +70,8 @@ def construct_all(loaded: LoadedConfig) -> None:
     # backend can honour it belongs to the backend's validate_config (checked while loading).
     _construct(loaded, "eviction_policy", spec_name(sim.engine.eviction_policy), "engine.eviction_policy", loaded.eviction_factory)
     for path, overrides in _engine_roles(loaded):
-        backend = sim.engine.backend
-        if overrides is not None:
-            factory = loaded.engine_factory(overrides, path=path)
-            backend = factory.config.backend
-        else:
-            factory = loaded.engine_factory()
-        _construct(loaded, "backend", backend, f"{path}.backend", functools.partial(factory.build, 0))
+        # The factory names a backend that fails to build as a run does (EngineFactory.name_failure).
+        loaded.engine_factory(overrides, path=path).build(0)
     _construct_pools(loaded)
     cluster = sim.cluster
     router_class = loaded.plugins.routers().get(cluster.router)

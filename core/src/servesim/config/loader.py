@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from servesim.config.capabilities import engine_needs, split_needs
 from servesim.config.checks import check_engine, check_sections
 from servesim.config.converter import Problem, make_converter, show, structure_at, unknown_key_message
 from servesim.config.engine import EngineConfig, resolve_block_size
+from servesim.config.plugin_build import engine_failure
 from servesim.config.sections import ClusterConfig, ReportConfig, SinksConfig, WorkloadConfig
 from servesim.config.sim import SECTIONS, SimConfig
 from servesim.config.workload_scope import admission_problems, drop_unset_scope
@@ -233,6 +235,7 @@ def _resolve(ctx: LoadContext, raw: Any, path: str) -> tuple[EngineResolution | 
     resolved = resolve_block_size(config, rank_class.default_block_size_for(backend_config))
     if auto_blocks:
         resolved = _auto_blocks(resolved, timing_class, timing_config, timing_type, path, problems)
+    problems += engine_needs(resolved, rank_class, ctx.plugins, path)
     for key, msg in rank_class.validate_config(resolved, backend_config):
         problems.append((path + key[len("engine") :] if key.startswith("engine") else key, msg))
     if problems:
@@ -340,17 +343,10 @@ def _check_worker_type(engine: EngineResolution | None, cluster: Any) -> list[Pr
 
 
 def _check_handoff(ctx: LoadContext, engine: EngineResolution | None, cluster: Any) -> list[Problem]:
-    """A prefill/decode split needs a backend whose ranks hand prefills to decode workers
-    (``Rank.supports_handoff``); without it every request would be rejected."""
-    if engine is None or not (cluster.prefill_workers or cluster.decode_workers):
+    """A prefill/decode split needs a backend that declares ``servesim.rank.Handoff``."""
+    if engine is None:
         return []
-    if engine.rank_class.supports_handoff:
-        return []
-    backend = engine.config.backend
-    key = "cluster.prefill_workers" if cluster.prefill_workers else "cluster.decode_workers"
-    return [(key, f"a prefill/decode split needs a backend that hands prefills to decode workers; "
-                  f"backend {backend!r} ({ctx.plugins.label('backend', backend)}) does not "
-                  "declare it (Rank.supports_handoff)")]
+    return split_needs(cluster, engine.config, engine.rank_class, ctx.plugins)
 
 
 def _check_pools(
@@ -537,7 +533,7 @@ class LoadedConfig:
                 self.engine.config if by_engine else None,
             ):
                 timing = build_engine_timing(engine, path, self.source)
-        return EngineFactory(
+        factory = EngineFactory(
             engine.config,
             engine.rank_class,
             timing or self.timing_model(),
@@ -546,6 +542,9 @@ class LoadedConfig:
             emit_kv_events=emit_kv_events,
             emit_forward_pass_metrics=emit_forward_pass_metrics,
         )
+        key = f"{path}.backend" if overrides else "engine.backend"
+        factory.name_failure = engine_failure(self.plugins, self.source, engine.config.backend, key)
+        return factory
 
     def resolve_overrides(self, overrides: Mapping[str, Any], path: str) -> EngineResolution:
         """``engine:`` with ``overrides`` merged over it, validated (problems under ``path``)."""

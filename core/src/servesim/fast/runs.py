@@ -2,7 +2,7 @@
 
 Between external events nothing can change a steady decode-only batch except what the rank
 itself foresees (a request reaching its output length, a block boundary needing a block,
-memory running out). :meth:`servesim.rank.Rank.execute_run` lets a rank commit such a *run*:
+memory running out). :meth:`servesim.fast.rank_runs.RunsOfPasses.execute_run` lets a rank commit such a *run*:
 
 * pass 0 starts at ``now``; pass ``j + 1`` starts at pass ``j``'s end;
 * every pass starts strictly before ``horizon_ms`` — the driver's next external event that
@@ -19,8 +19,9 @@ memory running out). :meth:`servesim.rank.Rank.execute_run` lets a rank commit s
 
 :class:`RunEffects` carry the k passes' effects compactly; :func:`expand` turns them into the k
 :class:`servesim.contract.PassCompletionEffects` the stepping path would have produced, which
-is how tests prove the two paths identical. A rank that does not support runs inherits the
-default ``execute_run`` returning None, and drivers fall back to stepping.
+is how tests prove the two paths identical. A rank that does not declare
+:class:`~servesim.fast.rank_runs.RunsOfPasses`, or whose ``execute_run`` returns None, is
+stepped.
 """
 
 from __future__ import annotations

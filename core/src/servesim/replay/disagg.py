@@ -54,6 +54,7 @@ from servesim.contract import (
 )
 from servesim.engine import Engine
 from servesim.errors import CommandRejected, ReplayError
+from servesim.rank import Handoff
 from servesim.replay.cluster import ClusterState
 from servesim.replay.driver import EXTERNAL, Replayer
 from servesim.replay.routers import Router
@@ -224,7 +225,8 @@ class DisaggReplayer(Replayer):
         # ends are ready. The reference's SGLang replay shows it: destination_reserved_ms
         # precedes prefill_admit_ms (golden case sglang_1p1d).
         self.reserve_first = any(
-            getattr(r, "reserve_destination_first", False) for e in decode_engines for r in e.ranks
+            isinstance(r, Handoff) and r.reserve_destination_first
+            for e in decode_engines for r in e.ranks
         )
         self._deferred: dict[int, list[int]] = {}  # worker → request ids awaiting it idle
         self.busy_ms = [0.0] * len(self.engines)

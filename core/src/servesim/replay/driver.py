@@ -43,7 +43,7 @@ from servesim.fast.cohorts import CohortLog
 from servesim.fast.fpm_runs import FpmRun, encodes_fpm_runs
 from servesim.fast.replay_runs import RunDriver, runs_enabled_by_env
 from servesim.fast.sink_merge import FLUSH_AT, SinkMerge
-from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
+from servesim.rank import NO_RETRY_HINT, InternalWork, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
 from servesim.replay.observers import FinishedRequest, Observers
 from servesim.replay.passlog import PassLogWriter
@@ -162,8 +162,7 @@ class Replayer:
         # Engines whose state changed at the current time: only they can become ready.
         self.dirty: set[int] = set()
         self.has_deadlines = any(
-            type(r).next_internal_deadline_ms is not Rank.next_internal_deadline_ms
-            and getattr(r, "internal_deadlines", True)
+            isinstance(r, InternalWork) and r.internal_deadlines
             for e in self.engines
             for r in e.ranks
         )

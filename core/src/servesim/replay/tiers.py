@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from servesim.rank import HostOffload
 from servesim.report.stats import RequestLog
 
 
 def host_tier_report(engines: Iterable[Any], log: RequestLog) -> dict[str, Any]:
     tiers = [r.host_tier for e in engines for r in e.ranks
-             if getattr(r, "host_tier", None) is not None]
+             if isinstance(r, HostOffload) and r.host_tier is not None]
     if not tiers:
         return {}
     idx = [i for i, ok in enumerate(log.completed_flags()) if ok]

@@ -6,8 +6,10 @@ Each wraps the sinks listed under its ``sinks:`` key, built through the run's re
 
 * ``tee`` publishes everything to every wrapped sink, in list order;
 * ``filter`` publishes what matches every criterion given: ``workers``, ``dp_ranks``,
-  ``event_types`` (KV: ``BlockStored``, ``BlockRemoved``, ``AllBlocksCleared``; FPM:
-  ``ForwardPassMetrics``) and the simulated-time window ``start_ms <= at_ms < end_ms``.
+  ``event_types`` (KV: ``BlockStored``, ``BlockRemoved``, ``AllBlocksCleared``, the wire
+  names, or the names of the classes a sink receives as ``KvEvent.data``, ``StoredBlocks``,
+  ``RemovedBlocks``, ``ClearedBlocks``; FPM: ``ForwardPassMetrics``) and the simulated-time
+  window ``start_ms <= at_ms < end_ms``.
   A KV batch is filtered event by event and an empty remainder is not published;
 * ``sample`` publishes every ``every``-th event (KV: each event; FPM: each pass's metrics),
   starting at an offset in ``[0, every)`` drawn from ``seed``, so a seed gives the same
@@ -45,6 +47,8 @@ KV_EVENT_TYPES = {
     RemovedBlocks: "BlockRemoved",
     ClearedBlocks: "AllBlocksCleared",
 }
+#: The class a sink receives as ``KvEvent.data`` → its wire name: ``filter`` takes either.
+KV_EVENT_CLASS_NAMES = {cls.__name__: name for cls, name in KV_EVENT_TYPES.items()}
 FPM_EVENT_TYPES = ("ForwardPassMetrics",)
 
 
@@ -98,13 +102,15 @@ class SampleConfig:
     seed: int = field(default=0, validator=_at_least(0))
 
 
-def _check_types(config: FilterConfig, known: Sequence[str], context: SinkContext) -> None:
+def _check_types(config: FilterConfig, known: Sequence[str], aliases: dict[str, str],
+                 context: SinkContext) -> None:
     from servesim.errors import ConfigError
 
     for i, name in enumerate(config.event_types or ()):
-        if name not in known:
+        if name not in known and name not in aliases:
+            also = f" (or the class names {', '.join(aliases)})" if aliases else ""
             raise ConfigError(
-                f"unknown event type {name!r}; expected one of {', '.join(known)}",
+                f"unknown event type {name!r}; expected one of {', '.join(known)}{also}",
                 path=f"{context.path}.event_types[{i}]",
                 source=context.source,
             )
@@ -194,14 +200,17 @@ class _Filtering(_Wrapping):
     label = "filter"
     config_class: ClassVar[type | None] = FilterConfig
     event_types: tuple[str, ...] = ()
+    #: Other names ``event_types`` accepts → the name they stand for.
+    aliases: ClassVar[dict[str, str]] = {}
 
     def setup(self, config: FilterConfig) -> None:
         self.window = _Window(config)
-        self.types = None if config.event_types is None else frozenset(config.event_types)
+        self.types = None if config.event_types is None else frozenset(
+            self.aliases.get(name, name) for name in config.event_types)
 
     @classmethod
     def check(cls, config: FilterConfig, context: SinkContext) -> None:
-        _check_types(config, cls.event_types, context)
+        _check_types(config, cls.event_types, cls.aliases, context)
 
 
 class _Sampling(_Wrapping):
@@ -226,6 +235,7 @@ class TeeKvEventSink(_Wrapping, KvEventSink):
 
 class FilterKvEventSink(_Filtering, KvEventSink):
     event_types = tuple(KV_EVENT_TYPES.values())
+    aliases = KV_EVENT_CLASS_NAMES
 
     def _keeps(self, event: KvEvent) -> bool:
         dp_ranks = self.window.dp_ranks

@@ -28,6 +28,11 @@ asserts what the contract promises (§2.4, §4):
 * two fresh engines given the same inputs produce identical traces;
 * replaying the KV events onto an empty set never removes an unknown hash nor stores a hash
   that is already live, and event ids rise per rank;
+* with KV events on (``RankServices.emit_kv_events``) and prefix caching on
+  (``EngineConfig.enable_prefix_caching``), a rank with a KV cache (``expect_kv_cache``)
+  publishes ``Stored`` events for the prompts it computed, and, since the workload's prompts
+  share their first half, a later request reuses a cached block (an ``Admission`` with
+  ``reused_input_tokens > 0``) whenever that half holds a full block;
 * time arguments that are NaN, infinite or negative are rejected without poisoning.
 
 Failures are collected in a :class:`ConformanceReport`; :func:`check_rank_conformance`
@@ -41,7 +46,7 @@ from typing import Any, ClassVar
 
 from attrs import define, field, frozen
 
-from servesim.contract import NOOP, CancelRequest, Command, Request, ResultKind, Submit
+from servesim.contract import NOOP, CancelRequest, Command, Request, ResultKind, StoredBlocks, Submit
 from servesim.engine import Engine
 from servesim.testing.runs_check import check_runs_match_stepping
 from servesim.testing.trace import Trace, kv_event_problems, run_trace
@@ -72,7 +77,10 @@ class ConformanceOptions:
       every ``arrival_gap_ms`` (so some arrive while a pass is in flight);
     * ``expect_empty_pool_after_drain``: check ``Metrics.active_blocks == 0`` once drained
       (set False for backends that count cached pages as active, e.g. SGLang's radix cache);
-    * ``max_passes`` bounds a run so a livelocked rank fails instead of hanging.
+    * ``max_passes`` bounds a run so a livelocked rank fails instead of hanging;
+    * ``expect_kv_cache``: the rank keeps a prefix-cached KV cache, so with KV events and
+      prefix caching on it must publish ``Stored`` events and reuse the shared prefix (set
+      False for a backend without a KV cache, such as servesim-toy's ``toy``).
     """
 
     num_requests: int = 8
@@ -81,6 +89,7 @@ class ConformanceOptions:
     arrival_gap_ms: float = 1.5
     expect_empty_pool_after_drain: bool = True
     max_passes: int = 100_000
+    expect_kv_cache: bool = True
 
 
 @define
@@ -337,9 +346,29 @@ def check_determinism(make_engine: MakeEngine, options: ConformanceOptions) -> l
 
 
 def check_kv_events(make_engine: MakeEngine, options: ConformanceOptions) -> list[str]:
-    """KV events replay cleanly: no unknown removals, no duplicate stores, rising ids."""
-    trace = run_trace(make_engine(), default_workload(options), max_passes=options.max_passes)
-    return kv_event_problems(trace.kv_events)
+    """KV events replay cleanly: no unknown removals, no duplicate stores, rising ids. With KV
+    events and prefix caching on, a rank with a KV cache publishes ``Stored`` events and
+    reuses the prompts' shared half (when it holds a full block)."""
+    engine = make_engine()
+    trace = run_trace(engine, default_workload(options), max_passes=options.max_passes)
+    out = kv_event_problems(trace.kv_events)
+    rank = engine.ranks[0]
+    config, services = rank.config, rank.services
+    if (not options.expect_kv_cache or services is None or not services.emit_kv_events
+            or config is None or not config.enable_prefix_caching):
+        return out
+    if not any(isinstance(ev.data, StoredBlocks) for _, _, ev in trace.kv_events):
+        out.append(f"KV events and prefix caching are on, yet {options.num_requests} prompts of "
+                   f"about {options.prompt_len} tokens published no Stored event (set "
+                   "ConformanceOptions(expect_kv_cache=False) for a backend without a KV cache)")
+    shared = options.prompt_len // 2
+    block = config.block_size
+    if block and shared >= block and options.num_requests > 1 and not any(
+            reused > 0 for _, _, reused in trace.admissions):
+        out.append(f"the prompts share their first {shared} tokens ({shared // block} full "
+                   f"block(s) of {block}), yet no admission reused a cached block "
+                   "(Admission.reused_input_tokens is 0 for every request)")
+    return out
 
 
 _BAD_TIMES = (float("nan"), float("inf"), -1.0)

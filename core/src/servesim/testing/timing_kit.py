@@ -13,7 +13,17 @@
 * ``many_matches_scalar``: ``predict_decode_ms_many`` equals ``predict_decode_ms`` element
   for element, bit for bit (runs of passes price many passes at once with it);
 * ``default_pass_matches_methods``: for a two-method model, the default ``predict_pass_ms``
-  of a shape equals the two methods' pricing of it.
+  of a shape equals the two methods' pricing of it;
+* ``speedups_applied``: ``predict_pass_ms`` divides a prefill-only pass by the shape's
+  ``speedup_ratio`` and a decode-only pass by its ``decode_speedup`` (to within the
+  nanosecond rounding of :func:`~servesim.timing.base.scaled_ms`), and each speed-up leaves
+  the other kind of pass alone (aisimulate-engine.md §6.3; every backend prices a pass so);
+* ``worker_role_zeros``: a decode worker's pass costs no prefill and a prefill worker's no
+  decode: a prefill-only shape on a decode worker and a decode-only shape on a prefill worker
+  last 0 ms, and a mixed shape on either lasts what its own part alone lasts.
+
+Each check that prices a pass does so through ``predict_pass_ms``, whichever contract the
+model implements: for a two-method model that is the default pricing, which passes them.
 
 ``check_timing_model`` raises ``AssertionError`` listing every failure (or returns the
 :class:`~servesim.testing.conformance.ConformanceReport` with ``raise_on_failure=False``).
@@ -177,6 +187,59 @@ def _methods_price(model: Any, shape: PassShape) -> float:
     return prefill + decode
 
 
+#: Shapes the speed-up and worker-role checks price, on an aggregated worker.
+_PREFILL_ONLY = ((PrefillChunk(300, 100), PrefillChunk(512, 0)), ())
+_DECODE_ONLY = ((), (40, 2000, 7))
+_MIXED = ((PrefillChunk(300, 100),), (40, 2000, 7))
+_NS = 1e-6  # scaled_ms rounds to whole nanoseconds
+
+
+def _price(model: Any, role: WorkerType, parts: tuple[tuple[PrefillChunk, ...], tuple[int, ...]],
+           speedup: float = 1.0, decode_speedup: float = 1.0) -> float:
+    chunks, decode = parts
+    shape = PassShape("kit", role, 0, GEOMETRY, chunks, decode, min(sum(decode), TOTAL_KV), TOTAL_KV,
+                      speedup, decode_speedup)
+    return float(model.predict_pass_ms(shape))
+
+
+def check_speedups_applied(make: MakeModel) -> list[str]:
+    model = make()
+    agg = WorkerType.AGGREGATED
+    bad = []
+    for what, parts, own, other in (("prefill-only", _PREFILL_ONLY, "speedup_ratio", "decode_speedup"),
+                                    ("decode-only", _DECODE_ONLY, "decode_speedup", "speedup_ratio")):
+        base = _price(model, agg, parts)
+        mine = {own: 2.0, other: 1.0}
+        fast = _price(model, agg, parts, mine["speedup_ratio"], mine["decode_speedup"])
+        if abs(fast - base / 2) > _NS:
+            bad.append(f"a {what} pass lasts {fast!r} ms with {own} 2, {base!r} ms with 1: "
+                       f"expected {base / 2!r} (the pass divided by {own})")
+        theirs = {other: 2.0, own: 1.0}
+        same = _price(model, agg, parts, theirs["speedup_ratio"], theirs["decode_speedup"])
+        if same != base:
+            bad.append(f"a {what} pass lasts {same!r} ms with {other} 2, {base!r} ms with 1: "
+                       f"{other} must leave it alone")
+    return bad
+
+
+def check_worker_role_zeros(make: MakeModel) -> list[str]:
+    model = make()
+    bad = []
+    zeros = ((WorkerType.DECODE, _PREFILL_ONLY, "a prefill-only pass on a decode worker"),
+             (WorkerType.PREFILL, _DECODE_ONLY, "a decode-only pass on a prefill worker"))
+    for role, parts, what in zeros:
+        ms = _price(model, role, parts)
+        if ms != 0:
+            bad.append(f"{what} lasts {ms!r} ms, expected 0 (that worker does no such work)")
+    for role, part, what in ((WorkerType.DECODE, ((), _MIXED[1]), "its decode part"),
+                             (WorkerType.PREFILL, (_MIXED[0], ()), "its prefill part")):
+        mixed, alone = _price(model, role, _MIXED), _price(model, role, part)
+        if mixed != alone:
+            bad.append(f"a mixed pass on a {role.value} worker lasts {mixed!r} ms, {what} alone "
+                       f"{alone!r} ms: expected the same")
+    return bad
+
+
 TIMING_CHECKS = {
     "is_timing_model": check_is_timing_model,
     "durations_valid": check_durations_valid,
@@ -184,6 +247,8 @@ TIMING_CHECKS = {
     "pure": check_pure,
     "many_matches_scalar": check_many_matches_scalar,
     "default_pass_matches_methods": check_default_pass_matches_methods,
+    "speedups_applied": check_speedups_applied,
+    "worker_role_zeros": check_worker_role_zeros,
 }
 """Every timing-model check by name, in the order :func:`check_timing_model` runs them."""
 

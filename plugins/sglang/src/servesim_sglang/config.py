@@ -170,9 +170,6 @@ def validate(config: EngineConfig, sg: SglangConfig) -> list[tuple[str, str]]:
         out.append(("engine.enable_chunked_prefill", "must be true for the sglang backend"))
     if config.block_size is not None and config.block_size <= 0:
         out.append(("engine.block_size", f"must be > 0, got {config.block_size}"))
-    if getattr(config, "native_host_offload", None) is not None:
-        # aisimulate-engine.md §9: the native host tier models vLLM's OffloadingConnector.
-        out.append(("engine.native_host_offload", "host KV offload is modelled for vllm only"))
     if config.scheduling_policy.value != "fcfs":
         # docs/workloads.md "Priorities": SGLang's own switches differ from vLLM's policy.
         out.append(("engine.scheduling_policy", "priority is modelled for the vllm backend only "

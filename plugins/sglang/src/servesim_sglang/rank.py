@@ -47,18 +47,22 @@ from servesim.contract import (
     WorkerType,
 )
 from servesim.errors import CommandRejected, PluginError
+from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.runs import RankRun, RunEffects
 from servesim.mechanics.handoff import HandoffBook, suppress_request
 from servesim.mechanics.numeric import Welford
 from servesim.mechanics.speculative import Speculation
 from servesim.rank import (
     CommandContext,
+    GroupPassHooks,
+    Handoff,
     Rank,
     RankIdentity,
     RankPass,
     RankServices,
     RetryHint,
     SameTimestampRetry,
+    SpeculativeDecoding,
 )
 from servesim.timing.pricing import ShapePricer
 
@@ -83,14 +87,15 @@ class _Pending:
     fpm: dict[str, Any] | None = None  # ForwardPassMetrics fields; duration set at completion
 
 
-class SglangRank(Rank):
-    """One SGLang scheduler rank (radix cache, new-token-ratio admission, retraction)."""
+class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, SpeculativeDecoding,
+                 RunsOfPasses[_runs.SglangRunPending]):
+    """One SGLang scheduler rank (radix cache, new-token-ratio admission, retraction): prefill
+    and decode workers of a split (handoff.py), speculative decoding, runs of passes."""
 
     config_class = SglangConfig
     default_block_size = 1
     # The tree keeps SGLang's own LRU order for lru; a record policy orders its leaf pages.
     eviction_support = frozenset({"lru", "records"})
-    supports_handoff = True  # prefill and decode workers of a split (handoff.py)
     # Disaggregated replay reserves an SGLang decode worker's KV before the prefill runs
     # (servesim.replay.disagg; SGLang's decode side pre-allocates for the transfer).
     reserve_destination_first = True

@@ -102,9 +102,6 @@ def validate(config: EngineConfig, trt: TrtllmConfig) -> list[tuple[str, str]]:
     if config.aic_nextn is not None and not gne:
         problems.append(("engine.aic_nextn", "speculative decoding is modelled with "
                          "capacity_scheduler_policy guaranteed_no_evict only"))
-    if getattr(config, "native_host_offload", None) is not None:
-        # aisimulate-engine.md §9: the native host tier models vLLM's OffloadingConnector.
-        problems.append(("engine.native_host_offload", "host KV offload is modelled for vllm only"))
     if config.scheduling_policy.value != "fcfs":
         # docs/workloads.md "Priorities": TRT-LLM's capacity scheduler ignores request priority.
         problems.append(("engine.scheduling_policy", "priority is modelled for the vllm backend only"))

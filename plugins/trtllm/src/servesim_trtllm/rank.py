@@ -38,12 +38,22 @@ from servesim.contract import (
     WorkerType,
 )
 from servesim.errors import CommandRejected, ConfigError
+from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.runs import RankRun, RunEffects
 from servesim.kv.eviction_records import make_block_pool
 from servesim.mechanics.handoff import HandoffBook, suppress_request
 from servesim.mechanics.numeric import Welford
 from servesim.mechanics.speculative import Speculation
-from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
+from servesim.rank import (
+    CommandContext,
+    GroupPassHooks,
+    Handoff,
+    Rank,
+    RankIdentity,
+    RankPass,
+    RankServices,
+    SpeculativeDecoding,
+)
 from servesim.timing.pricing import ShapePricer
 from servesim.timing.shape import PrefillChunk
 
@@ -76,13 +86,14 @@ def _step_budget(core: TrtCore) -> float:
     return float("inf") if limit is None else float(limit)
 
 
-class TrtllmRank(Rank):
-    """The ``trtllm`` backend (capacity policy from ``engine.trtllm.capacity_scheduler_policy``)."""
+class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, SpeculativeDecoding,
+                 RunsOfPasses[_runs.TrtRunPending]):
+    """The ``trtllm`` backend (capacity policy from ``engine.trtllm.capacity_scheduler_policy``):
+    prefill and decode workers of a split (handoff.py), speculative decoding, runs of passes."""
 
     config_class = TrtllmConfig
     default_block_size = 32
     eviction_support = frozenset({"ids", "records"})
-    supports_handoff = True  # prefill and decode workers of a split (handoff.py)
 
     def __init__(
         self,

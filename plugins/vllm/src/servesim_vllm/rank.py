@@ -34,9 +34,22 @@ from servesim.contract import (
     WorkerType,
 )
 from servesim.errors import CommandRejected
+from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.runs import BlockRunPending, RankRun, RunEffects
+from servesim.kv.host_tier import HostTier
 from servesim.mechanics.handoff import HandoffBook, kv_bytes_per_token, suppress_request
-from servesim.rank import CommandContext, Rank, RankIdentity, RankPass, RankServices
+from servesim.rank import (
+    CommandContext,
+    GroupPassHooks,
+    Handoff,
+    HostOffload,
+    InternalWork,
+    Rank,
+    RankIdentity,
+    RankPass,
+    RankServices,
+    SpeculativeDecoding,
+)
 from servesim.timing.base import scaled_ms
 
 from servesim_vllm import behaviour as _behaviour
@@ -74,13 +87,15 @@ if tuple(a.name for a in attrs.fields(ForwardPassMetrics)) != _FPM_ORDER:
     raise ImportError("servesim_vllm.rank: ForwardPassMetrics' fields are not in the expected order")
 
 
-class VllmRank(Rank):
-    """One vLLM scheduler rank with its own KV block pool."""
+class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, InternalWork, HostOffload,
+               SpeculativeDecoding, RunsOfPasses[_runs.VllmRunPending]):
+    """One vLLM scheduler rank with its own KV block pool: prefill and decode workers of a
+    split (handoff.py), host offload (host_offload.py), speculative decoding
+    (speculative.py) and runs of passes (fast/runs.py)."""
 
     config_class: ClassVar[type | None] = VllmConfig
     default_block_size: ClassVar[int] = 64
     eviction_support: ClassVar[frozenset[str]] = frozenset({"ids", "records"})
-    supports_handoff = True  # prefill and decode workers of a split (handoff.py)
 
     def __init__(
         self,
@@ -335,7 +350,7 @@ class VllmRank(Rank):
         return self.sched.host is not None
 
     @property
-    def host_tier(self) -> Any:
+    def host_tier(self) -> HostTier | None:
         """The rank's host KV tier (servesim.kv.host_tier.HostTier), or None."""
         return self.sched.host.tier if self.sched.host is not None else None
 

@@ -16,6 +16,8 @@ _HOMES = {
     "ConstantTimingConfig": "timing",
     "CsvTrace": "trace",
     "LeastLoadedRouter": "router",
+    "PagedConfig": "paged",
+    "PagedToyRank": "paged",
     "RooflineConfig": "roofline",
     "RooflineTiming": "roofline",
     "TallyConfig": "sinks",

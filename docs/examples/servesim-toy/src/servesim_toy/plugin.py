@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 @hookimpl
 def servesim_register_backends(registry: Registry) -> None:
     registry.add_lazy("toy", "servesim_toy.rank:ToyRank")
+    registry.add_lazy("toy_paged", "servesim_toy.paged:PagedToyRank")
 
 
 @hookimpl

@@ -9,7 +9,6 @@ speed-up ratios. Requests finish when they have emitted their planned output tok
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 from attrs import define, field, frozen
 from servesim import (
@@ -61,7 +60,9 @@ class _Pending:
     finished: list[int] = field(factory=list)
 
 
-class ToyRank(Rank):
+class ToyRank(Rank[_Pending, ToyConfig]):
+    """Only what every backend implements (servesim.rank.Rank); no capability."""
+
     config_class = ToyConfig
     default_block_size = 16
 
@@ -79,12 +80,12 @@ class ToyRank(Rank):
         self.shapes = ShapePricer.for_rank(services.timing, config, identity.dp_rank)
 
     @classmethod
-    def validate_config(cls, config: EngineConfig, backend_config: Any) -> list[tuple[str, str]]:
+    def validate_config(cls, config: EngineConfig, backend_config: ToyConfig) -> list[tuple[str, str]]:
         if backend_config.max_running < 1:
             return [("engine.toy.max_running", f"expected an int >= 1, got {backend_config.max_running}")]
         return []
 
-    def apply(self, command: Command, ctx: CommandContext, pending: Any | None) -> CommandEffects:
+    def apply(self, command: Command, ctx: CommandContext, pending: _Pending | None) -> CommandEffects:
         if isinstance(command, Submit):
             rid = command.request.request_id
             if rid in self.owned:
@@ -115,7 +116,7 @@ class ToyRank(Rank):
     def is_drained(self) -> bool:
         return not self.in_flight and not self.waiting and not self.running
 
-    def execute_pass(self, now_ms: float) -> RankPass:
+    def execute_pass(self, now_ms: float) -> RankPass[_Pending]:
         # Context lengths of the requests running before this pass, for a pass shape.
         contexts = [run.request.prompt_len + run.emitted for run in self.running]
         admitted: list[Request] = []
@@ -165,9 +166,6 @@ class ToyRank(Rank):
             mean_isl = sum(r.prompt_len for r in admitted) // len(admitted)
             return scaled_ms(timing.predict_prefill_ms(len(admitted), mean_isl, 0), cfg.speedup_ratio)
         return scaled_ms(timing.predict_decode_ms(decoding, 0, 0, 0), cfg.decode_speedup)
-
-    def prefill_in_pass(self) -> bool:
-        return False
 
     def complete_pass(self, pending: _Pending, end_ms: float) -> PassCompletionEffects:
         self.in_flight = False
