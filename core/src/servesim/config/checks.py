@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from servesim.config.converter import Problem, show
+from servesim.config.lora_checks import check_lora
 from servesim.mechanics.numeric import normalize_conditional_accept_rates
 
 Predicate = Callable[[Any], bool]
@@ -149,6 +150,7 @@ def check_engine(engine: Any, prefix: str = "engine") -> list[Problem]:
     host = getattr(engine, "native_host_offload", None)
     if host is not None:
         problems += apply_rules(host, f"{prefix}.native_host_offload", HOST_OFFLOAD_RULES)
+    problems += check_lora(engine, prefix)
     return problems
 
 

@@ -26,6 +26,7 @@ from servesim.errors import ConfigError, PluginError
 from servesim.factory import EngineFactory
 from servesim.fast.config_convert import LazyConverter
 from servesim.kv.eviction import eviction_refusal, policy_factory
+from servesim.mechanics.lora import LORA_ENGINE_KEYS
 from servesim.plugins import Plugins, disabled_hint
 from servesim.timing.base import TimingModel
 from servesim.timing.base import overrides as timing_overrides
@@ -553,6 +554,9 @@ class LoadedConfig:
         """
         conv = self.context.conv
         engine = conv.unstructure(self.engine.config)
+        if not engine.get("enable_lora"):
+            for key in LORA_ENGINE_KEYS:  # a configuration without LoRA reads as it always did
+                engine.pop(key, None)
         timing = conv.unstructure(self.engine.timing_config) if self.engine.timing_config is not None else {}
         timing = {k: v for k, v in timing.items() if v is not None}  # unset options: defaults
         engine["timing_model"] = {"type": self.engine.timing_type, **timing}

@@ -42,6 +42,7 @@ from servesim.fast.cohorts import CohortLog
 from servesim.fast.fpm_runs import FpmRun, encodes_fpm_runs
 from servesim.fast.replay_runs import RunDriver, runs_enabled_by_env
 from servesim.fast.sink_merge import FLUSH_AT, SinkMerge
+from servesim.kv.adapter_hashes import prompt_hashes
 from servesim.rank import NO_RETRY_HINT, Rank, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
 from servesim.replay.observers import FinishedRequest, Observers
@@ -359,7 +360,8 @@ class Replayer:
                 self.run_driver.release_kv(now)
         # Elided: a block only this request can hold is in no worker's cache before it is
         # routed, so its placeholder scores exactly as its hash would (workload/model.py).
-        hashes = (turn.prompt.block_hashes_elided(self.block_size)[0]
+        hashes = ((prompt_hashes(turn.prompt, self.block_size, turn.lora) if turn.lora
+                   else turn.prompt.block_hashes_elided(self.block_size)[0])
                   if router.wants_block_hashes else ())
         worker, dp = router.select(req, hashes, self.state)
         if self.run_driver is not None and self.run_driver.count:

@@ -93,6 +93,7 @@ class OracleOptions:
     seed: int = 0
     reserve_full_isl: bool | None = None  # None: vLLM's default (on in 0.32)
     prefill_schedule_interval: int | None = None  # None: vLLM's default (1)
+    max_loras: int | None = None  # None: LoRA off; rows may carry a 'lora' adapter id
 
     def argv(self) -> list[str]:
         """Command-line arguments of ``vllm_sched_trace.py`` (besides trace and --out)."""
@@ -114,6 +115,8 @@ class OracleOptions:
             args.append("--reserve-full-isl" if self.reserve_full_isl else "--no-reserve-full-isl")
         if self.prefill_schedule_interval is not None:
             args.append(f"--prefill-schedule-interval={self.prefill_schedule_interval}")
+        if self.max_loras is not None:
+            args.append(f"--max-loras={self.max_loras}")
         return args
 
     def backend_settings(self) -> dict[str, Any]:
@@ -123,7 +126,10 @@ class OracleOptions:
         return {"scheduler_reserve_full_isl": self.reserve_full_isl}
 
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        out = attrs.asdict(self)
+        if self.max_loras is None:
+            del out["max_loras"]  # scenarios without LoRA keep their options files
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> OracleOptions:
@@ -149,6 +155,8 @@ class OracleOptions:
             enable_prefix_caching=self.prefix_caching,
             enable_chunked_prefill=self.chunked_prefill,
             prefill_schedule_interval=self.prefill_schedule_interval or 1,
+            enable_lora=self.max_loras is not None,
+            max_loras=self.max_loras or 1,
         )
 
 
@@ -171,6 +179,10 @@ class ScenarioSpec:
     seed: int = 0
     options: OracleOptions = field(factory=OracleOptions)
     note: str = ""
+    # LoRA: a fraction ``lora_frac`` of requests names one of ``loras`` adapters (ids 1..loras,
+    # uniform), drawn from a stream of their own so the rest of the trace does not change.
+    loras: int = 0
+    lora_frac: float = 1.0
 
 
 def make_trace(spec: ScenarioSpec) -> list[dict[str, Any]]:
@@ -192,6 +204,11 @@ def make_trace(spec: ScenarioSpec) -> list[dict[str, Any]]:
             ids.append(next_unique)
             next_unique += 1
         rows.append({"timestamp": i, "input_length": isl, "output_length": osl, "hash_ids": ids})
+    if spec.loras > 0:
+        pick = random.Random(f"{spec.seed}:lora")
+        for row in rows:
+            if pick.random() < spec.lora_frac:
+                row["lora"] = pick.randint(1, spec.loras)
     return rows
 
 
@@ -297,7 +314,8 @@ def run_servesim(
     mml = options.engine_config(rows).max_model_len
     # The oracle drops rows it could never finish (``skipped_too_long``); ids stay line indices.
     reqs = [
-        Request(request_id=i, prompt=p, max_output_tokens=max(1, int(r["output_length"])))
+        Request(request_id=i, prompt=p, max_output_tokens=max(1, int(r["output_length"])),
+                lora=int(r.get("lora", 0)))
         for i, (p, r) in enumerate(zip(prompts, rows, strict=True))
         if 1 <= int(r["input_length"]) and mml is not None
         and int(r["input_length"]) + max(1, int(r["output_length"])) <= mml
