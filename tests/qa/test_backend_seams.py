@@ -24,7 +24,8 @@ BACKENDS: dict[str, dict[str, set[str]]] = {
 # The reference pass's modules: each must exist (so that a rename cannot empty the check).
 REFERENCE = {
     "servesim_vllm": {"scheduler", "request", "cadence", "behaviour", "speculative",
-                      "host_offload", "handoff", "shape", "pass_result", "interfaces", "config"},
+                      "host_offload", "handoff", "shape", "pass_result", "interfaces", "config",
+                      "lora"},
     "servesim_trtllm": {"core", "policies", "request", "work", "speculative", "handoff",
                         "config", "queue_sums", "interfaces"},
     "servesim_sglang": {"scheduler", "admission", "retraction", "overlap", "radix_cache",

@@ -565,6 +565,10 @@ class LoadedConfig:
         out = {"engine": engine}
         for name in SECTIONS[1:]:
             out[name] = conv.unstructure(getattr(self.sim, name))
+        synthetic = out["workload"].get("synthetic")
+        if synthetic is not None and not synthetic.get("lora_adapters"):
+            for key in ("lora_adapters", "lora_popularity", "lora_fraction"):
+                synthetic.pop(key, None)  # a workload without adapters reads as it always did
         if not out["cluster"].get("pools"):
             out["cluster"].pop("pools", None)  # a homogeneous cluster reads as it always did
         for name, value in self.extra.items():

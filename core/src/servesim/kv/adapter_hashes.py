@@ -13,14 +13,11 @@ exactly; placeholders (``placeholder_hashes``) stay placeholders, being unique a
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from typing import Any
 
 from xxhash import xxh3_64_intdigest
 
 from servesim.kv.hashing import PAIR_STRUCT, SEED
-
-if TYPE_CHECKING:
-    from servesim.tokens import TokenSeq
 
 _ROOTS: dict[int, int] = {}
 
@@ -48,9 +45,9 @@ def adapter_sequence(local: list[int], lora: int, seq: list[int]) -> list[int]:
     return out
 
 
-def prompt_hashes(prompt: TokenSeq, block_size: int, lora: int) -> list[int]:
-    """A prompt's sequence hashes as a router scores them (elided, as
-    ``TokenSeq.block_hashes_elided``) for a request of adapter ``lora``."""
+def prompt_hashes(prompt: Any, block_size: int, lora: int) -> list[int]:
+    """A prompt's (a servesim.tokens.TokenSeq) sequence hashes as a router scores them
+    (elided, as ``TokenSeq.block_hashes_elided``) for a request of adapter ``lora``."""
     seq, local = prompt.block_hashes_elided(block_size)
     if not lora:
         return seq

@@ -17,6 +17,7 @@ from servesim.replay.gc_spacing import collections_spaced
 from servesim.replay.observers import Observers
 from servesim.replay.passlog import PassLogWriter
 from servesim.replay.routers import Router
+from servesim.replay.adapters import lora_report
 from servesim.replay.tiers import host_tier_report
 from servesim.report.result import SimResult
 from servesim.report.summary import build_report, clean_floats
@@ -183,6 +184,7 @@ def _simulate(
 
         report["pools"] = clean_floats(pool_report(log, spans, replayer.pass_busy_ms, sim.report.percentiles))
     report.update(clean_floats(host_tier_report(engines, log)))
+    report.update(clean_floats(lora_report(engines)))
     return _with_extra(SimResult(report, log, replayer.session_of, replayer.passes), observers, loaded)
 
 
