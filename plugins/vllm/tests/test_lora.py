@@ -62,3 +62,19 @@ def test_runs_are_declined_with_lora() -> None:
     assert r.runs == [] and len(r.passes) >= 40
     assert drive(make_engine(TIMING, block_size=4), [(0.0, req(i, 8, 40)) for i in range(4)],
                  runs=True).runs  # the same batch without LoRA runs
+
+
+def test_stored_events_name_the_adapter() -> None:
+    """vLLM's BlockStored.lora_id: a LoRA request's blocks carry its adapter id, the base
+    model's none; equal prompts under two adapters store distinct hashes."""
+    engine = _engine(max_loras=2, emit_kv_events=True)
+    prompt = list(range(8))
+    r = drive(engine, [(0.0, req(1, prompt, 1, lora=1)), (0.0, req(2, prompt, 1, lora=2)),
+                       (0.0, req(3, prompt, 1))])
+    stored = [e.data for c in r.completions for rc in c.by_rank for e in rc.effects.kv_events]
+    stored += [e.data for p in r.passes for rp in p.by_rank for e in rp.effects.kv_events]
+    by_lora = {s.lora_id: [b.block_hash for b in s.blocks] for s in stored}
+    assert set(by_lora) == {1, 2, None}
+    assert len({tuple(v) for v in by_lora.values()}) == 3  # no block shared across adapters
+    assert [b.tokens_hash for s in stored if s.lora_id == 1 for b in s.blocks] == \
+        [b.tokens_hash for s in stored if s.lora_id is None for b in s.blocks]

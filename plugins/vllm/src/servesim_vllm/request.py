@@ -68,6 +68,7 @@ class VllmRequest:
         self.generated = 0
         self.computed = 0
         self.table = BlockTable(self.prompt_len)
+        self.table.lora = request.lora  # its Stored events name the adapter
         self.status = Status.WAITING
         self.preemptions = 0
         self.cached_prefix: int | None = None
