@@ -171,6 +171,10 @@ def validate(config: EngineConfig, sg: SglangConfig) -> list[tuple[str, str]]:
     if getattr(config, "native_host_offload", None) is not None:
         # aisimulate-engine.md §9: the native host tier models vLLM's OffloadingConnector.
         out.append(("engine.native_host_offload", "host KV offload is modelled for vllm only"))
+    if getattr(config, "enable_lora", False):
+        # docs/lora.md: SGLang's --max-loras-per-batch rule and its LoRA-keyed radix cache are
+        # not modelled; a replay would serve every adapter's requests as the base model's.
+        out.append(("engine.enable_lora", "LoRA adapters are modelled for vllm only"))
     if sg.page_size is not None and sg.page_size <= 0:
         out.append((f"{SECTION}.page_size", f"must be > 0, got {sg.page_size}"))
     elif sg.page_size is not None and config.block_size is not None and sg.page_size != config.block_size:

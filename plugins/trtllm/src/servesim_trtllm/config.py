@@ -93,4 +93,7 @@ def validate(config: EngineConfig, trt: TrtllmConfig) -> list[tuple[str, str]]:
     if getattr(config, "native_host_offload", None) is not None:
         # aisimulate-engine.md §9: the native host tier models vLLM's OffloadingConnector.
         problems.append(("engine.native_host_offload", "host KV offload is modelled for vllm only"))
+    if getattr(config, "enable_lora", False):
+        # docs/lora.md: TensorRT-LLM's PEFT cache and its capacity check are not modelled.
+        problems.append(("engine.enable_lora", "LoRA adapters are modelled for vllm only"))
     return problems
