@@ -128,6 +128,8 @@ class Replayer:
         self.turns = workload.turns()
         self.log = RequestLog([t.input_length for t in self.turns],
                               record_token_times=record_token_times)
+        if any(t.lora for t in self.turns):  # LoRA adapters: per-request records name them
+            self.log.extra = {"lora": [t.lora for t in self.turns]}
         self.session_of, self.session_index, self.next_turn = _session_maps(workload)
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0

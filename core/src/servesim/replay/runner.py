@@ -115,6 +115,7 @@ def _simulate(
                      else num_workers), dp_size=sim.engine.dp_size, block_size=block_size,
         backend=sim.engine.backend, max_model_len=sim.engine.max_model_len,
         num_gpu_blocks=sim.engine.num_gpu_blocks,
+        max_loras=sim.engine.max_loras if sim.engine.enable_lora else None,
     ))
     sinks = [*kv_sinks, *fpm_sinks]
     record_token_times = record_token_times or any(
