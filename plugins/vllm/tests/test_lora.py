@@ -78,3 +78,14 @@ def test_stored_events_name_the_adapter() -> None:
     assert len({tuple(v) for v in by_lora.values()}) == 3  # no block shared across adapters
     assert [b.tokens_hash for s in stored if s.lora_id == 1 for b in s.blocks] == \
         [b.tokens_hash for s in stored if s.lora_id is None for b in s.blocks]
+
+
+def test_lora_with_the_host_tier_is_a_config_error() -> None:
+    from servesim.config.engine import EngineConfig
+    from servesim.kv.host_tier import NativeHostOffloadConfig
+    from servesim_vllm.rank import VllmRank
+
+    cfg = EngineConfig(block_size=4, enable_lora=True, kv_bytes_per_token=100.0,
+                       native_host_offload=NativeHostOffloadConfig(num_host_blocks=10))
+    problems = VllmRank.validate_config(cfg, None)
+    assert ("engine.enable_lora", "LoRA is not modelled with native_host_offload") in problems

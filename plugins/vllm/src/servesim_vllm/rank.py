@@ -122,6 +122,9 @@ class VllmRank(Rank):
             problems.append(("engine.num_gpu_blocks", f"must be > 0, got {config.num_gpu_blocks}"))
         problems.extend(_behaviour.validate(backend_config))
         problems.extend(_host_problems(config))
+        if config.enable_lora and config.native_host_offload is not None:
+            # Both skip waiting requests within a pass; their joint order is not modelled.
+            problems.append(("engine.enable_lora", "LoRA is not modelled with native_host_offload"))
         return problems
 
     # -- commands -------------------------------------------------------------------------
