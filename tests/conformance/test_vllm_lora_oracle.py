@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from servesim_vllm.conformance import build_engine, compare_steps, golden_dirs, load_golden, run_servesim
 from servesim_vllm.rank import VllmRank
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "vllm_lora_oracle"
 SCENARIOS = [d.name for d in golden_dirs(GOLDEN)]
 PROFILE = {"profile": "vllm-0.32"}
-
-import pytest  # noqa: E402
 
 
 def test_there_are_lora_scenarios_with_many_adapters_and_few_slots() -> None:

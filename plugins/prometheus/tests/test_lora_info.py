@@ -17,8 +17,8 @@ SERIES = re.compile(r'^vllm:lora_requests_info\{max_lora="(\d+)",waiting_lora_ad
 
 def _replay(tmp_path: Path, lora: bool) -> str:
     trace = tmp_path / "t.jsonl"
-    rows = [{"timestamp": 100 * i, "hash_ids": [50 + i], "output_length": 30, **({"lora": 1 + i % 3} if lora else {})}
-            for i in range(12)]
+    rows = [{"timestamp": 100 * i, "hash_ids": [50 + i], "output_length": 30,
+             **({"lora": 1 + i % 3} if lora else {})} for i in range(12)]
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "m.om"
     sets = ["engine.block_size=4", f"workload.trace.path={json.dumps(str(trace))}",
@@ -33,7 +33,8 @@ def _replay(tmp_path: Path, lora: bool) -> str:
 def test_the_family_lists_waiting_and_running_adapters(tmp_path: Path) -> None:
     text = _replay(tmp_path, lora=True)
     assert "# TYPE vllm:lora_requests_info gauge" in text
-    samples = [SERIES.match(line) for line in text.splitlines() if line.startswith("vllm:lora_requests_info{")]
+    samples = [SERIES.match(line) for line in text.splitlines()
+               if line.startswith("vllm:lora_requests_info{")]
     assert samples and all(s is not None for s in samples)
     labels = {(s[1], s[2], s[3]) for s in samples if s is not None}
     assert {m for m, _w, _r in labels} == {"2"}

@@ -33,8 +33,8 @@ from attrs import field, frozen, validators
 from servesim._compiled import mypyc_attr
 from servesim.contract import ClearedBlocks, KvEvent, RemovedBlocks, Request, StoredBlocks
 from servesim.kv.event_records import RemovedRun, StoredRun
-from servesim.replay.cluster import ClusterState
 from servesim.replay.adapter_affinity import AdapterAffinity
+from servesim.replay.cluster import ClusterState
 from servesim.tokens import TokenSeq
 
 _BLOCK_HASH = attrgetter("block_hash")

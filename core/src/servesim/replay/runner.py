@@ -11,13 +11,13 @@ import attrs
 
 from servesim.config.sections import SyntheticConfig, WorkloadConfig
 from servesim.errors import ConfigError, PluginRunError, UserError
+from servesim.replay.adapters import lora_report
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import ProgressFn, Replayer
 from servesim.replay.gc_spacing import collections_spaced
 from servesim.replay.observers import Observers
 from servesim.replay.passlog import PassLogWriter
 from servesim.replay.routers import Router
-from servesim.replay.adapters import lora_report
 from servesim.replay.tiers import host_tier_report
 from servesim.report.result import SimResult
 from servesim.report.summary import build_report, clean_floats

@@ -96,7 +96,8 @@ class ReplayScrapes:
         sweep = LoraSweep(log) if m.lora_info is not None else None
         for k in range(1, last + 1):
             if sweep is not None:  # vllm:lora_requests_info (servesim_prometheus.lora_info)
-                m.record_lora(*sweep.advance(k * self.interval_ms), self.epoch_s + k * self.interval_ms / 1000.0)
+                at_ms = k * self.interval_ms
+                m.record_lora(*sweep.advance(at_ms), self.epoch_s + at_ms / 1000.0)
             for e, fpms in sorted(self.passes.get(k, {}).items()):
                 m.record_passes(e, fpms)
             for e, items in sorted(firsts.get(k, {}).items()):
