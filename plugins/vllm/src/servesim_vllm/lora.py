@@ -68,9 +68,13 @@ class VllmLora:
             self.cache.count_request(lora)
 
     def restore(self, waiting: deque[VllmRequest]) -> None:
-        """Put the skipped requests back at the front of the queue, in their order."""
-        if self.skipped:
-            waiting.extendleft(reversed(self.skipped))
+        """Put the skipped requests back at the front of the queue, in their order (vLLM's
+        ``prepend_requests``: one ``appendleft`` each, last first, so a queue that orders by
+        key, such as a priority heap, places each by its key instead)."""
+        skipped = self.skipped
+        if skipped:
+            for req in reversed(skipped):
+                waiting.appendleft(req)
             self.skipped = []
 
     # -- the forward ----------------------------------------------------------------------
