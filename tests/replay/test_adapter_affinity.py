@@ -61,3 +61,13 @@ def test_overlap_counts_per_adapter() -> None:
     for lora, costs_equal in ((3, False), (4, True), (0, True)):
         cost, _new = router.costs(Request(9, prompt, 4, lora=lora), prompt_hashes(prompt, BS, lora), state)
         assert (cost[0] == cost[1]) is costs_equal, lora
+
+
+def test_bad_affinity_settings_name_their_key() -> None:
+    import pytest
+    from servesim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cluster.router_config.adapter_affinity"):
+        KvRouter(2, 1, BS, KvRouterConfig(adapter_affinity=float("inf")))
+    with pytest.raises(ConfigError, match="cluster.router_config.adapter_slots"):
+        KvRouter(2, 1, BS, KvRouterConfig(adapter_affinity=1.0, adapter_slots=0))

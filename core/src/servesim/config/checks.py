@@ -107,7 +107,8 @@ SYNTHETIC_RULES: tuple[Rule, ...] = (
     ("turns_per_session", _int_ge(1), "an integer >= 1", False),
     ("inter_turn_delay_ms", _finite_ge(0), "a finite number >= 0", False),
     ("block_size", _int_ge(1), "an integer >= 1", False),
-    ("lora_adapters", _int_ge(0), "an integer >= 0", False),
+    ("lora_adapters", lambda v: isinstance(v, int) and 0 <= v <= 1 << 16, "an integer in [0, 65536]",
+     False),
     ("lora_fraction", _unit, "a number in [0, 1]", False),
 )
 

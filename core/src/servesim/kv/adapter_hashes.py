@@ -4,7 +4,8 @@ vLLM adds a LoRA request's adapter to every block hash as an extra key
 (``_gen_lora_extra_hash_keys`` in vllm/v1/core/kv_cache_utils.py, v0.32), so equal tokens under
 different adapters (or under an adapter and the base model) never share KV. servesim chains a
 LoRA request's sequence hashes from an adapter root instead of from nothing: block 0's is
-``chain_hash(root, local_0)`` with ``root = xxh3_64(b"lora" + LE u64 id, seed=1337)``, and
+``chain_hash(root, local_0)`` with ``root = xxh3_64(b"lora" + LE u64 id, seed=1337)`` (the
+id's low 64 bits), and
 every later block chains after it as usual (servesim.kv.hashing). Local hashes stay token-only
 (they are the events' ``tokens_hash``). A base-model request (``lora`` 0) keeps its hashes
 exactly; placeholders (``placeholder_hashes``) stay placeholders, being unique already.
@@ -20,13 +21,14 @@ from xxhash import xxh3_64_intdigest
 from servesim.kv.hashing import PAIR_STRUCT, SEED
 
 _ROOTS: dict[int, int] = {}
+_MASK64 = 0xFFFFFFFFFFFFFFFF
 
 
 def adapter_root(lora: int) -> int:
     """The parent hash of a LoRA request's first block."""
     root = _ROOTS.get(lora)
     if root is None:
-        root = _ROOTS[lora] = xxh3_64_intdigest(b"lora" + struct.pack("<Q", lora), SEED)
+        root = _ROOTS[lora] = xxh3_64_intdigest(b"lora" + struct.pack("<Q", lora & _MASK64), SEED)
     return root
 
 

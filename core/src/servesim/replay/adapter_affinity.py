@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from servesim.errors import ConfigError
+
 
 class AdapterAffinity:
     """The routed-adapter sets of every slot."""
@@ -23,6 +25,17 @@ class AdapterAffinity:
         self.weight = weight
         self.capacity = capacity
         self.sets: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(num_slots)]
+
+    @classmethod
+    def build(cls, weight: float, capacity: int, num_slots: int) -> AdapterAffinity:
+        """Checked settings: a ConfigError names the bad ``cluster.router_config`` key."""
+        if not (isinstance(weight, (int, float)) and 0 <= weight < float("inf")):
+            raise ConfigError(f"expected a finite number >= 0, got {weight!r}",
+                              path="cluster.router_config.adapter_affinity")
+        if not (isinstance(capacity, int) and capacity >= 1):
+            raise ConfigError(f"expected an integer >= 1, got {capacity!r}",
+                              path="cluster.router_config.adapter_slots")
+        return cls(weight, capacity, num_slots)
 
     def adjust(self, lora: int, cost: list[float]) -> list[float]:
         """``cost`` with the credit applied to the slots that hold ``lora``."""

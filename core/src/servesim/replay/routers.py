@@ -28,7 +28,7 @@ from itertools import takewhile
 from operator import attrgetter
 from typing import Any, ClassVar
 
-from attrs import field, frozen, validators
+from attrs import frozen
 
 from servesim._compiled import mypyc_attr
 from servesim.contract import ClearedBlocks, KvEvent, RemovedBlocks, Request, StoredBlocks
@@ -140,8 +140,8 @@ class KvRouterConfig:
     (servesim.replay.adapter_affinity); 0 turns it off."""
 
     overlap_score_weight: float = 1.0
-    adapter_affinity: float = field(default=0.0, validator=[validators.ge(0.0), validators.lt(float("inf"))])
-    adapter_slots: int = field(default=4, validator=validators.ge(1))
+    adapter_affinity: float = 0.0
+    adapter_slots: int = 4
 
 
 class KvIndex:
@@ -295,7 +295,8 @@ class KvRouter(Router):
         self._last_new_tokens: dict[int, int] = {}
         self._last_hashes: tuple[int, ...] = ()
         cfg = self.config
-        self.affinity = (AdapterAffinity(cfg.adapter_affinity, cfg.adapter_slots, num_workers * dp_size)
+        self.affinity = (AdapterAffinity.build(cfg.adapter_affinity, cfg.adapter_slots,
+                                               num_workers * dp_size)
                          if cfg.adapter_affinity else None)
 
     def on_kv_events(self, worker: int, events: Sequence[KvEvent]) -> None:

@@ -133,7 +133,7 @@ def _validate(cfg: SyntheticConfig) -> None:
         ("prefix_ratio", 0.0 <= cfg.prefix_ratio <= 1.0, "must be in [0, 1]"),
         ("turns_per_session", cfg.turns_per_session >= 1, "must be >= 1"),
         ("inter_turn_delay_ms", cfg.inter_turn_delay_ms >= 0, "must be >= 0"),
-        ("lora_adapters", cfg.lora_adapters >= 0, "must be >= 0"),
+        ("lora_adapters", 0 <= cfg.lora_adapters <= 1 << 16, "must be in [0, 65536]"),
     ]
     for key, ok, msg in checks:
         if not ok:
