@@ -2,6 +2,7 @@
 
     python benchmarks/conformance/make_golden.py [--only NAME ...]
     python benchmarks/conformance/make_golden.py --engine sglang   # tests/golden/sglang_oracle
+    python benchmarks/conformance/make_golden.py --lora   # tests/golden/vllm_lora_oracle
 
 Writes per scenario: ``trace.jsonl`` (the generated trace), ``options.json`` (the oracle
 settings, vLLM version and the oracle's summary) and ``steps.jsonl`` (the oracle's step lines,
@@ -33,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vllm-version", choices=["0.32", "0.33"], default="0.32",
                    help="0.33: the vLLM 0.33 oracle venv and the cadence scenarios, into "
                         "tests/golden/vllm033_oracle")
+    p.add_argument("--lora", action="store_true",
+                   help="the LoRA scenarios (lora_scenarios.py), into tests/golden/vllm_lora_oracle")
     a = p.parse_args(argv)
     if a.engine == "sglang":
         return _sglang(a)
@@ -41,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.vllm_version == "0.33":
         python, golden = VLLM033_PYTHON, GOLDEN_033
         a.out = a.out or ROOT.parent / "vllm033_oracle"
+    if a.lora:
+        from lora_scenarios import GOLDEN_LORA
+
+        golden = GOLDEN_LORA
+        a.out = a.out or ROOT.parent / "vllm_lora_oracle"
     a.out = a.out or ROOT
     if not oracle_available(python=python):
         print("the vLLM oracle venv is not installed (setup_vllm_oracle.sh)", file=sys.stderr)

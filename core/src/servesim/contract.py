@@ -200,6 +200,9 @@ class StoredBlocks:
     start_position: int | None = None
     #: Storage tier: None for device KV (G1); ``"CPU"`` for the host tier (servesim.kv.host_tier).
     medium: str | None = None
+    #: The LoRA adapter of the request that stored the blocks (vLLM's ``BlockStored.lora_id``);
+    #: None for the base model.
+    lora_id: int | None = None
 
 
 @frozen(slots=True)

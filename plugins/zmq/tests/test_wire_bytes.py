@@ -96,3 +96,20 @@ def test_host_tier_events_carry_medium_cpu() -> None:
     assert [(m["block_hashes"], m["medium"]) for m in removed] == [([7], "CPU"), ([8], "CPU")]
     (device,) = kv_event_maps(KvEvent(2, 0, RemovedBlocks((9,))), block_size=2)
     assert device["medium"] == "GPU"
+
+
+# vLLM 0.32's own encoding of KVEventBatch(ts=1.5, events=[BlockStored(block_hashes=[11, 12],
+# parent_block_hash=None, token_ids=[1, 2, 3, 4], block_size=2, lora_id=3, medium="GPU",
+# lora_name=None, extra_keys=[None, None], group_idx=0)], data_parallel_rank=0), written
+# with vllm.distributed.kv_events' classes and msgspec.msgpack.encode.
+LORA_BATCH = bytes.fromhex(
+    "93cb3ff8000000000000918aa474797065ab426c6f636b53746f726564ac626c6f636b5f686173686573920b0c"
+    "b1706172656e745f626c6f636b5f68617368c0a9746f6b656e5f6964739401020304aa626c6f636b5f73697a65"
+    "02a76c6f72615f696403a66d656469756da3475055a96c6f72615f6e616d65c0aa65787472615f6b65797392c0"
+    "c0a967726f75705f6964780000")
+
+
+def test_a_lora_requests_stored_event_carries_its_adapter_id() -> None:
+    blocks = (KvBlock(11, 5, (1, 2)), KvBlock(12, 6, (3, 4)))
+    event = KvEvent(0, 0, StoredBlocks(None, blocks, lora_id=3))
+    assert kv_batch(1.5, [event], 0, block_size=2) == LORA_BATCH

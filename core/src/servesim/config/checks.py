@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from servesim.config.converter import Problem, show
+from servesim.config.lora_checks import check_lora
 from servesim.config.workload_scope import check_workload_scope
 from servesim.mechanics.numeric import normalize_conditional_accept_rates
 
@@ -107,6 +108,9 @@ SYNTHETIC_RULES: tuple[Rule, ...] = (
     ("turns_per_session", _int_ge(1), "an integer >= 1", False),
     ("inter_turn_delay_ms", _finite_ge(0), "a finite number >= 0", False),
     ("block_size", _int_ge(1), "an integer >= 1", False),
+    ("lora_adapters", lambda v: isinstance(v, int) and 0 <= v <= 1 << 16, "an integer in [0, 65536]",
+     False),
+    ("lora_fraction", _unit, "a number in [0, 1]", False),
 )
 
 REPORT_RULES: tuple[Rule, ...] = (
@@ -150,6 +154,7 @@ def check_engine(engine: Any, prefix: str = "engine") -> list[Problem]:
     host = getattr(engine, "native_host_offload", None)
     if host is not None:
         problems += apply_rules(host, f"{prefix}.native_host_offload", HOST_OFFLOAD_RULES)
+    problems += check_lora(engine, prefix)
     return problems
 
 

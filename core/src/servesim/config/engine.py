@@ -17,6 +17,7 @@ from attrs import field, frozen
 
 from servesim.contract import TransferTimingMode, WorkerType
 from servesim.kv.host_tier import NativeHostOffloadConfig
+from servesim.mechanics.lora import LoraLoading, LoraModule
 
 
 class PreemptionMode(enum.Enum):
@@ -72,6 +73,13 @@ class EngineConfig:
     # A name, or {type: NAME, ...options} structured into the policy's config_class.
     eviction_policy: str | dict[str, Any] = "lru"
     timing_model: dict[str, Any] = field(factory=_default_timing)
+    # LoRA adapters (servesim.mechanics.lora; docs/lora.md), with vLLM's engine-argument names.
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_cpu_loras: int | None = None  # None: max_loras, as vLLM
+    max_lora_rank: int = 16
+    lora_modules: tuple[LoraModule, ...] = ()
+    lora_loading: LoraLoading = field(factory=LoraLoading)
 
     @property
     def bs(self) -> int:

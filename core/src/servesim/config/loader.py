@@ -29,6 +29,7 @@ from servesim.errors import ConfigError, PluginError
 from servesim.factory import EngineFactory
 from servesim.fast.config_convert import LazyConverter
 from servesim.kv.eviction import eviction_refusal, policy_factory
+from servesim.mechanics.lora import LORA_ENGINE_KEYS
 from servesim.plugins import Plugins, disabled_hint
 from servesim.timing.base import TimingModel
 from servesim.timing.base import overrides as timing_overrides
@@ -559,6 +560,9 @@ class LoadedConfig:
         engine = conv.unstructure(self.engine.config)
         if engine.get("scheduling_policy") == "fcfs":
             del engine["scheduling_policy"]  # the default: reports read as before the key existed
+        if not engine.get("enable_lora"):
+            for key in LORA_ENGINE_KEYS:  # a configuration without LoRA reads as it always did
+                engine.pop(key, None)
         timing = conv.unstructure(self.engine.timing_config) if self.engine.timing_config is not None else {}
         timing = {k: v for k, v in timing.items() if v is not None}  # unset options: defaults
         engine["timing_model"] = {"type": self.engine.timing_type, **timing}
@@ -567,6 +571,10 @@ class LoadedConfig:
         out = {"engine": engine}
         for name in SECTIONS[1:]:
             out[name] = conv.unstructure(getattr(self.sim, name))
+        synthetic = out["workload"].get("synthetic")
+        if synthetic is not None and not synthetic.get("lora_adapters"):
+            for key in ("lora_adapters", "lora_popularity", "lora_fraction"):
+                synthetic.pop(key, None)  # a workload without adapters reads as it always did
         if not out["cluster"].get("pools"):
             out["cluster"].pop("pools", None)  # a homogeneous cluster reads as it always did
         drop_unset_scope(out["workload"])  # so does a workload without warmup, stop, classes

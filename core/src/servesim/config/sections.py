@@ -87,6 +87,10 @@ class SyntheticConfig:
     turns_per_session: int = 1
     inter_turn_delay_ms: float = 0.0
     block_size: int = 64
+    # LoRA adapter mix (servesim.workload.adapter_mix; docs/lora.md): 0 adapters is none.
+    lora_adapters: int = 0
+    lora_popularity: str = "uniform"
+    lora_fraction: float = 1.0
 
 
 @frozen(kw_only=True)

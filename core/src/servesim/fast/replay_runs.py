@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from servesim.errors import ReplayError
 from servesim.fast.fpm_runs import FpmRun
 from servesim.fast.runs import EngineRunStarted
+from servesim.kv.adapter_hashes import prompt_hashes
 
 if TYPE_CHECKING:
     from servesim.contract import Admission, ForwardPassMetrics, KvEvent, Metrics
@@ -356,9 +357,10 @@ class RunDriver:
         per_pass = self.pass_ms[w]
         best_len = -(-(horizon - now) // per_pass)  # passes before the first arrival, as now
         best = (horizon, 1 << 30)
-        prompts = (rp.turns[rid].prompt for _at, _seq, rid in look)  # lazy: often one read
-        arrivals = ((p, p.block_hashes_elided(bs)[0]) for p in prompts) if (
-            router.wants_block_hashes) else ((p, ()) for p in prompts)
+        prompts = (rp.turns[rid] for _at, _seq, rid in look)  # lazy: often one read
+        arrivals = ((t.prompt, prompt_hashes(t.prompt, bs, t.lora) if t.lora else
+                     t.prompt.block_hashes_elided(bs)[0]) for t in prompts) if (
+            router.wants_block_hashes) else ((t.prompt, ()) for t in prompts)
         margin = float("inf")
         left: _Finishers | None = None
         for k, m in enumerate(router.exclusion_margins(w, arrivals, state), 1):

@@ -57,11 +57,21 @@ def maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
         return cls
     base = _slot_maker(cls, names)
     rest = attrs.fields(cls)[len(names):]
-    if base is None or len(rest) > 1:
+    if base is None or len(rest) > 2:
         return cls
     if not rest:
         return base
     set_default, default = cls.__dict__[rest[0].name].__set__, rest[0].default
+    if len(rest) == 2:
+        set_second, second = cls.__dict__[rest[1].name].__set__, rest[1].default
+
+        def make_with_defaults(*values: object) -> Any:
+            o = base(*values)
+            set_default(o, default)
+            set_second(o, second)
+            return o
+
+        return make_with_defaults
 
     def make_with_default(*values: object) -> Any:
         o = base(*values)

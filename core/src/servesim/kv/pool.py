@@ -64,13 +64,15 @@ class BlockTable:
     as no prompt's match (:attr:`servesim.kv.event_records.StoredRun.shared`).
     """
 
-    __slots__ = ("ids", "num_cached", "prompt_len", "shared")
+    __slots__ = ("ids", "num_cached", "prompt_len", "shared", "lora")
 
     def __init__(self, prompt_len: int = 0) -> None:
         self.ids: list[int] = []
         self.num_cached = 0
         self.prompt_len = prompt_len
         self.shared = ALL_SHARED
+        # The owner's LoRA adapter id (0: base model), carried by its Stored events' lora_id.
+        self.lora = 0
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -425,7 +427,7 @@ class BlockPool:
             if got is bo or got == bo:
                 if self._events is not None and (h >= 0 or self.events_for_placeholders):
                     parent = seq_hashes[start - 1] if start > 0 else None
-                    if self.event_records and block_tokens is None:
+                    if self.event_records and block_tokens is None and not table.lora:
                         self._events.append(StoredRun(self._next_event_id, self.dp_rank, parent,
                                                       (h,), (local_hashes[start],),
                                                       1 if start < table.shared else 0))
@@ -433,7 +435,8 @@ class BlockPool:
                         return
                     tokens = tuple(block_tokens(start)) if block_tokens is not None else None
                     blk = kv_block(h, local_hashes[start], tokens)
-                    self.publish_events(stored_blocks(parent, (blk,), None))
+                    self.publish_events(stored_blocks(parent, (blk,), None) if not table.lora
+                                        else StoredBlocks(parent, (blk,), lora_id=table.lora))
             else:
                 self._dups.setdefault(h, []).append(b)
                 # A resident copy: no event.
@@ -450,7 +453,8 @@ class BlockPool:
         got = list(map(self._primary.setdefault, hs, blocks))
         if got == blocks:
             if self._events is not None:
-                self._stored(start, hs, local_hashes, block_tokens, seq_hashes, table.shared)
+                self._stored(start, hs, local_hashes, block_tokens, seq_hashes, table.shared,
+                             table.lora)
             return
         dups = self._dups
         run_from = -1  # start of the current run of new hashes, -1 outside one
@@ -463,39 +467,40 @@ class BlockPool:
             if run_from >= 0:
                 if self._events is not None:
                     self._stored(start + run_from, hs[run_from:j], local_hashes, block_tokens,
-                                 seq_hashes, table.shared)
+                                 seq_hashes, table.shared, table.lora)
                 run_from = -1
         if run_from >= 0 and self._events is not None:
             self._stored(start + run_from, hs[run_from:], local_hashes, block_tokens, seq_hashes,
-                         table.shared)
+                         table.shared, table.lora)
 
     def _stored(self, first: int, hs: Sequence[int], local_hashes: Sequence[int],
                 block_tokens: Callable[[int], Sequence[int]] | None,
-                seq_hashes: Sequence[int], shared: int = ALL_SHARED) -> None:
+                seq_hashes: Sequence[int], shared: int = ALL_SHARED, lora: int = 0) -> None:
         """Publish blocks ``first .. first+len(hs)-1`` (consecutive, all newly visible) as one
         ``Stored`` batch, or as the batches between placeholders that publish nothing."""
         if self.events_for_placeholders or min(hs) >= 0:
-            self._stored_run(first, hs, local_hashes, block_tokens, seq_hashes, shared)
+            self._stored_run(first, hs, local_hashes, block_tokens, seq_hashes, shared, lora)
             return
         j0 = 0
         for j, h in enumerate(hs):
             if h < 0:
                 if j > j0:
                     self._stored_run(first + j0, hs[j0:j], local_hashes, block_tokens, seq_hashes,
-                                     shared)
+                                     shared, lora)
                 j0 = j + 1
         if j0 < len(hs):
-            self._stored_run(first + j0, hs[j0:], local_hashes, block_tokens, seq_hashes, shared)
+            self._stored_run(first + j0, hs[j0:], local_hashes, block_tokens, seq_hashes, shared,
+                             lora)
 
     def _stored_run(self, first: int, hs: Sequence[int], local_hashes: Sequence[int],
                     block_tokens: Callable[[int], Sequence[int]] | None,
-                    seq_hashes: Sequence[int], shared: int = ALL_SHARED) -> None:
+                    seq_hashes: Sequence[int], shared: int = ALL_SHARED, lora: int = 0) -> None:
         parent = seq_hashes[first - 1] if first > 0 else None
         end = first + len(hs)
         if block_tokens is not None:
             blocks = tuple([kv_block(h, local_hashes[i], tuple(block_tokens(i)))
                             for i, h in zip(range(first, end), hs, strict=True)])
-        elif self.event_records:
+        elif self.event_records and not lora:
             assert self._events is not None
             self._events.append(StoredRun(self._next_event_id, self.dp_rank, parent, hs,
                                           local_hashes[first:end],
@@ -504,6 +509,9 @@ class BlockPool:
             return
         else:
             blocks = kv_blocks(hs, local_hashes[first:end])
+        if lora:  # a LoRA request's blocks name its adapter (vLLM's BlockStored.lora_id)
+            self.publish_events(StoredBlocks(parent, blocks, lora_id=lora))
+            return
         self.publish_events(stored_blocks(parent, blocks, None))
 
     def rekey(self, table: BlockTable, lo: int, hi: int, old: Sequence[int],

@@ -17,6 +17,7 @@ from typing import Final
 from xxhash import xxh3_64_intdigest
 
 from servesim.contract import Request
+from servesim.kv.adapter_hashes import adapter_root, adapter_sequence
 from servesim.kv.event_records import ALL_SHARED
 from servesim.kv.hashing import PAIR_STRUCT, SEED, local_block_hash, placeholder_hashes
 
@@ -67,7 +68,7 @@ class SequenceBlocks:
     once.
     """
 
-    __slots__ = ("request", "prompt_len", "base", "seq", "loc", "_own")
+    __slots__ = ("request", "prompt_len", "base", "seq", "loc", "_own", "root")
 
     def __init__(self, request: Request, salt: int = 0) -> None:
         self.request = request
@@ -76,6 +77,8 @@ class SequenceBlocks:
         self.seq: list[int] = []
         self.loc: list[int] = []
         self._own = False
+        # A LoRA request's chain starts from its adapter's root (servesim.kv.adapter_hashes).
+        self.root: int | None = adapter_root(request.lora) if request.lora else None
 
     def load_prompt(self, block_size: int, elide: bool = False) -> None:
         """Share the prompt's cached full-block hashes (``elide``: the variant with
@@ -86,6 +89,8 @@ class SequenceBlocks:
                 self.seq, self.loc = prompt.block_hashes_elided(block_size)
             else:
                 self.seq, self.loc = prompt.block_hashes(block_size)
+            if self.root is not None and self.seq:
+                self.seq = adapter_sequence(self.loc, self.request.lora, self.seq)
 
     def shared_blocks(self, block_size: int) -> int:
         """How many leading full blocks another request's prompt may hold too: those of the
@@ -108,7 +113,7 @@ class SequenceBlocks:
             self.loc = list(self.loc)
             self._own = True
         loc = self.loc
-        parent = seq[-1] if seq else None
+        parent = seq[-1] if seq else self.root
         if parent is not None and parent < 0:
             # After a placeholder (TokenSeq.block_hashes_elided) every later block is this
             # request's alone too: placeholders, never hashed.

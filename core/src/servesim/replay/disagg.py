@@ -54,6 +54,7 @@ from servesim.contract import (
 )
 from servesim.engine import Engine
 from servesim.errors import CommandRejected, ReplayError
+from servesim.kv.adapter_hashes import prompt_hashes
 from servesim.rank import Handoff
 from servesim.replay.cluster import ClusterState
 from servesim.replay.driver import EXTERNAL, Replayer
@@ -260,7 +261,8 @@ class DisaggReplayer(Replayer):
         router = self.prefill_router
         # Elided: as in aggregated replay (Replayer._submit), a block only this request can
         # hold is in no prefill worker's cache before it is routed.
-        hashes = (turn.prompt.block_hashes_elided(self.block_size)[0]
+        hashes = ((prompt_hashes(turn.prompt, self.block_size, turn.lora) if turn.lora
+                   else turn.prompt.block_hashes_elided(self.block_size)[0])
                   if router.wants_block_hashes else ())
         worker, dp = router.select(req, hashes, self.prefill_state)
         router.routed(req, worker, dp, self.prefill_state)

@@ -43,6 +43,7 @@ from servesim.fast.cohorts import CohortLog
 from servesim.fast.fpm_runs import FpmRun, encodes_fpm_runs
 from servesim.fast.replay_runs import RunDriver, runs_enabled_by_env
 from servesim.fast.sink_merge import FLUSH_AT, SinkMerge
+from servesim.kv.adapter_hashes import prompt_hashes
 from servesim.rank import NO_RETRY_HINT, InternalWork, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
 from servesim.replay.observers import FinishedRequest, Observers
@@ -128,6 +129,8 @@ class Replayer:
         self.turns = workload.turns()
         self.log = RequestLog([t.input_length for t in self.turns],
                               record_token_times=record_token_times)
+        if any(t.lora for t in self.turns):  # LoRA adapters: per-request records name them
+            self.log.extra = {"lora": [t.lora for t in self.turns]}
         self.session_of, self.session_index, self.next_turn = _session_maps(workload)
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
@@ -374,7 +377,8 @@ class Replayer:
                 self.run_driver.release_kv(now)
         # Elided: a block only this request can hold is in no worker's cache before it is
         # routed, so its placeholder scores exactly as its hash would (workload/model.py).
-        hashes = (turn.prompt.block_hashes_elided(self.block_size)[0]
+        hashes = ((prompt_hashes(turn.prompt, self.block_size, turn.lora) if turn.lora
+                   else turn.prompt.block_hashes_elided(self.block_size)[0])
                   if router.wants_block_hashes else ())
         worker, dp = router.select(req, hashes, self.state)
         if self.run_driver is not None and self.run_driver.count:

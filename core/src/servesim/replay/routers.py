@@ -33,6 +33,7 @@ from attrs import frozen
 from servesim._compiled import mypyc_attr
 from servesim.contract import ClearedBlocks, KvEvent, RemovedBlocks, Request, StoredBlocks
 from servesim.kv.event_records import RemovedRun, StoredRun
+from servesim.replay.adapter_affinity import AdapterAffinity
 from servesim.replay.cluster import ClusterState
 from servesim.tokens import TokenSeq
 
@@ -133,9 +134,14 @@ class RoundRobinRouter(Router):
 
 @frozen(kw_only=True)
 class KvRouterConfig:
-    """``overlap_score_weight``: weight of prefill work against decode load (Dynamo default 1)."""
+    """``overlap_score_weight``: weight of prefill work against decode load (Dynamo default 1).
+    ``adapter_affinity``: cost credit (KV blocks) of a slot that was recently sent the
+    request's LoRA adapter, one of the last ``adapter_slots`` distinct adapters routed there
+    (servesim.replay.adapter_affinity); 0 turns it off."""
 
     overlap_score_weight: float = 1.0
+    adapter_affinity: float = 0.0
+    adapter_slots: int = 4
 
 
 class KvIndex:
@@ -288,6 +294,10 @@ class KvRouter(Router):
         self._next = 0
         self._last_new_tokens: dict[int, int] = {}
         self._last_hashes: tuple[int, ...] = ()
+        cfg = self.config
+        self.affinity = (AdapterAffinity.build(cfg.adapter_affinity, cfg.adapter_slots,
+                                               num_workers * dp_size)
+                         if cfg.adapter_affinity else None)
 
     def on_kv_events(self, worker: int, events: Sequence[KvEvent]) -> None:
         self.index.apply(worker, events)
@@ -329,6 +339,8 @@ class KvRouter(Router):
     ) -> tuple[int, int]:
         shared = shared_prefix(block_hashes)
         cost, new = self._costs(request, shared, state)
+        if self.affinity is not None:
+            cost = self.affinity.adjust(request.lora, cost)
         self._last_hashes = tuple(shared)
         n = len(cost)
         low = min(cost)
@@ -353,8 +365,8 @@ class KvRouter(Router):
     @property
     def proves_exclusion(self) -> bool:  # type: ignore[override]
         w = self.config.overlap_score_weight
-        # The bounds below assume a cost rising with load.
-        return self.exclusion_enabled and 0 <= w < float("inf")
+        # The bounds below assume a cost rising with load, and know no adapter affinity.
+        return self.exclusion_enabled and 0 <= w < float("inf") and self.affinity is None
 
     def exclusion_margins(
         self, worker: int, arrivals: Iterable[tuple[TokenSeq, Sequence[int]]], state: ClusterState
@@ -402,4 +414,7 @@ class KvRouter(Router):
     def routed(self, request: Request, worker: int, dp_rank: int, state: ClusterState) -> None:
         new = self._last_new_tokens.pop(request.request_id, request.prompt_len)
         blocks = -(-request.prompt_len // self.block_size)
-        state.add(request.request_id, state.slot(worker, dp_rank), new, blocks, self._last_hashes)
+        slot = state.slot(worker, dp_rank)
+        state.add(request.request_id, slot, new, blocks, self._last_hashes)
+        if self.affinity is not None:
+            self.affinity.routed(request.lora, slot)

@@ -12,6 +12,7 @@ import attrs
 from servesim.config.output_paths import GrowingFile
 from servesim.config.sections import SyntheticConfig, WorkloadConfig
 from servesim.errors import ConfigError, PluginRunError, UserError
+from servesim.replay.adapters import lora_report
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import ProgressFn, Replayer
 from servesim.replay.gc_spacing import collections_spaced
@@ -124,6 +125,7 @@ def _simulate(
                      else num_workers), dp_size=sim.engine.dp_size, block_size=block_size,
         backend=sim.engine.backend, max_model_len=sim.engine.max_model_len,
         num_gpu_blocks=sim.engine.num_gpu_blocks,
+        max_loras=sim.engine.max_loras if sim.engine.enable_lora else None,
     ))
     sinks = [*kv_sinks, *fpm_sinks]
     record_token_times = record_token_times or any(
@@ -218,6 +220,7 @@ def _simulate(
 
         report["pools"] = clean_floats(pool_report(log, spans, replayer.pass_busy_ms, sim.report.percentiles))
     report.update(clean_floats(host_tier_report(engines, log)))
+    report.update(clean_floats(lora_report(engines)))
     return _with_extra(SimResult(report, log, session_of, replayer.passes), observers, loaded)
 
 

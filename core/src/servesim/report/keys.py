@@ -45,6 +45,10 @@ HOST_TIER_KEYS = (
                                     "evicted_blocks")),
 )
 
+#: servesim.replay.adapters.lora_report's keys (the per-adapter request counts aside).
+LORA_KEYS = tuple(f"lora.{k}" for k in ("disk_loads", "gpu_loads", "cpu_evictions",
+                                        "gpu_evictions", "load_ms"))
+
 
 def numeric_keys(value: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
     """The dotted keys of ``value`` whose values are numbers (not booleans, not None)."""
@@ -84,7 +88,10 @@ def report_keys(loaded: LoadedConfig) -> frozenset[str]:
         keys.update(SPECULATIVE_KEYS)
     if any(e.get("native_host_offload") is not None for e in engines):
         keys.update(HOST_TIER_KEYS)
+    if any(e.get("enable_lora") for e in engines):
+        keys.update(LORA_KEYS)
     return frozenset(keys)
 
 
-__all__ = ["DISAGG_KEYS", "HOST_TIER_KEYS", "SPECULATIVE_KEYS", "numeric_keys", "report_keys"]
+__all__ = ["DISAGG_KEYS", "HOST_TIER_KEYS", "LORA_KEYS", "SPECULATIVE_KEYS", "numeric_keys",
+           "report_keys"]

@@ -163,6 +163,7 @@ class SinkDeployment:
     backend: str
     max_model_len: int | None = None
     num_gpu_blocks: int | None = None
+    max_loras: int | None = None  # engine.max_loras with LoRA on, else None
 
 
 def bind_sinks(sinks: Sequence[Any], context: SinkDeployment) -> None:

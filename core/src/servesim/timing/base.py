@@ -21,8 +21,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from servesim._compiled import mypyc_attr
 from servesim.contract import WorkerType
+from servesim.mechanics.lora import LORA_MS_PER_ADAPTER, LORA_REFERENCE_RANK
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy as np
 
     from servesim.timing.shape import PassShape
@@ -91,6 +94,14 @@ class TimingModel:
         (:func:`default_pass_ms`); an override may call it for the parts it does not model
         itself."""
         return default_pass_ms(self, shape)
+
+    def predict_lora_ms(self, ranks: Sequence[int], batch_tokens: int) -> float:
+        """Extra milliseconds one pass spends on LoRA (speed-ups not applied): ``ranks`` holds
+        the rank of each distinct adapter of the batch (one entry per adapter), and
+        ``batch_tokens`` the tokens the pass computes. Called only with LoRA on and at least
+        one adapter in the batch. The default charges ``LORA_MS_PER_ADAPTER`` per adapter at
+        rank 16, linear in the rank (servesim.mechanics.lora)."""
+        return sum(ranks) * (LORA_MS_PER_ADAPTER / LORA_REFERENCE_RANK)
 
     def predict_decode_ms_many(
         self, batch_size: int, active_kv_tokens: np.ndarray, total_kv_tokens: int

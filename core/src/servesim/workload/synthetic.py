@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from servesim.config.sections import SyntheticConfig
 from servesim.errors import ConfigError
 from servesim.tokens import RepeatedBlockTokens
+from servesim.workload.adapter_mix import assign_adapters
 from servesim.workload.model import Session, Turn, Workload, make_workload
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ def _validate(cfg: SyntheticConfig) -> None:
         ("prefix_ratio", 0.0 <= cfg.prefix_ratio <= 1.0, "must be in [0, 1]"),
         ("turns_per_session", cfg.turns_per_session >= 1, "must be >= 1"),
         ("inter_turn_delay_ms", cfg.inter_turn_delay_ms >= 0, "must be >= 0"),
+        ("lora_adapters", 0 <= cfg.lora_adapters <= 1 << 16, "must be in [0, 65536]"),
     ]
     for key, ok, msg in checks:
         if not ok:
@@ -180,4 +182,6 @@ def generate(cfg: SyntheticConfig, seed: int = 0) -> Workload:
             session.turns.append(Turn(rid, prompt, out_len, delay))
             rid += 1
         sessions.append(session)
+    if cfg.lora_adapters > 0:
+        assign_adapters(sessions, cfg, seed)
     return make_workload(sessions, "<synthetic>")

@@ -73,6 +73,8 @@ class EngineMetrics:
         self.engines = list(engines)
         self.kv_capacity_tokens = kv_capacity_tokens
         self.registry = registry if registry is not None else CollectorRegistry()
+        self.max_lora: str | None = None  # set by enable_lora
+        self.lora_info: Any = None
         token_buckets = one_two_five(max_model_len or 2048)
         self._by_key: dict[str, list[tuple[Family, Any]]] = {}
         for fam in FAMILIES[self.backend]:
@@ -82,6 +84,19 @@ class EngineMetrics:
         self._set_all("sleep_state", 1.0, extra="awake")
         if self.backend == "sglang" and kv_capacity_tokens:
             self._set_all("max_tokens", float(kv_capacity_tokens))
+
+    def enable_lora(self, max_lora: int) -> None:
+        """Add vLLM's ``vllm:lora_requests_info`` (vllm/v1/metrics/loggers.py, v0.32): a gauge
+        whose labels are ``max_lora`` and the comma-joined names of the adapters with waiting
+        and with running requests, set to the (simulated) Unix time of each update."""
+        self.max_lora = str(max_lora)
+        self.lora_info = Gauge("vllm:lora_requests_info", "Running stats on lora requests.",
+                               ["max_lora", "waiting_lora_adapters", "running_lora_adapters"],
+                               registry=self.registry)
+
+    def record_lora(self, waiting: Sequence[str], running: Sequence[str], at_s: float) -> None:
+        """One update of ``vllm:lora_requests_info`` (after :meth:`enable_lora`)."""
+        self.lora_info.labels(self.max_lora, ",".join(waiting), ",".join(running)).set(at_s)
 
     # -- construction ---------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from typing import IO, Any
 from prometheus_client.utils import floatToGoString
 from servesim.contract import ForwardPassMetrics
 
+from servesim_prometheus.lora_info import LoraSweep
 from servesim_prometheus.metrics import EngineMetrics, FinishedRequest
 
 _Bins = dict[int, dict[str, list[Any]]]
@@ -92,7 +93,11 @@ class ReplayScrapes:
         m = self.metrics
         last = _bin(self.end_ms, self.interval_ms)
         points: dict[str, Any] = {}
+        sweep = LoraSweep(log) if m.lora_info is not None else None
         for k in range(1, last + 1):
+            if sweep is not None:  # vllm:lora_requests_info (servesim_prometheus.lora_info)
+                at_ms = k * self.interval_ms
+                m.record_lora(*sweep.advance(at_ms), self.epoch_s + at_ms / 1000.0)
             for e, fpms in sorted(self.passes.get(k, {}).items()):
                 m.record_passes(e, fpms)
             for e, items in sorted(firsts.get(k, {}).items()):

@@ -28,7 +28,14 @@ from servesim_serve.chunk_bytes import PieceCache, PlainTails
 from servesim_serve.cluster import build_cluster
 from servesim_serve.config import ServeConfig
 from servesim_serve.metrics import make_observer
-from servesim_serve.protocol import ApiError, check_model, parse_generation, parse_json, rejection
+from servesim_serve.protocol import (
+    ApiError,
+    check_model,
+    parse_generation,
+    parse_json,
+    rejection,
+    served_adapters,
+)
 from servesim_serve.receipt import chunk_writer, received_at
 from servesim_serve.records import live_per_request_lines, live_report
 from servesim_serve.streams import Generation, disconnected
@@ -111,6 +118,8 @@ class Server:
         self.loaded = loaded
         self.cfg = cfg
         self.tokenizer = load_tokenizer(cfg.tokenizer)
+        # The served LoRA adapters by name (engine.lora_modules; none while LoRA is off).
+        self.adapters = served_adapters(loaded.sim.engine)
         self.pieces = PieceCache(self.tokenizer.piece)  # escaped output-token text
         self.plain_tails = PlainTails(self.pieces, self.tokenizer.output_pool)
         self.max_model_len = loaded.sim.engine.max_model_len
@@ -214,7 +223,7 @@ class Server:
         cfg = self.cfg
         try:
             body = parse_json(raw)
-            check_model(body, cfg.model)
+            lora = check_model(body, cfg.model, self.adapters)
             gen = parse_generation(body, self.tokenizer, chat=chat, default_max_tokens=cfg.default_max_tokens,
                                    max_model_len=self.max_model_len)
         except ApiError as err:
@@ -232,7 +241,7 @@ class Server:
         thinking = cfg.reasoning.num_thinking_tokens(gen.max_tokens) if cfg.reasoning else 0
         arrival = driver.clock.ms_at(received) if received is not None else None
         try:
-            req = driver.submit(gen.prompt, gen.max_tokens, thinking, arrival_ms=arrival)
+            req = driver.submit(gen.prompt, gen.max_tokens, thinking, arrival_ms=arrival, lora=lora)
         except SimError as exc:
             driver.fail(exc)
             return error_response(ApiError(f"the simulation stopped: {exc}", 500, "InternalServerError"))
@@ -271,7 +280,8 @@ class Server:
 
     async def models(self, http: Request) -> Response:
         root = self.cfg.tokenizer or self.cfg.model
-        return json_response(wire.models_body(self.cfg.model, root, self.created, self.max_model_len))
+        return json_response(wire.models_body(self.cfg.model, root, self.created, self.max_model_len,
+                                              list(self.adapters)))
 
     async def health(self, http: Request) -> Response:
         """200, or 503 once the simulation has stopped (as vLLM's ``/health`` answers 503 once
@@ -283,7 +293,7 @@ class Server:
 
         try:
             body = parse_json(await self._small_body(http))
-            check_model(body, self.cfg.model)
+            check_model(body, self.cfg.model, self.adapters)
             ids = chat_prompt(body, self.tokenizer) if "messages" in body else completion_prompt(
                 body, self.tokenizer)
         except ApiError as err:
@@ -297,7 +307,7 @@ class Server:
     async def detokenize(self, http: Request) -> Response:
         try:
             body = parse_json(await self._small_body(http))
-            check_model(body, self.cfg.model)
+            check_model(body, self.cfg.model, self.adapters)
             ids = body.get("tokens")
             if not isinstance(ids, list) or not all(isinstance(i, int) and i >= 0 for i in ids):
                 raise ApiError("tokens must be a list of token ids", param="tokens")

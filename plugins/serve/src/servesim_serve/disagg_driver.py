@@ -68,7 +68,7 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
     # -- commands (called by the HTTP layer) -------------------------------------------
 
     def submit(self, prompt: list[int], max_tokens: int, thinking: int = 0,
-               arrival_ms: float | None = None) -> LiveRequest:
+               arrival_ms: float | None = None, lora: int = 0) -> LiveRequest:
         """Add one request and deliver it to the prefill router at the simulated time it was
         received (or at the latest time acted on, if that is later: time never goes back)."""
         if arrival_ms is None:
@@ -78,7 +78,7 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
             now = max(arrival_ms, self.now)
             arrival_ms = min(arrival_ms, now)
         rp = self.replayer
-        rid = rp.add(Tokens(prompt, ints=True), max_tokens)
+        rid = rp.add(Tokens(prompt, ints=True), max_tokens, lora)
         req = LiveRequest(rid, len(prompt), max_tokens, thinking, arrival_ms)
         self.requests.append(req)
         self.in_flight += 1

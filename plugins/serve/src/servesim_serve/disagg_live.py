@@ -59,10 +59,10 @@ class LiveDisaggReplayer(DisaggReplayer):
 
     # -- feeding it -------------------------------------------------------------------------
 
-    def add(self, prompt: TokenSeq, output_length: int) -> int:
-        """A new request (not yet arrived); returns its id."""
+    def add(self, prompt: TokenSeq, output_length: int, lora: int = 0) -> int:
+        """A new request (not yet arrived; ``lora``: its LoRA adapter id); returns its id."""
         rid = len(self.turns)
-        self.turns.append(Turn(rid, prompt, output_length))
+        self.turns.append(Turn(rid, prompt, output_length, lora=lora))
         self.session_of.append(str(rid))
         self.session_index.append(rid)
         self.next_turn.append(-1)

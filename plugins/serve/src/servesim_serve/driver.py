@@ -28,6 +28,7 @@ from typing import Any
 from servesim.contract import CancelRequest, KvEvent, Request, Submit
 from servesim.engine import Engine
 from servesim.errors import CommandRejected, SimError
+from servesim.kv.adapter_hashes import adapter_sequence
 from servesim.replay.cluster import ClusterState
 from servesim.replay.routers import Router
 from servesim.sinks.base import FpmSink, KvEventSink, SinkError
@@ -92,7 +93,7 @@ class LiveDriver:
     # -- commands (called by the HTTP layer) -------------------------------------------
 
     def submit(self, prompt: list[int], max_tokens: int, thinking: int = 0,
-               arrival_ms: float | None = None) -> LiveRequest:
+               arrival_ms: float | None = None, lora: int = 0) -> LiveRequest:
         """Route and submit one request; returns its live record (rejected requests are
         already finished).
 
@@ -111,8 +112,10 @@ class LiveDriver:
         rid = len(self.requests)
         req = LiveRequest(rid, len(prompt), max_tokens, thinking, arrival_ms)
         self.requests.append(req)
-        request = Request(rid, Tokens(prompt, ints=True), max_tokens)
+        request = Request(rid, Tokens(prompt, ints=True), max_tokens, lora=lora)
         hashes = request.prompt.block_hashes(self.block_size)[0] if self.router.wants_block_hashes else ()
+        if lora and hashes:  # the adapter is part of every block hash (servesim.kv.adapter_hashes)
+            hashes = adapter_sequence(request.prompt.block_hashes(self.block_size)[1], lora, hashes)
         worker, dp = self.router.select(request, hashes, self.state)
         self.router.routed(request, worker, dp, self.state)
         req.worker, req.dp_rank = worker, dp

@@ -7,6 +7,7 @@ Problems raise :class:`ApiError` with vLLM's status, error type and message
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import msgspec
@@ -87,11 +88,27 @@ def rejection(prompt_len: int, max_tokens: int) -> ApiError:
                     "tokens.", param="input_tokens")
 
 
-def check_model(body: dict[str, Any], served: str) -> None:
+def served_adapters(engine: Any) -> dict[str, int]:
+    """The LoRA adapters a request's ``model`` may name, by name: ``engine.lora_modules``
+    (an unnamed one is ``adapter-<id>``), none while ``engine.enable_lora`` is off."""
+    if not getattr(engine, "enable_lora", False):
+        return {}
+    from servesim.mechanics.lora import adapter_name
+
+    return {m.name if m.name is not None else adapter_name(m.id): m.id for m in engine.lora_modules}
+
+
+def check_model(body: dict[str, Any], served: str, adapters: Mapping[str, int] | None = None) -> int:
+    """The LoRA adapter id the request's ``model`` names (0: the served base model, or no
+    ``model``); vLLM's 404 for any other name, adapters included
+    (vllm/entrypoints/serve/engine/serving.py ``_check_model``, v0.32)."""
     model = body.get("model")
-    if model is not None and model != served:
-        raise ApiError(f"The model `{model}` does not exist. Valid aliases: {served}.",
-                       404, "NotFoundError", "model")
+    if model is None or model == served:
+        return 0
+    if adapters and isinstance(model, str) and model in adapters:
+        return adapters[model]
+    raise ApiError(f"The model `{model}` does not exist. Valid aliases: {served}.",
+                   404, "NotFoundError", "model")
 
 
 def _int_field(body: dict[str, Any], key: str, minimum: int) -> int | None:

@@ -12,6 +12,7 @@ classes) pins them. Usage always carries ``prompt_tokens_details.cached_tokens``
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -140,7 +141,8 @@ def chat_response(rid: str, created: int, model: str, content: str, reasoning: s
     }
 
 
-def models_body(model: str, root: str, created: int, max_model_len: int | None) -> dict[str, Any]:
+def models_body(model: str, root: str, created: int, max_model_len: int | None,
+                adapters: Sequence[str] = ()) -> dict[str, Any]:
     permission = {
         "id": f"modelperm-{model}", "object": "model_permission", "created": created,
         "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
@@ -149,4 +151,10 @@ def models_body(model: str, root: str, created: int, max_model_len: int | None) 
     }
     card = {"id": model, "object": "model", "created": created, "owned_by": "vllm", "root": root,
             "parent": None, "max_model_len": max_model_len, "permission": [permission]}
-    return {"object": "list", "data": [card]}
+    # LoRA adapters after the base model, as vLLM's show_available_models lists them
+    # (vllm/entrypoints/openai/models/serving.py, v0.32): parent is the base model, root the
+    # adapter's path (servesim has none: its name), max_model_len unset.
+    cards = [card] + [{**card, "id": name, "root": name, "parent": model, "max_model_len": None,
+                       "permission": [{**permission, "id": f"modelperm-{name}"}]}
+                      for name in adapters]
+    return {"object": "list", "data": cards}

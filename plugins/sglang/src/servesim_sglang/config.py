@@ -174,6 +174,10 @@ def validate(config: EngineConfig, sg: SglangConfig) -> list[tuple[str, str]]:
         # docs/workloads.md "Priorities": SGLang's own switches differ from vLLM's policy.
         out.append(("engine.scheduling_policy", "priority is modelled for the vllm backend only "
                     "(SGLang's --enable-priority-scheduling is not modelled)"))
+    if getattr(config, "enable_lora", False):
+        # docs/lora.md: SGLang's --max-loras-per-batch rule and its LoRA-keyed radix cache are
+        # not modelled; a replay would serve every adapter's requests as the base model's.
+        out.append(("engine.enable_lora", "LoRA adapters are modelled for vllm only"))
     if sg.page_size is not None and sg.page_size <= 0:
         out.append((f"{SECTION}.page_size", f"must be > 0, got {sg.page_size}"))
     elif sg.page_size is not None and config.block_size is not None and sg.page_size != config.block_size:

@@ -94,6 +94,7 @@ class OracleOptions:
     reserve_full_isl: bool | None = None  # None: vLLM's default (on in 0.32)
     prefill_schedule_interval: int | None = None  # None: vLLM's default (1)
     policy: str = "fcfs"  # SchedulerConfig.policy: fcfs or priority (each row's 'priority')
+    max_loras: int | None = None  # None: LoRA off; rows may carry a 'lora' adapter id
 
     def argv(self) -> list[str]:
         """Command-line arguments of ``vllm_sched_trace.py`` (besides trace and --out)."""
@@ -117,6 +118,8 @@ class OracleOptions:
             args.append(f"--prefill-schedule-interval={self.prefill_schedule_interval}")
         if self.policy != "fcfs":
             args.append(f"--policy={self.policy}")
+        if self.max_loras is not None:
+            args.append(f"--max-loras={self.max_loras}")
         return args
 
     def backend_settings(self) -> dict[str, Any]:
@@ -129,6 +132,8 @@ class OracleOptions:
         data = attrs.asdict(self)
         if self.policy == "fcfs":
             del data["policy"]  # as the options of scenarios recorded before the setting
+        if self.max_loras is None:
+            del data["max_loras"]  # scenarios without LoRA keep their options files
         return data
 
     @classmethod
@@ -156,6 +161,8 @@ class OracleOptions:
             enable_chunked_prefill=self.chunked_prefill,
             prefill_schedule_interval=self.prefill_schedule_interval or 1,
             scheduling_policy=SchedulingPolicy(self.policy),
+            enable_lora=self.max_loras is not None,
+            max_loras=self.max_loras or 1,
         )
 
 
@@ -183,6 +190,10 @@ class ScenarioSpec:
     # priority_inverted, the row's position from the end (every later row more urgent).
     priority_levels: int = 0
     priority_inverted: bool = False
+    # LoRA: a fraction ``lora_frac`` of requests names one of ``loras`` adapters (ids 1..loras,
+    # uniform), drawn from a stream of their own so the rest of the trace does not change.
+    loras: int = 0
+    lora_frac: float = 1.0
 
 
 def make_trace(spec: ScenarioSpec) -> list[dict[str, Any]]:
@@ -211,6 +222,11 @@ def make_trace(spec: ScenarioSpec) -> list[dict[str, Any]]:
         prng = random.Random(f"{spec.seed}:priority")
         for row in rows:
             row["priority"] = prng.randrange(spec.priority_levels)
+    if spec.loras > 0:
+        pick = random.Random(f"{spec.seed}:lora")
+        for row in rows:
+            if pick.random() < spec.lora_frac:
+                row["lora"] = pick.randint(1, spec.loras)
     return rows
 
 
@@ -317,7 +333,7 @@ def run_servesim(
     # The oracle drops rows it could never finish (``skipped_too_long``); ids stay line indices.
     reqs = [
         Request(request_id=i, prompt=p, max_output_tokens=max(1, int(r["output_length"])),
-                priority=int(r.get("priority", 0)))
+                priority=int(r.get("priority", 0)), lora=int(r.get("lora", 0)))
         for i, (p, r) in enumerate(zip(prompts, rows, strict=True))
         if 1 <= int(r["input_length"]) and mml is not None
         and int(r["input_length"]) + max(1, int(r["output_length"])) <= mml

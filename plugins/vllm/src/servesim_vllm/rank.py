@@ -139,6 +139,9 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         problems.extend(_behaviour.validate(backend_config))
         problems.extend(_host_problems(config))
         problems.extend(_priority_problems(config))
+        if config.enable_lora and config.native_host_offload is not None:
+            # Both skip waiting requests within a pass; their joint order is not modelled.
+            problems.append(("engine.enable_lora", "LoRA is not modelled with native_host_offload"))
         return problems
 
     # -- commands -------------------------------------------------------------------------
@@ -238,6 +241,8 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         else:
             duration, self.prefilled = shaped_pass_ms(self.sched, res)
             end = now_ms + duration
+        if self.sched.lora is not None:  # adapter loads and overhead (servesim_vllm.lora)
+            end += self.sched.lora.pass_ms(res, self.services.timing, self.speedup)
         host = self.sched.host
         if host is not None and end == now_ms and not res.order and self.sched.waiting:
             # Every waiting request was skipped for a transfer in flight: nothing can run
@@ -313,7 +318,7 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         run's passes emit one token per member (bursts need stepping) and prepare no host
         stores nor see host transfers complete."""
         s = self.sched
-        return s.pool.steps_only or s.spec is not None or s.host is not None
+        return s.pool.steps_only or s.spec is not None or s.host is not None or s.lora is not None
 
     def _note_trailing_step(self, finished: bool) -> None:
         """After a pass that finished requests and left nothing running or waiting, vLLM 0.32
@@ -353,6 +358,11 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
     def host_tier(self) -> HostTier | None:
         """The rank's host KV tier (servesim.kv.host_tier.HostTier), or None."""
         return self.sched.host.tier if self.sched.host is not None else None
+
+    @property
+    def lora_cache(self) -> Any:
+        """The rank's LoRA adapter cache (servesim.mechanics.lora.AdapterCache), or None."""
+        return self.sched.lora.cache if self.sched.lora is not None else None
 
     def next_internal_deadline_ms(self) -> float | None:
         host = self.sched.host

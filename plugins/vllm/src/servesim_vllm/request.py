@@ -69,6 +69,7 @@ class VllmRequest:
         self.generated = 0
         self.computed = 0
         self.table = BlockTable(self.prompt_len)
+        self.table.lora = request.lora  # its Stored events name the adapter
         self.status = Status.WAITING
         self.preemptions = 0
         self.arrival = 0  # arrival order under the priority policy (servesim_vllm.priority)

@@ -55,6 +55,7 @@ from servesim_vllm.cadence import Cadence, mid_prefill
 from servesim_vllm.fast.steady import VllmSteadyBatch, after_step, steady_step, sync
 from servesim_vllm.handoff import admit_prebuilt_only
 from servesim_vllm.host_offload import BLOCKED, VllmHostOffload
+from servesim_vllm.lora import VllmLora
 from servesim_vllm.pass_result import PassResult, Work
 from servesim_vllm.priority import PriorityWaiting, lowest_priority
 from servesim_vllm.request import Status, VllmRequest
@@ -113,6 +114,8 @@ class VllmScheduler:
         self.spec = Speculation.build(config, seed_offset)
         # Host KV offload G2 (servesim_vllm.host_offload), None when it is off.
         self.host = VllmHostOffload.build(self, config)
+        # LoRA's max_loras rule and adapter cache (servesim_vllm.lora), None when it is off.
+        self.lora = VllmLora.build(config)
         # Handoff bookkeeping (servesim_vllm.handoff), attached by the rank.
         self.book: Any = None
         # Queued-request statistics for forward-pass metrics, kept incrementally so a pass
@@ -187,7 +190,12 @@ class VllmScheduler:
         if not from_batch:
             sync(self)
             self._schedule_running()
+        lora = self.lora
+        if lora is not None:
+            lora.begin(res.order)
         self._admit_waiting()
+        if lora is not None:
+            lora.restore(self.waiting)
         if self.host is not None:
             self.host.restore_skipped()
             self.host.after_schedule(res)
@@ -298,6 +306,9 @@ class VllmScheduler:
                 self.queue_stats(req, -1)
                 self._reject(req)
                 continue
+            if self.lora is not None and self.lora.skips(req):
+                self.lora.skipped.append(waiting.popleft())
+                continue
             cached, active_cached = self.prefill_cost(req)
             cadence = self.cadence
             if cadence is not None and cached < req.length - 1 and cadence.held:
@@ -326,6 +337,8 @@ class VllmScheduler:
             resumed = req.status is Status.PREEMPTED
             req.status = Status.RUNNING
             running.append(req)
+            if self.lora is not None:
+                self.lora.admitted(req)
             if req.cached_prefix is None:
                 req.cached_prefix = cached
             res = self.result

@@ -6,7 +6,8 @@ KV events follow vLLM 0.32 ``vllm/distributed/kv_events.py`` (ecosystem.md §4; 
 * events are tagged structs with ``omit_defaults``, so maps whose first key is ``"type"`` (the
   class name), then the declared fields in order, minus those still at their default. A
   ``BlockStored`` from vLLM's block pool sets ``block_hashes``, ``parent_block_hash``,
-  ``token_ids`` (of every stored block, concatenated), ``block_size``, ``lora_id``, ``medium``
+  ``token_ids`` (of every stored block, concatenated), ``block_size``, ``lora_id`` (the
+  adapter id of a LoRA request's blocks, servesim.contract.StoredBlocks.lora_id), ``medium``
   and ``lora_name`` (declared without defaults, so present even when nil), plus
   ``extra_keys`` (one nil per block) and ``group_idx`` 0; a ``BlockRemoved`` sets
   ``block_hashes``, ``medium`` and ``group_idx``, one block per event, as vLLM's pool
@@ -51,7 +52,7 @@ def kv_event_maps(event: KvEvent, block_size: int) -> list[dict[str, Any]]:
             "parent_block_hash": data.parent_hash,
             "token_ids": tokens,
             "block_size": block_size,
-            "lora_id": None,
+            "lora_id": data.lora_id,
             "medium": data.medium or MEDIUM_GPU,
             "lora_name": None,
             "extra_keys": [None] * len(blocks),
