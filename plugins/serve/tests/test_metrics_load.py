@@ -20,7 +20,9 @@ LOAD = ["engine.timing_model={type: fixed, prefill_ms: 20.0, decode_ms: 20.0}", 
         "engine.num_gpu_blocks=4096"]
 MODES = {
     "aggregated": [*LOAD, "cluster.workers=2", "cluster.router=kv"],
-    "split": [*LOAD, "cluster.prefill_workers=2", "cluster.decode_workers=2", "cluster.handoff_latency_ms=200"],
+    # a long KV transfer: many scrapes find requests between the prefill and the decode pool
+    "split": [*LOAD, "cluster.prefill_workers=2", "cluster.decode_workers=2",
+              "cluster.handoff_latency_ms=200"],
 }
 
 

@@ -32,10 +32,10 @@ _FAMILIES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting"
              "vllm:kv_cache_usage_perc": "kv"}
 
 
-def make_plans(n: int, leave_fraction: float, seed: int) -> list[Plan]:
+def make_plans(n: int, leave_fraction: float, seed: int, tokens: tuple[int, int] = (1, 12)) -> list[Plan]:
     """``n`` seeded plans: prompts sharing 64-token prefixes (8 of them) plus 1 to 99 random
-    tokens; a ``leave_fraction`` of the clients leave after 1 to 3 chunks, the rest ask for 1
-    to 11 tokens and read them all."""
+    tokens; a ``leave_fraction`` of the clients leave after 1 to 3 chunks, the rest ask for
+    ``tokens[0]`` to ``tokens[1] - 1`` tokens and read them all."""
     rng = random.Random(seed)
     plans: list[Plan] = []
     for _ in range(n):
@@ -43,7 +43,7 @@ def make_plans(n: int, leave_fraction: float, seed: int) -> list[Plan]:
         if rng.random() < leave_fraction:
             plans.append((prompt, LEAVER_TOKENS, rng.randrange(1, 4)))
         else:
-            plans.append((prompt, rng.randrange(1, 12), None))
+            plans.append((prompt, rng.randrange(*tokens), None))
     return plans
 
 
