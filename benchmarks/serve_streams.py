@@ -61,7 +61,8 @@ def run_mode(mode: str, streams: int, leave: float, seed: int) -> bool:
         report = s.server.report()
         idle = families(s.server.observer.render().decode())
     figures = summary(log.entries)
-    most = max((f["running"] + f["waiting"] for f in (families(b.decode()) for _s, b in log.entries)), default=0)
+    seen = [families(body.decode()) for _started, body in log.entries]
+    most = max((f["running"] + f["waiting"] for f in seen), default=0)
     idle_ok = idle == {"finished": float(len(stayers)), "cancelled": float(len(leavers)),
                        "running": 0.0, "waiting": 0.0, "kv": 0.0}
     clients_ok = ([got[i] for i in stayers] == [plans[i][1] for i in stayers]
@@ -73,7 +74,8 @@ def run_mode(mode: str, streams: int, leave: float, seed: int) -> bool:
           f"{figures['unbalanced']} unbalanced, max imbalance {figures['max_imbalance']:g}; "
           f"{figures['busy_scrapes']} found requests in flight (at most {most:g}); "
           f"idle gauges {'0' if idle_ok else idle}; clients {'ok' if clients_ok else 'DIFFER'}; "
-          f"report {'agrees' if report_ok else 'DIFFERS'}; load wall {wall:.2f} s, simulated {report['duration']:.2f} s")
+          f"report {'agrees' if report_ok else 'DIFFERS'}; "
+          f"load wall {wall:.2f} s, simulated {report['duration']:.2f} s")
     return figures["unbalanced"] == 0 and idle_ok and clients_ok and report_ok
 
 
