@@ -3,14 +3,17 @@
 streams, 30 % of whose clients leave after a few chunks?
 
     python benchmarks/serve_streams.py [--streams 1000] [--leave 0.3] [--seed 46] [--modes aggregated split]
+                                       [--scrape-pause 0.01]
 
 For each mode (aggregated: 2 workers behind the ``kv`` router; split: 2 prefill and 2 decode
 workers with a 200 ms KV transfer) it starts a server in this process
 (``servesim_serve.testing.running``), opens every stream at once (``servesim_serve.stream_load``:
 raw HTTP/1.1 streaming completions; a leaver asks for 100,000 tokens and closes its socket after
-1 to 3 chunks) while one client scrapes ``/metrics`` over a kept-alive connection as fast as the
-server answers. The server records each body it renders with the requests submitted and not
-rejected at that moment. Prints per mode: the streams and leavers, the scrapes, those that did
+1 to 3 chunks) while one client scrapes ``/metrics`` over a kept-alive connection,
+``--scrape-pause`` seconds between scrapes (a leaver's request runs until its client has read
+its chunks and left: a server kept busy rendering falls behind, and its leavers cost it more).
+The server records each body it renders with the requests submitted and not rejected at that
+moment. Prints per mode: the streams and leavers, the scrapes, those that did
 not balance (started = finished + cancelled + running + waiting, over vLLM's
 ``request_success_total`` by ``finished_reason`` and the scheduler gauges) and the largest
 imbalance, the scrapes that found requests in flight and the most requests in flight one saw,
@@ -42,14 +45,14 @@ MODES = {
 IDLE_TIMEOUT_S = 60.0
 
 
-def run_mode(mode: str, streams: int, leave: float, seed: int) -> bool:
+def run_mode(mode: str, streams: int, leave: float, seed: int, pause_s: float) -> bool:
     plans = make_plans(streams, leave, seed, TOKENS)
     leavers = [i for i, p in enumerate(plans) if p[2] is not None]
     stayers = [i for i, p in enumerate(plans) if p[2] is None]
     with running(MODES[mode]) as s:
         log = RenderLog(s.server)
         t0 = time.perf_counter()
-        got, _ = asyncio.run(drive(s.url, plans, in_flight=streams))
+        got, _ = asyncio.run(drive(s.url, plans, in_flight=streams, scrape_pause_s=pause_s))
         wall = time.perf_counter() - t0
         driver = s.server.driver
         deadline = time.monotonic() + IDLE_TIMEOUT_S
@@ -85,10 +88,11 @@ def main() -> int:
     ap.add_argument("--leave", type=float, default=0.3)
     ap.add_argument("--seed", type=int, default=46)
     ap.add_argument("--modes", nargs="+", choices=sorted(MODES), default=sorted(MODES))
+    ap.add_argument("--scrape-pause", type=float, default=0.01, help="seconds between scrapes")
     args = ap.parse_args()
     ok = True
     for mode in args.modes:
-        ok = run_mode(mode, args.streams, args.leave, args.seed) and ok
+        ok = run_mode(mode, args.streams, args.leave, args.seed, args.scrape_pause) and ok
     return 0 if ok else 1
 
 
