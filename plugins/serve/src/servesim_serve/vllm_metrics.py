@@ -103,7 +103,8 @@ class EngineMetricsObserver(Observer):
         assert home is not None
         for rid in self._moving:
             label = self._engine(*home(rid))
-            counts[label] += 1
+            if label in counts:  # else not yet routed: its arrival was cut short by a failure
+                counts[label] += 1
         return counts
 
     def flush(self) -> None:
