@@ -127,7 +127,7 @@ class Server:
         # ``wall`` must be the event loop's clock (asyncio's default loop uses time.monotonic):
         # the driver sets its timers with loop.call_at at the clock's wall times.
         self.driver, self._sinks = build_cluster(loaded, cfg.speedup, wall, self.observer)
-        self.observer.watch(self.driver.engines, loaded.sim.engine.bs)
+        self.observer.watch(self.driver.engines, loaded.sim.engine.bs, getattr(self.driver, "home", None))
         self.queue_full = 0
         self.created = int(time.time())
         self.open: set[Generation] = set()  # generations whose response is not complete yet

@@ -131,7 +131,7 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
         req = self.requests[rid]
         rp = self.replayer
         log = rp.log
-        req.worker, req.dp_rank = log.worker[rid], log.dp_rank[rid]
+        req.worker, req.dp_rank = self.home(rid)  # the rank /metrics counts its end on
         if log.admitted[rid] >= 0:
             req.admitted = log.admitted[rid]
         if rid in rp.cancelled:
@@ -155,6 +155,15 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
 
     def preempted(self, w: int, dp_rank: int, count: int) -> None:
         self.observer.preempted(w, count, dp_rank)
+
+    def home(self, rid: int) -> tuple[int, int]:
+        """The ``(worker, dp_rank)`` request ``rid`` is on now (servesim_serve.vllm_metrics):
+        its decode rank once its destination is activated, else its prefill rank once its
+        prefill is submitted, else the decode rank reserved first (a reserve-first backend)."""
+        rp = self.replayer
+        if rp.times["destination_activated_ms"][rid] >= 0 or rp.prefill_worker[rid] < 0:
+            return rp.decode_worker[rid], rp.decode_dp[rid]
+        return rp.prefill_worker[rid], rp.prefill_dp[rid]
 
     # -- the report ---------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ The driver calls an :class:`Observer` at each event; the server's ``/metrics``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,9 +25,11 @@ class Observer:
         """The ``/metrics`` body (nothing here)."""
         return b""
 
-    def watch(self, engines: Sequence[Any], block_size: int) -> None:
+    def watch(self, engines: Sequence[Any], block_size: int,
+              home: Callable[[int], tuple[int, int]] | None = None) -> None:
         """The driver's engines (worker ``w`` is ``engines[w]``), whose ranks' current state
-        :meth:`render` may read."""
+        :meth:`render` may read; ``home``: for a prefill/decode split, the ``(worker, dp_rank)``
+        a request (by id) is on now (its requests move between workers)."""
 
     def arrived(self, req: LiveRequest, metrics: Metrics | None) -> None:
         """``req`` was submitted to its engine (``metrics``: the rank's state after it)."""

@@ -15,14 +15,18 @@ and once the last pass has ended no pass comes to report that its requests have 
 gauges would stay at that batch while the server idles. A rank's requests running are those
 submitted to it and not yet ended, less those waiting: an engine settles a pass's outcome when
 the pass starts, so a request whose last token is being computed has already left its
-scheduler's running list, but it runs until the pass ends (a prefill/decode split's requests
-move between workers, so there the scheduler's own count is taken). Then ``running + waiting``
-over the engines is exactly the requests submitted and not yet ended.
+scheduler's running list, but it runs until the pass ends. Then ``running + waiting``
+over the engines is exactly the requests submitted and not yet ended. In a prefill/decode split
+a request moves: it is counted on its prefill rank from its arrival (a reserve-first backend:
+on its decode rank until its prefill is submitted), in KV transfer too (the prefill rank's
+blocks hold its KV), and on its decode rank from its destination's activation, where the
+decode scheduler takes it; each rank's running requests are again those on it less its
+scheduler's waiting ones, so the same sum holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import generate_latest
@@ -53,13 +57,17 @@ class EngineMetricsObserver(Observer):
         self._block_size = 0
         self._in_flight: dict[str, int] = {}  # engine -> requests submitted there, not ended
         self._counted: dict[int, str] = {}  # request id -> its engine in _in_flight
+        self._home: Callable[[int], tuple[int, int]] | None = None  # a split's (Observer.watch)
+        self._moving: dict[int, None] = {}  # a split's requests not ended, by id
 
     def _engine(self, worker: int, dp_rank: int) -> str:
         return str(worker * self.dp_size + dp_rank)
 
-    def watch(self, engines: Sequence[Any], block_size: int) -> None:
+    def watch(self, engines: Sequence[Any], block_size: int,
+              home: Callable[[int], tuple[int, int]] | None = None) -> None:
         self._engines = engines
         self._block_size = block_size
+        self._home = home
 
     def render(self) -> bytes:
         self.flush()
@@ -71,6 +79,7 @@ class EngineMetricsObserver(Observer):
         if not self._engines:
             return
         set_gauge = self.metrics.set_gauge
+        in_flights = self._in_flight if self._home is None else self._split_in_flight()
         for w, engine in enumerate(self._engines):
             for dp, rank in enumerate(engine.ranks):
                 metrics = getattr(rank, "metrics", None)
@@ -78,13 +87,25 @@ class EngineMetricsObserver(Observer):
                 if m is None:
                     continue  # the rank keeps no metrics: its last pass's stay
                 label = self._engine(w, dp)
-                in_flight = self._in_flight.get(label)
+                in_flight = in_flights.get(label)
                 running = m.running_requests if in_flight is None else max(in_flight - m.waiting_requests, 0)
                 for key, value in (("running", running), ("waiting", m.waiting_requests),
                                    ("used_tokens", m.active_blocks * self._block_size),
                                    ("kv_usage", m.cache_usage)):
                     set_gauge(key, label, value)
                 set_gauge("waiting_by_reason", label, m.waiting_requests, "capacity")
+
+    def _split_in_flight(self) -> dict[str, int]:
+        """A split's requests not ended, per rank they are on now (every rank present)."""
+        counts = {self._engine(w, dp): 0 for w, engine in enumerate(self._engines)
+                  for dp in range(len(engine.ranks))}
+        home = self._home
+        assert home is not None
+        for rid in self._moving:
+            label = self._engine(*home(rid))
+            if label in counts:  # else not yet routed: its arrival was cut short by a failure
+                counts[label] += 1
+        return counts
 
     def flush(self) -> None:
         if self._finished:
@@ -119,15 +140,18 @@ class EngineMetricsObserver(Observer):
             gaps.append((times[i] - times[i - 1]) / 1000.0)
 
     def arrived(self, req: LiveRequest, metrics: Metrics | None) -> None:
-        if req.worker >= 0:  # an aggregated worker's request (a split's moves: not counted)
+        if req.worker >= 0:  # an aggregated worker's request
             label = self._engine(req.worker, req.dp_rank)
             self._in_flight[label] = self._in_flight.get(label, 0) + 1
             self._counted[req.rid] = label
+        elif self._home is not None:  # a split's: it moves (counted at each render)
+            self._moving[req.rid] = None
 
     def finished(self, req: LiveRequest) -> None:
         label = self._counted.pop(req.rid, None)
         if label is not None:
             self._in_flight[label] -= 1
+        self._moving.pop(req.rid, None)
         if req.rejected:
             return
         times = req.times
