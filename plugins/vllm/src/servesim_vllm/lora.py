@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from servesim.timing.base import TimingModel
 
     from servesim_vllm.pass_result import PassResult
+    from servesim_vllm.priority import PriorityWaiting
     from servesim_vllm.request import VllmRequest
 
 
@@ -67,7 +68,7 @@ class VllmLora:
         if req.cached_prefix is None:
             self.cache.count_request(lora)
 
-    def restore(self, waiting: deque[VllmRequest]) -> None:
+    def restore(self, waiting: deque[VllmRequest] | PriorityWaiting) -> None:
         """Put the skipped requests back at the front of the queue, in their order (vLLM's
         ``prepend_requests``: one ``appendleft`` each, last first, so a queue that orders by
         key, such as a priority heap, places each by its key instead)."""
