@@ -140,8 +140,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"(block_size {sim.engine.block_size}, dp_size {sim.engine.dp_size}), "
         f"timing {loaded.engine.timing_type}, eviction {spec_name(sim.engine.eviction_policy)}, "
         f"{_workers(sim.cluster)}, router {sim.cluster.router}, workload {workload}{_sinks(sim.sinks)}"
+        f"{_kinds(sim)}"
     )
     return 0
+
+
+def _kinds(sim: Any) -> str:
+    """``, admission queue_shed`` for the other plugin kinds a config selects (nothing when
+    it selects none)."""
+    from servesim.cli.validate import spec_name
+
+    admission = getattr(sim.workload, "admission", None)
+    return f", admission {spec_name(admission)}" if admission else ""
 
 
 def _sinks(sinks: Any) -> str:

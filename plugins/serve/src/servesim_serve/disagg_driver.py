@@ -80,6 +80,7 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
         rp = self.replayer
         rid = rp.add(Tokens(prompt, ints=True), max_tokens, lora)
         req = LiveRequest(rid, len(prompt), max_tokens, thinking, arrival_ms)
+        req.lora = lora
         self.requests.append(req)
         self.in_flight += 1
         self.queued += 1

@@ -111,6 +111,7 @@ class LiveDriver:
             arrival_ms = min(arrival_ms, now)
         rid = len(self.requests)
         req = LiveRequest(rid, len(prompt), max_tokens, thinking, arrival_ms)
+        req.lora = lora
         self.requests.append(req)
         request = Request(rid, Tokens(prompt, ints=True), max_tokens, lora=lora)
         hashes = request.prompt.block_hashes(self.block_size)[0] if self.router.wants_block_hashes else ()

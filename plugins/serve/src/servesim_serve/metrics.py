@@ -28,4 +28,11 @@ def make_observer(model: str, loaded: LoadedConfig) -> Observer:
     metrics = EngineMetrics(engine.backend, model_name=model, engines=engines,
                             max_model_len=engine.max_model_len,
                             kv_capacity_tokens=engine.num_gpu_blocks * engine.bs)
-    return EngineMetricsObserver(metrics, FinishedRequest, engine.dp_size)
+    observer = EngineMetricsObserver(metrics, FinishedRequest, engine.dp_size)
+    if getattr(engine, "enable_lora", False):
+        from servesim.mechanics.lora import adapter_name
+
+        metrics.enable_lora(engine.max_loras)
+        observer.lora_names = {m.id: m.name if m.name is not None else adapter_name(m.id)
+                               for m in engine.lora_modules}
+    return observer

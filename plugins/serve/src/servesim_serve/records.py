@@ -26,7 +26,7 @@ class LiveRequest:
 
     __slots__ = ("rid", "prompt_len", "max_tokens", "thinking", "arrival", "times", "steps", "cached",
                  "reused", "admitted", "worker", "dp_rank", "done_ms", "cancelled", "rejected", "aborted",
-                 "push", "_waiter")
+                 "push", "_waiter", "lora")
 
     def __init__(self, rid: int, prompt_len: int, max_tokens: int, thinking: int, arrival: float) -> None:
         self.rid = rid
@@ -47,6 +47,7 @@ class LiveRequest:
         self.aborted = False  # the simulation failed while the request was in flight
         self.push: Callable[[], bool] | None = None  # writes new tokens itself (streams.py)
         self._waiter: asyncio.Future[None] | None = None
+        self.lora = 0  # the LoRA adapter id (0: the base model)
 
     @property
     def finished(self) -> bool:

@@ -59,6 +59,10 @@ class EngineMetricsObserver(Observer):
         self._counted: dict[int, str] = {}  # request id -> its engine in _in_flight
         self._home: Callable[[int], tuple[int, int]] | None = None  # a split's (Observer.watch)
         self._moving: dict[int, None] = {}  # a split's requests not ended, by id
+        # With LoRA on (servesim_serve.metrics.make_observer): adapter names by id, and the
+        # LoRA requests not ended, by id, for vllm:lora_requests_info.
+        self.lora_names: dict[int, str] | None = None
+        self._lora_live: dict[int, LiveRequest] = {}
 
     def _engine(self, worker: int, dp_rank: int) -> str:
         return str(worker * self.dp_size + dp_rank)
@@ -94,6 +98,21 @@ class EngineMetricsObserver(Observer):
                                    ("kv_usage", m.cache_usage)):
                     set_gauge(key, label, value)
                 set_gauge("waiting_by_reason", label, m.waiting_requests, "capacity")
+        if self.lora_names is not None:
+            self._lora_state()
+
+    def _lora_state(self) -> None:
+        """``vllm:lora_requests_info`` now: the adapters with requests waiting (not yet
+        admitted) and running (admitted, not ended), as vLLM's logger labels the gauge
+        (vllm/v1/metrics/loggers.py, v0.32), in ascending adapter id as the replay sink's
+        (servesim_prometheus.lora_info); its value is the wall-clock time of the scrape."""
+        import time
+
+        names = self.lora_names or {}
+        waiting = sorted({r.lora for r in self._lora_live.values() if r.admitted < 0.0})
+        running = sorted({r.lora for r in self._lora_live.values() if r.admitted >= 0.0})
+        self.metrics.record_lora([names.get(a, str(a)) for a in waiting],
+                                 [names.get(a, str(a)) for a in running], time.time())
 
     def _split_in_flight(self) -> dict[str, int]:
         """A split's requests not ended, per rank they are on now (every rank present)."""
@@ -146,12 +165,15 @@ class EngineMetricsObserver(Observer):
             self._counted[req.rid] = label
         elif self._home is not None:  # a split's: it moves (counted at each render)
             self._moving[req.rid] = None
+        if req.lora and self.lora_names is not None:
+            self._lora_live[req.rid] = req
 
     def finished(self, req: LiveRequest) -> None:
         label = self._counted.pop(req.rid, None)
         if label is not None:
             self._in_flight[label] -= 1
         self._moving.pop(req.rid, None)
+        self._lora_live.pop(req.rid, None)
         if req.rejected:
             return
         times = req.times
