@@ -28,6 +28,7 @@ from servesim.errors import ConfigError
 
 from servesim_sglang.behaviour import DEFAULT_PROFILE, PROFILES, Behaviour, resolve
 from servesim_sglang.behaviour import validate as validate_behaviour
+from servesim_sglang.priority import PriorityParams, priority_params, validate_priority
 
 if TYPE_CHECKING:
     from servesim.config.engine import EngineConfig
@@ -74,6 +75,11 @@ class SglangConfig:
     waiting_prefix_touch: bool | None = None
     overlap_schedule: bool | None = None
     prompt_boundary_split: bool | None = None
+    # SGLang's --enable-priority-scheduling options (engine.scheduling_policy: priority;
+    # servesim_sglang.priority), with SGLang's names and defaults.
+    schedule_low_priority_values_first: bool = False
+    priority_scheduling_preemption_threshold: int = 10
+    disable_priority_preemption: bool = False
 
 
 @frozen
@@ -98,6 +104,8 @@ class SchedulerParams:
     ratio_estimate: bool = True
     oom_resets_ratio: bool = False
     behaviour: Behaviour = PROFILES[DEFAULT_PROFILE]
+    # engine.scheduling_policy: priority (servesim_sglang.priority); None without it.
+    priority: PriorityParams | None = None
 
     @property
     def chunking(self) -> bool:
@@ -149,6 +157,7 @@ def scheduler_params(config: EngineConfig, sg: SglangConfig, dp_size: int) -> Sc
         ratio_estimate=sg.retraction_ratio == "estimate",
         oom_resets_ratio=sg.oom_resets_ratio,
         behaviour=resolve(sg),
+        priority=priority_params(config, sg),
     )
 
 
@@ -171,10 +180,7 @@ def validate(config: EngineConfig, sg: SglangConfig) -> list[tuple[str, str]]:
     if getattr(config, "native_host_offload", None) is not None:
         # aisimulate-engine.md §9: the native host tier models vLLM's OffloadingConnector.
         out.append(("engine.native_host_offload", "host KV offload is modelled for vllm only"))
-    if config.scheduling_policy.value != "fcfs":
-        # docs/workloads.md "Priorities": SGLang's own switches differ from vLLM's policy.
-        out.append(("engine.scheduling_policy", "priority is modelled for the vllm backend only "
-                    "(SGLang's --enable-priority-scheduling is not modelled)"))
+    out.extend(validate_priority(config, sg))
     if sg.page_size is not None and sg.page_size <= 0:
         out.append((f"{SECTION}.page_size", f"must be > 0, got {sg.page_size}"))
     elif sg.page_size is not None and config.block_size is not None and sg.page_size != config.block_size:

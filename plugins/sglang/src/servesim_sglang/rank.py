@@ -68,6 +68,7 @@ from servesim_sglang.handoff import SglangHandoffAdapter
 from servesim_sglang.interfaces import RankCounters
 from servesim_sglang.pass_outcome import PassOutcome
 from servesim_sglang.policies import resolve_policy
+from servesim_sglang.priority import ordering
 from servesim_sglang.radix_records import make_radix_cache
 from servesim_sglang.request import SglangRequest
 from servesim_sglang.scheduler import SglangScheduler
@@ -122,7 +123,7 @@ class SglangRank(Rank):
         self.sched = SglangScheduler(
             self.params,
             cache,
-            policy_cls(seed=identity.seed_offset),
+            ordering(policy_cls(seed=identity.seed_offset), self.params, sg.schedule_policy),
             services.timing,
             speedup=config.speedup_ratio,
             decode_speedup=config.decode_speedup_ratio,
@@ -338,9 +339,9 @@ class SglangRank(Rank):
         self, now_ms: float, horizon_ms: float, max_passes: int, through_completions: bool = False
     ) -> RankRun | None:
         """A run of steady decode passes (servesim_sglang.fast.runs), or None to step."""
-        if self.cache.steps_only or self.sched.spec is not None:
+        if self.cache.steps_only or self.sched.spec is not None or self.params.priority is not None:
             # A record eviction policy needs every step; a run's passes emit one token per
-            # member, and speculative bursts need stepping.
+            # member, and speculative bursts and priority preemption need stepping.
             return None
         return _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
 
