@@ -141,6 +141,8 @@ def admit(s: SchedulerView, out: PassOutcome) -> tuple[list[SglangRequest], int,
             break
     admitted = _allocate(s, plan, out)
     if preempted:
+        if plan:  # the step trace's running batch: the survivors (the new batch joins later)
+            out.running_batch = len(s.running)
         _priority.requeue(s, preempted)
     return admitted
 
