@@ -206,6 +206,16 @@ PRIORITY: list[ScenarioSpec] = [
                      chunked_prefill_size=128, admit="stepwise", per_step=1, priority=True,
                      preemption_threshold=5),
     ),
+    ScenarioSpec(
+        name="prio_preempt_heavy",
+        note="max_running_requests 2, long outputs, threshold 0, lower values first, every "
+             "arrival more urgent than all before it: preemption at every arrival, requests preempted again",
+        n=40, isl=(50, 300), osl=(40, 160), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=36, priority_inverted=True,
+        options=Opts(page_size=1, max_total_tokens=20000, max_running_requests=2,
+                     chunked_prefill_size=512, admit="stepwise", per_step=1, priority=True,
+                     low_priority_values_first=True, preemption_threshold=0),
+    ),
 ]
 
 
