@@ -50,7 +50,8 @@ def test_a_difference_equal_to_the_threshold_does_not_preempt() -> None:
                 preemption_threshold=9)[1]["retracted"] == ["0"]
 
 
-@pytest.mark.parametrize(("low_first", "order"), [(False, ["3", "1", "2", "0"]), (True, ["0", "1", "2", "3"])])
+@pytest.mark.parametrize(("low_first", "order"),
+                         [(False, ["3", "1", "2", "0"]), (True, ["0", "1", "2", "3"])])
 def test_the_queue_is_sorted_by_priority_then_entry(low_first: bool, order: list[str]) -> None:
     """Priorities 0, 5, 5, 9, all queued at once, one slot: higher values first by default
     (SGLang's direction), lower first with schedule_low_priority_values_first; the two 5s in
