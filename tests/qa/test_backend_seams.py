@@ -30,7 +30,8 @@ REFERENCE = {
                         "config", "queue_sums", "interfaces"},
     "servesim_sglang": {"scheduler", "admission", "retraction", "overlap", "radix_cache",
                         "radix_records", "request", "policies", "behaviour", "config",
-                        "speculative", "handoff", "pass_outcome", "interfaces"},
+                        "speculative", "handoff", "pass_outcome", "interfaces", "priority",
+                        "priority_options"},
 }
 
 

@@ -9,7 +9,8 @@ import pytest
 from servesim.config.engine import EngineConfig, SchedulingPolicy
 from servesim_sglang.config import SglangConfig, scheduler_params
 from servesim_sglang.conformance import SglangOracleOptions, build_engine, run_servesim
-from servesim_sglang.priority import PriorityOrder, PriorityParams
+from servesim_sglang.priority import PriorityOrder
+from servesim_sglang.priority_options import PriorityParams
 from servesim_sglang.rank import SglangRank
 
 FIELDS = ("step", "mode", "prefill", "decode", "retracted", "running_batch", "waiting", "free_tokens")

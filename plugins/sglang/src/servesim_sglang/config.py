@@ -28,7 +28,7 @@ from servesim.errors import ConfigError
 
 from servesim_sglang.behaviour import DEFAULT_PROFILE, PROFILES, Behaviour, resolve
 from servesim_sglang.behaviour import validate as validate_behaviour
-from servesim_sglang.priority import PriorityParams, priority_params, validate_priority
+from servesim_sglang.priority_options import PriorityParams, priority_params, validate_priority
 
 if TYPE_CHECKING:
     from servesim.config.engine import EngineConfig

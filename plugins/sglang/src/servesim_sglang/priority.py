@@ -41,60 +41,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attrs import frozen
-
 from servesim_sglang import retraction as _retraction
-from servesim_sglang.behaviour import resolve
 from servesim_sglang.policies import LofPolicy, SchedulePolicy
 
 if TYPE_CHECKING:
-    from servesim.config.engine import EngineConfig
-
-    from servesim_sglang.config import SchedulerParams, SglangConfig
+    from servesim_sglang.config import SchedulerParams
     from servesim_sglang.interfaces import SchedulerView
     from servesim_sglang.pass_outcome import PassOutcome
     from servesim_sglang.policies import PolicyContext
     from servesim_sglang.request import SglangRequest
-
-SECTION = "engine.sglang"
-
-
-@frozen
-class PriorityParams:
-    """``sign`` −1: higher values first (SGLang's default); +1: lower values first."""
-
-    sign: int
-    threshold: int
-    preemption: bool
-
-
-def priority_params(config: EngineConfig, sg: SglangConfig) -> PriorityParams | None:
-    if config.scheduling_policy.value != "priority":
-        return None
-    return PriorityParams(
-        sign=1 if sg.schedule_low_priority_values_first else -1,
-        threshold=sg.priority_scheduling_preemption_threshold,
-        preemption=not sg.disable_priority_preemption,
-    )
-
-
-def validate_priority(config: EngineConfig, sg: SglangConfig) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    for name in ("schedule_low_priority_values_first", "disable_priority_preemption"):
-        if not isinstance(getattr(sg, name), bool):
-            out.append((f"{SECTION}.{name}", f"must be true or false, got {getattr(sg, name)!r}"))
-    t = sg.priority_scheduling_preemption_threshold
-    if not isinstance(t, int) or isinstance(t, bool):
-        out.append((f"{SECTION}.priority_scheduling_preemption_threshold", f"must be an integer, got {t!r}"))
-    if config.scheduling_policy.value != "priority" or out:
-        return out
-    if not sg.disable_priority_preemption and not resolve(sg).two_phase_admission:
-        out.append(("engine.scheduling_policy",
-                    "priority preemption is modelled with SGLang 0.5.23's admission: set "
-                    f"{SECTION}.profile: sglang-0.5.23 (or two_phase_admission: true), or "
-                    f"{SECTION}.disable_priority_preemption: true"))
-    return out
-
 
 class PriorityOrder(SchedulePolicy):
     """The configured policy with SGLang's priority sort in front (``fcfs`` and ``lof``)."""
