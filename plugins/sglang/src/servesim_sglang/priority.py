@@ -39,6 +39,7 @@ admission (``engine.sglang.two_phase_admission``, on in ``profile: sglang-0.5.23
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from servesim_sglang import retraction as _retraction
@@ -51,6 +52,11 @@ if TYPE_CHECKING:
     from servesim_sglang.policies import PolicyContext
     from servesim_sglang.request import SglangRequest
 
+_ENTRY = attrgetter("entry_seq")
+_MAX_OUT = attrgetter("max_out")
+_PRIORITY = attrgetter("request.priority")
+
+
 class PriorityOrder(SchedulePolicy):
     """The configured policy with SGLang's priority sort in front (``fcfs`` and ``lof``)."""
 
@@ -61,17 +67,26 @@ class PriorityOrder(SchedulePolicy):
         self.mode = base_name if base_name in ("fcfs", "lof") else ""
         if self.mode == "lof" and not isinstance(base, LofPolicy):
             self.mode = ""
+        self._entries: int | None = None  # the queue entries when it was last sorted
 
     def order(self, waiting: list[SglangRequest], ctx: PolicyContext) -> list[SglangRequest] | None:
         if not self.mode:
             return self.base.order(waiting, ctx)
-        sign = self.sign
+        # The keys never change and leaving keeps the order: only a pass after a request
+        # entered the queue (SglangScheduler.entries) can find it out of order.
+        entries = getattr(ctx, "entries", None)
+        if entries is not None and entries == self._entries:
+            return None
+        self._entries = entries
         started = [r for r in waiting if r.materialized > 0]  # a chunked head stays first
-        rest = [r for r in waiting if r.materialized == 0] if started else waiting
+        rest = [r for r in waiting if r.materialized == 0] if started else list(waiting)
+        # Two stable sorts with C-level keys (the queue can hold thousands): the tie-break
+        # first, then priority (reverse=True keeps equal keys in order).
         if self.mode == "fcfs":
-            rest = sorted(rest, key=lambda r: (r.request.priority * sign, r.entry_seq))
+            rest.sort(key=_ENTRY)
         else:
-            rest = sorted(rest, key=lambda r: (r.request.priority * sign, -r.max_out))
+            rest.sort(key=_MAX_OUT, reverse=True)
+        rest.sort(key=_PRIORITY, reverse=self.sign < 0)
         return started + rest
 
 
