@@ -7,6 +7,10 @@ from typing import Any
 
 import pytest
 from servesim.config.engine import EngineConfig, SchedulingPolicy
+from servesim.contract import Request, Submit
+from servesim.factory import EngineFactory
+from servesim.timing.builtin import FixedTiming
+from servesim.tokens import Tokens
 from servesim_sglang.config import SglangConfig, scheduler_params
 from servesim_sglang.conformance import SglangOracleOptions, build_engine, run_servesim
 from servesim_sglang.priority import PriorityOrder
@@ -81,3 +85,35 @@ def test_without_priority_the_rank_keeps_its_policy_and_runs() -> None:
     prio = build_engine(SglangRank, SglangOracleOptions(priority=True), {"profile": "sglang-0.5.23"}).ranks[0]
     assert isinstance(prio, SglangRank) and isinstance(prio.sched.policy, PriorityOrder)
     assert prio.execute_run(0.0, 1e9, 100) is None
+
+
+def _steady_rank(policy: SchedulingPolicy) -> tuple[SglangRank, float]:
+    """Two requests past their prefill, nothing waiting, the reference profile (whose runs
+    of decode passes the rank commits): the state in which a run can start."""
+    factory = EngineFactory(
+        EngineConfig(backend="sglang", num_gpu_blocks=4096, scheduling_policy=policy),
+        SglangRank, FixedTiming(),
+        backend_config=SglangConfig(disable_priority_preemption=True),
+        emit_forward_pass_metrics=False,
+    )
+    engine = factory.build(0)
+    for rid in range(2):
+        engine.apply(0, Submit(Request(request_id=rid, prompt=Tokens(list(range(rid, rid + 64))),
+                                       max_output_tokens=50, priority=rid)), 0.0)
+    now = 0.0
+    for _ in range(3):
+        started = engine.execute_pass(now)
+        assert started is not None
+        now = started.end_ms
+        engine.complete_pass(started.pass_id, now)
+    rank = engine.ranks[0]
+    assert isinstance(rank, SglangRank)
+    assert len(rank.sched.running) == 2 and not rank.sched.waiting
+    return rank, now
+
+
+def test_priority_steps_where_fcfs_commits_a_run_of_decode_passes() -> None:
+    fcfs, now = _steady_rank(SchedulingPolicy.FCFS)
+    assert fcfs.execute_run(now, now + 1e6, 20) is not None
+    prio, now = _steady_rank(SchedulingPolicy.PRIORITY)
+    assert prio.execute_run(now, now + 1e6, 20) is None
