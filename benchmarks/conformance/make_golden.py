@@ -3,6 +3,7 @@
     python benchmarks/conformance/make_golden.py [--only NAME ...]
     python benchmarks/conformance/make_golden.py --engine sglang   # tests/golden/sglang_oracle
     python benchmarks/conformance/make_golden.py --lora   # tests/golden/vllm_lora_oracle
+    python benchmarks/conformance/make_golden.py --engine sglang-priority   # ..._prio
 
 Writes per scenario: ``trace.jsonl`` (the generated trace), ``options.json`` (the oracle
 settings, vLLM version and the oracle's summary) and ``steps.jsonl`` (the oracle's step lines,
@@ -30,14 +31,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="*", default=None)
     p.add_argument("--out", type=Path, default=None)
-    p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
+    p.add_argument("--engine", choices=["vllm", "sglang", "sglang-priority"], default="vllm",
+                   help="sglang-priority: SGLang's priority scheduling, into "
+                        "tests/golden/sglang_oracle_prio")
     p.add_argument("--vllm-version", choices=["0.32", "0.33"], default="0.32",
                    help="0.33: the vLLM 0.33 oracle venv and the cadence scenarios, into "
                         "tests/golden/vllm033_oracle")
     p.add_argument("--lora", action="store_true",
                    help="the LoRA scenarios (lora_scenarios.py), into tests/golden/vllm_lora_oracle")
     a = p.parse_args(argv)
-    if a.engine == "sglang":
+    if a.engine in ("sglang", "sglang-priority"):
         return _sglang(a)
     python = DEFAULT_PYTHON
     golden = GOLDEN
@@ -78,11 +81,14 @@ def _write(out: Path, spec: Any, rows: list, steps: list, summary: dict, version
 def _sglang(a: argparse.Namespace) -> int:
     import sglang_run
     from sglang_scenarios import GOLDEN as SGLANG_GOLDEN
+    from sglang_scenarios import PRIORITY
 
     if not sglang_run.oracle_available():
         print("the SGLang oracle venv is not installed (setup_sglang_oracle.sh)", file=sys.stderr)
         return 2
     out = a.out or sglang_run.GOLDEN_ROOT
+    if a.engine == "sglang-priority":
+        SGLANG_GOLDEN, out = PRIORITY, a.out or sglang_run.PRIO_GOLDEN_ROOT
     specs = [s for s in SGLANG_GOLDEN if not a.only or s.name in a.only]
     traces = [make_trace(s) for s in specs]
     results = sglang_run.run_oracle([(rows, s.options) for rows, s in zip(traces, specs, strict=True)])

@@ -31,13 +31,19 @@ def oracle_available() -> bool:
     return SGLANG_PYTHON.is_file() and SGLANG_SCRIPT.is_file()
 
 
+PRIO_GOLDEN_ROOT = GOLDEN_ROOT.parent / "sglang_oracle_prio"
+#: The oracle with SGLang's priority scheduling on (wraps SGLANG_SCRIPT).
+PRIO_SCRIPT = Path(__file__).resolve().parent / "sglang_prio_trace.py"
+
+
 def run_oracle(jobs: list[tuple[list[dict[str, Any]], SglangOracleOptions]], workers: int = 2) -> list[Any]:
     """One oracle process per job (SGLang builds its parallel runtime once per process; each
     start costs a few seconds), ``workers`` at a time, results in job order."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one(job: tuple[list[dict[str, Any]], SglangOracleOptions]) -> Any:
-        return run_oracle_batch([job], python=SGLANG_PYTHON, script=SGLANG_SCRIPT, kept=KEPT_FIELDS)[0]
+        script = PRIO_SCRIPT if job[1].priority else SGLANG_SCRIPT
+        return run_oracle_batch([job], python=SGLANG_PYTHON, script=script, kept=KEPT_FIELDS)[0]
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(one, jobs))

@@ -160,6 +160,64 @@ GOLDEN: list[ScenarioSpec] = [
 #: that once diverged is golden now).
 EXTRA: list[ScenarioSpec] = []
 
+#: SGLang's priority scheduling (tests/golden/sglang_oracle_prio; the oracle through
+#: sglang_prio_trace.py). Stepwise arrivals let urgent requests meet a full running batch.
+PRIORITY: list[ScenarioSpec] = [
+    ScenarioSpec(
+        name="prio_preempt_slots",
+        note="max_running_requests 4, one arrival per step, priorities 0-99: slot preemption",
+        n=40, isl=(50, 400), osl=(10, 60), prefix_groups=3, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=31, priority_levels=100,
+        options=Opts(page_size=1, max_total_tokens=20000, max_running_requests=4,
+                     chunked_prefill_size=512, admit="stepwise", per_step=1, priority=True),
+    ),
+    ScenarioSpec(
+        name="prio_preempt_tight_page16",
+        note="page 16, tight pool, ignore_eos off: preemption beside decode retraction",
+        n=40, isl=(100, 500), osl=(20, 120), prefix_groups=2, prefix_frac=0.6, prefix_ratio=0.5,
+        seed=32, priority_levels=60,
+        options=Opts(page_size=16, max_total_tokens=4000, max_running_requests=6,
+                     chunked_prefill_size=256, ignore_eos=False, admit="stepwise", per_step=2,
+                     priority=True),
+    ),
+    ScenarioSpec(
+        name="prio_lof_low_first",
+        note="lof under priority, lower values first, threshold 0",
+        n=40, isl=(50, 300), osl=(5, 120), seed=33, priority_levels=8,
+        options=Opts(page_size=16, max_total_tokens=20000, max_running_requests=4,
+                     chunked_prefill_size=512, schedule_policy="lof", admit="stepwise",
+                     per_step=1, priority=True, low_priority_values_first=True,
+                     preemption_threshold=0),
+    ),
+    ScenarioSpec(
+        name="prio_inverted_no_preemption",
+        note="every later request more urgent, all queued at once, preemption off: order only",
+        n=30, isl=(100, 600), osl=(5, 40), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.6,
+        seed=34, priority_inverted=True,
+        options=Opts(page_size=1, max_total_tokens=6000, max_running_requests=8,
+                     chunked_prefill_size=256, priority=True, disable_priority_preemption=True),
+    ),
+    ScenarioSpec(
+        name="prio_chunked_preempt",
+        note="long prompts in 128-token chunks, max_running_requests 3, threshold 5",
+        n=30, isl=(200, 700), osl=(10, 50), prefix_groups=2, prefix_frac=0.7, prefix_ratio=0.5,
+        seed=35, priority_levels=40,
+        options=Opts(page_size=16, max_total_tokens=12000, max_running_requests=3,
+                     chunked_prefill_size=128, admit="stepwise", per_step=1, priority=True,
+                     preemption_threshold=5),
+    ),
+    ScenarioSpec(
+        name="prio_preempt_heavy",
+        note="max_running_requests 2, long outputs, threshold 0, lower values first, every "
+             "arrival more urgent than all before it: preemption at every arrival, requests preempted again",
+        n=40, isl=(50, 300), osl=(40, 160), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=36, priority_inverted=True,
+        options=Opts(page_size=1, max_total_tokens=20000, max_running_requests=2,
+                     chunked_prefill_size=512, admit="stepwise", per_step=1, priority=True,
+                     low_priority_values_first=True, preemption_threshold=0),
+    ),
+]
+
 
 def random_scenario(seed: int, n: int = 300, overlap: bool | None = None) -> ScenarioSpec:
     """A random ``n``-request scenario: settings and lengths drawn from ``seed``.

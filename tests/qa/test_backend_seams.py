@@ -30,7 +30,8 @@ REFERENCE = {
                         "config", "queue_sums", "interfaces", "batch_wait"},
     "servesim_sglang": {"scheduler", "admission", "retraction", "overlap", "radix_cache",
                         "radix_records", "request", "policies", "behaviour", "config",
-                        "speculative", "handoff", "pass_outcome", "interfaces", "recv_interval"},
+                        "speculative", "handoff", "pass_outcome", "interfaces", "recv_interval", "priority",
+                        "priority_options"},
 }
 
 

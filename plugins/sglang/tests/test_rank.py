@@ -119,14 +119,21 @@ def test_validate_config_names_key_paths() -> None:
     ]
     prio = EngineConfig(backend="sglang", scheduling_policy=SchedulingPolicy.PRIORITY)
     assert SglangRank.validate_config(prio, SglangConfig()) == [
-        ("engine.scheduling_policy", "priority is modelled for the vllm backend only "
-         "(SGLang's --enable-priority-scheduling is not modelled)"),
+        ("engine.scheduling_policy", "priority preemption is modelled with SGLang 0.5.23's "
+         "admission: set engine.sglang.profile: sglang-0.5.23 (or two_phase_admission: true), "
+         "or engine.sglang.disable_priority_preemption: true"),
     ]
     # the host tier is a capability sglang does not declare (servesim.rank.HostOffload)
     with pytest.raises(ConfigError, match=r"engine.native_host_offload: native_host_offload needs "
                        r"the backend capability HostOffload \(servesim.rank.HostOffload\); "
                        r"backend 'sglang' \(plugin sglang from servesim-sglang"):
         load_config(None, ["engine.backend=sglang", "engine.native_host_offload={num_host_blocks: 8}"])
+    assert SglangRank.validate_config(prio, SglangConfig(profile="sglang-0.5.23")) == []
+    assert SglangRank.validate_config(prio, SglangConfig(disable_priority_preemption=True)) == []
+    assert [p for p, _ in SglangRank.validate_config(
+        prio, SglangConfig(priority_scheduling_preemption_threshold="x", disable_priority_preemption=1)
+    )] == ["engine.sglang.disable_priority_preemption",
+           "engine.sglang.priority_scheduling_preemption_threshold"]
     with pytest.raises(EngineError, match="engine.sglang.page_size: 2 differs"):
         make_engine({"block_size": 4}, {"page_size": 2})
 

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 
 from servesim.contract import Admission
 
+from servesim_sglang import priority as _priority
+
 if TYPE_CHECKING:
     from servesim_sglang.interfaces import SchedulerView
     from servesim_sglang.pass_outcome import PassOutcome
@@ -93,12 +95,15 @@ def admit(s: SchedulerView, out: PassOutcome) -> tuple[list[SglangRequest], int,
     """Form the prefill batch, lock its prefixes, then allocate its KV; returns what
     ``SglangScheduler._admit`` returns (admitted requests, Σ lengths, Σ prefixes)."""
     p, bh = s.p, s.p.behaviour
+    preempt = p.priority is not None and p.priority.preemption  # servesim_sglang.priority
+    if preempt:
+        s.batch_full = False  # cleared to try preemption with this pass's adder
     head = s.waiting[0] if s.waiting else None
     chunked = head if head is not None and 0 < head.materialized < head.seq_len else None
     if chunked is None and (not s.waiting or (bh.sticky_batch_full and s.batch_full)):
         return [], 0, 0
     slots = p.max_running_requests - len(s.running)
-    if slots <= 0 and chunked is None:
+    if slots <= 0 and chunked is None and not preempt:
         s.batch_full = True
         return [], 0, 0
     lpm_active = s.p.policy == "lpm" and len(s.waiting) - (chunked is not None) <= s.p.lpm_fallback_threshold
@@ -111,20 +116,35 @@ def admit(s: SchedulerView, out: PassOutcome) -> tuple[list[SglangRequest], int,
     plan: list[_Item] = []
     if chunked is not None:
         plan.append(_continue_chunk(s, chunked, budget))
+    preempted: list[SglangRequest] = []
     for req in list(s.waiting)[len(plan):]:
         if budget.state() == _OTHER:
             break
-        if len(plan) >= slots:
-            s.batch_full = True
-            break
-        if bh.sticky_batch_full and s.batch_full:
-            break
+        if preempt:
+            if len(plan) >= p.max_running_requests - len(s.running):
+                s.batch_full = True
+            if s.batch_full:
+                released = _priority.preempt_to_schedule(s, req, budget.rem_total(), out, preempted)
+                if released is None:
+                    break
+                budget.total_offset -= released
+        else:
+            if len(plan) >= slots:
+                s.batch_full = True
+                break
+            if bh.sticky_batch_full and s.batch_full:
+                break
         res = _add_one(s, req, budget, plan)
         if res != _CONTINUE:
             if res == _NO_TOKEN:
                 s.batch_full = bool(plan) or bool(s.running)
             break
-    return _allocate(s, plan, out)
+    admitted = _allocate(s, plan, out)
+    if preempted:
+        if plan:  # the step trace's running batch: the survivors (the new batch joins later)
+            out.running_batch = len(s.running)
+        _priority.requeue(s, preempted)
+    return admitted
 
 
 def _touch(s: SchedulerView, reqs: list[SglangRequest]) -> None:
@@ -165,6 +185,7 @@ def _add_one(s: SchedulerView, req: SglangRequest, budget: _Budget, plan: list[_
     cache, ps, clip = s.cache, s.p.page_size, s.p.clip_max_new_tokens
     limit = req.seq_len if req.max_out == 0 else req.seq_len - 1
     prefix, node = cache.lock_prefix(req.tokens, limit)
+    req.seen_prefix = prefix  # init_next_round_input's prefix_len
     extend = req.seq_len - prefix
     total = extend + min(max(req.remaining_output, 0), clip) + ps
     paged = -(-extend // ps) * ps

@@ -28,6 +28,7 @@ from servesim.errors import ConfigError
 
 from servesim_sglang.behaviour import DEFAULT_PROFILE, PROFILES, Behaviour, resolve
 from servesim_sglang.behaviour import validate as validate_behaviour
+from servesim_sglang.priority_options import PriorityParams, priority_params, validate_priority
 
 if TYPE_CHECKING:
     from servesim.config.engine import EngineConfig
@@ -76,6 +77,11 @@ class SglangConfig:
     waiting_prefix_touch: bool | None = None
     overlap_schedule: bool | None = None
     prompt_boundary_split: bool | None = None
+    # SGLang's --enable-priority-scheduling options (engine.scheduling_policy: priority;
+    # servesim_sglang.priority), with SGLang's names and defaults.
+    schedule_low_priority_values_first: bool = False
+    priority_scheduling_preemption_threshold: int = 10
+    disable_priority_preemption: bool = False
 
 
 @frozen
@@ -100,6 +106,8 @@ class SchedulerParams:
     ratio_estimate: bool = True
     oom_resets_ratio: bool = False
     behaviour: Behaviour = PROFILES[DEFAULT_PROFILE]
+    # engine.scheduling_policy: priority (servesim_sglang.priority); None without it.
+    priority: PriorityParams | None = None
 
     @property
     def chunking(self) -> bool:
@@ -151,6 +159,7 @@ def scheduler_params(config: EngineConfig, sg: SglangConfig, dp_size: int) -> Sc
         ratio_estimate=sg.retraction_ratio == "estimate",
         oom_resets_ratio=sg.oom_resets_ratio,
         behaviour=resolve(sg),
+        priority=priority_params(config, sg),
     )
 
 
@@ -170,14 +179,11 @@ def validate(config: EngineConfig, sg: SglangConfig) -> list[tuple[str, str]]:
         out.append(("engine.enable_chunked_prefill", "must be true for the sglang backend"))
     if config.block_size is not None and config.block_size <= 0:
         out.append(("engine.block_size", f"must be > 0, got {config.block_size}"))
-    if config.scheduling_policy.value != "fcfs":
-        # docs/workloads.md "Priorities": SGLang's own switches differ from vLLM's policy.
-        out.append(("engine.scheduling_policy", "priority is modelled for the vllm backend only "
-                    "(SGLang's --enable-priority-scheduling is not modelled)"))
     if getattr(config, "enable_lora", False):
         # docs/lora.md: SGLang's --max-loras-per-batch rule and its LoRA-keyed radix cache are
         # not modelled; a replay would serve every adapter's requests as the base model's.
         out.append(("engine.enable_lora", "LoRA adapters are modelled for vllm only"))
+    out.extend(validate_priority(config, sg))
     if sg.page_size is not None and sg.page_size <= 0:
         out.append((f"{SECTION}.page_size", f"must be > 0, got {sg.page_size}"))
     elif sg.page_size is not None and config.block_size is not None and sg.page_size != config.block_size:

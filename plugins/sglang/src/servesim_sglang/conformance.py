@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 from attrs import frozen
-from servesim.config.engine import EngineConfig
+from servesim.config.engine import EngineConfig, SchedulingPolicy
 from servesim.contract import Request, ScheduleRecord
 from servesim.engine import Engine
 from servesim.errors import EngineError
@@ -77,6 +77,12 @@ class SglangOracleOptions:
     admit: str = "all"
     per_step: int = 1
     seed: int = 0
+    # SGLang's --enable-priority-scheduling (the oracle through
+    # benchmarks/conformance/sglang_prio_trace.py; each trace line's ``priority``).
+    priority: bool = False
+    low_priority_values_first: bool = False
+    preemption_threshold: int = 10
+    disable_priority_preemption: bool = False
 
     def argv(self) -> list[str]:
         """Command-line arguments of ``sglang_sched_trace.py`` (besides trace and --out)."""
@@ -97,6 +103,12 @@ class SglangOracleOptions:
             args.append("--overlap")
         if self.disable_radix_cache:
             args.append("--disable-radix-cache")
+        if self.priority:
+            args.append(f"--preemption-threshold={self.preemption_threshold}")
+            if self.low_priority_values_first:
+                args.append("--low-priority-values-first")
+            if self.disable_priority_preemption:
+                args.append("--disable-priority-preemption")
         return args
 
     def backend_settings(self) -> dict[str, Any]:
@@ -111,6 +123,10 @@ class SglangOracleOptions:
         # the oracle's loop, named either way (the sglang-0.5.23 profile has SGLang's default,
         # the overlap loop on)
         out["overlap_schedule"] = self.overlap
+        if self.priority:
+            out["schedule_low_priority_values_first"] = self.low_priority_values_first
+            out["priority_scheduling_preemption_threshold"] = self.preemption_threshold
+            out["disable_priority_preemption"] = self.disable_priority_preemption
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -128,6 +144,7 @@ class SglangOracleOptions:
             block_size=self.page_size,
             max_num_seqs=self.max_running_requests,
             enable_prefix_caching=not self.disable_radix_cache,
+            scheduling_policy=SchedulingPolicy.PRIORITY if self.priority else SchedulingPolicy.FCFS,
         )
 
 
@@ -179,7 +196,8 @@ def run_servesim(
     for i, (p, r) in enumerate(zip(prompts, rows, strict=True)):
         n = max(1, int(r["output_length"]))
         reqs.append(Request(request_id=i, prompt=p, max_output_tokens=n,
-                            output_token_ids=oracle_outputs(i, n, options.ignore_eos)))
+                            output_token_ids=oracle_outputs(i, n, options.ignore_eos),
+                            priority=int(r.get("priority", 0)) if options.priority else 0))
     return drive_steps(engine, reqs, options.admit, options.per_step, schedule_step, max_steps=max_steps)
 
 

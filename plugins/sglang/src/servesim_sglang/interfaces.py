@@ -70,6 +70,9 @@ class SchedulerView(Protocol):
 
     def run_pass(self, now: float) -> PassOutcome: ...
 
+    def enqueue(self, req: SglangRequest) -> None:
+        """Add a request at the back of the waiting queue."""
+
     def order_waiting(self, chunk_first: bool) -> None:
         """Sort the waiting queue by the schedule policy."""
         ...

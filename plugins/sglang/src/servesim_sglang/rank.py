@@ -72,6 +72,7 @@ from servesim_sglang.handoff import SglangHandoffAdapter
 from servesim_sglang.interfaces import RankCounters
 from servesim_sglang.pass_outcome import PassOutcome
 from servesim_sglang.policies import resolve_policy
+from servesim_sglang.priority import ordering
 from servesim_sglang.radix_records import make_radix_cache
 from servesim_sglang.recv_interval import RecvSkipper
 from servesim_sglang.request import SglangRequest
@@ -128,7 +129,7 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
         self.sched = SglangScheduler(
             self.params,
             cache,
-            policy_cls(seed=identity.seed_offset),
+            ordering(policy_cls(seed=identity.seed_offset), self.params, sg.schedule_policy),
             services.timing,
             speedup=config.speedup_ratio,
             decode_speedup=config.decode_speedup_ratio,
@@ -358,9 +359,9 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
         self, now_ms: float, horizon_ms: float, max_passes: int, through_completions: bool = False
     ) -> RankRun | None:
         """A run of steady decode passes (servesim_sglang.fast.runs), or None to step."""
-        if self.cache.steps_only or self.sched.spec is not None:
+        if self.cache.steps_only or self.sched.spec is not None or self.params.priority is not None:
             # A record eviction policy needs every step; a run's passes emit one token per
-            # member, and speculative bursts need stepping.
+            # member, and speculative bursts and priority preemption need stepping.
             return None
         if self.recv is not None and self.recv.inbox:
             return None  # requests not read yet: each pass decides whether it reads them

@@ -36,6 +36,8 @@ class SglangRequest:
         "output_len",
         "remaining_output",
         "inflight",
+        "entry_seq",
+        "seen_prefix",
     )
 
     def __init__(self, request: Request) -> None:
@@ -55,6 +57,11 @@ class SglangRequest:
         # Tokens emitted whose result the scheduler has not processed yet (overlap loop,
         # servesim_sglang.overlap); 0 otherwise.
         self.inflight = 0
+        # The order in which requests entered the waiting queue (each retraction re-enters
+        # it), and the prefix its last admission attempt matched (SGLang's ``prefix_len``,
+        # 0 after a retraction); read by servesim_sglang.priority only.
+        self.entry_seq = 0
+        self.seen_prefix = 0
 
     @property
     def seq_len(self) -> int:

@@ -36,6 +36,9 @@ def _evict_to_free(s: SchedulerView, tokens: int) -> None:
         s.cache.evict(short)
 
 
+evict_to_free = _evict_to_free
+
+
 def check_decode_mem(s: SchedulerView, now: float, out: PassOutcome) -> tuple[list[SglangRequest], int]:
     """Returns the retracted requests and the survivors' page growth for this step."""
     running = s.running
@@ -85,6 +88,7 @@ def retract(
     cache.release(victim.lease)
     victim.lease = None
     victim.materialized = 0
+    victim.seen_prefix = 0  # reset_for_retract: prefix_len = 0
     victim.inflight = 0  # its token in flight stays emitted (docs/conformance.md)
     s.retractions_total += 1
     s.retracted_ids.add(victim.rid)

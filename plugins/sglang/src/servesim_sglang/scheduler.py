@@ -108,6 +108,7 @@ class SglangScheduler:
         self.worker_type = worker_type
         self.waiting: deque[SglangRequest] = deque()
         self.waiting_version = 0  # bumped whenever membership of ``waiting`` changes
+        self.entries = 0  # requests that entered ``waiting`` (SglangRequest.entry_seq)
         self.running: list[SglangRequest] = []
         self.ratio = params.init_new_token_ratio
         self.retractions_total = 0
@@ -589,6 +590,9 @@ class SglangScheduler:
 
     def _requeue(self, retracted: list[SglangRequest]) -> None:
         self.waiting_version += 1
+        for r in retracted:
+            self.entries += 1
+            r.entry_seq = self.entries
         if self.p.requeue_front:
             self.waiting.extendleft(reversed(retracted))
         else:
@@ -607,6 +611,8 @@ class SglangScheduler:
     def enqueue(self, req: SglangRequest) -> None:
         self.waiting.append(req)
         self.waiting_version += 1
+        self.entries += 1
+        req.entry_seq = self.entries
 
     def remove(self, rid: int) -> SglangRequest | None:
         """Cancel: drop a waiting or running request and free its KV."""
