@@ -1,5 +1,5 @@
 """Built-in replay plugins: the ``mooncake`` trace format and the ``round_robin`` and ``kv``
-routers (dynamo-mocker.md §9.1-§9.2)."""
+routers (dynamo-mocker.md §9.1-§9.2), and the ``static`` and ``schedule`` planners."""
 
 from __future__ import annotations
 
@@ -24,3 +24,11 @@ def servesim_register_routers(registry: Registry) -> None:
 
     registry.add("round_robin", RoundRobinRouter)
     registry.add("kv", KvRouter)
+
+
+@hookimpl
+def servesim_register_planners(registry: Registry) -> None:
+    from servesim.replay.planning import SchedulePlanner, StaticPlanner
+
+    registry.add("static", StaticPlanner)
+    registry.add("schedule", SchedulePlanner)
