@@ -9,20 +9,18 @@ snapshot (``Metrics``), so the ranks record occupancy when a planner is configur
 from __future__ import annotations
 
 from array import array
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from servesim.contract import ForwardPassMetrics
 from servesim.replay.lifecycle import WorkerState, gpu_seconds
 from servesim.replay.planning import PlannerSnapshot, PoolSnapshot, TrafficWindow, percentiles
 
-if TYPE_CHECKING:
-    from servesim.replay.elastic import ElasticReplayer
 
 
 class ElasticView:
     """Windows and counters of one :class:`ElasticReplayer` (see the module docs)."""
 
-    def __init__(self, replayer: ElasticReplayer) -> None:
+    def __init__(self, replayer: Any) -> None:
         self.r = replayer
         self.since = 0.0
         self.arrivals = 0

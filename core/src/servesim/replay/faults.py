@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from servesim.config.elastic import FaultsConfig, KvViewConfig
 from servesim.replay.driver import EXTERNAL
 
-if TYPE_CHECKING:
-    from servesim.replay.elastic import ElasticReplayer
 
 # EXTERNAL event codes (servesim.replay.elastic holds 1-8).
 CRASH = 4
@@ -49,7 +47,7 @@ class FaultPlan:
 
     # -- scheduling ------------------------------------------------------------------
 
-    def schedule(self, r: ElasticReplayer) -> None:
+    def schedule(self, r: Any) -> None:
         """Scripted events and the initial workers' first random crashes."""
         for c in self.config.crashes:
             r.push_event(c.at_s * 1000.0, EXTERNAL, CRASH, c.worker)
@@ -60,7 +58,7 @@ class FaultPlan:
             if rec.ready_ms >= 0.0:
                 self.in_service(r, rec.worker, rec.ready_ms)
 
-    def in_service(self, r: ElasticReplayer, w: int, now: float) -> None:
+    def in_service(self, r: Any, w: int, now: float) -> None:
         """Worker ``w`` (this incarnation) starts serving: draw its random crash."""
         mtbf = self.config.mtbf_s
         if mtbf is None:
@@ -69,7 +67,7 @@ class FaultPlan:
         rng = random.Random(f"crash:{self.config.seed}:{w}:{rec.epoch}")
         r.push_worker_event(now + rng.expovariate(1.0 / mtbf) * 1000.0, RANDOM_CRASH, w)
 
-    def event(self, r: ElasticReplayer, code: int, b: int, now: float) -> None:
+    def event(self, r: Any, code: int, b: int, now: float) -> None:
         if code == CRASH:
             self.crash(r, b, now)
         elif code == RANDOM_CRASH:
@@ -92,7 +90,7 @@ class FaultPlan:
         else:
             raise ValueError(f"unknown elastic event {code}")
 
-    def crash(self, r: ElasticReplayer, w: int, now: float) -> None:
+    def crash(self, r: Any, w: int, now: float) -> None:
         if w >= len(r.records):
             self.counts["crashes_missed"] += 1
             return
@@ -124,7 +122,7 @@ class FaultPlan:
                 found = k
         return found
 
-    def route_kv(self, r: ElasticReplayer, w: int, now: float, events: Sequence[Any]) -> None:
+    def route_kv(self, r: Any, w: int, now: float, events: Sequence[Any]) -> None:
         """Deliver ``events`` to the router as worker ``w``'s view allows."""
         view = self.view_of(w)
         if view is None:
