@@ -141,6 +141,8 @@ def test_elastic_sections_are_left_out_of_a_plain_config(tmp_path):
     ("lifecycle: {drain: later}\n", "lifecycle.drain"),
     ("lifecycle: {min_workers: 3, max_workers: 2}\n", "lifecycle.max_workers"),
     ("faults: {kv_view: [{drop: 2}]}\n", "faults.kv_view[0].drop"),
+    ("faults: {slow: [{worker: 0, from_s: 0, until_s: 1, factor: 0.5}]}\n", "faults.slow[0].factor"),
+    ("lifecycle: {warmup: {factor: 0.9}}\n", "lifecycle.warmup.factor"),
 ])
 def test_config_errors_name_the_key(tmp_path, extra, path):
     with pytest.raises(ConfigError) as info:

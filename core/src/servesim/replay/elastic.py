@@ -108,6 +108,8 @@ class ElasticReplayer(Replayer):
         return super().run()
 
     def _external(self, a: int, b: int, now: float) -> None:
+        if not self.unfinished():
+            return  # every request has ended: what workers do now changes nothing
         if a == STARTED:
             self.started(b >> 16, b & 0xFFFF, now)
         elif a == WARMED:
@@ -178,6 +180,7 @@ class ElasticReplayer(Replayer):
     def redirect(self, w: int, now: float) -> None:
         """Hand worker ``w``'s waiting (not yet admitted) requests back to the router."""
         engine = self.engines[w]
+        self.internal_work_due(w, now)
         for rid in self.requests_on(w):
             if self.log.admitted[rid] >= 0.0:
                 continue
@@ -271,6 +274,7 @@ class ElasticReplayer(Replayer):
         policy = self.lifecycle.drain
         if policy is DrainPolicy.IMMEDIATE:
             engine = self.engines[w]
+            self.internal_work_due(w, now)
             for rid in self.requests_on(w):
                 engine.apply(self.log.dp_rank[rid], CancelRequest(rid, discard_pending_output=True), now)
                 self.lose(rid, now)
@@ -280,6 +284,15 @@ class ElasticReplayer(Replayer):
         if policy is DrainPolicy.REDIRECT:
             self.redirect(w, now)
         self.stop_if_drained(w, now)
+
+    def internal_work_due(self, w: int, now: float) -> None:
+        """Run worker ``w``'s internal work due by ``now`` (an engine takes no command
+        before it)."""
+        engine = self.engines[w]
+        if not engine.pass_in_flight:
+            d = engine.next_internal_deadline_ms()
+            if d is not None and d <= now:
+                self._run_internal(w, now)
 
     def stop_if_drained(self, w: int, now: float) -> None:
         rec = self.records[w]
