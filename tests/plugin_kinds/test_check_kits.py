@@ -303,7 +303,7 @@ class Divides(StaticPlanner):
 
 def test_planner_kit_passes_builtins() -> None:
     planners = Plugins().planners()
-    assert sorted(planners.names()) == ["schedule", "static"]
+    assert {"schedule", "static"} <= set(planners.names())
     for name in planners.names():
         assert check_planner(planners.get(name)).ok, name
 

@@ -13,7 +13,13 @@ from typing import Any
 
 from servesim.contract import ForwardPassMetrics
 from servesim.replay.lifecycle import WorkerState, gpu_seconds
-from servesim.replay.planning import PlannerSnapshot, PoolSnapshot, TrafficWindow, percentiles
+from servesim.replay.planning import (
+    PlannerSnapshot,
+    PoolSnapshot,
+    TrafficWindow,
+    WorkerSnapshot,
+    percentiles,
+)
 
 
 
@@ -29,6 +35,8 @@ class ElasticView:
         self.done: list[int] = []
         self.fpm: dict[int, list[ForwardPassMetrics]] = {}
         self.occupancy: dict[tuple[int, int], Any] = {}
+        # Per worker, the window's peak KV use and queue length over its passes' ranks.
+        self.peak: dict[int, tuple[float, int]] = {}
 
     # -- recording -------------------------------------------------------------------
 
@@ -48,6 +56,8 @@ class ElasticView:
         self.fpm.setdefault(self.r.records[w].pool, []).append(fpm)
         if occupancy is not None:
             self.occupancy[(w, occupancy.dp_rank)] = occupancy
+            kv, queue = self.peak.get(w, (0.0, 0))
+            self.peak[w] = (max(kv, occupancy.cache_usage), max(queue, occupancy.waiting_requests))
 
     def restart_request(self, rid: int) -> None:
         """A retried request starts over: drop its tokens so far from the log."""
@@ -78,18 +88,25 @@ class ElasticView:
             waiting = running = 0
             usage: list[float] = []
             tokens = 0
+            workers = []
             for rec in r.records:
                 if rec.pool != p:
                     continue
                 counts[rec.state] += 1
                 if rec.state in (WorkerState.READY, WorkerState.WARMUP, WorkerState.DRAINING):
+                    kv_w, queue_w = 0.0, 0
                     for dp in range(r.engines[rec.worker].dp_size):
                         occ = self.occupancy.get((rec.worker, dp))
                         if occ is not None:
                             waiting += occ.waiting_requests
                             running += occ.running_requests
+                            kv_w = max(kv_w, occ.cache_usage)
+                            queue_w += occ.waiting_requests
                             if rec.state is not WorkerState.DRAINING:
                                 usage.append(occ.cache_usage)
+                    peak_kv, peak_queue = self.peak.get(rec.worker, (kv_w, queue_w))
+                    workers.append(WorkerSnapshot(rec.worker, rec.state.value, kv_w, queue_w,
+                                                  max(peak_kv, kv_w), max(peak_queue, queue_w)))
                 i = slot_of.get(rec.worker)
                 if i is not None:
                     base = i * state.dp_size
@@ -110,7 +127,7 @@ class ElasticView:
                 ttft_ms=percentiles(ttft), itl_ms=percentiles(itl), completed=len(done),
                 output_tokens_per_s=out_tokens / window_s,
                 request_throughput=len(done) / window_s,
-                passes=tuple(self.fpm.get(p, ())),
+                passes=tuple(self.fpm.get(p, ())), workers=tuple(workers),
             ))
         n = self.arrivals
         traffic = TrafficWindow(n, self.isl / n if n else 0.0, self.osl / n if n else 0.0)
@@ -119,6 +136,7 @@ class ElasticView:
         self.arrivals = self.isl = self.osl = 0
         self.done = []
         self.fpm = {}
+        self.peak = {}
         return snap
 
     # -- the report ------------------------------------------------------------------

@@ -4,7 +4,7 @@ A planner is registered with ``servesim_register_planners`` and chosen by ``plan
 NAME, interval_s: S, ...options}``. The driver (servesim.replay.elastic) calls
 :meth:`Planner.tick` at simulated time 0 and then every ``interval_s`` (or at the
 ``next_tick_ms`` a decision asks for) with a :class:`PlannerSnapshot`: per pool the workers
-by state, queue lengths and tokens, KV utilisation, the TTFT/ITL percentiles and throughput
+by state, queue lengths and tokens, KV utilisation (per pool and per serving worker), the TTFT/ITL percentiles and throughput
 of the requests that finished since the last tick and the forward-pass metrics of the passes
 that ended since then, and the traffic window (requests that arrived since the last tick, with
 their mean input and output lengths). The planner answers with a :class:`PlannerDecision`:
@@ -38,6 +38,20 @@ class Percentiles:
 
 
 @frozen
+class WorkerSnapshot:
+    """One serving worker (ready, warming up or draining) at a tick: ``kv_utilization`` and
+    ``queue_length`` (waiting requests) at its last pass, and their peaks over the passes
+    that ended since the last tick (the last values when none did)."""
+
+    worker: int
+    state: str
+    kv_utilization: float
+    queue_length: int
+    peak_kv_utilization: float
+    peak_queue_length: int
+
+
+@frozen
 class PoolSnapshot:
     """One pool at a tick (see the module docs). ``kv_utilization`` is the mean device-KV
     occupancy of its ready workers at their last pass; ``queued_requests`` counts requests
@@ -61,6 +75,7 @@ class PoolSnapshot:
     output_tokens_per_s: float
     request_throughput: float
     passes: tuple[ForwardPassMetrics, ...] = ()
+    workers: tuple[WorkerSnapshot, ...] = ()
 
     @property
     def active(self) -> int:
@@ -210,5 +225,5 @@ def percentiles(values: Sequence[float]) -> Percentiles:
 __all__ = [
     "Percentiles", "Planner", "PlannerDecision", "PlannerSnapshot", "PoolSnapshot",
     "ScaleAction", "ScheduleConfig", "SchedulePlanner", "ScheduleStep", "StaticConfig",
-    "StaticPlanner", "TrafficWindow", "percentiles",
+    "StaticPlanner", "TrafficWindow", "WorkerSnapshot", "percentiles",
 ]
