@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """How fast must workers start to keep p99 TTFT under 1 s through a 3x burst?
 
-    python benchmarks/elastic_startup.py [--startup 0,5,10,20,40] [--seed 0]
+    python benchmarks/elastic_startup.py [--startup 0,2,4,6,8] [--seed 0]
 
 The deployment: vLLM workers (the polynomial timing model with the reference's default
-coefficients, 16-token blocks, 4096 KV blocks), a KV-aware router, starting with two workers.
+coefficients, 16-token blocks, 4096 KV blocks), a KV-aware router, starting with two workers
+(docs/elastic.md shows its table).
 The traffic: Poisson arrivals at ``BASE_RPS`` for 60 s, three times that for 60 s, then the base
 rate again for 60 s; prompts of 256-1536 tokens, 64-256 output tokens (a seeded trace written
 to a temporary file). A reactive planner ticks every 5 s and sizes the pool to the traffic of
@@ -120,7 +121,7 @@ def replay(trace: Path, workers: int, startup: float | None, burst: tuple[float,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--startup", default="0,5,10,20,40", help="start-up times (s), comma-separated")
+    ap.add_argument("--startup", default="0,2,4,6,8", help="start-up times (s), comma-separated")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
