@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from servesim.config.checks import check_engine, check_sections
-from servesim.config.elastic import ELASTIC_SECTIONS, check_elastic
 from servesim.config.converter import Problem, make_converter, show, structure_at, unknown_key_message
+from servesim.config.elastic import ELASTIC_SECTIONS, check_elastic
 from servesim.config.engine import EngineConfig, resolve_block_size
 from servesim.config.sections import ClusterConfig, ReportConfig, SinksConfig, WorkloadConfig
 from servesim.config.sim import SECTIONS, SimConfig

@@ -311,6 +311,7 @@ class ElasticReplayer(Replayer):
     def discard_engine(self, w: int) -> None:
         """Drop worker ``w``'s engine: its in-flight pass never completes."""
         self.dead.add(w)
+        self.view.forget_worker(w)
         heap = self._heap
         keep = [ev for ev in heap if not (ev[2] == PASS_END and ev[3] == w)]
         if len(keep) != len(heap):

@@ -22,7 +22,6 @@ from servesim.replay.planning import (
 )
 
 
-
 class ElasticView:
     """Windows and counters of one :class:`ElasticReplayer` (see the module docs)."""
 
@@ -58,6 +57,11 @@ class ElasticView:
             self.occupancy[(w, occupancy.dp_rank)] = occupancy
             kv, queue = self.peak.get(w, (0.0, 0))
             self.peak[w] = (max(kv, occupancy.cache_usage), max(queue, occupancy.waiting_requests))
+
+    def forget_worker(self, w: int) -> None:
+        """Worker ``w`` lost its engine: its occupancy snapshots are void."""
+        self.occupancy = {k: v for k, v in self.occupancy.items() if k[0] != w}
+        self.peak.pop(w, None)
 
     def restart_request(self, rid: int) -> None:
         """A retried request starts over: drop its tokens so far from the log."""

@@ -23,7 +23,6 @@ from typing import Any
 from servesim.config.elastic import FaultsConfig, KvViewConfig
 from servesim.replay.driver import EXTERNAL
 
-
 # EXTERNAL event codes (servesim.replay.elastic holds 1-8).
 CRASH = 4
 RESTART = 5

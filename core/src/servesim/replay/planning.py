@@ -4,13 +4,13 @@ A planner is registered with ``servesim_register_planners`` and chosen by ``plan
 NAME, interval_s: S, ...options}``. The driver (servesim.replay.elastic) calls
 :meth:`Planner.tick` at simulated time 0 and then every ``interval_s`` (or at the
 ``next_tick_ms`` a decision asks for) with a :class:`PlannerSnapshot`: per pool the workers
-by state, queue lengths and tokens, KV utilisation (per pool and per serving worker), the TTFT/ITL percentiles and throughput
-of the requests that finished since the last tick and the forward-pass metrics of the passes
-that ended since then, and the traffic window (requests that arrived since the last tick, with
-their mean input and output lengths). The planner answers with a :class:`PlannerDecision`:
-target worker counts per pool and/or add/remove :class:`ScaleAction` entries. Targets count
-the workers that are starting, warming up or ready; the driver clamps them to
-``lifecycle.min_workers``/``max_workers``.
+by state, queue lengths and tokens, KV utilisation (per pool and per serving worker), the
+TTFT/ITL percentiles and throughput of the requests that finished since the last tick, the
+forward-pass metrics of the passes that ended since then, and the traffic window (requests
+that arrived since the last tick, with their mean input and output lengths). The planner
+answers with a :class:`PlannerDecision`: target worker counts per pool and/or add/remove
+:class:`ScaleAction` entries. Targets count the workers that are starting, warming up or
+ready; the driver clamps them to ``lifecycle.min_workers``/``max_workers``.
 
 Built in: ``static`` (keeps the initial sizes, or ``workers`` per pool) and ``schedule``
 (scripted counts at given times).
