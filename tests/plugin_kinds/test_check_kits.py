@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 from servesim.contract import WorkerType
 from servesim.plugins import Plugins
+from servesim.replay.planning import PlannerDecision, ScaleAction, StaticPlanner
 from servesim.replay.routers import RoundRobinRouter, Router
 from servesim.sinks.builtin import JsonlKvEventSink, JsonlSinkConfig, MemoryFpmSink, MemoryKvEventSink
 from servesim.sinks.compose import SampleConfig, SampleKvEventSink, TeeKvEventSink
 from servesim.testing import (
     check_fpm_sink,
     check_kv_event_sink,
+    check_planner,
     check_router,
     check_timing_model,
     check_trace_format,
@@ -309,3 +311,56 @@ def test_trace_kit_catches(samples: tuple[str, str]) -> None:
     for read, failing in cases:
         report = check_trace_format(_reader(read), *samples, raise_on_failure=False)
         assert _failed(report) == failing, (read.__name__, report.failures)
+
+
+# --------------------------------------------------------------------------- planners
+
+
+class Negative(StaticPlanner):
+    def tick(self, snapshot: Any) -> Any:
+        return PlannerDecision(targets={"default": -1, "prefill": -1})
+
+
+class Stranger(StaticPlanner):
+    def tick(self, snapshot: Any) -> Any:
+        return PlannerDecision(actions=(ScaleAction("elsewhere", 1),), next_tick_ms=snapshot.now_ms)
+
+
+_moods = itertools.count()
+
+
+class Restless(StaticPlanner):
+    def tick(self, snapshot: Any) -> Any:
+        return {"default": next(_moods) % 5}  # a mapping, not a PlannerDecision, and unstable
+
+
+class Divides(StaticPlanner):
+    def tick(self, snapshot: Any) -> Any:
+        return PlannerDecision(targets={p.name: int(p.output_tokens_per_s / p.request_throughput)
+                                        for p in snapshot.pools})
+
+    def finish(self) -> Any:
+        return ["not", "a", "mapping"]
+
+
+def test_planner_kit_passes_builtins() -> None:
+    planners = Plugins().planners()
+    assert {"schedule", "static"} <= set(planners.names())
+    for name in planners.names():
+        assert check_planner(planners.get(name)).ok, name
+
+
+@pytest.mark.parametrize(
+    ("cls", "failing"),
+    [
+        (Negative, {"decisions_well_formed", "quiet_cluster"}),
+        (Stranger, {"decisions_well_formed", "quiet_cluster"}),
+        (Restless, {"decisions_well_formed", "deterministic", "quiet_cluster"}),
+        # divides by a zero throughput when nothing finished
+        (Divides, {"quiet_cluster", "finish_is_a_mapping"}),
+        (int, {"is_planner", "decisions_well_formed", "deterministic", "quiet_cluster",
+               "finish_is_a_mapping"}),
+    ],
+)
+def test_planner_kit_catches(cls: type, failing: set[str]) -> None:
+    assert _failed(check_planner(cls, raise_on_failure=False)) == failing

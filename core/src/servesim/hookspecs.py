@@ -101,6 +101,16 @@ def servesim_register_routers(registry: Registry) -> None:
 
 
 @hookspec
+def servesim_register_planners(registry: Registry) -> None:
+    """Register planners, which resize the cluster's pools while a replay runs
+    (servesim.replay.planning): ``registry.add(name, PlannerClass)``.
+
+    :param registry: the ``planner`` registry; ``planner.type`` selects one (``static`` and
+        ``schedule`` are built in).
+    """
+
+
+@hookspec
 def servesim_register_schedule_policies(registry: Registry) -> None:
     """Register waiting-queue ordering policies for backends that take one (SGLang's
     ``engine.sglang.schedule_policy``): ``registry.add(name, policy)``.
@@ -220,6 +230,7 @@ HOOK_KINDS: dict[str, str] = {
     "servesim_register_routers": "router",
     "servesim_register_schedule_policies": "schedule_policy",
     "servesim_register_admission_policies": "admission_policy",
+    "servesim_register_planners": "planner",
 }
 """Hook name → registry kind, in the order ``servesim plugins`` lists them. Hooks not named
 here (``servesim_add_commands``, ``servesim_figure_writer`` and the observer hooks) register no named implementations."""
@@ -234,6 +245,7 @@ __all__ = [
     "servesim_register_eviction_policies",
     "servesim_register_fpm_sinks",
     "servesim_register_kv_event_sinks",
+    "servesim_register_planners",
     "servesim_register_routers",
     "servesim_register_schedule_policies",
     "servesim_register_timing_models",

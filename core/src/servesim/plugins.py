@@ -329,6 +329,9 @@ class Plugins:
     def admission_policies(self) -> Registry:
         return self.registry("admission_policy")
 
+    def planners(self) -> Registry:
+        return self.registry("planner")
+
     def ordered_impls(self, hook_name: str) -> list[pluggy.HookImpl]:
         """Implementations of ``hook_name``: built-ins first, then the rest by plugin name, so
         registration order (and thus duplicate messages) never depends on ``sys.path``."""

@@ -1,6 +1,7 @@
 """Built-in replay plugins: the ``mooncake`` trace format, the ``round_robin`` and ``kv``
-routers (dynamo-mocker.md §9.1-§9.2) and the ``always``, ``queue_shed`` and ``token_bucket``
-admission policies (servesim.replay.admission)."""
+routers (dynamo-mocker.md §9.1-§9.2), the ``always``, ``queue_shed`` and ``token_bucket``
+admission policies (servesim.replay.admission) and the ``static`` and ``schedule`` planners
+(servesim.replay.planning)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,10 @@ def servesim_register_admission_policies(registry: Registry) -> None:
     registry.add("always", AlwaysAdmit)
     registry.add("queue_shed", QueueShed)
     registry.add("token_bucket", TokenBucket)
+
+
+def servesim_register_planners(registry: Registry) -> None:
+    from servesim.replay.planning import SchedulePlanner, StaticPlanner
+
+    registry.add("static", StaticPlanner)
+    registry.add("schedule", SchedulePlanner)

@@ -18,6 +18,7 @@ import attrs
 from servesim.config.capabilities import engine_needs, split_needs
 from servesim.config.checks import check_engine, check_sections
 from servesim.config.converter import Problem, make_converter, show, structure_at, unknown_key_message
+from servesim.config.elastic import ELASTIC_SECTIONS, check_elastic
 from servesim.config.engine import EngineConfig, resolve_block_size
 from servesim.config.plugin_build import engine_failure
 from servesim.config.sections import ClusterConfig, ReportConfig, SinksConfig, WorkloadConfig
@@ -325,6 +326,36 @@ def structure_spec(
     return name, cls, cfg
 
 
+@attrs.frozen
+class PlannerSpec:
+    """A validated ``planner:`` section: the planner ``name``, its registered class, its
+    structured options and its tick interval."""
+
+    name: str
+    cls: Any
+    config: Any
+    interval_s: float
+
+
+def check_planner(ctx: LoadContext, raw: Any, problems: list[Problem]) -> PlannerSpec | None:
+    """``planner: {type: NAME, interval_s: S, ...options}`` (None when absent)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        problems.append(("planner", f"expected a mapping with a 'type' key, got {show(raw)}"))
+        return None
+    options = dict(raw)
+    interval = options.pop("interval_s", 10.0)
+    if not (isinstance(interval, (int, float)) and not isinstance(interval, bool)
+            and 0 < interval < float("inf")):
+        problems.append(("planner.interval_s", f"expected a finite number > 0, got {show(interval)}"))
+        interval = 10.0
+    spec = structure_spec(ctx, "planner", options, "planner", problems)
+    if spec is None:
+        return None
+    return PlannerSpec(spec[0], spec[1], spec[2], float(interval))
+
+
 def _check_worker_type(engine: EngineResolution | None, cluster: Any) -> list[Problem]:
     """A prefill-only or decode-only engine makes sense only in a prefill/decode split (which
     sets each role's type itself); aggregated workers of that type would silently skip decode
@@ -405,10 +436,17 @@ def _structure_sections(
     ctx: LoadContext, raw: Mapping[str, Any], extra: Mapping[str, type]
 ) -> tuple[dict[str, Any], list[Problem]]:
     problems: list[Problem] = []
-    known = sorted([*SECTIONS, *extra])
+    known = sorted([*SECTIONS, *ELASTIC_SECTIONS, "planner", *extra])
     for key in raw:
         if key not in known:
             problems.append((str(key), unknown_key_message(str(key), known)))
+    out: dict[str, Any] = {}
+    for name, cls in ELASTIC_SECTIONS.items():  # optional: structured only when present
+        if raw.get(name) is not None:
+            value, found = structure_at(ctx.conv, raw[name], cls, name)
+            out[name] = value
+            problems += found
+    out["planner"] = raw.get("planner")
     classes = {
         "cluster": ClusterConfig,
         "workload": WorkloadConfig,
@@ -416,7 +454,6 @@ def _structure_sections(
         "sinks": SinksConfig,
         **extra,
     }
-    out: dict[str, Any] = {}
     for name, cls in classes.items():
         data = raw.get(name)
         value, found = structure_at(ctx.conv, {} if data is None else data, cls, name)
@@ -438,8 +475,11 @@ def build(raw: Any, ctx: LoadContext, extra_sections: Mapping[str, type] | None 
     engine_raw = raw.get("engine")
     engine, problems = _resolve(ctx, engine_raw, "engine")
     problems += section_problems
-    if any(v is None for v in sections.values()):
+    if any(sections[k] is None for k in sections if k not in (*ELASTIC_SECTIONS, "planner")) \
+            or any(sections.get(k) is None for k in ELASTIC_SECTIONS if raw.get(k) is not None):
         raise ctx.fail(problems)
+    problems += check_elastic(sections.get("lifecycle"), sections.get("faults"))
+    planner_spec = check_planner(ctx, sections["planner"], problems)
     problems += check_sections(sections["cluster"], sections["workload"], sections["report"])
     router_config, sink_specs, found = _check_plugins(
         ctx, sections["cluster"], sections["workload"], sections["sinks"]
@@ -460,6 +500,7 @@ def build(raw: Any, ctx: LoadContext, extra_sections: Mapping[str, type] | None 
     sim = SimConfig(engine=engine.config, **sections)
     loaded = LoadedConfig(sim, engine, engine_section, ctx, router_config, sink_specs)
     loaded.extra = extra
+    loaded.planner_spec = planner_spec
     return loaded
 
 
@@ -490,6 +531,7 @@ class LoadedConfig:
         self.context = ctx
         self._timing: TimingModel | None = None
         self.extra: dict[str, Any] = {}  # sections a command owns (build's extra_sections)
+        self.planner_spec: PlannerSpec | None = None  # ``planner:``, validated (check_planner)
 
     @property
     def rank_class(self) -> type:
@@ -578,6 +620,10 @@ class LoadedConfig:
         if not out["cluster"].get("pools"):
             out["cluster"].pop("pools", None)  # a homogeneous cluster reads as it always did
         drop_unset_scope(out["workload"])  # so does a workload without warmup, stop, classes
+        for name in (*ELASTIC_SECTIONS, "planner"):  # optional sections, only when set
+            value = getattr(self.sim, name)
+            if value is not None:
+                out[name] = conv.unstructure(value)
         for name, value in self.extra.items():
             out[name] = conv.unstructure(value)
         return _jsonable(out)

@@ -6,6 +6,7 @@ from typing import Any, Protocol
 
 from attrs import field, frozen
 
+from servesim.config.elastic import FaultsConfig, LifecycleConfig
 from servesim.config.engine import EngineConfig
 from servesim.config.sections import ClusterConfig, ReportConfig, SinksConfig, WorkloadConfig
 
@@ -20,6 +21,10 @@ class SimConfig:
     workload: WorkloadConfig = field(factory=WorkloadConfig)
     report: ReportConfig = field(factory=ReportConfig)
     sinks: SinksConfig = field(factory=SinksConfig)
+    # Optional sections of an elastic, failing cluster (servesim.config.elastic); None: off.
+    lifecycle: LifecycleConfig | None = None
+    planner: dict[str, Any] | None = None
+    faults: FaultsConfig | None = None
 
 
 class RunConfig(Protocol):

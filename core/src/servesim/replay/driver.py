@@ -161,6 +161,8 @@ class Replayer:
         self._lone_end = False
         # Per worker, the modelled time its passes took (pool utilisation, servesim.replay.pools).
         self.pass_busy_ms = [0.0] * len(self.engines)
+        # Per worker, a factor on its passes' modelled times (None: off; servesim.replay.elastic).
+        self.pass_scale: list[float] | None = None
         self.now = 0.0
         # Engines whose state changed at the current time: only they can become ready.
         self.dirty: set[int] = set()
@@ -432,14 +434,17 @@ class Replayer:
             started = engine.execute_pass(now)
             if started is None:
                 continue
+            end = started.end_ms
+            if self.pass_scale is not None:  # servesim.replay.elastic: warm-up, slow workers
+                end = now + (end - now) * self.pass_scale[w]
             self.passes += 1
-            self.pass_busy_ms[w] += started.end_ms - now
+            self.pass_busy_ms[w] += end - now
             self._pass_start[w] = now
             self.start_busy[w] = self._start_effects(w, started, now)
             self.last_zero[w] = started.end_ms == now
             self._last_retry[w] = started.retry
             self._seq += 1  # _push of a pass end, inlined (once per pass)
-            heapq.heappush(self._heap, (started.end_ms, self._seq, PASS_END, w, started.pass_id))
+            heapq.heappush(self._heap, (end, self._seq, PASS_END, w, started.pass_id))
 
     def _start_effects(self, w: int, started: EnginePassStarted, now: float) -> bool:
         busy = False

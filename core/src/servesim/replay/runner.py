@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -133,6 +134,12 @@ def _simulate(
     observers = Observers.of(plugins)
     if observers is not None:
         observers = observers.run_started(loaded)
+    if disaggregated and (sim.lifecycle is not None or sim.planner is not None
+                          or sim.faults is not None):
+        raise ConfigError("lifecycle, planner and faults are not supported with a prefill/decode "
+                          "split yet", path="planner" if sim.planner is not None else
+                          "lifecycle" if sim.lifecycle is not None else "faults",
+                          source=loaded.source)
     if disaggregated:
         result = _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress,
                                   timeline, observers)
@@ -143,23 +150,29 @@ def _simulate(
     # worker has seen its tokens) read prompt hashes, so trace-unique blocks may skip them.
     mark_unique_prompts(workload)
 
+    elastic = sim.lifecycle is not None or sim.planner is not None or sim.faults is not None
+    planned = sim.planner is not None  # a planner reads pass metrics and occupancy
+
     def make_factory(overrides: Any = None, path: str = "engine overrides") -> Any:
         factory = loaded.engine_factory(
             overrides,
             emit_kv_events=bool(kv_sinks) or router.wants_kv_events,
-            emit_forward_pass_metrics=bool(fpm_sinks) or timeline is not None,
+            emit_forward_pass_metrics=bool(fpm_sinks) or timeline is not None or planned,
             path=path,
         )
-        # Occupancy snapshots feed only the timeline's KV usage.
+        # Occupancy snapshots feed only the timeline's KV usage (and a planner).
         factory.fit_to_readers(kv_sinks, router_reads_events=router.wants_kv_events,
-                               record_metrics=timeline is not None, router=router,
+                               record_metrics=timeline is not None or planned,
+                               router=None if elastic else router,
                                observed=observers is not None)
         if pass_log is not None:
             factory.services = attrs.evolve(factory.services, record_schedule=True)
         return factory
 
     spans = None
-    if sim.cluster.pools:
+    if elastic:
+        engines = []
+    elif sim.cluster.pools:
         from servesim.replay.pools import build_pool_engines
 
         engines, spans = build_pool_engines(loaded, make_factory)
@@ -169,9 +182,13 @@ def _simulate(
     writer = None if pass_file is None else PassLogWriter(pass_file.fh)
     scope = ReportScope.of(sim.workload, workload, plugins)
     graph = has_dependencies(workload)
-    replayer = Replayer(
-        engines,
-        workload,
+    if elastic:  # servesim.replay.elastic: lifecycle, planner, faults
+        from servesim.replay.elastic_setup import build_elastic_replayer
+
+        make: Any = partial(build_elastic_replayer, loaded, workload, make_factory)
+    else:
+        make = partial(Replayer, engines, workload)
+    replayer = make(
         router=router,
         block_size=block_size,
         concurrency=sim.workload.concurrency,
@@ -219,8 +236,10 @@ def _simulate(
         from servesim.replay.pools import pool_report
 
         report["pools"] = clean_floats(pool_report(log, spans, replayer.pass_busy_ms, sim.report.percentiles))
-    report.update(clean_floats(host_tier_report(engines, log)))
-    report.update(clean_floats(lora_report(engines)))
+    report.update(clean_floats(host_tier_report(replayer.engines, log)))
+    report.update(clean_floats(lora_report(replayer.engines)))
+    if elastic:
+        report["elastic"] = clean_floats(replayer.elastic_report())
     return _with_extra(SimResult(report, log, session_of, replayer.passes), observers, loaded)
 
 

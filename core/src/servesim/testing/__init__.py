@@ -8,7 +8,8 @@
 * check kits for the other plugin kinds, each failing with a list of what is wrong:
   :func:`check_timing_model` (:mod:`servesim.testing.timing_kit`), :func:`check_kv_event_sink`
   and :func:`check_fpm_sink` (:mod:`servesim.testing.sink_kit`), :func:`check_router`
-  (:mod:`servesim.testing.router_kit`), :func:`check_trace_format`
+  (:mod:`servesim.testing.router_kit`), :func:`check_planner`
+  (:mod:`servesim.testing.planner_kit`), :func:`check_trace_format`
   (:mod:`servesim.testing.trace_kit`);
 * the ``servesim`` pytest plugin (:mod:`servesim.testing.pytest_plugin`) adds fixtures.
 """
@@ -24,6 +25,7 @@ from servesim.testing.conformance import (
 )
 from servesim.testing.driver import DriveResult, RequestTrace, drive
 from servesim.testing.eviction_kit import EVICTION_CHECKS, check_eviction_policy
+from servesim.testing.planner_kit import check_planner
 from servesim.testing.router_kit import check_router
 from servesim.testing.sink_kit import check_fpm_sink, check_kv_event_sink
 from servesim.testing.timing_kit import check_timing_model
@@ -42,6 +44,7 @@ __all__ = [
     "check_eviction_policy",
     "check_fpm_sink",
     "check_kv_event_sink",
+    "check_planner",
     "check_rank_conformance",
     "check_router",
     "check_timing_model",
