@@ -509,3 +509,23 @@ def test_a_command_owns_an_extra_section(tmp_path: Path, plugins: Plugins) -> No
     with pytest.raises(ConfigError) as exc:
         load_config(str(path), [], plugins)
     assert exc.value.path == "extra"
+
+
+def test_the_report_echo_leaves_out_later_backend_options_at_their_defaults() -> None:
+    """Options a backend added after reports were first written are echoed only when set
+    (``report_omits_defaults``, servesim.config.loader.echo_section): a configuration that
+    does not set them reports as before."""
+    from servesim.config.loader import load_config
+
+    sglang = load_config(None, ["engine.backend=sglang"]).resolved()["engine"]["sglang"]
+    assert "scheduler_recv_interval" not in sglang and "disable_priority_preemption" not in sglang
+    assert sglang["schedule_policy"] == "fcfs"  # an option from the start is always echoed
+    sglang = load_config(None, ["engine.backend=sglang", "engine.sglang.scheduler_recv_interval=3"]
+                         ).resolved()["engine"]["sglang"]
+    assert sglang["scheduler_recv_interval"] == 3
+    trtllm = load_config(None, ["engine.backend=trtllm"]).resolved()["engine"]["trtllm"]
+    assert sorted(trtllm) == ["capacity_scheduler_policy", "context_chunking_policy",
+                              "first_token_decode_call", "max_batch_size", "max_num_tokens"]
+    trtllm = load_config(None, ["engine.backend=trtllm", "engine.trtllm.batch_wait_timeout_iters=20"]
+                         ).resolved()["engine"]["trtllm"]
+    assert trtllm["batch_wait_timeout_iters"] == 20 and "batch_wait_max_tokens_ratio" not in trtllm

@@ -609,7 +609,7 @@ class LoadedConfig:
         timing = {k: v for k, v in timing.items() if v is not None}  # unset options: defaults
         engine["timing_model"] = {"type": self.engine.timing_type, **timing}
         if self.engine.backend_config is not None:
-            engine[self.sim.engine.backend] = conv.unstructure(self.engine.backend_config)
+            engine[self.sim.engine.backend] = echo_section(self.engine.backend_config, conv)
         out = {"engine": engine}
         for name in SECTIONS[1:]:
             out[name] = conv.unstructure(getattr(self.sim, name))
@@ -627,6 +627,19 @@ class LoadedConfig:
         for name, value in self.extra.items():
             out[name] = conv.unstructure(value)
         return _jsonable(out)
+
+
+def echo_section(config: Any, conv: Any) -> dict[str, Any]:
+    """A backend section as the report echoes it: every option, less those the config class
+    names in ``report_omits_defaults`` while they hold their default (options added after
+    reports were first written: a configuration that does not set them reads as before)."""
+    out: dict[str, Any] = conv.unstructure(config)
+    omits = getattr(type(config), "report_omits_defaults", ())
+    if omits and attrs.has(type(config)):
+        for f in attrs.fields(type(config)):
+            if f.name in omits and out.get(f.name, None) == conv.unstructure(f.default):
+                out.pop(f.name, None)
+    return out
 
 
 def _build_timing(engine: EngineResolution, path: str, source: str | None) -> TimingModel:

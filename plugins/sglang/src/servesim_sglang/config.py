@@ -21,7 +21,7 @@ Attention DP (aisimulate-engine.md §3, §7, §13.2): with ``dp_size > 1`` every
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from attrs import field, frozen, validators
 from servesim.errors import ConfigError
@@ -43,6 +43,12 @@ SECTION = "engine.sglang"
 @frozen(kw_only=True)
 class SglangConfig:
     """``engine.sglang:``; unset ``page_size`` means "the engine block size"."""
+
+    #: Options the report's config echo leaves out at their defaults (added after reports were
+    #: first written; servesim.config.loader.echo_section).
+    report_omits_defaults: ClassVar[frozenset[str]] = frozenset({
+        "scheduler_recv_interval", "schedule_low_priority_values_first",
+        "priority_scheduling_preemption_threshold", "disable_priority_preemption"})
 
     schedule_policy: str = field(default="fcfs", validator=validators.instance_of(str))
     page_size: int | None = None
