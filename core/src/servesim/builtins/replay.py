@@ -37,6 +37,7 @@ def servesim_register_admission_policies(registry: Registry) -> None:
     registry.add("token_bucket", TokenBucket)
 
 
+@hookimpl
 def servesim_register_planners(registry: Registry) -> None:
     from servesim.replay.planning import SchedulePlanner, StaticPlanner
 
