@@ -271,6 +271,8 @@ def test_validate_takes_overrides_alone_and_names_the_eviction_policy_and_sinks(
     assert not kv.exists()  # validating builds sinks without creating their files
     assert cli.main(["validate", "--set", "workload.admission={type: queue_shed, max_in_flight: 4}"]) == 0
     assert capsys.readouterr().out.endswith(", workload synthetic, admission queue_shed\n")
+    assert cli.main(["validate", "--set", "planner={type: static, interval_s: 5}"]) == 0
+    assert capsys.readouterr().out.endswith(", workload synthetic, planner static\n")
 
 
 def test_a_split_with_a_backend_that_cannot_hand_off_is_a_config_error(

@@ -146,12 +146,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _kinds(sim: Any) -> str:
-    """``, admission queue_shed`` for the other plugin kinds a config selects (nothing when
-    it selects none)."""
+    """``, admission queue_shed, planner schedule`` for the other plugin kinds a config
+    selects (nothing when it selects none)."""
     from servesim.cli.validate import spec_name
 
+    parts = []
     admission = getattr(sim.workload, "admission", None)
-    return f", admission {spec_name(admission)}" if admission else ""
+    if admission:
+        parts.append(f", admission {spec_name(admission)}")
+    planner = getattr(sim, "planner", None)
+    if planner is not None:
+        parts.append(f", planner {spec_name(planner)}")
+    return "".join(parts)
 
 
 def _sinks(sinks: Any) -> str:
