@@ -196,3 +196,34 @@ def test_cancelling_a_finished_request_changes_nothing(tmp_path: Path) -> None:
     rp.cancel_at(0, 100.0)
     log = rp.run()
     assert rp.cancelled == set() and log.rejected == [False] and log.ntok[0] == 2
+
+
+def test_the_decode_worker_keeps_max_loras(tmp_path: Path) -> None:
+    """A transferred request is held to ``max_loras`` on its decode worker too, as vLLM checks
+    the rule after a remote request's KV has arrived: with one slot, request 1 (adapter 2)
+    decodes only after request 0 (adapter 1) has ended; with two slots they decode together."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 0, "input_length": 16, "output_length": 20,
+                                         "hash_ids": [10 * i], "lora": i + 1}) + "\n" for i in range(2)))
+    cfg = {
+        "engine": {"backend": "vllm", "block_size": 16, "num_gpu_blocks": 64,
+                   "enable_lora": True, "lora_modules": [{"id": 1}, {"id": 2}],
+                   "timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 2.0}},
+        "cluster": {"prefill_workers": 1, "decode_workers": 1},
+        "workload": {"trace": {"path": str(trace), "trace_block_size": 16}},
+    }
+    path = tmp_path / "sim.yaml"
+    path.write_text(json.dumps(cfg))
+
+    def decode_spans(slots: int) -> list[tuple[float, float]]:
+        res = simulate(load_config(str(path), [f"engine.max_loras={slots}"]), record_token_times=True)
+        times = res.log.token_times
+        return [(t[1], t[-1]) for t in times]  # (first decoded token, last token)
+
+    one, two = decode_spans(1), decode_spans(2)
+    # One slot: request 1 decodes only after request 0 ended (its adapter loaded from disk
+    # again on each worker, as the default lora_loading prices it).
+    assert one == [pytest.approx((112.167094, 149.967094)), pytest.approx((203.100641, 240.900641))]
+    assert one[1][0] > one[0][1]
+    # Two slots: both adapters load into one pass, and the two requests decode together.
+    assert two == [pytest.approx((210.334186, 249.934186))] * 2

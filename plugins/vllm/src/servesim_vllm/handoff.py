@@ -131,9 +131,14 @@ def admit_prebuilt_only(s: SchedulerView) -> None:
     may still run, in queue order; nothing else is admitted."""
     if not s.waiting or s.preempted_in_pass:
         return
+    lora = s.lora
     for req in [r for r in s.waiting if r.status is Status.REMOTE]:
         if len(s.running) >= s.max_seqs:
             return
+        if lora is not None and lora.skips(req):  # max_loras holds for prebuilt requests too
+            s.waiting.remove(req)
+            lora.skipped.append(req)
+            continue
         s.admit_remote(req)
         if s.budget == 0:
             return

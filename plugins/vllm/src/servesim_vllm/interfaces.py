@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from servesim_vllm.behaviour import Behaviour
     from servesim_vllm.cadence import Cadence
+    from servesim_vllm.lora import VllmLora
     from servesim_vllm.pass_result import PassResult
     from servesim_vllm.priority import PriorityWaiting
     from servesim_vllm.request import VllmRequest
@@ -52,6 +53,7 @@ class SchedulerView(Protocol):
     spec: Speculation | None
     cadence: Cadence | None
     by_priority: PriorityWaiting | None  # the waiting queue too, under the priority policy
+    lora: VllmLora | None  # max_loras and the adapter cache, None while LoRA is off
     # queues and KV
     pool: BlockPool
     requests: dict[RequestId, VllmRequest]

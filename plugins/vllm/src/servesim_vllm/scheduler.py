@@ -297,6 +297,10 @@ class VllmScheduler:
         while waiting and not self.preempted_in_pass and len(running) < self.max_seqs:
             req = waiting[0]
             if req.status is Status.REMOTE:
+                if self.lora is not None and self.lora.skips(req):
+                    # vLLM checks max_loras after a remote request's KV has arrived too
+                    self.lora.skipped.append(waiting.popleft())
+                    continue
                 self.admit_remote(req)
                 if self.budget == 0:
                     break
@@ -358,6 +362,8 @@ class VllmScheduler:
         self._schedule(req, 0, from_waiting=True)
         req.status = Status.RUNNING
         self.running.append(req)
+        if self.lora is not None:
+            self.lora.admitted(req)
         req.cached_prefix = 0
         self.result.admissions.append(Admission(req.rid, 0))
         self.result.new_hits[req.rid] = 0
