@@ -217,3 +217,29 @@ def test_pooled_gaps_equal_the_sorted_multiset(gaps, shared, incomplete):
     luniq, lcounts = weighted_sorted(values, weights)
     assert (luniq, lcounts) == (uniq.tolist(), counts.tolist())
     assert ttst == [firsts[r] for r in sorted(firsts)]
+
+
+def test_table_shows_classes_lora_and_the_elastic_cluster():
+    """The printed table gains a section per scenario feature the report has: SLO classes,
+    LoRA adapters, an elastic cluster; a report without them prints none of these."""
+    from servesim.report.summary import scenario_sections
+
+    assert scenario_sections({}) == []
+    report = {
+        "classes": {"interactive": {"completed": 3, "submitted": 4, "p99_ttft_ms": 120.5,
+                                    "sla_attainment": 0.75},
+                    "batch": {"completed": 2, "submitted": 2, "p99_ttft_ms": None, "sla_attainment": None}},
+        "lora": {"gpu_loads": 5, "disk_loads": 2, "load_ms": 10.25, "cpu_evictions": 0,
+                 "gpu_evictions": 3, "requests": {"1": 4}},
+        "elastic": {"gpu_seconds": 12.5, "scaling": [{}, {}], "requests": {"failed": 1, "retried": 2},
+                    "faults": {"crashes": 1, "random_crashes": 1, "restarts": 2}},
+    }
+    assert scenario_sections(report) == [
+        ("SLO classes", [("[interactive] completed / submitted", "3 / 4"),
+                         ("[interactive] P99 TTFT (ms)", 120.5), ("[interactive] SLA attainment", 0.75),
+                         ("[batch] completed / submitted", "2 / 2")]),
+        ("LoRA adapters", [("Adapter loads into GPU slots", 5), ("Adapter loads from disk", 2),
+                           ("Adapter load time (ms)", 10.25)]),
+        ("Elastic cluster", [("GPU-seconds", 12.5), ("Scaling actions", 2),
+                             ("Requests failed / retried", "1 / 2"), ("Crashes / restarts", "2 / 2")]),
+    ]

@@ -297,6 +297,7 @@ def _feature_sections(report: dict[str, Any]) -> list[tuple[str, list[tuple[str,
             ("Mean acceptance length", report["spec_decode_mean_acceptance_length"]),
             ("Draft acceptance rate", report["spec_decode_draft_acceptance_rate"]),
         ]))
+    out += scenario_sections(report)
     host = report.get("host_offload")
     if host is not None:
         out.append(("Host KV tier", [
@@ -305,6 +306,41 @@ def _feature_sections(report: dict[str, Any]) -> list[tuple[str, list[tuple[str,
             ("Blocks stored to host", host["stored_blocks"]),
             ("Blocks loaded from host", host["loaded_blocks"]),
         ]))
+    return out
+
+
+def scenario_sections(report: dict[str, Any]) -> list[tuple[str, list[tuple[str, Any]]]]:
+    """Per-class, LoRA and elastic-cluster rows, when the report has those sections
+    (workload.classes, engine.enable_lora, lifecycle/planner/faults)."""
+    out: list[tuple[str, list[tuple[str, Any]]]] = []
+    classes = report.get("classes")
+    if classes:
+        rows: list[tuple[str, Any]] = []
+        for name, c in classes.items():
+            rows.append((f"[{name}] completed / submitted", f"{c['completed']} / {c['submitted']}"))
+            if c.get("p99_ttft_ms") is not None:
+                rows.append((f"[{name}] P99 TTFT (ms)", c["p99_ttft_ms"]))
+            if c.get("sla_attainment") is not None:
+                rows.append((f"[{name}] SLA attainment", c["sla_attainment"]))
+        out.append(("SLO classes", rows))
+    lora = report.get("lora")
+    if isinstance(lora, dict) and "gpu_loads" in lora:
+        out.append(("LoRA adapters", [
+            ("Adapter loads into GPU slots", lora["gpu_loads"]),
+            ("Adapter loads from disk", lora["disk_loads"]),
+            ("Adapter load time (ms)", lora["load_ms"]),
+        ]))
+    elastic = report.get("elastic")
+    if isinstance(elastic, dict):
+        reqs = elastic.get("requests", {})
+        rows = [("GPU-seconds", elastic["gpu_seconds"]),
+                ("Scaling actions", len(elastic.get("scaling", ()))),
+                ("Requests failed / retried", f"{reqs.get('failed', 0)} / {reqs.get('retried', 0)}")]
+        faults = elastic.get("faults")
+        if faults:
+            rows.append(("Crashes / restarts", f"{faults.get('crashes', 0) + faults.get('random_crashes', 0)}"
+                                                f" / {faults.get('restarts', 0)}"))
+        out.append(("Elastic cluster", rows))
     return out
 
 
