@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import time
 
 import httpx
+from servesim_serve.stream_load import make_plans, stream_one
 from servesim_serve.testing import running
 
 # A minute of simulated time per decode pass at speedup 1: after its first token a stream
@@ -86,55 +86,20 @@ LOAD = ["engine.timing_model={type: fixed, prefill_ms: 20.0, decode_ms: 20.0}", 
 N_STREAMS, IN_FLIGHT, SEED = 1000, 100, 17
 
 
-async def _one(host: str, port: int, plan: tuple[list[int], int, int | None]) -> int:
-    """Stream one request over a raw HTTP/1.1 connection; leave (close the socket) after
-    ``leave_after`` chunks, or read to ``[DONE]``. Returns the output tokens received (each
-    built-in-tokenizer token is one word of text)."""
-    prompt, max_tokens, leave_after = plan
-    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "stream": True}).encode()
-    # A stream far behind (a crowded machine) gets its backlog as one long line.
-    reader, writer = await asyncio.open_connection(host, port, limit=1 << 26)
-    writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    words = chunks = 0
-    try:
-        status = await reader.readline()
-        assert status.startswith(b"HTTP/1.1 200"), status
-        while True:
-            line = await reader.readline()
-            assert line, "the stream ended before [DONE]"
-            if line.startswith(b"data: {"):
-                chunks += 1
-                words += len(json.loads(line[6:])["choices"][0]["text"].split())
-                if leave_after is not None and chunks >= leave_after:
-                    break
-            elif line.startswith(b"data: [DONE]"):
-                break
-    finally:
-        writer.close()
-    return words
-
-
 async def _drive(url: str, plans: list) -> list[int]:
     host, port = url.split("//")[1].split(":")
     gate = asyncio.Semaphore(IN_FLIGHT)
 
     async def bounded(plan):
         async with gate:
-            return await _one(host, int(port), plan)
+            return await stream_one(host, int(port), plan)
 
     return await asyncio.gather(*(bounded(p) for p in plans))
 
 
 def test_a_thousand_streams_with_cancellations_leak_nothing() -> None:
-    rng = random.Random(SEED)
-    plans = []
-    for _ in range(N_STREAMS):
-        prompt = [4 + rng.randrange(8)] * 64 + [rng.randrange(4, 1000) for _ in range(rng.randrange(1, 100))]
-        if rng.random() < 0.3:  # leaves early; the request is far too long to finish first
-            plans.append((prompt, 100_000, rng.randrange(1, 4)))
-        else:
-            plans.append((prompt, rng.randrange(1, 12), None))
+    # 30 % leave early; their requests are far too long to finish first
+    plans = make_plans(N_STREAMS, 0.3, SEED)
     with running(LOAD) as s:
         got = asyncio.run(_drive(s.url, plans))
         driver = s.server.driver

@@ -58,8 +58,10 @@ async def _get_metrics(host: str, port: int) -> bytes:
         writer.close()
 
 
-async def _stream(host: str, port: int, plan: Plan, first_leaver: asyncio.Event) -> int:
-    """One stream; returns the output tokens received (a built-in-tokenizer token is a word)."""
+async def stream_one(host: str, port: int, plan: Plan, first_leaver: asyncio.Event | None = None) -> int:
+    """One stream; returns the output tokens received (a built-in-tokenizer token is a word).
+    With ``first_leaver``, the first leaver to reach its last chunk sets it and scrapes
+    ``/metrics`` before it leaves."""
     prompt, max_tokens, leave_after = plan
     body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "stream": True}).encode()
     # A stream far behind (a crowded machine) gets its backlog as one long line.
@@ -77,7 +79,7 @@ async def _stream(host: str, port: int, plan: Plan, first_leaver: asyncio.Event)
                 chunks += 1
                 words += len(json.loads(line[6:])["choices"][0]["text"].split())
                 if leave_after is not None and chunks >= leave_after:
-                    if not first_leaver.is_set():
+                    if first_leaver is not None and not first_leaver.is_set():
                         first_leaver.set()
                         await _get_metrics(host, port)  # this request is surely in flight
                     break
@@ -101,7 +103,7 @@ async def drive(url: str, plans: list[Plan], in_flight: int, scrape_pause_s: flo
 
     async def bounded(plan: Plan) -> int:
         async with gate:
-            return await _stream(host, port, plan, first_leaver)
+            return await stream_one(host, port, plan, first_leaver)
 
     async def scraper() -> int:
         count = 0
