@@ -62,11 +62,8 @@ def replacing(path: str) -> Iterator[str]:
     naming the file."""
     tmp = path
     try:
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        if not (os.path.exists(path) and not os.path.isfile(path)):
-            tmp = os.path.join(parent, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+        if not _prepare(path):
+            tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
         try:
             yield tmp
             if tmp != path:
@@ -78,6 +75,15 @@ def replacing(path: str) -> Iterator[str]:
             raise
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _prepare(path: str) -> bool:
+    """Create the missing folders above ``path``; whether ``path`` is a device or pipe that
+    exists (``/dev/stdout``), which is written as it is rather than under another name."""
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    return os.path.exists(path) and not os.path.isfile(path)
 
 
 def write_replacing(path: str, text: str) -> None:
@@ -97,10 +103,7 @@ class GrowingFile:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        self.writing = path if os.path.exists(path) and not os.path.isfile(path) else path + self.SUFFIX
+        self.writing = path if _prepare(path) else path + self.SUFFIX
         self.fh = open(self.writing, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.abandoned = False
 
