@@ -10,7 +10,7 @@ is structured by the selected backend's ``config_class`` and handed to the rank 
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 from attrs import field, frozen
@@ -39,6 +39,10 @@ def _default_timing() -> dict[str, Any]:
 @frozen(kw_only=True)
 class EngineConfig:
     """One worker's engine arguments (every rank of the worker gets the same)."""
+
+    #: Options the report's config echo leaves out at their defaults (added after reports were
+    #: first written; servesim.config.loader.echo_section).
+    report_omits_defaults: ClassVar[frozenset[str]] = frozenset({"scheduling_policy"})
 
     backend: str = "vllm"
     num_gpu_blocks: int = 16384

@@ -599,9 +599,7 @@ class LoadedConfig:
         Loading it back (as YAML) gives the same configuration.
         """
         conv = self.context.conv
-        engine = conv.unstructure(self.engine.config)
-        if engine.get("scheduling_policy") == "fcfs":
-            del engine["scheduling_policy"]  # the default: reports read as before the key existed
+        engine = echo_section(self.engine.config, conv)
         if not engine.get("enable_lora"):
             for key in LORA_ENGINE_KEYS:  # a configuration without LoRA reads as it always did
                 engine.pop(key, None)
@@ -630,9 +628,10 @@ class LoadedConfig:
 
 
 def echo_section(config: Any, conv: Any) -> dict[str, Any]:
-    """A backend section as the report echoes it: every option, less those the config class
-    names in ``report_omits_defaults`` while they hold their default (options added after
-    reports were first written: a configuration that does not set them reads as before)."""
+    """An engine or backend section as the report echoes it: every option, less those the
+    config class names in ``report_omits_defaults`` while they hold their default (options
+    added after reports were first written: a configuration that does not set them reads as
+    before)."""
     out: dict[str, Any] = conv.unstructure(config)
     omits = getattr(type(config), "report_omits_defaults", ())
     if omits and attrs.has(type(config)):
