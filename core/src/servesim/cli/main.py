@@ -151,12 +151,11 @@ def _kinds(sim: Any) -> str:
     from servesim.cli.validate import spec_name
 
     parts = []
-    admission = getattr(sim.workload, "admission", None)
+    admission = sim.workload.admission
     if admission:
         parts.append(f", admission {spec_name(admission)}")
-    planner = getattr(sim, "planner", None)
-    if planner is not None:
-        parts.append(f", planner {spec_name(planner)}")
+    if sim.planner is not None:
+        parts.append(f", planner {spec_name(sim.planner)}")
     return "".join(parts)
 
 
@@ -278,7 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code if isinstance(code, int) else (0 if code is None else 2)
     except Terminated:
         print(f"{PROG}: terminated by SIGTERM; the run did not finish (no report was written, "
-              "and the sink files and pass log written so far are left as PATH.partial, with whole lines)", file=sys.stderr)
+              "and the sink files and pass log written so far are left as PATH.partial, with "
+              "whole lines)", file=sys.stderr)
         return 143
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

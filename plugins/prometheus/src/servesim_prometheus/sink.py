@@ -62,7 +62,7 @@ class PrometheusFpmSink(FpmSink):
                     if context.num_gpu_blocks is not None else None)
         metrics = EngineMetrics(context.backend, model_name=self.config.model_name, engines=engines,
                                 max_model_len=context.max_model_len, kv_capacity_tokens=capacity)
-        max_loras = getattr(context, "max_loras", None)
+        max_loras = context.max_loras
         if max_loras is not None:
             metrics.enable_lora(max_loras)
         self._scrapes = ReplayScrapes(metrics, epoch_s=self.config.epoch_s,

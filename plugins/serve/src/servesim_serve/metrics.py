@@ -29,7 +29,7 @@ def make_observer(model: str, loaded: LoadedConfig) -> Observer:
                             max_model_len=engine.max_model_len,
                             kv_capacity_tokens=engine.num_gpu_blocks * engine.bs)
     observer = EngineMetricsObserver(metrics, FinishedRequest, engine.dp_size)
-    if getattr(engine, "enable_lora", False):
+    if engine.enable_lora:
         from servesim.mechanics.lora import adapter_name
 
         metrics.enable_lora(engine.max_loras)

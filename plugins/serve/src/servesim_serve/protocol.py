@@ -91,7 +91,7 @@ def rejection(prompt_len: int, max_tokens: int) -> ApiError:
 def served_adapters(engine: Any) -> dict[str, int]:
     """The LoRA adapters a request's ``model`` may name, by name: ``engine.lora_modules``
     (an unnamed one is ``adapter-<id>``), none while ``engine.enable_lora`` is off."""
-    if not getattr(engine, "enable_lora", False):
+    if not engine.enable_lora:
         return {}
     from servesim.mechanics.lora import adapter_name
 

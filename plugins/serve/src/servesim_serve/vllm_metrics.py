@@ -26,6 +26,7 @@ scheduler's waiting ones, so the same sum holds.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -106,8 +107,6 @@ class EngineMetricsObserver(Observer):
         admitted) and running (admitted, not ended), as vLLM's logger labels the gauge
         (vllm/v1/metrics/loggers.py, v0.32), in ascending adapter id as the replay sink's
         (servesim_prometheus.lora_info); its value is the wall-clock time of the scrape."""
-        import time
-
         names = self.lora_names or {}
         waiting = sorted({r.lora for r in self._lora_live.values() if r.admitted < 0.0})
         running = sorted({r.lora for r in self._lora_live.values() if r.admitted >= 0.0})
