@@ -1,7 +1,7 @@
 """Runs that look past arrivals proved to go to another worker (servesim.fast.replay_runs).
 
 With several workers in timestamp mode without sessions, a run on worker ``w`` may continue
-past arrivals the router proves it will send elsewhere (``Router.exclusion_margins``). The
+past arrivals the router proves it will send elsewhere (``servesim.fast.router_exclusion``). The
 results must stay byte-identical to stepping; the driver's internal checks (an arrival routed
 to a worker whose run extends past it, a request finishing sooner than its planned length
 allowed) turn a wrong bound into an error, so every replay here also exercises them.

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 from servesim.contract import ForwardPassMetrics
+from servesim.fast.sink_protocols import encodes_ahead
 from servesim.sinks.base import declares
 
 
@@ -83,7 +84,7 @@ def encodes_fpm_runs(sinks: Sequence[Any]) -> bool:
     that overrides ``publish`` or ``encode`` without declaring it again gets objects, one
     pass at a time)."""
     return bool(sinks) and all(
-        getattr(sink, "encodes_ahead", False) and declares(sink, "encodes_fpm_runs") for sink in sinks)
+        encodes_ahead(sink) and declares(sink, "encodes_fpm_runs") for sink in sinks)
 
 
 __all__ = ["FpmRun", "encodes_fpm_runs"]

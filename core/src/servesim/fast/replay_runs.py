@@ -18,8 +18,8 @@ in one order that does not depend on runs (:mod:`servesim.fast.sink_merge`).
 
 In timestamp mode without sessions or deadlines (several dp_size-1 workers), a run
 may also look past arrivals its router *proves* it will send elsewhere
-(``Router.exclusion_margins``: round-robin exactly; the KV router from bounds on how each
-slot's cost can move until the arrival, see :meth:`RunDriver._extend`). Such arrivals are
+(:class:`~servesim.fast.router_exclusion.ProvesExclusion`: round-robin exactly; the KV
+router from bounds on how each slot's cost can move until the arrival, see :meth:`RunDriver._extend`). Such arrivals are
 routed while the run is in flight, after its completions and KV events up to their time were
 released, exactly as stepping would route them; an arrival routed to a worker whose run
 extends past it is an internal error (:meth:`RunDriver.check_routed`).
@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from servesim.errors import ReplayError
 from servesim.fast.fpm_runs import FpmRun
+from servesim.fast.router_exclusion import proves_exclusion
 from servesim.fast.runs import EngineRunStarted
 from servesim.kv.adapter_hashes import prompt_hashes
 
@@ -456,7 +457,7 @@ def exclusion_applies(rp: RunHost, num_workers: int, cross_worker: bool) -> bool
     return (num_workers > 1 and not cross_worker and not rp.has_deadlines
             and sinks_ok and rp.engines[0].dp_size == 1
             and rp.concurrency is None and type(rp).__name__ == "Replayer"
-            and rp.router.proves_exclusion)
+            and proves_exclusion(rp.router))
 
 
 __all__ = ["RunDriver", "runs_enabled_by_env"]

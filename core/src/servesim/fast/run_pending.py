@@ -171,8 +171,8 @@ def price_decode_chunks(
     """Append the ends of steady decode passes ``j .. kmax-1`` priced in numpy chunks
     (pass ``j`` starts at ``start``; pass i prices ``m`` decoders of summed length
     ``total + i*m`` against ``capacity`` KV tokens). Uses the same IEEE operations as the
-    scalar path (``predict_decode_ms_many``, ``scaled_ms_many``, a left-to-right ``cumsum``),
-    so the ends are bit-identical to stepping. True when it stopped early (a pass reaching
+    scalar path (:func:`~servesim.fast.decode_many.decode_ms_many`, ``scaled_ms_many``, a
+    left-to-right ``cumsum``), so the ends are bit-identical to stepping. True when it stopped early (a pass reaching
     ``horizon`` or of zero duration, which is kept). Until numpy is imported, the first
     ``_BY_HAND_BUDGET`` such passes of the process are priced one by one instead
     (:func:`_price_by_hand`, the same ends)."""
@@ -183,13 +183,14 @@ def price_decode_chunks(
         return _price_by_hand(timing, m, total, capacity, dsp, j, kmax, start, horizon, ends)
     import numpy as np
 
+    from servesim.fast.decode_many import decode_ms_many
     from servesim.timing.base import scaled_ms_many
 
     chunk = 32
     while j < kmax:
         n = min(chunk, kmax - j)
         kv_arr = total + np.arange(j, j + n, dtype=np.int64) * m
-        d = scaled_ms_many(timing.predict_decode_ms_many(m, kv_arr, capacity), dsp)
+        d = scaled_ms_many(decode_ms_many(timing, m, kv_arr, capacity), dsp)
         part = np.cumsum(np.concatenate(((start,), d)))[1:]
         stop = np.flatnonzero((part >= horizon) | (d == 0.0))
         if stop.size:

@@ -13,7 +13,7 @@ a pass start, a submission or internal work counts as starting at its own time. 
 then, the passes that started earlier come first, as the driver completes them, and within a
 worker the order it emitted in is kept.
 
-When every sink of a stream encodes ahead (``encodes_ahead``, :mod:`servesim.sinks.base`; the
+When every sink of a stream encodes ahead (:mod:`servesim.fast.sink_protocols`; the
 built-in JSONL sinks do), a batch is encoded as it arrives and the buffer keeps only the
 encodings: the event objects are freed at once rather than surviving, buffered, into the
 garbage collector's older generations (which made collections the largest single cost of a
@@ -31,6 +31,7 @@ from typing import Any
 
 from servesim.contract import ForwardPassMetrics, KvEvent
 from servesim.fast.fpm_runs import FpmRun
+from servesim.fast.sink_protocols import all_encode_ahead
 from servesim.sinks.base import FpmSink, KvEventSink, declares
 from servesim.sinks.publish import encode, encode_runs, publish, write_encoded
 
@@ -53,8 +54,8 @@ class SinkMerge:
         self._seq = 0
         self._min = float("inf")  # the earliest time buffered: nothing to release before it
         # Whether every sink of the stream encodes ahead (then entries hold encodings).
-        self._kv_enc = _all_encode(self.kv_sinks)
-        self._fpm_enc = _all_encode(self.fpm_sinks)
+        self._kv_enc = all_encode_ahead(self.kv_sinks)
+        self._fpm_enc = all_encode_ahead(self.fpm_sinks)
         # Whether every sink of both streams encodes ahead into text it takes joined: a
         # release is then one write per sink.
         self._joined = (bool(self.kv_sinks or self.fpm_sinks)
@@ -179,6 +180,3 @@ class SinkMerge:
             for i, sink in enumerate(sinks):
                 write_encoded(sink, at, "".join([enc[i] for enc in stream]))
 
-
-def _all_encode(sinks: Sequence[Any]) -> bool:
-    return bool(sinks) and all(getattr(sink, "encodes_ahead", False) for sink in sinks)

@@ -10,7 +10,10 @@ operation and the JSONL sink formats it with C-level joins, so the ``KvEvent``, 
 into the ``KvEvent`` list it stands for, with the same ids and fields.
 
 The replay turns records on only when every reader of the events accepts them
-(:func:`accepts_kv_records`); every other reader gets ``KvEvent`` objects as before.
+(:func:`accepts_kv_records`); every other reader gets ``KvEvent`` objects as before. A reader
+opts in, for speed only, by setting the class attribute ``accepts_kv_records = True`` on the
+class that defines its reading methods (a sink's ``publish`` and ``encode``, a router's
+``on_kv_events``); it is not part of the ``KvEventSink`` or ``Router`` interfaces.
 """
 
 from __future__ import annotations

@@ -52,9 +52,6 @@ class Router(ABC):
     config_class: ClassVar[type | None] = None
     wants_block_hashes: ClassVar[bool] = False
     wants_kv_events: ClassVar[bool] = False
-    #: True when :meth:`on_kv_events` also takes compact records (servesim.kv.event_records);
-    #: a subclass that overrides it without declaring this again gets ``KvEvent`` objects.
-    accepts_kv_records: ClassVar[bool] = False
 
     def __init__(self, num_workers: int, dp_size: int, block_size: int, config: Any = None) -> None:
         self.num_workers = num_workers
@@ -77,35 +74,11 @@ class Router(ABC):
     def on_kv_events(self, worker: int, events: Sequence[KvEvent]) -> None:  # noqa: B027
         """KV events of one worker, in order (ignored unless ``wants_kv_events``)."""
 
-    #: Whether :meth:`exclusion_margins` can prove anything (the driver skips it otherwise).
-    proves_exclusion: ClassVar[bool] = False
-
-    def exclusion_margins(
-        self, worker: int, arrivals: Iterable[tuple[TokenSeq, Sequence[int]]], state: ClusterState
-    ) -> Iterator[float]:
-        """Margins proving the next arrivals go to a worker other than ``worker`` (a dp_size-1
-        cluster) while it runs steady decode passes (servesim.fast.replay_runs).
-
-        ``arrivals``: the next requests' prompts with their block hashes (as :meth:`select`
-        gets them), in routing order. Yields one
-        margin per arrival, consumed lazily, valid if every earlier one went elsewhere and
-        meanwhile (a) ``worker`` receives nothing and emits no first token, stores no block
-        of a prompt, and its costs change only through its own evictions and the finishes of
-        its in-flight requests, and (b) every other worker changes only through its own
-        progress (finishes, first tokens, KV events) and the arrivals routed to it. The
-        arrival provably goes elsewhere when its margin exceeds the summed
-        :meth:`exclusion_relief` of ``worker``'s requests that may finish before it. The
-        default proves nothing (yields nothing).
-        """
-        return iter(())
-
-    def exclusion_relief(self, state: ClusterState, request_id: int) -> float:
-        """How much the finish of an in-flight request may lower its worker's margin."""
-        return 0.0
-
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class RoundRobinRouter(Router):
+    # Runs of passes past arrivals routed elsewhere: this router implements the optional
+    # protocol servesim.fast.router_exclusion.ProvesExclusion, exactly.
     proves_exclusion = True
 
     def __init__(self, num_workers: int, dp_size: int, block_size: int, config: Any = None) -> None:
@@ -130,6 +103,10 @@ class RoundRobinRouter(Router):
                 return
             yield float("inf")
             k = (k + 1) % n
+
+    def exclusion_relief(self, state: ClusterState, request_id: int) -> float:
+        """Finishes never move the pointer."""
+        return 0.0
 
 
 @frozen(kw_only=True)
@@ -363,7 +340,7 @@ class KvRouter(Router):
     exclusion_enabled: ClassVar[bool] = False
 
     @property
-    def proves_exclusion(self) -> bool:  # type: ignore[override]
+    def proves_exclusion(self) -> bool:
         w = self.config.overlap_score_weight
         # The bounds below assume a cost rising with load, and know no adapter affinity.
         return self.exclusion_enabled and 0 <= w < float("inf") and self.affinity is None
@@ -371,7 +348,8 @@ class KvRouter(Router):
     def exclusion_margins(
         self, worker: int, arrivals: Iterable[tuple[TokenSeq, Sequence[int]]], state: ClusterState
     ) -> Iterator[float]:
-        """Router-side bounds of :meth:`Router.exclusion_margins` (dp_size 1: slot = worker).
+        """Router-side bounds of the margins of
+        :class:`~servesim.fast.router_exclusion.ProvesExclusion` (dp_size 1: slot = worker).
 
         At the arrival, ``worker``'s cost is at least its cost now with overlap and held
         blocks as now (its overlap cannot grow: it stores no prompt block; held blocks only

@@ -19,32 +19,15 @@ token's time, and one with ``replay_done(log)`` gets the finished replay's
 before it is closed, that the run failed or was interrupted, so that what it wrote is not the
 whole output (the built-in JSONL sinks then leave their file as ``PATH.partial``).
 
-A sink whose output for a batch depends on that batch alone may set ``encodes_ahead = True``
-and split :meth:`KvEventSink.publish` into ``encode(worker_id, at_ms, payload)`` and
-``write_encoded(data)`` (``publish`` being exactly ``write_encoded(encode(...))``). A replay
-that holds output back to merge several workers' streams in one order
-(:mod:`servesim.fast.sink_merge`) then encodes each batch when it is produced and keeps only
-the encoding, so the event objects are freed at once instead of waiting in the buffer. The
-built-in JSONL sinks do this; the bytes written are the same either way.
-
-A KV-event sink may also opt in to compact records (:mod:`servesim.kv.event_records`) by
-setting ``accepts_kv_records = True`` on the class that defines its ``publish`` (and
-``encode``): a batch may then hold :class:`~servesim.kv.event_records.RemovedRun` and
-:class:`~servesim.kv.event_records.StoredRun` records beside ``KvEvent`` objects, each standing
-for consecutive events (``record.events()`` or ``materialise(batch)`` builds them). A replay
-uses records only when every KV-event sink and the router accept them; a subclass that
-overrides ``publish`` or ``encode`` without declaring it again gets objects. The built-in JSONL
-sink accepts them.
-
-Two more promises, each declared on the class that defines the sink's line-making methods
-(``publish``, ``encode``, ``encode_run``, ``write_encoded``; :func:`declares`), let the
-aggregated replay skip work for the built-in JSONL sinks. An FPM sink that encodes ahead and
-sets ``encodes_fpm_runs = True`` has ``encode_run(worker_id, ats, run)``, which returns one
-encoding a pass of a run of steady passes held by column (:mod:`servesim.fast.fpm_runs`) without
-the ``ForwardPassMetrics`` objects. A sink that encodes ahead into text and sets
-``joins_encoded = True`` takes the concatenation of several encodings in one
-``write_encoded`` call, as if each were written in turn (the merge buffer then writes each
-release in one call).
+A sink may also keep promises that let a replay skip work, none of them part of the two
+interfaces below and none needed: encoding a batch ahead of writing it (``encodes_ahead``,
+``joins_encoded``), formatting a run of passes by column (``encodes_fpm_runs``), both in
+:mod:`servesim.fast.sink_protocols`, and taking compact KV-event records
+(``accepts_kv_records``, :mod:`servesim.kv.event_records`). Each is a class attribute; all but
+``encodes_ahead`` are declared on the class that defines the sink's line-making methods
+(:func:`declares`), so a subclass that overrides one of them without declaring the promise
+again does not inherit it. The built-in JSONL sinks keep all of them; the bytes written are
+the same either way.
 """
 
 from __future__ import annotations
@@ -101,21 +84,6 @@ class KvEventSink(ABC):
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
         """One batch of events from one rank of one worker, visible at ``at_ms``."""
 
-    #: True when :meth:`encode` and :meth:`write_encoded` are implemented (module docs).
-    encodes_ahead: ClassVar[bool] = False
-
-    #: True when :meth:`publish` and :meth:`encode` also take batches holding compact records
-    #: (module docs); declared on the class that defines them.
-    accepts_kv_records: ClassVar[bool] = False
-
-    def encode(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> Any:
-        """What :meth:`publish` would write for this batch, computed now (``encodes_ahead``)."""
-        raise NotImplementedError
-
-    def write_encoded(self, data: Any) -> None:
-        """Write what :meth:`encode` returned, in publication order (``encodes_ahead``)."""
-        raise NotImplementedError
-
     def close(self) -> None:
         """Flush and release resources; called once at the end of a run."""
 
@@ -133,20 +101,6 @@ class FpmSink(ABC):
     @abstractmethod
     def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
         """One forward pass's metrics, completed at ``at_ms``."""
-
-    #: As :attr:`KvEventSink.encodes_ahead`.
-    encodes_ahead: ClassVar[bool] = False
-
-    #: True when ``encode_run`` formats a run's passes from its columns (module docs).
-    encodes_fpm_runs: ClassVar[bool] = False
-
-    def encode(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> Any:
-        """What :meth:`publish` would write for this pass, computed now (``encodes_ahead``)."""
-        raise NotImplementedError
-
-    def write_encoded(self, data: Any) -> None:
-        """Write what :meth:`encode` returned, in publication order (``encodes_ahead``)."""
-        raise NotImplementedError
 
     def close(self) -> None:
         """Flush and release resources; called once at the end of a run."""

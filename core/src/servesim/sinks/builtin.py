@@ -26,7 +26,7 @@ appended::
      "scheduled_requests": {..}, "queued_requests": {..}, "at_ms": 12.5}
 
 Lines are formatted by :mod:`servesim.sinks.jsonl_lines`, byte for byte what ``json.dumps`` gives
-for these records. Both sinks encode ahead (``encodes_ahead``, :mod:`servesim.sinks.base`): a
+for these records. Both sinks encode ahead (``encodes_ahead``, :mod:`servesim.fast.sink_protocols`): a
 multi-worker replay formats each batch's lines when the batch is produced and buffers only
 the text until the merged order releases it.
 

@@ -10,8 +10,9 @@
   (aisimulate-engine.md §6.4: a pass with no model work has duration 0);
 * ``pure``: the same inputs give bit-identical results, in any order and on a second
   instance (one instance is shared by every rank; runs of passes re-price passes);
-* ``many_matches_scalar``: ``predict_decode_ms_many`` equals ``predict_decode_ms`` element
-  for element, bit for bit (runs of passes price many passes at once with it);
+* ``many_matches_scalar``: a model with ``predict_decode_ms_many``
+  (:class:`~servesim.fast.decode_many.PricesManyDecodes`) gives ``predict_decode_ms``'s results
+  element for element, bit for bit (runs of passes price many passes at once with it);
 * ``default_pass_matches_methods``: for a two-method model, the default ``predict_pass_ms``
   of a shape equals the two methods' pricing of it;
 * ``speedups_applied``: ``predict_pass_ms`` divides a prefill-only pass by the shape's
@@ -39,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from servesim.contract import WorkerType
+from servesim.fast.decode_many import PricesManyDecodes
 from servesim.testing.conformance import ConformanceReport
 from servesim.testing.kit import run_checks
 from servesim.timing.base import TimingModel, scaled_ms
@@ -144,7 +146,8 @@ def check_pure(make: MakeModel) -> list[str]:
 
 def check_many_matches_scalar(make: MakeModel) -> list[str]:
     model = make()
-    if not _two_methods(model) or prices_pass_shapes(model):
+    if (not _two_methods(model) or prices_pass_shapes(model)
+            or not isinstance(model, PricesManyDecodes)):
         return []  # a pass-shape model declines runs, which are what call it
     bad = []
     for b in (1, 5, 64):

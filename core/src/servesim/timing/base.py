@@ -11,7 +11,7 @@ its full :class:`~servesim.timing.shape.PassShape`. The default ``predict_pass_m
 adapter between the two: it prices a shape through the two methods exactly as the backends
 do (:func:`default_pass_ms`). Backends call ``predict_pass_ms`` only
 for a model that overrides it; such a model also makes engines decline runs of passes
-(they price many passes at once through ``predict_decode_ms_many``).
+(they price many passes at once, :mod:`servesim.fast.decode_many`).
 """
 
 from __future__ import annotations
@@ -102,21 +102,6 @@ class TimingModel:
         one adapter in the batch. The default charges ``LORA_MS_PER_ADAPTER`` per adapter at
         rank 16, linear in the rank (servesim.mechanics.lora)."""
         return sum(ranks) * (LORA_MS_PER_ADAPTER / LORA_REFERENCE_RANK)
-
-    def predict_decode_ms_many(
-        self, batch_size: int, active_kv_tokens: np.ndarray, total_kv_tokens: int
-    ) -> np.ndarray:
-        """:meth:`predict_decode_ms` for several passes of one ``batch_size`` batch whose
-        summed KV lengths are ``active_kv_tokens`` (an int64 array; the mean context is
-        ``active // batch_size``), as a float64 array. Runs of passes (servesim.fast.runs) price
-        many passes at once with it; an override must return exactly the scalar results."""
-        import numpy as np
-
-        return np.array(
-            [self.predict_decode_ms(batch_size, a, a // batch_size, total_kv_tokens)
-             for a in active_kv_tokens.tolist()],
-            dtype=np.float64,
-        )
 
 
 def overrides(cls: type, name: str) -> bool:
