@@ -19,10 +19,11 @@ in one order that does not depend on runs (:mod:`servesim.fast.sink_merge`).
 In timestamp mode without sessions or deadlines (several dp_size-1 workers), a run
 may also look past arrivals its router *proves* it will send elsewhere
 (:class:`~servesim.fast.router_exclusion.ProvesExclusion`: round-robin exactly; the KV
-router from bounds on how each slot's cost can move until the arrival, see :meth:`RunDriver._extend`). Such arrivals are
-routed while the run is in flight, after its completions and KV events up to their time were
-released, exactly as stepping would route them; an arrival routed to a worker whose run
-extends past it is an internal error (:meth:`RunDriver.check_routed`).
+router from bounds on how each slot's cost can move until the arrival, see
+:meth:`RunDriver._extend`). Such arrivals are routed while the run is in flight, after its
+completions and KV events up to their time were released, exactly as stepping would route
+them; an arrival routed to a worker whose run extends past it is an internal error
+(:meth:`RunDriver.check_routed`).
 
 Runs continue through completions when no completion can release work (no later session
 turn, no concurrency limit): the requests completed before a run's last pass are known when

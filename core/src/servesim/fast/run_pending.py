@@ -172,10 +172,10 @@ def price_decode_chunks(
     (pass ``j`` starts at ``start``; pass i prices ``m`` decoders of summed length
     ``total + i*m`` against ``capacity`` KV tokens). Uses the same IEEE operations as the
     scalar path (:func:`~servesim.fast.decode_many.decode_ms_many`, ``scaled_ms_many``, a
-    left-to-right ``cumsum``), so the ends are bit-identical to stepping. True when it stopped early (a pass reaching
-    ``horizon`` or of zero duration, which is kept). Until numpy is imported, the first
-    ``_BY_HAND_BUDGET`` such passes of the process are priced one by one instead
-    (:func:`_price_by_hand`, the same ends)."""
+    left-to-right ``cumsum``), so the ends are bit-identical to stepping. True when it
+    stopped early (a pass reaching ``horizon`` or of zero duration, which is kept). Until
+    numpy is imported, the first ``_BY_HAND_BUDGET`` such passes of the process are priced one
+    by one instead (:func:`_price_by_hand`, the same ends)."""
     if j >= kmax:
         return False
     if "numpy" not in sys.modules and _by_hand[0] < _BY_HAND_BUDGET:
