@@ -120,7 +120,7 @@ def _fit(sinks: list[Any], router: Any, reads: bool, observed: bool = False) -> 
     factory = EngineFactory(EngineConfig(), rank, object(), emit_kv_events=True)  # type: ignore[arg-type]
     factory.fit_to_readers(sinks, router_reads_events=reads, record_metrics=False, router=router,
                            observed=observed)
-    return factory.services.kv_event_records, factory.services.kv_events_router_only
+    return factory.readers.kv_records, factory.readers.kv_router_only
 
 
 def test_a_replay_uses_records_only_when_every_reader_accepts_them(tmp_path: Any) -> None:

@@ -31,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "timing": {"_compiled", "config", "contract", "errors", "mechanics"},
     "rank": {"config", "contract", "kv", "timing"},
     "engine": {"contract", "errors", "fast", "mechanics", "rank", "timing"},
-    "factory": {"config", "engine", "kv", "rank", "timing"},
+    "factory": {"config", "engine", "fast", "kv", "rank", "timing"},
     "workload": {"config", "errors", "tokens"},
     "sinks": {"config", "contract", "errors", "fast", "kv"},
     "config": {"contract", "errors", "factory", "fast", "kv", "mechanics", "plugins", "rank",
@@ -55,6 +55,7 @@ ALLOWED: dict[str, set[str]] = {
 FAST_ENTRIES = {
     "servesim.config.loader",  # the config fast path (fast.config_convert)
     "servesim.engine",  # runs of passes (fast.runs, fast.run_pending)
+    "servesim.factory",  # tells the ranks it builds who reads their output (fast.event_readers)
     "servesim.replay.driver",  # runs, cohorts, merged and offloaded sinks
     "servesim.replay.runner",  # whether the sinks' writer process applies
     "servesim.report.stats",  # array statistics past a size

@@ -1,5 +1,5 @@
 """With the KV router as the only event consumer the vLLM ranks coalesce removals and hash
-generated blocks lazily (``RankServices.kv_events_router_only``). The router must route
+generated blocks lazily (``EventReaders.kv_router_only``). The router must route
 exactly as with the full event stream a KV event sink forces on."""
 
 from __future__ import annotations

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servesim.config.engine import EngineConfig
 from servesim.config.sections import ReportConfig
 from servesim.factory import EngineFactory
+from servesim.fast.event_readers import EventReaders
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
 from servesim.replay.routers import KvRouter, RoundRobinRouter
@@ -30,7 +30,7 @@ def _replay(case: dict, single: bool) -> tuple[str, list[str], int, list[int]]:
                        max_num_batched_tokens=16)
     factory = EngineFactory(cfg, VllmRank, PolynomialTiming(), emit_kv_events=kv)
     if kv:
-        factory.services = attrs.evolve(factory.services, kv_events_router_only=True)
+        factory.readers = EventReaders(kv_router_only=True)
     engines = build_engines(factory.build, workers)
     if not single:
         for e in engines:

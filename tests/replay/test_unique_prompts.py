@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import attrs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servesim.config.engine import EngineConfig
 from servesim.config.sections import ReportConfig
 from servesim.factory import EngineFactory
+from servesim.fast.event_readers import EventReaders
 from servesim.kv.hashing import _PlaceholderCounter
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
@@ -117,7 +117,7 @@ def _replay(case: dict, elide: bool) -> tuple[str, list[str]]:
         factory = EngineFactory(cfg, TrtllmRank, PolynomialTiming(), emit_kv_events=case["kv"],
                                 backend_config=TrtllmConfig(capacity_scheduler_policy=policy))
     if case["kv"]:
-        factory.services = attrs.evolve(factory.services, kv_events_router_only=True)
+        factory.readers = EventReaders(kv_router_only=True)
     rp = Replayer(build_engines(factory.build, workers), workload, router=router, block_size=bs,
                   record_token_times=True)
     log = rp.run()

@@ -14,6 +14,7 @@ import attrs
 
 from servesim.config.engine import EngineConfig, resolve_block_size
 from servesim.engine import Engine
+from servesim.fast.event_readers import ALL_READ, EventReaders, FitsReaders
 from servesim.kv.event_records import ROUTER_METHODS, SINK_METHODS, accepts_kv_records
 from servesim.kv.eviction import EvictionPolicy, LruEviction
 from servesim.rank import Rank, RankIdentity, RankServices
@@ -51,29 +52,33 @@ class EngineFactory:
         #: (servesim.config.plugin_build.engine_failure: the backend's plugin named, as
         #: ``servesim validate`` names it); None raises it as it is.
         self.name_failure: Callable[[Exception], Exception] | None = None
+        #: Who reads the ranks' output (servesim.fast.event_readers), set by fit_to_readers.
+        self.readers: EventReaders = ALL_READ
 
     def fit_to_readers(self, kv_sinks: list[Any], *, router_reads_events: bool,
                        record_metrics: bool, router: Any = None, observed: bool = False) -> None:
-        """Tell the ranks who reads what they emit in a replay: KV events read by the router
-        alone (``kv_events_router_only``, so trace-unique blocks may be elided), KV events
-        as compact records (``kv_event_records``) when the caller names every other reader
-        of them, the router (``router``, its class or instance; None declines) with
-        ``observed`` telling whether an observer plugin sees the passes' effects, and the
-        sinks and router all accept records, token ids in the
-        KV events when a sink asks for them, and occupancy snapshots only when something
-        (the timeline) reads them."""
-        if router_reads_events and not kv_sinks:
-            self.services = attrs.evolve(self.services, kv_events_router_only=True)
-        elif (router is not None and not observed and kv_sinks
-              and all(accepts_kv_records(s, SINK_METHODS) for s in kv_sinks)
-              and (not router_reads_events or accepts_kv_records(router, ROUTER_METHODS))):
-            self.services = attrs.evolve(self.services, kv_event_records=True)
+        """Tell the ranks who reads what they emit in a replay (:class:`EventReaders`, handed
+        to ranks that implement :class:`~servesim.fast.event_readers.FitsReaders`): KV events
+        read by the router alone (so trace-unique blocks may be elided), KV events as compact
+        records when the caller names every other reader of them, the router (``router``,
+        its class or instance; None declines) with ``observed`` telling whether an observer
+        plugin sees the passes' effects, and the sinks and router all accept records, and
+        occupancy snapshots only when something (the timeline) reads them. Token ids go in
+        the KV events when a sink asks for them."""
+        router_only = router_reads_events and not kv_sinks
+        records = (not router_only and router is not None and not observed and bool(kv_sinks)
+                   and all(accepts_kv_records(s, SINK_METHODS) for s in kv_sinks)
+                   and (not router_reads_events or accepts_kv_records(router, ROUTER_METHODS)))
+        self.readers = EventReaders(kv_router_only=router_only, kv_records=records,
+                                    occupancy=record_metrics)
         if any(getattr(sink, "wants_token_ids", False) for sink in kv_sinks):
             self.config = attrs.evolve(self.config, emit_kv_token_ids=True)
-        self.services = attrs.evolve(self.services, record_metrics=record_metrics)
 
     def build_rank(self, identity: RankIdentity) -> Rank:
-        return self.rank_class(identity, self.config, self.backend_config, self.services)
+        rank = self.rank_class(identity, self.config, self.backend_config, self.services)
+        if isinstance(rank, FitsReaders):
+            rank.fit_readers(self.readers)
+        return rank
 
     def build(self, worker_id: int) -> Engine:
         if self.name_failure is None:

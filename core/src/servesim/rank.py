@@ -139,16 +139,6 @@ class RankServices:
     emit_kv_events: bool = False
     emit_forward_pass_metrics: bool = True
     record_schedule: bool = False
-    #: The only consumer of the KV events is an index of which hashes each slot caches (the
-    #: replay's KV router, no event sink): a rank may then coalesce events (e.g. one
-    #: ``Removed`` per allocation) as long as applying them in order gives the same index.
-    kv_events_router_only: bool = False
-    #: Every reader of the KV events accepts compact records (servesim.kv.event_records):
-    #: a rank may publish them in place of ``KvEvent`` objects (``BlockPool.event_records``).
-    kv_event_records: bool = False
-    #: Nobody reads the occupancy snapshots (``CommandEffects.metrics``,
-    #: ``PassCompletionEffects.metrics``; the replay does not): a rank may leave them None.
-    record_metrics: bool = True
 
     def new_eviction_policy(self) -> EvictionPolicy:
         return self.make_eviction_policy()

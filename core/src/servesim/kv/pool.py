@@ -133,7 +133,7 @@ class BlockPool:
         self._events: list[Any] | None = [] if (emit_events and enable_prefix_caching) else None
         self._next_event_id = 0
         # Set when the only consumer of the events is an index of cached hashes (the KV
-        # router, RankServices.kv_events_router_only): the evictions of one allocation are
+        # router, servesim.fast.event_readers.EventReaders.kv_router_only): the evictions of one allocation are
         # then published as one ``Removed`` event instead of one per block. The index ends in
         # the same state; only the event count and ids differ from the per-block stream.
         self.coalesce_removals = False
@@ -144,7 +144,7 @@ class BlockPool:
         # names a hash the index never held, which the index ignores.
         self.events_for_placeholders = True
         # Set when every reader of the events accepts compact records
-        # (servesim.kv.event_records, RankServices.kv_event_records): device-tier evictions
+        # (servesim.kv.event_records, EventReaders.kv_records): device-tier evictions
         # and ``Stored`` events without token ids are then published as records, with the
         # same ids and contents as the objects they stand for.
         self.event_records = False

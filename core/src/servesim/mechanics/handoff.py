@@ -150,7 +150,7 @@ class HandoffAdapter(Protocol):
         """A counter that changes whenever KV capacity is freed."""
 
     def metrics(self) -> Metrics | None:
-        """The rank's current metrics (None when ``RankServices.record_metrics`` is off)."""
+        """The rank's current metrics (None when nothing reads them, ``EventReaders.occupancy``)."""
 
     def drain_kv_events(self) -> list[KvEvent]:
         """KV events buffered by the backend since the last drain."""

@@ -666,7 +666,7 @@ def build_disagg_replayer(
     The aggregated replay's savings apply: trace-unique prompt blocks are marked (the
     prefill router, prefill ranks whose hashes only the router reads, and decode ranks whose
     hashes nothing outside them reads may elide them), a prefill pool whose KV events only the router reads
-    is told so (``RankServices.kv_events_router_only``), and ``record_metrics=False`` (the
+    is told so (``EventReaders.kv_router_only``), and ``record_metrics=False`` (the
     runner's choice without a timeline) leaves the unread occupancy snapshots unbuilt.
     ``replayer_class``: a DisaggReplayer subclass to build instead (the live one of
     ``servesim_serve.disagg_live``); ``emit_fpm``: forward-pass metrics even without sinks."""

@@ -38,6 +38,7 @@ from servesim.contract import (
     WorkerType,
 )
 from servesim.errors import CommandRejected, ConfigError
+from servesim.fast.event_readers import EventReaders, FitsReaders
 from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.runs import RankRun, RunEffects
 from servesim.kv.eviction_records import make_block_pool
@@ -87,7 +88,7 @@ def _step_budget(core: TrtCore) -> float:
 
 
 class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, SpeculativeDecoding,
-                 RunsOfPasses[_runs.TrtRunPending]):
+                 RunsOfPasses[_runs.TrtRunPending], FitsReaders):
     """The ``trtllm`` backend (capacity policy from ``engine.trtllm.capacity_scheduler_policy``):
     prefill and decode workers of a split (handoff.py), speculative decoding, runs of passes."""
 
@@ -122,16 +123,12 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
         self.core.token_ids_in_events = config.emit_kv_token_ids and services.emit_kv_events
         # Speculative decoding (servesim_trtllm.speculative), None when aic_nextn is unset.
         self.spec = Speculation.build(config, identity.seed_offset)
-        if services.kv_events_router_only:
-            # Only the KV router reads the events (as the vllm rank): coalesce removals, and
-            # publish nothing for placeholder blocks (no prompt can match them).
-            pool.coalesce_removals = True
-            pool.events_for_placeholders = False
-        pool.event_records = services.kv_event_records  # servesim.kv.event_records
         # Trace-unique prompt blocks, and every block after them, may take placeholders
-        # when nothing outside the rank reads hashes (TokenSeq.block_hashes_elided).
-        self.core.elide = config.enable_prefix_caching and (
-            not pool.events_enabled or services.kv_events_router_only)
+        # when nothing outside the rank reads hashes (TokenSeq.block_hashes_elided; also
+        # when only the KV router reads them, fit_readers).
+        self.core.elide = config.enable_prefix_caching and not pool.events_enabled
+        # Whether anything reads the occupancy snapshots (fit_readers).
+        self.record_metrics = True
         self.handoff = TrtHandoffAdapter(self)
         self.stalled: tuple[int, int] | None = None  # see waiting_for_external_command
         self.book = HandoffBook(self.handoff)
@@ -143,6 +140,18 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
         self.prefilled = False
         self.model_work = False
         self._shapes = ShapePricer.for_rank(services.timing, config, identity.dp_rank)
+
+    def fit_readers(self, readers: EventReaders) -> None:
+        """What the replay's readers take (servesim.fast.event_readers.FitsReaders)."""
+        pool = self.core.pool
+        if readers.kv_router_only:
+            # Only the KV router reads the events (as the vllm rank): coalesce removals, and
+            # publish nothing for placeholder blocks (no prompt can match them).
+            pool.coalesce_removals = True
+            pool.events_for_placeholders = False
+            self.core.elide = self.config.enable_prefix_caching
+        pool.event_records = readers.kv_records  # servesim.kv.event_records
+        self.record_metrics = readers.occupancy
 
     @classmethod
     def validate_config(cls, config: EngineConfig, backend_config: Any) -> list[tuple[str, str]]:
@@ -401,7 +410,7 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
     # -- telemetry ----------------------------------------------------------------------
 
     def metrics(self) -> Metrics | None:
-        if not self.services.record_metrics:
+        if not self.record_metrics:
             return None
         core = self.core
         return Metrics(

@@ -34,6 +34,7 @@ from servesim.contract import (
     WorkerType,
 )
 from servesim.errors import CommandRejected
+from servesim.fast.event_readers import EventReaders, FitsReaders
 from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.runs import BlockRunPending, RankRun, RunEffects
 from servesim.kv.host_tier import HostTier
@@ -88,7 +89,7 @@ if tuple(a.name for a in attrs.fields(ForwardPassMetrics)) != _FPM_ORDER:
 
 
 class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, InternalWork, HostOffload,
-               SpeculativeDecoding, RunsOfPasses[_runs.VllmRunPending]):
+               SpeculativeDecoding, RunsOfPasses[_runs.VllmRunPending], FitsReaders):
     """One vLLM scheduler rank with its own KV block pool: prefill and decode workers of a
     split (handoff.py), host offload (host_offload.py), speculative decoding
     (speculative.py) and runs of passes (fast/runs.py)."""
@@ -108,15 +109,8 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         self.behaviour = _behaviour.resolve(backend_config)
         self.sched = VllmScheduler(config, services, identity.dp_rank, self.behaviour,
                                    identity.seed_offset)
-        if services.kv_events_router_only:
-            # Only the KV router reads the events: coalesce removals, and hash generated
-            # pseudo-token blocks lazily as with events off (no prompt can match them, so the
-            # router's overlaps are unchanged), publishing nothing for them.
-            self.sched.pool.coalesce_removals = True
-            self.sched.pool.events_for_placeholders = False
-            self.sched.lazy_hashes = self.sched.caching
-        # Every reader takes compact event records (servesim.kv.event_records).
-        self.sched.pool.event_records = services.kv_event_records
+        # Whether anything reads the occupancy snapshots (fit_readers).
+        self.record_metrics = True
         # vLLM schedules one empty step after the one that finished its last request.
         self._trailing_step = False
         self.book = HandoffBook(VllmHandoffAdapter(self))
@@ -128,6 +122,19 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         self.worked = False
         self.speedup = config.speedup_ratio
         self.decode_speedup = config.decode_speedup
+
+    def fit_readers(self, readers: EventReaders) -> None:
+        """What the replay's readers take (servesim.fast.event_readers.FitsReaders)."""
+        if readers.kv_router_only:
+            # Only the KV router reads the events: coalesce removals, and hash generated
+            # pseudo-token blocks lazily as with events off (no prompt can match them, so the
+            # router's overlaps are unchanged), publishing nothing for them.
+            self.sched.pool.coalesce_removals = True
+            self.sched.pool.events_for_placeholders = False
+            self.sched.lazy_hashes = self.sched.caching
+        # Every reader takes compact event records (servesim.kv.event_records).
+        self.sched.pool.event_records = readers.kv_records
+        self.record_metrics = readers.occupancy
 
     @classmethod
     def validate_config(cls, config: EngineConfig, backend_config: Any) -> list[tuple[str, str]]:
@@ -379,7 +386,7 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
     # -- observability --------------------------------------------------------------------
 
     def metrics(self) -> Metrics | None:
-        if not self.services.record_metrics:
+        if not self.record_metrics:
             return None
         s = self.sched
         pool = s.pool

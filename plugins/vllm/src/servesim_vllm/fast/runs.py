@@ -81,6 +81,7 @@ class RunRank(Protocol):
     services: RankServices
     book: HandoffBook
     decode_speedup: float
+    record_metrics: bool  # something reads occupancy snapshots (EventReaders.occupancy)
     # pass number of the next forward-pass metrics line (ForwardPassMetrics.counter_id)
     pass_counter: int
     # the queue statistics and FpmRun.base of the last run's metrics (run_fpm_base)
@@ -218,7 +219,7 @@ def execute_run(rank: RunRank, now: float, horizon: float, max_passes: int,
     ends, segments = plan_passes(batch, now, max_passes,
                                  through_completions and (not s.waiting or bool(admit)), price)
     run = VllmRunPending(now)
-    run.record_occupancy = rank.services.record_metrics  # read only for pass metrics
+    run.record_occupancy = rank.record_metrics  # read only for pass metrics
     members = batch.rids
     k, finished = _replay_crossings(rank, run, batch, len(ends))
     if k == 0:
