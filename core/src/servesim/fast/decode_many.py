@@ -28,11 +28,19 @@ class PricesManyDecodes(Protocol):
         ...
 
 
+#: Per timing-model class, whether it implements :class:`PricesManyDecodes` (a structural
+#: check walks the members, and runs ask once per chunk of passes).
+_IMPLEMENTS: dict[type, bool] = {}
+
+
 def decode_ms_many(timing: Any, batch_size: int, active_kv_tokens: np.ndarray,
                    total_kv_tokens: int) -> np.ndarray:
     """The raw decode milliseconds of the passes ``active_kv_tokens`` describe: through the
     model's :class:`PricesManyDecodes` method when it has one, else one scalar call per pass."""
-    if isinstance(timing, PricesManyDecodes):
+    many = _IMPLEMENTS.get(type(timing))
+    if many is None:
+        many = _IMPLEMENTS[type(timing)] = isinstance(timing, PricesManyDecodes)
+    if many:
         return timing.predict_decode_ms_many(batch_size, active_kv_tokens, total_kv_tokens)
     return np.array(
         [timing.predict_decode_ms(batch_size, a, a // batch_size, total_kv_tokens)
