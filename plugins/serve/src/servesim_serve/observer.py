@@ -45,6 +45,10 @@ class Observer:
         (and after a cancellation), so that bookkeeping no client waits for comes after them.
         :meth:`render` must include what is still deferred."""
 
+    def stopped(self) -> None:
+        """The simulation stopped (a failing sink, a poisoned engine): every request in flight
+        was aborted (each told to :meth:`finished` first) and no pass will run again."""
+
     def cancelled(self, req: LiveRequest, metrics: Metrics | None) -> None:
         """``req`` was cancelled (after :meth:`finished`)."""
 

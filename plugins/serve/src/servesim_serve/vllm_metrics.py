@@ -64,6 +64,7 @@ class EngineMetricsObserver(Observer):
         # LoRA requests not ended, by id, for vllm:lora_requests_info.
         self.lora_names: dict[int, str] | None = None
         self._lora_live: dict[int, LiveRequest] = {}
+        self._stopped = False  # the simulation stopped: the scheduler gauges read zero
 
     def _engine(self, worker: int, dp_rank: int) -> str:
         return str(worker * self.dp_size + dp_rank)
@@ -84,6 +85,9 @@ class EngineMetricsObserver(Observer):
         if not self._engines:
             return
         set_gauge = self.metrics.set_gauge
+        if self._stopped:
+            self._zero_scheduler_state()
+            return
         in_flights = self._in_flight if self._home is None else self._split_in_flight()
         for w, engine in enumerate(self._engines):
             for dp, rank in enumerate(engine.ranks):
@@ -99,6 +103,23 @@ class EngineMetricsObserver(Observer):
                                    ("kv_usage", m.cache_usage)):
                     set_gauge(key, label, value)
                 set_gauge("waiting_by_reason", label, m.waiting_requests, "capacity")
+        if self.lora_names is not None:
+            self._lora_state()
+
+    def stopped(self) -> None:
+        self._stopped = True
+
+    def _zero_scheduler_state(self) -> None:
+        """The simulation has stopped and its requests were aborted (counted finished with
+        reason ``abort``): nothing runs, waits or holds KV any more, whatever the engines,
+        no longer stepped, still hold."""
+        set_gauge = self.metrics.set_gauge
+        for w, engine in enumerate(self._engines):
+            for dp in range(len(engine.ranks)):
+                label = self._engine(w, dp)
+                for key in ("running", "waiting", "used_tokens", "kv_usage"):
+                    set_gauge(key, label, 0)
+                set_gauge("waiting_by_reason", label, 0, "capacity")
         if self.lora_names is not None:
             self._lora_state()
 
@@ -173,7 +194,7 @@ class EngineMetricsObserver(Observer):
             self._in_flight[label] -= 1
         self._moving.pop(req.rid, None)
         self._lora_live.pop(req.rid, None)
-        if req.rejected:
+        if req.rejected or req.worker < 0:  # refused, or never reached a rank
             return
         times = req.times
         end = times[-1] if times else req.arrival
@@ -184,4 +205,4 @@ class EngineMetricsObserver(Observer):
             prefill_s=max(first - admitted, 0.0) / 1000.0, decode_s=(end - first) / 1000.0,
             prompt_tokens=req.prompt_len, generation_tokens=len(times),
             cached_tokens=req.cached_tokens(), max_tokens=req.max_tokens,
-            finished_reason="abort" if req.cancelled else "length"))
+            finished_reason="abort" if req.cancelled or req.aborted else "length"))
