@@ -31,6 +31,11 @@ class Observer:
         :meth:`render` may read; ``home``: for a prefill/decode split, the ``(worker, dp_rank)``
         a request (by id) is on now (its requests move between workers)."""
 
+    def watch_cluster(self, cluster: Any) -> None:
+        """An elastic cluster's driver (servesim_serve.elastic_driver.LiveElasticDriver):
+        ``cluster.worker_counts()`` gives ``(pool, state, workers)`` and
+        ``cluster.dead_workers()`` the workers whose engine is discarded, at any time."""
+
     def arrived(self, req: LiveRequest, metrics: Metrics | None) -> None:
         """``req`` was submitted to its engine (``metrics``: the rank's state after it)."""
 

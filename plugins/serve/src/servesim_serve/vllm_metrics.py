@@ -65,6 +65,8 @@ class EngineMetricsObserver(Observer):
         self.lora_names: dict[int, str] | None = None
         self._lora_live: dict[int, LiveRequest] = {}
         self._stopped = False  # the simulation stopped: the scheduler gauges read zero
+        self._cluster: Any = None  # an elastic cluster's driver (watch_cluster)
+        self._workers: Any = None  # its servesim:workers gauge
 
     def _engine(self, worker: int, dp_rank: int) -> str:
         return str(worker * self.dp_size + dp_rank)
@@ -74,6 +76,17 @@ class EngineMetricsObserver(Observer):
         self._engines = engines
         self._block_size = block_size
         self._home = home
+
+    def watch_cluster(self, cluster: Any) -> None:
+        """An elastic cluster: ``servesim:workers`` (a gauge labelled ``model_name``, ``pool``
+        and ``state``: starting, warmup, ready, draining, restarting, stopped) counts its
+        workers at each scrape; a worker whose engine is discarded reads 0 in the scheduler
+        gauges."""
+        from prometheus_client import Gauge
+
+        self._cluster = cluster
+        self._workers = Gauge("servesim:workers", "Workers of the served cluster by pool and lifecycle state.",
+                              ["model_name", "pool", "state"], registry=self.metrics.registry)
 
     def render(self) -> bytes:
         self.flush()
@@ -85,11 +98,20 @@ class EngineMetricsObserver(Observer):
         if not self._engines:
             return
         set_gauge = self.metrics.set_gauge
+        dead: Any = ()
+        if self._cluster is not None:
+            model = self.metrics.model_name
+            for pool, state, n in self._cluster.worker_counts():
+                self._workers.labels(model, pool, state).set(n)
+            dead = self._cluster.dead_workers()
         if self._stopped:
             self._zero_scheduler_state()
             return
         in_flights = self._in_flight if self._home is None else self._split_in_flight()
         for w, engine in enumerate(self._engines):
+            if w in dead:  # its engine is discarded: nothing runs there
+                self._zero_worker(w, len(engine.ranks))
+                continue
             for dp, rank in enumerate(engine.ranks):
                 metrics = getattr(rank, "metrics", None)
                 m = metrics() if metrics is not None else None
@@ -113,15 +135,18 @@ class EngineMetricsObserver(Observer):
         """The simulation has stopped and its requests were aborted (counted finished with
         reason ``abort``): nothing runs, waits or holds KV any more, whatever the engines,
         no longer stepped, still hold."""
-        set_gauge = self.metrics.set_gauge
         for w, engine in enumerate(self._engines):
-            for dp in range(len(engine.ranks)):
-                label = self._engine(w, dp)
-                for key in ("running", "waiting", "used_tokens", "kv_usage"):
-                    set_gauge(key, label, 0)
-                set_gauge("waiting_by_reason", label, 0, "capacity")
+            self._zero_worker(w, len(engine.ranks))
         if self.lora_names is not None:
             self._lora_state()
+
+    def _zero_worker(self, w: int, ranks: int) -> None:
+        set_gauge = self.metrics.set_gauge
+        for dp in range(ranks):
+            label = self._engine(w, dp)
+            for key in ("running", "waiting", "used_tokens", "kv_usage"):
+                set_gauge(key, label, 0)
+            set_gauge("waiting_by_reason", label, 0, "capacity")
 
     def _lora_state(self) -> None:
         """``vllm:lora_requests_info`` now: the adapters with requests waiting (not yet
