@@ -12,8 +12,8 @@ import time
 import httpx
 import pytest
 from servesim.errors import ConfigError
-from servesim_serve.cli import load
 from servesim_serve.app import Server
+from servesim_serve.cli import load
 from servesim_serve.elastic_driver import ENGINE_DEAD
 from servesim_serve.testing import running
 

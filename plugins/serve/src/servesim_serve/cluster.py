@@ -46,7 +46,8 @@ def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float
     elastic = is_elastic(sim)
     if is_split(loaded):  # a prefill/decode split (a ConfigError if one pool is empty)
         if elastic:
-            key = "planner" if sim.planner is not None else "lifecycle" if sim.lifecycle is not None else "faults"
+            key = ("planner" if sim.planner is not None else
+                   "lifecycle" if sim.lifecycle is not None else "faults")
             raise ConfigError("lifecycle, planner and faults are not supported with a prefill/decode "
                               "split yet (servesim serve serves them on aggregated workers)",
                               path=key, source=loaded.source)

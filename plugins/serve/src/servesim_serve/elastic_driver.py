@@ -41,7 +41,7 @@ ENGINE_DEAD = "EngineCore encountered an issue"
 class LiveElasticDriver(LiveDisaggDriver):
     """Owns simulated time for a server of an elastic cluster (module docstring)."""
 
-    def __init__(self, replayer: LiveElasticReplayer, clock: SimClock,  # type: ignore[override]
+    def __init__(self, replayer: LiveElasticReplayer, clock: SimClock,
                  observer: Observer | None = None) -> None:
         self.replayer = replayer  # type: ignore[assignment]
         self.engines = replayer.engines  # the replayer's list: added workers appear in it
@@ -85,7 +85,7 @@ class LiveElasticDriver(LiveDisaggDriver):
 
     def dead_workers(self) -> set[int]:
         """Workers whose engine is discarded (stopped, or crashed and not yet restarted)."""
-        return self.replayer.dead  # type: ignore[attr-defined, no-any-return]
+        return self.replayer.dead  # type: ignore[attr-defined]
 
     # -- the report ---------------------------------------------------------------------
 

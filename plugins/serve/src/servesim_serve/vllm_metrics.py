@@ -85,7 +85,8 @@ class EngineMetricsObserver(Observer):
         from prometheus_client import Gauge
 
         self._cluster = cluster
-        self._workers = Gauge("servesim:workers", "Workers of the served cluster by pool and lifecycle state.",
+        self._workers = Gauge("servesim:workers",
+                              "Workers of the served cluster by pool and lifecycle state.",
                               ["model_name", "pool", "state"], registry=self.metrics.registry)
 
     def render(self) -> bytes:
