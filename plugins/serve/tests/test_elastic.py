@@ -72,6 +72,7 @@ def test_a_crash_ends_streams_with_vllms_error_and_the_planner_adds_a_worker_liv
         after = workers_gauge(c.get(s.url + "/metrics").text)
         # The worker the planner added serves a request now.
         later = c.post(s.base + "/completions", json={"prompt": "a b c", "max_tokens": 3})
+        homes = list(rp.log.worker)
         report = s.server.report()
     assert before == {"starting": 0.0, "warmup": 0.0, "ready": 1.0, "draining": 0.0, "restarting": 0.0,
                       "stopped": 0.0}
@@ -92,6 +93,7 @@ def test_a_crash_ends_streams_with_vllms_error_and_the_planner_adds_a_worker_liv
     assert whole.json()["error"]["type"] == "InternalServerError"
     assert whole.json()["error"]["message"].startswith(f"{ENGINE_DEAD}: worker 0 crashed at 3000 ms")
     assert later.status_code == 200 and later.json()["choices"][0]["text"] == "w0 w1 w2"
+    assert homes == [0, 0, 1]  # the crashed worker's two requests, then the added worker's
     elastic = report["elastic"]
     assert elastic["scaling"] == [{"t_ms": 1000.0, "pool": "default", "action": "add", "worker": 1,
                                    "reason": "schedule"}]
