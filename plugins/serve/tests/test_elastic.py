@@ -131,3 +131,34 @@ def test_a_split_with_elastic_sections_is_a_config_error() -> None:
     with pytest.raises(ConfigError) as err:
         Server(loaded, cfg)
     assert err.value.path == "faults" and "prefill/decode split" in str(err.value)
+
+
+def test_a_lost_request_without_tokens_is_retried_and_one_with_tokens_fails() -> None:
+    """One sequence at a time: at the crash the first request streams, the second waits with
+    no token. With ``lifecycle.retry`` the second starts over on the added worker and completes;
+    the first, whose client holds tokens, fails as without a retry."""
+    sets = [*ELASTIC, "engine.max_num_seqs=1",
+            "lifecycle={startup_s: 2.0, retry: {max_attempts: 1, backoff_s: 0.0}}"]
+    answers: dict[str, httpx.Response] = {}
+    with running(sets) as s, httpx.Client(timeout=30) as c:
+        driver = s.server.driver
+
+        def post(name: str, prompt: list[int], max_tokens: int) -> None:
+            answers[name] = c.post(s.base + "/completions", json={"prompt": prompt, "max_tokens": max_tokens})
+
+        first = threading.Thread(target=post, args=("first", list(range(4, 40)), 1000))
+        first.start()
+        wait_for(lambda: len(driver.requests) == 1, "the first request")
+        second = threading.Thread(target=post, args=("second", list(range(5, 40)), 3))
+        second.start()
+        for t in (first, second):
+            t.join(WAIT_S)
+        assert all(r.arrival < CRASH_MS for r in driver.requests)
+        homes = list(driver.replayer.log.worker)
+        report = s.server.report()
+    assert answers["first"].status_code == 500
+    assert answers["first"].json()["error"]["message"].startswith(f"{ENGINE_DEAD}: worker 0 crashed at 3000 ms")
+    assert answers["second"].status_code == 200 and answers["second"].json()["choices"][0]["text"] == "w0 w1 w2"
+    assert homes == [0, 1]
+    assert report["elastic"]["requests"] == {"submitted": 2, "completed": 1, "failed": 1, "rejected": 0,
+                                             "retried": 1, "redirected": 0, "cancelled": 0}
