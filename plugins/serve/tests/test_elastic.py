@@ -157,8 +157,9 @@ def test_a_lost_request_without_tokens_is_retried_and_one_with_tokens_fails() ->
         homes = list(driver.replayer.log.worker)
         report = s.server.report()
     assert answers["first"].status_code == 500
-    assert answers["first"].json()["error"]["message"].startswith(f"{ENGINE_DEAD}: worker 0 crashed at 3000 ms")
-    assert answers["second"].status_code == 200 and answers["second"].json()["choices"][0]["text"] == "w0 w1 w2"
+    lost, retried = answers["first"], answers["second"]
+    assert lost.json()["error"]["message"].startswith(f"{ENGINE_DEAD}: worker 0 crashed at 3000 ms")
+    assert retried.status_code == 200 and retried.json()["choices"][0]["text"] == "w0 w1 w2"
     assert homes == [0, 1]
     assert report["elastic"]["requests"] == {"submitted": 2, "completed": 1, "failed": 1, "rejected": 0,
                                              "retried": 1, "redirected": 0, "cancelled": 0}
