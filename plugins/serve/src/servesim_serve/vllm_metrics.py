@@ -21,7 +21,8 @@ a request moves: it is counted on its prefill rank from its arrival (a reserve-f
 on its decode rank until its prefill is submitted), in KV transfer too (the prefill rank's
 blocks hold its KV), and on its decode rank from its destination's activation, where the
 decode scheduler takes it; each rank's running requests are again those on it less its
-scheduler's waiting ones, so the same sum holds.
+scheduler's waiting ones, so the same sum holds. Once the simulation has stopped, its aborted
+requests count finished (reason ``abort``) and every scheduler gauge reads 0 (:meth:`stopped`).
 """
 
 from __future__ import annotations
