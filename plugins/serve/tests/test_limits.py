@@ -237,6 +237,32 @@ def test_health_turns_503_once_the_simulation_has_stopped() -> None:
     assert (health.status_code, health.content) == (503, b"")
 
 
+def test_gauges_read_zero_once_the_simulation_has_stopped() -> None:
+    """A sink failure stops the simulation with requests in flight: they are aborted, so
+    /metrics counts them finished (reason abort) and nothing running, waiting or in KV, though
+    the engines, no longer stepped, still hold them; started = finished + running + waiting."""
+    sets = ["engine.timing_model={type: fixed, prefill_ms: 10.0, decode_ms: 2.0}", "serve.speedup=1",
+            "sinks.kv_events=[{type: memory}]"]
+    with running(sets) as s, httpx.Client(timeout=30) as c:
+        driver = s.server.driver
+        (sink,) = driver.kv_sinks
+        sink.close()  # a closed memory sink fails every publish
+        streams = [c.post(s.base + "/completions", json={"prompt": list(range(4 + i, 104)), "max_tokens": 50,
+                                                         "stream": True}).text for i in range(3)]
+        assert driver.failure is not None
+        held = sum(r.metrics().running_requests + r.metrics().waiting_requests
+                   for e in driver.engines for r in e.ranks)
+        text = c.get(s.url + "/metrics").text
+    started = sum(1 for r in driver.requests if not r.rejected)
+    g = gauges(text)
+    assert held >= 1  # the stopped engine still holds the aborted request
+    assert (started, g["success"], g["running"], g["waiting"], g["kv"]) == (1, 1.0, 0.0, 0.0, 0.0)
+    assert 'vllm:request_success_total{engine="0",finished_reason="abort",model_name="servesim"} 1.0' in text
+    assert (driver.in_flight, driver.queued) == (0, 0)
+    assert streams[0].endswith("data: [DONE]\n\n")  # the aborted stream; later requests were refused
+    assert all(json.loads(x)["error"]["type"] == "InternalServerError" for x in streams[1:])
+
+
 # -- limits ----------------------------------------------------------------------------------
 
 

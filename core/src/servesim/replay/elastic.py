@@ -101,11 +101,21 @@ class ElasticReplayer(Replayer):
     # -- the run ---------------------------------------------------------------------
 
     def run(self) -> Any:
+        self.schedule_events()
+        return super().run()
+
+    def schedule_events(self) -> None:
+        """The planner's first tick and the faults' events (before the first event is handled)."""
         if self.planner is not None:
             self.push_event(0.0, EXTERNAL, TICK, 0)
         if self.faults is not None:
             self.faults.schedule(self)
-        return super().run()
+
+    def end_ms(self) -> float:
+        """The end of the replay, where workers still serving stop counting GPU-seconds: its
+        last request's finish."""
+        end = max(self.log.done, default=-1.0)
+        return end if end >= 0.0 else self.now
 
     def _external(self, a: int, b: int, now: float) -> None:
         if not self.unfinished():

@@ -23,10 +23,12 @@ def is_elastic(sim: SimConfig) -> bool:
 
 
 def build_elastic_replayer(
-    loaded: LoadedConfig, workload: Any, make_factory: Callable[..., Any], **kwargs: Any
+    loaded: LoadedConfig, workload: Any, make_factory: Callable[..., Any],
+    replayer_class: type[ElasticReplayer] = ElasticReplayer, **kwargs: Any
 ) -> ElasticReplayer:
     """The engines of every pool (the initial workers), their factories for workers added
-    later, the planner and the fault plan."""
+    later, the planner and the fault plan, in a ``replayer_class`` (a live server's
+    subclass feeds it requests as they come)."""
     sim = loaded.sim
     engines: list[Engine] = []
     pools: list[PoolRuntime] = []
@@ -51,5 +53,5 @@ def build_elastic_replayer(
                               source=loaded.source) from None
         interval = spec.interval_s
     faults = FaultPlan(sim.faults) if sim.faults is not None else None
-    return ElasticReplayer(engines, workload, pools=pools, lifecycle=sim.lifecycle,
+    return replayer_class(engines, workload, pools=pools, lifecycle=sim.lifecycle,
                            planner=planner, planner_interval_s=interval, faults=faults, **kwargs)

@@ -149,9 +149,7 @@ class ElasticView:
         """The ``elastic`` section (docs/elastic.md, "Report")."""
         r = self.r
         log = r.log
-        end = max(log.done, default=-1.0)  # the replay's end: its last request's finish
-        if end < 0.0:
-            end = r.now
+        end = r.end_ms()
         pools = []
         for p, rt in enumerate(r.pools):
             recs = [rec for rec in r.records if rec.pool == p]

@@ -31,6 +31,7 @@ from servesim_serve.metrics import make_observer
 from servesim_serve.protocol import (
     ApiError,
     check_model,
+    engine_failure,
     parse_generation,
     parse_json,
     rejection,
@@ -202,6 +203,8 @@ class Server:
         elif g.req.aborted:
             response = error_response(ApiError(f"the simulation stopped: {self.driver.failure}", 500,
                                                "InternalServerError"))
+        elif g.req.error is not None:  # its worker failed under it (an elastic cluster)
+            response = error_response(engine_failure(g.req.error))
         elif g.req.rejected:
             response = error_response(rejection(g.req.prompt_len, g.req.max_tokens))
         else:

@@ -9,6 +9,11 @@ disaggregated replay's own pools, routers and handoff (``build_disagg_replayer``
 :class:`~servesim_serve.disagg_live.LiveDisaggReplayer` and driven by
 :class:`~servesim_serve.disagg_driver.LiveDisaggDriver`; prefill workers are ``0..P-1``,
 decode workers ``P..P+D-1``, as in the replay and its sinks.
+
+With ``lifecycle:``, ``planner:`` or ``faults:`` (aggregated only: a split is refused, as
+``servesim run`` refuses it) the cluster is the elastic replay's own
+(``build_elastic_replayer``), built as a :class:`~servesim_serve.elastic_live.
+LiveElasticReplayer` and driven by :class:`~servesim_serve.elastic_driver.LiveElasticDriver`.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
+from servesim.errors import ConfigError
 from servesim.replay.cluster import build_engines
+from servesim.replay.elastic_setup import is_elastic
 from servesim.replay.pools import build_pool_engines
 from servesim.replay.runner import is_split
 from servesim.sinks.base import SinkDeployment, bind_sinks
@@ -36,7 +43,14 @@ def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float
     """The driver over ``loaded``'s cluster, its clock started now, and the sinks it publishes to."""
     sim = loaded.sim
     cluster = sim.cluster
+    elastic = is_elastic(sim)
     if is_split(loaded):  # a prefill/decode split (a ConfigError if one pool is empty)
+        if elastic:
+            key = ("planner" if sim.planner is not None else
+                   "lifecycle" if sim.lifecycle is not None else "faults")
+            raise ConfigError("lifecycle, planner and faults are not supported with a prefill/decode "
+                              "split yet (servesim serve serves them on aggregated workers)",
+                              path=key, source=loaded.source)
         return _build_split(loaded, speedup, wall, observer)
     num_workers = serve_workers(loaded)
     router_class = loaded.plugins.routers().get(cluster.router)
@@ -44,7 +58,7 @@ def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float
     built = build_sinks(loaded)
     kv_sinks, fpm_sinks = built["kv_events"], built["fpm"]
     _bind(loaded, num_workers, [*kv_sinks, *fpm_sinks])
-    emit_fpm = bool(fpm_sinks) or bool(observer is not None and observer.wants_fpm)
+    emit_fpm = bool(fpm_sinks) or bool(observer is not None and observer.wants_fpm) or sim.planner is not None
 
     def make_factory(overrides: Any = None, path: str = "engine overrides") -> Any:
         factory = loaded.engine_factory(overrides, emit_kv_events=bool(kv_sinks) or router.wants_kv_events,
@@ -53,6 +67,9 @@ def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float
             factory.config = attrs.evolve(factory.config, emit_kv_token_ids=True)
         return factory
 
+    if elastic:
+        return _build_elastic(loaded, router, make_factory, kv_sinks, fpm_sinks, SimClock(speedup, wall),
+                              observer)
     spans = None
     if cluster.pools:
         engines, spans = build_pool_engines(loaded, make_factory)
@@ -82,6 +99,23 @@ def _build_split(loaded: LoadedConfig, speedup: float, wall: Callable[[], float]
     assert isinstance(replayer, LiveDisaggReplayer)
     driver = LiveDisaggDriver(replayer, SimClock(speedup, wall), observer)
     return driver, [*kv_sinks, *fpm_sinks]
+
+
+def _build_elastic(loaded: LoadedConfig, router: Any, make_factory: Callable[..., Any], kv_sinks: list[Any],
+                   fpm_sinks: list[Any], clock: SimClock,
+                   observer: Observer | None) -> tuple[LiveDriver, list[Any]]:
+    """The live driver of an elastic aggregated cluster and its sinks (module docstring)."""
+    from servesim.replay.elastic_setup import build_elastic_replayer
+    from servesim.workload.model import Workload
+
+    from servesim_serve.elastic_driver import LiveElasticDriver
+    from servesim_serve.elastic_live import LiveElasticReplayer
+
+    replayer = build_elastic_replayer(loaded, Workload(()), make_factory, replayer_class=LiveElasticReplayer,
+                                      router=router, block_size=loaded.sim.engine.bs, kv_sinks=kv_sinks,
+                                      fpm_sinks=fpm_sinks, record_token_times=True)
+    assert isinstance(replayer, LiveElasticReplayer)
+    return LiveElasticDriver(replayer, clock, observer), [*kv_sinks, *fpm_sinks]
 
 
 def serve_workers(loaded: LoadedConfig) -> int:

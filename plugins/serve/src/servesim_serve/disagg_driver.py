@@ -144,6 +144,10 @@ class LiveDisaggDriver(LiveDriver, LiveListener):
         if req.cancelled:
             self.observer.cancelled(req, None)  # after finished(), as LiveDriver.cancel does
 
+    def _aborted(self, req: LiveRequest) -> None:
+        req.worker, req.dp_rank = self.home(req.rid)  # as ended() counts it
+        super()._aborted(req)
+
     def pass_completed(self, w: int, dp_rank: int, eff: PassCompletionEffects) -> None:
         if self._firsts or self._later:
             self._to_wake.extend(self._firsts)

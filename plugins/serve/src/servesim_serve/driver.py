@@ -239,7 +239,19 @@ class LiveDriver:
         for req in self.requests:
             if not req.finished:
                 req.aborted = True
+                self._aborted(req)
                 req.notify()
+        # Its requests are gone: /metrics counts them finished (aborted) and its scheduler
+        # gauges read zero, though the engines, no longer stepped, still hold them.
+        self.observer.flush()
+        self.observer.stopped()
+
+    def _aborted(self, req: LiveRequest) -> None:
+        """``req`` was aborted by the simulation's stop: the counts and the observer."""
+        if not req.times:
+            self.queued -= 1
+        self.in_flight -= 1
+        self.observer.finished(req)
 
     def _push(self, at: float, kind: int, w: int, pass_id: int = 0) -> None:
         self._seq += 1

@@ -31,6 +31,11 @@ class Observer:
         :meth:`render` may read; ``home``: for a prefill/decode split, the ``(worker, dp_rank)``
         a request (by id) is on now (its requests move between workers)."""
 
+    def watch_cluster(self, cluster: Any) -> None:
+        """An elastic cluster's driver (servesim_serve.elastic_driver.LiveElasticDriver):
+        ``cluster.worker_counts()`` gives ``(pool, state, workers)`` and
+        ``cluster.dead_workers()`` the workers whose engine is discarded, at any time."""
+
     def arrived(self, req: LiveRequest, metrics: Metrics | None) -> None:
         """``req`` was submitted to its engine (``metrics``: the rank's state after it)."""
 
@@ -44,6 +49,10 @@ class Observer:
         """Do what was deferred: the driver calls this once a pass's first chunks are written
         (and after a cancellation), so that bookkeeping no client waits for comes after them.
         :meth:`render` must include what is still deferred."""
+
+    def stopped(self) -> None:
+        """The simulation stopped (a failing sink, a poisoned engine): every request in flight
+        was aborted (each told to :meth:`finished` first) and no pass will run again."""
 
     def cancelled(self, req: LiveRequest, metrics: Metrics | None) -> None:
         """``req`` was cancelled (after :meth:`finished`)."""

@@ -88,6 +88,14 @@ def rejection(prompt_len: int, max_tokens: int) -> ApiError:
                     "tokens.", param="input_tokens")
 
 
+def engine_failure(message: str) -> ApiError:
+    """A request its engine failed (its worker crashed or was removed under it): a 500
+    ``InternalServerError``, as vLLM answers a request whose engine died (``EngineDeadError``
+    is a ``VLLMServerError``: ``create_error_response``,
+    ``vllm/entrypoints/serve/exception_handling/error_response.py``, v0.32)."""
+    return ApiError(message, 500, "InternalServerError")
+
+
 def served_adapters(engine: Any) -> dict[str, int]:
     """The LoRA adapters a request's ``model`` may name, by name: ``engine.lora_modules``
     (an unnamed one is ``adapter-<id>``), none while ``engine.enable_lora`` is off."""

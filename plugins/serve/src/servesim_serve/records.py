@@ -26,7 +26,7 @@ class LiveRequest:
 
     __slots__ = ("rid", "prompt_len", "max_tokens", "thinking", "arrival", "times", "steps", "cached",
                  "reused", "admitted", "worker", "dp_rank", "done_ms", "cancelled", "rejected", "aborted",
-                 "push", "_waiter", "lora")
+                 "push", "_waiter", "lora", "error")
 
     def __init__(self, rid: int, prompt_len: int, max_tokens: int, thinking: int, arrival: float) -> None:
         self.rid = rid
@@ -48,6 +48,9 @@ class LiveRequest:
         self.push: Callable[[], bool] | None = None  # writes new tokens itself (streams.py)
         self._waiter: asyncio.Future[None] | None = None
         self.lora = 0  # the LoRA adapter id (0: the base model)
+        # Why the engine failed the request (its worker crashed or was removed under it: an
+        # elastic cluster, servesim_serve.elastic_driver); None otherwise. Set with rejected.
+        self.error: str | None = None
 
     @property
     def finished(self) -> bool:

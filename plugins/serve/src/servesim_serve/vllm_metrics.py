@@ -21,7 +21,8 @@ a request moves: it is counted on its prefill rank from its arrival (a reserve-f
 on its decode rank until its prefill is submitted), in KV transfer too (the prefill rank's
 blocks hold its KV), and on its decode rank from its destination's activation, where the
 decode scheduler takes it; each rank's running requests are again those on it less its
-scheduler's waiting ones, so the same sum holds.
+scheduler's waiting ones, so the same sum holds. Once the simulation has stopped, its aborted
+requests count finished (reason ``abort``) and every scheduler gauge reads 0 (:meth:`stopped`).
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ class EngineMetricsObserver(Observer):
         # LoRA requests not ended, by id, for vllm:lora_requests_info.
         self.lora_names: dict[int, str] | None = None
         self._lora_live: dict[int, LiveRequest] = {}
+        self._stopped = False  # the simulation stopped: the scheduler gauges read zero
+        self._cluster: Any = None  # an elastic cluster's driver (watch_cluster)
+        self._workers: Any = None  # its servesim:workers gauge
 
     def _engine(self, worker: int, dp_rank: int) -> str:
         return str(worker * self.dp_size + dp_rank)
@@ -73,6 +77,18 @@ class EngineMetricsObserver(Observer):
         self._engines = engines
         self._block_size = block_size
         self._home = home
+
+    def watch_cluster(self, cluster: Any) -> None:
+        """An elastic cluster: ``servesim:workers`` (a gauge labelled ``model_name``, ``pool``
+        and ``state``: starting, warmup, ready, draining, restarting, stopped) counts its
+        workers at each scrape; a worker whose engine is discarded reads 0 in the scheduler
+        gauges."""
+        from prometheus_client import Gauge
+
+        self._cluster = cluster
+        self._workers = Gauge("servesim:workers",
+                              "Workers of the served cluster by pool and lifecycle state.",
+                              ["model_name", "pool", "state"], registry=self.metrics.registry)
 
     def render(self) -> bytes:
         self.flush()
@@ -84,8 +100,20 @@ class EngineMetricsObserver(Observer):
         if not self._engines:
             return
         set_gauge = self.metrics.set_gauge
+        dead: Any = ()
+        if self._cluster is not None:
+            model = self.metrics.model_name
+            for pool, state, n in self._cluster.worker_counts():
+                self._workers.labels(model, pool, state).set(n)
+            dead = self._cluster.dead_workers()
+        if self._stopped:
+            self._zero_scheduler_state()
+            return
         in_flights = self._in_flight if self._home is None else self._split_in_flight()
         for w, engine in enumerate(self._engines):
+            if w in dead:  # its engine is discarded: nothing runs there
+                self._zero_worker(w, len(engine.ranks))
+                continue
             for dp, rank in enumerate(engine.ranks):
                 metrics = getattr(rank, "metrics", None)
                 m = metrics() if metrics is not None else None
@@ -101,6 +129,26 @@ class EngineMetricsObserver(Observer):
                 set_gauge("waiting_by_reason", label, m.waiting_requests, "capacity")
         if self.lora_names is not None:
             self._lora_state()
+
+    def stopped(self) -> None:
+        self._stopped = True
+
+    def _zero_scheduler_state(self) -> None:
+        """The simulation has stopped and its requests were aborted (counted finished with
+        reason ``abort``): nothing runs, waits or holds KV any more, whatever the engines,
+        no longer stepped, still hold."""
+        for w, engine in enumerate(self._engines):
+            self._zero_worker(w, len(engine.ranks))
+        if self.lora_names is not None:
+            self._lora_state()
+
+    def _zero_worker(self, w: int, ranks: int) -> None:
+        set_gauge = self.metrics.set_gauge
+        for dp in range(ranks):
+            label = self._engine(w, dp)
+            for key in ("running", "waiting", "used_tokens", "kv_usage"):
+                set_gauge(key, label, 0)
+            set_gauge("waiting_by_reason", label, 0, "capacity")
 
     def _lora_state(self) -> None:
         """``vllm:lora_requests_info`` now: the adapters with requests waiting (not yet
@@ -173,7 +221,7 @@ class EngineMetricsObserver(Observer):
             self._in_flight[label] -= 1
         self._moving.pop(req.rid, None)
         self._lora_live.pop(req.rid, None)
-        if req.rejected:
+        if req.rejected or req.worker < 0:  # refused, or never reached a rank
             return
         times = req.times
         end = times[-1] if times else req.arrival
@@ -184,4 +232,4 @@ class EngineMetricsObserver(Observer):
             prefill_s=max(first - admitted, 0.0) / 1000.0, decode_s=(end - first) / 1000.0,
             prompt_tokens=req.prompt_len, generation_tokens=len(times),
             cached_tokens=req.cached_tokens(), max_tokens=req.max_tokens,
-            finished_reason="abort" if req.cancelled else "length"))
+            finished_reason="abort" if req.cancelled or req.aborted else "length"))
