@@ -47,7 +47,7 @@ class PagedConfig:
 class _Seq:
     request: Request
     table: BlockTable  # empty until the request is admitted
-    computed: int = 0  # prompt tokens whose KV exists
+    computed: int = 0  # prompt tokens computed or cached, counting the pass in flight
     emitted: int = 0
 
 
