@@ -11,6 +11,7 @@ from servesim.cli.main import main
 from servesim.config.engine import EngineConfig
 from servesim.contract import Request, StoredBlocks
 from servesim.testing import check_rank_conformance, engine_maker, run_trace
+from servesim.timing import FixedTiming, FixedTimingConfig
 from servesim.tokens import Tokens
 from servesim_toy import PagedConfig, PagedToyRank
 
@@ -75,4 +76,46 @@ def test_a_replay_on_the_paged_toy_hits_the_prefix_cache(tmp_path: Path,
     assert report["completed"] == 40 and report["failed"] == 0
     # the second turn of each session finds its first turn's prompt cached on the worker the
     # KV router picks
-    assert (report["prefix_cache_hit_rate"], report["mean_ttft_ms"]) == (0.359983, 235.898063)
+    assert (report["prefix_cache_hit_rate"], report["mean_ttft_ms"]) == (0.359983, 236.914199)
+
+
+def test_a_pass_is_priced_from_its_shape() -> None:
+    """Decode contexts are the lengths before the pass (aisimulate-engine.md §6.3: after a
+    4-token prompt and one sampled token the next decode call is ``(1, 5, 5)``), prompt chunks
+    give the integer-division means, and a two-method model is priced through its default
+    ``predict_pass_ms``."""
+    calls: list[tuple[str, tuple[int, ...]]] = []
+
+    class Recording(FixedTiming):
+        def predict_prefill_ms(self, *args: int) -> float:
+            calls.append(("prefill", args))
+            return super().predict_prefill_ms(*args)
+
+        def predict_decode_ms(self, *args: int) -> float:
+            calls.append(("decode", args))
+            return super().predict_decode_ms(*args)
+
+    engine = engine_maker(PagedToyRank, config=EngineConfig(block_size=4, num_gpu_blocks=8),
+                          timing=Recording(FixedTimingConfig(prefill_ms=10.0, decode_ms=1.0)),
+                          backend_config=PagedConfig(max_num_batched_tokens=6))()
+    trace = run_trace(engine, [(0.0, Request(0, Tokens([1, 2, 3, 4]), 3)),
+                               (0.0, Request(1, Tokens(list(range(10, 16))), 2))])
+    # pass 0: request 0's 4 tokens and 2 of request 1's 6 under a 6-token budget; pass 1:
+    # request 0 decodes (context 5) and request 1's last 4 tokens take the remaining 5
+    assert calls == [("prefill", (2, 3, 0)), ("prefill", (1, 6, 2)), ("decode", (1, 5, 5, 32)),
+                     ("decode", (2, 13, 6, 32))]
+    assert trace.tokens == {0: [10.0, 21.0, 22.0], 1: [21.0, 22.0]}
+
+
+def test_the_paged_toy_drives_a_record_eviction_policy(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """``eviction_support`` names "records" too: make_block_pool gives a record policy its
+    record-keeping pool, which reads ``pool.now``."""
+    cfg = tmp_path / "lineage.yaml"
+    cfg.write_text("engine: {backend: toy_paged, num_gpu_blocks: 300, eviction_policy: lineage,"
+                   " toy_paged: {max_num_batched_tokens: 256}}\n"
+                   "workload: {synthetic: {num_requests: 40, turns_per_session: 2}}\n")
+    assert main(["run", str(cfg), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["completed"], report["failed"]) == (40, 0)
+    assert report["prefix_cache_hit_rate"] == 0.081968

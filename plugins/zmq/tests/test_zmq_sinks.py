@@ -13,7 +13,7 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from servesim.contract import ForwardPassMetrics, KvBlock, KvEvent, RemovedBlocks, StoredBlocks
-from servesim.sinks.base import SinkDeployment
+from servesim.sinks.base import SinkDeployment, SinkError, WorkerChange
 from servesim_zmq import ZmqFpmSink, ZmqFpmSinkConfig, ZmqKvEventSink, ZmqKvSinkConfig
 from wire_schema import AllBlocksCleared, BlockRemoved, BlockStored, decode_fpm, decode_kv  # noqa: E402
 
@@ -182,4 +182,65 @@ def test_bad_endpoints_are_config_errors_and_busy_ports_user_errors(free_ports: 
     with pytest.raises(UserError, match=f"zmq fpm sink .*cannot bind tcp://127.0.0.1:{base}"):
         sink.bind(SinkDeployment(num_workers=1, dp_size=1, block_size=4, backend="vllm"))
     holder.close(linger=0)
+    ctx.term()
+
+
+def test_a_worker_added_later_gets_its_sockets(free_ports: Any) -> None:
+    """An elastic replay tells the sinks of a worker it adds (``worker_changed``): its ranks
+    publish on the next port offsets; a removed worker's sockets stay until close."""
+    base = free_ports(12)
+    ctx = zmq.Context()
+    kv_sub, fpm_sub = _sub(ctx, base + 5), _sub(ctx, base + 6 + 4)  # worker 2, dp rank 1 / 0
+    kv = ZmqKvEventSink(ZmqKvSinkConfig(endpoint=f"tcp://127.0.0.1:{base}", wait_for_subscribers_s=0.0))
+    fpm = ZmqFpmSink(ZmqFpmSinkConfig(endpoint=f"tcp://127.0.0.1:{base + 6}"))
+    kv.bind(CTX)
+    fpm.bind(CTX)
+    with pytest.raises(SinkError, match="no socket for worker 2 dp rank 1"):
+        kv.publish(2, 400.0, [_stored(0, 1, None, 7)])
+    added = WorkerChange(2, 500.0, "added", "default", 2)
+    kv.worker_changed(added)
+    fpm.worker_changed(added)
+    kv.worker_changed(WorkerChange(0, 600.0, "removed", "default", 2))
+    kv.publish(0, 650.0, [_stored(0, 0, None, 9)])  # still bound until close
+    for sub in (kv_sub, fpm_sub):
+        sub.poll(500)  # let the subscribers reconnect to the new sockets
+    kv.publish(2, 750.0, [_stored(0, 1, None, 7)])
+    fpm.publish(2, 760.0, _fpm(0, 0, 10.0, 1))
+    kv.close()
+    fpm.close()
+    topic, seq, payload = _recv(kv_sub)
+    assert seq == (0).to_bytes(8, "big") and decode_kv(payload).events[0].block_hashes == [7]
+    assert decode_fpm(_recv(fpm_sub)[2]).worker_id == "2"
+    for s in (kv_sub, fpm_sub):
+        s.close(linger=0)
+    ctx.term()
+
+
+def test_an_elastic_replay_publishes_for_added_workers(free_ports: Any, tmp_path: Path) -> None:
+    """A planner adds a third worker at 5 ms: its passes reach the FPM subscriber on the third
+    port, one message per pass (the JSONL file's count) plus the end heartbeat."""
+    from servesim.config.loader import load_config
+    from servesim.replay.runner import simulate
+
+    kv_base, fpm_base = free_ports(3), free_ports(3)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 3 * i, "hash_ids": [i % 3, 10 + i],
+                                         "output_length": 6}) + "\n" for i in range(10)))
+    ctx = zmq.Context()
+    sub = _sub(ctx, fpm_base + 2)
+    sets = ["engine.block_size=4", f"workload.trace.path={json.dumps(str(trace))}",
+            "workload.trace.trace_block_size=4", "cluster.workers=2", "cluster.router=round_robin",
+            "planner={type: schedule, steps: [{at_s: 0.005, workers: 3}]}", "lifecycle={startup_s: 0}",
+            f'sinks.kv_events=[{{type: zmq, endpoint: "tcp://127.0.0.1:{kv_base}"}}]',
+            f'sinks.fpm=[{{type: zmq, endpoint: "tcp://127.0.0.1:{fpm_base}", '
+            f'wait_for_subscribers_s: 0.5}}, {{type: jsonl, path: "{tmp_path}/fpm.jsonl"}}]']
+    result = simulate(load_config(None, sets))
+    assert [(a["t_ms"], a["worker"]) for a in result.report["elastic"]["scaling"]] == [(5.0, 2)]
+    mine = [x for x in map(json.loads, (tmp_path / "fpm.jsonl").read_text().splitlines())
+            if x["worker_id"] == "2"]
+    assert mine
+    msgs = [decode_fpm(_recv(sub)[2]) for _ in range(len(mine) + 1)]
+    assert [m.counter_id for m in msgs] == list(range(len(mine) + 1))
+    assert {m.worker_id for m in msgs} == {"2"} and msgs[-1].wall_time == 0.0
+    sub.close(linger=0)
     ctx.term()

@@ -30,6 +30,7 @@ from servesim.replay.faults import FaultPlan
 from servesim.replay.lifecycle import ACTIVE, PoolRuntime, ScalingLog, WorkerRecord, WorkerState
 from servesim.replay.planning import Planner, PlannerDecision
 from servesim.replay.ready_router import ReadyRouter
+from servesim.sinks.base import WorkerChange, workers_changed
 from servesim.sinks.publish import publish
 
 # EXTERNAL event codes (the event's first argument; the second is a worker or request id).
@@ -230,12 +231,13 @@ class ElasticReplayer(Replayer):
             lst.append(v)  # type: ignore[attr-defined]
         self.records.append(WorkerRecord(w, pool, WorkerState.STARTING, now))
         self.scaling.add(now, rt.name, "add", w, reason)
+        self.tell_sinks(w, now, "added")
         self.begin_start(w, now)
         return w
 
     def begin_start(self, w: int, now: float) -> None:
         rec = self.records[w]
-        rec.state = WorkerState.STARTING
+        rec.enter(WorkerState.STARTING, now)
         rec.epoch += 1
         self.push_worker_event(now + self.lifecycle.startup_s * 1000.0, STARTED, w)
 
@@ -246,10 +248,10 @@ class ElasticReplayer(Replayer):
         rec.ready_ms = now
         warm = self.lifecycle.warmup
         if warm.duration_s > 0 and warm.factor != 1.0:
-            rec.state = WorkerState.WARMUP
+            rec.enter(WorkerState.WARMUP, now)
             self.push_worker_event(now + warm.duration_s * 1000.0, WARMED, w)
         else:
-            rec.state = WorkerState.READY
+            rec.enter(WorkerState.READY, now)
         self.rescale(w)
         self.update_ready(now)
         if self.faults is not None:
@@ -259,7 +261,7 @@ class ElasticReplayer(Replayer):
         rec = self.records[w]
         if rec.epoch & 0xFFFF != epoch or rec.state is not WorkerState.WARMUP:
             return
-        rec.state = WorkerState.READY
+        rec.enter(WorkerState.READY, now)
         self.rescale(w)
 
     def rescale(self, w: int) -> None:
@@ -279,7 +281,7 @@ class ElasticReplayer(Replayer):
         if rec.state in (WorkerState.STARTING, WorkerState.RESTARTING):
             self.stop(w, now)  # nothing to drain: it never served (or lost all in its crash)
             return
-        rec.state = WorkerState.DRAINING
+        rec.enter(WorkerState.DRAINING, now)
         self.update_ready(now)
         policy = self.lifecycle.drain
         if policy is DrainPolicy.IMMEDIATE:
@@ -312,11 +314,20 @@ class ElasticReplayer(Replayer):
 
     def stop(self, w: int, now: float) -> None:
         rec = self.records[w]
-        rec.state = WorkerState.STOPPED
+        rec.enter(WorkerState.STOPPED, now)
         rec.stopped_ms = now
         self.dead.add(w)
         self.clear_cache(w, now)
+        self.tell_sinks(w, now, "removed")
         self.update_ready(now)
+
+    def tell_sinks(self, w: int, now: float, change: str) -> None:
+        """Tell the sinks that worker ``w`` was added or removed (sinks.base.WorkerChange)."""
+        sinks = [*self.kv_sinks, *self.fpm_sinks]
+        if sinks:
+            rt = self.pools[self.records[w].pool]
+            dp_size = rt.factory.config.dp_size  # type: ignore[attr-defined]
+            workers_changed(sinks, WorkerChange(w, now, change, rt.name, dp_size))
 
     def discard_engine(self, w: int) -> None:
         """Drop worker ``w``'s engine: its in-flight pass never completes."""
@@ -348,7 +359,7 @@ class ElasticReplayer(Replayer):
             return False
         draining = rec.state is WorkerState.DRAINING
         rec.crashes += 1
-        rec.state = WorkerState.RESTARTING
+        rec.enter(WorkerState.RESTARTING, now)
         rec.epoch += 1
         self.discard_engine(w)
         self.update_ready(now)

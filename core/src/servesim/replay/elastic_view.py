@@ -185,7 +185,8 @@ class ElasticView:
             "workers": [{"worker": rec.worker, "pool": r.pools[rec.pool].name,
                          "added_ms": rec.added_ms, "ready_ms": rec.ready_ms,
                          "stopped_ms": rec.stopped_ms, "state": rec.state.value,
-                         "crashes": rec.crashes} for rec in r.records],
+                         "crashes": rec.crashes, "states": [list(h) for h in rec.history]}
+                        for rec in r.records],
             "requests": {"submitted": submitted, "completed": completed, "failed": failed,
                          "rejected": rejected, "retried": r.retried, "redirected": r.redirected},
         }

@@ -41,6 +41,17 @@ class WorkerRecord:
     # Bumped at every (re)start so that a start-up event of an earlier incarnation is ignored.
     epoch: int = 0
     crashes: int = 0
+    #: ``(t_ms, state)`` at the worker's addition and at every change of state since.
+    history: list[tuple[float, str]] = field(factory=list)
+
+    def __attrs_post_init__(self) -> None:
+        self.history.append((self.added_ms, self.state.value))
+
+    def enter(self, state: WorkerState, now: float) -> None:
+        """Move to ``state`` at ``now``, recording the change (none when already there)."""
+        if state is not self.state:
+            self.state = state
+            self.history.append((now, state.value))
 
 
 @frozen

@@ -13,7 +13,9 @@ their specs with :meth:`SinkContext.build_all` (servesim.sinks.compose holds the
 ``tee``, ``filter`` and ``sample``).
 A sink that needs to know the deployment (ports per dp rank, block size, backend) defines
 ``bind(context: SinkDeployment)``; the replay calls it once, after building the sinks and before
-the first publish. A sink with ``wants_token_times = True`` makes the replay record every
+the first publish. In an elastic replay, where workers come and go, a sink that defines
+``worker_changed(change: WorkerChange)`` is told each time one is added or removed. A sink
+with ``wants_token_times = True`` makes the replay record every
 token's time, and one with ``replay_done(log)`` gets the finished replay's
 :class:`~servesim.report.stats.RequestLog` before it is closed. One with ``abandon()`` is told,
 before it is closed, that the run failed or was interrupted, so that what it wrote is not the
@@ -126,6 +128,37 @@ def bind_sinks(sinks: Sequence[Any], context: SinkDeployment) -> None:
         bind = getattr(sink, "bind", None)
         if bind is not None:
             bind(context)
+
+
+@frozen
+class WorkerChange:
+    """A worker joining or leaving the cluster of an elastic replay (docs/elastic.md), told to
+    every sink that defines ``worker_changed(change)``.
+
+    ``change`` is ``"added"`` when a planner adds the worker (it is ``starting`` then and
+    publishes nothing until it serves) and ``"removed"`` when it stops (after its drain, or at
+    once; its ``AllBlocksCleared`` events are published just before). A crashed worker that
+    restarts keeps its id and is neither: its ``AllBlocksCleared`` says its cache is gone.
+    Workers present from the start are counted in :attr:`SinkDeployment.num_workers` and get
+    no ``added``."""
+
+    worker_id: int
+    at_ms: float
+    change: str
+    pool: str
+    dp_size: int
+
+
+def workers_changed(sinks: Sequence[Any], change: WorkerChange) -> None:
+    """Tell every sink with a ``worker_changed(change)`` method; a failure is a
+    :class:`SinkError` naming the sink and the simulated time."""
+    for sink in sinks:
+        told = getattr(sink, "worker_changed", None)
+        if told is not None:
+            try:
+                told(change)
+            except Exception as exc:
+                raise SinkError(f"sink {type(sink).__name__} failed at {change.at_ms} ms: {exc}") from exc
 
 
 def replay_done(sinks: Sequence[Any], log: Any) -> None:

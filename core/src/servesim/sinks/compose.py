@@ -37,9 +37,11 @@ from servesim.sinks.base import (
     SinkContext,
     SinkDeployment,
     SinkError,
+    WorkerChange,
     abandon_sinks,
     bind_sinks,
     replay_done,
+    workers_changed,
 )
 
 KV_EVENT_TYPES = {
@@ -168,6 +170,9 @@ class _Wrapping:
 
     def bind(self, context: SinkDeployment) -> None:
         bind_sinks(self.sinks, context)
+
+    def worker_changed(self, change: WorkerChange) -> None:
+        workers_changed(self.sinks, change)
 
     def replay_done(self, log: Any) -> None:
         replay_done(self.sinks, log)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from servesim.errors import UserError
 
+from servesim_plot import elastic as E
 from servesim_plot import series as S
 from servesim_plot.data import PlotData
 
@@ -55,6 +56,9 @@ def write_figures(data: PlotData, out_dir: str, compare: PlotData | None = None)
         balance = S.worker_balance(req)
         if len(balance.workers) > 1:
             paths.append(_save(balance_figure(balance), out_dir, "workers.png"))
+    elastic = E.elastic_series(data)
+    if elastic is not None:
+        paths.append(_save(elastic_figure(elastic), out_dir, "elastic.png"))
     return paths
 
 
@@ -178,4 +182,50 @@ def balance_figure(b: S.WorkerBalance) -> Figure:
     for ax in (ax_n, ax_hit):
         ax.set_xlabel("worker")
         ax.grid(alpha=0.3, axis="y")
+    return fig
+
+
+#: A colour per worker state (servesim_plot.elastic.STATES).
+STATE_COLORS = {"ready": "tab:green", "warmup": "tab:olive", "starting": "tab:orange",
+                "draining": "tab:purple", "restarting": "tab:red"}
+
+
+def elastic_figure(es: E.ElasticSeries) -> Figure:
+    """An elastic replay: each pool's workers stacked by state over simulated time, then (with
+    per-request times) the offered load and the p99 TTFT per interval, SLA dashed."""
+    import numpy as np
+
+    rows = len(es.pools) + (2 if es.arrivals_per_s is not None else 0)
+    fig = _figure(11, 1.0 + 2.3 * rows)
+    axes = list(fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0])
+    for ax, pool in zip(axes, es.pools, strict=False):
+        t = np.append(pool.t_ms, max(es.end_ms, float(pool.t_ms[-1]))) / 1000.0
+        base = np.zeros(len(t))
+        for state in E.STATES:
+            counts = pool.counts[state]
+            if counts.any():
+                top = base + np.append(counts, counts[-1])
+                ax.fill_between(t, base, top, step="post", color=STATE_COLORS[state], alpha=0.85,
+                                linewidth=0, label=state)
+                base = top
+        ax.set_ylabel(f"workers ({pool.name})")
+        ax.set_ylim(0, max(1.0, float(base.max())) * 1.15)
+    if es.arrivals_per_s is not None and es.p99_ttft_ms is not None:
+        ax_load, ax_ttft = axes[-2], axes[-1]
+        edges = np.append(es.starts_ms, es.starts_ms[-1] + es.interval_ms) / 1000.0
+        ax_load.stairs(es.arrivals_per_s, edges, color=COLORS[0], label="arrivals")
+        ax_load.set_ylabel("offered load (req/s)")
+        centres = (es.starts_ms + es.interval_ms / 2.0) / 1000.0
+        ax_ttft.plot(centres, es.p99_ttft_ms, "o-", color=COLORS[1], markersize=3,
+                     label="p99 TTFT of the interval's arrivals")
+        if es.sla_ttft_ms is not None:
+            ax_ttft.axhline(es.sla_ttft_ms, color="tab:red", linestyle="--", linewidth=1,
+                            label=f"SLA {es.sla_ttft_ms:g} ms")
+        ax_ttft.set_ylabel("p99 TTFT (ms)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper right")
+    axes[-1].set_xlabel(f"simulated time (s); intervals of {es.interval_ms / 1000.0:g} s")
+    fig.suptitle("Workers per pool against load and p99 TTFT")
     return fig

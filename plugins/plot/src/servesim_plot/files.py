@@ -31,6 +31,7 @@ from servesim.report.stats import percentile_key
 from servesim.workload.textlines import read_text_lines
 
 from servesim_plot.data import HANDOFF_KEYS, PlotData, RankPasses, RequestTable
+from servesim_plot.elastic import usable
 from servesim_plot.series import METRICS
 from servesim_plot.timeline import COLUMNS, TimelineRecorder
 
@@ -82,6 +83,9 @@ def _check_report(report: dict[str, Any], path: str) -> None:
     for key, value in (report.get("sla") or {}).items():
         if value is not None and not _is_number(value):
             raise InputFileError(f"'sla.{key}' must be a number, got {value!r}", file=path)
+    if "elastic" in report and not usable(report["elastic"]):
+        raise InputFileError("'elastic' must hold 'pools' (each with a 'name') and 'workers' (each "
+                             "with one of those pools and its 'states' as [t_ms, state] pairs)", file=path)
     cluster = (report.get("config") or {}).get("cluster") or {}
     if not isinstance(cluster, dict) or not isinstance(cluster.get("prefill_workers") or 0, int):
         raise InputFileError(f"'config.cluster' must be a mapping with an integer prefill_workers, "

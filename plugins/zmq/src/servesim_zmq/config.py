@@ -42,7 +42,8 @@ _non_negative = validators.and_(validators.instance_of((int, float)), validators
 class ZmqKvSinkConfig:
     """vLLM's ``--kv-events-config`` counterparts: ``endpoint``, ``topic``,
     ``replay_endpoint``, ``buffer_steps``; plus wall-clock ``wait_for_subscribers_s`` (after
-    binding, before the first batch) and ``linger_s`` (after the run, still answering replay
+    binding, before the first batch; in an elastic replay also after binding each added
+    worker's sockets) and ``linger_s`` (after the run, still answering replay
     requests). ``epoch_s`` is the batch ``ts`` of simulated time 0 (seconds; a live server sets
     its start time)."""
 

@@ -1,7 +1,8 @@
 """The ``zmq`` KV-event and FPM sinks.
 
 Both bind their sockets in :meth:`bind` (called once by the replay, or by a live server, with
-the deployment's :class:`~servesim.sinks.base.SinkDeployment`), then publish synchronously on every
+the deployment's :class:`~servesim.sinks.base.SinkDeployment`) and, in an elastic replay, those
+of each worker added later in ``worker_changed``, then publish synchronously on every
 :meth:`publish` call: in a replay as fast as the simulation runs, in a live server at the
 wall-clock moment it calls. One ``publish`` is one frame on the rank's socket, so a replay
 sends one ``KVEventBatch`` per rank per pass moment (the pass's end, or its start for
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from servesim.contract import ForwardPassMetrics, KvEvent
-from servesim.sinks.base import FpmSink, KvEventSink, SinkDeployment, SinkError
+from servesim.sinks.base import FpmSink, KvEventSink, SinkDeployment, SinkError, WorkerChange
 from servesim.sinks.fpm_schema import heartbeat
 
 from servesim_zmq.config import ZmqFpmSinkConfig, ZmqKvSinkConfig
@@ -29,27 +30,35 @@ class _Sockets:
         self.ctx: Any = None
         self.pubs: dict[tuple[int, int], Any] = {}
         self.dp_size = 1
+        self.spec: tuple[str, bytes, str | None, int] = ("", b"", None, 0)
         self.closed = False
 
     def open(self, context: SinkDeployment, endpoint: str, topic: bytes,
              replay_endpoint: str | None = None, buffer_steps: int = 0) -> None:
         import zmq
 
-        from servesim_zmq.config import offset_endpoint
-        from servesim_zmq.sockets import Publisher
-
         self.ctx = zmq.Context()
         self.dp_size = context.dp_size
+        self.spec = (endpoint, topic, replay_endpoint, buffer_steps)
         try:
             for w in range(context.num_workers):
-                for r in range(context.dp_size):
-                    off = w * context.dp_size + r
-                    replay = None if replay_endpoint is None else offset_endpoint(replay_endpoint, off)
-                    self.pubs[(w, r)] = Publisher(self.ctx, self.label, offset_endpoint(endpoint, off),
-                                                  topic, replay, buffer_steps)
+                self.add(w)
         except BaseException:
             self.close(0.0)
             raise
+
+    def add(self, w: int) -> None:
+        """Bind worker ``w``'s sockets, one per dp rank at port offset ``w * dp_size + rank``
+        (at ``bind`` for the initial workers, later for a worker an elastic replay adds)."""
+        from servesim_zmq.config import offset_endpoint
+        from servesim_zmq.sockets import Publisher
+
+        endpoint, topic, replay_endpoint, buffer_steps = self.spec
+        for r in range(self.dp_size):
+            off = w * self.dp_size + r
+            replay = None if replay_endpoint is None else offset_endpoint(replay_endpoint, off)
+            self.pubs[(w, r)] = Publisher(self.ctx, self.label, offset_endpoint(endpoint, off),
+                                          topic, replay, buffer_steps)
 
     def get(self, w: int, r: int) -> Any:
         if self.closed:
@@ -93,6 +102,15 @@ class ZmqKvEventSink(KvEventSink):
         if c.wait_for_subscribers_s:
             time.sleep(c.wait_for_subscribers_s)
 
+    def worker_changed(self, change: WorkerChange) -> None:
+        """An elastic replay added a worker: bind its sockets and wait
+        ``wait_for_subscribers_s``, as :meth:`bind` does. A removed worker's sockets stay bound
+        (and answer replay requests) until the sink closes."""
+        if change.change == "added":
+            self._sockets.add(change.worker_id)
+            if self.config.wait_for_subscribers_s:
+                time.sleep(self.config.wait_for_subscribers_s)
+
     def publish(self, worker_id: int, at_ms: float, events: Sequence[KvEvent]) -> None:
         if not events:
             return
@@ -127,6 +145,14 @@ class ZmqFpmSink(FpmSink):
         self._sockets.open(context, self.config.endpoint, b"")
         if self.config.wait_for_subscribers_s:
             time.sleep(self.config.wait_for_subscribers_s)
+
+    def worker_changed(self, change: WorkerChange) -> None:
+        """As :meth:`ZmqKvEventSink.worker_changed`; a removed worker's ranks get their end
+        heartbeat when the sink closes, as every rank's."""
+        if change.change == "added":
+            self._sockets.add(change.worker_id)
+            if self.config.wait_for_subscribers_s:
+                time.sleep(self.config.wait_for_subscribers_s)
 
     def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
         key = (worker_id, metrics.dp_rank)
