@@ -19,7 +19,9 @@ with no Dynamo installed.
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from attrs import field, frozen
@@ -54,7 +56,8 @@ class DynamoPlannerConfig:
     ``pool`` the agg pool (default: the only pool, else ``decode``); ``prefill_pool`` and
     ``decode_pool`` for disagg; ``capabilities`` / ``prefill_capabilities`` per role;
     ``dp_size`` the workers' DP ranks; ``recorded`` a file of recorded decisions to replay
-    instead of Dynamo's planner."""
+    instead of Dynamo's planner; ``record_to`` a file to write each tick's payload and
+    decision to after the replay (the form ``recorded`` reads)."""
 
     planner_config: dict[str, Any] = field(factory=dict)
     pool: str | None = None
@@ -64,6 +67,7 @@ class DynamoPlannerConfig:
     prefill_capabilities: Capabilities | None = None
     dp_size: int = 1
     recorded: str | None = None
+    record_to: str | None = None
 
 
 def _caps(c: Capabilities) -> Any:
@@ -154,8 +158,12 @@ class DynamoPlanner(Planner):
             self.adapter: Any = RecordedAdapter.load(cfg.recorded)
         else:
             self.adapter = dynamo_adapter(cfg, pc)
+            # The adapter owns an event loop: close it with the planner even when no
+            # finish() comes (an aborted replay, a planner driven by the check kit).
+            weakref.finalize(self, self.adapter.close)
         self.payload = TickPayload(self.disagg, cfg.dp_size)
         self.due_ms: float | None = float(self.adapter.initial_tick_ms())
+        self.initial_ms = self.due_ms
         self.ticks: list[dict[str, Any]] = []
 
     def _pools(self, snapshot: PlannerSnapshot) -> tuple[PoolSnapshot | None, PoolSnapshot]:
@@ -190,6 +198,9 @@ class DynamoPlanner(Planner):
         events = [{"at_s": e.at_s, "component": e.component, "from_count": e.from_count,
                    "to_count": e.to_count, "reason": e.reason} for e in details.scaling_events]
         out: dict[str, Any] = {"ticks": details.total_ticks, "scaling_events": events}
+        if self.config.record_to is not None:
+            Path(self.config.record_to).write_text(json.dumps(
+                {"initial_tick_ms": self.initial_ms, "ticks": self.ticks}, indent=1) + "\n")
         mismatches = getattr(self.adapter, "mismatches", None)
         if mismatches is not None:
             out["input_mismatches"] = list(mismatches)
