@@ -33,7 +33,8 @@ DISTRIBUTION = "servesim-dynamo-planner"
 INSTALL_HINT = (
     "pip install 'ai-dynamo-runtime==1.6.1' && pip install --no-deps 'ai-dynamo==1.6.1' && "
     "pip install numpy msgspec pydantic scikit-learn kubernetes plotly prometheus-client "
-    "prometheus-api-client pmdarima filterpy prophet aiconfigurator-core==0.12.0")
+    "prometheus-api-client pmdarima filterpy prophet aiconfigurator-core==0.12.0, and "
+    "aisimulate_core (docs/elastic.md, \"The dynamo planner\")")
 
 
 @frozen(kw_only=True)

@@ -16,7 +16,6 @@ from typing import Any
 from attrs import define, field
 
 
-
 @define
 class RecordedEvent:
     at_s: float
