@@ -246,3 +246,17 @@ def test_the_recorded_run_matches_the_reference_tick_by_tick():
             and same_fpms(a["input"]["decode_fpm_snapshots"], b["input"]["decode_fpm_snapshots"])
             for a, b in zip(ours, ref, strict=True)]
     assert same[:11] == [True] * 11 and not same[11]
+
+
+def test_the_docs_example_configures_the_planner(tmp_path):
+    doc = (GOLDEN.parents[2] / "docs" / "elastic.md").read_text()
+    blocks = [b.split("```")[0] for b in doc.split("```yaml\n")[1:]]
+    block = next(b for b in blocks if "type: dynamo" in b)
+    path = tmp_path / "sim.yaml"
+    path.write_text("engine: {backend: vllm}\nworkload: {synthetic: {num_requests: 4, rate: 1.0}}\n"
+                    + block)
+    spec = load_config(str(path)).planner_spec
+    assert spec.name == "dynamo" and spec.interval_s == 5
+    assert spec.config.planner_config["load_adjustment_interval_seconds"] == 5
+    assert spec.config.capabilities == Capabilities(num_gpu=1, max_num_batched_tokens=4096,
+                                                    max_num_seqs=64, max_kv_tokens=65536)
