@@ -260,3 +260,16 @@ def test_the_docs_example_configures_the_planner(tmp_path):
     assert spec.config.planner_config["load_adjustment_interval_seconds"] == 5
     assert spec.config.capabilities == Capabilities(num_gpu=1, max_num_batched_tokens=4096,
                                                     max_num_seqs=64, max_kv_tokens=65536)
+
+
+def test_a_disagg_payload_reports_each_role_from_its_pool():
+    pay = TickPayload(disagg=True)
+    pre = pool([(0, "ready", 0.0)], [(fpm(0, queued=300), 4900.0)], starting=(3,))
+    dec = pool([(1, "ready", 0.0), (2, "draining", 0.0)], [(fpm(1), 4950.0)])
+    pay.observe(pre, dec, TrafficWindow(), 5000.0)
+    out = pay.build(pre, dec, 5000.0)
+    assert (out["active_prefill_ids"], out["starting_prefill_ids"]) == ([0], [3])
+    assert (out["active_decode_ids"], out["draining_decode_ids"]) == ([1], [2])
+    assert (out["non_draining_prefill_count"], out["total_decode_count"]) == (2, 2)
+    assert [f["sum_queued_prefill_tokens"] for f in out["prefill_fpm_snapshots"]] == [300]
+    assert [f["worker_id"] for f in out["decode_fpm_snapshots"]] == [1]
