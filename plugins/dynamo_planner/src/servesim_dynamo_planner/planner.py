@@ -180,7 +180,8 @@ class DynamoPlanner(Planner):
             return PlannerDecision(next_tick_ms=self.due_ms)
         payload = self.payload.build(prefill, decode, snapshot.now_ms)
         decision = self.adapter.on_tick(payload)
-        self.ticks.append({"input": payload, "decision": dict(decision)})
+        if self.config.record_to is not None:
+            self.ticks.append({"input": payload, "decision": dict(decision)})
         nxt = decision.get("next_tick_ms")
         self.due_ms = float(nxt) if nxt is not None else None
         targets: dict[str, int] = {}
