@@ -3,6 +3,7 @@ deliberately broken implementations."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
@@ -347,6 +348,8 @@ def test_planner_kit_passes_builtins() -> None:
     planners = Plugins().planners()
     assert {"schedule", "static"} <= set(planners.names())
     for name in planners.names():
+        if name == "dynamo" and importlib.util.find_spec("dynamo") is None:
+            continue  # Dynamo's planner is optional; its plugin's tests run the kit on recorded decisions
         assert check_planner(planners.get(name)).ok, name
 
 

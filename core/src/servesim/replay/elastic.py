@@ -495,7 +495,7 @@ class ElasticReplayer(Replayer):
 
     def publish_fpm(self, w: int, now: float, start: float, fpm: ForwardPassMetrics,
                     occupancy: Any = None) -> None:
-        self.view.pass_metrics(w, fpm, occupancy)
+        self.view.pass_metrics(w, fpm, occupancy, now)
         super().publish_fpm(w, now, start, fpm, occupancy)
 
     # -- the report ------------------------------------------------------------------

@@ -33,6 +33,7 @@ class ElasticView:
         self.osl = 0
         self.done: list[int] = []
         self.fpm: dict[int, list[ForwardPassMetrics]] = {}
+        self.fpm_end: dict[int, list[float]] = {}
         self.occupancy: dict[tuple[int, int], Any] = {}
         # Per worker, the window's peak KV use and queue length over its passes' ranks.
         self.peak: dict[int, tuple[float, int]] = {}
@@ -49,10 +50,12 @@ class ElasticView:
         if self.r.planner is not None:
             self.done.append(rid)
 
-    def pass_metrics(self, w: int, fpm: ForwardPassMetrics, occupancy: Any) -> None:
+    def pass_metrics(self, w: int, fpm: ForwardPassMetrics, occupancy: Any, now: float) -> None:
         if self.r.planner is None:
             return
-        self.fpm.setdefault(self.r.records[w].pool, []).append(fpm)
+        pool = self.r.records[w].pool
+        self.fpm.setdefault(pool, []).append(fpm)
+        self.fpm_end.setdefault(pool, []).append(now)
         if occupancy is not None:
             self.occupancy[(w, occupancy.dp_rank)] = occupancy
             kv, queue = self.peak.get(w, (0.0, 0))
@@ -110,7 +113,8 @@ class ElasticView:
                                 usage.append(occ.cache_usage)
                     peak_kv, peak_queue = self.peak.get(rec.worker, (kv_w, queue_w))
                     workers.append(WorkerSnapshot(rec.worker, rec.state.value, kv_w, queue_w,
-                                                  max(peak_kv, kv_w), max(peak_queue, queue_w)))
+                                                  max(peak_kv, kv_w), max(peak_queue, queue_w),
+                                                  rec.ready_ms))
                 i = slot_of.get(rec.worker)
                 if i is not None:
                     base = i * state.dp_size
@@ -132,6 +136,9 @@ class ElasticView:
                 output_tokens_per_s=out_tokens / window_s,
                 request_throughput=len(done) / window_s,
                 passes=tuple(self.fpm.get(p, ())), workers=tuple(workers),
+                pass_end_ms=tuple(self.fpm_end.get(p, ())),
+                starting_ids=tuple(rec.worker for rec in r.records if rec.pool == p and rec.state
+                                   in (WorkerState.STARTING, WorkerState.RESTARTING)),
             ))
         n = self.arrivals
         traffic = TrafficWindow(n, self.isl / n if n else 0.0, self.osl / n if n else 0.0)
@@ -140,6 +147,7 @@ class ElasticView:
         self.arrivals = self.isl = self.osl = 0
         self.done = []
         self.fpm = {}
+        self.fpm_end = {}
         self.peak = {}
         return snap
 

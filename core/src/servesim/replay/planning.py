@@ -41,7 +41,8 @@ class Percentiles:
 class WorkerSnapshot:
     """One serving worker (ready, warming up or draining) at a tick: ``kv_utilization`` and
     ``queue_length`` (waiting requests) at its last pass, and their peaks over the passes
-    that ended since the last tick (the last values when none did)."""
+    that ended since the last tick (the last values when none did); ``ready_ms`` is its last
+    start of service."""
 
     worker: int
     state: str
@@ -49,6 +50,7 @@ class WorkerSnapshot:
     queue_length: int
     peak_kv_utilization: float
     peak_queue_length: int
+    ready_ms: float = -1.0
 
 
 @frozen
@@ -76,6 +78,10 @@ class PoolSnapshot:
     request_throughput: float
     passes: tuple[ForwardPassMetrics, ...] = ()
     workers: tuple[WorkerSnapshot, ...] = ()
+    #: When each of ``passes`` ended (ms; empty when not recorded).
+    pass_end_ms: tuple[float, ...] = ()
+    #: Ids of the workers still starting (or restarting).
+    starting_ids: tuple[int, ...] = ()
 
     @property
     def active(self) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 from servesim.contract import KvBlock, KvEvent, Request, StoredBlocks
 from servesim.replay.cluster import ClusterState
-from servesim.replay.routers import KvIndex, Router
+from servesim.replay.routers import KvIndex, RoundRobinRouter, Router
 
 
 class ReadyRouter(Router):
@@ -42,6 +42,8 @@ class ReadyRouter(Router):
         # driver sets it.
         self.prefilled: Any = lambda rid: False
         self.last_hashes: Sequence[int] = ()
+        # The worker the last request went to (None: none yet).
+        self.last_choice: int | None = None
         self.set_ready(ready)
 
     @property
@@ -79,6 +81,10 @@ class ReadyRouter(Router):
                 self.record(inner, req, i, dp, hashes)
                 if self.prefilled(rid):
                     self.state.prefill_done(rid)
+        if isinstance(inner, RoundRobinRouter) and self.last_choice is not None:
+            # Round robin goes on after the worker it chose last, as Dynamo's replay does
+            # when a worker joins or leaves (checked against ai-dynamo 1.6.1's replay).
+            inner.start_at(sum(1 for w in ready if w <= self.last_choice))
 
     def record(self, inner: Router, req: Request, i: int, dp: int, hashes: Sequence[int]) -> None:
         """Tell ``inner`` a request sits on its slot ``(i, dp)`` (its select, then routed)."""
@@ -102,6 +108,7 @@ class ReadyRouter(Router):
             raise RuntimeError("no ready worker to route to")
         i, dp = self.inner.select(request, block_hashes, self.state)
         self.last_hashes = block_hashes
+        self.last_choice = self.ready[i]
         return self.ready[i], dp
 
     def routed(self, request: Request, worker: int, dp_rank: int, state: Any) -> None:

@@ -92,6 +92,10 @@ class RoundRobinRouter(Router):
         self._next = (k + 1) % (self.num_workers * self.dp_size)
         return k % self.num_workers, k // self.num_workers
 
+    def start_at(self, slot: int) -> None:
+        """The next request goes to worker ``slot`` (modulo the workers), DP rank 0."""
+        self._next = slot % self.num_workers
+
     def exclusion_margins(
         self, worker: int, arrivals: Iterable[tuple[TokenSeq, Sequence[int]]], state: ClusterState
     ) -> Iterator[float]:
