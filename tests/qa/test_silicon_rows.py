@@ -115,3 +115,13 @@ def test_batch_waiting_delays_the_first_token_not_the_decode():
     row = rows_mod.parse(RAW[BATCH_WAIT_ROW])
     assert silicon._replay(row, None) == pytest.approx((306.225788, 13.434928), rel=1e-9)
     assert silicon._replay(row, None, launch=False) == pytest.approx((66.59063, 13.434078), rel=1e-9)
+
+
+def test_vllm_rows_from_0_14_overlap_cpu_with_gpu():
+    """vLLM 0.14+ schedules asynchronously by default: the ``overhead`` model's CPU terms hide
+    under the GPU pass (the row ran 0.19.0); the same row as a 0.12 server pays them."""
+    row = rows_mod.parse(RAW["kimik2_5_b300_vllm_fp4_agg_1024x1024_c4_cfg813"])
+    assert rows_mod.sim_config(row, "c.yaml", {"type": "overhead"})["engine"]["timing_model"]["engine_version"] == "0.19.0"
+    assert silicon._replay(row, {"type": "overhead"}) == pytest.approx((62.381807, 11.418964), rel=1e-9)
+    assert silicon._replay(row, {"type": "overhead", "engine_version": "0.12.0"}) == pytest.approx(
+        (63.569807, 12.605691), rel=1e-9)
