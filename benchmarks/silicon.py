@@ -50,7 +50,8 @@ def _replay(row: silicon_rows.Row, timing: dict[str, Any] | None,
         run = os.path.join(tmp, "run.yaml")
         Path(client).write_text(yaml.safe_dump(silicon_rows.client_options(row)))
         for kv_fallback in (False, True):
-            Path(run).write_text(yaml.safe_dump(silicon_rows.sim_config(row, client, timing, launch, kv_fallback)))
+            cfg = silicon_rows.sim_config(row, client, timing, launch, kv_fallback)
+            Path(run).write_text(yaml.safe_dump(cfg))
             try:
                 report = simulate(load_config(run)).report
             except (SimError, ValueError) as exc:

@@ -281,14 +281,17 @@ def sim_config(row: Row, client_path: str, timing: dict[str, Any] | None = None,
     workload = {"trace": {"format": "bench_client", "path": client_path}, "concurrency": row.concurrency}
     if row.mode == "agg":
         role = row.roles["agg"]
-        return {"engine": _engine(row, role, timing, launch, kv_fallback), "cluster": {"workers": role.workers},
-                "workload": workload}
+        return {"engine": _engine(row, role, timing, launch, kv_fallback),
+                "cluster": {"workers": role.workers}, "workload": workload}
+    import silicon_kv
+
     pre, dec = row.roles["prefill"], row.roles["decode"]
-    base = _engine(row, pre, timing, launch, kv_fallback)
+    link = silicon_kv.transfer_options(row, row.precision in FP8_KV_PRECISIONS)
+    base = {**_engine(row, pre, timing, launch, kv_fallback), **link}
     return {
         "engine": base,
         "cluster": {"prefill_workers": pre.workers, "decode_workers": dec.workers,
                     "prefill_engine": {},
-                    "decode_engine": _engine(row, dec, timing, launch, kv_fallback)},
+                    "decode_engine": {**_engine(row, dec, timing, launch, kv_fallback), **link}},
         "workload": workload,
     }

@@ -121,7 +121,22 @@ def test_vllm_rows_from_0_14_overlap_cpu_with_gpu():
     """vLLM 0.14+ schedules asynchronously by default: the ``overhead`` model's CPU terms hide
     under the GPU pass (the row ran 0.19.0); the same row as a 0.12 server pays them."""
     row = rows_mod.parse(RAW["kimik2_5_b300_vllm_fp4_agg_1024x1024_c4_cfg813"])
-    assert rows_mod.sim_config(row, "c.yaml", {"type": "overhead"})["engine"]["timing_model"]["engine_version"] == "0.19.0"
+    timing = rows_mod.sim_config(row, "c.yaml", {"type": "overhead"})["engine"]["timing_model"]
+    assert timing["engine_version"] == "0.19.0"
     assert silicon._replay(row, {"type": "overhead"}) == pytest.approx((62.381807, 11.418964), rel=1e-9)
     assert silicon._replay(row, {"type": "overhead", "engine_version": "0.12.0"}) == pytest.approx(
         (63.569807, 12.605691), rel=1e-9)
+
+
+def test_disagg_handoff_is_priced_on_the_system_links():
+    """Kimi-K2.5 (MLA: 61 layers x 576 values, one byte in fp8) on GB200's 900 GB/s NVLink."""
+    row = rows_mod.parse(RAW["kimik2_5_gb200_trtllm_fp4_disagg_1024x1024_c4_cfg759"])
+    cfg = rows_mod.sim_config(row, "c.yaml")
+    for engine in (cfg["engine"], cfg["cluster"]["decode_engine"]):
+        assert (engine["kv_bytes_per_token"], engine["kv_transfer_bandwidth"]) == (61 * 576, 900.0)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import silicon_kv
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert (silicon_kv.link_gb_s("h100_sxm"), silicon_kv.link_gb_s("b200_sxm")) == (50.0, 100.0)

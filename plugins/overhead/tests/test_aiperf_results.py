@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from servesim.cli.main import main
 from servesim.errors import UserError
 from servesim_overhead.results import read
@@ -33,9 +32,9 @@ def _write(tmp_path, name, obj):
 
 def test_aggregate_export_gives_the_closed_loop_load_and_the_means(tmp_path):
     (r,) = read(_write(tmp_path, "profile_export_aiperf.json", _export()), {})
-    assert r.client == {"client": "vllm", "random_range_ratio": 0.0, "ignore_eos": True, "random_input_len": 512,
-                        "random_output_len": 64, "seed": 7, "max_concurrency": 4, "num_prompts": 20,
-                        "request_rate": "inf"}
+    assert r.client == {"client": "vllm", "random_range_ratio": 0.0, "ignore_eos": True,
+                        "random_input_len": 512, "random_output_len": 64, "seed": 7, "max_concurrency": 4,
+                        "num_prompts": 20, "request_rate": "inf"}
     assert (r.measured_ttft_ms, r.measured_tpot_ms, r.lengths) == (41.5, 7.25, None)
 
 
@@ -78,11 +77,12 @@ def test_fit_overhead_reads_aiperf_exports(tmp_path, capsys):
     sim.write_text("engine:\n  backend: vllm\n  num_gpu_blocks: 4000\n"
                    "  timing_model: {type: overhead, inner: {type: polynomial}, cuda_graph_padding: false}\n")
     paths = []
-    for i, (c, itl) in enumerate(((2, 9.0), (4, 10.5), (8, 12.0))):
+    for c, itl in ((2, 9.0), (4, 10.5), (8, 12.0)):
         run = tmp_path / f"c{c}"
         run.mkdir()
-        paths.append(_write(run, "profile_export_aiperf.json",
-                            _export(isl=256, osl=16, loadgen={"concurrency": c, "request_count": 4 * c}, itl=itl)))
+        load = {"concurrency": c, "request_count": 4 * c}
+        export = _export(isl=256, osl=16, loadgen=load, itl=itl)
+        paths.append(_write(run, "profile_export_aiperf.json", export))
     assert main(["fit-overhead", str(sim), *paths]) == 0
     out = capsys.readouterr().out
     assert out.count("profile_export_aiperf.json") == 3 and "held out  TPOT" in out

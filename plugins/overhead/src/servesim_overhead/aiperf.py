@@ -86,8 +86,8 @@ def client(rec: dict[str, Any], defaults: dict[str, Any], where: str, lengths: b
         out["random_output_len"] = int(osl)
     spread = [_get(cfg, "input", "prompt", k, "stddev") or 0 for k in ("input_tokens", "output_tokens")]
     if any(spread) and not lengths:
-        raise UserError(f"{where}: AIPerf drew lengths with a standard deviation; put its {RECORDS} beside it "
-                        "to replay each request's lengths")
+        raise UserError(f"{where}: AIPerf drew lengths with a standard deviation; put its {RECORDS} "
+                        "beside it to replay each request's lengths")
     seed = _get(cfg, "input", "random_seed")
     if seed is not None:
         out["seed"] = int(seed)
@@ -112,8 +112,11 @@ def client(rec: dict[str, Any], defaults: dict[str, Any], where: str, lengths: b
     return out
 
 
+Lengths = tuple[tuple[int, int], ...]
+
+
 def read(path: str, rec: dict[str, Any], defaults: dict[str, Any]) -> tuple[dict[str, Any], float, float,
-                                                                            tuple[tuple[int, int], ...] | None]:
+                                                                            Lengths | None]:
     """(client options, measured mean TTFT, measured mean TPOT, per-request lengths or None)."""
     ttft = _avg(rec, "time_to_first_token", path)
     tpot = _avg(rec, "inter_token_latency", path)
