@@ -221,9 +221,6 @@ def _timing(row: Row, role: Role, timing: dict[str, Any] | None) -> dict[str, An
     aic["gpu_memory_utilization"] = GPU_MEMORY_FRACTION.get(row.backend, 0.9)
     if timing is None:
         return aic
-    if timing.get("type") == "overhead" and row.version and "engine_version" not in timing:
-        # the terms whose defaults changed between releases follow the row's release
-        return {**timing, "engine_version": row.version, "inner": aic}
     return {**timing, "inner": aic}
 
 

@@ -93,21 +93,3 @@ def test_same_config_same_report():
     a = simulate(load_config(None, sets)).report
     b = simulate(load_config(None, sets)).report
     assert a == b and a["mean_tpot_ms"] > 0
-
-
-def test_vllm_overlaps_cpu_and_gpu_from_the_release_with_async_scheduling_on_by_default():
-    from servesim_overhead.defaults import for_backend
-
-    assert not for_backend("vllm").overlap and not for_backend("vllm", "0.12.0").overlap
-    assert for_backend("vllm", "0.14.0").overlap and for_backend("vllm", "v0.19.1").overlap
-    assert not for_backend("vllm", "").overlap and not for_backend("vllm", "main").overlap
-    assert for_backend("trtllm", "1.0.0rc3") == for_backend("trtllm")
-    serial, engine = _timing("{type: overhead, inner: {type: polynomial}, step_ms: 3, per_request_ms: 0, "
-                             "cuda_graph_padding: false, mixed: sum, engine_version: '0.12.0'}")
-    overlapped, _ = _timing("{type: overhead, inner: {type: polynomial}, step_ms: 3, per_request_ms: 0, "
-                            "cuda_graph_padding: false, mixed: sum, engine_version: '0.16.0'}")
-    bare, _ = _timing(BARE)
-    decode = [700, 900, 1200]
-    gpu = _price(bare, engine, [], decode)
-    assert _price(serial, engine, [], decode) == pytest.approx(gpu + 3.0)
-    assert _price(overlapped, engine, [], decode) == pytest.approx(max(gpu, 3.0))

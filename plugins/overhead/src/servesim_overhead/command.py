@@ -74,10 +74,8 @@ def fit_overhead(args: argparse.Namespace) -> int:
         raise UserError("fit-overhead needs at least two results (half to fit, half to check)")
     loaded = load_config(args.config, args.sets)
     cfg = loaded.sim.engine
-    tcfg = loaded.engine.timing_config if loaded.engine.timing_type == "overhead" else None
-    overlap = tcfg.overlap if tcfg is not None else None
-    version = tcfg.engine_version if tcfg is not None else None
-    overlap = defaults.for_backend(cfg.backend, version).overlap if overlap is None else overlap
+    overlap = loaded.engine.timing_config.overlap if loaded.engine.timing_type == "overhead" else None
+    overlap = defaults.for_backend(cfg.backend).overlap if overlap is None else overlap
     zero = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in results:

@@ -52,6 +52,3 @@ class OverheadTimingConfig:
     mixed: str | None = field(default=None, validator=[validators.optional(validators.instance_of(str)), _mixed])
     num_layers: int | None = field(default=None, validator=[validators.optional(validators.instance_of(int)),
                                                              _layers])
-    # The engine release the unset terms default for (servesim_overhead.defaults.for_backend).
-    engine_version: str | None = field(default=None,
-                                       validator=validators.optional(validators.instance_of(str)))

@@ -9,13 +9,9 @@ per-step CPU constants cannot be read from source and were fitted (see FITTED be
   ``event_loop_overlap``; ``--disable-overlap-schedule`` turns it off); so does TRT-LLM's
   PyTorch executor (``tensorrt_llm/_torch/pyexecutor/py_executor.py``,
   ``_executor_loop_overlap``, on unless ``disable_overlap_scheduler``). vLLM's V1 engine runs
-  them one after the other unless async scheduling is on (``vllm/config/scheduler.py``,
-  ``async_scheduling``; ``vllm/v1/engine/core.py`` ``step`` vs ``step_with_batch_queue``).
-  Up to vLLM 0.13 that took ``--async-scheduling``; from 0.14 (vLLM PR #27614) the default
-  ``None`` turns it on unless an option is incompatible (``VllmConfig.__post_init__``, vLLM
-  0.32: pooling models, non-EAGLE speculative decoding, pipeline parallelism on the V1
-  runner). So ``overlap`` defaults off for vLLM, and on where ``engine_version`` names a
-  vLLM release from 0.14 (:func:`for_backend`).
+  them one after the other unless ``--async-scheduling`` is set
+  (``vllm/config/scheduler.py``, ``async_scheduling``; ``vllm/v1/engine/core.py``
+  ``step`` vs ``step_with_batch_queue``), which the benchmark servers did not set.
 * ``cuda_graph_padding``: decode batches are padded to a captured size in vLLM and SGLang,
   not in TRT-LLM (:mod:`servesim_overhead.cuda_graphs`).
 * ``mixed``: a pass with prefill chunks and decode requests is one forward pass in all three
@@ -26,7 +22,7 @@ per-step CPU constants cannot be read from source and were fitted (see FITTED be
 
 from __future__ import annotations
 
-from attrs import evolve, frozen
+from attrs import frozen
 
 
 @frozen
@@ -57,24 +53,5 @@ GENERIC = BackendDefaults(step_ms=0.0, per_request_ms=0.0, prefill_ms_per_layer=
                           cuda_graph_padding=False, mixed="sum")
 
 
-# The first vLLM release whose async scheduling is on by default (see the module docs).
-VLLM_ASYNC_DEFAULT = (0, 14)
-
-
-def _release(version: str | None) -> tuple[int, ...] | None:
-    """``"0.16.0"`` -> ``(0, 16)``; None for no or an unreadable version."""
-    parts = (version or "").lstrip("v").split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None
-
-
-def for_backend(backend: str, version: str | None = None) -> BackendDefaults:
-    """The backend's defaults; ``version`` (the engine release, e.g. ``"0.16.0"``) selects
-    those that changed between releases."""
-    d = DEFAULTS.get(backend, GENERIC)
-    release = _release(version)
-    if backend == "vllm" and release is not None and release >= VLLM_ASYNC_DEFAULT:
-        d = evolve(d, overlap=True)
-    return d
+def for_backend(backend: str) -> BackendDefaults:
+    return DEFAULTS.get(backend, GENERIC)

@@ -18,8 +18,7 @@ A pass lasts ``gpu + cpu`` (or ``max(gpu, cpu)`` where the engine overlaps the t
   times the model's layers in a pass with prefill chunks (kernels launched outside CUDA
   graphs).
 
-Unset terms take the backend's defaults (:mod:`servesim_overhead.defaults`), for the
-engine release ``engine_version`` names where a default changed between releases.
+Unset terms take the backend's defaults (:mod:`servesim_overhead.defaults`).
 """
 
 from __future__ import annotations
@@ -78,7 +77,7 @@ class OverheadTiming(TimingModel):
             self.inner = cls.for_engine(inner_cfg, engine)
         except (ValueError, TypeError) as exc:
             raise ConfigError(str(exc).splitlines()[0], path=_PATH) from None
-        d = defaults.for_backend(engine.backend, config.engine_version)
+        d = defaults.for_backend(engine.backend)
 
         def pick(name: str) -> Any:
             value = getattr(config, name)
