@@ -49,11 +49,19 @@ def _replay(row: silicon_rows.Row, timing: dict[str, Any] | None,
         client = os.path.join(tmp, "client.yaml")
         run = os.path.join(tmp, "run.yaml")
         Path(client).write_text(yaml.safe_dump(silicon_rows.client_options(row)))
-        Path(run).write_text(yaml.safe_dump(silicon_rows.sim_config(row, client, timing, launch)))
-        try:
-            report = simulate(load_config(run)).report
-        except (SimError, ValueError) as exc:
-            return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"[:200]
+        for kv_fallback in (False, True):
+            cfg = silicon_rows.sim_config(row, client, timing, launch, kv_fallback)
+            Path(run).write_text(yaml.safe_dump(cfg))
+            try:
+                report = simulate(load_config(run)).report
+            except (SimError, ValueError) as exc:
+                problem = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"[:200]
+                # The run completed on the GPUs, so AIConfigurator's memory estimate that leaves
+                # no KV budget is too high: give the pool room for the row's load instead.
+                if not kv_fallback and "cannot size the KV pool" in problem:
+                    continue
+                return problem
+            break
     return float(report["mean_ttft_ms"]), float(report["mean_tpot_ms"])
 
 

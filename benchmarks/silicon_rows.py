@@ -151,10 +151,31 @@ def parse(raw: dict[str, Any]) -> Row:
         per_engine = (row.batch_size or 0) * role.attention_dp
         if per_engine and row.concurrency > per_engine and row.concurrency % per_engine == 0:
             role.workers = row.concurrency // per_engine
+        if row.backend == "vllm" and row.source == "inferencemax":
+            _vllm_dp_attention(row, role)
     else:
         row.roles["prefill"] = _role(raw, "prefill_", row.concurrency)
         row.roles["decode"] = _role(raw, "decode_", row.concurrency)
     return row
+
+
+def _vllm_dp_attention(row: Row, role: Role) -> None:
+    """InferenceMAX's vLLM runs with attention DP are encoded as TP ``t`` x attention DP ``t``
+    with ``t * t`` expert-parallel ranks, ``t * t`` GPUs; they ran on ``t``. The launch
+    scripts run them as ``--tensor-parallel-size 1 --data-parallel-size t
+    --enable-expert-parallel`` (InferenceX ``benchmarks/single_node/fixed_seq_len/
+    minimaxm2.5_fp4_b200.sh``, ``minimaxm2.5_fp4_b300.sh``, ``kimik2.5_fp4_b200.sh``:
+    ``DP_ATTENTION``); the MiniMax-M2.5 FP8 scripts (``minimaxm2.5_fp8_{b200,b300,h100}.sh``)
+    have no attention-DP branch and run ``--tensor-parallel-size t --enable-expert-parallel``.
+    The row is replayed as the script ran it."""
+    t = role.tp
+    if not (t > 1 and role.attention_dp == t and (role.moe_ep or 1) == t * t):
+        return
+    role.moe_tp, role.moe_ep = 1, t
+    if row.model == "MiniMaxAI/MiniMax-M2.5" and row.gemm == "fp8":  # one engine of c slots
+        role.attention_dp, role.max_num_seqs = 1, row.concurrency
+    else:  # vLLM's --max-num-seqs (the concurrency, or its default) holds per DP rank
+        role.tp, role.max_num_seqs = 1, row.concurrency * t
 
 
 def data_source(raw: dict[str, Any]) -> str:
@@ -226,29 +247,48 @@ def backend_options(row: Row, role: Role) -> dict[str, Any]:
     return {}
 
 
-def _engine(row: Row, role: Role, timing: dict[str, Any] | None, launch: bool = True) -> dict[str, Any]:
+# The backends' native KV block sizes (servesim's defaults: core/src/servesim/config/engine.py).
+NATIVE_BLOCK = {"vllm": 64, "sglang": 1, "trtllm": 32}
+
+
+def _blocks_for_load(row: Row, seqs: int) -> int:
+    """KV blocks that hold ``seqs`` requests at full length: the pool of a row whose run
+    completed where AIConfigurator's memory estimate leaves no room for the KV cache."""
+    block = NATIVE_BLOCK.get(row.backend, 16)
+    return seqs * -(-(row.isl + row.osl) // block) + 1
+
+
+def _engine(row: Row, role: Role, timing: dict[str, Any] | None, launch: bool = True,
+            kv_fallback: bool = False) -> dict[str, Any]:
+    seqs = max(1, -(-(role.max_num_seqs or row.concurrency) // role.attention_dp))
     return {
-        "backend": row.backend, "num_gpu_blocks": "auto", "dp_size": role.attention_dp,
-        "max_num_seqs": max(1, -(-(role.max_num_seqs or row.concurrency) // role.attention_dp)),
+        "backend": row.backend, "num_gpu_blocks": _blocks_for_load(row, seqs) if kv_fallback else "auto",
+        "dp_size": role.attention_dp, "max_num_seqs": seqs,
         "max_num_batched_tokens": MAX_BATCHED_TOKENS, "enable_prefix_caching": False,
         "timing_model": _timing(row, role, timing), **(backend_options(row, role) if launch else {}),
     }
 
 
 def sim_config(row: Row, client_path: str, timing: dict[str, Any] | None = None,
-               launch: bool = True) -> dict[str, Any]:
+               launch: bool = True, kv_fallback: bool = False) -> dict[str, Any]:
     """servesim's configuration for the row; ``timing`` wraps ``aic`` (its ``inner``);
-    ``launch`` False leaves out the launch scripts' scheduler options (:func:`backend_options`)."""
+    ``launch`` False leaves out the launch scripts' scheduler options (:func:`backend_options`);
+    ``kv_fallback`` sizes the KV pool for the row's load instead of from memory
+    (:func:`_blocks_for_load`)."""
     workload = {"trace": {"format": "bench_client", "path": client_path}, "concurrency": row.concurrency}
     if row.mode == "agg":
         role = row.roles["agg"]
-        return {"engine": _engine(row, role, timing, launch), "cluster": {"workers": role.workers},
-                "workload": workload}
+        return {"engine": _engine(row, role, timing, launch, kv_fallback),
+                "cluster": {"workers": role.workers}, "workload": workload}
+    import silicon_kv
+
     pre, dec = row.roles["prefill"], row.roles["decode"]
-    base = _engine(row, pre, timing, launch)
+    link = silicon_kv.transfer_options(row, row.precision in FP8_KV_PRECISIONS)
+    base = {**_engine(row, pre, timing, launch, kv_fallback), **link}
     return {
         "engine": base,
         "cluster": {"prefill_workers": pre.workers, "decode_workers": dec.workers,
-                    "prefill_engine": {}, "decode_engine": _engine(row, dec, timing, launch)},
+                    "prefill_engine": {},
+                    "decode_engine": {**_engine(row, dec, timing, launch, kv_fallback), **link}},
         "workload": workload,
     }

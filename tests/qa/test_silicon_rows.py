@@ -46,8 +46,17 @@ def test_row_mapping():
     assert (row.concurrency, row.batch_size, row.precision) == (32, 8, "fp4")
     cfg = rows_mod.sim_config(row, "client.yaml")
     tm = cfg["engine"]["timing_model"]
+    # encoded TP 4 x attention DP 4 (16 GPUs); the launch script ran attention DP 4 with
+    # expert parallelism 4 on 4 GPUs, --max-num-seqs per DP rank
     assert tm["kv_cache_dtype"] == "fp8" and tm["attention_dp"] == 4 and cfg["engine"]["dp_size"] == 4
-    assert cfg["engine"]["max_num_seqs"] == 8 and cfg["workload"]["concurrency"] == 32
+    assert (tm["tp"], tm["moe_tp"], tm["moe_ep"]) == (1, 1, 4)
+    assert cfg["engine"]["max_num_seqs"] == 32 and cfg["workload"]["concurrency"] == 32
+    # MiniMax-M2.5 FP8: the script has no attention-DP branch, so TP 4 with expert parallelism
+    fp8 = rows_mod.parse(RAW["2026_04_06_minimax_m2_5_h100_sxm_vllm_fp8_agg_8192x1024_c32_tp4_ep4_1322"])
+    eng = rows_mod.sim_config(fp8, "c.yaml")["engine"]
+    tm = eng["timing_model"]
+    assert (tm["tp"], tm["attention_dp"], tm["moe_tp"], tm["moe_ep"]) == (4, 1, 1, 4)
+    assert (eng["dp_size"], eng["max_num_seqs"]) == (1, 32)
     assert rows_mod.client_options(row) == {
         "client": "inferencemax", "random_input_len": 1024, "random_output_len": 8192, "random_range_ratio": 0.8,
         "num_prompts": 320, "max_concurrency": 32, "request_rate": "inf", "ignore_eos": True, "num_warmups": 64}
@@ -56,6 +65,13 @@ def test_row_mapping():
     assert rows_mod.sim_config(replicas, "c.yaml")["cluster"] == {"workers": 4}
     assert rows_mod.parse(RAW[next(iter(RAW))]).problem is None
     assert (row.source, replicas.source) == ("inferencemax", "gap-analysis")
+
+
+def test_kv_fallback_sizes_the_pool_for_the_load():
+    row = rows_mod.parse(RAW["2026_04_06_kimi_k2_5_b200_sxm_vllm_fp4_agg_1024x8192_c32_tp4_ep4_1318"])
+    assert rows_mod.sim_config(row, "c.yaml")["engine"]["num_gpu_blocks"] == "auto"
+    # 32 requests per rank of up to 1,024 + 8,192 tokens in vLLM's 64-token blocks
+    assert rows_mod.sim_config(row, "c.yaml", kv_fallback=True)["engine"]["num_gpu_blocks"] == 32 * 144 + 1
 
 
 def test_model_halves_are_disjoint_and_documented():
@@ -99,3 +115,27 @@ def test_batch_waiting_delays_the_first_token_not_the_decode():
     row = rows_mod.parse(RAW[BATCH_WAIT_ROW])
     assert silicon._replay(row, None) == pytest.approx((306.225788, 13.434928), rel=1e-9)
     assert silicon._replay(row, None, launch=False) == pytest.approx((66.59063, 13.434078), rel=1e-9)
+
+
+def test_disagg_handoff_is_priced_on_the_system_links():
+    """Kimi-K2.5 (MLA: 61 layers x 576 values, one byte in fp8) on GB200's 900 GB/s NVLink."""
+    row = rows_mod.parse(RAW["kimik2_5_gb200_trtllm_fp4_disagg_1024x1024_c4_cfg759"])
+    cfg = rows_mod.sim_config(row, "c.yaml")
+    for engine in (cfg["engine"], cfg["cluster"]["decode_engine"]):
+        assert (engine["kv_bytes_per_token"], engine["kv_transfer_bandwidth"]) == (61 * 576, 900.0)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import silicon_kv
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert (silicon_kv.link_gb_s("h100_sxm"), silicon_kv.link_gb_s("b200_sxm")) == (50.0, 100.0)
+
+
+def test_attention_dp_row_replays_on_the_gpus_it_ran_on():
+    """MiniMax-M2.5 FP4 on B300, c32, encoded TP 4 x attention DP 4 (16 GPUs): replayed as
+    attention DP 4 with expert parallelism 4 (measured TTFT 77.2 ms, TPOT 9.8 ms; as 16 GPUs
+    the replay gave 874 ms and 40.0 ms)."""
+    row = rows_mod.parse(RAW["minimaxm2_5_b300_vllm_fp4_agg_1024x1024_c32_cfg729"])
+    role = row.roles["agg"]
+    assert (role.tp, role.attention_dp, role.moe_tp, role.moe_ep, role.max_num_seqs) == (1, 4, 1, 4, 128)
+    assert silicon._replay(row, {"type": "overhead"}) == pytest.approx((37.742337, 10.003202), rel=1e-9)

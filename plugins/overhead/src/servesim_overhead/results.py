@@ -9,6 +9,7 @@
 * a table (``.csv`` or ``.jsonl``): one result per row, the ``bench_client`` options by
   name (``random_input_len``, ``num_prompts``, ``max_concurrency`` ...) and the measured
   ``mean_ttft_ms`` and ``mean_tpot_ms``.
+* AIPerf's ``profile_export_aiperf.json`` (:mod:`servesim_overhead.aiperf`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from attrs import frozen
 
 from servesim.errors import UserError
+from servesim_overhead import aiperf
 
 CLIENT_KEYS = ("random_input_len", "random_output_len", "random_range_ratio", "random_prefix_len", "num_prompts",
                "max_concurrency", "request_rate", "burstiness", "seed", "special_tokens", "client",
@@ -75,6 +77,10 @@ def read(path: str, defaults: dict[str, Any]) -> list[Result]:
         where = f"{path}:{i + 1}" if len(records) > 1 else path
         if not isinstance(rec, dict):
             raise UserError(f"{where}: expected an object of results")
+        if aiperf.is_aiperf(rec):
+            client, ttft, tpot, saved = aiperf.read(path, rec, defaults)
+            out.append(Result(where, client, ttft, tpot, saved))
+            continue
         ttft, tpot = _measured(rec, where)
         lengths = None
         if isinstance(rec.get("input_lens"), list) and isinstance(rec.get("output_lens"), list):

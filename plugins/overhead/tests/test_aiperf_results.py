@@ -1,0 +1,88 @@
+"""AIPerf's exports read as benchmark results for ``servesim fit-overhead``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from servesim.cli.main import main
+from servesim.errors import UserError
+from servesim_overhead.results import read
+
+
+def _export(isl=512, osl=64, stddev=0.0, loadgen=None, ttft=41.5, itl=7.25):
+    return {
+        "time_to_first_token": {"unit": "ms", "avg": ttft, "p50": ttft},
+        "inter_token_latency": {"unit": "ms", "avg": itl},
+        "request_count": {"unit": "requests", "avg": 20.0},
+        "input_config": {
+            "endpoint": {"type": "chat", "streaming": True},
+            "input": {"random_seed": 7, "prompt": {"input_tokens": {"mean": isl, "stddev": stddev},
+                                                   "output_tokens": {"mean": osl}}},
+            "loadgen": loadgen if loadgen is not None else {"concurrency": 4, "request_count": 20},
+        },
+    }
+
+
+def _write(tmp_path, name, obj):
+    path = tmp_path / name
+    path.write_text(json.dumps(obj))
+    return str(path)
+
+
+def test_aggregate_export_gives_the_closed_loop_load_and_the_means(tmp_path):
+    (r,) = read(_write(tmp_path, "profile_export_aiperf.json", _export()), {})
+    assert r.client == {"client": "vllm", "random_range_ratio": 0.0, "ignore_eos": True,
+                        "random_input_len": 512, "random_output_len": 64, "seed": 7, "max_concurrency": 4,
+                        "num_prompts": 20, "request_rate": "inf"}
+    assert (r.measured_ttft_ms, r.measured_tpot_ms, r.lengths) == (41.5, 7.25, None)
+
+
+def test_request_rate_with_gamma_arrivals_is_vllm_burstiness(tmp_path):
+    export = _export(loadgen={"request_rate": 2.5, "arrival_pattern": "gamma", "arrival_smoothness": 0.5,
+                              "request_count": 30})
+    (r,) = read(_write(tmp_path, "profile_export_aiperf.json", export), {})
+    assert (r.client["request_rate"], r.client["burstiness"], r.client["num_prompts"]) == (2.5, 0.5, 30)
+    assert "max_concurrency" not in r.client
+    constant = _export(loadgen={"request_rate": 2.5, "arrival_pattern": "constant"})
+    with pytest.raises(UserError, match="'constant' arrival pattern"):
+        read(_write(tmp_path, "c.json", constant), {})
+
+
+def test_per_request_records_replace_drawn_lengths_without_warmups_or_errors(tmp_path):
+    records = [
+        {"metadata": {"benchmark_phase": "warmup"}, "metrics": {"input_sequence_length": {"value": 9},
+                                                                "output_sequence_length": {"value": 9}}},
+        {"metadata": {"benchmark_phase": "profiling"}, "metrics": {"input_sequence_length": {"value": 498},
+                                                                   "output_sequence_length": {"value": 64}}},
+        {"metadata": {"benchmark_phase": "profiling"}, "metrics": {"error_isl": {"value": 510}},
+         "error": {"code": 500, "type": "InternalServerError", "message": "x"}},
+        {"metadata": {"benchmark_phase": "profiling"}, "metrics": {"input_sequence_length": {"value": 530},
+                                                                   "output_sequence_length": {"value": 61}}},
+    ]
+    (tmp_path / "profile_export.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (r,) = read(_write(tmp_path, "profile_export_aiperf.json", _export(stddev=25.0)), {})
+    assert r.lengths == ((498, 64), (530, 61))
+
+
+def test_spread_lengths_without_records_name_the_missing_file(tmp_path):
+    with pytest.raises(UserError, match="profile_export.jsonl"):
+        read(_write(tmp_path, "profile_export_aiperf.json", _export(stddev=25.0)), {})
+    with pytest.raises(UserError, match="inter_token_latency.avg"):
+        read(_write(tmp_path, "n.json", {**_export(), "inter_token_latency": {"unit": "ms"}}), {})
+
+
+def test_fit_overhead_reads_aiperf_exports(tmp_path, capsys):
+    sim = tmp_path / "sim.yaml"
+    sim.write_text("engine:\n  backend: vllm\n  num_gpu_blocks: 4000\n"
+                   "  timing_model: {type: overhead, inner: {type: polynomial}, cuda_graph_padding: false}\n")
+    paths = []
+    for c, itl in ((2, 9.0), (4, 10.5), (8, 12.0)):
+        run = tmp_path / f"c{c}"
+        run.mkdir()
+        load = {"concurrency": c, "request_count": 4 * c}
+        export = _export(isl=256, osl=16, loadgen=load, itl=itl)
+        paths.append(_write(run, "profile_export_aiperf.json", export))
+    assert main(["fit-overhead", str(sim), *paths]) == 0
+    out = capsys.readouterr().out
+    assert out.count("profile_export_aiperf.json") == 3 and "held out  TPOT" in out
