@@ -42,6 +42,8 @@ class ReadyRouter(Router):
         # driver sets it.
         self.prefilled: Any = lambda rid: False
         self.last_hashes: Sequence[int] = ()
+        # Called with each router built for a new ready set, before it is told anything.
+        self.prepare: Any = None
         self.set_ready(ready)
 
     @property
@@ -65,6 +67,8 @@ class ReadyRouter(Router):
             inner = self.inner  # the configured router as built, for the initial workers
         else:
             inner = self.router_class(n, self.dp_size, self.block_size, self.config)
+            if self.prepare is not None:
+                self.prepare(inner)
         self.rebuilds += 1
         self.inner = inner
         self.state = ClusterState(n, self.dp_size)
