@@ -119,6 +119,10 @@ class ElasticReplayer(Replayer):
         """Requests waiting for a ready worker of ``pool`` (the front end's)."""
         return len(self.held)
 
+    def waiting_count(self) -> int:
+        """Requests waiting for a ready worker, in every pool."""
+        return len(self.held)
+
     def router_of_pool(self, pool: int) -> ReadyRouter:
         return self.ready_router
 
@@ -425,7 +429,7 @@ class ElasticReplayer(Replayer):
             self.idle_ticks += 1
             if self.idle_ticks > MAX_IDLE_TICKS:
                 raise ReplayError(
-                    f"the planner left {len(self.held)} requests waiting with no worker for "
+                    f"the planner left {self.waiting_count()} requests waiting with no worker for "
                     f"{MAX_IDLE_TICKS} ticks (until {now} ms)")
         else:
             self.idle_ticks = 0

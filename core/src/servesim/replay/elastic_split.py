@@ -129,6 +129,9 @@ class ElasticSplitReplayer(ElasticReplayer, DisaggReplayer):
     def held_for(self, pool: int) -> int:
         return len(self.wait_prefill if pool == PREFILL else self.wait_decode)
 
+    def waiting_count(self) -> int:
+        return len(self.wait_prefill) + len(self.wait_decode)
+
     def router_of_pool(self, pool: int) -> ReadyRouter:
         return self.prefill_ready if pool == PREFILL else self.decode_ready
 
