@@ -100,7 +100,7 @@ def test_invariants_under_random_faults_in_a_split(tmp_path: Path, s: dict[str, 
     assert r.prefill_ready.routed_to == {} and r.decode_ready.routed_to == {}
     assert r.wait_prefill == r.wait_decode == [] and r.held == []
     assert r.transfer_end == {} and r.local_busy == {} and r.local_queue == {}
-    assert not r.local_rids and not any(r._deferred.values())
+    assert not r.local_rids and not r.sources_lost and not any(r._deferred.values())
     for state in (r.prefill_state, r.state):
         assert not any(state.active_requests) and not state.holders
     inner = r.decode_ready.inner

@@ -677,7 +677,7 @@ def build_disagg_replayer(
     mark_unique_prompts(workload)
     cluster = loaded.sim.cluster
     emit_fpm = emit_fpm or bool(fpm_sinks) or kwargs.get("timeline") is not None
-    pools = []
+    pools: list[tuple[Any, list[Engine]]] = []
     for factory, count in split_factories(loaded, kv_sinks, record_metrics, emit_fpm):
         first = 0 if not pools else cluster.prefill_workers
         pools.append((factory, [factory.build(first + i) for i in range(count)]))

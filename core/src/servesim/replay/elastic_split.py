@@ -200,6 +200,17 @@ class ElasticSplitReplayer(ElasticReplayer, DisaggReplayer):
         self.prefill_ready.forget(rid)
         self.stop_if_draining(self.prefill_worker[rid], now)
 
+    def _activate(self, rid: int, now: float) -> None:
+        super()._activate(rid, now)
+        pw = self.prefill_worker[rid]
+        if pw in self.dead:  # its source went with its prefill worker: nothing to release
+            waiting = self._deferred.get(pw)
+            if waiting is not None and rid in waiting:
+                waiting.remove(rid)
+                if not waiting:
+                    del self._deferred[pw]
+            self.sources_lost.discard(rid)
+
     def stop_if_draining(self, w: int, now: float) -> None:
         if w >= 0 and w not in self.dead and self.records[w].state is WorkerState.DRAINING:
             self.stop_if_drained(w, now)
