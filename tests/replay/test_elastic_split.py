@@ -224,7 +224,8 @@ def test_gpu_seconds_per_pool_and_arrivals_wait_for_a_prefill_worker(tmp_path: P
     pools = {p["name"]: p for p in el["pools"]}
     assert pools["prefill"]["gpu_seconds"] == pytest.approx((20.0 + (66.0 - 25.0)) / 1000.0)
     assert pools["decode"]["gpu_seconds"] == pytest.approx(66.0 / 1000.0)
-    assert el["gpu_seconds"] == pytest.approx(pools["prefill"]["gpu_seconds"] + pools["decode"]["gpu_seconds"])
+    assert el["gpu_seconds"] == pytest.approx(
+        pools["prefill"]["gpu_seconds"] + pools["decode"]["gpu_seconds"])
     assert pools["decode"]["completed"] == pools["prefill"]["completed"] == 2
 
 

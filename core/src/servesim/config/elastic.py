@@ -207,5 +207,6 @@ def _check_transfer(kt: KvTransferConfig | None) -> list[Problem]:
             out.append((f"faults.kv_transfer.failures[{i}].request",
                         f"expected a request id >= 0, got {f.request}"))
         if f.count < 1:
-            out.append((f"faults.kv_transfer.failures[{i}].count", f"expected an integer >= 1, got {f.count}"))
+            out.append((f"faults.kv_transfer.failures[{i}].count",
+                        f"expected an integer >= 1, got {f.count}"))
     return out

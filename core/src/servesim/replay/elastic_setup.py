@@ -14,8 +14,8 @@ from servesim.replay.lifecycle import PoolRuntime
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
-    from servesim.replay.elastic_split import ElasticSplitReplayer
     from servesim.config.sim import SimConfig
+    from servesim.replay.elastic_split import ElasticSplitReplayer
 
 
 def is_elastic(sim: SimConfig) -> bool:

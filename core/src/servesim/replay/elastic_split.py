@@ -345,7 +345,7 @@ class ElasticSplitReplayer(ElasticReplayer, DisaggReplayer):
             if plan.transfer_fails(rid, tries):
                 self.transfer_failure(rid, now)
                 return
-        DisaggReplayer._external(self, rid, 0, now)
+        super(ElasticReplayer, self)._external(rid, 0, now)  # the split's activation
 
     def transfer_failure(self, rid: int, now: float) -> None:
         """Request ``rid``'s transfer failed: try again, prefill locally, or lose it."""
