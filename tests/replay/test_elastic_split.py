@@ -229,6 +229,28 @@ def test_gpu_seconds_per_pool_and_arrivals_wait_for_a_prefill_worker(tmp_path: P
     assert pools["decode"]["completed"] == pools["prefill"]["completed"] == 2
 
 
+def test_the_static_planner_sizes_each_pool(tmp_path: Path) -> None:
+    extra = ("lifecycle: {startup_s: 0.01}\n"
+             "planner: {type: static, workers: {decode: 2}}\n")
+    res = run(tmp_path, [(0, 32, 3), (20, 32, 3), (22, 32, 3)], extra)
+    el = res.report["elastic"]
+    assert el["scaling"] == [{"t_ms": 0.0, "pool": "decode", "action": "add", "worker": 2,
+                              "reason": "static"}]
+    assert el["workers"][2]["ready_ms"] == 10.0
+    # requests 1 and 2 are reserved at 30 and 40 (one prefill worker): the decode load
+    # router spreads them over the two decode workers
+    assert sorted(res.log.worker[1:]) == [1, 2]
+    assert [p["workers_final"] for p in el["pools"]] == [1, 2]
+
+
+def test_a_slow_window_stretches_a_decode_workers_passes(tmp_path: Path) -> None:
+    extra = "faults: {slow: [{worker: 1, from_s: 0.02, until_s: 0.03, factor: 3.0}]}\n"
+    res = run(tmp_path, [(0, 32, 10)], extra)
+    # passes starting in [20, 30) take 6 ms: 19 -> 21 -> 27 -> 33, then 2 ms again
+    assert res.log.token_times[0] == [17.0, 19.0, 21.0, 27.0, 33.0, 35.0, 37.0, 39.0, 41.0, 43.0]
+    assert res.report["elastic"]["faults"]["slow_windows"] == 1
+
+
 class Recorder(Planner):
     """Keeps every snapshot; asks for two decode workers at its second tick."""
 
@@ -249,6 +271,7 @@ def test_the_planner_sees_each_pool(tmp_path: Path) -> None:
     workload = load_workload(loaded.sim.workload, loaded.plugins)
     r = build_elastic_split(loaded, workload, [], [], record_metrics=True)
     planner = r.planner = Recorder(None, {"prefill": 1, "decode": 1}, 0.02)
+    assert r.run_driver is None  # runs of passes are declined: a lifecycle event may cut any
     r.run()
     first, second = planner.seen[0], planner.seen[1]
     assert [p.name for p in first.pools] == ["prefill", "decode"]
