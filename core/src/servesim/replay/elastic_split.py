@@ -39,7 +39,6 @@ from servesim.replay.faults import FaultPlan
 from servesim.replay.lifecycle import ACTIVE, PoolRuntime, WorkerState
 from servesim.replay.planning import Planner
 from servesim.replay.ready_router import ReadyRouter
-from servesim.timing.base import scaled_ms
 
 LOCAL_DONE = -10  # EXTERNAL code: a decode worker's local prefill ends (second: worker, epoch)
 PREFILL, DECODE = 0, 1  # pool indices
@@ -379,9 +378,8 @@ class ElasticSplitReplayer(ElasticReplayer, DisaggReplayer):
         prefix = max(isl - self.missing.get(rid, isl), 0)
         if isl <= prefix:
             return 0.0
-        raw = factory.services.timing.predict_prefill_ms(1, isl, prefix)
         assert self.pass_scale is not None
-        return scaled_ms(raw, factory.config.speedup_ratio) * self.pass_scale[w]
+        return float(factory.lone_prefill_ms(isl, prefix)) * self.pass_scale[w]
 
     def start_local(self, w: int, now: float) -> None:
         queue = self.local_queue[w]
