@@ -11,6 +11,10 @@ arrival) until one is ready. A request whose worker fails under it (a crash, or 
 ``immediate`` removal) fails, or with ``lifecycle.retry`` is sent again from scratch after
 ``backoff_s``: its tokens so far are dropped from its record, its arrival is kept. So every
 submitted request ends completed, failed or rejected, exactly once.
+
+The steps that differ in a prefill/decode split (which router a worker's requests and KV
+events belong to, what a failed worker loses, where a request waits) are methods that
+:class:`~servesim.replay.elastic_split.ElasticSplitReplayer` overrides.
 """
 
 from __future__ import annotations
