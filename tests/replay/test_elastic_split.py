@@ -23,7 +23,8 @@ from test_disagg import write_trace
 
 
 def config(tmp_path: Path, rows: list[tuple[int, int, int]], extra: str, *,
-           backend: str = "vllm", prefill: int = 1, decode: int = 1) -> str:
+           backend: str = "vllm", prefill: int = 1, decode: int = 1,
+           engine: dict[str, Any] | None = None) -> str:
     trace = write_trace(tmp_path / "t.jsonl", rows)
     cfg = {
         "engine": {"backend": backend, "block_size": 16, "num_gpu_blocks": 64,
@@ -32,6 +33,7 @@ def config(tmp_path: Path, rows: list[tuple[int, int, int]], extra: str, *,
                     "handoff_latency_ms": 5.0},
         "workload": {"trace": {"path": trace, "trace_block_size": 16}},
     }
+    cfg["engine"].update(engine or {})
     path = tmp_path / "sim.yaml"
     path.write_text(yaml.safe_dump(cfg) + extra)
     return str(path)
@@ -178,6 +180,21 @@ def test_an_immediate_removal_fails_the_decode_workers_requests(tmp_path: Path) 
 
 
 # --------------------------------------------------------------------------- lifecycle, planner
+
+
+def test_a_redirecting_prefill_worker_hands_back_its_waiting_requests(tmp_path: Path) -> None:
+    extra = ("lifecycle: {drain: redirect}\n"
+             "planner: {type: schedule, steps: [{at_s: 0.005, workers: 1, pool: prefill}]}\n")
+    res = run(tmp_path, [(0, 32, 3)] * 6, extra, prefill=2, engine={"max_num_seqs": 1})
+    el = res.report["elastic"]
+    # one prefill at a time per worker: worker 1 runs request 1 and holds 3 and 5 waiting;
+    # removed at 5, it hands them to worker 0, where they queue behind 2 and 4
+    assert el["requests"]["redirected"] == 2 and accounting(res.report) == (6, 6, 0, 0)
+    ex = res.log.extra
+    assert ex["prefill_worker"] == [0, 1, 0, 0, 0, 0]
+    assert ex["prefill_admit_ms"] == [0.0, 0.0, 10.0, 30.0, 20.0, 40.0]
+    # it stops once request 1's source is released (activated at 15, the worker idle)
+    assert ex["source_released_ms"][1] == 15.0 and el["workers"][1]["stopped_ms"] == 15.0
 
 
 def test_a_decode_worker_added_by_schedule_starts_warms_up_and_serves(tmp_path: Path) -> None:
