@@ -197,6 +197,23 @@ def test_a_redirecting_prefill_worker_hands_back_its_waiting_requests(tmp_path: 
     assert ex["source_released_ms"][1] == 15.0 and el["workers"][1]["stopped_ms"] == 15.0
 
 
+def test_a_redirecting_decode_worker_hands_back_its_pending_reservations(tmp_path: Path) -> None:
+    extra = ("lifecycle: {drain: redirect}\n"
+             "planner: {type: schedule, steps: [{at_s: 0.025, workers: 0, pool: decode},"
+             " {at_s: 0.03, workers: 1, pool: decode}]}\n")
+    path = config(tmp_path, [(0, 32, 20), (1, 32, 3)], extra)
+    loaded = load_config(path, ["cluster.decode_engine.num_gpu_blocks=4"])  # 4 KV blocks
+    res = simulate(loaded, record_token_times=True)
+    ex, el = res.log.extra, res.report["elastic"]
+    # request 1's reservation (at 20) waits on worker 1, which request 0 fills; removed at
+    # 25, worker 1 hands it back: no decode worker is ready until worker 2 at 30, where it is
+    # reserved, transferred by 35 and decoded; worker 1 stops after request 0's last token
+    assert el["requests"]["redirected"] == 1 and accounting(res.report) == (2, 2, 0, 0)
+    assert ex["destination_reserved_ms"] == [10.0, 30.0] and res.log.worker == [1, 2]
+    assert res.log.token_times[1] == ticks(37.0, 3) and res.log.token_times[0] == ticks(17.0, 20)
+    assert el["workers"][1]["stopped_ms"] == 55.0 and el["workers"][2]["ready_ms"] == 30.0
+
+
 def test_a_decode_worker_added_by_schedule_starts_warms_up_and_serves(tmp_path: Path) -> None:
     rows = [(20 * i, 32, 4) for i in range(10)]
     extra = ("lifecycle: {startup_s: 0.05, warmup: {duration_s: 0.05, factor: 2.0}}\n"

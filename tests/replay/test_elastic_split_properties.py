@@ -30,7 +30,8 @@ engine:
 workload:
   synthetic: {{num_requests: 50, rate: 60.0, input_length: "uniform:32:256",
               output_length: "uniform:4:32", block_size: 16}}
-cluster: {{prefill_workers: 2, decode_workers: 2, router: kv, handoff_latency_ms: 3.0}}
+cluster: {{prefill_workers: 2, decode_workers: 2, router: kv, handoff_latency_ms: 3.0,
+          decode_engine: {{num_gpu_blocks: {decode_blocks}}}}}
 """
 
 times = st.floats(0.0, 1.0).map(lambda x: round(x, 3))
@@ -49,6 +50,8 @@ schedules = st.fixed_dictionaries({
     "fallback": st.sampled_from(["local_prefill", "fail"]),
     "view": st.sampled_from(["", "{drop: 0.3}", "{delay_ms: 10}"]),
     "seed": st.integers(0, 5),
+    # few decode blocks: reservations wait (redirected when their worker drains)
+    "decode_blocks": st.sampled_from([400, 40]),
 })
 
 
@@ -57,7 +60,7 @@ def _config(s: dict[str, Any]) -> str:
     slow = ", ".join(f"{{worker: {w}, from_s: {a}, until_s: {a + 0.3}, factor: {f}}}"
                      for w, a, f in s["slow"])
     steps = ", ".join(f"{{at_s: {t}, workers: {n}, pool: {p}}}" for t, n, p in s["steps"])
-    return BASE.format(backend=s["backend"]) + (
+    return BASE.format(backend=s["backend"], decode_blocks=s["decode_blocks"]) + (
         f"lifecycle: {{startup_s: 0.05, warmup: {{duration_s: 0.1, factor: 1.5}}, drain: {s['drain']},\n"
         f"            retry: {{max_attempts: {s['attempts']}, backoff_s: 0.02}}, min_workers: 1}}\n"
         f"planner: {{type: schedule, interval_s: 0.2, steps: [{steps}]}}\n"
