@@ -21,6 +21,11 @@ with ``fallback: local_prefill`` the decode worker computes the prompt itself: i
 pass for the timing model's price of that prefill (the prompt tokens its reservation lacked,
 after the cached prefix; times its warm-up and slow factors) and then activates the
 destination as if the KV had arrived; with ``fallback: fail`` the request is lost as above.
+The local prefill is modelled as a pass of its own (not chunked into the worker's decode
+passes), its source held until the activation, as after a transfer.
+
+Runs of passes are off, as in the aggregated elastic replay: a lifecycle event may fall
+between any two passes.
 """
 
 from __future__ import annotations
