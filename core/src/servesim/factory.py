@@ -18,7 +18,7 @@ from servesim.fast.event_readers import ALL_READ, EventReaders, FitsReaders
 from servesim.kv.event_records import ROUTER_METHODS, SINK_METHODS, accepts_kv_records
 from servesim.kv.eviction import EvictionPolicy, LruEviction
 from servesim.rank import Rank, RankIdentity, RankServices
-from servesim.timing.base import TimingModel
+from servesim.timing.base import TimingModel, scaled_ms
 
 
 class EngineFactory:
@@ -87,3 +87,10 @@ class EngineFactory:
             return Engine.build(worker_id, self.config.dp_size, self.build_rank)
         except Exception as exc:  # the backend's own code
             raise self.name_failure(exc) from exc
+
+    def lone_prefill_ms(self, prompt_tokens: int, cached_tokens: int) -> float:
+        """The timing model's price of one request's prefill of ``prompt_tokens`` tokens,
+        ``cached_tokens`` of them already in KV, at this engine's ``speedup_ratio`` (as a
+        pass prices its prefill: :func:`servesim.timing.base.default_pass_ms`)."""
+        raw = self.services.timing.predict_prefill_ms(1, prompt_tokens, cached_tokens)
+        return scaled_ms(raw, self.config.speedup_ratio)

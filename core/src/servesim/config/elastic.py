@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from attrs import field, frozen
 
@@ -89,11 +89,45 @@ class KvViewConfig:
     drop: float = 0.0
 
 
+class TransferFallback(enum.Enum):
+    """What a request does once its KV transfer has failed ``max_retries + 1`` times:
+    ``local_prefill``: its decode worker computes the prompt itself; ``fail``: it is lost
+    (failed, or sent again from scratch per ``lifecycle.retry``)."""
+
+    LOCAL_PREFILL = "local_prefill"
+    FAIL = "fail"
+
+
+@frozen(kw_only=True)
+class TransferFailureConfig:
+    """The first ``count`` KV transfers of request ``request`` fail."""
+
+    request: int
+    count: int = 1
+
+
+@frozen(kw_only=True)
+class KvTransferConfig:
+    """KV-transfer failures of a prefill/decode split: each transfer fails with probability
+    ``failure_rate`` (seeded per request and try) or as scripted in ``failures``; a failed
+    transfer is tried again (another full transfer time) up to ``max_retries`` times, then
+    ``fallback`` applies."""
+
+    failure_rate: float = 0.0
+    failures: tuple[TransferFailureConfig, ...] = ()
+    max_retries: int = 0
+    fallback: TransferFallback = TransferFallback.LOCAL_PREFILL
+
+
 @frozen(kw_only=True)
 class FaultsConfig:
     """Seeded faults: scripted ``crashes``, random crashes per worker (exponential times
     between failures of mean ``mtbf_s``; null: none), each crashed worker back after
-    ``restart_s``; ``slow`` windows; ``kv_view`` delays and drops of the router's KV view."""
+    ``restart_s``; ``slow`` windows; ``kv_view`` delays and drops of the router's KV view;
+    ``kv_transfer`` failures (a prefill/decode split only)."""
+
+    #: Left out of the report's config echo while unset (added after the section was).
+    report_omits_defaults: ClassVar[frozenset[str]] = frozenset({"kv_transfer"})
 
     seed: int = 0
     crashes: tuple[CrashConfig, ...] = ()
@@ -101,6 +135,7 @@ class FaultsConfig:
     restart_s: float = 0.0
     slow: tuple[SlowConfig, ...] = ()
     kv_view: tuple[KvViewConfig, ...] = ()
+    kv_transfer: KvTransferConfig | None = None
 
 
 #: The optional sections (name -> class), structured only when present.
@@ -154,4 +189,24 @@ def check_elastic(lifecycle: LifecycleConfig | None, faults: FaultsConfig | None
                 out.append((f"faults.kv_view[{i}].delay_ms", f"expected a finite number >= 0, got {k.delay_ms!r}"))
             if not (_ge(k.drop, 0.0) and k.drop <= 1.0):
                 out.append((f"faults.kv_view[{i}].drop", f"expected a probability in [0, 1], got {k.drop!r}"))
+        out += _check_transfer(faults.kv_transfer)
+    return out
+
+
+def _check_transfer(kt: KvTransferConfig | None) -> list[Problem]:
+    out: list[Problem] = []
+    if kt is None:
+        return out
+    if not (_ge(kt.failure_rate, 0.0) and kt.failure_rate <= 1.0):
+        out.append(("faults.kv_transfer.failure_rate",
+                    f"expected a probability in [0, 1], got {kt.failure_rate!r}"))
+    if kt.max_retries < 0:
+        out.append(("faults.kv_transfer.max_retries", f"expected an integer >= 0, got {kt.max_retries}"))
+    for i, f in enumerate(kt.failures):
+        if f.request < 0:
+            out.append((f"faults.kv_transfer.failures[{i}].request",
+                        f"expected a request id >= 0, got {f.request}"))
+        if f.count < 1:
+            out.append((f"faults.kv_transfer.failures[{i}].count",
+                        f"expected an integer >= 1, got {f.count}"))
     return out

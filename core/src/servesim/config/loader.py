@@ -621,7 +621,7 @@ class LoadedConfig:
         for name in (*ELASTIC_SECTIONS, "planner"):  # optional sections, only when set
             value = getattr(self.sim, name)
             if value is not None:
-                out[name] = conv.unstructure(value)
+                out[name] = echo_section(value, conv)
         for name, value in self.extra.items():
             out[name] = conv.unstructure(value)
         return _jsonable(out)

@@ -203,6 +203,10 @@ class DisaggReplayer(Replayer):
             timeline=timeline, observers=observers,
         )
         self.num_prefill = len(prefill_engines)
+        # Per worker, whether it prefills; the worker id of the decode router's worker 0.
+        # (An elastic split adds workers of either pool at the end: servesim.replay.elastic_split.)
+        self.is_prefill = [True] * len(prefill_engines) + [False] * len(decode_engines)
+        self.decode_base = len(prefill_engines)
         self.prefill_router = prefill_router
         self.decode_router = decode_router
         self.prefill_state = ClusterState(len(prefill_engines), prefill_engines[0].dp_size)
@@ -305,7 +309,7 @@ class DisaggReplayer(Replayer):
     # -- passes ---------------------------------------------------------------------------
 
     def note_admissions(self, w: int, admissions: Sequence[Admission], now: float) -> None:
-        if w < self.num_prefill:
+        if self.is_prefill[w]:
             first = self.times["prefill_admit_ms"]
             for adm in admissions:
                 if first[adm.request_id] < 0:
@@ -324,7 +328,7 @@ class DisaggReplayer(Replayer):
         engine = self.engines[w]
         run = self.run_driver.in_flight[w] if self.run_driver is not None else None
         if run is not None:
-            if (self._lone_end and w >= self.num_prefill and not self.has_deadlines
+            if (self._lone_end and not self.is_prefill[w] and not self.has_deadlines
                     and w not in self._deferred and self.run_driver is not None
                     and self.run_driver.continue_run(w, now)):
                 # The run carries on through this boundary (RunDriver.continue_run): a
@@ -340,14 +344,14 @@ class DisaggReplayer(Replayer):
             started = engine.pending_started_at_ms
             if started is not None:
                 self.busy_ms[w] += now - started
-        if w < self.num_prefill:
+        if self.is_prefill[w]:
             self._complete_prefill(w, pass_id, now)
         else:
             super()._complete(w, pass_id, now)
         waiting = self._deferred.pop(w, None)
         if waiting:
             for rid in waiting:
-                if w < self.num_prefill:
+                if self.is_prefill[w]:
                     self._release(rid, now)
                 else:
                     self._activate(rid, now)
@@ -479,7 +483,7 @@ class DisaggReplayer(Replayer):
         if self._bump:
             self._bump.clear()
         router.routed(req, local, dp, self.state)
-        w = self.num_prefill + local
+        w = self.decode_base + local
         self.decode_worker[rid] = w
         self.decode_dp[rid] = dp
         self.log.worker[rid] = w
@@ -598,11 +602,11 @@ class DisaggReplayer(Replayer):
 
     def publish_kv(self, w: int, now: float, events: Sequence[KvEvent], start: float | None = None) -> None:
         """KV events feed the router of the worker's pool (prefill overlap routing)."""
-        if w < self.num_prefill:
+        if self.is_prefill[w]:
             if self.prefill_router.wants_kv_events:
                 self.prefill_router.on_kv_events(w, events)
         elif self.decode_router.wants_kv_events:
-            self.decode_router.on_kv_events(w - self.num_prefill, events)
+            self.decode_router.on_kv_events(w - self.decode_base, events)
         for sink in self.kv_sinks:
             publish(sink, w, now, events)
 
@@ -622,7 +626,7 @@ class DisaggReplayer(Replayer):
         transfers = np.asarray(self.transfer_ms)
         handed = active >= 0
         duration = float(np.asarray(log.done)[mask].max()) if mask.any() else 0.0
-        p = self.num_prefill
+        roles = self.is_prefill
 
         def mean(x: np.ndarray) -> float:
             return float(x.mean()) if len(x) else 0.0
@@ -638,8 +642,8 @@ class DisaggReplayer(Replayer):
             "mean_ttft_transfer_ms": mean((active - held)[got]),
             "mean_ttft_decode_ms": mean((first - active)[got]),
             "worker_utilization": {
-                "prefill": util(self.busy_ms[:p]),
-                "decode": util(self.busy_ms[p:]),
+                "prefill": util([b for b, pf in zip(self.busy_ms, roles, strict=True) if pf]),
+                "decode": util([b for b, pf in zip(self.busy_ms, roles, strict=True) if not pf]),
             },
         }
 
@@ -671,11 +675,32 @@ def build_disagg_replayer(
     ``replayer_class``: a DisaggReplayer subclass to build instead (the live one of
     ``servesim_serve.disagg_live``); ``emit_fpm``: forward-pass metrics even without sinks."""
     mark_unique_prompts(workload)
-    sim = loaded.sim
-    cluster = sim.cluster
-    router_class = loaded.plugins.routers().get(cluster.router)
+    cluster = loaded.sim.cluster
     emit_fpm = emit_fpm or bool(fpm_sinks) or kwargs.get("timeline") is not None
-    pools = []
+    pools: list[tuple[Any, list[Engine]]] = []
+    for factory, count in split_factories(loaded, kv_sinks, record_metrics, emit_fpm):
+        first = 0 if not pools else cluster.prefill_workers
+        pools.append((factory, [factory.build(first + i) for i in range(count)]))
+    (pf, prefill), (df, decode) = pools
+    block_size = pf.config.bs
+    router_class = loaded.plugins.routers().get(cluster.router)
+    prefill_router = router_class(len(prefill), pf.config.dp_size, block_size, loaded.router_config)
+    decode_router = DecodeLoadRouter(len(decode), df.config.dp_size, df.config.bs)
+    return (replayer_class or DisaggReplayer)(
+        prefill, decode, workload, prefill_router=prefill_router, decode_router=decode_router,
+        block_size=block_size, handoff_latency_ms=cluster.handoff_latency_ms,
+        kv_sinks=kv_sinks, fpm_sinks=fpm_sinks, **kwargs,
+    )
+
+
+def split_factories(
+    loaded: Any, kv_sinks: list[Any], record_metrics: bool, emit_fpm: bool
+) -> list[tuple[Any, int]]:
+    """The engine factory and initial worker count of the prefill pool, then the decode pool
+    (see :func:`build_disagg_replayer`)."""
+    cluster = loaded.sim.cluster
+    router_class = loaded.plugins.routers().get(cluster.router)
+    out = []
     for role, count, overrides in (
         ("prefill", cluster.prefill_workers, cluster.prefill_engine),
         ("decode", cluster.decode_workers, cluster.decode_engine),
@@ -689,17 +714,8 @@ def build_disagg_replayer(
         factory.fit_to_readers(
             kv_sinks, router_reads_events=role == "prefill" and router_class.wants_kv_events,
             record_metrics=record_metrics)
-        first = 0 if role == "prefill" else cluster.prefill_workers
-        pools.append((factory, [factory.build(first + i) for i in range(count)]))
-    (pf, prefill), (df, decode) = pools
-    block_size = pf.config.bs
-    prefill_router = router_class(len(prefill), pf.config.dp_size, block_size, loaded.router_config)
-    decode_router = DecodeLoadRouter(len(decode), df.config.dp_size, df.config.bs)
-    return (replayer_class or DisaggReplayer)(
-        prefill, decode, workload, prefill_router=prefill_router, decode_router=decode_router,
-        block_size=block_size, handoff_latency_ms=cluster.handoff_latency_ms,
-        kv_sinks=kv_sinks, fpm_sinks=fpm_sinks, **kwargs,
-    )
+        out.append((factory, count))
+    return out
 
 
-__all__ = ["DecodeLoadRouter", "DisaggReplayer", "build_disagg_replayer"]
+__all__ = ["DecodeLoadRouter", "DisaggReplayer", "build_disagg_replayer", "split_factories"]

@@ -11,6 +11,10 @@ arrival) until one is ready. A request whose worker fails under it (a crash, or 
 ``immediate`` removal) fails, or with ``lifecycle.retry`` is sent again from scratch after
 ``backoff_s``: its tokens so far are dropped from its record, its arrival is kept. So every
 submitted request ends completed, failed or rejected, exactly once.
+
+The steps that differ in a prefill/decode split (which router a worker's requests and KV
+events belong to, what a failed worker loses, where a request waits) are methods that
+:class:`~servesim.replay.elastic_split.ElasticSplitReplayer` overrides.
 """
 
 from __future__ import annotations
@@ -34,14 +38,15 @@ from servesim.sinks.base import WorkerChange, workers_changed
 from servesim.sinks.publish import publish
 
 # EXTERNAL event codes (the event's first argument; the second is a worker or request id).
-STARTED = 1  # a worker's start-up ended (second: worker; epoch checked)
-WARMED = 2  # its warm-up ended
-TICK = 3  # a planner tick
-CRASH = 4  # a worker crashes
-RESTART = 5  # a crashed worker's restart time
-SLOW = 6  # a slow window opens or closes (second: worker)
-RETRY = 7  # a failed request is sent again
-KV_LATE = 8  # a delayed batch of KV events reaches the router (second: its key)
+# Negative: a split's own EXTERNAL events (servesim.replay.disagg) have a request id there.
+STARTED = -1  # a worker's start-up ended (second: worker; epoch checked)
+WARMED = -2  # its warm-up ended
+TICK = -3  # a planner tick
+CRASH = -4  # a worker crashes
+RESTART = -5  # a crashed worker's restart time
+SLOW = -6  # a slow window opens or closes (second: worker)
+RETRY = -7  # a failed request is sent again
+KV_LATE = -8  # a delayed batch of KV events reaches the router (second: its key)
 
 #: Planner ticks with requests waiting, no worker active and nothing else due, before the
 #: replay gives up (a planner that never scales up from zero).
@@ -68,6 +73,12 @@ class ElasticReplayer(Replayer):
     ) -> None:
         kwargs["runs"] = False
         super().__init__(engines, workload, **kwargs)
+        self.init_elastic(pools, lifecycle, planner, planner_interval_s, faults)
+
+    def init_elastic(self, pools: Sequence[PoolRuntime], lifecycle: LifecycleConfig | None,
+                     planner: Planner | None, planner_interval_s: float,
+                     faults: FaultPlan | None) -> None:
+        """The elastic state over the driver's (a split's replayer calls it too)."""
         self.pools = list(pools)
         self.lifecycle = lifecycle or LifecycleConfig()
         self.planner = planner
@@ -84,10 +95,7 @@ class ElasticReplayer(Replayer):
             self.records.append(WorkerRecord(w, pool, WorkerState.READY, 0.0, ready_ms=0.0))
         self.dead: set[int] = set()  # workers whose engine is discarded (stopped or crashed)
         self.scaling = ScalingLog()
-        self.ready_router = ReadyRouter(self.router, range(len(self.engines)))
-        self.ready_router.prefilled = self.has_first_token
-        self.router = self.ready_router
-        self.state = self.ready_router.state
+        self.wrap_routers()
         self.pass_scale = [1.0] * len(self.engines)
         self.held: list[int] = []  # arrivals waiting for a ready worker, in order
         self.arrived = [-1.0] * len(self.turns)
@@ -98,6 +106,53 @@ class ElasticReplayer(Replayer):
         self.last_event_id: dict[tuple[int, int], int] = {}
         self.view = ElasticView(self)
         self.idle_ticks = 0
+
+    def wrap_routers(self) -> None:
+        """The router sees ready workers only (servesim.replay.ready_router)."""
+        self.ready_router = ReadyRouter(self.router, range(len(self.engines)))
+        self.ready_router.prefilled = self.has_first_token
+        self.router = self.ready_router
+        self.state = self.ready_router.state
+
+    # -- what differs between an aggregated cluster and a split -------------------------
+
+    def can_route(self) -> bool:
+        """Whether an arrival can be routed now (else the front end holds it)."""
+        return bool(self.ready_router.ready)
+
+    def held_for(self, pool: int) -> int:
+        """Requests waiting for a ready worker of ``pool`` (the front end's)."""
+        return len(self.held)
+
+    def waiting_count(self) -> int:
+        """Requests waiting for a ready worker, in every pool."""
+        return len(self.held)
+
+    def router_of_pool(self, pool: int) -> ReadyRouter:
+        return self.ready_router
+
+    def request_in_pool(self, rid: int, pool: int) -> bool:
+        """Whether finished request ``rid`` was served by ``pool``."""
+        return self.records[self.log.worker[rid]].pool == pool
+
+    def load_by_worker(self) -> dict[int, int]:
+        """Requests routed to each worker and not finished."""
+        load: dict[int, int] = {}
+        for w, *_rest in self.ready_router.routed_to.values():
+            load[w] = load.get(w, 0) + 1
+        return load
+
+    def kv_router_for(self, w: int) -> Any:
+        """The router that reads worker ``w``'s KV events, or None."""
+        return self.router if self.router.wants_kv_events else None
+
+    def abort_requests(self, w: int, now: float) -> None:
+        """An ``immediate`` removal: worker ``w``'s requests are cancelled and lost."""
+        engine = self.engines[w]
+        self.internal_work_due(w, now)
+        for rid in self.requests_on(w):
+            engine.apply(self.log.dp_rank[rid], CancelRequest(rid, discard_pending_output=True), now)
+            self.lose(rid, now)
 
     # -- the run ---------------------------------------------------------------------
 
@@ -121,7 +176,9 @@ class ElasticReplayer(Replayer):
     def _external(self, a: int, b: int, now: float) -> None:
         if not self.unfinished():
             return  # every request has ended: what workers do now changes nothing
-        if a == STARTED:
+        if a >= 0:  # a split's handoff events
+            super()._external(a, b, now)
+        elif a == STARTED:
             self.started(b >> 16, b & 0xFFFF, now)
         elif a == WARMED:
             self.warmed(b >> 16, b & 0xFFFF, now)
@@ -150,7 +207,7 @@ class ElasticReplayer(Replayer):
         if self.arrived[rid] < 0.0:
             self.arrived[rid] = now
             self.view.arrival(rid)
-        if not self.ready_router.ready:
+        if not self.can_route():
             self.held.append(rid)
             self.log.arrival[rid] = self.arrived[rid]
             return
@@ -215,7 +272,7 @@ class ElasticReplayer(Replayer):
                     if r.state in (WorkerState.READY, WorkerState.WARMUP)]
         self.ready_router.set_ready(routable)
         self.state = self.ready_router.state
-        if self.held and self.ready_router.ready:
+        if self.held and self.can_route():
             self.release_held(now)
 
     def add_worker(self, pool: int, now: float, reason: str) -> int:
@@ -285,11 +342,7 @@ class ElasticReplayer(Replayer):
         self.update_ready(now)
         policy = self.lifecycle.drain
         if policy is DrainPolicy.IMMEDIATE:
-            engine = self.engines[w]
-            self.internal_work_due(w, now)
-            for rid in self.requests_on(w):
-                engine.apply(self.log.dp_rank[rid], CancelRequest(rid, discard_pending_output=True), now)
-                self.lose(rid, now)
+            self.abort_requests(w, now)
             self.discard_engine(w)
             self.stop(w, now)
             return
@@ -397,15 +450,19 @@ class ElasticReplayer(Replayer):
         nxt = decision.next_tick_ms if decision is not None else None
         if nxt is None or nxt <= now:
             nxt = now + self.interval_ms
-        if not self.heap_has_work() and not any(r.state in ACTIVE for r in self.records):
+        if not self.heap_has_work() and self.stalled():
             self.idle_ticks += 1
             if self.idle_ticks > MAX_IDLE_TICKS:
                 raise ReplayError(
-                    f"the planner left {len(self.held)} requests waiting with no worker for "
+                    f"the planner left {self.waiting_count()} requests waiting with no worker for "
                     f"{MAX_IDLE_TICKS} ticks (until {now} ms)")
         else:
             self.idle_ticks = 0
         self.push_event(nxt, EXTERNAL, TICK, 0)
+
+    def stalled(self) -> bool:
+        """With nothing due but ticks: whether no worker can take the waiting requests."""
+        return not any(r.state in ACTIVE for r in self.records)
 
     def heap_has_work(self) -> bool:
         return any(not (ev[2] == EXTERNAL and ev[3] == TICK) for ev in self._heap) or (
@@ -445,9 +502,7 @@ class ElasticReplayer(Replayer):
         """Which workers go first: those still starting (newest first), then warming up,
         then ready ones with the fewest requests (newest first among equals)."""
         rank = {WorkerState.STARTING: 0, WorkerState.WARMUP: 1, WorkerState.READY: 2}
-        load: dict[int, int] = {}
-        for w, *_rest in self.ready_router.routed_to.values():
-            load[w] = load.get(w, 0) + 1
+        load = self.load_by_worker()
         cands = [r for r in self.records if r.pool == pool and r.state in ACTIVE]
         cands.sort(key=lambda r: (rank[r.state], load.get(r.worker, 0), -r.worker))
         return [r.worker for r in cands]
@@ -485,11 +540,12 @@ class ElasticReplayer(Replayer):
         for ev in events:
             n = len(getattr(ev, "hashes", ())) if type(ev).__name__ == "RemovedRun" else 1
             last[(w, ev.dp_rank)] = ev.event_id + n - 1
-        if self.router.wants_kv_events:
+        router = self.kv_router_for(w)
+        if router is not None:
             if self.faults is not None and self.faults.kv_view:
                 self.faults.route_kv(self, w, now, events)
             else:
-                self.router.on_kv_events(w, events)
+                router.on_kv_events(w, events)
         for sink in self.kv_sinks:
             publish(sink, w, now, events)
 

@@ -15,6 +15,7 @@ from servesim.replay.lifecycle import PoolRuntime
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
     from servesim.config.sim import SimConfig
+    from servesim.replay.elastic_split import ElasticSplitReplayer
 
 
 def is_elastic(sim: SimConfig) -> bool:
@@ -42,6 +43,52 @@ def build_elastic_replayer(
         gpus = factory.services.timing.gpus_per_rank * factory.config.dp_size
         pools.append(PoolRuntime(name, factory, gpus, n))
         engines += [factory.build(len(engines) + w) for w in range(n)]
+    if sim.faults is not None and sim.faults.kv_transfer is not None:
+        raise ConfigError("KV-transfer failures need a prefill/decode split",
+                          path="faults.kv_transfer", source=loaded.source)
+    return replayer_class(engines, workload, pools=pools, **_elastic_parts(loaded, pools),
+                          **kwargs)
+
+
+def build_elastic_split(
+    loaded: LoadedConfig, workload: Any, kv_sinks: list[Any], fpm_sinks: list[Any],
+    record_metrics: bool, **kwargs: Any
+) -> ElasticSplitReplayer:
+    """A prefill/decode split's pools (``prefill``, then ``decode``; their engines as
+    servesim.replay.disagg builds them), routers, the planner and the fault plan."""
+    from servesim.replay.disagg import DecodeLoadRouter, split_factories
+    from servesim.replay.elastic_split import ElasticSplitReplayer
+    from servesim.workload.model import mark_unique_prompts
+
+    mark_unique_prompts(workload)
+    cluster = loaded.sim.cluster
+    emit_fpm = bool(fpm_sinks) or kwargs.get("timeline") is not None or loaded.sim.planner is not None
+    pools: list[PoolRuntime] = []
+    engines: list[list[Engine]] = []
+    first = 0
+    for name, (factory, n) in zip(("prefill", "decode"),
+                                  split_factories(loaded, kv_sinks, record_metrics, emit_fpm),
+                                  strict=True):
+        gpus = factory.services.timing.gpus_per_rank * factory.config.dp_size
+        pools.append(PoolRuntime(name, factory, gpus, n))
+        engines.append([factory.build(first + w) for w in range(n)])
+        first += n
+    pf: Any = pools[0].factory
+    df: Any = pools[1].factory
+    router_class = loaded.plugins.routers().get(cluster.router)
+    return ElasticSplitReplayer(
+        engines[0], engines[1], workload,
+        prefill_router=router_class(len(engines[0]), pf.config.dp_size, pf.config.bs,
+                                    loaded.router_config),
+        decode_router=DecodeLoadRouter(len(engines[1]), df.config.dp_size, df.config.bs),
+        block_size=pf.config.bs, handoff_latency_ms=cluster.handoff_latency_ms,
+        kv_sinks=kv_sinks, fpm_sinks=fpm_sinks, pools=pools,
+        **_elastic_parts(loaded, pools), **kwargs)
+
+
+def _elastic_parts(loaded: LoadedConfig, pools: list[PoolRuntime]) -> dict[str, Any]:
+    """The lifecycle, the planner (with its interval) and the fault plan of ``loaded``."""
+    sim = loaded.sim
     planner = None
     interval = 10.0
     spec = loaded.planner_spec
@@ -53,5 +100,5 @@ def build_elastic_replayer(
                               source=loaded.source) from None
         interval = spec.interval_s
     faults = FaultPlan(sim.faults) if sim.faults is not None else None
-    return replayer_class(engines, workload, pools=pools, lifecycle=sim.lifecycle,
-                           planner=planner, planner_interval_s=interval, faults=faults, **kwargs)
+    return {"lifecycle": sim.lifecycle, "planner": planner, "planner_interval_s": interval,
+            "faults": faults}

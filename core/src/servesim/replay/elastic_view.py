@@ -87,10 +87,11 @@ class ElasticView:
         r = self.r
         log = r.log
         window_s = max((now - self.since) / 1000.0, 1e-9)
-        state = r.state
-        slot_of = {w: i for i, w in enumerate(r.ready_router.ready)}
         pools = []
         for p, rt in enumerate(r.pools):
+            router = r.router_of_pool(p)
+            state = router.state
+            slot_of = {w: i for i, w in enumerate(router.ready)}
             counts = dict.fromkeys(WorkerState, 0)
             waiting = running = 0
             usage: list[float] = []
@@ -119,8 +120,7 @@ class ElasticView:
                 if i is not None:
                     base = i * state.dp_size
                     tokens += sum(state.prefill_tokens[base: base + state.dp_size])
-            done = [rid for rid in self.done if not log.rejected[rid]
-                    and r.records[log.worker[rid]].pool == p]
+            done = [rid for rid in self.done if not log.rejected[rid] and r.request_in_pool(rid, p)]
             ttft = [log.first[rid] - log.arrival[rid] for rid in done if log.ntok[rid] >= 1]
             itl = [(log.last[rid] - log.first[rid]) / (log.ntok[rid] - 1)
                    for rid in done if log.ntok[rid] >= 2]
@@ -129,7 +129,7 @@ class ElasticView:
                 name=rt.name, starting=counts[WorkerState.STARTING],
                 warmup=counts[WorkerState.WARMUP], ready=counts[WorkerState.READY],
                 draining=counts[WorkerState.DRAINING], restarting=counts[WorkerState.RESTARTING],
-                queued_requests=waiting + len(r.held), queued_tokens=tokens,
+                queued_requests=waiting + r.held_for(p), queued_tokens=tokens,
                 running_requests=running,
                 kv_utilization=sum(usage) / len(usage) if usage else 0.0,
                 ttft_ms=percentiles(ttft), itl_ms=percentiles(itl), completed=len(done),
@@ -163,8 +163,8 @@ class ElasticView:
             recs = [rec for rec in r.records if rec.pool == p]
             gpu_s = sum(gpu_seconds(rec, end, rt.gpus_per_worker) for rec in recs)
             ids = {rec.worker for rec in recs}
-            done = [rid for rid in range(log.n) if log.worker[rid] in ids
-                    and log.done[rid] >= 0.0 and not log.rejected[rid]]
+            done = [rid for rid in range(log.n) if log.done[rid] >= 0.0 and not log.rejected[rid]
+                    and r.request_in_pool(rid, p)]
             tokens = sum(log.ntok[rid] for rid in done)
             busy = sum(r.pass_busy_ms[w] for w in ids)
             pools.append({

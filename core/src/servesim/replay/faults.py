@@ -12,6 +12,8 @@
   multiply, and multiply a warm-up's).
 * The router's KV view: worker ``worker``'s KV events reach the router ``delay_ms`` late
   and each is lost with probability ``drop`` (sinks still see them all, on time).
+* KV transfers of a prefill/decode split (servesim.replay.elastic_split): a transfer fails
+  as scripted or with ``failure_rate``; the split's replayer retries it or falls back.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ from typing import Any
 from servesim.config.elastic import FaultsConfig, KvViewConfig
 from servesim.replay.driver import EXTERNAL
 
-# EXTERNAL event codes (servesim.replay.elastic holds 1-8).
-CRASH = 4
-RESTART = 5
-SLOW = 6
-KV_LATE = 8
-RANDOM_CRASH = 9
+# EXTERNAL event codes (servesim.replay.elastic holds -1 to -8).
+CRASH = -4
+RESTART = -5
+SLOW = -6
+KV_LATE = -8
+RANDOM_CRASH = -9
 
 
 class FaultPlan:
@@ -43,6 +45,15 @@ class FaultPlan:
         self.counts = {"crashes": 0, "crashes_missed": 0, "random_crashes": 0, "restarts": 0,
                        "slow_windows": len(config.slow), "requests_lost": 0,
                        "kv_events_delayed": 0, "kv_events_dropped": 0}
+        # KV-transfer failures (a split only): the first ``count`` transfers of a scripted
+        # request fail; any other fails with ``failure_rate``, drawn per request and try.
+        self.transfer = config.kv_transfer
+        self.scripted: dict[int, int] = {}
+        if self.transfer is not None:
+            for f in self.transfer.failures:
+                self.scripted[f.request] = self.scripted.get(f.request, 0) + f.count
+            self.counts.update({"kv_transfer_failures": 0, "kv_transfer_retries": 0,
+                                "local_prefills": 0, "kv_transfer_lost": 0})
 
     # -- scheduling ------------------------------------------------------------------
 
@@ -85,7 +96,7 @@ class FaultPlan:
                 r.rescale(b)
         elif code == KV_LATE:
             w, events = self.late.pop(b)
-            r.router.on_kv_events(w, events)
+            r.kv_router_for(w).on_kv_events(w, events)
         else:
             raise ValueError(f"unknown elastic event {code}")
 
@@ -124,8 +135,9 @@ class FaultPlan:
     def route_kv(self, r: Any, w: int, now: float, events: Sequence[Any]) -> None:
         """Deliver ``events`` to the router as worker ``w``'s view allows."""
         view = self.view_of(w)
+        router = r.kv_router_for(w)
         if view is None:
-            r.router.on_kv_events(w, events)
+            router.on_kv_events(w, events)
             return
         if view.drop > 0.0:
             kept = [ev for ev in events if self.kv_rng.random() >= view.drop]
@@ -140,7 +152,20 @@ class FaultPlan:
             self.counts["kv_events_delayed"] += len(events)
             r.push_event(now + view.delay_ms, EXTERNAL, KV_LATE, key)
             return
-        r.router.on_kv_events(w, events)
+        router.on_kv_events(w, events)
+
+    # -- KV transfers -----------------------------------------------------------------
+
+    def transfer_fails(self, rid: int, tries: int) -> bool:
+        """Whether the transfer that is request ``rid``'s ``tries``-th (from 0, over all its
+        attempts) fails."""
+        kt = self.transfer
+        assert kt is not None
+        if tries < self.scripted.get(rid, 0):
+            return True
+        if kt.failure_rate <= 0.0:
+            return False
+        return random.Random(f"transfer:{self.config.seed}:{rid}:{tries}").random() < kt.failure_rate
 
     def report(self) -> dict[str, Any]:
         return dict(self.counts)

@@ -44,6 +44,8 @@ class ReadyRouter(Router):
         self.last_hashes: Sequence[int] = ()
         # The worker the last request went to (None: none yet).
         self.last_choice: int | None = None
+        # Called with each router built for a new ready set, before it is told anything.
+        self.prepare: Any = None
         self.set_ready(ready)
 
     @property
@@ -67,6 +69,8 @@ class ReadyRouter(Router):
             inner = self.inner  # the configured router as built, for the initial workers
         else:
             inner = self.router_class(n, self.dp_size, self.block_size, self.config)
+            if self.prepare is not None:
+                self.prepare(inner)
         self.rebuilds += 1
         self.inner = inner
         self.state = ClusterState(n, self.dp_size)

@@ -134,12 +134,6 @@ def _simulate(
     observers = Observers.of(plugins)
     if observers is not None:
         observers = observers.run_started(loaded)
-    if disaggregated and (sim.lifecycle is not None or sim.planner is not None
-                          or sim.faults is not None):
-        raise ConfigError("lifecycle, planner and faults are not supported with a prefill/decode "
-                          "split yet", path="planner" if sim.planner is not None else
-                          "lifecycle" if sim.lifecycle is not None else "faults",
-                          source=loaded.source)
     if disaggregated:
         result = _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress,
                                   timeline, observers)
@@ -283,15 +277,23 @@ def _simulate_disagg(
     timeline: PassTimeline | None = None,
     observers: Observers | None = None,
 ) -> SimResult:
-    """A prefill/decode split (servesim.replay.disagg); the report gains its handoff keys."""
+    """A prefill/decode split (servesim.replay.disagg); the report gains its handoff keys
+    (and, with lifecycle, planner or faults, ``elastic``: servesim.replay.elastic_split)."""
     from servesim.replay.disagg import build_disagg_replayer
 
     sim = loaded.sim
     scope = ReportScope.of(sim.workload, workload, loaded.plugins)
     graph = has_dependencies(workload)
-    replayer = build_disagg_replayer(
+    build: Any = build_disagg_replayer
+    elastic = sim.lifecycle is not None or sim.planner is not None or sim.faults is not None
+    if elastic:
+        from servesim.replay.elastic_setup import build_elastic_split
+
+        build = build_elastic_split
+    replayer = build(
         loaded, workload, kv_sinks, fpm_sinks,
-        record_metrics=timeline is not None,  # occupancy snapshots feed only the timeline
+        # occupancy snapshots feed only the timeline (and a planner)
+        record_metrics=timeline is not None or sim.planner is not None,
         concurrency=sim.workload.concurrency,
         arrival_speedup_ratio=sim.workload.arrival_speedup_ratio,
         record_token_times=record_token_times,
@@ -323,4 +325,6 @@ def _simulate_disagg(
     else:
         report, log, session_of = scope.narrow(replayer, log, sim.report, loaded.resolved())
     report.update(clean_floats(replayer.report_extras()))
+    if elastic:
+        report["elastic"] = clean_floats(replayer.elastic_report())
     return SimResult(report, log, session_of, replayer.passes)
