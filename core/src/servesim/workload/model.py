@@ -29,7 +29,10 @@ class Turn:
     request ids this turn also waits for besides its session's previous turn (an agentic
     trace's dependency graph, servesim.replay.release); it is released ``delay_ms`` after the
     last of them finishes; for a first turn with them, its session's ``start_ms`` (if any) is
-    its authored start, never its release."""
+    its authored start, never its release. ``edges``: instead of ``wait_for``, the reference's
+    typed dependencies, each ``(request_id, on_dispatch, delay_ms)``: the turn is released at the
+    latest of ``not_before_ms`` and every edge's source dispatch (``on_dispatch``) or finish,
+    plus that edge's delay (Dynamo 1.6.1's agentic graph, servesim.replay.release)."""
 
     request_id: int
     prompt: TokenSeq
@@ -40,6 +43,8 @@ class Turn:
     lora: int = 0
     slo_class: str | None = None
     wait_for: tuple[int, ...] = ()
+    edges: tuple[tuple[int, bool, float], ...] = ()
+    not_before_ms: float | None = None
 
     @property
     def input_length(self) -> int:
