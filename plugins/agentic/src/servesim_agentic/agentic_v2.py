@@ -7,10 +7,11 @@ A v2 file starts with a header line ``{"schema": "dynamo.agentic_mooncake", "ver
 is the tokens per ``hash_ids`` entry. Each following line is a row: ``request_id``,
 ``play_id``, ``session_id`` and ``model`` (required strings), ``not_before_ms`` (required,
 finite, >= 0), ``hash_ids`` (required, non-empty), ``output_length`` / ``output_tokens``
-(required), ``input_length`` / ``input_tokens`` (default ``len(hash_ids) * B``, clamped to
-it), ``priority`` (integer), ``policy_class`` (the SLO class) and ``dependencies``: a list of
+(required), ``input_length`` / ``input_tokens`` (default ``len(hash_ids) * B``, at most
+that), ``priority`` (integer), ``policy_class`` (the SLO class) and ``dependencies``: a list of
 ``{"request_id", "trigger": "dispatch"|"completion", "delay_ms", "relation":
-"sequence"|"spawn"|"join"|"replay_barrier"}``. Release: servesim.replay.edge_release (the
+"sequence"|"spawn"|"join"|"replay_barrier"}`` naming a request of the same play (only
+``spawn`` may use ``dispatch``). Release: servesim.replay.edge_release (the
 relation labels an edge and changes nothing).
 """
 
@@ -38,6 +39,7 @@ class V2Row:
     line: int
     request_id: str
     session_id: str
+    play_id: str
     hash_ids: list[int]
     output_length: int
     not_before_ms: float
@@ -81,7 +83,7 @@ def parse_v2_row(obj: Any, line: int) -> V2Row:
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     rid = _text(obj, "request_id")
-    _text(obj, "play_id")
+    play = _text(obj, "play_id")
     _text(obj, "model")
     session = _text(obj, "session_id")
     if "not_before_ms" not in obj:
@@ -97,7 +99,7 @@ def parse_v2_row(obj: Any, line: int) -> V2Row:
     output_length = int_field(*out)
     if output_length > MAX_OUTPUT_LENGTH:
         raise ValueError(f"field {out[0]!r}: must be at most {MAX_OUTPUT_LENGTH}, got {output_length}")
-    row = V2Row(line, rid, session, hashes, output_length, not_before)
+    row = V2Row(line, rid, session, play, hashes, output_length, not_before)
     inp = _either(obj, "input_length", "input_tokens")
     if inp is not None:
         row.input_length = int_field(*inp, minimum=1)
@@ -131,13 +133,19 @@ def _dependency(d: Any, where: str) -> tuple[str, bool, float]:
     if d.get("relation") not in RELATIONS:
         raise ValueError(f"field '{where}.relation': expected one of {', '.join(RELATIONS)}, "
                          f"got {d.get('relation')!r}")
+    if TRIGGERS[trigger] and d["relation"] != "spawn":
+        raise ValueError(f"field '{where}.trigger': only a 'spawn' dependency may use the "
+                         f"'dispatch' trigger, not {d['relation']!r}")
     delay = finite_field(f"{where}.delay_ms", d.get("delay_ms"))
     return src, TRIGGERS[trigger], delay
 
 
 def build_v2_workload(rows: list[V2Row], path: str, block_size: int) -> Workload:
-    """The workload of ``rows`` (file order gives request ids 0..n-1): one single-turn session
-    per row, its dependencies as ``Turn.edges`` (servesim.replay.edge_release)."""
+    """The workload of ``rows``: one single-turn session per row, its dependencies as
+    ``Turn.edges`` (servesim.replay.edge_release). Request ids 0..n-1 follow the rows sorted by
+    ``request_id``, the order the reference's graph builder gives its nodes (it breaks ties
+    between requests ready at the same time by it)."""
+    rows = sorted(rows, key=lambda r: r.request_id)
     index: dict[str, int] = {}
     for rid, row in enumerate(rows):
         if row.request_id in index:
@@ -152,12 +160,20 @@ def build_v2_workload(rows: list[V2Row], path: str, block_size: int) -> Workload
             if src not in index:
                 raise TraceError(f"field 'dependencies': no request {src!r} in the trace",
                                  file=path, line=row.line)
+            if rows[index[src]].play_id != row.play_id:
+                raise TraceError(f"field 'dependencies': request {src!r} is in play "
+                                 f"{rows[index[src]].play_id!r}, not this row's "
+                                 f"{row.play_id!r}", file=path, line=row.line)
             if index[src] == rid:
                 raise TraceError("field 'dependencies': a request cannot depend on itself",
                                  file=path, line=row.line)
             edges.append((index[src], on_dispatch, delay))
         full = len(row.hash_ids) * block_size
-        length = full if row.input_length is None else min(row.input_length, full)
+        if row.input_length is not None and row.input_length > full:
+            raise TraceError(f"field 'input_length': {row.input_length} is more than the "
+                             f"{len(row.hash_ids)} hash_ids of {block_size} tokens hold",
+                             file=path, line=row.line)
+        length = full if row.input_length is None else row.input_length
         prompt = RepeatedBlockTokens(row.hash_ids, block_size, length)
         turn = Turn(rid, prompt, row.output_length, 0.0, row.line, row.priority)
         turn.slo_class = row.policy_class

@@ -41,6 +41,7 @@ import math
 import os
 from typing import Any
 
+import blake3
 from attrs import define, field
 from servesim.errors import ConfigError, TraceError
 from servesim.workload.model import Workload
@@ -447,7 +448,7 @@ def lower_play(play: Play, name: str, relative: bool) -> list[tuple[str, str, Re
     """The rows of one play, sorted by request id: (source id, session, request,
     not_before_ms, edges)."""
     top = [Indexed(f"outer:{i}", i, e) for i, e in play.entries if isinstance(e, Req)]
-    streams = streams_of(f"{name}:root", top, f"{name}:scope:root")
+    streams = streams_of("root", top, "scope:root")
     parents = len(streams)
     joins: list[tuple[str, list[str]]] = []
     for outer, sub in play.entries:
@@ -465,7 +466,7 @@ def lower_play(play: Play, name: str, relative: bool) -> list[tuple[str, str, Re
                                  Req(t, r.model, r.inp, r.out, r.hashes, r.api_time)))
         if not inner:
             continue
-        prefix = f"{name}:subagent:{outer}:{sub.agent_id}"
+        prefix = f"subagent:{outer}:{sub.agent_id}"
         child = streams_of(prefix, inner, prefix)
         child[0].fork_source = owner_req.sid
         join = None
@@ -624,12 +625,20 @@ class WekaTrace:
                 lowered = lower_play(play, name, basis == "relative")
             except WekaError as exc:
                 raise TraceError(str(exc), file=file, line=line) from None
+            ns = namespace(name)
             for sid, session, req, not_before, edges in lowered:
-                rid = f"{name}:{sid}"
-                rows.append(V2Row(line, rid, session, _prompt(name, rid, req, block or 1, hashes),
-                                  req.out, not_before, req.inp,
-                                  deps=[(f"{name}:{e[0]}", e[1], e[2]) for e in edges]))
+                rid = f"{ns}:request:{sid}"
+                rows.append(V2Row(line, rid, f"{ns}:session:{session}", name,
+                                  _prompt(name, rid, req, block or 1, hashes), req.out,
+                                  not_before, req.inp,
+                                  deps=[(f"{ns}:request:{e[0]}", e[1], e[2]) for e in edges]))
         return build_v2_workload(rows, path, block or 1)
+
+
+def namespace(source_name: str) -> str:
+    """A play's id prefix, the reference's (``weka:`` and 16 hex digits of the BLAKE3 hash of
+    its source name): request ids sort by it, and the reference orders its requests so."""
+    return "weka:" + blake3.blake3(source_name.encode()).hexdigest()[:16]
 
 
 def _prompt(name: str, rid: str, req: Req, block: int, ids: dict[str, int]) -> list[int]:
