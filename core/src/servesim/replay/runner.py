@@ -140,6 +140,9 @@ def _simulate(
                           "split yet", path="planner" if sim.planner is not None else
                           "lifecycle" if sim.lifecycle is not None else "faults",
                           source=loaded.source)
+    if disaggregated and sim.workload.warm_cache is not None:
+        raise ConfigError("a warm cache is not supported with a prefill/decode split yet",
+                          path="workload.warm_cache", source=loaded.source)
     if disaggregated:
         result = _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress,
                                   timeline, observers)
@@ -147,8 +150,10 @@ def _simulate(
             result.report["snapshot"] = clean_floats(snapshot)
         return _with_extra(result, observers, loaded)
     # Aggregated replay: only the ranks and the router (which routes each request before any
-    # worker has seen its tokens) read prompt hashes, so trace-unique blocks may skip them.
-    mark_unique_prompts(workload)
+    # worker has seen its tokens) read prompt hashes, so trace-unique blocks may skip them;
+    # not with a warm cache, whose blocks any prompt may hit.
+    if sim.workload.warm_cache is None:
+        mark_unique_prompts(workload)
 
     elastic = sim.lifecycle is not None or sim.planner is not None or sim.faults is not None
     planned = sim.planner is not None  # a planner reads pass metrics and occupancy
@@ -178,6 +183,14 @@ def _simulate(
         engines, spans = build_pool_engines(loaded, make_factory)
     else:
         engines = build_engines(make_factory().build, sim.cluster.workers)
+    warm = None
+    if sim.workload.warm_cache is not None:
+        if elastic:
+            raise ConfigError("a warm cache is not supported with lifecycle, planner or faults yet",
+                              path="workload.warm_cache", source=loaded.source)
+        from servesim.replay.warm_start import preload_engines
+
+        warm = preload_engines(engines, sim.workload.warm_cache, block_size)
     pass_file = _open_pass_log(pass_log)
     writer = None if pass_file is None else PassLogWriter(pass_file.fh)
     scope = ReportScope.of(sim.workload, workload, plugins)
@@ -232,6 +245,8 @@ def _simulate(
         report, log, session_of = scope.narrow(replayer, log, sim.report, loaded.resolved())
     if snapshot is not None:
         report["snapshot"] = clean_floats(snapshot)
+    if warm is not None:
+        report["warm_cache"] = warm
     if spans is not None:
         from servesim.replay.pools import pool_report
 
