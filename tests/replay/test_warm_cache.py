@@ -38,8 +38,8 @@ def run(tmp_path, name, extra="", sets=(), backend="vllm", trace=TRACE):
 def capture(tmp_path, backend="vllm", token_ids=False, trace=TRACE):
     """A cold run of ``trace`` with servesim's KV JSONL sink: the capture."""
     path = tmp_path / f"{backend}.kv.jsonl"
-    run(tmp_path, f"cap_{backend}", "sinks:\n  kv_events: [{type: jsonl, path: %s, token_ids: %s}]\n"
-        % (path, str(token_ids).lower()), backend=backend, trace=trace)
+    sink = f"sinks:\n  kv_events: [{{type: jsonl, path: {path}, token_ids: {str(token_ids).lower()}}}]\n"
+    run(tmp_path, f"cap_{backend}", sink, backend=backend, trace=trace)
     return path
 
 

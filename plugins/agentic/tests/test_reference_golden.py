@@ -1,7 +1,8 @@
 """The agentic formats against the reference (Dynamo 1.6.1's replay), from checked-in data.
 
 ``tests/golden/agentic/make_golden.py`` wrote the sample traces (a Weka corpus with absolute
-and one with relative nested timestamps, an agentic Mooncake v2 file) and ran the reference
+and one with relative nested timestamps, an agentic Mooncake v2 file, Dynamo request traces
+with and without agent contexts) and ran the reference
 on each case through ``benchmarks/peer_dynamo_agentic.py``; CI only reads its reports. Each
 case replays through ``servesim run``'s path (vLLM ranks, the default polynomial timing, the
 same engine keys) and must match request for request: arrival, TTFT, end-to-end latency,
@@ -39,7 +40,8 @@ def replay(case: str, tmp_path: Path) -> tuple[dict, dict[int, dict]]:
 
 def test_golden_cases_exist() -> None:
     assert {"weka_auto", "weka_relative", "weka_relative_as_absolute", "weka_tight_pool",
-            "weka_max_sim_time", "v2_sample", "v2_tight_pool"} <= set(CASES)
+            "weka_max_sim_time", "v2_sample", "v2_tight_pool", "dynamo_request_agentic",
+            "dynamo_request_tight_pool", "dynamo_request_standard"} <= set(CASES)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -77,7 +77,8 @@ def test_a_replay_releases_the_child_300_ms_after_its_parent_dispatch(tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(OVERLAP))
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"engine: {{block_size: 4, num_gpu_blocks: 1000}}\nworkload:\n  trace: {{path: {path}, format: weka}}\n")
+    cfg.write_text("engine: {block_size: 4, num_gpu_blocks: 1000}\n"
+                   f"workload:\n  trace: {{path: {path}, format: weka}}\n")
     res = simulate(load_config(str(cfg), [], Plugins()))
     out = {r["request_id"]: r for r in map(json.loads, per_request_lines(res.log, res.session_ids))}
     # the reference's report on this file with these settings (Dynamo 1.6.1)

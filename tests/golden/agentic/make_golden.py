@@ -46,6 +46,17 @@ CASES: dict[str, tuple[str, str, dict, dict, list[str]]] = {
 }
 
 
+CASES.update({
+    "dynamo_request_agentic": ("dynamo_request_sample.jsonl", "dynamo_request_trace", {},
+                               {"block_size": 16, "num_gpu_blocks": 2000}, []),
+    "dynamo_request_tight_pool": ("dynamo_request_sample.jsonl", "dynamo_request_trace", {},
+                                  {"block_size": 16, "num_gpu_blocks": 20}, []),
+    "dynamo_request_standard": ("dynamo_request_standard.jsonl", "dynamo_request_trace", {},
+                                {"block_size": 16, "num_gpu_blocks": 2000}, []),
+})
+PEER_FORMAT = {"dynamo_request_trace": "dynamo"}
+
+
 # -- sample traces ------------------------------------------------------------------------------
 
 def _req(rng: random.Random, t: float, hashes: list[int], block: int) -> dict:
@@ -136,12 +147,75 @@ def agentic_v2(rng: random.Random, n: int, block: int) -> list[dict]:
     return rows
 
 
+def dynamo_requests(rng: random.Random, sessions: int, block: int, agentic: bool) -> list[dict]:
+    """``dynamo.request.trace.v1`` records: sessions of requests, child sessions (some named by
+    a tool record with a consumer, some found by time), and a skipped tool_start."""
+    out: list[dict] = []
+    nxt = [500]
+
+    def new(n: int) -> list[int]:
+        ids = list(range(nxt[0], nxt[0] + n))
+        nxt[0] += n
+        return ids
+
+    def request(rid: str, start: int, dur: int, hashes: list[int], ctx: dict | None) -> dict:
+        rec = {"schema": "dynamo.request.trace.v1", "event_type": "request_end",
+               "event_time_unix_ms": start + dur,
+               "request": {"request_id": rid, "model": "m", "output_tokens": rng.randint(4, 40),
+                           "request_received_ms": start, "total_time_ms": dur + 0.4,
+                           "replay": {"trace_block_size": block,
+                                      "input_length": len(hashes) * block - rng.randrange(block),
+                                      "input_sequence_hashes": hashes}}}
+        if ctx is not None:
+            rec["agent_context"] = ctx
+        return rec
+
+    for s in range(sessions):
+        t = 1_000_000 + s * rng.randint(5, 60)
+        hashes = new(3)
+        for k in range(rng.randint(3, 6)):
+            dur = rng.randint(20, 200)
+            rid = f"s{s}r{k}"
+            out.append(request(rid, t, dur, hashes, {"session_id": f"s{s}"} if agentic else None))
+            t += dur + rng.randint(1, 80)
+            if agentic and k == 1:  # a child session found by time, joined by the next request
+                ct, ch = t - 30, hashes[:2] + new(1)
+                for j in range(2):
+                    out.append(request(f"s{s}c{j}", ct, 40, ch, {"session_id": f"s{s}c",
+                                                                   "parent_session_id": f"s{s}"}))
+                    ct += 50
+                    ch = ch + new(1)
+                t = ct + 20
+            if agentic and k == 2:  # a child named by a tool record, with its consumer
+                child = f"s{s}t"
+                out.append({"schema": "dynamo.request.trace.v1", "event_type": "tool_start",
+                            "event_time_unix_ms": t})
+                out.append({"schema": "dynamo.request.trace.v1", "event_type": "tool_end",
+                            "event_time_unix_ms": t + 90, "agent_context": {"session_id": f"s{s}"},
+                            "tool": {"tool_call_id": f"call{s}", "tool_class": "agent",
+                                     "started_at_unix_ms": t, "ended_at_unix_ms": t + 90,
+                                     "claude": {"source_request_id": rid,
+                                                "consumer_request_id": f"s{s}r{k + 1}",
+                                                "child_session_id": child,
+                                                "execution_mode": "blocking"}}})
+                out.append(request(f"s{s}t0", t + 5, 60, new(2), {"session_id": child,
+                                                                 "parent_session_id": f"s{s}"}))
+                t += 90
+            hashes = hashes + new(rng.randint(1, 2))
+    rng.shuffle(out)  # the reader orders requests by time itself
+    return out
+
+
 def write_samples() -> None:
     rng = random.Random(44)
     (HERE / "weka_sample.jsonl").write_text(
         "".join(json.dumps(weka_play(rng, p, 32, False)) + "\n" for p in range(6)))
     (HERE / "weka_relative.jsonl").write_text(
         "".join(json.dumps(weka_play(rng, p, 32, True)) + "\n" for p in range(4)))
+    (HERE / "dynamo_request_sample.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in dynamo_requests(random.Random(9), 4, 16, True)))
+    (HERE / "dynamo_request_standard.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in dynamo_requests(random.Random(10), 3, 16, False)))
     (HERE / "agentic_v2_sample.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in agentic_v2(random.Random(5), 30, 32)))
 
@@ -155,22 +229,30 @@ def main() -> None:
         trace, fmt, peer_keys, engine, _ = CASES[name]
         with tempfile.TemporaryDirectory() as tmp:
             report = Path(tmp) / "report.jsonl"
-            sets = {"trace_format": fmt, "execution_model": "m", "report_jsonl_path": str(report),
+            sets = {"trace_format": PEER_FORMAT.get(fmt, fmt), "report_jsonl_path": str(report),
                     **peer_keys, "engine": engine}
+            if CASES[name][0] != "dynamo_request_standard.jsonl":  # every agentic graph
+                sets["execution_model"] = "m"
             args = [a for k, v in sets.items() for a in ("--set", f"{k}={json.dumps(v)}")]
             subprocess.run([sys.executable, str(PEER), str(HERE / trace), *args], check=True,
                            stdout=subprocess.DEVNULL)
             rows = [json.loads(x) for x in report.read_text().splitlines() if x.strip()]
-        rows.sort(key=lambda r: r["uuid"])
+        if all(r["uuid"].startswith("00000000-0000-0000-0000-") for r in rows):
+            rows.sort(key=lambda r: r["uuid"])  # an agentic graph: uuid = node index + 1
+            nodes = [int(r["uuid"].replace("-", ""), 16) - 1 for r in rows]
+        else:  # plain requests get random uuids: arrival order is servesim's request order
+            rows.sort(key=lambda r: r["arrival_time_ms"])
+            nodes = list(range(len(rows)))
         out = {"peer": "dynamo-mocker 1.6.1 (benchmarks/peer_dynamo_agentic.py)",
                "trace": trace, "format": fmt, "peer_keys": peer_keys, "engine": engine,
                "servesim_sets": CASES[name][4],
-               "requests": [{"node": int(r["uuid"].replace("-", ""), 16) - 1,
+               "requests": [{"node": node,
                              **{k: r[k] for k in KEPT},
                              "first_admission_reused_tokens": (
                                  r["admission_history"][0]["reused_input_tokens"]
                                  if r["admission_history"] else None),
-                             "admissions": len(r["admission_history"])} for r in rows]}
+                             "admissions": len(r["admission_history"])}
+                            for node, r in zip(nodes, rows, strict=True)]}
         (HERE / f"{name}.expected.json").write_text(json.dumps(out, separators=(",", ":")) + "\n")
         print(name, len(rows), "requests,", sum(max(0, r["admissions"] - 1) for r in out["requests"]),
               "readmissions,", sum(r["terminal_status"] != "completed" for r in out["requests"]),

@@ -50,10 +50,10 @@ from servesim.contract import (
 from servesim.errors import CommandRejected, PluginError
 from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.runs import RankRun, RunEffects
+from servesim.kv.warm_start import WarmPath
 from servesim.mechanics.handoff import HandoffBook, suppress_request
 from servesim.mechanics.numeric import Welford
 from servesim.mechanics.speculative import Speculation
-from servesim.kv.warm_start import WarmPath
 from servesim.rank import (
     CommandContext,
     GroupPassHooks,
@@ -77,10 +77,10 @@ from servesim_sglang.pass_outcome import PassOutcome
 from servesim_sglang.policies import resolve_policy
 from servesim_sglang.priority import ordering
 from servesim_sglang.radix_records import make_radix_cache
-from servesim_sglang.warm_start import preload_radix
 from servesim_sglang.recv_interval import RecvSkipper
 from servesim_sglang.request import SglangRequest
 from servesim_sglang.scheduler import SglangScheduler
+from servesim_sglang.warm_start import preload_radix
 
 
 @define

@@ -42,10 +42,10 @@ from servesim.errors import CommandRejected, ConfigError
 from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.runs import RankRun, RunEffects
 from servesim.kv.eviction_records import make_block_pool
+from servesim.kv.warm_start import WarmPath, preload_pool
 from servesim.mechanics.handoff import HandoffBook, suppress_request
 from servesim.mechanics.numeric import Welford
 from servesim.mechanics.speculative import Speculation
-from servesim.kv.warm_start import WarmPath, preload_pool
 from servesim.rank import (
     CommandContext,
     GroupPassHooks,
