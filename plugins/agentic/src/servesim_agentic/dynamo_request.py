@@ -224,7 +224,8 @@ class DynamoRequestTrace:
                                  f"the first request's {block}", file=path, line=e.line)
         with_ctx = sum(e.session is not None for e in entries)
         if with_ctx not in (0, len(entries)):
-            bad = next(e for e in entries if (e.session is None) == (with_ctx > len(entries) // 2))
+            # the first request (in file order) that differs from the first one
+            bad = next(e for e in entries if (e.session is None) != (entries[0].session is None))
             raise TraceError("field 'agent_context': a trace mixes requests with and without it",
                              file=path, line=bad.line)
         entries.sort(key=lambda e: (e.start, e.end, e.request_id))
