@@ -1,4 +1,5 @@
-"""``workload.warm_cache`` (servesim.kv.warm_start, servesim.rank.WarmCache): a replay that
+"""``workload.warm_cache`` (servesim.replay.warm_capture, servesim.kv.warm_start,
+servesim.rank.WarmCache): a replay that
 starts with the KV cache a captured KV-event stream left gets prefix hits on its first
 requests; bad captures and backends without the capability are refused; without the key
 nothing changes."""
@@ -11,9 +12,9 @@ import msgpack
 import pytest
 from servesim.config.loader import load_config
 from servesim.errors import ConfigError, TraceError
-from servesim.kv.warm_start import read_warm_cache
 from servesim.plugins import Plugins
 from servesim.replay.runner import simulate
+from servesim.replay.warm_capture import read_warm_cache
 from servesim.report.summary import per_request_lines
 
 # Three prompts sharing blocks 1, 2 (trace block = engine block = 16 tokens).

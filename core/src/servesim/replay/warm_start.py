@@ -1,6 +1,6 @@
 """Applying ``workload.warm_cache`` to a replay's engines before its first request
-(servesim.kv.warm_start reads the capture; each rank loads its part through
-:class:`servesim.rank.WarmCache`)."""
+(servesim.replay.warm_capture reads the capture; each rank loads its part through
+:class:`servesim.rank.WarmCache`, block pools with servesim.kv.warm_start)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from servesim.errors import ConfigError
-from servesim.kv.warm_start import read_warm_cache
 from servesim.rank import WarmCache
+from servesim.replay.warm_capture import read_warm_cache
 
 if TYPE_CHECKING:
     from servesim.config.warm_cache import WarmCacheConfig
