@@ -41,7 +41,8 @@ def replay(case: str, tmp_path: Path) -> tuple[dict, dict[int, dict]]:
 def test_golden_cases_exist() -> None:
     assert {"weka_auto", "weka_relative", "weka_relative_as_absolute", "weka_tight_pool",
             "weka_max_sim_time", "v2_sample", "v2_tight_pool", "dynamo_request_agentic",
-            "dynamo_request_tight_pool", "dynamo_request_standard"} <= set(CASES)
+            "dynamo_request_tight_pool", "dynamo_request_standard", "weka_lanes", "v2_lanes",
+            "dynamo_request_lanes"} <= set(CASES)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -54,6 +54,15 @@ CASES.update({
     "dynamo_request_standard": ("dynamo_request_standard.jsonl", "dynamo_request_trace", {},
                                 {"block_size": 16, "num_gpu_blocks": 2000}, []),
 })
+CASES.update({
+    "weka_lanes": ("weka_sample.jsonl", "weka", {"agentic_lanes": 2},
+                   {"block_size": 16, "num_gpu_blocks": 2000}, ["workload.lanes=2"]),
+    "v2_lanes": ("agentic_v2_sample.jsonl", "agentic_mooncake", {"agentic_lanes": 2},
+                 {"block_size": 16, "num_gpu_blocks": 2000}, ["workload.lanes=2"]),
+    "dynamo_request_lanes": ("dynamo_request_sample.jsonl", "dynamo_request_trace",
+                             {"agentic_lanes": 3}, {"block_size": 16, "num_gpu_blocks": 2000},
+                             ["workload.lanes=3"]),
+})
 PEER_FORMAT = {"dynamo_request_trace": "dynamo"}
 
 

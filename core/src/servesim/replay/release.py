@@ -134,11 +134,12 @@ def attach_release(replayer: Replayer, concurrency: int | None, lanes: int | Non
     from servesim.replay.edge_release import EdgeRelease, has_edges
 
     if has_edges(replayer.workload):
-        if lanes is not None or from_cut:
-            raise ConfigError("lanes and snapshots are not supported with a trace whose "
-                              "dependencies are typed edges (agentic_mooncake v2, weka)",
-                              path="workload.lanes" if lanes is not None else "workload.snapshot")
-        replayer.release = EdgeRelease(replayer)
+        if from_cut:
+            raise ConfigError("snapshots are not supported with a trace whose dependencies are "
+                              "typed edges (agentic_mooncake v2, weka)", path="workload.snapshot")
+        edges = EdgeRelease(replayer)
+        edges.start(lanes)
+        replayer.release = edges
         return
     release = DependencyRelease(replayer)
     if lanes is not None:

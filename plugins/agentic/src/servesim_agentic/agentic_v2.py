@@ -140,12 +140,19 @@ def _dependency(d: Any, where: str) -> tuple[str, bool, float]:
     return src, TRIGGERS[trigger], delay
 
 
-def build_v2_workload(rows: list[V2Row], path: str, block_size: int) -> Workload:
+def build_v2_workload(rows: list[V2Row], path: str, block_size: int,
+                      play_order: dict[str, int] | None = None) -> Workload:
     """The workload of ``rows``: one single-turn session per row, its dependencies as
     ``Turn.edges`` (servesim.replay.edge_release). Request ids 0..n-1 follow the rows sorted by
     ``request_id``, the order the reference's graph builder gives its nodes (it breaks ties
-    between requests ready at the same time by it)."""
+    between requests ready at the same time by it). Sessions are in play order (the order
+    ``workload.lanes`` starts plays in): ``play_order`` ranks the plays (a weka corpus: its
+    plays' source order), else a play ranks by its first request in node order."""
     rows = sorted(rows, key=lambda r: r.request_id)
+    if play_order is None:
+        play_order = {}
+        for r in rows:
+            play_order.setdefault(r.play_id, len(play_order))
     index: dict[str, int] = {}
     for rid, row in enumerate(rows):
         if row.request_id in index:
@@ -182,7 +189,8 @@ def build_v2_workload(rows: list[V2Row], path: str, block_size: int) -> Workload
         turn.not_before_ms = row.not_before_ms
         sessions.append(Session(row.session_id, row.not_before_ms, [turn]))
     _check_acyclic(rows, sessions, path)
-    return make_workload(sessions, path)
+    order = sorted(range(len(rows)), key=lambda rid: (play_order[rows[rid].play_id], rid))
+    return make_workload([sessions[rid] for rid in order], path)
 
 
 def _check_acyclic(rows: list[V2Row], sessions: list[Session], path: str) -> None:

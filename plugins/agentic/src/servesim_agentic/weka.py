@@ -632,7 +632,8 @@ class WekaTrace:
                                   _prompt(name, rid, req, block or 1, hashes), req.out,
                                   not_before, req.inp,
                                   deps=[(f"{ns}:request:{e[0]}", e[1], e[2]) for e in edges]))
-        return build_v2_workload(rows, path, block or 1)
+        return build_v2_workload(rows, path, block or 1,
+                                 {name: k for k, (_, _, name, _) in enumerate(plays)})
 
 
 def namespace(source_name: str) -> str:
