@@ -75,7 +75,7 @@ class CachedBlocks:
                 continue
             path = [b]
             while path[-1].parent is not None and path[-1].parent in blocks:
-                path.append(blocks[path[-1].parent])  # type: ignore[index]
+                path.append(blocks[path[-1].parent])
             if path[-1].parent is None:  # reaches the root: every ancestor is cached
                 out.append(tuple(reversed(path)))
         return out

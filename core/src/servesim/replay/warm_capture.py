@@ -89,7 +89,7 @@ def _lines(path: str) -> Iterator[tuple[int, str]]:
 
 def read_vllm_msgpack(path: str, block_size: int, worker: int) -> dict[tuple[int, int], CachedBlocks]:
     """Concatenated vLLM ``KVEventBatch`` payloads; "line" in errors is the batch's ordinal."""
-    import msgpack  # a dependency of servesim, imported only for this format
+    import msgpack  # type: ignore[import-untyped]  # imported only for this format
 
     ranks: dict[tuple[int, int], CachedBlocks] = {}
     to_ours: dict[tuple[int, int], dict[Any, int]] = {}

@@ -460,10 +460,10 @@ def lower_play(play: Play, name: str, relative: bool) -> list[tuple[str, str, Re
             raise WekaError(f"{sub.where}", "a subagent needs a parent request before it")
         owner_stream, owner_req = owners[-1]
         inner = []
-        for j, r in enumerate(sub.requests):
-            t = nested_time(r.t, sub.t, relative, f"{sub.where}.requests[{j}]")
+        for j, q in enumerate(sub.requests):
+            t = nested_time(q.t, sub.t, relative, f"{sub.where}.requests[{j}]")
             inner.append(Indexed(f"outer:{outer}:inner:{j}", j,
-                                 Req(t, r.model, r.inp, r.out, r.hashes, r.api_time)))
+                                 Req(t, q.model, q.inp, q.out, q.hashes, q.api_time)))
         if not inner:
             continue
         prefix = f"subagent:{outer}:{sub.agent_id}"
@@ -487,8 +487,8 @@ def lower_play(play: Play, name: str, relative: bool) -> list[tuple[str, str, Re
     root_sid = streams[0].requests[0].sid
     deps: dict[str, list[Edge]] = {}
     for s in streams:
-        for pred, r in zip(s.requests, s.requests[1:], strict=False):
-            _push(deps.setdefault(r.sid, []), (pred.sid, False, ms(r.req.t - pred.req.end), "sequence"))
+        for pred, cur in zip(s.requests, s.requests[1:], strict=False):
+            _push(deps.setdefault(cur.sid, []), (pred.sid, False, ms(cur.req.t - pred.req.end), "sequence"))
     for s in streams:
         if not s.requests or s.fork_source is None:
             continue
