@@ -4,8 +4,9 @@
 and one with relative nested timestamps, an agentic Mooncake v2 file, Dynamo request traces
 with and without agent contexts) and ran the reference
 on each case through ``benchmarks/peer_dynamo_agentic.py``; CI only reads its reports. Each
-case replays through ``servesim run``'s path (vLLM ranks, the default polynomial timing, the
-same engine keys) and must match request for request: arrival, TTFT, end-to-end latency,
+case replays through ``servesim run``'s path (vLLM ranks unless the case sets SGLang's or
+TensorRT-LLM's as the reference's ``engine_type``, the default polynomial timing, the same
+engine keys) and must match request for request: arrival, TTFT, end-to-end latency,
 output length and the cached tokens of the first admission, within the tolerance the vLLM
 Mooncake goldens use (plugins/vllm/tests/test_golden.py: exact up to the reference's
 microsecond rounding).
@@ -42,7 +43,8 @@ def test_golden_cases_exist() -> None:
     assert {"weka_auto", "weka_relative", "weka_relative_as_absolute", "weka_tight_pool",
             "weka_max_sim_time", "v2_sample", "v2_tight_pool", "dynamo_request_agentic",
             "dynamo_request_tight_pool", "dynamo_request_standard", "weka_lanes", "v2_lanes",
-            "dynamo_request_lanes"} <= set(CASES)
+            "dynamo_request_lanes", "weka_sglang", "weka_trtllm", "dynamo_request_sglang_tight_pool",
+            "dynamo_request_trtllm_tight_pool"} <= set(CASES)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -63,6 +63,15 @@ CASES.update({
                              {"agentic_lanes": 3}, {"block_size": 16, "num_gpu_blocks": 2000},
                              ["workload.lanes=3"]),
 })
+for _be in ("sglang", "trtllm"):
+    CASES[f"weka_{_be}"] = ("weka_sample.jsonl", "weka", {"engine_type": _be},
+                            {"block_size": 16, "num_gpu_blocks": 2000}, [f"engine.backend={_be}"])
+    CASES[f"weka_{_be}_tight_pool"] = ("weka_sample.jsonl", "weka", {"engine_type": _be},
+                                       {"block_size": 16, "num_gpu_blocks": 70},
+                                       [f"engine.backend={_be}"])
+    CASES[f"dynamo_request_{_be}_tight_pool"] = (
+        "dynamo_request_sample.jsonl", "dynamo_request_trace", {"engine_type": _be},
+        {"block_size": 16, "num_gpu_blocks": 20}, [f"engine.backend={_be}"])
 PEER_FORMAT = {"dynamo_request_trace": "dynamo"}
 
 
