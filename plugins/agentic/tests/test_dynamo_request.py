@@ -7,6 +7,7 @@ import json
 
 import pytest
 from servesim.errors import TraceError
+from servesim.workload.model import EdgeTurn
 from servesim_agentic.dynamo_request import DynamoRequestTrace
 
 S = "dynamo.request.trace.v1"
@@ -51,7 +52,7 @@ def edges(w):
 def test_plain_requests_are_sessions_at_their_start(tmp_path):
     w, _ = read(tmp_path, [request("b", 120), request("a", 100)])
     assert [(s.session_id, s.start_ms) for s in w.sessions] == [("a", 0.0), ("b", 20.0)]
-    assert not any(t.edges for s in w.sessions for t in s.turns)
+    assert not any(isinstance(t, EdgeTurn) for s in w.sessions for t in s.turns)
 
 
 def test_blocking_child_named_by_a_tool(tmp_path):

@@ -1,4 +1,4 @@
-"""Releasing a workload whose turns carry typed dependency edges (``Turn.edges``), as Dynamo
+"""Releasing a workload whose turns carry typed dependency edges (``EdgeTurn.edges``), as Dynamo
 1.6.1's agentic replay releases the rows of an ``agentic_mooncake`` v2 or ``weka`` trace.
 
 Each edge is ``(source, on_dispatch, delay_ms)``. A turn becomes ready once every edge has
@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from servesim.replay.driver import ARRIVAL
+from servesim.workload.model import EdgeTurn
 
 if TYPE_CHECKING:
     from servesim.replay.driver import Replayer
@@ -26,8 +27,16 @@ if TYPE_CHECKING:
 
 
 def has_edges(workload: Workload) -> bool:
-    """Whether any turn of ``workload`` carries typed dependency edges."""
-    return any(t.edges for s in workload.sessions for t in s.turns)
+    """Whether any turn of ``workload`` carries typed dependency edges (an :class:`EdgeTurn`)."""
+    return any(type(t) is EdgeTurn for s in workload.sessions for t in s.turns)
+
+
+def _edges(t: object) -> tuple[tuple[int, bool, float], ...]:
+    return t.edges if isinstance(t, EdgeTurn) else ()
+
+
+def _floor(t: object) -> float:
+    return (t.not_before_ms or 0.0) if isinstance(t, EdgeTurn) else 0.0
 
 
 class EdgeRelease:
@@ -44,13 +53,14 @@ class EdgeRelease:
         roots: list[tuple[float, int]] = []
         for s in replayer.workload.sessions:
             for t in s.turns:
-                floor = (t.not_before_ms or 0.0) / speed
-                if not t.edges:
+                floor = _floor(t) / speed
+                edges = _edges(t)
+                if not edges:
                     roots.append((floor, t.request_id))
                     continue
-                self.remaining[t.request_id] = len(t.edges)
+                self.remaining[t.request_id] = len(edges)
                 self.due[t.request_id] = floor
-                for src, on_dispatch, delay in t.edges:
+                for src, on_dispatch, delay in edges:
                     table = self.on_dispatch if on_dispatch else self.on_finish
                     table.setdefault(src, []).append((t.request_id, delay / speed))
         self.lanes: _EdgeLanes | None = None
@@ -122,7 +132,7 @@ class _EdgeLanes:
         turns = rel.replayer.turns
         speed = rel.replayer.speedup
         rids = self.members[play]
-        base = min((turns[r].not_before_ms or 0.0) for r in rids if not turns[r].edges) / speed
+        base = min(_floor(turns[r]) for r in rids if not _edges(turns[r])) / speed
         for r in rids:
             if r in rel.due:  # a dependent: its floor moves with the play
                 rel.due[r] += now - base

@@ -22,7 +22,7 @@ from typing import Any
 from attrs import define, field
 from servesim.errors import TraceError
 from servesim.tokens import RepeatedBlockTokens
-from servesim.workload.model import Session, Turn, Workload, make_workload
+from servesim.workload.model import EdgeTurn, Session, Workload, make_workload
 
 from servesim_agentic.graph import MAX_OUTPUT_LENGTH, finite_field, int_field, is_int
 
@@ -143,7 +143,7 @@ def _dependency(d: Any, where: str) -> tuple[str, bool, float]:
 def build_v2_workload(rows: list[V2Row], path: str, block_size: int,
                       play_order: dict[str, int] | None = None) -> Workload:
     """The workload of ``rows``: one single-turn session per row, its dependencies as
-    ``Turn.edges`` (servesim.replay.edge_release). Request ids 0..n-1 follow the rows sorted by
+    ``EdgeTurn.edges`` (servesim.replay.edge_release). Request ids 0..n-1 follow the rows sorted by
     ``request_id``, the order the reference's graph builder gives its nodes (it breaks ties
     between requests ready at the same time by it). Sessions are in play order (the order
     ``workload.lanes`` starts plays in): ``play_order`` ranks the plays (a weka corpus: its
@@ -182,7 +182,7 @@ def build_v2_workload(rows: list[V2Row], path: str, block_size: int,
                              file=path, line=row.line)
         length = full if row.input_length is None else row.input_length
         prompt = RepeatedBlockTokens(row.hash_ids, block_size, length)
-        turn = Turn(rid, prompt, row.output_length, 0.0, row.line, row.priority)
+        turn = EdgeTurn(rid, prompt, row.output_length, 0.0, row.line, row.priority)
         turn.slo_class = row.policy_class
         turn.wait_for = tuple(dict.fromkeys(e[0] for e in edges))
         turn.edges = tuple(edges)
