@@ -64,6 +64,7 @@ def test_every_capability_lists_its_members() -> None:
         "Handoff": {"reserve_destination_first", "waiting_for_external_command"},
         "HostOffload": {"host_tier"},
         "SpeculativeDecoding": set(),
+        "WarmCache": {"preload_cache"},
         "RunsOfPasses": {"runs_through_completions", "execute_run", "complete_run",
                          "take_run_kv_events", "extend_run"},
     }
@@ -75,6 +76,7 @@ def test_every_capability_lists_its_members() -> None:
     ("waiting_for_external_command", "Handoff"),
     ("host_tier", "HostOffload"),
     ("execute_run", "RunsOfPasses"),
+    ("preload_cache", "WarmCache"),
 ])
 def test_a_member_without_its_capability_is_refused_when_the_class_is_defined(
     member: str, capability: str
@@ -124,7 +126,7 @@ def test_the_built_in_backends_declare_what_they_support() -> None:
     def declared(cls: type) -> set[str]:
         return {c.__qualname__ for c in Capability.__subclasses__() if issubclass(cls, c)}
 
-    every = {"GroupPassHooks", "Handoff", "SpeculativeDecoding", "RunsOfPasses"}
+    every = {"GroupPassHooks", "Handoff", "SpeculativeDecoding", "RunsOfPasses", "WarmCache"}
     assert declared(VllmRank) == every | {"InternalWork", "HostOffload"}
     assert declared(SglangRank) == every and SglangRank.reserve_destination_first
     assert declared(TrtllmRank) == every and not TrtllmRank.reserve_destination_first
@@ -143,6 +145,10 @@ def test_the_built_in_backends_declare_what_they_support() -> None:
     ("cluster.pools=[{name: a}, {name: b, engine: {aic_nextn: 1}}]",
      "cluster.pools[1].engine.aic_nextn: aic_nextn needs the backend capability "
      "SpeculativeDecoding"),
+    ("workload.warm_cache={path: kv.jsonl}",
+     "workload.warm_cache: a warm start (a KV cache filled from a captured KV-event stream) needs "
+     "the backend capability WarmCache (servesim.rank.WarmCache); backend 'toy' (plugin toy from "
+     "servesim-toy 0.1.0, class ToyRank) does not declare it"),
 ])
 def test_validate_and_run_refuse_a_key_whose_capability_the_backend_lacks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], item: str, message: str

@@ -19,6 +19,8 @@ and a configuration that needs a capability the backend lacks is a config error.
 * :class:`HostOffload`: a host KV tier (``engine.native_host_offload`` needs it);
 * :class:`SpeculativeDecoding`: draft tokens and their acceptance (``engine.aic_nextn`` needs
   it);
+* :class:`WarmCache`: a KV cache filled from a captured KV-event stream before the first
+  request (``workload.warm_cache`` needs it);
 * :class:`servesim.fast.rank_runs.RunsOfPasses`: runs of passes (speed only);
 * :attr:`Rank.eviction_support`: the eviction policies the KV cache drives
   (``engine.eviction_policy``).
@@ -44,9 +46,12 @@ from servesim.contract import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from servesim.config.engine import EngineConfig
     from servesim.kv.eviction import EvictionPolicy
     from servesim.kv.host_tier import HostTier
+    from servesim.kv.warm_start import WarmPath
     from servesim.timing.base import TimingModel
 
 #: What a rank keeps of a committed pass (:attr:`RankPass.pending`), handed back to
@@ -376,3 +381,17 @@ class SpeculativeDecoding(Capability):  # noqa: B024
     it): it builds its sampler with ``servesim.mechanics.speculative.Speculation.build`` and
     hands the tally back as ``PassCompletionEffects.decode_acceptance``. A marker: it adds no
     member."""
+
+
+class WarmCache(Capability):
+    """Capability: the rank's KV cache can be filled before the first request with the blocks a
+    captured KV-event stream left cached (``workload.warm_cache``, which needs it;
+    :mod:`servesim.kv.warm_start`). Called once per rank, after the rank is built and before
+    any command; a block-pool rank implements it with
+    :func:`servesim.kv.warm_start.preload_pool`."""
+
+    @abstractmethod
+    def preload_cache(self, paths: Sequence[WarmPath]) -> tuple[int, int]:
+        """Load ``paths`` (each blocks 0..n-1 of a cached sequence, in load order, the most
+        recently used last) as cached, unreferenced blocks, publishing no KV events; returns
+        ``(blocks loaded, blocks skipped)`` (skipped: what the cache could not take)."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from servesim.config.converter import Problem
-from servesim.rank import Handoff, HostOffload, SpeculativeDecoding
+from servesim.rank import Handoff, HostOffload, SpeculativeDecoding, WarmCache
 
 if TYPE_CHECKING:
     from servesim.config.engine import EngineConfig
@@ -51,3 +51,11 @@ def split_needs(cluster: Any, config: EngineConfig, rank_class: type, plugins: P
     key = "cluster.prefill_workers" if cluster.prefill_workers else "cluster.decode_workers"
     return [missing(key, Handoff, config.backend, rank_class, plugins,
                     "a prefill/decode split (prefill workers hand prefills to decode workers)")]
+
+
+def workload_needs(workload: Any, config: EngineConfig, rank_class: type, plugins: Plugins) -> list[Problem]:
+    """``workload.warm_cache`` needs :class:`servesim.rank.WarmCache`."""
+    if getattr(workload, "warm_cache", None) is None or issubclass(rank_class, WarmCache):
+        return []
+    return [missing("workload.warm_cache", WarmCache, config.backend, rank_class, plugins,
+                    "a warm start (a KV cache filled from a captured KV-event stream)")]

@@ -13,6 +13,7 @@ from typing import Any
 
 from servesim.config.converter import Problem, show
 from servesim.config.lora_checks import check_lora
+from servesim.config.warm_cache import check_warm_cache
 from servesim.config.workload_scope import check_workload_scope
 from servesim.mechanics.numeric import normalize_conditional_accept_rates
 
@@ -173,6 +174,7 @@ def check_sections(cluster: Any, workload: Any, report: Any) -> list[Problem]:
     if trace is not None and synthetic is not None:
         problems.append(("workload", "expected either 'trace' or 'synthetic', got both"))
     problems += check_workload_scope(workload)
+    problems += check_warm_cache(getattr(workload, "warm_cache", None))
     problems += apply_rules(report, "report", REPORT_RULES)
     for i, p in enumerate(getattr(report, "percentiles", ())):
         if not (math.isfinite(p) and 0.0 <= p <= 100.0):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from servesim.config.capabilities import engine_needs, split_needs
+from servesim.config.capabilities import engine_needs, split_needs, workload_needs
 from servesim.config.checks import check_engine, check_sections
 from servesim.config.converter import Problem, make_converter, show, structure_at, unknown_key_message
 from servesim.config.elastic import ELASTIC_SECTIONS, check_elastic
@@ -494,6 +494,8 @@ def build(raw: Any, ctx: LoadContext, extra_sections: Mapping[str, type] | None 
     if engine is not None:
         problems += _check_pools(ctx, engine, engine_section, sections["cluster"])
     problems += _check_handoff(ctx, engine, sections["cluster"])
+    if engine is not None:
+        problems += workload_needs(sections["workload"], engine.config, engine.rank_class, ctx.plugins)
     if problems or engine is None:
         raise ctx.fail(problems)
     extra = {name: sections.pop(name) for name in extra_sections}

@@ -11,6 +11,7 @@ from typing import Any
 
 from attrs import field, frozen
 
+from servesim.config.warm_cache import WarmCacheConfig
 from servesim.config.workload_scope import SloClassConfig, SnapshotConfig, StopConfig, WarmupConfig
 
 
@@ -98,8 +99,9 @@ class WorkloadConfig:
     """``trace`` or ``synthetic`` (neither: the default synthetic scenario); ``concurrency``
     switches to closed-loop mode (N requests in flight, timestamps ignored);
     ``arrival_speedup_ratio`` divides rebased first-turn timestamps; ``seed`` seeds synthetic
-    generation. ``warmup``, ``stop``, ``classes``, ``admission``, ``lanes`` and ``snapshot``:
-    docs/workloads.md (:mod:`servesim.config.workload_scope`); all off unless set."""
+    generation. ``warmup``, ``stop``, ``classes``, ``admission``, ``lanes``, ``snapshot`` and
+    ``warm_cache``: docs/workloads.md (:mod:`servesim.config.workload_scope`,
+    :mod:`servesim.config.warm_cache`); all off unless set."""
 
     trace: TraceConfig | None = None
     synthetic: SyntheticConfig | None = None
@@ -112,6 +114,7 @@ class WorkloadConfig:
     admission: dict[str, Any] | None = None
     lanes: int | None = None
     snapshot: SnapshotConfig | None = None
+    warm_cache: WarmCacheConfig | None = None
 
 
 @frozen(kw_only=True)

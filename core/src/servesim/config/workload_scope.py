@@ -156,7 +156,7 @@ def admission_problems(policy: Any, options: dict[str, Any], classes: Any) -> li
     return []
 
 
-SCOPE_KEYS = ("warmup", "stop", "classes", "admission", "lanes", "snapshot")
+SCOPE_KEYS = ("warmup", "stop", "classes", "admission", "lanes", "snapshot", "warm_cache")
 
 
 def drop_unset_scope(workload: dict[str, Any]) -> None:

@@ -597,6 +597,13 @@ class BlockPool:
         self._events.append(kv_event(self._next_event_id, self.dp_rank, data))
         self._next_event_id += 1
 
+    def discard_events(self) -> None:
+        """Drop the events published so far and number the next one 0, as if none had been
+        (a warm start's preload, servesim.kv.warm_start)."""
+        if self._events is not None:
+            self._events = []
+        self._next_event_id = 0
+
     def drain_events(self) -> list[KvEvent]:
         """Events published since the last drain, oldest first (empty when disabled); with
         ``event_records``, records among them (servesim.kv.event_records)."""

@@ -131,6 +131,16 @@ def attach_release(replayer: Replayer, concurrency: int | None, lanes: int | Non
         raise ConfigError("closed-loop concurrency is not supported with a trace whose requests "
                           "wait for other sessions' requests ('wait_for'); use workload.lanes",
                           path="workload.concurrency")
+    from servesim.replay.edge_release import EdgeRelease, has_edges
+
+    if has_edges(replayer.workload):
+        if from_cut:
+            raise ConfigError("snapshots are not supported with a trace whose dependencies are "
+                              "typed edges (agentic_mooncake v2, weka)", path="workload.snapshot")
+        edges = EdgeRelease(replayer)
+        edges.start(lanes)
+        replayer.release = edges
+        return
     release = DependencyRelease(replayer)
     if lanes is not None:
         release.start_lanes(lanes, from_cut)

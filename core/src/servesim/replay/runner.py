@@ -134,6 +134,9 @@ def _simulate(
     observers = Observers.of(plugins)
     if observers is not None:
         observers = observers.run_started(loaded)
+    if disaggregated and sim.workload.warm_cache is not None:
+        raise ConfigError("a warm cache is not supported with a prefill/decode split yet",
+                          path="workload.warm_cache", source=loaded.source)
     if disaggregated:
         result = _simulate_disagg(loaded, workload, kv_sinks, fpm_sinks, record_token_times, progress,
                                   timeline, observers)
@@ -141,8 +144,10 @@ def _simulate(
             result.report["snapshot"] = clean_floats(snapshot)
         return _with_extra(result, observers, loaded)
     # Aggregated replay: only the ranks and the router (which routes each request before any
-    # worker has seen its tokens) read prompt hashes, so trace-unique blocks may skip them.
-    mark_unique_prompts(workload)
+    # worker has seen its tokens) read prompt hashes, so trace-unique blocks may skip them;
+    # not with a warm cache, whose blocks any prompt may hit.
+    if sim.workload.warm_cache is None:
+        mark_unique_prompts(workload)
 
     elastic = sim.lifecycle is not None or sim.planner is not None or sim.faults is not None
     planned = sim.planner is not None  # a planner reads pass metrics and occupancy
@@ -172,6 +177,14 @@ def _simulate(
         engines, spans = build_pool_engines(loaded, make_factory)
     else:
         engines = build_engines(make_factory().build, sim.cluster.workers)
+    warm = None
+    if sim.workload.warm_cache is not None:
+        if elastic:
+            raise ConfigError("a warm cache is not supported with lifecycle, planner or faults yet",
+                              path="workload.warm_cache", source=loaded.source)
+        from servesim.replay.warm_start import preload_engines
+
+        warm = preload_engines(engines, sim.workload.warm_cache, block_size)
     pass_file = _open_pass_log(pass_log)
     writer = None if pass_file is None else PassLogWriter(pass_file.fh)
     scope = ReportScope.of(sim.workload, workload, plugins)
@@ -226,6 +239,8 @@ def _simulate(
         report, log, session_of = scope.narrow(replayer, log, sim.report, loaded.resolved())
     if snapshot is not None:
         report["snapshot"] = clean_floats(snapshot)
+    if warm is not None:
+        report["warm_cache"] = warm
     if spans is not None:
         from servesim.replay.pools import pool_report
 

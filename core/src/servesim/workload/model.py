@@ -29,7 +29,7 @@ class Turn:
     request ids this turn also waits for besides its session's previous turn (an agentic
     trace's dependency graph, servesim.replay.release); it is released ``delay_ms`` after the
     last of them finishes; for a first turn with them, its session's ``start_ms`` (if any) is
-    its authored start, never its release."""
+    its authored start, never its release (:class:`EdgeTurn`: typed dependencies instead)."""
 
     request_id: int
     prompt: TokenSeq
@@ -44,6 +44,19 @@ class Turn:
     @property
     def input_length(self) -> int:
         return len(self.prompt)
+
+
+@define(slots=True)
+class EdgeTurn(Turn):
+    """A turn of the reference's agentic graph (Dynamo 1.6.1's agentic replay): ``edges``, its
+    typed dependencies, each ``(request_id, on_dispatch, delay_ms)``, and ``not_before_ms``. It
+    is released at the latest of ``not_before_ms`` and every edge's source dispatch
+    (``on_dispatch``) or finish plus that edge's delay (servesim.replay.edge_release);
+    ``wait_for`` names the same requests (plays and graph checks read it). A subclass so that
+    ordinary turns carry nothing more."""
+
+    edges: tuple[tuple[int, bool, float], ...] = ()
+    not_before_ms: float | None = None
 
 
 @define(slots=True)

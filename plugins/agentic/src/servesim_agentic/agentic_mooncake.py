@@ -11,6 +11,10 @@ after the last dependency), ``wait_for`` and ``branches`` (lists of request ids)
 ``prefix_reset`` (boolean), ``priority`` (integer), ``policy_class`` / ``class`` (the SLO
 class, ``workload.classes``). Unknown keys are ignored. How rows are released:
 :mod:`servesim_agentic.graph`.
+
+A file whose header names the schema ``dynamo.agentic_mooncake`` (version 2) holds the
+reference's own rows instead (typed dependencies, ``not_before_ms``):
+:mod:`servesim_agentic.agentic_v2`; its header's ``block_size`` is the trace block size.
 """
 
 from __future__ import annotations
@@ -22,6 +26,14 @@ from servesim.errors import TraceError
 from servesim.workload.model import Workload
 from servesim.workload.textlines import read_text_lines
 
+from servesim_agentic.agentic_v2 import (
+    SCHEMA,
+    V2Row,
+    build_v2_workload,
+    is_header,
+    parse_v2_row,
+    read_header,
+)
 from servesim_agentic.graph import (
     MAX_OUTPUT_LENGTH,
     Row,
@@ -106,6 +118,8 @@ class AgenticMooncakeTrace:
     def read(cls, path: str, *, trace_block_size: int = 512,
              options: dict[str, Any] | None = None) -> Workload:
         rows: list[Row] = []
+        v2: list[V2Row] = []
+        v2_block = 0
         for lineno, text in enumerate(read_text_lines(path, "trace"), start=1):
             if not text.strip():
                 continue
@@ -116,12 +130,19 @@ class AgenticMooncakeTrace:
                                  line=lineno) from None
             except RecursionError:
                 raise TraceError("JSON nested too deeply to read", file=path, line=lineno) from None
-            if not rows and isinstance(obj, dict) and "schema" in obj and "request_id" not in obj:
-                continue  # a header line
             try:
-                rows.append(parse_row(obj, lineno))
+                if not rows and not v2 and not v2_block and is_header(obj):
+                    if obj.get("schema") == SCHEMA:  # a v2 file (servesim_agentic.agentic_v2)
+                        v2_block = read_header(obj)
+                    continue  # a header line
+                if v2_block:
+                    v2.append(parse_v2_row(obj, lineno))
+                else:
+                    rows.append(parse_row(obj, lineno))
             except ValueError as exc:
                 raise TraceError(str(exc), file=path, line=lineno) from None
+        if v2_block:
+            return build_v2_workload(v2, path, v2_block)
         return build_workload(rows, path, trace_block_size)
 
 

@@ -12,8 +12,11 @@ if TYPE_CHECKING:
 
 @hookimpl
 def servesim_register_trace_formats(registry: Registry) -> None:
-    """Register ``agentic_mooncake``, ``dynamo_agent_trace`` and ``applied_compute_agentic``."""
+    """Register ``agentic_mooncake``, ``dynamo_agent_trace``, ``applied_compute_agentic``,
+    ``weka`` and ``dynamo_request_trace``."""
     registry.add_lazy("agentic_mooncake", "servesim_agentic.agentic_mooncake:AgenticMooncakeTrace")
     registry.add_lazy("dynamo_agent_trace", "servesim_agentic.dynamo_trace:DynamoAgentTrace")
     registry.add_lazy("applied_compute_agentic",
                       "servesim_agentic.applied_compute:AppliedComputeAgenticTrace")
+    registry.add_lazy("weka", "servesim_agentic.weka:WekaTrace")
+    registry.add_lazy("dynamo_request_trace", "servesim_agentic.dynamo_request:DynamoRequestTrace")

@@ -142,6 +142,12 @@ class RadixCache:
         out, self.events = self.events, []
         return out
 
+    def discard_events(self) -> None:
+        """Drop the events published so far and number the next one 0 (a warm start's
+        preload, servesim_sglang.warm_start)."""
+        self.events = []
+        self._event_id = 0
+
     # -- matching -------------------------------------------------------------------------
 
     def child_key(self, tokens: Sequence[int], off: int) -> object:

@@ -24,6 +24,7 @@ Disaggregated handoff (prefill/decode worker types and the six handoff commands)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from attrs import define
@@ -49,6 +50,7 @@ from servesim.contract import (
 from servesim.errors import CommandRejected, PluginError
 from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.runs import RankRun, RunEffects
+from servesim.kv.warm_start import WarmPath
 from servesim.mechanics.handoff import HandoffBook, suppress_request
 from servesim.mechanics.numeric import Welford
 from servesim.mechanics.speculative import Speculation
@@ -63,6 +65,7 @@ from servesim.rank import (
     RetryHint,
     SameTimestampRetry,
     SpeculativeDecoding,
+    WarmCache,
 )
 from servesim.timing.pricing import ShapePricer
 
@@ -77,6 +80,7 @@ from servesim_sglang.radix_records import make_radix_cache
 from servesim_sglang.recv_interval import RecvSkipper
 from servesim_sglang.request import SglangRequest
 from servesim_sglang.scheduler import SglangScheduler
+from servesim_sglang.warm_start import preload_radix
 
 
 @define
@@ -89,7 +93,7 @@ class _Pending:
 
 
 class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, SpeculativeDecoding,
-                 RunsOfPasses[_runs.SglangRunPending]):
+                 WarmCache, RunsOfPasses[_runs.SglangRunPending]):
     """One SGLang scheduler rank (radix cache, new-token-ratio admission, retraction): prefill
     and decode workers of a split (handoff.py), speculative decoding, runs of passes."""
 
@@ -261,6 +265,11 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
         s = self.sched
         return bool(s.waiting or s.running or self.counters.rejected or self.handoff.activated
                     or (self.recv is not None and self.recv.inbox)) or self.book.can_retry
+
+    def preload_cache(self, paths: Sequence[WarmPath]) -> tuple[int, int]:
+        """A warm start (servesim.rank.WarmCache): the paths enter the radix tree as
+        unlocked, evictable pages (servesim_sglang.warm_start)."""
+        return preload_radix(self.cache, paths)
 
     def is_drained(self) -> bool:
         s = self.sched

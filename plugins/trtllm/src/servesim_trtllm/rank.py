@@ -14,6 +14,7 @@ core's :class:`servesim.mechanics.handoff.HandoffBook` over :mod:`servesim_trtll
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -42,6 +43,7 @@ from servesim.fast.event_readers import EventReaders, FitsReaders
 from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.runs import RankRun, RunEffects
 from servesim.kv.eviction_records import make_block_pool
+from servesim.kv.warm_start import WarmPath, preload_pool
 from servesim.mechanics.handoff import HandoffBook, suppress_request
 from servesim.mechanics.numeric import Welford
 from servesim.mechanics.speculative import Speculation
@@ -54,6 +56,7 @@ from servesim.rank import (
     RankPass,
     RankServices,
     SpeculativeDecoding,
+    WarmCache,
 )
 from servesim.timing.pricing import ShapePricer
 from servesim.timing.shape import PrefillChunk
@@ -88,7 +91,7 @@ def _step_budget(core: TrtCore) -> float:
 
 
 class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, SpeculativeDecoding,
-                 RunsOfPasses[_runs.TrtRunPending], FitsReaders):
+                 WarmCache, RunsOfPasses[_runs.TrtRunPending], FitsReaders):
     """The ``trtllm`` backend (capacity policy from ``engine.trtllm.capacity_scheduler_policy``):
     prefill and decode workers of a split (handoff.py), speculative decoding, runs of passes."""
 
@@ -218,6 +221,11 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
     def is_ready(self) -> bool:
         core = self.core
         return bool(core.running or core.waiting or self.handoff.activated) or self.book.can_retry
+
+    def preload_cache(self, paths: Sequence[WarmPath]) -> tuple[int, int]:
+        """A warm start (servesim.rank.WarmCache): the paths become cached, unreferenced
+        blocks of this rank's pool."""
+        return preload_pool(self.core.pool, paths)
 
     def is_drained(self) -> bool:
         return not self.core.reqs and not self.book.holding

@@ -9,6 +9,7 @@ a pass are published at pass end (``KvEventVisibility::PassEnd``, §4.6).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -38,6 +39,7 @@ from servesim.fast.event_readers import EventReaders, FitsReaders
 from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.runs import BlockRunPending, RankRun, RunEffects
 from servesim.kv.host_tier import HostTier
+from servesim.kv.warm_start import WarmPath, preload_pool
 from servesim.mechanics.handoff import HandoffBook, kv_bytes_per_token, suppress_request
 from servesim.rank import (
     CommandContext,
@@ -50,6 +52,7 @@ from servesim.rank import (
     RankPass,
     RankServices,
     SpeculativeDecoding,
+    WarmCache,
 )
 from servesim.timing.base import scaled_ms
 
@@ -89,7 +92,7 @@ if tuple(a.name for a in attrs.fields(ForwardPassMetrics)) != _FPM_ORDER:
 
 
 class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, InternalWork, HostOffload,
-               SpeculativeDecoding, RunsOfPasses[_runs.VllmRunPending], FitsReaders):
+               SpeculativeDecoding, WarmCache, RunsOfPasses[_runs.VllmRunPending], FitsReaders):
     """One vLLM scheduler rank with its own KV block pool: prefill and decode workers of a
     split (handoff.py), host offload (host_offload.py), speculative decoding
     (speculative.py) and runs of passes (fast/runs.py)."""
@@ -218,6 +221,11 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
             return True
         s = self.sched
         return bool(s.running or s.waiting) or self.book.can_retry
+
+    def preload_cache(self, paths: Sequence[WarmPath]) -> tuple[int, int]:
+        """A warm start (servesim.rank.WarmCache): the paths become cached, unreferenced
+        blocks of this rank's pool."""
+        return preload_pool(self.sched.pool, paths)
 
     def is_drained(self) -> bool:
         if self._trailing_step:
