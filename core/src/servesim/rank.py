@@ -19,6 +19,7 @@ and a configuration that needs a capability the backend lacks is a config error.
 * :class:`HostOffload`: a host KV tier (``engine.native_host_offload`` needs it);
 * :class:`SpeculativeDecoding`: draft tokens and their acceptance (``engine.aic_nextn`` needs
   it);
+* :class:`LoraAdapters`: LoRA adapters and their GPU slots (``engine.enable_lora`` needs it);
 * :class:`servesim.fast.rank_runs.RunsOfPasses`: runs of passes (speed only);
 * :attr:`Rank.eviction_support`: the eviction policies the KV cache drives
   (``engine.eviction_policy``).
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from servesim.config.engine import EngineConfig
     from servesim.kv.eviction import EvictionPolicy
     from servesim.kv.host_tier import HostTier
+    from servesim.mechanics.lora import AdapterCache
     from servesim.timing.base import TimingModel
 
 #: What a rank keeps of a committed pass (:attr:`RankPass.pending`), handed back to
@@ -386,3 +388,16 @@ class SpeculativeDecoding(Capability):  # noqa: B024
     it): it builds its sampler with ``servesim.mechanics.speculative.Speculation.build`` and
     hands the tally back as ``PassCompletionEffects.decode_acceptance``. A marker: it adds no
     member."""
+
+
+class LoraAdapters(Capability):
+    """Capability: the rank serves LoRA adapters (``engine.enable_lora``, which needs it):
+    it schedules a request's adapter, hashes its blocks from the adapter
+    (servesim.kv.adapter_hashes) and loads adapters into GPU slots."""
+
+    @property
+    @abstractmethod
+    def lora_cache(self) -> AdapterCache | None:
+        """The rank's :class:`servesim.mechanics.lora.AdapterCache`, or None when this
+        instance has LoRA off. Read once at the end of a replay for the report's ``lora``
+        section."""

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from servesim.rank import LoraAdapters
+
 
 def lora_report(engines: Iterable[Any]) -> dict[str, Any]:
     caches = [r.lora_cache for e in engines for r in e.ranks
-              if getattr(r, "lora_cache", None) is not None]
+              if isinstance(r, LoraAdapters) and r.lora_cache is not None]
     if not caches:
         return {}
     totals: dict[str, Any] = {"disk_loads": 0, "gpu_loads": 0, "cpu_evictions": 0,
