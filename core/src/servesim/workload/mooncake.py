@@ -184,6 +184,7 @@ class MooncakeTrace:
         last_ts: dict[str, float | None] = {}
         span = _Span()
         lora_ids: dict[int | str, int] = {}
+        lora_names: dict[str, list[int]] = {}
         rid = 0
         for lineno, text in enumerate(lines, start=1):
             if not text.strip():
@@ -213,8 +214,11 @@ class MooncakeTrace:
             if rec.priority:
                 turn.priority = rec.priority
             if rec.lora is not None:
-                turn.lora = lora_ids.setdefault(rec.lora, rec.lora) if type(rec.lora) is int else \
-                    lora_ids.setdefault(rec.lora, _next_lora_id(lora_ids))
+                if type(rec.lora) is int:
+                    turn.lora = lora_ids.setdefault(rec.lora, rec.lora)
+                else:
+                    turn.lora = lora_ids.setdefault(rec.lora, _next_lora_id(lora_ids))
+                    lora_names.setdefault(rec.lora, []).append(rid)
             if rec.slo_class is not None:
                 turn.slo_class = rec.slo_class
             rid += 1
@@ -223,7 +227,7 @@ class MooncakeTrace:
             session.turns.append(turn)
             if rec.timestamp is not None:
                 last_ts[sid] = rec.timestamp
-        return make_workload(list(sessions.values()), path)
+        return make_workload(list(sessions.values()), path, lora_names)
 
 
 def _next_lora_id(ids: dict[int | str, int]) -> int:
