@@ -29,7 +29,6 @@ def kv_payloads(cases: list[dict]) -> dict[str, str]:
     import msgspec
     import vllm
     from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
-
     from vllm.lora.request import LoRARequest
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256_cbor

@@ -13,6 +13,7 @@ import attrs
 from servesim.config.output_paths import GrowingFile
 from servesim.config.sections import SyntheticConfig, WorkloadConfig
 from servesim.errors import ConfigError, PluginRunError, UserError
+from servesim.replay.adapter_names import resolve_adapter_names
 from servesim.replay.adapters import lora_report
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import ProgressFn, Replayer
@@ -32,7 +33,6 @@ from servesim.report.result import SimResult
 from servesim.report.summary import build_report, clean_floats
 from servesim.sinks.base import SinkDeployment, SinkError, abandon_sinks, bind_sinks, replay_done
 from servesim.sinks.build import build_sinks
-from servesim.replay.adapter_names import resolve_adapter_names
 from servesim.workload.model import Workload, mark_unique_prompts
 from servesim.workload.synthetic import generate
 

@@ -214,11 +214,12 @@ class MooncakeTrace:
             if rec.priority:
                 turn.priority = rec.priority
             if rec.lora is not None:
-                if type(rec.lora) is int:
-                    turn.lora = lora_ids.setdefault(rec.lora, rec.lora)
+                lora = rec.lora
+                if isinstance(lora, str):
+                    turn.lora = lora_ids.setdefault(lora, _next_lora_id(lora_ids))
+                    lora_names.setdefault(lora, []).append(rid)
                 else:
-                    turn.lora = lora_ids.setdefault(rec.lora, _next_lora_id(lora_ids))
-                    lora_names.setdefault(rec.lora, []).append(rid)
+                    turn.lora = lora_ids.setdefault(lora, lora)
             if rec.slo_class is not None:
                 turn.slo_class = rec.slo_class
             rid += 1

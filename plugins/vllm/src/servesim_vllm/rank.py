@@ -37,8 +37,8 @@ from servesim.errors import CommandRejected
 from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.runs import BlockRunPending, RankRun, RunEffects
 from servesim.kv.host_tier import HostTier
-from servesim.mechanics.lora import AdapterCache
 from servesim.mechanics.handoff import HandoffBook, kv_bytes_per_token, suppress_request
+from servesim.mechanics.lora import AdapterCache
 from servesim.rank import (
     CommandContext,
     GroupPassHooks,
