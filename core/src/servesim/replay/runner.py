@@ -31,7 +31,14 @@ from servesim.replay.scope import ReportScope
 from servesim.replay.tiers import host_tier_report
 from servesim.report.result import SimResult
 from servesim.report.summary import build_report, clean_floats
-from servesim.sinks.base import SinkDeployment, SinkError, abandon_sinks, bind_sinks, replay_done
+from servesim.sinks.base import (
+    SinkDeployment,
+    SinkError,
+    abandon_sinks,
+    bind_sinks,
+    lora_deployment,
+    replay_done,
+)
 from servesim.sinks.build import build_sinks
 from servesim.workload.model import Workload, mark_unique_prompts
 from servesim.workload.synthetic import generate
@@ -134,7 +141,7 @@ def _simulate(
                      else num_workers), dp_size=sim.engine.dp_size, block_size=block_size,
         backend=sim.engine.backend, max_model_len=sim.engine.max_model_len,
         num_gpu_blocks=sim.engine.num_gpu_blocks,
-        max_loras=sim.engine.max_loras if sim.engine.enable_lora else None,
+        **lora_deployment(sim.engine),
     ))
     sinks = [*kv_sinks, *fpm_sinks]
     record_token_times = record_token_times or any(
