@@ -11,6 +11,7 @@ import pytest
 import servesim.cli.main as cli
 from servesim.contract import CommandEffects, CommandResult, PassCompletionEffects, PassStartEffects
 from servesim.engine import Engine
+from servesim.fast.event_readers import FitsReaders
 from servesim.fast.rank_runs import RunsOfPasses
 from servesim.rank import (
     Capability,
@@ -18,6 +19,7 @@ from servesim.rank import (
     Handoff,
     HostOffload,
     InternalWork,
+    LoraAdapters,
     Rank,
     RankIdentity,
     RankPass,
@@ -65,8 +67,10 @@ def test_every_capability_lists_its_members() -> None:
         "HostOffload": {"host_tier"},
         "SpeculativeDecoding": set(),
         "WarmCache": {"preload_cache"},
+        "LoraAdapters": {"lora_cache"},
         "RunsOfPasses": {"runs_through_completions", "execute_run", "complete_run",
                          "take_run_kv_events", "extend_run"},
+        FitsReaders.__qualname__: {"fit_readers"},
     }
 
 
@@ -75,6 +79,7 @@ def test_every_capability_lists_its_members() -> None:
     ("next_internal_deadline_ms", "InternalWork"),
     ("waiting_for_external_command", "Handoff"),
     ("host_tier", "HostOffload"),
+    ("lora_cache", "LoraAdapters"),
     ("execute_run", "RunsOfPasses"),
     ("preload_cache", "WarmCache"),
 ])
@@ -87,7 +92,7 @@ def test_a_member_without_its_capability_is_refused_when_the_class_is_defined(
         type("Undeclared", (Plain,), {member: lambda self: None})
     declared = next(c for c in Capability.__subclasses__() if c.__qualname__ == capability)
     abstract = {"execute_run", "complete_run", "take_run_kv_events", "next_internal_deadline_ms",
-                "process_internal_work", "host_tier"}
+                "process_internal_work", "host_tier", "lora_cache"}
     cls = type("Declared", (Plain, declared), dict.fromkeys(declared.members() & abstract, None))
     assert issubclass(cls, declared)
 
@@ -127,9 +132,11 @@ def test_the_built_in_backends_declare_what_they_support() -> None:
         return {c.__qualname__ for c in Capability.__subclasses__() if issubclass(cls, c)}
 
     every = {"GroupPassHooks", "Handoff", "SpeculativeDecoding", "RunsOfPasses", "WarmCache"}
-    assert declared(VllmRank) == every | {"InternalWork", "HostOffload"}
+    assert declared(VllmRank) == every | {"InternalWork", "HostOffload", "LoraAdapters",
+                                          "FitsReaders"}
     assert declared(SglangRank) == every and SglangRank.reserve_destination_first
-    assert declared(TrtllmRank) == every and not TrtllmRank.reserve_destination_first
+    assert declared(TrtllmRank) == every | {"FitsReaders"}
+    assert not TrtllmRank.reserve_destination_first
     assert issubclass(VllmRank, RunsOfPasses) and VllmRank.runs_through_completions
 
 
@@ -141,6 +148,10 @@ def test_the_built_in_backends_declare_what_they_support() -> None:
     ("engine.native_host_offload={num_host_blocks: 8}",
      "engine.native_host_offload: native_host_offload needs the backend capability HostOffload "
      "(servesim.rank.HostOffload); backend 'toy' (plugin toy from servesim-toy 0.1.0, class "
+     "ToyRank) does not declare it"),
+    ("engine.enable_lora=true",
+     "engine.enable_lora: enable_lora needs the backend capability LoraAdapters "
+     "(servesim.rank.LoraAdapters); backend 'toy' (plugin toy from servesim-toy 0.1.0, class "
      "ToyRank) does not declare it"),
     ("cluster.pools=[{name: a}, {name: b, engine: {aic_nextn: 1}}]",
      "cluster.pools[1].engine.aic_nextn: aic_nextn needs the backend capability "
@@ -179,4 +190,18 @@ def test_core_probes_no_capability_with_getattr() -> None:
 def test_spec_decoding_and_host_offload_are_markers_the_loader_reads() -> None:
     assert SpeculativeDecoding.members() == frozenset()
     assert HostOffload.members() == {"host_tier"}
+    assert LoraAdapters.members() == {"lora_cache"}
     assert InternalWork.members() >= {"internal_deadlines"}
+
+
+@pytest.mark.parametrize(("backend", "rank_class"), [("sglang", "SglangRank"), ("trtllm", "TrtllmRank")])
+def test_lora_on_a_backend_that_does_not_model_it_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], backend: str, rank_class: str
+) -> None:
+    """docs/lora.md: only the vllm rank declares LoraAdapters; sglang and trtllm would serve
+    every adapter's requests as the base model's."""
+    path = write(tmp_path, f"engine:\n  backend: {backend}\n  enable_lora: true\n")
+    err = assert_user_error(capsys, cli.main(["validate", path]), f"{path}: engine.enable_lora: "
+                            "enable_lora needs the backend capability LoraAdapters "
+                            "(servesim.rank.LoraAdapters)")
+    assert f"class {rank_class}) does not declare it" in err

@@ -49,8 +49,10 @@ def kv_events(draw) -> KvEvent:  # type: ignore[no-untyped-def]
                     tuple(draw(st.lists(st.integers(0, 2**31), min_size=1, max_size=4)))
                     if with_ids else None)
             for _ in range(draw(st.integers(0, 4))))
+        lora = draw(st.one_of(st.none(), st.integers(1, 65536)))
+        name = draw(st.one_of(st.none(), st.text(max_size=6))) if lora else None  # quotes, non-ASCII
         data = StoredBlocks(draw(st.one_of(st.none(), u64)), blocks,
-                            draw(st.one_of(st.none(), count)), draw(mediums))
+                            draw(st.one_of(st.none(), count)), draw(mediums), lora, name)
     elif kind == "removed":
         data = RemovedBlocks(tuple(draw(st.lists(u64, max_size=4))), draw(mediums))
     else:
@@ -129,3 +131,16 @@ def test_fpm_run_lines_are_json_dumps_of_each_passs_record(w: int, m: ForwardPas
     run = FpmRun(base, m.counter_id, cols[0], cols[1], floats[0], floats[1])
     assert fpm_run_lines(w, ats, run) == [
         json.dumps(fpm_record(w, a, p), allow_nan=False) + "\n" for a, p in zip(ats, run, strict=True)]
+
+
+def test_a_lora_requests_stored_line_names_its_adapter() -> None:
+    """vLLM's BlockStored.lora_id and lora_name, on a LoRA request's lines only (also through
+    the batch writer's short form for single blocks)."""
+    lora = KvEvent(2, 0, StoredBlocks(None, (KvBlock(11, 5),), lora_id=3, lora_name="sql"))
+    line = ('{"worker": 0, "dp_rank": 0, "at_ms": 1.5, "event_id": 2, "type": "BlockStored", '
+            '"block_hashes": [11], "parent_block_hash": null, "tokens_hashes": [5], '
+            '"lora_id": 3, "lora_name": "sql"}\n')
+    assert kv_event_line(0, 1.5, lora) == kv_event_lines(0, 1.5, [lora]) == line
+    base = KvEvent(3, 0, StoredBlocks(None, (KvBlock(11, 5),)))
+    assert kv_event_lines(0, 1.5, [base]) == line.replace(', "lora_id": 3, "lora_name": "sql"', "") \
+        .replace('"event_id": 2', '"event_id": 3')

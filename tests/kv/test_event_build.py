@@ -57,6 +57,30 @@ class Plain:
     a: int
 
 
+@attrs.frozen(slots=True)
+class ThreeDefaults:
+    a: int
+    b: int | None = None
+    c: int = 2
+    d: str | None = None
+
+
+@attrs.frozen(slots=True)
+class FourDefaults:
+    a: int
+    b: int = 1
+    c: int = 2
+    d: int = 3
+    e: int = 4
+
+
+def test_up_to_three_trailing_defaults_keep_the_fast_path() -> None:
+    fast = eb.maker(ThreeDefaults, ("a",))
+    assert fast is not ThreeDefaults
+    same(fast(4), ThreeDefaults(4))
+    assert eb.maker(FourDefaults, ("a",)) is FourDefaults
+
+
 def test_classes_whose_init_does_more_keep_their_constructor() -> None:
     for cls in (Validated, PostInit, NoSlots):
         assert eb.maker(cls, ("a",)) is cls

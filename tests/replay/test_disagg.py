@@ -14,6 +14,7 @@ import pytest
 from servesim.config.loader import load_config
 from servesim.replay.disagg import DisaggReplayer, build_disagg_replayer
 from servesim.replay.runner import SimResult, load_workload, simulate
+from servesim.report.keys import numeric_keys, report_keys
 from servesim.report.summary import dumps, format_table, per_request_lines
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -198,10 +199,9 @@ def test_cancelling_a_finished_request_changes_nothing(tmp_path: Path) -> None:
     assert rp.cancelled == set() and log.rejected == [False] and log.ntok[0] == 2
 
 
-def test_the_decode_worker_keeps_max_loras(tmp_path: Path) -> None:
-    """A transferred request is held to ``max_loras`` on its decode worker too, as vLLM checks
-    the rule after a remote request's KV has arrived: with one slot, request 1 (adapter 2)
-    decodes only after request 0 (adapter 1) has ended; with two slots they decode together."""
+def _lora_split(tmp_path: Path) -> Path:
+    """Two requests of 16 tokens (20 out) on adapters 1 and 2, one prefill and one decode
+    worker, default adapter sizes (rank 16) and loading bandwidths."""
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(json.dumps({"timestamp": 0, "input_length": 16, "output_length": 20,
                                          "hash_ids": [10 * i], "lora": i + 1}) + "\n" for i in range(2)))
@@ -214,6 +214,46 @@ def test_the_decode_worker_keeps_max_loras(tmp_path: Path) -> None:
     }
     path = tmp_path / "sim.yaml"
     path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_a_split_reports_adapter_loads_per_pool(tmp_path: Path) -> None:
+    """The split's ``lora`` section (servesim.replay.adapters.split_lora_report): each pool
+    loads the adapters of the requests it runs; each request is counted once."""
+    path = _lora_split(tmp_path)
+    load = 83_886_080 / 2e6 + 83_886_080 / 12e6  # rank 16 x 5,242,880 bytes: disk, then into a slot
+    loaded = load_config(str(path), ["engine.max_loras=1"])
+    report = simulate(loaded).report
+    report.pop("config")
+    # the keys a sweep may name are known before the run (the per-adapter counts aside)
+    assert report_keys(loaded) == {k for k in numeric_keys(report) if not k.startswith("lora.requests.")}
+    one = report["lora"]
+    # One slot and one host slot: adapter 2 evicts adapter 1 from both, on each pool.
+    pool = {"disk_loads": 2, "gpu_loads": 2, "cpu_evictions": 1, "gpu_evictions": 1,
+            "load_ms": pytest.approx(2 * load)}
+    assert one == {"disk_loads": 4, "gpu_loads": 4, "cpu_evictions": 2, "gpu_evictions": 2,
+                   "load_ms": pytest.approx(4 * load), "requests": {"1": 1, "2": 1},
+                   "prefill": pool, "decode": pool}
+    kv = tmp_path / "kv.jsonl"
+    two = simulate(load_config(str(path), ["engine.max_loras=2",
+                                           f"sinks.kv_events=[{{type: jsonl, path: {kv}}}]"])).report["lora"]
+    pool = {"disk_loads": 2, "gpu_loads": 2, "cpu_evictions": 0, "gpu_evictions": 0,
+            "load_ms": pytest.approx(2 * load)}
+    assert two["prefill"] == two["decode"] == pool and two["requests"] == {"1": 1, "2": 1}
+    # Both pools' Stored events name the adapter (the decode worker's through its handoff).
+    stored = [json.loads(line) for line in kv.read_text().splitlines()]
+    assert [(e["worker"], e["lora_id"], e["lora_name"]) for e in stored] == [
+        (0, 1, "adapter-1"), (0, 2, "adapter-2"), (1, 1, "adapter-1"), (1, 2, "adapter-2"),
+        (1, 1, "adapter-1"), (1, 2, "adapter-2")]
+    plain = simulate(load_config(str(path), ["engine.enable_lora=false"])).report
+    assert "lora" not in plain
+
+
+def test_the_decode_worker_keeps_max_loras(tmp_path: Path) -> None:
+    """A transferred request is held to ``max_loras`` on its decode worker too, as vLLM checks
+    the rule after a remote request's KV has arrived: with one slot, request 1 (adapter 2)
+    decodes only after request 0 (adapter 1) has ended; with two slots they decode together."""
+    path = _lora_split(tmp_path)
 
     def decode_spans(slots: int) -> list[tuple[float, float]]:
         res = simulate(load_config(str(path), [f"engine.max_loras={slots}"]), record_token_times=True)

@@ -101,8 +101,11 @@ def test_priority_and_lora_fields():
         j(timestamp=4, output_length=1, hash_ids=[1], lora=None),
         j(timestamp=5, input_length=4, output_length=1, hash_ids=[1]),
     ]
-    turns = parse(*lines).turns()
+    workload = parse(*lines)
+    turns = workload.turns()
     assert [(t.priority, t.lora) for t in turns] == [(-2, 1), (0, 3), (0, 4), (7, 1), (0, 0), (0, 0)]
+    # names (not ids) and the requests that gave them, for servesim.replay.adapter_names
+    assert workload.lora_names == {"a": [0, 3], "b": [2]}
 
 
 @pytest.mark.parametrize(

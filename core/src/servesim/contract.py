@@ -200,9 +200,10 @@ class StoredBlocks:
     start_position: int | None = None
     #: Storage tier: None for device KV (G1); ``"CPU"`` for the host tier (servesim.kv.host_tier).
     medium: str | None = None
-    #: The LoRA adapter of the request that stored the blocks (vLLM's ``BlockStored.lora_id``);
-    #: None for the base model.
+    #: The LoRA adapter of the request that stored the blocks (vLLM's ``BlockStored.lora_id``
+    #: and ``lora_name``: its id and served name); None for the base model.
     lora_id: int | None = None
+    lora_name: str | None = None
 
 
 @frozen(slots=True)

@@ -21,6 +21,7 @@ and a configuration that needs a capability the backend lacks is a config error.
   it);
 * :class:`WarmCache`: a KV cache filled from a captured KV-event stream before the first
   request (``workload.warm_cache`` needs it);
+* :class:`LoraAdapters`: LoRA adapters and their GPU slots (``engine.enable_lora`` needs it);
 * :class:`servesim.fast.rank_runs.RunsOfPasses`: runs of passes (speed only);
 * :attr:`Rank.eviction_support`: the eviction policies the KV cache drives
   (``engine.eviction_policy``).
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from servesim.kv.eviction import EvictionPolicy
     from servesim.kv.host_tier import HostTier
     from servesim.kv.warm_start import WarmPath
+    from servesim.mechanics.lora import AdapterCache
     from servesim.timing.base import TimingModel
 
 #: What a rank keeps of a committed pass (:attr:`RankPass.pending`), handed back to
@@ -395,3 +397,16 @@ class WarmCache(Capability):
         """Load ``paths`` (each blocks 0..n-1 of a cached sequence, in load order, the most
         recently used last) as cached, unreferenced blocks, publishing no KV events; returns
         ``(blocks loaded, blocks skipped)`` (skipped: what the cache could not take)."""
+
+
+class LoraAdapters(Capability):
+    """Capability: the rank serves LoRA adapters (``engine.enable_lora``, which needs it):
+    it schedules a request's adapter, hashes its blocks from the adapter
+    (servesim.kv.adapter_hashes) and loads adapters into GPU slots."""
+
+    @property
+    @abstractmethod
+    def lora_cache(self) -> AdapterCache | None:
+        """The rank's :class:`servesim.mechanics.lora.AdapterCache`, or None when this
+        instance has LoRA off. Read once at the end of a replay for the report's ``lora``
+        section."""

@@ -15,7 +15,7 @@ SERIES = re.compile(r'^vllm:lora_requests_info\{max_lora="(\d+)",waiting_lora_ad
                     r'running_lora_adapters="([^"]*)"\} (\S+) (\S+)$')
 
 
-def _replay(tmp_path: Path, lora: bool) -> str:
+def _replay(tmp_path: Path, lora: bool, *more: str) -> str:
     trace = tmp_path / "t.jsonl"
     rows = [{"timestamp": 100 * i, "hash_ids": [50 + i], "output_length": 30,
              **({"lora": 1 + i % 3} if lora else {})} for i in range(12)]
@@ -25,7 +25,7 @@ def _replay(tmp_path: Path, lora: bool) -> str:
             "workload.trace.trace_block_size=4",
             f'sinks.fpm=[{{type: prometheus, path: "{out}", interval_s: 0.1}}]']
     if lora:
-        sets += ["engine.enable_lora=true", "engine.max_loras=2"]
+        sets += ["engine.enable_lora=true", "engine.max_loras=2", *more]
     simulate(load_config(None, sets))
     return out.read_text()
 
@@ -46,6 +46,13 @@ def test_the_family_lists_waiting_and_running_adapters(tmp_path: Path) -> None:
         assert s is not None and float(s[4]) <= float(s[5]) + 1e-6
 
 
+def test_the_family_names_adapters_as_lora_modules_do(tmp_path: Path) -> None:
+    text = _replay(tmp_path, True, "engine.lora_modules=[{id: 1, name: sql}]")
+    names = {n for line in text.splitlines() if (s := SERIES.match(line)) is not None
+             for labels in (s[2], s[3]) if labels for n in labels.split(",")}
+    assert names == {"sql", "adapter-2", "adapter-3"}
+
+
 def test_the_sweep_follows_admission_and_completion() -> None:
     class Log:
         extra = {"lora": [2, 0, 2, 7]}
@@ -59,6 +66,9 @@ def test_the_sweep_follows_admission_and_completion() -> None:
     assert sweep.advance(10.0) == (["adapter-2"], [])
     assert sweep.advance(15.0) == ([], ["adapter-2"])
     assert sweep.advance(25.0) == ([], [])
+    # served names (engine.lora_modules' name) where the deployment gives them
+    named = LoraSweep(Log(), {7: "sql"})
+    assert named.advance(5.5) == (["adapter-2", "sql"], ["adapter-2"])
 
 
 def test_without_lora_there_is_no_family(tmp_path: Path) -> None:

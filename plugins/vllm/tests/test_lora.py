@@ -65,9 +65,11 @@ def test_runs_are_declined_with_lora() -> None:
 
 
 def test_stored_events_name_the_adapter() -> None:
-    """vLLM's BlockStored.lora_id: a LoRA request's blocks carry its adapter id, the base
-    model's none; equal prompts under two adapters store distinct hashes."""
-    engine = _engine(max_loras=2, emit_kv_events=True)
+    """vLLM's BlockStored.lora_id and lora_name: a LoRA request's blocks carry its adapter's
+    id and served name (lora_modules' name, else adapter-<id>), the base model's none; equal
+    prompts under two adapters store distinct hashes."""
+    engine = _engine(max_loras=2, emit_kv_events=True,
+                     lora_modules=(LoraModule(id=2, rank=8, name="sql"),))
     prompt = list(range(8))
     r = drive(engine, [(0.0, req(1, prompt, 1, lora=1)), (0.0, req(2, prompt, 1, lora=2)),
                        (0.0, req(3, prompt, 1))])
@@ -75,6 +77,7 @@ def test_stored_events_name_the_adapter() -> None:
     stored += [e.data for p in r.passes for rp in p.by_rank for e in rp.effects.kv_events]
     by_lora = {s.lora_id: [b.block_hash for b in s.blocks] for s in stored}
     assert set(by_lora) == {1, 2, None}
+    assert {(s.lora_id, s.lora_name) for s in stored} == {(1, "adapter-1"), (2, "sql"), (None, None)}
     assert len({tuple(v) for v in by_lora.values()}) == 3  # no block shared across adapters
     assert [b.tokens_hash for s in stored if s.lora_id == 1 for b in s.blocks] == \
         [b.tokens_hash for s in stored if s.lora_id is None for b in s.blocks]

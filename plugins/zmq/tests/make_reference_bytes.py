@@ -6,8 +6,12 @@ venv site-packages)::
 
     VENV/bin/python plugins/zmq/tests/make_reference_bytes.py --dynamo-path PEER/site-packages
 
-The events are built as vLLM 0.32's block pool builds them (``BlockStored`` with one nil
-``extra_keys`` entry per block and ``group_idx`` 0; one ``BlockRemoved`` per evicted block).
+Each ``BlockStored`` comes from vLLM 0.32's own ``BlockPool.cache_full_blocks`` caching the
+case's blocks for a ``Request`` (with a ``LoRARequest`` when the case names an adapter, as
+``"lora": [id, name]``), so ``lora_id``, ``medium``, ``lora_name``, ``extra_keys`` and
+``group_idx`` are what vLLM fills; its hashes, parent and tokens are then set to the case's
+(vLLM's block hashes are sha256-based, servesim's are not). ``BlockRemoved`` events are built
+one per evicted block, as the pool evicts.
 """
 
 from __future__ import annotations
@@ -25,6 +29,30 @@ def kv_payloads(cases: list[dict]) -> dict[str, str]:
     import msgspec
     import vllm
     from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
+    from vllm.lora.request import LoRARequest
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256_cbor
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request
+
+    init_none_hash(sha256_cbor)
+
+    def pool_stored(s: dict, block_size: int) -> BlockStored:
+        """The event vLLM's block pool publishes caching ``s``'s blocks, with its hashes."""
+        lora = s.get("lora")
+        tokens = [t for blk in s["tokens"] for t in blk]
+        req = Request(request_id="r", prompt_token_ids=tokens + [0],
+                      sampling_params=SamplingParams(max_tokens=1), pooling_params=None,
+                      lora_request=None if lora is None else LoRARequest(lora[1], lora[0], "/x"),
+                      block_hasher=get_request_block_hasher(block_size, sha256_cbor))
+        n = len(s["hashes"])
+        pool = BlockPool(n + 1, True, block_size, enable_kv_cache_events=True)
+        pool.cache_full_blocks(req, pool.get_new_blocks(n), 0, n, block_size, 0)
+        (event,) = pool.take_events()
+        assert isinstance(event, BlockStored)
+        return msgspec.structs.replace(event, block_hashes=s["hashes"],
+                                       parent_block_hash=s["parent"], token_ids=tokens)
 
     enc = msgspec.msgpack.Encoder()
     out = {"_source": f"vllm {vllm.__version__} vllm.distributed.kv_events"}
@@ -32,12 +60,7 @@ def kv_payloads(cases: list[dict]) -> dict[str, str]:
         events: list = []
         for ev in case["events"]:
             if "stored" in ev:
-                s = ev["stored"]
-                events.append(BlockStored(
-                    block_hashes=s["hashes"], parent_block_hash=s["parent"],
-                    token_ids=[t for blk in s["tokens"] for t in blk], block_size=case["block_size"],
-                    lora_id=None, medium="GPU", lora_name=None,
-                    extra_keys=[None] * len(s["hashes"]), group_idx=0))
+                events.append(pool_stored(ev["stored"], case["block_size"]))
             elif "removed" in ev:
                 events.extend(BlockRemoved(block_hashes=[h], medium="GPU", group_idx=0)
                               for h in ev["removed"])

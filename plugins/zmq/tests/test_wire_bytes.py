@@ -31,8 +31,10 @@ def servesim_events(case: dict) -> list[KvEvent]:
     for i, ev in enumerate(case["events"]):
         if "stored" in ev:
             s = ev["stored"]
+            lora_id, lora_name = s.get("lora", (None, None))
             data = StoredBlocks(s["parent"], tuple(
-                KvBlock(h, h ^ 1, tuple(t)) for h, t in zip(s["hashes"], s["tokens"], strict=True)))
+                KvBlock(h, h ^ 1, tuple(t)) for h, t in zip(s["hashes"], s["tokens"], strict=True)),
+                lora_id=lora_id, lora_name=lora_name)
         elif "removed" in ev:
             data = RemovedBlocks(tuple(ev["removed"]))
         else:
@@ -98,18 +100,14 @@ def test_host_tier_events_carry_medium_cpu() -> None:
     assert device["medium"] == "GPU"
 
 
-# vLLM 0.32's own encoding of KVEventBatch(ts=1.5, events=[BlockStored(block_hashes=[11, 12],
-# parent_block_hash=None, token_ids=[1, 2, 3, 4], block_size=2, lora_id=3, medium="GPU",
-# lora_name=None, extra_keys=[None, None], group_idx=0)], data_parallel_rank=0), written
-# with vllm.distributed.kv_events' classes and msgspec.msgpack.encode.
-LORA_BATCH = bytes.fromhex(
-    "93cb3ff8000000000000918aa474797065ab426c6f636b53746f726564ac626c6f636b5f686173686573920b0c"
-    "b1706172656e745f626c6f636b5f68617368c0a9746f6b656e5f6964739401020304aa626c6f636b5f73697a65"
-    "02a76c6f72615f696403a66d656469756da3475055a96c6f72615f6e616d65c0aa65787472615f6b65797392c0"
-    "c0a967726f75705f6964780000")
+def test_a_lora_requests_stored_event_names_its_adapter_as_vllms_pool_does() -> None:
+    """vLLM 0.32's block pool (``_build_block_stored_event``) sets ``lora_id``, ``lora_name``
+    and one ``(lora_name,)`` entry of ``extra_keys`` per block for a LoRA request (the
+    ``stored_lora`` case's reference bytes come from that pool); the base model's stay nil."""
+    from servesim_zmq.encode import kv_event_maps
 
-
-def test_a_lora_requests_stored_event_carries_its_adapter_id() -> None:
     blocks = (KvBlock(11, 5, (1, 2)), KvBlock(12, 6, (3, 4)))
-    event = KvEvent(0, 0, StoredBlocks(None, blocks, lora_id=3))
-    assert kv_batch(1.5, [event], 0, block_size=2) == LORA_BATCH
+    (lora,) = kv_event_maps(KvEvent(0, 0, StoredBlocks(None, blocks, lora_id=3, lora_name="sql")), 2)
+    assert (lora["lora_id"], lora["lora_name"], lora["extra_keys"]) == (3, "sql", [("sql",), ("sql",)])
+    (base,) = kv_event_maps(KvEvent(1, 0, StoredBlocks(None, blocks)), 2)
+    assert (base["lora_id"], base["lora_name"], base["extra_keys"]) == (None, None, [None, None])

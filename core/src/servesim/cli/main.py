@@ -132,7 +132,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         # Read it too: a malformed line is reported now (file:line), not after a long start-up.
         from servesim.replay.runner import load_workload
 
-        load_workload(sim.workload, loaded.plugins)
+        load_workload(sim.workload, loaded.plugins, sim.engine)
     trace = sim.workload.trace
     workload = f"trace (format {trace.format})" if trace is not None else "synthetic"
     print(

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from servesim.config.converter import Problem
-from servesim.rank import Handoff, HostOffload, SpeculativeDecoding, WarmCache
+from servesim.rank import Handoff, HostOffload, LoraAdapters, SpeculativeDecoding, WarmCache
 
 if TYPE_CHECKING:
     from servesim.config.engine import EngineConfig
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 ENGINE_NEEDS: tuple[tuple[str, type, Callable[[EngineConfig], bool]], ...] = (
     ("native_host_offload", HostOffload, lambda c: c.native_host_offload is not None),
     ("aic_nextn", SpeculativeDecoding, lambda c: c.aic_nextn is not None),
+    ("enable_lora", LoraAdapters, lambda c: c.enable_lora),
 )
 
 

@@ -52,16 +52,28 @@ def is_plain(cls: type, names: tuple[str, ...]) -> bool:
 
 def maker(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
     """``f(*values)`` building ``cls`` from the values of its fields ``names``, positionally;
-    any later fields keep their defaults."""
+    up to three later fields keep their defaults (with more, the class itself is returned)."""
     if not is_plain(cls, names):
         return cls
     base = _slot_maker(cls, names)
     rest = attrs.fields(cls)[len(names):]
-    if base is None or len(rest) > 2:
+    if base is None or len(rest) > 3:
         return cls
     if not rest:
         return base
     set_default, default = cls.__dict__[rest[0].name].__set__, rest[0].default
+    if len(rest) == 3:  # StoredBlocks: medium, lora_id, lora_name
+        set_second, second = cls.__dict__[rest[1].name].__set__, rest[1].default
+        set_third, third = cls.__dict__[rest[2].name].__set__, rest[2].default
+
+        def make_with_three_defaults(*values: object) -> Any:
+            o = base(*values)
+            set_default(o, default)
+            set_second(o, second)
+            set_third(o, third)
+            return o
+
+        return make_with_three_defaults
     if len(rest) == 2:
         set_second, second = cls.__dict__[rest[1].name].__set__, rest[1].default
 

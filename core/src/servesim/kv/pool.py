@@ -64,15 +64,17 @@ class BlockTable:
     as no prompt's match (:attr:`servesim.kv.event_records.StoredRun.shared`).
     """
 
-    __slots__ = ("ids", "num_cached", "prompt_len", "shared", "lora")
+    __slots__ = ("ids", "num_cached", "prompt_len", "shared", "lora", "lora_name")
 
     def __init__(self, prompt_len: int = 0) -> None:
         self.ids: list[int] = []
         self.num_cached = 0
         self.prompt_len = prompt_len
         self.shared = ALL_SHARED
-        # The owner's LoRA adapter id (0: base model), carried by its Stored events' lora_id.
+        # The owner's LoRA adapter id (0: base model) and name, carried by its Stored events
+        # (vLLM's BlockStored.lora_id and lora_name).
         self.lora = 0
+        self.lora_name: str | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -436,7 +438,8 @@ class BlockPool:
                     tokens = tuple(block_tokens(start)) if block_tokens is not None else None
                     blk = kv_block(h, local_hashes[start], tokens)
                     self.publish_events(stored_blocks(parent, (blk,), None) if not table.lora
-                                        else StoredBlocks(parent, (blk,), lora_id=table.lora))
+                                        else StoredBlocks(parent, (blk,), lora_id=table.lora,
+                                                          lora_name=table.lora_name))
             else:
                 self._dups.setdefault(h, []).append(b)
                 # A resident copy: no event.
@@ -454,7 +457,7 @@ class BlockPool:
         if got == blocks:
             if self._events is not None:
                 self._stored(start, hs, local_hashes, block_tokens, seq_hashes, table.shared,
-                             table.lora)
+                             table.lora, table.lora_name)
             return
         dups = self._dups
         run_from = -1  # start of the current run of new hashes, -1 outside one
@@ -467,34 +470,37 @@ class BlockPool:
             if run_from >= 0:
                 if self._events is not None:
                     self._stored(start + run_from, hs[run_from:j], local_hashes, block_tokens,
-                                 seq_hashes, table.shared, table.lora)
+                                 seq_hashes, table.shared, table.lora, table.lora_name)
                 run_from = -1
         if run_from >= 0 and self._events is not None:
             self._stored(start + run_from, hs[run_from:], local_hashes, block_tokens, seq_hashes,
-                         table.shared, table.lora)
+                         table.shared, table.lora, table.lora_name)
 
     def _stored(self, first: int, hs: Sequence[int], local_hashes: Sequence[int],
                 block_tokens: Callable[[int], Sequence[int]] | None,
-                seq_hashes: Sequence[int], shared: int = ALL_SHARED, lora: int = 0) -> None:
+                seq_hashes: Sequence[int], shared: int = ALL_SHARED, lora: int = 0,
+                lora_name: str | None = None) -> None:
         """Publish blocks ``first .. first+len(hs)-1`` (consecutive, all newly visible) as one
         ``Stored`` batch, or as the batches between placeholders that publish nothing."""
         if self.events_for_placeholders or min(hs) >= 0:
-            self._stored_run(first, hs, local_hashes, block_tokens, seq_hashes, shared, lora)
+            self._stored_run(first, hs, local_hashes, block_tokens, seq_hashes, shared, lora,
+                             lora_name)
             return
         j0 = 0
         for j, h in enumerate(hs):
             if h < 0:
                 if j > j0:
                     self._stored_run(first + j0, hs[j0:j], local_hashes, block_tokens, seq_hashes,
-                                     shared, lora)
+                                     shared, lora, lora_name)
                 j0 = j + 1
         if j0 < len(hs):
             self._stored_run(first + j0, hs[j0:], local_hashes, block_tokens, seq_hashes, shared,
-                             lora)
+                             lora, lora_name)
 
     def _stored_run(self, first: int, hs: Sequence[int], local_hashes: Sequence[int],
                     block_tokens: Callable[[int], Sequence[int]] | None,
-                    seq_hashes: Sequence[int], shared: int = ALL_SHARED, lora: int = 0) -> None:
+                    seq_hashes: Sequence[int], shared: int = ALL_SHARED, lora: int = 0,
+                    lora_name: str | None = None) -> None:
         parent = seq_hashes[first - 1] if first > 0 else None
         end = first + len(hs)
         if block_tokens is not None:
@@ -509,8 +515,8 @@ class BlockPool:
             return
         else:
             blocks = kv_blocks(hs, local_hashes[first:end])
-        if lora:  # a LoRA request's blocks name its adapter (vLLM's BlockStored.lora_id)
-            self.publish_events(StoredBlocks(parent, blocks, lora_id=lora))
+        if lora:  # a LoRA request's blocks name its adapter (vLLM's BlockStored.lora_id, lora_name)
+            self.publish_events(StoredBlocks(parent, blocks, lora_id=lora, lora_name=lora_name))
             return
         self.publish_events(stored_blocks(parent, blocks, None))
 

@@ -75,6 +75,12 @@ def adapter_name(lora: int) -> str:
     return f"adapter-{lora}"
 
 
+def served_adapters(modules: Sequence[LoraModule]) -> dict[str, int]:
+    """The adapters of ``engine.lora_modules`` by the name they are served under (``name``,
+    else ``adapter-<id>``): what a ``serve`` request's ``model`` and a trace's ``lora`` name."""
+    return {m.name if m.name is not None else adapter_name(m.id): m.id for m in modules}
+
+
 class AdapterTable:
     """Every adapter an engine knows: the configured ones, and any other id a request names
     (default name and rank). Built from an :class:`~servesim.config.engine.EngineConfig`."""
@@ -187,5 +193,6 @@ __all__ = [
     "LoraLoading",
     "LoraModule",
     "adapter_name",
+    "served_adapters",
     "transfer_ms",
 ]

@@ -56,6 +56,7 @@ from servesim.engine import Engine
 from servesim.errors import CommandRejected, ReplayError
 from servesim.kv.adapter_hashes import prompt_hashes
 from servesim.rank import Handoff
+from servesim.replay.adapters import split_lora_report
 from servesim.replay.cluster import ClusterState
 from servesim.replay.driver import EXTERNAL, Replayer
 from servesim.replay.routers import Router
@@ -645,6 +646,7 @@ class DisaggReplayer(Replayer):
                 "prefill": util([b for b, pf in zip(self.busy_ms, roles, strict=True) if pf]),
                 "decode": util([b for b, pf in zip(self.busy_ms, roles, strict=True) if not pf]),
             },
+            **split_lora_report(self.engines, p),
         }
 
     def per_request_extras(self) -> dict[str, list[Any]]:

@@ -13,6 +13,7 @@ import attrs
 from servesim.config.output_paths import GrowingFile
 from servesim.config.sections import SyntheticConfig, WorkloadConfig
 from servesim.errors import ConfigError, PluginRunError, UserError
+from servesim.replay.adapter_names import resolve_adapter_names
 from servesim.replay.adapters import lora_report
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import ProgressFn, Replayer
@@ -30,28 +31,41 @@ from servesim.replay.scope import ReportScope
 from servesim.replay.tiers import host_tier_report
 from servesim.report.result import SimResult
 from servesim.report.summary import build_report, clean_floats
-from servesim.sinks.base import SinkDeployment, SinkError, abandon_sinks, bind_sinks, replay_done
+from servesim.sinks.base import (
+    SinkDeployment,
+    SinkError,
+    abandon_sinks,
+    bind_sinks,
+    lora_deployment,
+    replay_done,
+)
 from servesim.sinks.build import build_sinks
 from servesim.workload.model import Workload, mark_unique_prompts
 from servesim.workload.synthetic import generate
 
 if TYPE_CHECKING:
+    from servesim.config.engine import EngineConfig
     from servesim.config.loader import LoadedConfig
     from servesim.plugins import Plugins
     from servesim.replay.timeline import PassTimeline
 
 
-def load_workload(workload: WorkloadConfig, plugins: Plugins) -> Workload:
+def load_workload(workload: WorkloadConfig, plugins: Plugins,
+                  engine: EngineConfig | None = None) -> Workload:
     """The configured trace (through its ``trace_format`` plugin) or synthetic workload.
 
     With neither ``trace`` nor ``synthetic`` set, the default :class:`SyntheticConfig`
-    (the built-in default scenario) is used.
+    (the built-in default scenario) is used. With ``engine`` (its section), a trace's adapter
+    names resolve to its ``lora_modules`` (servesim.replay.adapter_names).
     """
     if workload.trace is not None:
         reader = plugins.trace_formats().get(workload.trace.format)
         options = {"options": workload.trace.options} if workload.trace.options else {}
-        return reader.read(workload.trace.path, trace_block_size=workload.trace.trace_block_size,
+        read = reader.read(workload.trace.path, trace_block_size=workload.trace.trace_block_size,
                            **options)
+        if engine is not None:
+            resolve_adapter_names(read, engine)
+        return read
     return generate(workload.synthetic or SyntheticConfig(), workload.seed)
 
 
@@ -112,7 +126,8 @@ def _simulate(
     disaggregated = is_split(loaded)
     sim = loaded.sim
     plugins = loaded.plugins
-    workload, snapshot = snapshot_workload(load_workload(sim.workload, plugins), sim.workload)
+    workload, snapshot = snapshot_workload(load_workload(sim.workload, plugins, sim.engine),
+                                           sim.workload)
     router_class = plugins.routers().get(sim.cluster.router)
     block_size = sim.engine.bs
     num_workers = sum(p.workers for p in sim.cluster.pools) or sim.cluster.workers
@@ -126,7 +141,7 @@ def _simulate(
                      else num_workers), dp_size=sim.engine.dp_size, block_size=block_size,
         backend=sim.engine.backend, max_model_len=sim.engine.max_model_len,
         num_gpu_blocks=sim.engine.num_gpu_blocks,
-        max_loras=sim.engine.max_loras if sim.engine.enable_lora else None,
+        **lora_deployment(sim.engine),
     ))
     sinks = [*kv_sinks, *fpm_sinks]
     record_token_times = record_token_times or any(

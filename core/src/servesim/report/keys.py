@@ -48,6 +48,9 @@ HOST_TIER_KEYS = (
 #: servesim.replay.adapters.lora_report's keys (the per-adapter request counts aside).
 LORA_KEYS = tuple(f"lora.{k}" for k in ("disk_loads", "gpu_loads", "cpu_evictions",
                                         "gpu_evictions", "load_ms"))
+#: servesim.replay.adapters.split_lora_report's per-pool keys (a split's, beside LORA_KEYS).
+LORA_SPLIT_KEYS = tuple(f"lora.{role}.{k[len('lora.'):]}" for role in ("prefill", "decode")
+                        for k in LORA_KEYS)
 
 
 def numeric_keys(value: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
@@ -90,8 +93,10 @@ def report_keys(loaded: LoadedConfig) -> frozenset[str]:
         keys.update(HOST_TIER_KEYS)
     if any(e.get("enable_lora") for e in engines):
         keys.update(LORA_KEYS)
+        if cluster.prefill_workers or cluster.decode_workers:
+            keys.update(LORA_SPLIT_KEYS)
     return frozenset(keys)
 
 
-__all__ = ["DISAGG_KEYS", "HOST_TIER_KEYS", "LORA_KEYS", "SPECULATIVE_KEYS", "numeric_keys",
-           "report_keys"]
+__all__ = ["DISAGG_KEYS", "HOST_TIER_KEYS", "LORA_KEYS", "LORA_SPLIT_KEYS", "SPECULATIVE_KEYS",
+           "numeric_keys", "report_keys"]

@@ -120,6 +120,17 @@ class SinkDeployment:
     max_model_len: int | None = None
     num_gpu_blocks: int | None = None
     max_loras: int | None = None  # engine.max_loras with LoRA on, else None
+    #: With LoRA on, the served names of engine.lora_modules by id (others: adapter-<id>).
+    lora_names: dict[int, str] | None = None
+
+
+def lora_deployment(engine: Any) -> dict[str, Any]:
+    """:class:`SinkDeployment`'s LoRA fields for the engine section ``engine``: ``max_loras``
+    and the served adapter names by id (``lora_modules``' ``name``), None with LoRA off."""
+    if not engine.enable_lora:
+        return {"max_loras": None, "lora_names": None}
+    names = {m.id: m.name for m in engine.lora_modules if m.name is not None}
+    return {"max_loras": engine.max_loras, "lora_names": names}
 
 
 def bind_sinks(sinks: Sequence[Any], context: SinkDeployment) -> None:

@@ -10,7 +10,9 @@ KV events — the identity of the event, then its data in a vLLM/Dynamo-like sha
      "token_ids": [..] (when the rank materialised block tokens, which ``token_ids: true``
                         asks for; flattened like vLLM),
      "start_position": 0 (only when the rank reported one),
-     "medium": "CPU" (only for a host-tier block, servesim.kv.host_tier)}
+     "medium": "CPU" (only for a host-tier block, servesim.kv.host_tier),
+     "lora_id": 3, "lora_name": "sql" (only for a LoRA request's blocks: its adapter id and
+                                       served name, vLLM's BlockStored fields)}
     {"worker": 0, "dp_rank": 0, "at_ms": 12.5, "event_id": 4, "type": "BlockRemoved",
      "block_hashes": [..], "medium": "CPU" (host tier only)}
     {"worker": 0, "dp_rank": 0, "at_ms": 12.5, "event_id": 5, "type": "AllBlocksCleared"}
@@ -243,6 +245,9 @@ def kv_event_record(worker_id: int, at_ms: float, event: KvEvent) -> dict[str, A
             rec["start_position"] = data.start_position
         if data.medium is not None:
             rec["medium"] = data.medium
+        if data.lora_id is not None:
+            rec["lora_id"] = data.lora_id
+            rec["lora_name"] = data.lora_name
     elif isinstance(data, RemovedBlocks):
         rec["type"] = "BlockRemoved"
         rec["block_hashes"] = list(data.block_hashes)

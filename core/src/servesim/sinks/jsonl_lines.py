@@ -22,6 +22,7 @@ end).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from itertools import repeat
@@ -385,7 +386,7 @@ def kv_event_lines(worker_id: int, at_ms: Any, events: Sequence[Any]) -> str:
             append(removed % (at, e.event_id,
                               hashes[0] if len(hashes) == 1 else ", ".join(map(str, hashes))))
         elif (t is StoredBlocks and data.medium is None  # type: ignore[union-attr]
-              and data.start_position is None):  # type: ignore[union-attr]
+              and data.start_position is None and data.lora_id is None):  # type: ignore[union-attr]
             blocks = data.blocks  # type: ignore[union-attr]
             parent = data.parent_hash  # type: ignore[union-attr]
             p = "null" if parent is None else parent
@@ -419,6 +420,9 @@ def kv_event_line(worker_id: int, at_ms: Any, event: KvEvent) -> str:
             text += f', "start_position": {data.start_position}'
         if data.medium is not None:
             text += f', "medium": "{data.medium}"'
+        if data.lora_id is not None:
+            name = "null" if data.lora_name is None else json.dumps(data.lora_name)
+            text += f', "lora_id": {data.lora_id}, "lora_name": {name}'
         return head + text + "}\n"
     if isinstance(data, RemovedBlocks):
         medium = "" if data.medium is None else f', "medium": "{data.medium}"'

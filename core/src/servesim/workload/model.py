@@ -72,10 +72,13 @@ class Session:
 @frozen
 class Workload:
     """Sessions in file order (the order concurrency mode starts them in; timestamp mode
-    orders arrivals by time, then by this order). Request ids are dense ``0..n-1``."""
+    orders arrivals by time, then by this order). Request ids are dense ``0..n-1``.
+    ``lora_names``: the LoRA adapters the trace names (not by id), each with the request ids of
+    its turns in file order, for :func:`servesim.replay.adapter_names.resolve_adapter_names`."""
 
     sessions: tuple[Session, ...]
     source: str = "<workload>"
+    lora_names: dict[str, list[int]] = field(factory=dict)
 
     @property
     def num_requests(self) -> int:
@@ -90,9 +93,10 @@ class Workload:
         return out  # type: ignore[return-value]
 
 
-def make_workload(sessions: Sequence[Session], source: str) -> Workload:
+def make_workload(sessions: Sequence[Session], source: str,
+                  lora_names: dict[str, list[int]] | None = None) -> Workload:
     """A workload of the non-empty ``sessions``, in the given (file) order."""
-    return Workload(tuple(s for s in sessions if s.turns), source)
+    return Workload(tuple(s for s in sessions if s.turns), source, lora_names or {})
 
 
 def mark_unique_prompts(workload: Workload) -> int:

@@ -184,6 +184,7 @@ class MooncakeTrace:
         last_ts: dict[str, float | None] = {}
         span = _Span()
         lora_ids: dict[int | str, int] = {}
+        lora_names: dict[str, list[int]] = {}
         rid = 0
         for lineno, text in enumerate(lines, start=1):
             if not text.strip():
@@ -213,8 +214,12 @@ class MooncakeTrace:
             if rec.priority:
                 turn.priority = rec.priority
             if rec.lora is not None:
-                turn.lora = lora_ids.setdefault(rec.lora, rec.lora) if type(rec.lora) is int else \
-                    lora_ids.setdefault(rec.lora, _next_lora_id(lora_ids))
+                lora = rec.lora
+                if isinstance(lora, str):
+                    turn.lora = lora_ids.setdefault(lora, _next_lora_id(lora_ids))
+                    lora_names.setdefault(lora, []).append(rid)
+                else:
+                    turn.lora = lora_ids.setdefault(lora, lora)
             if rec.slo_class is not None:
                 turn.slo_class = rec.slo_class
             rid += 1
@@ -223,7 +228,7 @@ class MooncakeTrace:
             session.turns.append(turn)
             if rec.timestamp is not None:
                 last_ts[sid] = rec.timestamp
-        return make_workload(list(sessions.values()), path)
+        return make_workload(list(sessions.values()), path, lora_names)
 
 
 def _next_lora_id(ids: dict[int | str, int]) -> int:

@@ -4,8 +4,8 @@ at each scrape (servesim_prometheus.replay).
 A LoRA request (``log.extra["lora"]``, adapter id >= 1) waits from its arrival to its first
 admission and runs from then to its completion (a rejected request only waits, until it is
 rejected). At scrape ``k`` every change at or before the scrape's time counts, as for the other
-families. Adapter names are ``adapter-<id>`` (servesim.mechanics.lora.adapter_name), in
-ascending id order.
+families. Adapter names are the served names (``engine.lora_modules``' ``name``; others
+``adapter-<id>``, servesim.mechanics.lora.adapter_name), in ascending id order.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from servesim.mechanics.lora import adapter_name
 class LoraSweep:
     """Waiting and running request counts per adapter, advanced scrape by scrape."""
 
-    def __init__(self, log: Any) -> None:
+    def __init__(self, log: Any, names: dict[int, str] | None = None) -> None:
+        self.names = names or {}
         loras = (log.extra or {}).get("lora") or []
         events: list[tuple[float, int, int, int]] = []  # (time, lora, waiting delta, running delta)
         for rid, lora in enumerate(loras):
@@ -47,8 +48,9 @@ class LoraSweep:
             self.running[lora] = self.running.get(lora, 0) + dr
             i += 1
         self.next = i
-        return ([adapter_name(k) for k in sorted(self.waiting) if self.waiting[k] > 0],
-                [adapter_name(k) for k in sorted(self.running) if self.running[k] > 0])
+        names = self.names
+        return ([names.get(k) or adapter_name(k) for k in sorted(self.waiting) if self.waiting[k] > 0],
+                [names.get(k) or adapter_name(k) for k in sorted(self.running) if self.running[k] > 0])
 
 
 __all__ = ["LoraSweep"]

@@ -45,8 +45,9 @@ class ReplayScrapes:
     """Collects passes during the replay; :meth:`write` scrapes the whole run afterwards."""
 
     def __init__(self, metrics: EngineMetrics, *, epoch_s: float, interval_s: float,
-                 dp_size: int) -> None:
+                 dp_size: int, lora_names: dict[int, str] | None = None) -> None:
         self.metrics = metrics
+        self.lora_names = lora_names or {}  # served adapter names by id (LoraSweep)
         self.epoch_s = epoch_s
         self.interval_ms = interval_s * 1000.0
         self.dp_size = dp_size
@@ -93,7 +94,7 @@ class ReplayScrapes:
         m = self.metrics
         last = _bin(self.end_ms, self.interval_ms)
         points: dict[str, Any] = {}
-        sweep = LoraSweep(log) if m.lora_info is not None else None
+        sweep = LoraSweep(log, self.lora_names) if m.lora_info is not None else None
         for k in range(1, last + 1):
             if sweep is not None:  # vllm:lora_requests_info (servesim_prometheus.lora_info)
                 at_ms = k * self.interval_ms

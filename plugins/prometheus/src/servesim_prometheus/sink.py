@@ -66,7 +66,8 @@ class PrometheusFpmSink(FpmSink):
         if max_loras is not None:
             metrics.enable_lora(max_loras)
         self._scrapes = ReplayScrapes(metrics, epoch_s=self.config.epoch_s,
-                                      interval_s=self.config.interval_s, dp_size=context.dp_size)
+                                      interval_s=self.config.interval_s, dp_size=context.dp_size,
+                                      lora_names=context.lora_names)
 
     def publish(self, worker_id: int, at_ms: float, metrics: ForwardPassMetrics) -> None:
         if self._scrapes is None:

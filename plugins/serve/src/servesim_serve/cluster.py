@@ -27,7 +27,7 @@ from servesim.replay.cluster import build_engines
 from servesim.replay.elastic_setup import is_elastic
 from servesim.replay.pools import build_pool_engines
 from servesim.replay.runner import is_split
-from servesim.sinks.base import SinkDeployment, bind_sinks
+from servesim.sinks.base import SinkDeployment, bind_sinks, lora_deployment
 from servesim.sinks.build import build_sinks
 
 from servesim_serve.clock import SimClock
@@ -133,4 +133,5 @@ def _bind(loaded: LoadedConfig, num_workers: int, sinks: list[Any]) -> None:
     bind_sinks(sinks, SinkDeployment(num_workers=num_workers, dp_size=sim.engine.dp_size,
                                      block_size=sim.engine.bs, backend=sim.engine.backend,
                                      max_model_len=sim.engine.max_model_len,
-                                     num_gpu_blocks=sim.engine.num_gpu_blocks))
+                                     num_gpu_blocks=sim.engine.num_gpu_blocks,
+                                     **lora_deployment(sim.engine)))

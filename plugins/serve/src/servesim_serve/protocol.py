@@ -101,9 +101,9 @@ def served_adapters(engine: Any) -> dict[str, int]:
     (an unnamed one is ``adapter-<id>``), none while ``engine.enable_lora`` is off."""
     if not engine.enable_lora:
         return {}
-    from servesim.mechanics.lora import adapter_name
+    from servesim.mechanics.lora import served_adapters as by_name
 
-    return {m.name if m.name is not None else adapter_name(m.id): m.id for m in engine.lora_modules}
+    return by_name(engine.lora_modules)
 
 
 def check_model(body: dict[str, Any], served: str, adapters: Mapping[str, int] | None = None) -> int:

@@ -185,10 +185,6 @@ def validate(config: EngineConfig, sg: SglangConfig) -> list[tuple[str, str]]:
         out.append(("engine.enable_chunked_prefill", "must be true for the sglang backend"))
     if config.block_size is not None and config.block_size <= 0:
         out.append(("engine.block_size", f"must be > 0, got {config.block_size}"))
-    if config.enable_lora:
-        # docs/lora.md: SGLang's --max-loras-per-batch rule and its LoRA-keyed radix cache are
-        # not modelled; a replay would serve every adapter's requests as the base model's.
-        out.append(("engine.enable_lora", "LoRA adapters are modelled for vllm only"))
     out.extend(validate_priority(config, sg))
     if sg.page_size is not None and sg.page_size <= 0:
         out.append((f"{SECTION}.page_size", f"must be > 0, got {sg.page_size}"))

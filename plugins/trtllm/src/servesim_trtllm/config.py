@@ -110,7 +110,4 @@ def validate(config: EngineConfig, trt: TrtllmConfig) -> list[tuple[str, str]]:
     if config.scheduling_policy.value != "fcfs":
         # docs/workloads.md "Priorities": TRT-LLM's capacity scheduler ignores request priority.
         problems.append(("engine.scheduling_policy", "priority is modelled for the vllm backend only"))
-    if config.enable_lora:
-        # docs/lora.md: TensorRT-LLM's PEFT cache and its capacity check are not modelled.
-        problems.append(("engine.enable_lora", "LoRA adapters are modelled for vllm only"))
     return problems

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from servesim.contract import KvEvent, Metrics, Request, RequestId
 from servesim.mechanics.handoff import DestEntry, SourceEntry
 
+from servesim_vllm.lora import served_name
 from servesim_vllm.request import Status, VllmRequest
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ class VllmHandoffAdapter:
         req = entry.state
         if req is None:
             req = entry.state = VllmRequest(entry.request, s.cfg.max_model_len)
+            if entry.request.lora:
+                req.table.lora_name = served_name(s.lora, entry.request.lora)
             if s.caching:
                 # Placeholders for blocks no other request can share when nothing outside
                 # the rank reads hashes, as for prompts submitted here (VllmScheduler).

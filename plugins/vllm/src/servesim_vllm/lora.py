@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from servesim.mechanics.lora import AdapterCache, AdapterTable
+from servesim.mechanics.lora import AdapterCache, AdapterTable, adapter_name
 from servesim.timing.base import scaled_ms
 
 if TYPE_CHECKING:
@@ -97,4 +97,11 @@ class VllmLora:
         return round(load * 1e6) / 1e6 + scaled_ms(overhead, speedup)
 
 
-__all__ = ["VllmLora"]
+def served_name(lora: VllmLora | None, lora_id: int) -> str:
+    """The name adapter ``lora_id`` is served under (``engine.lora_modules``' ``name``, else
+    ``adapter-<id>``): vLLM's ``LoRARequest.lora_name``, which its ``BlockStored`` events carry
+    (``lora_name`` and ``extra_keys``; vllm/v1/core/block_pool.py, v0.32)."""
+    return lora.cache.table.get(lora_id).name if lora is not None else adapter_name(lora_id)
+
+
+__all__ = ["VllmLora", "served_name"]

@@ -41,12 +41,14 @@ from servesim.fast.runs import BlockRunPending, RankRun, RunEffects
 from servesim.kv.host_tier import HostTier
 from servesim.kv.warm_start import WarmPath, preload_pool
 from servesim.mechanics.handoff import HandoffBook, kv_bytes_per_token, suppress_request
+from servesim.mechanics.lora import AdapterCache
 from servesim.rank import (
     CommandContext,
     GroupPassHooks,
     Handoff,
     HostOffload,
     InternalWork,
+    LoraAdapters,
     Rank,
     RankIdentity,
     RankPass,
@@ -92,7 +94,8 @@ if tuple(a.name for a in attrs.fields(ForwardPassMetrics)) != _FPM_ORDER:
 
 
 class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, InternalWork, HostOffload,
-               SpeculativeDecoding, WarmCache, RunsOfPasses[_runs.VllmRunPending], FitsReaders):
+               SpeculativeDecoding, WarmCache, LoraAdapters, RunsOfPasses[_runs.VllmRunPending],
+               FitsReaders):
     """One vLLM scheduler rank with its own KV block pool: prefill and decode workers of a
     split (handoff.py), host offload (host_offload.py), speculative decoding
     (speculative.py) and runs of passes (fast/runs.py)."""
@@ -375,7 +378,7 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         return self.sched.host.tier if self.sched.host is not None else None
 
     @property
-    def lora_cache(self) -> Any:
+    def lora_cache(self) -> AdapterCache | None:
         """The rank's LoRA adapter cache (servesim.mechanics.lora.AdapterCache), or None."""
         return self.sched.lora.cache if self.sched.lora is not None else None
 

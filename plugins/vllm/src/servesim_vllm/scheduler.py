@@ -55,7 +55,7 @@ from servesim_vllm.cadence import Cadence, mid_prefill
 from servesim_vllm.fast.steady import VllmSteadyBatch, after_step, steady_step, sync
 from servesim_vllm.handoff import admit_prebuilt_only
 from servesim_vllm.host_offload import BLOCKED, VllmHostOffload
-from servesim_vllm.lora import VllmLora
+from servesim_vllm.lora import VllmLora, served_name
 from servesim_vllm.pass_result import PassResult, Work
 from servesim_vllm.priority import PriorityWaiting, lowest_priority
 from servesim_vllm.request import Status, VllmRequest
@@ -141,6 +141,8 @@ class VllmScheduler:
 
     def submit(self, request: Request) -> VllmRequest:
         req = VllmRequest(request, self.cfg.max_model_len)
+        if request.lora:
+            req.table.lora_name = served_name(self.lora, request.lora)
         if self.caching:
             req.load_prompt_hashes(self.bs, elide=self.lazy_hashes)
         self.requests[req.rid] = req

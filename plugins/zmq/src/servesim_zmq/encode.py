@@ -8,8 +8,11 @@ KV events follow vLLM 0.32 ``vllm/distributed/kv_events.py`` (ecosystem.md §4; 
   ``BlockStored`` from vLLM's block pool sets ``block_hashes``, ``parent_block_hash``,
   ``token_ids`` (of every stored block, concatenated), ``block_size``, ``lora_id`` (the
   adapter id of a LoRA request's blocks, servesim.contract.StoredBlocks.lora_id), ``medium``
-  and ``lora_name`` (declared without defaults, so present even when nil), plus
-  ``extra_keys`` (one nil per block) and ``group_idx`` 0; a ``BlockRemoved`` sets
+  and ``lora_name`` (the adapter's served name; declared without defaults, so present even
+  when nil), plus ``extra_keys`` (one entry per block: nil, or for a LoRA request the
+  1-tuple of its adapter name, as ``generate_block_hash_extra_keys`` and
+  ``to_event_extra_keys`` in vllm/v1/core/kv_cache_utils.py build them) and ``group_idx`` 0;
+  a ``BlockRemoved`` sets
   ``block_hashes``, ``medium`` and ``group_idx``, one block per event, as vLLM's pool
   evicts; ``AllBlocksCleared`` has no fields;
 * block hashes are unsigned 64-bit ints (vLLM's default integer block hashes).
@@ -54,8 +57,9 @@ def kv_event_maps(event: KvEvent, block_size: int) -> list[dict[str, Any]]:
             "block_size": block_size,
             "lora_id": data.lora_id,
             "medium": data.medium or MEDIUM_GPU,
-            "lora_name": None,
-            "extra_keys": [None] * len(blocks),
+            "lora_name": data.lora_name,
+            "extra_keys": [None] * len(blocks) if data.lora_name is None
+            else [(data.lora_name,)] * len(blocks),
             "group_idx": 0,
         }]
     if isinstance(data, RemovedBlocks):
