@@ -47,11 +47,11 @@ import os
 from collections.abc import Callable, Sequence
 from itertools import repeat
 from operator import lshift, or_, sub
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from servesim.errors import ReplayError
 from servesim.fast.fpm_runs import FpmRun
-from servesim.fast.router_exclusion import proves_exclusion
+from servesim.fast.router_exclusion import ProvesExclusion, proves_exclusion
 from servesim.fast.runs import EngineRunStarted
 from servesim.kv.adapter_hashes import prompt_hashes
 
@@ -353,7 +353,9 @@ class RunDriver:
         if i >= len(turns) or turns[i][0] != horizon:
             return horizon, 1 << 30  # the next event is no first turn
         look = turns[i:i + LOOKAHEAD]
-        state, router, bs = rp.state, rp.router, rp.block_size
+        state, bs = rp.state, rp.block_size
+        # planned is set only for a router that proves exclusions (exclusion_applies)
+        router = cast("ProvesExclusion", rp.router)
         ntok, planned = rp.log.ntok, self.planned
         assert planned is not None
         per_pass = self.pass_ms[w]
@@ -362,7 +364,7 @@ class RunDriver:
         prompts = (rp.turns[rid] for _at, _seq, rid in look)  # lazy: often one read
         arrivals = ((t.prompt, prompt_hashes(t.prompt, bs, t.lora) if t.lora else
                      t.prompt.block_hashes_elided(bs)[0]) for t in prompts) if (
-            router.wants_block_hashes) else ((t.prompt, ()) for t in prompts)
+            rp.router.wants_block_hashes) else ((t.prompt, ()) for t in prompts)
         margin = float("inf")
         left: _Finishers | None = None
         for k, m in enumerate(router.exclusion_margins(w, arrivals, state), 1):

@@ -58,10 +58,11 @@ def lora_report(engines: Iterable[Any]) -> dict[str, Any]:
     return {"lora": totals}
 
 
-def split_lora_report(engines: Sequence[Any], num_prefill: int) -> dict[str, Any]:
-    """The ``lora`` section of a split whose first ``num_prefill`` engines are its prefill
-    workers (module docstring); empty when no rank of either pool has LoRA on."""
-    prefill, decode = _caches(engines[:num_prefill]), _caches(engines[num_prefill:])
+def split_lora_report(engines: Sequence[Any], is_prefill: Sequence[bool]) -> dict[str, Any]:
+    """The ``lora`` section of a split whose engine ``w`` is a prefill worker when
+    ``is_prefill[w]`` (module docstring); empty when no rank of either pool has LoRA on."""
+    prefill = _caches([e for e, pf in zip(engines, is_prefill, strict=True) if pf])
+    decode = _caches([e for e, pf in zip(engines, is_prefill, strict=True) if not pf])
     if not prefill and not decode:
         return {}
     totals = _totals([*prefill, *decode])

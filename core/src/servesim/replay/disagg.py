@@ -646,7 +646,7 @@ class DisaggReplayer(Replayer):
                 "prefill": util([b for b, pf in zip(self.busy_ms, roles, strict=True) if pf]),
                 "decode": util([b for b, pf in zip(self.busy_ms, roles, strict=True) if not pf]),
             },
-            **split_lora_report(self.engines, p),
+            **split_lora_report(self.engines, roles),
         }
 
     def per_request_extras(self) -> dict[str, list[Any]]:

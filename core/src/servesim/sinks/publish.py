@@ -5,6 +5,7 @@ the replay driver and the fast path's merged and offloaded sinks (:mod:`servesim
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from servesim.sinks.base import FpmSink, KvEventSink, SinkError
 
@@ -17,11 +18,11 @@ def publish(sink: KvEventSink | FpmSink, w: int, now: float, payload: object) ->
         raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc
 
 
-def encode(sink: KvEventSink | FpmSink, w: int, now: float, payload: object) -> object:
-    """``sink.encode(...)`` (an ``encodes_ahead`` sink), its failures reported as :func:`publish`
-    reports them."""
+def encode(sink: Any, w: int, now: float, payload: object) -> object:
+    """``sink.encode(...)`` (a sink that encodes ahead, servesim.fast.sink_protocols), its
+    failures reported as :func:`publish` reports them."""
     try:
-        return sink.encode(w, now, payload)  # type: ignore[arg-type]
+        return sink.encode(w, now, payload)
     except Exception as exc:
         raise SinkError(f"sink {type(sink).__name__} failed at {now} ms: {exc}") from exc
 
@@ -43,7 +44,7 @@ def encode_runs(sinks: Sequence[FpmSink], w: int, ats: list[float], run: Sequenc
     return [encode_run(sink, w, ats, run) for sink in sinks]
 
 
-def write_encoded(sink: KvEventSink | FpmSink, now: float, data: object) -> None:
+def write_encoded(sink: Any, now: float, data: object) -> None:
     """``sink.write_encoded(data)``, its failures reported as :func:`publish` reports them."""
     try:
         sink.write_encoded(data)
