@@ -22,13 +22,14 @@ def read_text_lines(path: str, what: str) -> list[str]:
     return list(iter_text_lines(path, what))
 
 
-def iter_text_lines(path: str, what: str, block_bytes: int = BLOCK_BYTES) -> Iterator[str]:
+def iter_text_lines(path: str, what: str, block_bytes: int | None = None) -> Iterator[str]:
     """:func:`read_text_lines` one line at a time: the lines ``str.splitlines`` gives for the
     whole text, in order. Blocks are cut after a ``\\n`` byte, which no other UTF-8
     character contains and after which every line break ``splitlines`` knows has ended, so
     splitting each block gives the same lines; bytes that are not UTF-8 are reported when
     their block is reached, with the line (counted in ``\\n`` bytes from the file's start)
-    and column."""
+    and column. ``block_bytes``: the block size (default :data:`BLOCK_BYTES`)."""
+    size = block_bytes or BLOCK_BYTES
     try:
         fh = open(path, "rb")  # noqa: SIM115  (closed below, also when the reader stops early)
     except OSError as exc:
@@ -39,7 +40,7 @@ def iter_text_lines(path: str, what: str, block_bytes: int = BLOCK_BYTES) -> Ite
         rest = b""
         while True:
             try:
-                block = fh.read(block_bytes)
+                block = fh.read(size)
             except OSError as exc:
                 raise TraceError(f"cannot read {what}: {exc.strerror or exc}", file=path) from None
             if block:
