@@ -412,3 +412,18 @@ def test_submit_refused_by_the_engine_counts_as_failed():
     assert r.log.done[0] == 0.0 and r.log.arrival[1] == 2.0  # the session goes on
     rep = build_report(r.log, ReportConfig())
     assert rep["failed"] == 1 and rep["completed"] == 2
+
+
+def test_forgetting_the_workload_keeps_the_report_and_records():
+    """After a run the replayer may drop the trace's requests (the runner does before the
+    report): the report and per-request records read only the log and ``session_of``."""
+    r = replay(trace(rec(0, [1, 2], 3), rec(5, [1, 3], 2, session_id="s"),
+                     {"hash_ids": [1, 3, 4], "output_length": 2, "session_id": "s",
+                      "delay": 7}), workers=2)
+    cfg = ReportConfig()
+    before = dumps(build_report(r.log, cfg)), list(per_request_lines(r.log, r.session_of))
+    r.forget_workload()
+    assert r.turns == [] and r.workload.sessions == () and r.workload.source == "t.jsonl"
+    assert r.first_turns == [] and r.next_turn == [] and r.session_index == []
+    assert (dumps(build_report(r.log, cfg)), list(per_request_lines(r.log, r.session_of))) == before
+    assert json.loads(before[1][2])["session_id"] == "s" and r.log.done[2] > r.log.done[1]

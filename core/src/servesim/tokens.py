@@ -28,12 +28,20 @@ _MASK32: Final = 0xFFFFFFFF
 
 
 class TokenSeq(ABC):
-    """A prompt: a length, tokens on demand, and cached per-block-size hashes."""
+    """A prompt: a length, tokens on demand, and cached per-block-size hashes (the cache
+    exists only while it holds some: a trace keeps every prompt, most of them not in flight)."""
 
     __slots__ = ("_hash_cache",)
 
     def __init__(self) -> None:
-        self._hash_cache: dict[int, tuple[list[int], list[int]]] = {}
+        self._hash_cache: dict[int, tuple[list[int], list[int]]] | None = None
+
+    def _cache(self) -> dict[int, tuple[list[int], list[int]]]:
+        """The hash cache, made on first use."""
+        cache = self._hash_cache
+        if cache is None:
+            cache = self._hash_cache = {}
+        return cache
 
     @abstractmethod
     def __len__(self) -> int: ...
@@ -60,11 +68,12 @@ class TokenSeq(ABC):
 
     def block_hashes(self, block_size: int) -> tuple[list[int], list[int]]:
         """``(sequence_hashes, local_hashes)`` of every *full* block, cached per block size."""
-        cached = self._hash_cache.get(block_size)
+        cache = self._hash_cache
+        cached = None if cache is None else cache.get(block_size)
         if cached is None:
             local = self._local_hashes(block_size)
             cached = (sequence_hashes(local), local)
-            self._hash_cache[block_size] = cached
+            self._cache()[block_size] = cached
         return cached
 
     def block_hashes_elided(self, block_size: int) -> tuple[list[int], list[int]]:
@@ -81,7 +90,7 @@ class TokenSeq(ABC):
     def forget_block_hashes(self) -> None:
         """Drop the cached hashes (recomputed identically if asked again). A replay calls
         this when a request ends, so finished prompts keep no hash lists (docs/architecture.md, "Speed by design")."""
-        self._hash_cache.clear()
+        self._hash_cache = None
 
 
 class Tokens(TokenSeq):
@@ -110,6 +119,16 @@ class Tokens(TokenSeq):
         return f"Tokens(len={len(self._tokens)})"
 
 
+def _compact_ids(hash_ids: Sequence[int]) -> Sequence[int]:
+    """Hash ids as 8-byte integers in one array (a tuple of int objects takes about four
+    times the memory: a long trace keeps every prompt's ids), or a tuple when one does not
+    fit in 64 signed bits."""
+    try:
+        return array("q", hash_ids)
+    except (OverflowError, TypeError):
+        return tuple(map(int, hash_ids))
+
+
 class RepeatedBlockTokens(TokenSeq):
     """Hash id ``h`` stands for ``trace_block_size`` copies of token ``h``; cut to ``length``.
 
@@ -128,7 +147,7 @@ class RepeatedBlockTokens(TokenSeq):
         super().__init__()
         if trace_block_size <= 0:
             raise ValueError("trace_block_size must be > 0")
-        self.hash_ids = tuple(map(int, hash_ids))
+        self.hash_ids = _compact_ids(hash_ids)
         self.trace_block_size = trace_block_size
         full = len(self.hash_ids) * trace_block_size
         self._len = full if length is None else max(0, min(int(length), full))
@@ -178,14 +197,15 @@ class RepeatedBlockTokens(TokenSeq):
         first = max(0, -(-(u + 2) // block_size) - 1)
         if first >= n:
             return self.block_hashes(block_size)
-        cached = self._hash_cache.get(-block_size)
+        cache = self._cache()
+        cached = cache.get(-block_size)
         if cached is None and first == 0:
             # No block can be shared: one placeholder list serves both (never mutated: readers
             # that grow the lists copy them first, as SequenceBlocks does).
             fake = placeholder_hashes(n)
-            cached = self._hash_cache[-block_size] = (fake, fake)
+            cached = cache[-block_size] = (fake, fake)
         elif cached is None:
-            real = self._hash_cache.get(block_size)
+            real = cache.get(block_size)
             if real is not None:
                 seq, local = real[0][:first], real[1][:first]
             else:
@@ -195,7 +215,7 @@ class RepeatedBlockTokens(TokenSeq):
             seq.extend(fake)
             local.extend(fake)
             cached = (seq, local)
-            self._hash_cache[-block_size] = cached
+            cache[-block_size] = cached
         return cached
 
     def shared_blocks(self, block_size: int) -> int:

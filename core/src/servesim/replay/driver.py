@@ -298,6 +298,16 @@ class Replayer:
             self.progress(self._finished, total, self.now)
         return self.log
 
+    def forget_workload(self) -> None:
+        """After :meth:`run`: drop the trace's requests and the arrival bookkeeping, which the
+        report does not read (it reads the log and ``session_of``), so its arrays can take
+        their memory. The replayer cannot run again."""
+        self.workload = Workload((), self.workload.source)
+        self.turns = []
+        self.first_turns = []
+        self.session_index = []
+        self.next_turn = []
+
     def _step(self, ev: tuple[float, int, int, int, int] | None, now: float, has_deadlines: bool) -> None:
         """Every event at ``now``: pass ends first, then internal work, then the requests due
         (including zero-delay turns those passes released) in session order, then new passes."""

@@ -248,6 +248,10 @@ def _simulate(
         if pass_file is not None:
             _close_pass_log(pass_file)
     session_of = replayer.session_of
+    if scope is None and not elastic:
+        # The report reads the log alone: the trace's objects go before its arrays are made.
+        replayer.forget_workload()
+        del workload, make
     if scope is None:
         report = build_report(log, sim.report, loaded.resolved())
     else:

@@ -115,12 +115,14 @@ def mark_unique_prompts(workload: Workload) -> int:
     tb = prompts[0].trace_block_size  # type: ignore[attr-defined]
     if tb < 2 or any(p.trace_block_size != tb for p in prompts):  # type: ignore[attr-defined]
         return 0
-    # Token values, not ids: ids equal in their low 32 bits make the same tokens.
-    ids = list(chain.from_iterable(p.hash_ids for p in prompts))  # type: ignore[attr-defined]
+    # Token values, not ids: ids equal in their low 32 bits make the same tokens. The ids are
+    # counted straight from the prompts' arrays (no list of every id of the trace).
+    ids = [p.hash_ids for p in prompts if len(p.hash_ids)]  # type: ignore[attr-defined]
     if not ids:
         return 0
-    wide = max(ids) > _MASK32 or min(ids) < 0
-    counts = Counter([h & _MASK32 for h in ids] if wide else ids)
+    wide = max(map(max, ids)) > _MASK32 or min(map(min, ids)) < 0
+    every = chain.from_iterable(ids)
+    counts = Counter((h & _MASK32 for h in every) if wide else every)
     marked = 0
     for p in prompts:
         n = len(p)

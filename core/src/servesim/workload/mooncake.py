@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from servesim.errors import TraceError
 from servesim.tokens import RepeatedBlockTokens
 from servesim.workload.model import Session, Turn, Workload, make_workload
-from servesim.workload.textlines import read_text_lines
+from servesim.workload.textlines import iter_text_lines, read_text_lines
 
 _ALIASES = {
     "timestamp": ("timestamp", "created_time"),
@@ -176,10 +176,10 @@ class MooncakeTrace:
     ) -> Workload:
         if trace_block_size <= 0:
             raise TraceError(f"trace_block_size must be > 0, got {trace_block_size}", file=path)
-        return cls.parse_lines(read_lines(path), path, trace_block_size)
+        return cls.parse_lines(iter_text_lines(path, "trace"), path, trace_block_size)
 
     @classmethod
-    def parse_lines(cls, lines: list[str], path: str, trace_block_size: int) -> Workload:
+    def parse_lines(cls, lines: Iterable[str], path: str, trace_block_size: int) -> Workload:
         sessions: dict[str, Session] = {}
         last_ts: dict[str, float | None] = {}
         span = _Span()

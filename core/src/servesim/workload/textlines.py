@@ -1,26 +1,73 @@
 """Reading a line-oriented input file (a trace, forward-pass metrics, per-request lines) so
 that every problem is one ``FILE[:LINE]: ...`` error: an unreadable path, and bytes that are
-not UTF-8, named by line and column (a user's editor shows those, not a byte offset)."""
+not UTF-8, named by line and column (a user's editor shows those, not a byte offset).
+
+The file is read in blocks of whole lines (:func:`iter_text_lines`), so a reader that takes
+one line at a time holds one block of the file, never all of it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from servesim.errors import TraceError
+
+BLOCK_BYTES = 1 << 20
+"""About how much of the file is decoded at once (a block ends at a line end; a longer
+line is one block)."""
 
 
 def read_text_lines(path: str, what: str) -> list[str]:
     """The lines of ``path``; a UTF-8 byte-order mark is dropped. ``what`` names the file's
     kind in the unreadable-path message (``cannot read trace: ...``)."""
+    return list(iter_text_lines(path, what))
+
+
+def iter_text_lines(path: str, what: str, block_bytes: int | None = None) -> Iterator[str]:
+    """:func:`read_text_lines` one line at a time: the lines ``str.splitlines`` gives for the
+    whole text, in order. Blocks are cut after a ``\\n`` byte, which no other UTF-8
+    character contains and after which every line break ``splitlines`` knows has ended, so
+    splitting each block gives the same lines; bytes that are not UTF-8 are reported when
+    their block is reached, with the line (counted in ``\\n`` bytes from the file's start)
+    and column. ``block_bytes``: the block size (default :data:`BLOCK_BYTES`)."""
+    size = block_bytes or BLOCK_BYTES
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        fh = open(path, "rb")  # noqa: SIM115  (closed below, also when the reader stops early)
     except OSError as exc:
         raise TraceError(f"cannot read {what}: {exc.strerror or exc}", file=path) from None
+    with fh:
+        line = 1
+        codec = "utf-8-sig"  # only the file's start may hold a byte-order mark
+        rest = b""
+        while True:
+            try:
+                block = fh.read(size)
+            except OSError as exc:
+                raise TraceError(f"cannot read {what}: {exc.strerror or exc}", file=path) from None
+            if block:
+                data = rest + block
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    rest = data
+                    continue
+                data, rest = data[:cut], data[cut:]
+            else:
+                data, rest = rest, b""
+                if not data:
+                    return
+            yield from _decode(data, codec, path, line).splitlines()
+            codec = "utf-8"
+            line += data.count(b"\n")
+            if not block:
+                return
+
+
+def _decode(data: bytes, codec: str, path: str, line: int) -> str:
+    """``data`` (whole lines from line ``line`` on) as text."""
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode(codec)
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        at = line + data.count(b"\n", 0, exc.start)
         column = exc.start - data.rfind(b"\n", 0, exc.start)
         raise TraceError(
-            f"not UTF-8 text: byte {data[exc.start]:#04x} at column {column}", file=path, line=line
+            f"not UTF-8 text: byte {data[exc.start]:#04x} at column {column}", file=path, line=at
         ) from None
-    return text.splitlines()
