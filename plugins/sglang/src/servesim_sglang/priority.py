@@ -42,6 +42,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
+from servesim_sglang import overlap as _overlap
 from servesim_sglang import retraction as _retraction
 from servesim_sglang.policies import LofPolicy, SchedulePolicy
 
@@ -134,6 +135,7 @@ def preempt_to_schedule(s: SchedulerView, req: SglangRequest, rem_total: float,
             continue
         count += 1
         released += running_offset(s, r)
+        _overlap.drop_inflight(s, r)
         logical = cache.available_tokens + cache.evictable_size
         needed = -(-(req.seq_len - req.seen_prefix) // ps) * ps
         _retraction.retract(s, r, s.running, cache.now, out, logical, needed)
