@@ -29,7 +29,8 @@ SGLang 0.5.23 (``python/sglang/srt/``):
   raised), their reservation leaves the budget, and after the batch is formed they re-enter
   the waiting queue (even when nobody was admitted). SGLang keeps them in a ``set`` there, so
   the entry order among several preempted at once is not defined; servesim uses the order in
-  which they were chosen.
+  which they were chosen. Under the overlap loop a victim's token in flight is dropped
+  (``servesim_sglang.overlap.drop_inflight``).
 
 Not modelled: ``--max-queued-requests`` (servesim's sglang rank has no queue limit),
 ``--retraction-policy priority``, ``--default-priority-value`` (servesim's requests always
