@@ -312,3 +312,33 @@ def random_scenario(seed: int, n: int = 300, overlap: bool | None = None) -> Sce
         prefix_groups=rng.choice([0, 2, 5, 20]), prefix_frac=rng.random(),
         prefix_ratio=rng.uniform(0.2, 0.9), seed=seed, options=opts,
     )
+
+
+def priority_scenario(seed: int, n: int = 40) -> ScenarioSpec:
+    """A random ``n``-request scenario under SGLang's priority scheduling, drawn from
+    ``seed``: few request slots, one or two arrivals per step, priorities in 4, 20 or 100
+    levels, either direction, thresholds 0-10, and the overlap loop on for half the seeds
+    (with ``ignore_eos``, which the oracle's overlap loop needs)."""
+    rng = random.Random(f"sglang-priority:{seed}")
+    overlap = rng.random() < 0.5
+    opts = Opts(
+        page_size=rng.choice([1, 16]),
+        max_total_tokens=rng.choice([6000, 12000, 20000]),
+        max_running_requests=rng.choice([2, 3, 4, 6, 8]),
+        chunked_prefill_size=rng.choice([128, 256, 512]),
+        schedule_policy=rng.choice(["fcfs", "fcfs", "lof"]),
+        ignore_eos=overlap or rng.random() < 0.5,
+        overlap=overlap,
+        admit="stepwise",
+        per_step=rng.choice([1, 1, 2]),
+        priority=True,
+        low_priority_values_first=rng.random() < 0.5,
+        preemption_threshold=rng.choice([0, 1, 3, 5, 10]),
+    )
+    return ScenarioSpec(
+        name=f"sglang_priority_{seed}" + ("_overlap" if overlap else ""),
+        n=n, isl=rng.choice([(30, 200), (50, 400), (100, 600)]),
+        osl=rng.choice([(1, 8), (1, 30), (5, 60), (20, 120)]),
+        prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5, seed=seed,
+        priority_levels=rng.choice([4, 20, 100]), options=opts,
+    )

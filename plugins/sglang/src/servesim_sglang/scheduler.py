@@ -255,7 +255,8 @@ class SglangScheduler:
                 return
             self.waiting.popleft()
             self.waiting_version += 1
-            self.echoes.pop(req.rid, None)
+            if self.echoes.pop(req.rid, None) is not None and req.remaining_output == 1:
+                continue  # the client had its last token and completion (overlap.silence)
             self.complete(req, out, rejected=True)
             out.rejected.append(req.rid)
 
