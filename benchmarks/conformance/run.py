@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                         "ones, pools about the size of the largest request, or mixed ones under "
                         "the priority policy (vllm); with "
                         "--engine sglang, mixed, or every one with the overlap loop on "
-                        "(ignore_eos on) or off")
+                        "(ignore_eos on) or off, or priority: SGLang's priority scheduling, "
+                        "the overlap loop on for half the seeds (use -n 40)")
     p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm",
                    help="sglang: servesim's sglang rank against SGLang 0.5.23's scheduler "
                         "(golden data in tests/golden/sglang_oracle)")

@@ -7,8 +7,9 @@ Runs the oracle tool's own ``main`` (loaded from ``$SERVESIM_SHARED/tools``) wit
 its ``ServerArgs`` get ``enable_priority_scheduling`` and the options above (set as the tool
 derives its ``PortArgs`` from them, before SGLang reads them), and each request
 handed to ``Scheduler.process_input_requests`` gets its trace line's ``priority`` (0 when
-the line has none). Everything else (prompts, stub model, step records) is the tool's. Runs
-under the oracle's Python, without servesim.
+the line has none). Everything else (prompts, stub model, step records) is the tool's, and
+the tool's own options pass through (``--overlap``: SGLang's overlap loop, as the
+``prio_overlap_*`` goldens run it). Runs under the oracle's Python, without servesim.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from servesim_sglang.conformance import (
     run_servesim,
 )
 from servesim_vllm.conformance import Comparison, ScenarioSpec, make_trace
-from sglang_scenarios import EXTRA, GOLDEN, random_scenario
+from sglang_scenarios import EXTRA, GOLDEN, PRIORITY, priority_scenario, random_scenario
 
 GOLDEN_ROOT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "sglang_oracle"
 
@@ -67,10 +67,14 @@ def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], Sg
                 out.append((d.name, rows, opts, steps))
         return out
     if a.mode == "random":
-        forced = {"overlap": True, "no-overlap": False}.get(a.family)
-        specs = [random_scenario(s, a.n, forced) for s in range(a.start_seed, a.start_seed + a.count)]
+        seeds = range(a.start_seed, a.start_seed + a.count)
+        if a.family == "priority":
+            specs = [priority_scenario(s, a.n) for s in seeds]
+        else:
+            forced = {"overlap": True, "no-overlap": False}.get(a.family)
+            specs = [random_scenario(s, a.n, forced) for s in seeds]
     else:
-        specs = [s for s in GOLDEN + EXTRA if not a.only or s.name in a.only]
+        specs = [s for s in GOLDEN + EXTRA + PRIORITY if not a.only or s.name in a.only]
     return [(s.name, make_trace(s), s.options, s) for s in specs]
 
 

@@ -216,6 +216,58 @@ PRIORITY: list[ScenarioSpec] = [
                      chunked_prefill_size=512, admit="stepwise", per_step=1, priority=True,
                      low_priority_values_first=True, preemption_threshold=0),
     ),
+    # The overlap loop (SGLang's default): a victim's token in flight is dropped and
+    # generated again by its re-prefill (servesim_sglang.overlap).
+    ScenarioSpec(
+        name="prio_overlap_slots",
+        note="prio_preempt_slots with the overlap loop: victims decoding with a token in flight",
+        n=40, isl=(50, 400), osl=(10, 60), prefix_groups=3, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=31, priority_levels=100,
+        options=Opts(page_size=1, max_total_tokens=20000, max_running_requests=4,
+                     chunked_prefill_size=512, admit="stepwise", per_step=1, priority=True,
+                     overlap=True),
+    ),
+    ScenarioSpec(
+        name="prio_overlap_two_slots",
+        note="overlap loop, max_running_requests 2, outputs of 1-8 tokens, threshold 0: "
+             "victims with their first token in flight",
+        n=40, isl=(50, 400), osl=(1, 8), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=109, priority_levels=100,
+        options=Opts(page_size=1, max_total_tokens=12000, max_running_requests=2,
+                     chunked_prefill_size=256, admit="stepwise", per_step=1, priority=True,
+                     overlap=True, preemption_threshold=0),
+    ),
+    ScenarioSpec(
+        name="prio_overlap_short_outputs",
+        note="overlap loop, page 16, lof, threshold 1, outputs of 1-8 tokens: victims whose "
+             "last token is in flight",
+        n=40, isl=(30, 200), osl=(1, 8), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=115, priority_levels=100,
+        options=Opts(page_size=16, max_total_tokens=6000, max_running_requests=4,
+                     chunked_prefill_size=512, schedule_policy="lof", admit="stepwise",
+                     per_step=1, priority=True, overlap=True, preemption_threshold=1),
+    ),
+    ScenarioSpec(
+        name="prio_overlap_page16_ties",
+        note="overlap loop, page 16, lof, four priority levels (ties), threshold 0, two "
+             "arrivals per step",
+        n=40, isl=(50, 400), osl=(5, 60), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=108, priority_levels=4,
+        options=Opts(page_size=16, max_total_tokens=6000, max_running_requests=6,
+                     chunked_prefill_size=512, schedule_policy="lof", admit="stepwise",
+                     per_step=2, priority=True, overlap=True, preemption_threshold=0),
+    ),
+    ScenarioSpec(
+        name="prio_overlap_low_first",
+        note="overlap loop, page 16, lof, lower values first, threshold 5, long prompts in "
+             "256-token chunks, max_running_requests 2",
+        n=40, isl=(100, 600), osl=(5, 60), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=116, priority_levels=100,
+        options=Opts(page_size=16, max_total_tokens=20000, max_running_requests=2,
+                     chunked_prefill_size=256, schedule_policy="lof", admit="stepwise",
+                     per_step=1, priority=True, overlap=True, low_priority_values_first=True,
+                     preemption_threshold=5),
+    ),
 ]
 
 
@@ -259,4 +311,34 @@ def random_scenario(seed: int, n: int = 300, overlap: bool | None = None) -> Sce
         n=n, isl=isl, osl=osl,
         prefix_groups=rng.choice([0, 2, 5, 20]), prefix_frac=rng.random(),
         prefix_ratio=rng.uniform(0.2, 0.9), seed=seed, options=opts,
+    )
+
+
+def priority_scenario(seed: int, n: int = 40) -> ScenarioSpec:
+    """A random ``n``-request scenario under SGLang's priority scheduling, drawn from
+    ``seed``: few request slots, one or two arrivals per step, priorities in 4, 20 or 100
+    levels, either direction, thresholds 0-10, and the overlap loop on for half the seeds
+    (with ``ignore_eos``, which the oracle's overlap loop needs)."""
+    rng = random.Random(f"sglang-priority:{seed}")
+    overlap = rng.random() < 0.5
+    opts = Opts(
+        page_size=rng.choice([1, 16]),
+        max_total_tokens=rng.choice([6000, 12000, 20000]),
+        max_running_requests=rng.choice([2, 3, 4, 6, 8]),
+        chunked_prefill_size=rng.choice([128, 256, 512]),
+        schedule_policy=rng.choice(["fcfs", "fcfs", "lof"]),
+        ignore_eos=overlap or rng.random() < 0.5,
+        overlap=overlap,
+        admit="stepwise",
+        per_step=rng.choice([1, 1, 2]),
+        priority=True,
+        low_priority_values_first=rng.random() < 0.5,
+        preemption_threshold=rng.choice([0, 1, 3, 5, 10]),
+    )
+    return ScenarioSpec(
+        name=f"sglang_priority_{seed}" + ("_overlap" if overlap else ""),
+        n=n, isl=rng.choice([(30, 200), (50, 400), (100, 600)]),
+        osl=rng.choice([(1, 8), (1, 30), (5, 60), (20, 120)]),
+        prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5, seed=seed,
+        priority_levels=rng.choice([4, 20, 100]), options=opts,
     )

@@ -67,6 +67,8 @@ class SchedulerView(Protocol):
     # (request, chunk end or -1, from a prefill) per token: this pass's and the last pass's
     results: list[tuple[SglangRequest, int, bool]]
     pending_results: list[tuple[SglangRequest, int, bool]]
+    # requests whose token in flight a preemption dropped, by id (servesim_sglang.overlap)
+    echoes: dict[int, SglangRequest]
 
     def run_pass(self, now: float) -> PassOutcome: ...
 

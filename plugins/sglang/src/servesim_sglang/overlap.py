@@ -23,10 +23,23 @@ step late. What that changes, for an aggregated worker without speculative decod
 * A request whose first token is its last joins the running batch until its result is
   processed; when everything left is a pending finish, one more (empty) pass processes it.
 
-Not modelled: a retracted request's token in flight, which SGLang drops (it is generated
-again after the re-prefill), stays emitted here (servesim's client already has it); and with
-``ignore_eos`` off SGLang cannot know that a request's next token ends it, which servesim's
-requests (known output lengths) always do.
+* **A preempted request's token in flight is dropped** (priority scheduling,
+  :mod:`servesim_sglang.priority`). ``PrefillAdder.preempt_to_schedule`` runs while the
+  previous batch is in flight and releases its victims with ``release_req``, whose
+  ``reset_for_retract`` sets ``is_retracted``; when that batch's result is processed,
+  ``process_batch_result_prefill`` / ``_decode`` skip retracted requests, so the token is
+  never appended to ``output_ids``. The victim re-prefills its prompt and processed outputs
+  and samples that token again — even a last token, for a victim whose finish was in flight
+  (not yet ``finished()``, so a valid victim). servesim takes the token off the request
+  (:func:`drop_inflight`); the client already has it (servesim streams a token when its pass
+  ends), so the regenerated token, and a completion it makes, are not sent again
+  (:func:`silence`).
+
+Not modelled: a token in flight of a request retracted for decode memory
+(``retract_decode``), which SGLang drops the same way, stays emitted here (the oracle's
+overlap loop needs ``ignore_eos``, under which no scenario retracted; docs/conformance.md);
+and with ``ignore_eos`` off SGLang cannot know that a request's next token ends it, which
+servesim's requests (known output lengths) always do.
 """
 
 from __future__ import annotations
@@ -104,3 +117,30 @@ def process_results(s: SchedulerView, out: PassOutcome) -> None:
                 s.split_prompt(r, upto)
     if done:
         s.running = [r for r in s.running if id(r) not in done]
+
+
+def drop_inflight(s: SchedulerView, r: SglangRequest) -> None:
+    """``r``, preempted with a token in flight, loses it: its re-prefill covers the prompt
+    and the processed outputs, and samples the token again (not sent again to the client)."""
+    if not r.inflight:
+        return
+    r.tokens.pop()
+    r.output_len -= 1
+    r.remaining_output += 1
+    r.inflight = 0  # the pending result is skipped (the request holds no lease then)
+    s.echoes[r.rid] = r
+
+
+def silence(s: SchedulerView, out: PassOutcome) -> None:
+    """Take this pass's regenerated tokens off what the client gets, with the completion a
+    last one makes (the client had both when the dropped token's pass ended)."""
+    rids = out.token_rids
+    echoes = s.echoes
+    for i in range(len(rids) - 1, -1, -1):
+        r = echoes.pop(rids[i], None)
+        if r is None:
+            continue
+        del rids[i]
+        del out.token_ids[i]
+        if r.remaining_output == 0:
+            out.completed.remove(r.rid)

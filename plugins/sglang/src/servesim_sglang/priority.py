@@ -29,7 +29,8 @@ SGLang 0.5.23 (``python/sglang/srt/``):
   raised), their reservation leaves the budget, and after the batch is formed they re-enter
   the waiting queue (even when nobody was admitted). SGLang keeps them in a ``set`` there, so
   the entry order among several preempted at once is not defined; servesim uses the order in
-  which they were chosen.
+  which they were chosen. Under the overlap loop a victim's token in flight is dropped
+  (``servesim_sglang.overlap.drop_inflight``).
 
 Not modelled: ``--max-queued-requests`` (servesim's sglang rank has no queue limit),
 ``--retraction-policy priority``, ``--default-priority-value`` (servesim's requests always
@@ -42,6 +43,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
+from servesim_sglang import overlap as _overlap
 from servesim_sglang import retraction as _retraction
 from servesim_sglang.policies import LofPolicy, SchedulePolicy
 
@@ -134,6 +136,7 @@ def preempt_to_schedule(s: SchedulerView, req: SglangRequest, rem_total: float,
             continue
         count += 1
         released += running_offset(s, r)
+        _overlap.drop_inflight(s, r)
         logical = cache.available_tokens + cache.evictable_size
         needed = -(-(req.seq_len - req.seen_prefix) // ps) * ps
         _retraction.retract(s, r, s.running, cache.now, out, logical, needed)

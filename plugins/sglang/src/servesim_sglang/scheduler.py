@@ -135,6 +135,9 @@ class SglangScheduler:
         # this pass's results, and the previous pass's, processed at the end of this one.
         self.results: list[tuple[SglangRequest, int, bool]] = []
         self.pending_results: list[tuple[SglangRequest, int, bool]] = []
+        # Requests whose token in flight a priority preemption dropped: their next token is
+        # one the client already has (servesim_sglang.overlap.drop_inflight).
+        self.echoes: dict[int, SglangRequest] = {}
 
     # -- policy context (read-only view for SchedulePolicy) ------------------------------
 
@@ -211,6 +214,8 @@ class SglangScheduler:
             self.ratio = max(self.ratio - self.p.decay_step, self.p.min_new_token_ratio)
         if self.overlap:
             _overlap.process_results(self, out)
+            if self.echoes:
+                _overlap.silence(self, out)
         if out.finished or out.retracted:
             self._left = True
         return out
@@ -250,6 +255,8 @@ class SglangScheduler:
                 return
             self.waiting.popleft()
             self.waiting_version += 1
+            if self.echoes.pop(req.rid, None) is not None and req.remaining_output == 1:
+                continue  # the client had its last token and completion (overlap.silence)
             self.complete(req, out, rejected=True)
             out.rejected.append(req.rid)
 
@@ -625,5 +632,6 @@ class SglangScheduler:
                         self.cache.release(req.lease)
                         req.lease = None
                     self.retracted_ids.discard(rid)
+                    self.echoes.pop(rid, None)
                     return req
         return None
