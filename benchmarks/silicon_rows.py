@@ -16,7 +16,8 @@ The servers' launch scripts (InferenceX ``benchmarks/*.sh``, e.g. ``70b_fp8_b200
 fp8 and fp4 runs and give TRT-LLM 85 % of the free memory (vLLM and SGLang 90 %), so the rows
 are replayed with those settings.
 
-Scheduler options a launch script sets for some runs only are in :func:`backend_options`.
+Scheduler options a launch script sets for some runs only are in :func:`backend_options`, and a
+token budget other than 8,192 in :func:`batched_tokens`.
 """
 
 from __future__ import annotations
@@ -247,6 +248,25 @@ def backend_options(row: Row, role: Role) -> dict[str, Any]:
     return {}
 
 
+def batched_tokens(row: Row, launch: bool = True) -> int:
+    """The row's ``--max-num-batched-tokens``: 8,192, or twice the ISL where the launch script
+    says so.
+
+    InferenceMAX's MiniMax-M2.5 vLLM scripts for B200 and B300 set
+    ``--max-num-batched-tokens "$((ISL * 2 ))"`` from the commit that moved them to vLLM 0.19.0
+    (InferenceX ``bddbf4031``, "B200 Minimax FP8 vllm upgrade", then the FP4 and B300 scripts;
+    ``benchmarks/single_node/fixed_seq_len/minimaxm2.5_{fp8,fp4}_{b200,b300}.sh``), so the
+    0.19.0 rows ran with 2,048 tokens per pass at ISL 1,024 and 16,384 at 8,192. Before, the
+    scripts set none, and vLLM's default for a GPU of 70 GiB or more was 8,192
+    (``EngineArgs.get_batch_defaults``; 16,384 on GPUs of 160 GiB only from vLLM PR #51726,
+    after these releases). ``launch`` False keeps 8,192.
+    """
+    if (launch and row.backend == "vllm" and row.source == "inferencemax" and row.version == "0.19.0"
+            and row.model == "MiniMaxAI/MiniMax-M2.5" and row.system.startswith(("b200", "b300"))):
+        return 2 * row.isl
+    return MAX_BATCHED_TOKENS
+
+
 # The backends' native KV block sizes (servesim's defaults: core/src/servesim/config/engine.py).
 NATIVE_BLOCK = {"vllm": 64, "sglang": 1, "trtllm": 32}
 
@@ -264,7 +284,7 @@ def _engine(row: Row, role: Role, timing: dict[str, Any] | None, launch: bool = 
     return {
         "backend": row.backend, "num_gpu_blocks": _blocks_for_load(row, seqs) if kv_fallback else "auto",
         "dp_size": role.attention_dp, "max_num_seqs": seqs,
-        "max_num_batched_tokens": MAX_BATCHED_TOKENS, "enable_prefix_caching": False,
+        "max_num_batched_tokens": batched_tokens(row, launch), "enable_prefix_caching": False,
         "timing_model": _timing(row, role, timing), **(backend_options(row, role) if launch else {}),
     }
 

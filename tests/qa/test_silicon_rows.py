@@ -138,4 +138,35 @@ def test_attention_dp_row_replays_on_the_gpus_it_ran_on():
     row = rows_mod.parse(RAW["minimaxm2_5_b300_vllm_fp4_agg_1024x1024_c32_cfg729"])
     role = row.roles["agg"]
     assert (role.tp, role.attention_dp, role.moe_tp, role.moe_ep, role.max_num_seqs) == (1, 4, 1, 4, 128)
-    assert silicon._replay(row, {"type": "overhead"}) == pytest.approx((37.742337, 10.003202), rel=1e-9)
+    # with the launch script's 2,048 tokens per pass (0.19.0); 8,192 gave (37.742337, 10.003202)
+    assert silicon._replay(row, {"type": "overhead"}) == pytest.approx((37.101523, 10.010711), rel=1e-9)
+    assert silicon._replay(row, {"type": "overhead"}, launch=False) == pytest.approx((37.742337, 10.003202),
+                                                                                   rel=1e-9)
+
+
+BUDGET_ROW = "2026_04_06_minimax_m2_5_b200_sxm_vllm_fp8_agg_1024x1024_c64_tp4_ep1_1336"
+
+
+def test_minimax_vllm_0_19_rows_run_with_twice_the_isl_per_pass():
+    """InferenceMAX's MiniMax-M2.5 vLLM 0.19.0 scripts on B200/B300 set
+    ``--max-num-batched-tokens $((ISL * 2))``; the 0.17.0 rows, other models, systems and
+    backends keep 8,192, and ``launch=False`` leaves it out."""
+    row = rows_mod.parse(RAW[BUDGET_ROW])
+    assert rows_mod.batched_tokens(row) == 2048
+    assert rows_mod.sim_config(row, "c.yaml")["engine"]["max_num_batched_tokens"] == 2048
+    assert rows_mod.sim_config(row, "c.yaml", launch=False)["engine"]["max_num_batched_tokens"] == 8192
+    eight_k = rows_mod.parse(RAW["2026_04_06_minimax_m2_5_b200_sxm_vllm_fp8_agg_8192x1024_c32_tp2_ep1_1371"])
+    assert rows_mod.batched_tokens(eight_k) == 16384
+    for row_id in ("2026_03_25_minimax_m2_5_b200_sxm_vllm_fp8_agg_1024x1024_c16_tp2_0_ep1_0_552",  # 0.17.0
+                   "2026_04_06_minimax_m2_5_h100_sxm_vllm_fp8_agg_8192x1024_c32_tp4_ep4_1322",  # H100
+                   "qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_sglang_agg_1024x128_c16_tp2_epnone_1",
+                   BATCH_WAIT_ROW):
+        assert rows_mod.batched_tokens(rows_mod.parse(RAW[row_id])) == 8192
+
+
+def test_a_smaller_budget_delays_the_first_tokens_of_a_burst():
+    # Measured: TTFT 160.1 ms, TPOT 15.9 ms. The 64 prompts sent at t = 0 take four times as
+    # many passes at 2,048 tokens each; the decode is unchanged.
+    row = rows_mod.parse(RAW[BUDGET_ROW])
+    assert silicon._replay(row, None) == pytest.approx((122.152697, 17.462636), rel=1e-9)
+    assert silicon._replay(row, None, launch=False) == pytest.approx((89.194301, 17.423175), rel=1e-9)
