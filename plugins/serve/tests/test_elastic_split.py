@@ -3,7 +3,7 @@ split: a crashed decode worker's stream ends with vLLM's error event, ``/metrics
 workers of both pools by state, a ``schedule`` planner's decode worker serves live, the report
 has the split's keys and ``elastic``; with the arrivals of a trace the server logs what
 ``servesim run`` logs; a client that leaves while its request waits for a decode worker
-cancels it."""
+cancels it; one whose KV transfer fails ends with the error naming its decode worker."""
 
 from __future__ import annotations
 
@@ -264,3 +264,19 @@ def test_a_cancel_mid_decode_frees_both_sides(tmp_path: Path) -> None:
     assert all(engine.is_drained() for engine in server.driver.engines)
     (line,) = [json.loads(x) for x in server.per_request_lines()]
     assert line["cancelled"] and line["completion_ms"] == 11.5 and line["destination_activated_ms"] == 9.25
+
+
+def test_a_request_whose_kv_transfer_fails_ends_with_the_error_naming_its_decode_worker(
+        tmp_path: Path) -> None:
+    # Its one transfer (7..9.25 ms) fails, with no retry and `fallback: fail`; the client's
+    # leaving at 50 ms comes after its end.
+    transfer = {"failures": [{"request": 0, "count": 1}], "fallback": "fail"}
+    server = cancel_in(tmp_path, {"kv_transfer": transfer}, {"startup_s": 0.0}, 50.0, 0.1)
+    (req,) = server.driver.requests
+    assert req.rejected and not req.cancelled and req.times == []
+    assert req.error == (f"{ENGINE_DEAD}: worker 1 did not receive this request's KV (faults.kv_transfer, "
+                         "fallback: fail) at 9.25 ms (simulated) with this request in flight")
+    report = server.report()
+    assert report["elastic"]["faults"]["kv_transfer_lost"] == 1
+    assert (report["completed"], report["failed"], report["num_cancelled"]) == (0, 1, 0)
+    assert server.driver.blocks_in_use() == 0
