@@ -1,7 +1,7 @@
 """``servesim serve`` with ``lifecycle:``, ``planner:`` and ``faults:``: a crashed worker's
 stream ends with vLLM's error event and a whole-body request gets its 500 body, ``/metrics``
 counts workers by state, a ``schedule`` planner's worker serves live, a client that leaves
-cancels its request; a prefill/decode split with these sections is a config error."""
+cancels its request (a prefill/decode split's: tests/test_elastic_split.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,6 @@ import threading
 import time
 
 import httpx
-import pytest
-from servesim.errors import ConfigError
-from servesim_serve.app import Server
-from servesim_serve.cli import load
 from servesim_serve.elastic_driver import ENGINE_DEAD
 from servesim_serve.testing import running
 
@@ -123,14 +119,6 @@ def test_a_client_that_leaves_cancels_its_request_on_an_elastic_cluster() -> Non
     assert (report["completed"], report["failed"], report["num_cancelled"]) == (0, 1, 1)
     assert report["elastic"]["requests"]["cancelled"] == 1 and report["elastic"]["requests"]["rejected"] == 0
     assert json.loads(line)["cancelled"] is True
-
-
-def test_a_split_with_elastic_sections_is_a_config_error() -> None:
-    loaded, cfg = load(None, ["cluster.prefill_workers=1", "cluster.decode_workers=1",
-                              "faults={crashes: [{at_s: 1.0, worker: 0}]}"])
-    with pytest.raises(ConfigError) as err:
-        Server(loaded, cfg)
-    assert err.value.path == "faults" and "prefill/decode split" in str(err.value)
 
 
 def test_a_lost_request_without_tokens_is_retried_and_one_with_tokens_fails() -> None:

@@ -52,17 +52,21 @@ def build_elastic_replayer(
 
 def build_elastic_split(
     loaded: LoadedConfig, workload: Any, kv_sinks: list[Any], fpm_sinks: list[Any],
-    record_metrics: bool, **kwargs: Any
+    record_metrics: bool, replayer_class: type[ElasticSplitReplayer] | None = None,
+    emit_fpm: bool = False, **kwargs: Any
 ) -> ElasticSplitReplayer:
     """A prefill/decode split's pools (``prefill``, then ``decode``; their engines as
-    servesim.replay.disagg builds them), routers, the planner and the fault plan."""
+    servesim.replay.disagg builds them), routers, the planner and the fault plan, in a
+    ``replayer_class`` (a live server's subclass feeds it requests as they come);
+    ``emit_fpm``: forward-pass metrics even without sinks or a planner."""
     from servesim.replay.disagg import DecodeLoadRouter, split_factories
     from servesim.replay.elastic_split import ElasticSplitReplayer
     from servesim.workload.model import mark_unique_prompts
 
     mark_unique_prompts(workload)
     cluster = loaded.sim.cluster
-    emit_fpm = bool(fpm_sinks) or kwargs.get("timeline") is not None or loaded.sim.planner is not None
+    emit_fpm = (emit_fpm or bool(fpm_sinks) or kwargs.get("timeline") is not None
+                or loaded.sim.planner is not None)
     pools: list[PoolRuntime] = []
     engines: list[list[Engine]] = []
     first = 0
@@ -76,7 +80,7 @@ def build_elastic_split(
     pf: Any = pools[0].factory
     df: Any = pools[1].factory
     router_class = loaded.plugins.routers().get(cluster.router)
-    return ElasticSplitReplayer(
+    return (replayer_class or ElasticSplitReplayer)(
         engines[0], engines[1], workload,
         prefill_router=router_class(len(engines[0]), pf.config.dp_size, pf.config.bs,
                                     loaded.router_config),

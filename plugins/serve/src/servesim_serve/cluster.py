@@ -10,10 +10,12 @@ disaggregated replay's own pools, routers and handoff (``build_disagg_replayer``
 :class:`~servesim_serve.disagg_driver.LiveDisaggDriver`; prefill workers are ``0..P-1``,
 decode workers ``P..P+D-1``, as in the replay and its sinks.
 
-With ``lifecycle:``, ``planner:`` or ``faults:`` (aggregated only: a split is refused, as
-``servesim run`` refuses it) the cluster is the elastic replay's own
+With ``lifecycle:``, ``planner:`` or ``faults:`` the cluster is the elastic replay's own
 (``build_elastic_replayer``), built as a :class:`~servesim_serve.elastic_live.
-LiveElasticReplayer` and driven by :class:`~servesim_serve.elastic_driver.LiveElasticDriver`.
+LiveElasticReplayer` and driven by :class:`~servesim_serve.elastic_driver.LiveElasticDriver`;
+a split's is the elastic split replay's (``build_elastic_split``), built as a
+:class:`~servesim_serve.elastic_split_live.LiveElasticSplitReplayer` and driven by
+:class:`~servesim_serve.elastic_driver.LiveElasticSplitDriver`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from servesim.errors import ConfigError
 from servesim.replay.cluster import build_engines
 from servesim.replay.elastic_setup import is_elastic
 from servesim.replay.pools import build_pool_engines
@@ -46,11 +47,7 @@ def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float
     elastic = is_elastic(sim)
     if is_split(loaded):  # a prefill/decode split (a ConfigError if one pool is empty)
         if elastic:
-            key = ("planner" if sim.planner is not None else
-                   "lifecycle" if sim.lifecycle is not None else "faults")
-            raise ConfigError("lifecycle, planner and faults are not supported with a prefill/decode "
-                              "split yet (servesim serve serves them on aggregated workers)",
-                              path=key, source=loaded.source)
+            return _build_elastic_split(loaded, SimClock(speedup, wall), observer)
         return _build_split(loaded, speedup, wall, observer)
     num_workers = serve_workers(loaded)
     router_class = loaded.plugins.routers().get(cluster.router)
@@ -99,6 +96,25 @@ def _build_split(loaded: LoadedConfig, speedup: float, wall: Callable[[], float]
     assert isinstance(replayer, LiveDisaggReplayer)
     driver = LiveDisaggDriver(replayer, SimClock(speedup, wall), observer)
     return driver, [*kv_sinks, *fpm_sinks]
+
+
+def _build_elastic_split(loaded: LoadedConfig, clock: SimClock,
+                         observer: Observer | None) -> tuple[LiveDriver, list[Any]]:
+    """The live driver of an elastic prefill/decode split and its sinks (module docstring)."""
+    from servesim.replay.elastic_setup import build_elastic_split
+    from servesim.workload.model import Workload
+
+    from servesim_serve.elastic_driver import LiveElasticSplitDriver
+    from servesim_serve.elastic_split_live import LiveElasticSplitReplayer
+
+    built = build_sinks(loaded)
+    kv_sinks, fpm_sinks = built["kv_events"], built["fpm"]
+    _bind(loaded, serve_workers(loaded), [*kv_sinks, *fpm_sinks])
+    replayer = build_elastic_split(loaded, Workload(()), kv_sinks, fpm_sinks, record_metrics=True,
+                                   replayer_class=LiveElasticSplitReplayer, record_token_times=True,
+                                   emit_fpm=bool(observer is not None and observer.wants_fpm))
+    assert isinstance(replayer, LiveElasticSplitReplayer)
+    return LiveElasticSplitDriver(replayer, clock, observer), [*kv_sinks, *fpm_sinks]
 
 
 def _build_elastic(loaded: LoadedConfig, router: Any, make_factory: Callable[..., Any], kv_sinks: list[Any],
