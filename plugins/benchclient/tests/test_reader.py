@@ -41,7 +41,7 @@ def test_workload_shape(tmp_path):
     assert [s.start_ms for s in wl.sessions] == [0.0] * 12
     # 300 prefix tokens: four whole 64-token blocks shared by every prompt, then own blocks
     a, b = turns[0].prompt.hash_ids, turns[1].prompt.hash_ids
-    assert a[:4] == b[:4] == (0, 1, 2, 3) and set(a[4:]).isdisjoint(b[4:])
+    assert tuple(a[:4]) == tuple(b[:4]) == (0, 1, 2, 3) and set(a[4:]).isdisjoint(b[4:])
     assert all(1 <= t.output_length <= 256 for t in turns)
     assert all(300 + 819 <= t.input_length <= 300 + 1024 for t in turns)
 
