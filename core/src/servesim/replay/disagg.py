@@ -240,7 +240,7 @@ class DisaggReplayer(Replayer):
         # slot (set by _run_tokens before the decode router selects; empty otherwise).
         self._bump: dict[int, tuple[int, Container[int]]] = {}
         self._run_members: list[tuple[int, frozenset[int]] | None] = [None] * len(self.engines)
-        if isinstance(decode_router, DecodeLoadRouter):
+        if DecodeLoadRouter in type(decode_router).__mro__:  # by MRO: see sinks.base.declares
             decode_router.input_length = self.log.input_length
             decode_router.ntok = self.log.ntok
             self._bump = decode_router.bump
@@ -288,7 +288,7 @@ class DisaggReplayer(Replayer):
             self.publish_kv(worker, now, effects.kv_events)
 
     def finish_request(self, rid: int, now: float) -> None:
-        if isinstance(self.decode_router, DecodeLoadRouter):
+        if DecodeLoadRouter in type(self.decode_router).__mro__:
             self.decode_router.finished(rid)
         super().finish_request(rid, now)
 

@@ -99,14 +99,14 @@ class ElasticSplitReplayer(ElasticReplayer, DisaggReplayer):
         return self.times["source_held_ms"][rid] >= 0.0
 
     def prepare_decode_router(self, inner: Any) -> None:
-        if isinstance(inner, DecodeLoadRouter):
+        if DecodeLoadRouter in type(inner).__mro__:
             inner.input_length = self.log.input_length
             inner.ntok = self.log.ntok
 
     def forget_decode(self, rid: int) -> None:
         self.decode_ready.forget(rid)
         inner = self.decode_ready.inner
-        if isinstance(inner, DecodeLoadRouter):
+        if DecodeLoadRouter in type(inner).__mro__:
             inner.finished(rid)
 
     def update_ready(self, now: float) -> None:

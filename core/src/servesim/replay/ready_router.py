@@ -85,7 +85,8 @@ class ReadyRouter(Router):
                 self.record(inner, req, i, dp, hashes)
                 if self.prefilled(rid):
                     self.state.prefill_done(rid)
-        if isinstance(inner, RoundRobinRouter) and self.last_choice is not None:
+        # By MRO: compiled router classes share their ABC caches (servesim.sinks.base.declares).
+        if RoundRobinRouter in type(inner).__mro__ and self.last_choice is not None:
             # Round robin goes on after the worker it chose last, as Dynamo's replay does
             # when a worker joins or leaves (checked against ai-dynamo 1.6.1's replay).
             inner.start_at(sum(1 for w in ready if w <= self.last_choice))

@@ -217,6 +217,8 @@ def declares(sink: Any, name: str, methods: tuple[str, ...] = LINE_METHODS) -> b
         return False
     for method in methods:
         definer = next((c for c in mro if method in c.__dict__), None)
-        if definer is not None and not issubclass(owner, definer):
+        # The MRO, not issubclass: compiled (mypyc) subclasses of an ABC share its subclass
+        # caches, so one isinstance against a sibling class can poison issubclass(C, C).
+        if definer is not None and definer not in owner.__mro__:
             return False
     return True
