@@ -199,7 +199,7 @@ def _simulate(
                               path="workload.warm_cache", source=loaded.source)
         from servesim.replay.warm_start import preload_engines
 
-        warm = preload_engines(engines, sim.workload.warm_cache, block_size)
+        warm = preload_engines(engines, sim.workload.warm_cache, block_size, router)
     pass_file = _open_pass_log(pass_log)
     writer = None if pass_file is None else PassLogWriter(pass_file.fh)
     scope = ReportScope.of(sim.workload, workload, plugins)
