@@ -13,8 +13,11 @@ import pytest
 from servesim.config.loader import load_config
 from servesim.errors import ConfigError, TraceError
 from servesim.plugins import Plugins
+from servesim.replay.cluster import build_engines
+from servesim.replay.routers import KvRouter
 from servesim.replay.runner import simulate
 from servesim.replay.warm_capture import read_warm_cache
+from servesim.replay.warm_start import preload_engines
 from servesim.report.summary import per_request_lines
 
 # Three prompts sharing blocks 1, 2 (trace block = engine block = 16 tokens).
@@ -160,3 +163,66 @@ def test_without_the_key_nothing_changes(tmp_path):
     assert [lines[i]["cached_tokens"] for i in range(3)] == [0, 32, 0]
     cfg = tmp_path / "plain.yaml"
     assert "warm_cache" not in load_config(str(cfg), [], Plugins()).resolved()["workload"]
+
+
+def on_worker(path, worker):
+    """A capture's lines, rewritten to fill ``worker``."""
+    out = path.parent / f"{path.stem}.w{worker}.jsonl"
+    out.write_text("".join(json.dumps(dict(json.loads(x), worker=worker)) + "\n"
+                           for x in path.read_text().splitlines()))
+    return out
+
+
+TWO_KV = ("cluster.workers=2", "cluster.router=kv")
+
+
+def test_a_kv_router_routes_to_the_worker_whose_warm_cache_holds_the_prefix(tmp_path):
+    cap = on_worker(capture(tmp_path), 1)  # every block of TRACE, on worker 1
+    trace = [*TRACE, {"timestamp": 1000, "input_length": 32, "output_length": 4, "hash_ids": [30, 31]}]
+    kv = tmp_path / "warm.kv.jsonl"
+    _, cold = run(tmp_path, "cold", sets=TWO_KV, trace=trace)
+    sink = f"sinks:\n  kv_events: [{{type: jsonl, path: {kv}}}]\n"
+    res, warm = run(tmp_path, "warm", warm_line(cap) + sink, sets=TWO_KV, trace=trace)
+    placed = [(cold[i]["worker"], cold[i]["cached_tokens"]) for i in range(4)]
+    assert placed == [(0, 0), (1, 0), (0, 0), (1, 0)]
+    # The router knows worker 1's preloaded blocks: each prompt of the capture goes there and
+    # hits; the new prompt goes to the idle worker 0.
+    placed = [(warm[i]["worker"], warm[i]["cached_tokens"]) for i in range(4)]
+    assert placed == [(1, 48), (1, 32), (1, 32), (0, 0)]
+    assert res.report["warm_cache"] == {"blocks_loaded": 7, "blocks_skipped": 0, "ranks_not_in_replay": []}
+    # The sinks see the run's own events only: worker 0's two new blocks, numbered from 0.
+    events = [json.loads(x) for x in kv.read_text().splitlines()]
+    assert [(e["worker"], e["event_id"], e["type"], len(e["block_hashes"])) for e in events] == [
+        (0, 0, "BlockStored", 2)]
+
+
+@pytest.mark.parametrize(("backend", "token_ids"), [("vllm", False), ("trtllm", False), ("sglang", True)])
+def test_a_capture_bigger_than_the_pool_gives_the_router_only_what_the_pool_kept(tmp_path, backend,
+                                                                                  token_ids):
+    cap = capture(tmp_path, backend, token_ids)
+    # The capture's 7 blocks in store order: request 0's 4, request 1's own block (after
+    # request 0's second), request 2's 2; they load as paths [0-3], [0, 1, 4], [5, 6].
+    stored = [h for e in map(json.loads, cap.read_text().splitlines()) for h in e["block_hashes"]]
+    assert len(stored) == 7
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(f"engine: {{backend: {backend}, block_size: 16, num_gpu_blocks: 5}}\n"
+                   f"cluster: {{workers: 2, router: kv}}\n"
+                   f"workload:\n  trace: {{path: {tmp_path}/cap_{backend}.trace.jsonl, format: mooncake, "
+                   f"trace_block_size: 16}}\n" + warm_line(on_worker(cap, 1)))
+    loaded = load_config(str(cfg), [], Plugins())
+    router = KvRouter(2, 1, 16)
+    factory = loaded.engine_factory(None, emit_kv_events=True)
+    factory.fit_to_readers([], router_reads_events=True, record_metrics=False, router=router)
+    engines = build_engines(factory.build, 2)
+    report = preload_engines(engines, loaded.sim.workload.warm_cache, 16, router)
+    assert report == {"blocks_loaded": 7, "blocks_skipped": 0, "ranks_not_in_replay": []}
+    # Five blocks fit: loading [5, 6] evicted the least recently used, request 0's tail
+    # blocks 2 and 3; the router holds exactly the rest, on worker 1 only.
+    kept = {stored[i] for i in (0, 1, 4, 5, 6)}
+    assert router.index.held[1] == kept
+    assert not router.index.held[0]
+    rank = engines[1].ranks[0]
+    if backend != "sglang":
+        pool = rank.sched.pool if backend == "vllm" else rank.core.pool
+        assert pool.cached_hashes() == kept
+        assert pool.drain_events() == []  # the preload's events left the rank

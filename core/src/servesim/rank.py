@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from servesim.config.engine import EngineConfig
     from servesim.kv.eviction import EvictionPolicy
     from servesim.kv.host_tier import HostTier
-    from servesim.kv.warm_start import WarmPath
+    from servesim.kv.warm_start import WarmLoad, WarmPath
     from servesim.mechanics.lora import AdapterCache
     from servesim.timing.base import TimingModel
 
@@ -393,10 +393,12 @@ class WarmCache(Capability):
     :func:`servesim.kv.warm_start.preload_pool`."""
 
     @abstractmethod
-    def preload_cache(self, paths: Sequence[WarmPath]) -> tuple[int, int]:
+    def preload_cache(self, paths: Sequence[WarmPath]) -> WarmLoad:
         """Load ``paths`` (each blocks 0..n-1 of a cached sequence, in load order, the most
-        recently used last) as cached, unreferenced blocks, publishing no KV events; returns
-        ``(blocks loaded, blocks skipped)`` (skipped: what the cache could not take)."""
+        recently used last) as cached, unreferenced blocks; returns the blocks loaded and
+        skipped (what the cache could not take) and the KV events the cache published while
+        it loaded (its ``Stored`` and any eviction's ``Removed``, taken out of the rank: the
+        replay hands them to a KV router only, and the rank numbers its next event 0)."""
 
 
 class LoraAdapters(Capability):

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from servesim.config.loader import load_config
-from servesim.errors import ConfigError, TraceError
+from servesim.errors import TraceError
 from servesim.plugins import Plugins
 from servesim.replay.runner import simulate
 from servesim.report.summary import per_request_lines
@@ -85,14 +85,7 @@ def test_a_bad_row_names_file_line_and_field(tmp_path, rows, line, field):
     assert str(info.value).startswith(f"{path}:{line}:") and f"'{field}'" in str(info.value)
 
 
-def test_a_bad_header_and_a_snapshot_are_refused(tmp_path):
+def test_a_bad_header_is_refused(tmp_path):  # snapshots of v2 rows: test_snapshot.py
     with pytest.raises(TraceError) as info:
         AgenticMooncakeTrace.read(str(write(tmp_path, [row("a")], dict(HEADER, version=3))))
     assert info.value.line == 1 and "'version'" in str(info.value)
-    path = write(tmp_path, [row("a"), row("b", deps=[dep("a")])])
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"workload:\n  trace: {{path: {path}, format: agentic_mooncake}}\n  lanes: 2\n"
-                   "  snapshot: {seed: 1}\n")
-    with pytest.raises(ConfigError) as err:
-        simulate(load_config(str(cfg), [], Plugins()))
-    assert err.value.path == "workload.snapshot"

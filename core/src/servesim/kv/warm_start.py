@@ -23,13 +23,17 @@ allocate, finalize, release: :func:`preload_pool`), so the most recently stored 
 recently used and a full pool keeps the newest. Blocks whose parent is not cached (the
 capture started mid-stream, or the parent was evicted) are unreachable by any lookup and are
 skipped, as are blocks of a LoRA adapter and host-tier (``medium`` other than GPU) blocks.
-The preload publishes no KV events: sinks and a KV router see the run's own events only.
+The events the pool publishes while it loads (the ``Stored`` of each loaded block, the
+``Removed`` of each block a full pool evicted to make room) are taken out of the pool and
+handed back (:class:`WarmLoad`), and the pool numbers its next event 0: the replay gives them
+to a KV router, which then knows exactly the blocks each rank holds, as a router subscribed
+while the captured server ran would; the sinks see the run's own events only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
@@ -54,6 +58,19 @@ class WarmBlock:
 
 #: One path from the root: blocks 0..n-1 of some sequence.
 WarmPath = tuple[WarmBlock, ...]
+
+
+@frozen
+class WarmLoad:
+    """What a rank's preload did (servesim.rank.WarmCache): blocks ``loaded`` and ``skipped``
+    (what the cache could not take), and the KV ``events`` the cache published while it
+    loaded, in order (``KvEvent`` objects or, where the rank publishes them,
+    servesim.kv.event_records records; empty when the rank emits no events): a KV router
+    applies them to learn what the rank holds."""
+
+    loaded: int
+    skipped: int
+    events: Sequence[Any] = ()
 
 
 class CachedBlocks:
@@ -81,11 +98,12 @@ class CachedBlocks:
         return out
 
 
-def preload_pool(pool: BlockPool, paths: Sequence[WarmPath]) -> tuple[int, int]:
-    """Load ``paths`` into ``pool`` (see the module docs): ``(blocks loaded, blocks skipped)``;
-    a path longer than the pool is skipped. Publishes no events."""
+def preload_pool(pool: BlockPool, paths: Sequence[WarmPath]) -> WarmLoad:
+    """Load ``paths`` into ``pool`` (see the module docs); a path longer than the pool is
+    skipped. The events published meanwhile are drained into the result and the pool's next
+    event is numbered 0."""
     if not pool.prefix_caching:
-        return 0, sum(len(p) for p in paths)
+        return WarmLoad(0, sum(len(p) for p in paths))
     loaded = skipped = 0
     for path in paths:
         hashes = [b.seq_hash for b in path]
@@ -97,8 +115,9 @@ def preload_pool(pool: BlockPool, paths: Sequence[WarmPath]) -> tuple[int, int]:
         pool.finalize(table, len(path), hashes, [b.local_hash for b in path])
         pool.release(table)
         loaded += len(path) - cached
+    events = pool.drain_events()
     pool.discard_events()
-    return loaded, skipped
+    return WarmLoad(loaded, skipped, events)
 
 
-__all__ = ["FORMATS", "CachedBlocks", "WarmBlock", "WarmPath", "preload_pool"]
+__all__ = ["FORMATS", "CachedBlocks", "WarmBlock", "WarmLoad", "WarmPath", "preload_pool"]

@@ -92,7 +92,9 @@ class _Lanes:
             self.left[play] = self.left.get(play, 0) + 1
         self.queue = ordered_plays(replayer.workload)
         self.next = 0
-        for _ in range(min(lanes, len(self.queue))):
+        # A snapshot kept the first plays, each timed from its cut: all start at once, also
+        # those the cut split into several trees.
+        for _ in range(len(self.queue) if from_cut else min(lanes, len(self.queue))):
             self._start(0.0)
 
     def _start(self, now: float) -> None:
@@ -134,11 +136,9 @@ def attach_release(replayer: Replayer, concurrency: int | None, lanes: int | Non
     from servesim.replay.edge_release import EdgeRelease, has_edges
 
     if has_edges(replayer.workload):
-        if from_cut:
-            raise ConfigError("snapshots are not supported with a trace whose dependencies are "
-                              "typed edges (agentic_mooncake v2, weka)", path="workload.snapshot")
         edges = EdgeRelease(replayer)
-        edges.start(lanes)
+        # A snapshot kept the first plays, each timed from its cut: all start at once.
+        edges.start(None if from_cut else lanes)
         replayer.release = edges
         return
     release = DependencyRelease(replayer)

@@ -199,11 +199,11 @@ def _simulate(
                               path="workload.warm_cache", source=loaded.source)
         from servesim.replay.warm_start import preload_engines
 
-        warm = preload_engines(engines, sim.workload.warm_cache, block_size)
+        warm = preload_engines(engines, sim.workload.warm_cache, block_size, router)
     pass_file = _open_pass_log(pass_log)
     writer = None if pass_file is None else PassLogWriter(pass_file.fh)
     scope = ReportScope.of(sim.workload, workload, plugins)
-    graph = has_dependencies(workload)
+    graph = has_dependencies(workload) or snapshot is not None  # a cut may leave none
     if elastic:  # servesim.replay.elastic: lifecycle, planner, faults
         from servesim.replay.elastic_setup import build_elastic_replayer
 
@@ -317,7 +317,7 @@ def _simulate_disagg(
 
     sim = loaded.sim
     scope = ReportScope.of(sim.workload, workload, loaded.plugins)
-    graph = has_dependencies(workload)
+    graph = has_dependencies(workload) or sim.workload.snapshot is not None  # a cut may leave none
     build: Any = build_disagg_replayer
     elastic = sim.lifecycle is not None or sim.planner is not None or sim.faults is not None
     if elastic:

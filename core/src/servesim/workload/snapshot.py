@@ -10,6 +10,8 @@ started before the cut are *history*: they are not replayed. The rest are, with 
 timers: a request left waiting for nothing is released at its start time less the cut; one
 still waiting for replayed requests keeps its dependencies and delay. Only those plays run;
 the caches start empty (a snapshot is cut at request boundaries and restores no engine state).
+A workload whose turns carry typed edges (``EdgeTurn``) is cut by
+servesim.workload.edge_snapshot, with the same draws.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from servesim.workload.edge_snapshot import has_edge_turns, take_edge_snapshot
 from servesim.workload.model import Session, Turn, Workload, make_workload
 from servesim.workload.plays import ordered_plays, play_of
 
@@ -63,10 +66,13 @@ def take_snapshot(workload: Workload, lanes: int, seed: int) -> tuple[Workload, 
     """The workload of the first ``lanes`` plays cut part-way, and per play its cut."""
     import numpy as np
 
+    rng = np.random.default_rng([seed, _SNAPSHOT_STREAM])
+    if has_edge_turns(workload):
+        return take_edge_snapshot(workload, lanes,
+                                  lambda lo, hi: lo + float(rng.uniform(0.25, 0.75)) * (hi - lo))
     plays = play_of(workload)
     queue = ordered_plays(workload)[:lanes]
     starts = start_times(workload)
-    rng = np.random.default_rng([seed, _SNAPSHOT_STREAM])
     cut_of: dict[int, float] = {}
     info = []
     session_of = {t.request_id: s.session_id for s in workload.sessions for t in s.turns}

@@ -50,7 +50,7 @@ from servesim.contract import (
 from servesim.errors import CommandRejected, PluginError
 from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.runs import RankRun, RunEffects
-from servesim.kv.warm_start import WarmPath
+from servesim.kv.warm_start import WarmLoad, WarmPath
 from servesim.mechanics.handoff import HandoffBook, suppress_request
 from servesim.mechanics.numeric import Welford
 from servesim.mechanics.speculative import Speculation
@@ -266,7 +266,7 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
         return bool(s.waiting or s.running or self.counters.rejected or self.handoff.activated
                     or (self.recv is not None and self.recv.inbox)) or self.book.can_retry
 
-    def preload_cache(self, paths: Sequence[WarmPath]) -> tuple[int, int]:
+    def preload_cache(self, paths: Sequence[WarmPath]) -> WarmLoad:
         """A warm start (servesim.rank.WarmCache): the paths enter the radix tree as
         unlocked, evictable pages (servesim_sglang.warm_start)."""
         return preload_radix(self.cache, paths)

@@ -43,7 +43,7 @@ from servesim.fast.event_readers import EventReaders, FitsReaders
 from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.runs import RankRun, RunEffects
 from servesim.kv.eviction_records import make_block_pool
-from servesim.kv.warm_start import WarmPath, preload_pool
+from servesim.kv.warm_start import WarmLoad, WarmPath, preload_pool
 from servesim.mechanics.handoff import HandoffBook, suppress_request
 from servesim.mechanics.numeric import Welford
 from servesim.mechanics.speculative import Speculation
@@ -222,7 +222,7 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
         core = self.core
         return bool(core.running or core.waiting or self.handoff.activated) or self.book.can_retry
 
-    def preload_cache(self, paths: Sequence[WarmPath]) -> tuple[int, int]:
+    def preload_cache(self, paths: Sequence[WarmPath]) -> WarmLoad:
         """A warm start (servesim.rank.WarmCache): the paths become cached, unreferenced
         blocks of this rank's pool."""
         return preload_pool(self.core.pool, paths)

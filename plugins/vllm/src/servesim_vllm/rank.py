@@ -39,7 +39,7 @@ from servesim.fast.event_readers import EventReaders, FitsReaders
 from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.runs import BlockRunPending, RankRun, RunEffects
 from servesim.kv.host_tier import HostTier
-from servesim.kv.warm_start import WarmPath, preload_pool
+from servesim.kv.warm_start import WarmLoad, WarmPath, preload_pool
 from servesim.mechanics.handoff import HandoffBook, kv_bytes_per_token, suppress_request
 from servesim.mechanics.lora import AdapterCache
 from servesim.rank import (
@@ -225,7 +225,7 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         s = self.sched
         return bool(s.running or s.waiting) or self.book.can_retry
 
-    def preload_cache(self, paths: Sequence[WarmPath]) -> tuple[int, int]:
+    def preload_cache(self, paths: Sequence[WarmPath]) -> WarmLoad:
         """A warm start (servesim.rank.WarmCache): the paths become cached, unreferenced
         blocks of this rank's pool."""
         return preload_pool(self.sched.pool, paths)
