@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Container, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from servesim._compiled import mypyc_attr
 from servesim.contract import (
@@ -241,9 +241,10 @@ class DisaggReplayer(Replayer):
         self._bump: dict[int, tuple[int, Container[int]]] = {}
         self._run_members: list[tuple[int, frozenset[int]] | None] = [None] * len(self.engines)
         if DecodeLoadRouter in type(decode_router).__mro__:  # by MRO: see sinks.base.declares
-            decode_router.input_length = self.log.input_length
-            decode_router.ntok = self.log.ntok
-            self._bump = decode_router.bump
+            load_router = cast(DecodeLoadRouter, decode_router)
+            load_router.input_length = self.log.input_length
+            load_router.ntok = self.log.ntok
+            self._bump = load_router.bump
         if self.run_driver is not None:
             self.run_driver.horizon_of = self._run_horizon
 
@@ -289,7 +290,7 @@ class DisaggReplayer(Replayer):
 
     def finish_request(self, rid: int, now: float) -> None:
         if DecodeLoadRouter in type(self.decode_router).__mro__:
-            self.decode_router.finished(rid)
+            cast(DecodeLoadRouter, self.decode_router).finished(rid)
         super().finish_request(rid, now)
 
     def _fail(self, rid: int, now: float) -> None:

@@ -105,8 +105,8 @@ class ElasticSplitReplayer(ElasticReplayer, DisaggReplayer):
 
     def forget_decode(self, rid: int) -> None:
         self.decode_ready.forget(rid)
-        inner = self.decode_ready.inner
-        if DecodeLoadRouter in type(inner).__mro__:
+        inner: Any = self.decode_ready.inner
+        if DecodeLoadRouter in type(inner).__mro__:  # by MRO: see servesim.sinks.base.declares
             inner.finished(rid)
 
     def update_ready(self, now: float) -> None:
