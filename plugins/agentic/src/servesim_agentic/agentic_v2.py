@@ -24,7 +24,7 @@ from servesim.errors import TraceError
 from servesim.tokens import RepeatedBlockTokens
 from servesim.workload.model import EdgeTurn, Session, Workload, make_workload
 
-from servesim_agentic.graph import MAX_OUTPUT_LENGTH, finite_field, int_field, is_int
+from servesim_agentic.graph import MAX_OUTPUT_LENGTH, check_acyclic, finite_field, int_field, is_int
 
 SCHEMA = "dynamo.agentic_mooncake"
 VERSION = 2
@@ -194,25 +194,8 @@ def build_v2_workload(rows: list[V2Row], path: str, block_size: int,
 
 
 def _check_acyclic(rows: list[V2Row], sessions: list[Session], path: str) -> None:
-    n = len(rows)
-    left = [len(s.turns[0].wait_for) for s in sessions]
-    after: list[list[int]] = [[] for _ in range(n)]
-    for rid, s in enumerate(sessions):
-        for x in s.turns[0].wait_for:
-            after[x].append(rid)
-    ready = [rid for rid in range(n) if not left[rid]]
-    seen = 0
-    while ready:
-        rid = ready.pop()
-        seen += 1
-        for y in after[rid]:
-            left[y] -= 1
-            if not left[y]:
-                ready.append(y)
-    if seen < n:
-        stuck = min(rid for rid in range(n) if left[rid])
-        raise TraceError("field 'dependencies': the dependencies form a cycle through this request",
-                         file=path, line=rows[stuck].line)
+    check_acyclic([s.turns[0].wait_for for s in sessions], [r.line for r in rows], path,
+                  "dependencies")
 
 
 __all__ = ["SCHEMA", "V2Row", "build_v2_workload", "is_header", "parse_v2_row", "read_header"]

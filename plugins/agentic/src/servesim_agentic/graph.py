@@ -15,6 +15,7 @@ rows of the trace; ``prefix_reset`` is read and checked but changes nothing, sin
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from attrs import define, field
@@ -118,9 +119,15 @@ def build_workload(rows: list[Row], path: str, trace_block_size: int) -> Workloa
 
 
 def _check_acyclic(rows: list[Row], deps: list[tuple[int, ...]], path: str) -> None:
-    """Kahn's algorithm: every request must become releasable; the first one that cannot is
-    on (or behind) a cycle."""
-    n = len(rows)
+    check_acyclic(deps, [r.line for r in rows], path, "wait_for")
+
+
+def check_acyclic(deps: Sequence[Sequence[int]], lines: Sequence[int], path: str,
+                  field: str) -> None:
+    """Kahn's algorithm: every request (``deps[rid]``: the requests it waits for) must become
+    releasable; the first one that cannot is on (or behind) a cycle, reported at its line in
+    ``field``."""
+    n = len(deps)
     left = [len(d) for d in deps]
     after: list[list[int]] = [[] for _ in range(n)]
     for rid, d in enumerate(deps):
@@ -137,8 +144,8 @@ def _check_acyclic(rows: list[Row], deps: list[tuple[int, ...]], path: str) -> N
                 ready.append(y)
     if seen < n:
         stuck = min(rid for rid in range(n) if left[rid])
-        raise TraceError("field 'wait_for': the dependencies form a cycle through this request",
-                         file=path, line=rows[stuck].line)
+        raise TraceError(f"field '{field}': the dependencies form a cycle through this request",
+                         file=path, line=lines[stuck])
 
 
 __all__ = ["MAX_OUTPUT_LENGTH", "Row", "build_workload", "finite_field", "id_field", "id_list",
