@@ -9,6 +9,5 @@ from servesim import hookimpl
 
 @hookimpl
 def servesim_register_planners(registry: Any) -> None:
-    from servesim_dynamo_planner.planner import DynamoPlanner
-
-    registry.add("dynamo", DynamoPlanner)
+    # Imported only when a run selects it: a replay without it pays nothing at start-up.
+    registry.add_lazy("dynamo", "servesim_dynamo_planner.planner:DynamoPlanner")
