@@ -210,3 +210,39 @@ def test_random_crashes_follow_the_seed(tmp_path):
     assert crashes(1) == crashes(1)
     assert crashes(1) != crashes(2)
     assert crashes(1)[0] > 0
+
+
+REJECT = """
+faults: {seed: 3, rejections: {rate: 0.25, reasons: {overloaded: 3, context_length: 1}}}
+"""
+
+
+def test_rejections_on_arrival_are_seeded_per_request_and_counted_by_reason(tmp_path):
+    result = run(tmp_path, REJECT, n=160, rate=80.0)
+    el = result.report["elastic"]
+    by_reason = el["faults"]["rejected"]
+    sub, done, failed, rejected = accounting(result.report)
+    assert sub == done + failed + rejected == 160 and failed == 0
+    assert rejected == sum(by_reason.values()) and set(by_reason) == {"context_length", "overloaded"}
+    assert by_reason["overloaded"] > by_reason["context_length"] > 0
+    log = result.log
+    refused = [rid for rid in range(log.n) if log.rejected[rid]]
+    assert all(log.worker[rid] < 0 and log.done[rid] == log.arrival[rid] for rid in refused)
+    # the draws depend on the seed and the request alone: the same requests, and another
+    # seed picks others
+    again = run(tmp_path, REJECT, n=160, rate=80.0)
+    assert [rid for rid in range(again.log.n) if again.log.rejected[rid]] == refused
+    other = run(tmp_path, REJECT.replace("seed: 3", "seed: 4"), n=160, rate=80.0)
+    assert [rid for rid in range(other.log.n) if other.log.rejected[rid]] != refused
+
+
+@pytest.mark.parametrize(("item", "key"), [
+    ("rate: 1.5", "faults.rejections.rate"),
+    ("reasons: {overloaded: 0}", "faults.rejections.reasons.overloaded"),
+    ("reasons: {}", "faults.rejections.reasons"),
+])
+def test_bad_rejections_name_their_key(tmp_path, item, key):
+    from servesim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load(tmp_path, f"faults: {{rejections: {{{item}}}}}\n")

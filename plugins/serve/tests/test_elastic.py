@@ -151,3 +151,25 @@ def test_a_lost_request_without_tokens_is_retried_and_one_with_tokens_fails() ->
     assert homes == [0, 1]
     assert report["elastic"]["requests"] == {"submitted": 2, "completed": 1, "failed": 1, "rejected": 0,
                                              "retried": 1, "redirected": 0, "cancelled": 0}
+
+
+def test_injected_rejections_tell_the_client_the_reason() -> None:
+    """``faults.rejections``: an overloaded rejection is a 503, a context-length one vLLM's 400,
+    each naming the injected reason, for a streamed and a whole-body request alike."""
+    every = ["engine.timing_model={type: fixed, prefill_ms: 5.0, decode_ms: 5.0}",
+             "cluster.workers=1", "faults={rejections: {rate: 1.0, reasons: {%s: 1}}}"]
+    for reason, status, err_type in (("overloaded", 503, "ServiceUnavailableError"),
+                                     ("context_length", 400, "BadRequestError")):
+        with running([every[0], every[1], every[2] % reason]) as s, httpx.Client(timeout=30) as c:
+            whole = c.post(s.base + "/completions", json={"prompt": [4, 5, 6], "max_tokens": 3})
+            body = whole.json()
+            assert whole.status_code == status and body["error"]["type"] == err_type
+            assert body["error"]["message"] == (
+                f"The request was rejected on arrival (injected fault: {reason}).")
+            # refused before its stream starts: the same answer, as vLLM refuses a request
+            streamed = c.post(s.base + "/completions",
+                              json={"prompt": [4, 5, 6], "max_tokens": 3, "stream": True})
+            assert streamed.status_code == status and streamed.json() == body
+            report = c.get(s.url + "/servesim/report").json()
+            assert report["elastic"]["faults"]["rejected"] == {reason: 2}
+            assert report["elastic"]["requests"]["rejected"] == 2

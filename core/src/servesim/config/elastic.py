@@ -120,14 +120,25 @@ class KvTransferConfig:
 
 
 @frozen(kw_only=True)
+class RejectionsConfig:
+    """Requests rejected on arrival with a reason (as llm-d-inference-sim's
+    ``--failure-injection-rate`` and failure types inject them): each arriving request is
+    rejected with probability ``rate`` (seeded per request), its reason drawn from ``reasons``
+    (reason -> relative weight; by default every rejection is ``overloaded``)."""
+
+    rate: float = 0.0
+    reasons: dict[str, float] = field(factory=lambda: {"overloaded": 1.0})
+
+
+@frozen(kw_only=True)
 class FaultsConfig:
     """Seeded faults: scripted ``crashes``, random crashes per worker (exponential times
     between failures of mean ``mtbf_s``; null: none), each crashed worker back after
     ``restart_s``; ``slow`` windows; ``kv_view`` delays and drops of the router's KV view;
-    ``kv_transfer`` failures (a prefill/decode split only)."""
+    ``kv_transfer`` failures (a prefill/decode split only); ``rejections`` on arrival."""
 
     #: Left out of the report's config echo while unset (added after the section was).
-    report_omits_defaults: ClassVar[frozenset[str]] = frozenset({"kv_transfer"})
+    report_omits_defaults: ClassVar[frozenset[str]] = frozenset({"kv_transfer", "rejections"})
 
     seed: int = 0
     crashes: tuple[CrashConfig, ...] = ()
@@ -136,6 +147,7 @@ class FaultsConfig:
     slow: tuple[SlowConfig, ...] = ()
     kv_view: tuple[KvViewConfig, ...] = ()
     kv_transfer: KvTransferConfig | None = None
+    rejections: RejectionsConfig | None = None
 
 
 #: The optional sections (name -> class), structured only when present.
@@ -190,6 +202,26 @@ def check_elastic(lifecycle: LifecycleConfig | None, faults: FaultsConfig | None
             if not (_ge(k.drop, 0.0) and k.drop <= 1.0):
                 out.append((f"faults.kv_view[{i}].drop", f"expected a probability in [0, 1], got {k.drop!r}"))
         out += _check_transfer(faults.kv_transfer)
+        out += _check_rejections(faults.rejections)
+    return out
+
+
+def _check_rejections(rj: RejectionsConfig | None) -> list[Problem]:
+    out: list[Problem] = []
+    if rj is None:
+        return out
+    if not (_ge(rj.rate, 0.0) and rj.rate <= 1.0):
+        out.append(("faults.rejections.rate",
+                    f"expected a probability in [0, 1], got {rj.rate!r}"))
+    if not rj.reasons:
+        out.append(("faults.rejections.reasons", "expected at least one reason"))
+    for reason, weight in rj.reasons.items():
+        if not reason.strip():
+            out.append(("faults.rejections.reasons",
+                        f"expected non-empty reason names, got {reason!r}"))
+        elif not (_ge(weight, 0.0) and weight > 0.0):
+            out.append((f"faults.rejections.reasons.{reason}",
+                        f"expected a finite weight > 0, got {weight!r}"))
     return out
 
 

@@ -30,7 +30,7 @@ from servesim.errors import ReplayError
 from servesim.rank import NO_RETRY_HINT
 from servesim.replay.driver import EXTERNAL, PASS_END, Replayer
 from servesim.replay.elastic_view import ElasticView
-from servesim.replay.faults import FaultPlan
+from servesim.replay.faults import FaultPlan, InjectedRejections
 from servesim.replay.lifecycle import ACTIVE, PoolRuntime, ScalingLog, WorkerRecord, WorkerState
 from servesim.replay.planning import Planner, PlannerDecision
 from servesim.replay.ready_router import ReadyRouter
@@ -166,6 +166,8 @@ class ElasticReplayer(Replayer):
             self.push_event(0.0, EXTERNAL, TICK, 0)
         if self.faults is not None:
             self.faults.schedule(self)
+            if self.faults.rejections is not None:
+                self.admission = InjectedRejections(self.faults, self.admission)
 
     def end_ms(self) -> float:
         """The end of the replay, where workers still serving stop counting GPU-seconds: its
@@ -213,6 +215,14 @@ class ElasticReplayer(Replayer):
             return
         super()._submit(rid, now)
         self.log.arrival[rid] = self.arrived[rid]
+
+    def refuse(self, rid: int, now: float) -> None:
+        """A request turned away before routing (an admission policy, an injected rejection)
+        has arrived too: it counts as submitted and in the planner's traffic."""
+        if self.arrived[rid] < 0.0:
+            self.arrived[rid] = now
+            self.view.arrival(rid)
+        super().refuse(rid, now)
 
     def finish_request(self, rid: int, now: float) -> None:
         self.ready_router.forget(rid)

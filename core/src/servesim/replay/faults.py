@@ -14,6 +14,11 @@
   and each is lost with probability ``drop`` (sinks still see them all, on time).
 * KV transfers of a prefill/decode split (servesim.replay.elastic_split): a transfer fails
   as scripted or with ``failure_rate``; the split's replayer retries it or falls back.
+* Rejections on arrival (``rejections``): each arriving request is turned away with
+  probability ``rate``, drawn per request from ``seed`` and its id (so the draws do not depend
+  on the order of arrivals), with a reason drawn by weight from ``reasons``. It is refused
+  before any admission policy sees it, arrives and fails at once (the report's
+  ``elastic.requests.rejected``), and is counted under ``faults.rejected`` by reason.
 """
 
 from __future__ import annotations
@@ -54,6 +59,12 @@ class FaultPlan:
                 self.scripted[f.request] = self.scripted.get(f.request, 0) + f.count
             self.counts.update({"kv_transfer_failures": 0, "kv_transfer_retries": 0,
                                 "local_prefills": 0, "kv_transfer_lost": 0})
+        self.rejections = config.rejections
+        self.rejected: dict[str, int] = {}
+        self.reason_of: dict[int, str] = {}  # request id -> why it was rejected on arrival
+        if self.rejections is not None:
+            self.reasons = sorted(self.rejections.reasons.items())
+            self.weight = sum(w for _, w in self.reasons)
 
     # -- scheduling ------------------------------------------------------------------
 
@@ -167,5 +178,48 @@ class FaultPlan:
             return False
         return random.Random(f"transfer:{self.config.seed}:{rid}:{tries}").random() < kt.failure_rate
 
+    # -- rejections on arrival -------------------------------------------------------
+
+    def rejects(self, rid: int) -> str | None:
+        """The reason request ``rid`` is rejected on arrival, or None (see the module docs)."""
+        rj = self.rejections
+        assert rj is not None
+        if rj.rate <= 0.0:
+            return None
+        rng = random.Random(f"reject:{self.config.seed}:{rid}")
+        if not rng.random() < rj.rate:
+            return None
+        x = rng.random() * self.weight
+        reason = self.reasons[-1][0]  # where rounding leaves x past every weight
+        for name, w in self.reasons:
+            x -= w
+            if x < 0.0:
+                reason = name
+                break
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        self.reason_of[rid] = reason
+        return reason
+
     def report(self) -> dict[str, Any]:
-        return dict(self.counts)
+        out: dict[str, Any] = dict(self.counts)
+        if self.rejections is not None:
+            out["rejected"] = dict(sorted(self.rejected.items()))
+        return out
+
+
+class InjectedRejections:
+    """The replay's admission step (``Replayer.admission``) with rejections on arrival in
+    front of the configured admission control, if any."""
+
+    def __init__(self, plan: FaultPlan, inner: Any) -> None:
+        self.plan = plan
+        self.inner = inner
+
+    def admit(self, rid: int, now: float) -> bool:
+        if self.plan.rejects(rid) is not None:
+            return False
+        return self.inner is None or self.inner.admit(rid, now)
+
+    def finished(self, rid: int) -> None:
+        if self.inner is not None:  # it counts only the requests it admitted
+            self.inner.finished(rid)

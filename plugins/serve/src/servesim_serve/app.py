@@ -34,7 +34,7 @@ from servesim_serve.protocol import (
     engine_failure,
     parse_generation,
     parse_json,
-    rejection,
+    refusal,
     served_adapters,
 )
 from servesim_serve.receipt import chunk_writer, received_at
@@ -206,7 +206,7 @@ class Server:
         elif g.req.error is not None:  # its worker failed under it (an elastic cluster)
             response = error_response(engine_failure(g.req.error))
         elif g.req.rejected:
-            response = error_response(rejection(g.req.prompt_len, g.req.max_tokens))
+            response = error_response(refusal(g.req))
         else:
             response = json_response(g.body())
         await response(scope, receive, send)
@@ -249,7 +249,7 @@ class Server:
             driver.fail(exc)
             return error_response(ApiError(f"the simulation stopped: {exc}", 500, "InternalServerError"))
         if req.rejected:
-            return error_response(rejection(req.prompt_len, req.max_tokens))
+            return error_response(refusal(req))
         prefix = "chatcmpl" if chat else "cmpl"
         return Generation(self, gen, req, f"{prefix}-{random_hex()}", int(time.time()))
 

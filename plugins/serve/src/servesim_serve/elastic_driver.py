@@ -52,6 +52,9 @@ class ElasticDriving:
     requests: list[LiveRequest]
 
     def ended(self, rid: int, now: float) -> None:
+        faults = self.replayer.faults
+        if faults is not None:  # turned away on arrival (faults.rejections), or None
+            self.requests[rid].injected = faults.reason_of.get(rid)
         lost = self.replayer.lost_at.get(rid)
         if lost is not None:
             w, at, how = lost

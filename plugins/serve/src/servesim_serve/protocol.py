@@ -88,6 +88,25 @@ def rejection(prompt_len: int, max_tokens: int) -> ApiError:
                     "tokens.", param="input_tokens")
 
 
+def injected_rejection(reason: str) -> ApiError:
+    """A request an injected fault turned away on arrival (``faults.rejections``,
+    docs/elastic.md): ``context_length`` as vLLM answers a prompt over the model's context (a
+    400 ``BadRequestError``, ``param: "input_tokens"``), any other reason (``overloaded``) as a
+    server that cannot take the request now: a 503 ``ServiceUnavailableError``. The message
+    names the reason."""
+    message = f"The request was rejected on arrival (injected fault: {reason})."
+    if reason == "context_length":
+        return ApiError(message, param="input_tokens")
+    return ApiError(message, 503, "ServiceUnavailableError")
+
+
+def refusal(req: Any) -> ApiError:
+    """The error a refused request's client gets: an injected rejection's, else the engine's."""
+    if req.injected is not None:
+        return injected_rejection(req.injected)
+    return rejection(req.prompt_len, req.max_tokens)
+
+
 def engine_failure(message: str) -> ApiError:
     """A request its engine failed (its worker crashed or was removed under it): a 500
     ``InternalServerError``, as vLLM answers a request whose engine died (``EngineDeadError``

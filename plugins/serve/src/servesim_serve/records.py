@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from servesim.config.sections import ReportConfig
-from servesim.report.summary import clean_floats, build_report, per_request_lines
 from servesim.report.stats import RequestLog, distribution
+from servesim.report.summary import build_report, clean_floats, per_request_lines
 
 
 class LiveRequest:
@@ -26,7 +26,7 @@ class LiveRequest:
 
     __slots__ = ("rid", "prompt_len", "max_tokens", "thinking", "arrival", "times", "steps", "cached",
                  "reused", "admitted", "worker", "dp_rank", "done_ms", "cancelled", "rejected", "aborted",
-                 "push", "_waiter", "lora", "error")
+                 "push", "_waiter", "lora", "error", "injected")
 
     def __init__(self, rid: int, prompt_len: int, max_tokens: int, thinking: int, arrival: float) -> None:
         self.rid = rid
@@ -51,6 +51,9 @@ class LiveRequest:
         # Why the engine failed the request (its worker crashed or was removed under it: an
         # elastic cluster, servesim_serve.elastic_driver); None otherwise. Set with rejected.
         self.error: str | None = None
+        # Why an injected fault turned the request away on arrival (faults.rejections); None
+        # otherwise. Set with rejected.
+        self.injected: str | None = None
 
     @property
     def finished(self) -> bool:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from servesim_serve import wire
 from servesim_serve.chunk_bytes import ChunkBytes, join_text, unescaped
-from servesim_serve.protocol import GenRequest, engine_failure, rejection
+from servesim_serve.protocol import GenRequest, engine_failure, refusal
 
 # Passes a stream may lag before their tokens go out merged in one chunk.
 MERGE_AFTER = 16
@@ -174,8 +174,7 @@ class Generation:
                 # vLLM's stream generators end an error with the error event and [DONE], no
                 # finish reason nor usage chunk (``completion/serving.py``); an engine that
                 # died mid-stream (``EngineDeadError``) ends it so too.
-                err = (rejection(req.prompt_len, req.max_tokens) if req.error is None
-                       else engine_failure(req.error))
+                err = refusal(req) if req.error is None else engine_failure(req.error)
                 out.append(wire.stream_error(err.message, err.err_type, err.status,
                                              err.param).encode("utf-8"))
                 out.append(SSE_DONE)
