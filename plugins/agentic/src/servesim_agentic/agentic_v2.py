@@ -24,7 +24,14 @@ from servesim.errors import TraceError
 from servesim.tokens import RepeatedBlockTokens
 from servesim.workload.model import EdgeTurn, Session, Workload, make_workload
 
-from servesim_agentic.graph import MAX_OUTPUT_LENGTH, check_acyclic, finite_field, int_field, is_int
+from servesim_agentic.graph import (
+    MAX_OUTPUT_LENGTH,
+    check_acyclic,
+    finite_field,
+    index_ids,
+    int_field,
+    is_int,
+)
 
 SCHEMA = "dynamo.agentic_mooncake"
 VERSION = 2
@@ -153,13 +160,7 @@ def build_v2_workload(rows: list[V2Row], path: str, block_size: int,
         play_order = {}
         for r in rows:
             play_order.setdefault(r.play_id, len(play_order))
-    index: dict[str, int] = {}
-    for rid, row in enumerate(rows):
-        if row.request_id in index:
-            raise TraceError(f"field 'request_id': {row.request_id!r} is used twice "
-                             f"(first on line {rows[index[row.request_id]].line})",
-                             file=path, line=row.line)
-        index[row.request_id] = rid
+    index = index_ids(rows, path)
     sessions = []
     for rid, row in enumerate(rows):
         edges = []

@@ -80,13 +80,7 @@ def id_list(key: str, v: Any) -> list[str]:
 
 def build_workload(rows: list[Row], path: str, trace_block_size: int) -> Workload:
     """The workload of ``rows`` (file order gives request ids 0..n-1)."""
-    index: dict[str, int] = {}
-    for rid, row in enumerate(rows):
-        if row.request_id in index:
-            raise TraceError(f"field 'request_id': {row.request_id!r} is used twice "
-                             f"(first on line {rows[index[row.request_id]].line})",
-                             file=path, line=row.line)
-        index[row.request_id] = rid
+    index = index_ids(rows, path)
     deps: list[tuple[int, ...]] = []
     for row in rows:
         for key, names in (("wait_for", row.wait_for), ("branches", row.branches)):
@@ -116,6 +110,18 @@ def build_workload(rows: list[Row], path: str, trace_block_size: int) -> Workloa
         start = row.timestamp if d else (row.timestamp if row.timestamp is not None else base)
         sessions.append(Session(row.session_id or row.request_id, start, [turn]))
     return make_workload(sessions, path)
+
+
+def index_ids(rows: Sequence[Any], path: str) -> dict[str, int]:
+    """Each row's ``request_id`` -> its position; an id used twice is a trace error."""
+    index: dict[str, int] = {}
+    for rid, row in enumerate(rows):
+        if row.request_id in index:
+            raise TraceError(f"field 'request_id': {row.request_id!r} is used twice "
+                             f"(first on line {rows[index[row.request_id]].line})",
+                             file=path, line=row.line)
+        index[row.request_id] = rid
+    return index
 
 
 def _check_acyclic(rows: list[Row], deps: list[tuple[int, ...]], path: str) -> None:
