@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesim.config.elastic import DrainPolicy, LifecycleConfig
 from servesim.contract import CancelRequest, ClearedBlocks, ForwardPassMetrics, KvEvent
@@ -36,6 +36,9 @@ from servesim.replay.planning import Planner, PlannerDecision
 from servesim.replay.ready_router import ReadyRouter
 from servesim.sinks.base import WorkerChange, workers_changed
 from servesim.sinks.publish import publish
+
+if TYPE_CHECKING:
+    from servesim.config.sections import ReportConfig
 
 # EXTERNAL event codes (the event's first argument; the second is a worker or request id).
 # Negative: a split's own EXTERNAL events (servesim.replay.disagg) have a request id there.
@@ -566,5 +569,6 @@ class ElasticReplayer(Replayer):
 
     # -- the report ------------------------------------------------------------------
 
-    def elastic_report(self) -> dict[str, Any]:
-        return self.view.report()
+    def elastic_report(self, report: ReportConfig | None = None) -> dict[str, Any]:
+        """The ``elastic`` section; ``report``'s SLAs judge each interval's attainment."""
+        return self.view.report(report)

@@ -9,9 +9,10 @@ snapshot (``Metrics``), so the ranks record occupancy when a planner is configur
 from __future__ import annotations
 
 from array import array
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesim.contract import ForwardPassMetrics
+from servesim.replay.elastic_intervals import intervals
 from servesim.replay.lifecycle import WorkerState, gpu_seconds
 from servesim.replay.planning import (
     PlannerSnapshot,
@@ -20,6 +21,9 @@ from servesim.replay.planning import (
     WorkerSnapshot,
     percentiles,
 )
+
+if TYPE_CHECKING:
+    from servesim.config.sections import ReportConfig
 
 
 class ElasticView:
@@ -153,8 +157,9 @@ class ElasticView:
 
     # -- the report ------------------------------------------------------------------
 
-    def report(self) -> dict[str, Any]:
-        """The ``elastic`` section (docs/elastic.md, "Report")."""
+    def report(self, sla: ReportConfig | None = None) -> dict[str, Any]:
+        """The ``elastic`` section (docs/elastic.md, "Report"); ``sla``: the report's SLAs
+        (servesim.replay.elastic_intervals)."""
         r = self.r
         log = r.log
         end = r.end_ms()
@@ -198,6 +203,7 @@ class ElasticView:
             "requests": {"submitted": submitted, "completed": completed, "failed": failed,
                          "rejected": rejected, "retried": r.retried, "redirected": r.redirected},
         }
+        out["intervals"] = intervals(log, sla, r.interval_ms, end)
         if r.faults is not None:
             out["faults"] = r.faults.report()
         if r.planner is not None:

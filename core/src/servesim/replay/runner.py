@@ -267,7 +267,7 @@ def _simulate(
     report.update(clean_floats(host_tier_report(replayer.engines, log)))
     report.update(clean_floats(lora_report(replayer.engines)))
     if elastic:
-        report["elastic"] = clean_floats(replayer.elastic_report())
+        report["elastic"] = clean_floats(replayer.elastic_report(sim.report))
     return _with_extra(SimResult(report, log, session_of, replayer.passes), observers, loaded)
 
 
@@ -360,5 +360,5 @@ def _simulate_disagg(
         report, log, session_of = scope.narrow(replayer, log, sim.report, loaded.resolved())
     report.update(clean_floats(replayer.report_extras()))
     if elastic:
-        report["elastic"] = clean_floats(replayer.elastic_report())
+        report["elastic"] = clean_floats(replayer.elastic_report(sim.report))
     return SimResult(report, log, session_of, replayer.passes)

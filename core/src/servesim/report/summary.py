@@ -108,19 +108,24 @@ def _goodput(log: RequestLog, idx: Sequence[int], cfg: ReportConfig) -> tuple[in
     judged by its completion time."""
     good = tokens = 0
     for i in idx:
-        n = log.ntok[i]
-        arrival = log.arrival[i]
-        ttft = (log.first[i] if n >= 1 else log.done[i]) - arrival
-        e2e = (log.last[i] if n >= 1 else log.done[i]) - arrival
-        if cfg.sla_ttft_ms is not None and not ttft <= cfg.sla_ttft_ms:
-            continue
-        if cfg.sla_e2e_ms is not None and not e2e <= cfg.sla_e2e_ms:
-            continue
-        if cfg.sla_tpot_ms is not None and n >= 2 and not (e2e - ttft) / (n - 1) <= cfg.sla_tpot_ms:
-            continue
-        good += 1
-        tokens += n
+        if meets_slas(log, i, cfg):
+            good += 1
+            tokens += log.ntok[i]
     return good, tokens
+
+
+def meets_slas(log: RequestLog, i: int, cfg: ReportConfig) -> bool:
+    """Whether completed request ``i`` meets every SLA of ``cfg`` (unset ones are not checked;
+    a request without tokens is judged by its completion time)."""
+    n = log.ntok[i]
+    arrival = log.arrival[i]
+    ttft = (log.first[i] if n >= 1 else log.done[i]) - arrival
+    e2e = (log.last[i] if n >= 1 else log.done[i]) - arrival
+    if cfg.sla_ttft_ms is not None and not ttft <= cfg.sla_ttft_ms:
+        return False
+    if cfg.sla_e2e_ms is not None and not e2e <= cfg.sla_e2e_ms:
+        return False
+    return not (cfg.sla_tpot_ms is not None and n >= 2 and not (e2e - ttft) / (n - 1) <= cfg.sla_tpot_ms)
 
 
 def itl_samples(log: RequestLog) -> tuple[Any, Any]:

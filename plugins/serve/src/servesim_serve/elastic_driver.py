@@ -122,7 +122,7 @@ class LiveElasticDriver(ElasticDriving, LiveDisaggDriver):
 
             extra.update(distribution("ttfat", np.asarray(answer_latencies(requests)), cfg.percentiles))
         report.update(clean_floats(extra))
-        report["elastic"] = clean_floats(rp.elastic_report())
+        report["elastic"] = clean_floats(rp.elastic_report(cfg))
         return report
 
     def per_request_lines(self) -> list[str]:
@@ -156,7 +156,7 @@ class LiveElasticSplitDriver(ElasticDriving, LiveDisaggDriver):
         """The split's report of the requests so far and the server's keys, and ``elastic``
         (as ``servesim run`` reports an elastic split)."""
         report = super().report(cfg, resolved, queue_full=queue_full, reasoning=reasoning)
-        report["elastic"] = clean_floats(self.replayer.elastic_report())
+        report["elastic"] = clean_floats(self.replayer.elastic_report(cfg))
         return report
 
 

@@ -113,8 +113,8 @@ class LiveElasticFeed(LiveFeed):
 
     # -- the report ---------------------------------------------------------------------------
 
-    def elastic_report(self) -> dict[str, Any]:
-        out: dict[str, Any] = super().elastic_report()  # type: ignore[misc]
+    def elastic_report(self, report: Any = None) -> dict[str, Any]:
+        out: dict[str, Any] = super().elastic_report(report)  # type: ignore[misc]
         requests = out["requests"]
         requests["rejected"] -= len(self.cancelled)
         requests["cancelled"] = len(self.cancelled)
