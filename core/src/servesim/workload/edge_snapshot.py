@@ -29,7 +29,7 @@ from typing import Any
 import attrs
 
 from servesim.workload.model import EdgeTurn, Session, Turn, Workload, make_workload
-from servesim.workload.plays import play_of
+from servesim.workload.plays import cut_plays, play_of
 
 
 def has_edge_turns(workload: Workload) -> bool:
@@ -77,17 +77,7 @@ def take_edge_snapshot(workload: Workload, lanes: int, cut_at: Any) -> tuple[Wor
         for t in s.turns:
             if not _edges(t):
                 name.setdefault(plays[t.request_id], s.session_id)
-    cut_of: dict[int, float] = {}
-    info = []
-    for play in queue[:lanes]:
-        members = [r for r in range(len(plays)) if plays[r] == play]
-        cut = cut_at(min(starts[r] for r in members), max(starts[r] for r in members))
-        cut_of[play] = cut
-        history = sum(1 for r in members if starts[r] < cut)
-        info.append({"play": name[play], "cut_ms": cut, "history": history,
-                     "remaining": len(members) - history})
-    kept = [r for r in range(len(plays)) if plays[r] in cut_of and starts[r] >= cut_of[plays[r]]]
-    new_id = {r: i for i, r in enumerate(kept)}
+    cut_of, info, new_id = cut_plays(plays, starts, [(p, name[p]) for p in queue[:lanes]], cut_at)
     sessions = []
     for s in workload.sessions:
         turns: list[Turn] = []

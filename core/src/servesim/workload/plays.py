@@ -10,6 +10,9 @@ nothing), then by file order.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 from servesim.workload.model import Workload
 
 
@@ -51,4 +54,25 @@ def ordered_plays(workload: Workload) -> list[list[tuple[float, int, int]]]:
     return sorted((sorted(roots) for roots in by_play.values()), key=lambda roots: roots[0])
 
 
-__all__ = ["ordered_plays", "play_of"]
+def cut_plays(plays: Sequence[int], starts: Sequence[float], chosen: Sequence[tuple[int, str]],
+              cut_at: Callable[[float, float], float]
+              ) -> tuple[dict[int, float], list[dict[str, Any]], dict[int, int]]:
+    """A snapshot's cuts (servesim.workload.snapshot): each ``(play, name)`` of ``chosen``, in
+    order, is cut at ``cut_at(lo, hi)`` of the span of its requests' start times ``starts``.
+    Returns per play its cut, per play the report's ``{play, cut_ms, history, remaining}``, and
+    the new ids of the replayed requests: those of a cut play starting at or after its cut, in
+    request order."""
+    cut_of: dict[int, float] = {}
+    info = []
+    for play, name in chosen:
+        members = [r for r in range(len(plays)) if plays[r] == play]
+        cut = cut_at(min(starts[r] for r in members), max(starts[r] for r in members))
+        cut_of[play] = cut
+        history = sum(1 for r in members if starts[r] < cut)
+        info.append({"play": name, "cut_ms": cut, "history": history,
+                     "remaining": len(members) - history})
+    kept = [r for r in range(len(plays)) if plays[r] in cut_of and starts[r] >= cut_of[plays[r]]]
+    return cut_of, info, {r: i for i, r in enumerate(kept)}
+
+
+__all__ = ["cut_plays", "ordered_plays", "play_of"]

@@ -22,7 +22,7 @@ import attrs
 
 from servesim.workload.edge_snapshot import has_edge_turns, take_edge_snapshot
 from servesim.workload.model import Session, Turn, Workload, make_workload
-from servesim.workload.plays import ordered_plays, play_of
+from servesim.workload.plays import cut_plays, ordered_plays, play_of
 
 _SNAPSHOT_STREAM = 0x534E4150  # "SNAP": a stream of its own
 
@@ -67,27 +67,18 @@ def take_snapshot(workload: Workload, lanes: int, seed: int) -> tuple[Workload, 
     import numpy as np
 
     rng = np.random.default_rng([seed, _SNAPSHOT_STREAM])
+
+    def cut_at(lo: float, hi: float) -> float:  # uniform over the middle half of the span
+        return lo + float(rng.uniform(0.25, 0.75)) * (hi - lo)
+
     if has_edge_turns(workload):
-        return take_edge_snapshot(workload, lanes,
-                                  lambda lo, hi: lo + float(rng.uniform(0.25, 0.75)) * (hi - lo))
+        return take_edge_snapshot(workload, lanes, cut_at)
     plays = play_of(workload)
     queue = ordered_plays(workload)[:lanes]
     starts = start_times(workload)
-    cut_of: dict[int, float] = {}
-    info = []
     session_of = {t.request_id: s.session_id for s in workload.sessions for t in s.turns}
-    for roots in queue:
-        play = plays[roots[0][2]]
-        members = [r for r in range(len(plays)) if plays[r] == play]
-        lo = min(starts[r] for r in members)
-        hi = max(starts[r] for r in members)
-        cut = lo + float(rng.uniform(0.25, 0.75)) * (hi - lo)
-        cut_of[play] = cut
-        history = sum(1 for r in members if starts[r] < cut)
-        info.append({"play": session_of[roots[0][2]], "cut_ms": cut, "history": history,
-                     "remaining": len(members) - history})
-    kept = [r for r in range(len(plays)) if plays[r] in cut_of and starts[r] >= cut_of[plays[r]]]
-    new_id = {r: i for i, r in enumerate(kept)}
+    chosen = [(plays[roots[0][2]], session_of[roots[0][2]]) for roots in queue]
+    cut_of, info, new_id = cut_plays(plays, starts, chosen, cut_at)
     sessions = []
     for s in workload.sessions:
         turns: list[Turn] = []
