@@ -12,6 +12,7 @@ from typing import Any
 from servesim.errors import TraceError
 from servesim.kv.hashing import chain_hash, local_block_hash
 from servesim.kv.warm_start import CachedBlocks, WarmBlock, WarmPath
+from servesim.workload.textlines import iter_text_lines
 
 
 def _int_list(v: Any, key: str, file: str, line: int) -> list[int]:
@@ -76,15 +77,11 @@ def read_servesim_jsonl(path: str, block_size: int) -> dict[tuple[int, int], Cac
 
 
 def _lines(path: str) -> Iterator[tuple[int, str]]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for n, text in enumerate(fh, start=1):
-                if text.strip():
-                    yield n, text
-    except OSError as exc:
-        raise TraceError(f"cannot read the warm cache: {exc.strerror}", file=path) from None
-    except UnicodeDecodeError:
-        raise TraceError("not UTF-8 text", file=path) from None
+    """The non-blank lines of ``path`` with their numbers; an unreadable file or bytes that
+    are not UTF-8 are one error naming file (and line), as for a trace."""
+    for n, text in enumerate(iter_text_lines(path, "the warm cache"), start=1):
+        if text.strip():
+            yield n, text
 
 
 def read_vllm_msgpack(path: str, block_size: int, worker: int) -> dict[tuple[int, int], CachedBlocks]:
