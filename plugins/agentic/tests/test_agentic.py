@@ -12,6 +12,7 @@ from servesim.plugins import Plugins
 from servesim.replay.runner import simulate
 from servesim.report.summary import per_request_lines
 from servesim_agentic.agentic_mooncake import AgenticMooncakeTrace
+from servesim_agentic.dynamo_request import DynamoRequestTrace
 from servesim_agentic.dynamo_trace import DynamoAgentTrace
 
 
@@ -308,3 +309,17 @@ def test_the_readers_pass_the_trace_format_kit(tmp_path, reader, good, bad, bloc
     report = check_trace_format(reader, write(tmp_path, good, "good.jsonl"),
                                 write(tmp_path, bad, "bad.jsonl"), trace_block_size=block)
     assert report.ok and len(report.checks) == 6
+
+
+@pytest.mark.parametrize("reader", [AgenticMooncakeTrace, DynamoAgentTrace,
+                                    AppliedComputeAgenticTrace, DynamoRequestTrace])
+@pytest.mark.parametrize(("text", "message"), [
+    ("{not json", "invalid JSON: Expecting property name enclosed in double quotes (column 2)"),
+    ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply to read"),
+])
+def test_a_line_that_is_not_readable_json_names_its_line(tmp_path, reader, text, message):
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n" + text + "\n")
+    with pytest.raises(TraceError) as info:
+        reader.read(str(path))
+    assert str(info.value) == f"{path}:2: {message}"

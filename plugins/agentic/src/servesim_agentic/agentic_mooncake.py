@@ -19,12 +19,10 @@ reference's own rows instead (typed dependencies, ``not_before_ms``):
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from servesim.errors import TraceError
 from servesim.workload.model import Workload
-from servesim.workload.textlines import read_text_lines
 
 from servesim_agentic.agentic_v2 import (
     SCHEMA,
@@ -43,6 +41,7 @@ from servesim_agentic.graph import (
     id_list,
     int_field,
     is_int,
+    json_lines,
 )
 
 _ALIASES = {
@@ -120,16 +119,7 @@ class AgenticMooncakeTrace:
         rows: list[Row] = []
         v2: list[V2Row] = []
         v2_block = 0
-        for lineno, text in enumerate(read_text_lines(path, "trace"), start=1):
-            if not text.strip():
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path,
-                                 line=lineno) from None
-            except RecursionError:
-                raise TraceError("JSON nested too deeply to read", file=path, line=lineno) from None
+        for lineno, obj in json_lines(path):
             try:
                 if not rows and not v2 and not v2_block and is_header(obj):
                     if obj.get("schema") == SCHEMA:  # a v2 file (servesim_agentic.agentic_v2)

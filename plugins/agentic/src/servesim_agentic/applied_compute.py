@@ -21,16 +21,14 @@ blocks of line *i* are group ``i mod groups``'s shared blocks, with the referenc
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 from servesim.errors import ConfigError, TraceError
 from servesim.tokens import RepeatedBlockTokens
 from servesim.workload.model import Session, Turn, Workload, make_workload
-from servesim.workload.textlines import read_text_lines
 
-from servesim_agentic.graph import finite_field, int_field
+from servesim_agentic.graph import finite_field, int_field, json_lines
 
 _SHARED_TAG = 0xA63E_0000_0000_0000
 _LISTS = ("assistant_response_length", "tool_call_output_length", "tool_call_latency")
@@ -123,15 +121,10 @@ class AppliedComputeAgenticTrace:
         sessions = []
         next_unique = 1
         rid = 0
-        for lineno, text in enumerate(read_text_lines(path, "trace"), start=1):
-            if not text.strip():
-                continue
+        for lineno, value in json_lines(path):
             try:
-                session, next_unique = _session(json.loads(text), lineno, trace_block_size, ratio,
+                session, next_unique = _session(value, lineno, trace_block_size, ratio,
                                                 groups, next_unique, rid)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path,
-                                 line=lineno) from None
             except ValueError as exc:
                 raise TraceError(str(exc), file=path, line=lineno) from None
             rid += len(session.turns)

@@ -27,7 +27,6 @@ release as ``servesim.replay.edge_release`` describes.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -35,9 +34,9 @@ from attrs import define
 from servesim.errors import TraceError
 from servesim.tokens import RepeatedBlockTokens
 from servesim.workload.model import Session, Turn, Workload, make_workload
-from servesim.workload.textlines import read_text_lines
 
 from servesim_agentic.agentic_v2 import V2Row, build_v2_workload
+from servesim_agentic.graph import json_lines
 
 SCHEMA = "dynamo.request.trace.v1"
 
@@ -171,13 +170,7 @@ def _read(path: str) -> tuple[list[Entry], list[Tool]]:
     entries: list[Entry] = []
     tools: list[Tool] = []
     seen: dict[str, int] = {}
-    for line, text in enumerate(read_text_lines(path, "trace"), start=1):
-        if not text.strip():
-            continue
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path, line=line) from None
+    for line, obj in json_lines(path):
         try:
             ev = _record(obj)
             if ev is None:

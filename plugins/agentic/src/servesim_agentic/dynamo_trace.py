@@ -28,15 +28,13 @@ The lowering (the converter's rules):
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from attrs import define
 from servesim.errors import TraceError
 from servesim.workload.model import Workload
-from servesim.workload.textlines import read_text_lines
 
-from servesim_agentic.graph import Row, build_workload, finite_field, id_field, int_field
+from servesim_agentic.graph import Row, build_workload, finite_field, id_field, int_field, json_lines
 
 
 @define
@@ -208,11 +206,8 @@ class DynamoAgentTrace:
              options: dict[str, Any] | None = None) -> Workload:
         requests: list[_Request] = []
         tools: list[tuple[str, int, int]] = []
-        for lineno, text in enumerate(read_text_lines(path, "trace"), start=1):
-            if not text.strip():
-                continue
+        for lineno, value in json_lines(path):
             try:
-                value = json.loads(text)
                 rec = value.get("event", value) if isinstance(value, dict) else value
                 if not isinstance(rec, dict):
                     continue
@@ -223,9 +218,6 @@ class DynamoAgentTrace:
                     tool = _tool(rec)
                     if tool is not None:
                         tools.append(tool)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path,
-                                 line=lineno) from None
             except ValueError as exc:
                 raise TraceError(str(exc), file=path, line=lineno) from None
         rows = lower(requests, tools, path, trace_block_size)
