@@ -26,6 +26,11 @@ class SimConfig:
     planner: dict[str, Any] | None = None
     faults: FaultsConfig | None = None
 
+    @property
+    def is_elastic(self) -> bool:
+        """Whether the run needs the elastic replay (any of its sections is set)."""
+        return self.lifecycle is not None or self.planner is not None or self.faults is not None
+
 
 class RunConfig(Protocol):
     """What the observer hooks see of a run's configuration (``servesim_run_started``,

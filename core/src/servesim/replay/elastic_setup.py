@@ -14,13 +14,7 @@ from servesim.replay.lifecycle import PoolRuntime
 
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
-    from servesim.config.sim import SimConfig
     from servesim.replay.elastic_split import ElasticSplitReplayer
-
-
-def is_elastic(sim: SimConfig) -> bool:
-    """Whether the run needs the elastic replay (any of its sections is set)."""
-    return sim.lifecycle is not None or sim.planner is not None or sim.faults is not None
 
 
 def build_elastic_replayer(

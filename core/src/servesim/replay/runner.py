@@ -164,7 +164,7 @@ def _simulate(
     if sim.workload.warm_cache is None:
         mark_unique_prompts(workload)
 
-    elastic = sim.lifecycle is not None or sim.planner is not None or sim.faults is not None
+    elastic = sim.is_elastic
     planned = sim.planner is not None  # a planner reads pass metrics and occupancy
 
     def make_factory(overrides: Any = None, path: str = "engine overrides") -> Any:
@@ -319,7 +319,7 @@ def _simulate_disagg(
     scope = ReportScope.of(sim.workload, workload, loaded.plugins)
     graph = has_dependencies(workload) or sim.workload.snapshot is not None  # a cut may leave none
     build: Any = build_disagg_replayer
-    elastic = sim.lifecycle is not None or sim.planner is not None or sim.faults is not None
+    elastic = sim.is_elastic
     if elastic:
         from servesim.replay.elastic_setup import build_elastic_split
 

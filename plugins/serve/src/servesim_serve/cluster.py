@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 from servesim.replay.cluster import build_engines
-from servesim.replay.elastic_setup import is_elastic
 from servesim.replay.pools import build_pool_engines
 from servesim.replay.runner import is_split
 from servesim.sinks.base import SinkDeployment, bind_sinks, lora_deployment
@@ -44,7 +43,7 @@ def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float
     """The driver over ``loaded``'s cluster, its clock started now, and the sinks it publishes to."""
     sim = loaded.sim
     cluster = sim.cluster
-    elastic = is_elastic(sim)
+    elastic = sim.is_elastic
     if is_split(loaded):  # a prefill/decode split (a ConfigError if one pool is empty)
         if elastic:
             return _build_elastic_split(loaded, SimClock(speedup, wall), observer)
