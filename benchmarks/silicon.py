@@ -48,7 +48,7 @@ def _replay(row: silicon_rows.Row, timing: dict[str, Any] | None,
     with tempfile.TemporaryDirectory() as tmp:
         client = os.path.join(tmp, "client.yaml")
         run = os.path.join(tmp, "run.yaml")
-        Path(client).write_text(yaml.safe_dump(silicon_rows.client_options(row)))
+        Path(client).write_text(yaml.safe_dump(silicon_rows.client_options(row, launch)))
         for kv_fallback in (False, True):
             cfg = silicon_rows.sim_config(row, client, timing, launch, kv_fallback)
             Path(run).write_text(yaml.safe_dump(cfg))

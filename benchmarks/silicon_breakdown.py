@@ -63,7 +63,7 @@ def breakdown(job: tuple[dict[str, Any], dict[str, Any] | None, bool]) -> dict[s
     row = silicon_rows.parse(raw)
     with tempfile.TemporaryDirectory() as tmp:
         client, run = os.path.join(tmp, "client.yaml"), os.path.join(tmp, "run.yaml")
-        Path(client).write_text(yaml.safe_dump(silicon_rows.client_options(row)))
+        Path(client).write_text(yaml.safe_dump(silicon_rows.client_options(row, launch)))
         Path(run).write_text(yaml.safe_dump(silicon_rows.sim_config(row, client, timing, launch)))
         try:
             result = simulate(load_config(run))

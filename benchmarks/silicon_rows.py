@@ -34,6 +34,7 @@ MAX_BATCHED_TOKENS = 8192
 FP8_KV_PRECISIONS = ("fp8", "fp4")
 GPU_MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.9, "trtllm": 0.85}
 BLACKWELL = ("b200", "b300", "gb200", "gb300")
+GENERATED_TRTLLM_MEMORY_FRACTION = 0.8  # AIConfigurator's TensorRT-LLM template default
 
 # Checkpoint names in the sample that AIConfigurator catalogues under another id with the
 # same architecture (the precision comes from the row's quant columns).
@@ -99,6 +100,7 @@ class Row:
     measured_tpot: float
     batch_size: int | None = None  # the sample's own batch_size (AIConfigurator's convention)
     source: str = ""  # data_source(): "inferencemax" or "gap-analysis"
+    generated: bool = False  # aic_generated(): deployed and benchmarked by AIConfigurator's tooling
     roles: dict[str, Role] = field(default_factory=dict)
     problem: str | None = None  # why servesim cannot express the row
 
@@ -136,7 +138,7 @@ def parse(raw: dict[str, Any]) -> Row:
     row = Row(raw["id"], raw["backend"], raw["backend_version"], model, raw["system"], raw["mode"],
               int(raw["isl"]), int(raw["osl"]), conc or 0, gemm, moe, raw["precision"] or "bf16",
               float(raw["silicon_ttft_ms"] or "nan"), float(raw["silicon_tpot_ms"] or "nan"),
-              _int(raw["batch_size"]), source=data_source(raw))
+              _int(raw["batch_size"]), source=data_source(raw), generated=aic_generated(raw))
     if conc is None:
         row.problem = "no concurrency"
     elif model not in catalog.models():
@@ -188,6 +190,21 @@ def data_source(raw: dict[str, Any]) -> str:
     return "inferencemax" if src.startswith(("source_file=2026-", "db-dump/")) else "gap-analysis"
 
 
+def aic_generated(raw: dict[str, Any]) -> bool:
+    """Whether the row is one of AIConfigurator's own gap-analysis runs
+    (``source_file=.../aic-auto-gap-analysis/data/<system>/<backend>/<version>/<model>.csv``).
+
+    The sources that carry an image name them as Dynamo runtime containers
+    (``nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.9.0``), and their backend versions are
+    the ones AIConfigurator's generator kept engine templates for (TensorRT-LLM 1.0.0rc3 and
+    1.2.0rc6.post1, vLLM 0.12.0, SGLang 0.5.1.post1 and 0.5.6.post2,
+    ``src/aiconfigurator/generator/config/backend_templates/``): they are replayed as that
+    tooling deploys and loads an engine (:func:`generated_engine`, :func:`client_options`).
+    The ``qwen3.5-397b-gap-analysis.csv`` and ``kimi-k2.5-gap-analysis.csv`` rows name no
+    deployment tooling and keep the InferenceMAX replay."""
+    return "aic-auto-gap-analysis/" in (raw.get("silicon_data_source") or "")
+
+
 def model_halves(rows: list[dict[str, Any]]) -> tuple[set[str], set[str]]:
     """(fitting half, held-out half) of the models: the distinct (aliased) models of the agg
     rows sorted by name, taken alternately. Any constant fitted on the sample is fitted on
@@ -196,17 +213,28 @@ def model_halves(rows: list[dict[str, Any]]) -> tuple[set[str], set[str]]:
     return set(ordered[0::2]), set(ordered[1::2])
 
 
-def client_options(row: Row) -> dict[str, Any]:
-    """The client file (servesim-benchclient's ``bench_client`` format) for the row."""
+def client_options(row: Row, launch: bool = True) -> dict[str, Any]:
+    """The client file (servesim-benchclient's ``bench_client`` format) for the row.
+
+    AIConfigurator's own runs (:func:`aic_generated`) are loaded by its evaluation pipeline's
+    client, ``aiconfigurator eval``'s ``genai_perf`` runner
+    (``src/aiconfigurator/eval/benchmarks/genai_perf_runner.py``, genai-perf until commit
+    ``4361371a6`` of 2025-10-14, AIPerf after, removed in ``c0c44d911`` of 2026-03-03):
+    ``--synthetic-input-tokens-mean ISL --synthetic-input-tokens-stddev 0
+    --output-tokens-mean OSL --output-tokens-stddev 0`` with ``min_tokens`` = ``max_tokens``
+    = OSL and ``ignore_eos``, ``--concurrency c --request-count 10c
+    --warmup-request-count 2c``: every prompt has exactly ISL tokens and every answer OSL,
+    which is range ratio 1 (``launch`` False replays them with the InferenceMAX client)."""
+    fixed = launch and row.generated
     return {
         "client": "inferencemax", "random_input_len": row.isl, "random_output_len": row.osl,
-        "random_range_ratio": RANGE_RATIO, "num_prompts": PROMPTS_PER_SLOT * row.concurrency,
+        "random_range_ratio": 1.0 if fixed else RANGE_RATIO, "num_prompts": PROMPTS_PER_SLOT * row.concurrency,
         "max_concurrency": row.concurrency, "request_rate": "inf", "ignore_eos": True,
         "num_warmups": 2 * row.concurrency,
     }
 
 
-def _timing(row: Row, role: Role, timing: dict[str, Any] | None) -> dict[str, Any]:
+def _timing(row: Row, role: Role, timing: dict[str, Any] | None, launch: bool = True) -> dict[str, Any]:
     aic: dict[str, Any] = {"type": "aic", "model": row.model, "system": row.system, "tp": role.tp,
                            "pp": role.pp, "attention_dp": role.attention_dp}
     if role.moe_tp:
@@ -220,9 +248,19 @@ def _timing(row: Row, role: Role, timing: dict[str, Any] | None) -> dict[str, An
     if row.precision in FP8_KV_PRECISIONS:
         aic["kv_cache_dtype"] = "fp8"
     aic["gpu_memory_utilization"] = GPU_MEMORY_FRACTION.get(row.backend, 0.9)
+    if launch and row.generated and row.backend == "trtllm":
+        aic["gpu_memory_utilization"] = GENERATED_TRTLLM_MEMORY_FRACTION
     if timing is None:
         return aic
-    return {**timing, "inner": aic}
+    wrapped = {**timing, "inner": aic}
+    if launch and timing.get("type") == "overhead":
+        if row.generated and row.backend == "sglang":
+            # the generator captures a CUDA graph for every batch size up to the row's: no padding
+            wrapped.setdefault("cuda_graph_padding", False)
+        elif script_limits(row).get("trtllm"):
+            # the Llama-3.1-70B scripts' cuda_graph_config: enable_padding: true
+            wrapped.setdefault("cuda_graph_padding", True)
+    return wrapped
 
 
 def backend_options(row: Row, role: Role) -> dict[str, Any]:
@@ -267,6 +305,79 @@ def batched_tokens(row: Row, launch: bool = True) -> int:
     return MAX_BATCHED_TOKENS
 
 
+LLAMA_70B = "meta-llama/Meta-Llama-3.1-70B"
+
+# (model, system prefix, gemm precision) -> (--chunked-prefill-size, --max-prefill-tokens) of
+# InferenceMAX's SGLang scripts while the rows ran (InferenceX benchmarks/single_node/, from
+# their first commit to April 2026): qwen3.5_fp8_b200.sh, qwen3.5_fp4_b200.sh and
+# qwen3.5_fp4_b300.sh 32,768 and 32,768; qwen3.5_fp8_b300.sh 16,384 and 16,384;
+# qwen3.5_fp8_h200.sh --chunked-prefill-size 16,384 only (SGLang's default
+# --max-prefill-tokens is 16,384). The bf16 scripts set none at first and 32,768 later, so
+# their rows keep the defaults.
+SGLANG_PREFILL_LIMITS = {
+    ("Qwen/Qwen3.5-397B-A17B", "b200", "fp8"): (32768, 32768),
+    ("Qwen/Qwen3.5-397B-A17B", "b200", "nvfp4"): (32768, 32768),
+    ("Qwen/Qwen3.5-397B-A17B", "b300", "nvfp4"): (32768, 32768),
+    ("Qwen/Qwen3.5-397B-A17B", "b300", "fp8"): (16384, 16384),
+    ("Qwen/Qwen3.5-397B-A17B", "h200", "fp8"): (16384, 16384),
+}
+
+
+def script_limits(row: Row) -> dict[str, Any]:
+    """Token limits and chunking the row's InferenceMAX launch script sets, or {}.
+
+    The Llama-3.1-70B TensorRT-LLM scripts (InferenceX ``benchmarks/70b_fp8_b200_trt_slurm.sh``,
+    ``70b_fp8_h200_trt_slurm.sh``, ``70b_fp4_b200_trt_slurm.sh``, until their removal in
+    ``026d16b82``) start ``trtllm-serve ... --max_num_tokens 16384`` without
+    ``--enable_chunked_prefill`` (off by default, ``tensorrt_llm/commands/serve.py``), so a
+    context is scheduled whole and up to 16,384 tokens run per pass; their
+    ``cuda_graph_config: enable_padding: true`` is the ``overhead`` model's
+    ``cuda_graph_padding`` (:func:`_timing`).
+
+    The Qwen3.5 SGLang scripts set ``--chunked-prefill-size`` and ``--max-prefill-tokens``
+    (:data:`SGLANG_PREFILL_LIMITS`)."""
+    if row.mode != "agg":
+        return {}
+    if row.backend == "trtllm" and row.model == LLAMA_70B and not row.generated:
+        return {"enable_chunked_prefill": False, "trtllm": {"max_num_tokens": 16384}}
+    if row.backend == "sglang":
+        limits = SGLANG_PREFILL_LIMITS.get((row.model, row.system.split("_")[0], row.gemm or ""))
+        if limits:
+            return {"sglang": {"chunked_prefill_size": limits[0], "max_prefill_tokens": limits[1]}}
+    return {}
+
+
+def generated_engine(row: Row) -> dict[str, Any]:
+    """The engine settings AIConfigurator's generator writes for an agg deployment, for its own
+    runs (:func:`aic_generated`), or {}.
+
+    TensorRT-LLM (``cli/backends/trtllm.py`` from September 2025, then
+    ``generator/rule_plugin/trtllm.rule``; template ``extra_engine_args.1.0.0rc3.yaml.j2``):
+    ``max_num_tokens`` = batch size + ISL + 1,500 (rounded up to 32 tokens in the rule
+    plugin), ``enable_chunked_prefill: false`` ("we're assuming no chunked prefill"),
+    ``free_gpu_memory_fraction`` 0.80, CUDA graphs captured for every batch size from 1 to
+    the batch size (so a decode batch is never padded: the ``overhead`` model's TensorRT-LLM
+    default). A context is scheduled whole, so a pass holds one ISL-4,096 prompt or two of
+    1,024 tokens, not eight.
+
+    SGLang (``generator/rule_plugin/sglang.rule``, template ``cli_args.0.5.1.post1.j2``):
+    ``--max-prefill-tokens`` ISL + 1,500 and CUDA graphs for every batch size; also
+    ``--enable-mixed-chunk``, which the ``sglang`` backend does not model (a prefill pass
+    there stalls the running decodes, as SGLang does without it).
+
+    vLLM: the 0.12.0 template (``cli_args.0.12.0.j2``) passes no ``--max-num-batched-tokens``,
+    so vLLM's default (8,192 here) stands and nothing changes."""
+    if not row.generated or row.mode != "agg":
+        return {}
+    if row.backend == "trtllm":
+        bs = row.batch_size or row.concurrency
+        return {"enable_chunked_prefill": False,
+                "trtllm": {"max_num_tokens": -(-(bs + row.isl + 1500) // 32) * 32}}
+    if row.backend == "sglang":
+        return {"sglang": {"max_prefill_tokens": row.isl + 1500}}
+    return {}
+
+
 # The backends' native KV block sizes (servesim's defaults: core/src/servesim/config/engine.py).
 NATIVE_BLOCK = {"vllm": 64, "sglang": 1, "trtllm": 32}
 
@@ -285,8 +396,16 @@ def _engine(row: Row, role: Role, timing: dict[str, Any] | None, launch: bool = 
         "backend": row.backend, "num_gpu_blocks": _blocks_for_load(row, seqs) if kv_fallback else "auto",
         "dp_size": role.attention_dp, "max_num_seqs": seqs,
         "max_num_batched_tokens": batched_tokens(row, launch), "enable_prefix_caching": False,
-        "timing_model": _timing(row, role, timing), **(backend_options(row, role) if launch else {}),
+        "timing_model": _timing(row, role, timing, launch), **(_launch_options(row, role) if launch else {}),
     }
+
+
+def _launch_options(row: Row, role: Role) -> dict[str, Any]:
+    out = backend_options(row, role)
+    for extra in (script_limits(row), generated_engine(row)):
+        for key, value in extra.items():
+            out[key] = {**out.get(key, {}), **value} if isinstance(value, dict) else value
+    return out
 
 
 def sim_config(row: Row, client_path: str, timing: dict[str, Any] | None = None,

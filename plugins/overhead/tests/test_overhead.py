@@ -57,7 +57,12 @@ def test_vllm_capture_sizes_and_padding():
     assert sizes[:5] == (1, 2, 4, 8, 16) and sizes[-1] == 128
     assert [padded(n, sizes) for n in (1, 3, 5, 9, 120, 129)] == [1, 4, 8, 16, 120, 129]
     assert capture_sizes("sglang", 32, False, False) == (1, 2, 4, 8, 16, 24, 32)
-    assert capture_sizes("trtllm", 64, True, True) == ()
+    # TRT-LLM pads only with cuda_graph_config.enable_padding (off by default): then
+    # [1, 2, 4], multiples of 8 to 128, powers of two from 256
+    assert capture_sizes("trtllm", 64, True, True) == (1, 2, 4, *range(8, 129, 8))
+    assert capture_sizes("trtllm", 512, True, True)[-3:] == (128, 256, 512)
+    assert [padded(n, capture_sizes("trtllm", 256, True, True)) for n in (3, 9, 130)] == [4, 16, 256]
+    assert capture_sizes("ref", 64, True, True) == ()
 
 
 def test_padding_prices_the_captured_batch():

@@ -11,7 +11,11 @@ without a graph, unpadded.
   ``get_batch_sizes_to_capture``): ``[1, 2, 4, 8] + range(16, 161, 8)``, plus
   ``range(160, 257, 8)`` on GPUs with more than 90 GB, capped at ``max_running_requests``;
 * TRT-LLM (PyTorch backend, ``CudaGraphConfig``): ``enable_padding`` is off by default,
-  so batches are not padded.
+  so batches are not padded (the ``overhead`` model's default for TRT-LLM). With it on
+  (``cuda_graph_padding: true``), ``CudaGraphConfig._generate_cuda_graph_batch_sizes``
+  (``tensorrt_llm/llmapi/llm_args.py``) captures ``[1, 2, 4] + range(8, 129, 8)`` and the
+  powers of two from 256 below ``cuda_graph_config.max_batch_size`` (128 when unset); taken
+  here as the powers of two up to ``max_num_seqs``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ BLACKWELL_SYSTEMS = ("b200", "b300", "gb200", "gb300")
 
 @cache
 def capture_sizes(backend: str, max_num_seqs: int, large_gpu: bool, blackwell: bool) -> tuple[int, ...]:
-    """The default capture list (empty: the backend does not pad)."""
+    """The capture list a padded decode batch rounds up to (empty: the backend does not pad)."""
     if backend == "vllm":
         top = min(2 * max_num_seqs, 1024 if blackwell else 512)
         sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
@@ -33,6 +37,13 @@ def capture_sizes(backend: str, max_num_seqs: int, large_gpu: bool, blackwell: b
         if large_gpu:
             sizes += list(range(160, 257, 8))
         return tuple(sorted({s for s in sizes if s <= max(max_num_seqs, 1)}))
+    if backend == "trtllm":
+        sizes = [1, 2, 4, *range(8, 129, 8)]
+        top = 256
+        while top <= max_num_seqs:
+            sizes.append(top)
+            top *= 2
+        return tuple(sizes)
     return ()
 
 
