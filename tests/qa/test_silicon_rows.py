@@ -30,7 +30,8 @@ rows_mod = _bench("silicon_rows")
 silicon = _bench("silicon")
 RAW = {r["id"]: r for r in rows_mod.load_rows()}
 
-# (row id, plain aic (TTFT, TPOT), overhead defaults (TTFT, TPOT)), ms
+# (row id, plain aic (TTFT, TPOT), overhead defaults (TTFT, TPOT)), ms, replayed without the
+# runs' own settings (launch=False: the InferenceMAX client, servesim's engine defaults)
 PINNED = [
     ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1",
      (101.572186, 16.774374), (91.520041, 17.379158)),
@@ -84,8 +85,64 @@ def test_model_halves_are_disjoint_and_documented():
 @pytest.mark.parametrize(("row_id", "plain", "wrapped"), PINNED, ids=[p[0][-40:] for p in PINNED])
 def test_pinned_predictions(row_id, plain, wrapped):
     row = rows_mod.parse(RAW[row_id])
-    assert silicon._replay(row, None) == pytest.approx(plain, rel=1e-9)
+    assert silicon._replay(row, None, launch=False) == pytest.approx(plain, rel=1e-9)
+    assert silicon._replay(row, {"type": "overhead"}, launch=False) == pytest.approx(wrapped, rel=1e-9)
+
+
+# The same rows replayed as AIConfigurator's tooling deployed and loaded them (fixed lengths;
+# TensorRT-LLM: batch + ISL + 1,500 tokens per pass, contexts whole; SGLang: ISL + 1,500
+# prefill tokens). Measured: vLLM 154.2 / 18.04 ms, SGLang 840.8 / 16.54, TensorRT-LLM
+# 191.0 / 7.94.
+GENERATED = [
+    ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1", (434.388744, 15.246229)),
+    ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_sglang_agg_1024x128_c16_tp2_epnone_1", (485.979588, 17.673988)),
+    ("meta_llama_llama_3_1_8b_instruct_meta_llama_llama_3_1_8b_instruct_h100_sxm_trtllm_agg_1024x128_c8_tp1_epnone_1",
+     (53.625412, 8.037952)),
+]
+
+
+@pytest.mark.parametrize(("row_id", "wrapped"), GENERATED, ids=[p[0][-40:] for p in GENERATED])
+def test_generated_rows_replay_the_tooling_load(row_id, wrapped):
+    row = rows_mod.parse(RAW[row_id])
+    assert row.generated and row.source == "gap-analysis"
     assert silicon._replay(row, {"type": "overhead"}) == pytest.approx(wrapped, rel=1e-9)
+
+
+def test_generated_rows_settings():
+    """aiconfigurator eval's client (genai-perf/AIPerf, stddev 0) and its generator's agg
+    engine settings, for the aic-auto-gap-analysis rows only."""
+    trt = rows_mod.parse(RAW[GENERATED[2][0]])
+    assert rows_mod.client_options(trt)["random_range_ratio"] == 1.0
+    assert rows_mod.client_options(trt, launch=False)["random_range_ratio"] == 0.8
+    eng = rows_mod.sim_config(trt, "c.yaml")["engine"]
+    # 8 + 1,024 + 1,500 rounded up to 32 tokens; contexts are not chunked; 80 % of free memory
+    assert (eng["enable_chunked_prefill"], eng["trtllm"]) == (False, {"max_num_tokens": 2560})
+    assert eng["timing_model"]["gpu_memory_utilization"] == 0.8
+    sg = rows_mod.sim_config(rows_mod.parse(RAW[GENERATED[1][0]]), "c.yaml", {"type": "overhead"})["engine"]
+    assert sg["sglang"] == {"max_prefill_tokens": 1024 + 1500}
+    assert sg["timing_model"]["cuda_graph_padding"] is False
+    vllm = rows_mod.sim_config(rows_mod.parse(RAW[GENERATED[0][0]]), "c.yaml")["engine"]
+    assert vllm["max_num_batched_tokens"] == 8192 and "vllm" not in vllm
+    assert "trtllm" not in rows_mod.sim_config(trt, "c.yaml", launch=False)["engine"]
+    # the other gap-analysis files name no deployment tooling: InferenceMAX replay
+    kimi = rows_mod.parse(RAW["kimi_k2_5_gap_analysis_kimi_k2_5_gap_analysis_b200_sxm_vllm_fp4_agg_1024x1024_c4_tp8_ep1_1"])
+    assert kimi.source == "gap-analysis" and not kimi.generated
+    assert rows_mod.client_options(kimi)["random_range_ratio"] == 0.8
+
+
+def test_script_token_limits():
+    """Llama-3.1-70B TensorRT-LLM scripts: 16,384 tokens, contexts whole, padded CUDA graphs;
+    Qwen3.5 SGLang scripts: their prefill limits."""
+    row = rows_mod.parse(RAW["2026_04_06_llama_3_1_70b_b200_sxm_trtllm_fp8_agg_1024x1024_c4_tp8_ep1_626"])
+    eng = rows_mod.sim_config(row, "c.yaml", {"type": "overhead"})["engine"]
+    assert (eng["enable_chunked_prefill"], eng["trtllm"]) == (False, {"max_num_tokens": 16384})
+    assert eng["timing_model"]["cuda_graph_padding"] is True
+    assert "enable_chunked_prefill" not in rows_mod.sim_config(row, "c.yaml", launch=False)["engine"]
+    waits = rows_mod.sim_config(rows_mod.parse(RAW[BATCH_WAIT_ROW]), "c.yaml")["engine"]["trtllm"]
+    assert waits == {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9, "max_num_tokens": 16384}
+    qwen = rows_mod.sim_config(rows_mod.parse(RAW["qwen3_5_b200_sglang_fp8_agg_1024x1024_c4_cfg618"]), "c.yaml")
+    assert qwen["engine"]["sglang"] == {"scheduler_recv_interval": 10, "chunked_prefill_size": 32768,
+                                        "max_prefill_tokens": 32768}
 
 
 BATCH_WAIT_ROW = "2026_04_06_llama_3_1_70b_b200_sxm_trtllm_fp8_agg_1024x1024_c4_tp2_ep1_615"
@@ -96,18 +153,18 @@ def test_launch_script_options():
     below TP 8 only, its SGLang Blackwell scripts set a receive interval; ``launch=False``
     leaves them out."""
     row = rows_mod.parse(RAW[BATCH_WAIT_ROW])
-    assert rows_mod.sim_config(row, "c.yaml")["engine"]["trtllm"] == {
-        "batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+    assert rows_mod.backend_options(row, row.roles["agg"]) == {"trtllm": {
+        "batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}}
     assert "trtllm" not in rows_mod.sim_config(row, "c.yaml", launch=False)["engine"]
     tp8 = rows_mod.parse(RAW["2026_04_06_llama_3_1_70b_b200_sxm_trtllm_fp8_agg_1024x1024_c4_tp8_ep1_626"])
-    assert "trtllm" not in rows_mod.sim_config(tp8, "c.yaml")["engine"]
+    assert rows_mod.backend_options(tp8, tp8.roles["agg"]) == {}
     # SGLang on Blackwell: --scheduler-recv-interval 10, 30 from concurrency 16
     for row_id, interval in (("qwen3_5_b200_sglang_fp8_agg_1024x1024_c4_cfg618", 10),
                              ("qwen3_5_b200_sglang_fp8_agg_1024x1024_c32_cfg615", 30)):
         cfg = rows_mod.sim_config(rows_mod.parse(RAW[row_id]), "c.yaml")
-        assert cfg["engine"]["sglang"] == {"scheduler_recv_interval": interval}
+        assert cfg["engine"]["sglang"]["scheduler_recv_interval"] == interval
     h100 = rows_mod.parse(RAW["qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_sglang_agg_1024x128_c16_tp2_epnone_1"])
-    assert "sglang" not in rows_mod.sim_config(h100, "c.yaml")["engine"]
+    assert rows_mod.backend_options(h100, h100.roles["agg"]) == {}
 
 
 def test_batch_waiting_delays_the_first_token_not_the_decode():
