@@ -12,7 +12,7 @@ and of the rest, AIConfigurator's price of one request's prefill alone ("solo":
 ``predict_prefill_latency(1, 0.9 ISL, 0)``, the mean prompt of the ``[0.8 L, L]`` draw), the
 measured TTFT in solos, and the TTFT servesim misses in measured decode steps
 (``(measured - predicted) / measured TPOT``); then the medians per data source and backend.
-docs/fidelity.md ("Where the TTFT gap comes from") reads these. A benchmark: nothing is
+docs/fidelity.md ("Where the error comes from") reads these. A benchmark: nothing is
 asserted.
 """
 

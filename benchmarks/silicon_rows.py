@@ -16,8 +16,11 @@ The servers' launch scripts (InferenceX ``benchmarks/*.sh``, e.g. ``70b_fp8_b200
 fp8 and fp4 runs and give TRT-LLM 85 % of the free memory (vLLM and SGLang 90 %), so the rows
 are replayed with those settings.
 
-Scheduler options a launch script sets for some runs only are in :func:`backend_options`, and a
-token budget other than 8,192 in :func:`batched_tokens`.
+Scheduler options a launch script sets for some runs only are in :func:`backend_options`, a
+token budget other than 8,192 in :func:`batched_tokens`, other token limits and chunking in
+:func:`script_limits`. AIConfigurator's own gap-analysis runs were deployed and loaded by its
+own tooling, not InferenceMAX's: :func:`aic_generated`, :func:`generated_engine`,
+:func:`client_options`.
 """
 
 from __future__ import annotations
@@ -184,8 +187,9 @@ def _vllm_dp_attention(row: Row, role: Role) -> None:
 def data_source(raw: dict[str, Any]) -> str:
     """Where the row was measured: ``inferencemax`` (InferenceMAX runs, ``source_file=2026-...``
     and ``db-dump/...``; client and launch scripts public in InferenceX) or ``gap-analysis``
-    (AIConfigurator's own runs, ``aic-auto-gap-analysis`` and ``*-gap-analysis.csv``; client
-    not published). docs/fidelity.md compares the two."""
+    (AIConfigurator's own runs, ``aic-auto-gap-analysis`` and ``*-gap-analysis.csv``; the
+    former deployed and loaded by AIConfigurator's tooling, :func:`aic_generated`).
+    docs/fidelity.md compares the two."""
     src = (raw.get("silicon_data_source") or "").split(";")[0]
     return "inferencemax" if src.startswith(("source_file=2026-", "db-dump/")) else "gap-analysis"
 
