@@ -217,6 +217,13 @@ def model_halves(rows: list[dict[str, Any]]) -> tuple[set[str], set[str]]:
     return set(ordered[0::2]), set(ordered[1::2])
 
 
+# Tokens a chat template adds around one user message with the generation prompt: Qwen3's
+# "<|im_start|>user\n" ... "<|im_end|>\n<|im_start|>assistant\n" (8); Llama-3.1 Instruct's
+# begin-of-text, system header with its knowledge-cutoff and date lines, user and assistant
+# headers (about 37).
+CHAT_TEMPLATE_TOKENS = {"Qwen/Qwen3-32B": 8, "Qwen/Qwen3-235B-A22B-FP8": 8, "meta-llama/Meta-Llama-3.1-8B": 37}
+
+
 def client_options(row: Row, launch: bool = True) -> dict[str, Any]:
     """The client file (servesim-benchclient's ``bench_client`` format) for the row.
 
@@ -228,10 +235,14 @@ def client_options(row: Row, launch: bool = True) -> dict[str, Any]:
     --output-tokens-mean OSL --output-tokens-stddev 0`` with ``min_tokens`` = ``max_tokens``
     = OSL and ``ignore_eos``, ``--concurrency c --request-count 10c
     --warmup-request-count 2c``: every prompt has exactly ISL tokens and every answer OSL,
-    which is range ratio 1 (``launch`` False replays them with the InferenceMAX client)."""
+    which is range ratio 1. The runner posts to ``/v1/chat/completions``, so the server wraps
+    the ISL tokens in the model's chat template (:data:`CHAT_TEMPLATE_TOKENS`): a burst of
+    eight 1,024-token prompts no longer fits one 8,192-token pass. ``launch`` False replays
+    them with the InferenceMAX client."""
     fixed = launch and row.generated
     return {
-        "client": "inferencemax", "random_input_len": row.isl, "random_output_len": row.osl,
+        "client": "inferencemax", "random_input_len": row.isl + (CHAT_TEMPLATE_TOKENS.get(row.model, 0) if fixed else 0),
+        "random_output_len": row.osl,
         "random_range_ratio": 1.0 if fixed else RANGE_RATIO, "num_prompts": PROMPTS_PER_SLOT * row.concurrency,
         "max_concurrency": row.concurrency, "request_rate": "inf", "ignore_eos": True,
         "num_warmups": 2 * row.concurrency,

@@ -89,15 +89,15 @@ def test_pinned_predictions(row_id, plain, wrapped):
     assert silicon._replay(row, {"type": "overhead"}, launch=False) == pytest.approx(wrapped, rel=1e-9)
 
 
-# The same rows replayed as AIConfigurator's tooling deployed and loaded them (fixed lengths;
-# TensorRT-LLM: batch + ISL + 1,500 tokens per pass, contexts whole; SGLang: ISL + 1,500
-# prefill tokens). Measured: vLLM 154.2 / 18.04 ms, SGLang 840.8 / 16.54, TensorRT-LLM
+# The same rows replayed as AIConfigurator's tooling deployed and loaded them (fixed lengths,
+# plus the chat template's tokens; TensorRT-LLM: batch + ISL + 1,500 tokens per pass, contexts
+# whole; SGLang: ISL + 1,500 prefill tokens). Measured: vLLM 154.2 / 18.04 ms, SGLang 840.8 / 16.54, TensorRT-LLM
 # 191.0 / 7.94.
 GENERATED = [
-    ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1", (434.388744, 15.246229)),
-    ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_sglang_agg_1024x128_c16_tp2_epnone_1", (485.979588, 17.673988)),
+    ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1", (354.754005, 15.902786)),
+    ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_sglang_agg_1024x128_c16_tp2_epnone_1", (505.472756, 17.800748)),
     ("meta_llama_llama_3_1_8b_instruct_meta_llama_llama_3_1_8b_instruct_h100_sxm_trtllm_agg_1024x128_c8_tp1_epnone_1",
-     (53.625412, 8.037952)),
+     (55.245163, 8.086523)),
 ]
 
 
@@ -114,6 +114,10 @@ def test_generated_rows_settings():
     trt = rows_mod.parse(RAW[GENERATED[2][0]])
     assert rows_mod.client_options(trt)["random_range_ratio"] == 1.0
     assert rows_mod.client_options(trt, launch=False)["random_range_ratio"] == 0.8
+    # the chat endpoint wraps the ISL tokens in the model's template: Llama-3.1 about 37, Qwen3 8
+    assert rows_mod.client_options(trt)["random_input_len"] == 1024 + 37
+    assert rows_mod.client_options(rows_mod.parse(RAW[GENERATED[0][0]]))["random_input_len"] == 1024 + 8
+    assert rows_mod.client_options(trt, launch=False)["random_input_len"] == 1024
     eng = rows_mod.sim_config(trt, "c.yaml")["engine"]
     # 8 + 1,024 + 1,500 rounded up to 32 tokens; contexts are not chunked; 80 % of free memory
     assert (eng["enable_chunked_prefill"], eng["trtllm"]) == (False, {"max_num_tokens": 2560})
