@@ -221,7 +221,8 @@ def model_halves(rows: list[dict[str, Any]]) -> tuple[set[str], set[str]]:
 # "<|im_start|>user\n" ... "<|im_end|>\n<|im_start|>assistant\n" (8); Llama-3.1 Instruct's
 # begin-of-text, system header with its knowledge-cutoff and date lines, user and assistant
 # headers (about 37).
-CHAT_TEMPLATE_TOKENS = {"Qwen/Qwen3-32B": 8, "Qwen/Qwen3-235B-A22B-FP8": 8, "meta-llama/Meta-Llama-3.1-8B": 37}
+CHAT_TEMPLATE_TOKENS = {"Qwen/Qwen3-32B": 8, "Qwen/Qwen3-235B-A22B-FP8": 8,
+                        "meta-llama/Meta-Llama-3.1-8B": 37}
 
 
 def client_options(row: Row, launch: bool = True) -> dict[str, Any]:
@@ -240,10 +241,11 @@ def client_options(row: Row, launch: bool = True) -> dict[str, Any]:
     eight 1,024-token prompts no longer fits one 8,192-token pass. ``launch`` False replays
     them with the InferenceMAX client."""
     fixed = launch and row.generated
+    template = CHAT_TEMPLATE_TOKENS.get(row.model, 0) if fixed else 0
     return {
-        "client": "inferencemax", "random_input_len": row.isl + (CHAT_TEMPLATE_TOKENS.get(row.model, 0) if fixed else 0),
-        "random_output_len": row.osl,
-        "random_range_ratio": 1.0 if fixed else RANGE_RATIO, "num_prompts": PROMPTS_PER_SLOT * row.concurrency,
+        "client": "inferencemax", "random_input_len": row.isl + template, "random_output_len": row.osl,
+        "random_range_ratio": 1.0 if fixed else RANGE_RATIO,
+        "num_prompts": PROMPTS_PER_SLOT * row.concurrency,
         "max_concurrency": row.concurrency, "request_rate": "inf", "ignore_eos": True,
         "num_warmups": 2 * row.concurrency,
     }

@@ -91,8 +91,8 @@ def test_pinned_predictions(row_id, plain, wrapped):
 
 # The same rows replayed as AIConfigurator's tooling deployed and loaded them (fixed lengths,
 # plus the chat template's tokens; TensorRT-LLM: batch + ISL + 1,500 tokens per pass, contexts
-# whole; SGLang: ISL + 1,500 prefill tokens). Measured: vLLM 154.2 / 18.04 ms, SGLang 840.8 / 16.54, TensorRT-LLM
-# 191.0 / 7.94.
+# whole; SGLang: ISL + 1,500 prefill tokens). Measured: vLLM 154.2 / 18.04 ms, SGLang
+# 840.8 / 16.54, TensorRT-LLM 191.0 / 7.94.
 GENERATED = [
     ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1", (354.754005, 15.902786)),
     ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_sglang_agg_1024x128_c16_tp2_epnone_1", (505.472756, 17.800748)),
@@ -129,7 +129,8 @@ def test_generated_rows_settings():
     assert vllm["max_num_batched_tokens"] == 8192 and "vllm" not in vllm
     assert "trtllm" not in rows_mod.sim_config(trt, "c.yaml", launch=False)["engine"]
     # the other gap-analysis files name no deployment tooling: InferenceMAX replay
-    kimi = rows_mod.parse(RAW["kimi_k2_5_gap_analysis_kimi_k2_5_gap_analysis_b200_sxm_vllm_fp4_agg_1024x1024_c4_tp8_ep1_1"])
+    kimi_id = "kimi_k2_5_gap_analysis_kimi_k2_5_gap_analysis_b200_sxm_vllm_fp4_agg_1024x1024_c4_tp8_ep1_1"
+    kimi = rows_mod.parse(RAW[kimi_id])
     assert kimi.source == "gap-analysis" and not kimi.generated
     assert rows_mod.client_options(kimi)["random_range_ratio"] == 0.8
 
@@ -143,8 +144,10 @@ def test_script_token_limits():
     assert eng["timing_model"]["cuda_graph_padding"] is True
     assert "enable_chunked_prefill" not in rows_mod.sim_config(row, "c.yaml", launch=False)["engine"]
     waits = rows_mod.sim_config(rows_mod.parse(RAW[BATCH_WAIT_ROW]), "c.yaml")["engine"]["trtllm"]
-    assert waits == {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9, "max_num_tokens": 16384}
-    qwen = rows_mod.sim_config(rows_mod.parse(RAW["qwen3_5_b200_sglang_fp8_agg_1024x1024_c4_cfg618"]), "c.yaml")
+    assert waits == {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9,
+                     "max_num_tokens": 16384}
+    qwen = rows_mod.sim_config(rows_mod.parse(RAW["qwen3_5_b200_sglang_fp8_agg_1024x1024_c4_cfg618"]),
+                               "c.yaml")
     assert qwen["engine"]["sglang"] == {"scheduler_recv_interval": 10, "chunked_prefill_size": 32768,
                                         "max_prefill_tokens": 32768}
 
