@@ -7,7 +7,8 @@ and TPOT (and aiconfigurator's own estimate) with what the GPUs measured.
         [--timing '{type: overhead}'] [--no-peer] [--no-launch-options] [--out silicon-out]
 
 Each row is replayed with its backend, system, model, precision and per-role parallelism under
-the InferenceMAX client's load (benchmarks/silicon_rows.py). Writes ``rows.csv`` (one line per
+its client's load (the InferenceMAX client's, or AIConfigurator's own for its gap-analysis
+runs) and with its launch settings (benchmarks/silicon_rows.py). Writes ``rows.csv`` (one line per
 row: measured, servesim, aiconfigurator), ``scatter.png`` and ``summary.md`` under ``--out``
 and prints MAPE and signed bias by backend x system x mode, and the coverage. ``--timing``
 wraps the ``aic`` model in another timing model (its ``inner``), e.g. the ``overhead`` model.
@@ -122,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timing", default=None, help="YAML mapping of a timing model wrapping aic")
     ap.add_argument("--no-peer", action="store_true", help="skip aiconfigurator's own estimate")
     ap.add_argument("--no-launch-options", action="store_true",
-                    help="leave out the launch scripts' scheduler options (silicon_rows.backend_options)")
+                    help="leave out the launch scripts' and AIConfigurator's generator's settings and "
+                         "replay every row under the InferenceMAX client (silicon_rows)")
     ap.add_argument("--out", default="silicon-out")
     a = ap.parse_args(argv)
     import yaml
