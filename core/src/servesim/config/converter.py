@@ -251,7 +251,7 @@ def flatten_errors(exc: BaseException, path: str = "") -> list[Problem]:
 
 def structure_at(conv: Any, data: Any, cl: type, path: str) -> tuple[Any, list[Problem]]:
     """Structure ``data`` as ``cl`` (by a cattrs converter or a
-    :class:`~servesim.fast.config_convert.LazyConverter`); on failure return
+    :class:`~servesim.config.direct_convert.LazyConverter`); on failure return
     ``(None, problems)`` under ``path``."""
     try:
         return conv.structure(data, cl), []

@@ -18,6 +18,7 @@ import attrs
 from servesim.config.capabilities import engine_needs, split_needs, workload_needs
 from servesim.config.checks import check_engine, check_sections
 from servesim.config.converter import Problem, make_converter, show, structure_at, unknown_key_message
+from servesim.config.direct_convert import LazyConverter
 from servesim.config.elastic import ELASTIC_SECTIONS, check_elastic
 from servesim.config.engine import EngineConfig, resolve_block_size
 from servesim.config.plugin_build import engine_failure
@@ -28,7 +29,6 @@ from servesim.config.yaml_io import apply_sets, merge_files
 from servesim.contract import WorkerType
 from servesim.errors import ConfigError, PluginError
 from servesim.factory import EngineFactory
-from servesim.fast.config_convert import LazyConverter
 from servesim.kv.eviction import eviction_refusal, policy_factory
 from servesim.mechanics.lora import LORA_ENGINE_KEYS
 from servesim.plugins import Plugins, disabled_hint
