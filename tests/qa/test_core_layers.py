@@ -30,8 +30,8 @@ ALLOWED: dict[str, set[str]] = {
     "kv": {"_compiled", "contract", "sinks"},
     "timing": {"_compiled", "config", "contract", "errors", "mechanics"},
     "rank": {"config", "contract", "kv", "mechanics", "timing"},
-    "engine": {"contract", "errors", "fast", "mechanics", "rank", "timing"},
-    "factory": {"config", "engine", "fast", "kv", "rank", "timing"},
+    "engine": {"contract", "errors", "mechanics", "rank", "timing"},
+    "factory": {"config", "engine", "kv", "rank", "timing"},
     "workload": {"config", "errors", "tokens"},
     "sinks": {"config", "contract", "errors", "kv"},
     "config": {"contract", "errors", "factory", "kv", "mechanics", "plugins", "rank",
@@ -43,8 +43,8 @@ ALLOWED: dict[str, set[str]] = {
     "builtins": {"_markers", "kv", "registry", "replay", "sinks", "workload"},
     "replay": {"_compiled", "config", "contract", "engine", "errors", "factory", "fast", "kv",
                "mechanics", "plugins", "rank", "report", "sinks", "tokens", "workload"},
-    "fast": {"_compiled", "config", "contract", "engine", "errors", "kv", "rank", "replay", "tokens",
-             "report", "sinks", "timing", "workload"},
+    "fast": {"_compiled", "config", "contract", "engine", "errors", "factory", "kv", "mechanics",
+             "rank", "replay", "tokens", "report", "sinks", "timing", "workload"},
     "testing": {"config", "contract", "engine", "errors", "factory", "fast", "kv", "plugins",
                 "replay", "sinks", "timing", "tokens", "workload"},
     "cli": {"config", "errors", "plugins", "replay", "report", "sinks"},
@@ -53,10 +53,7 @@ ALLOWED: dict[str, set[str]] = {
 #: The modules outside ``servesim.fast`` that import it: the composition points of the speed
 #: overlay: the places that compose it or check it (docs/architecture.md, "The speed overlay").
 FAST_ENTRIES = {
-    "servesim.engine",  # runs of passes (fast.runs, fast.run_pending)
-    "servesim.factory",  # tells the ranks it builds who reads their output (fast.event_readers)
-    "servesim.replay.driver",  # runs, cohorts, merged and offloaded sinks
-    "servesim.replay.runner",  # whether the sinks' writer process applies
+    "servesim.replay.runner",  # hands the overlay (fast.overlay.FastOverlay) to the replay
     "servesim.testing.driver",  # the kits check runs against stepping
     "servesim.testing.runs_check",
     "servesim.testing.timing_kit",  # checks fast.decode_many's protocol against the scalar method
