@@ -31,9 +31,9 @@ from servesim.rank import (
 _INF: Final = float("inf")
 
 
-def _check_time(name: str, value: float) -> None:
+def check_time(name: str, value: float) -> None:
     """:func:`validate_time`, with its common case (a finite float >= 0) decided here: the
-    engine checks every pass's times."""
+    engine (and the run engine, servesim.fast.engine_runs) checks every pass's times."""
     if type(value) is not float or not 0.0 <= value < _INF:
         validate_time(name, value)
 
@@ -199,7 +199,7 @@ class Engine:
     def apply(self, dp_rank: int, command: Command, now_ms: float) -> CommandEffects:
         """Apply a command to one rank. Errors never poison (reference §2.4)."""
         self._check_alive()
-        _check_time("now_ms", now_ms)
+        check_time("now_ms", now_ms)
         if not 0 <= dp_rank < self.dp_size:
             raise EngineError(f"DP rank {dp_rank} out of range for dp_size {self.dp_size}")
         if self._pending is None:
@@ -220,7 +220,7 @@ class Engine:
     def execute_pass(self, now_ms: float) -> EnginePassStarted | None:
         """Start a group pass; None (and no pass id consumed) if no rank can run."""
         self._check_alive()
-        _check_time("now_ms", now_ms)
+        check_time("now_ms", now_ms)
         if self._pending is not None:
             raise EngineError(f"engine {self.worker_id}: a pass is already in flight")
         if self._single is not None:
@@ -302,7 +302,7 @@ class Engine:
     def complete_pass(self, pass_id: int, end_ms: float) -> EnginePassCompleted:
         """Release the in-flight pass; ranks see the modelled boundary even if ``end_ms`` is late."""
         self._check_alive()
-        _check_time("end_ms", end_ms)
+        check_time("end_ms", end_ms)
         pending = self._pending
         if pending is None:
             raise EngineError(f"engine {self.worker_id}: no pass in flight")
@@ -358,7 +358,7 @@ class Engine:
 
     def process_internal_work(self, now_ms: float) -> list[tuple[int, PassStartEffects]]:
         self._check_alive()
-        _check_time("now_ms", now_ms)
+        check_time("now_ms", now_ms)
         if self._pending is not None:
             return []
         out = []

@@ -14,12 +14,11 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from servesim.contract import Command, CommandEffects
-from servesim.engine import Engine, EnginePassCompleted, PendingGroupPass
+from servesim.engine import Engine, EnginePassCompleted, PendingGroupPass, check_time
 from servesim.errors import EngineError
 from servesim.fast.rank_runs import RunsOfPasses
 from servesim.fast.run_pending import check_run
 from servesim.fast.runs import EngineRunCompleted, EngineRunStarted
-from servesim.mechanics.numeric import validate_time
 from servesim.rank import Rank
 from servesim.timing.pricing import prices_pass_shapes
 
@@ -72,7 +71,7 @@ class RunEngine(Engine):
         sets ``runs_through_completions = True``.
         """
         self._check_alive()
-        validate_time("now_ms", now_ms)
+        check_time("now_ms", now_ms)
         if self._pending is not None:
             raise EngineError(f"engine {self.worker_id}: a pass is already in flight")
         runner = self._run_rank
@@ -169,7 +168,7 @@ class RunEngine(Engine):
     def complete_run(self, first_pass_id: int, end_ms: float) -> EngineRunCompleted:
         """Release the in-flight run at its modelled last boundary."""
         self._check_alive()
-        validate_time("end_ms", end_ms)
+        check_time("end_ms", end_ms)
         pending = self._pending
         if pending is None or not self._run_passes:
             raise EngineError(f"engine {self.worker_id}: no run in flight")
