@@ -43,7 +43,6 @@ from servesim.kv.adapter_hashes import prompt_hashes
 from servesim.rank import NO_RETRY_HINT, InternalWork, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
 from servesim.replay.observers import FinishedRequest, Observers
-from servesim.replay.passlog import PassLogWriter
 from servesim.replay.routers import RoundRobinRouter, Router
 from servesim.replay.speed import FLUSH_AT, RunDriverView, SinkMergeView, SpeedOverlay
 from servesim.report.stats import RequestLog
@@ -53,6 +52,7 @@ from servesim.workload.model import Workload
 
 if TYPE_CHECKING:
     from servesim.contract import Metrics
+    from servesim.replay.passlog import PassLogWriter
     from servesim.replay.timeline import PassTimeline
 
 # Final: the compiled build inlines them (a module global is a dict lookup per use there).

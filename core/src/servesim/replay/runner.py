@@ -23,7 +23,6 @@ from servesim.replay.cluster import build_engines
 from servesim.replay.driver import ProgressFn, Replayer
 from servesim.replay.gc_spacing import collections_spaced
 from servesim.replay.observers import Observers
-from servesim.replay.passlog import PassLogWriter
 from servesim.replay.release import (
     attach_release,
     has_dependencies,
@@ -207,7 +206,11 @@ def _simulate(
 
         warm = preload_engines(engines, sim.workload.warm_cache, block_size, router)
     pass_file = _open_pass_log(pass_log)
-    writer = None if pass_file is None else PassLogWriter(pass_file.fh)
+    writer = None
+    if pass_file is not None:
+        from servesim.replay.passlog import PassLogWriter  # only with --pass-log
+
+        writer = PassLogWriter(pass_file.fh)
     scope = ReportScope.of(sim.workload, workload, plugins)
     graph = has_dependencies(workload) or snapshot is not None  # a cut may leave none
     if elastic:  # servesim.replay.elastic: lifecycle, planner, faults
