@@ -25,6 +25,7 @@ from pathlib import Path
 from servesim.config.engine import EngineConfig
 from servesim.contract import Request
 from servesim.factory import EngineFactory
+from servesim.fast.engine_runs import RunEngine
 from servesim.testing.driver import drive
 from servesim.timing import PolynomialTiming
 from servesim.tokens import RepeatedBlockTokens
@@ -57,8 +58,10 @@ def run_servesim(rows: list[dict], fpm: bool, runs: bool = True) -> tuple[float,
          Request(i, RepeatedBlockTokens(r["hash_ids"], TRACE_BLOCK, r["input_length"]), r["output_length"]))
         for i, r in enumerate(rows)
     ]
-    engine = EngineFactory(EngineConfig(), VllmRank, PolynomialTiming(),
-                           emit_forward_pass_metrics=fpm).build(0)
+    factory = EngineFactory(EngineConfig(), VllmRank, PolynomialTiming(),
+                            emit_forward_pass_metrics=fpm)
+    factory.engine_class = RunEngine  # it may commit runs of passes
+    engine = factory.build(0)
     t0, c0 = time.perf_counter(), time.process_time()
     result = drive(engine, arrivals, runs=runs)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0

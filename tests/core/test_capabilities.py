@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import servesim.cli.main as cli
 from servesim.contract import CommandEffects, CommandResult, PassCompletionEffects, PassStartEffects
-from servesim.engine import Engine
+from servesim.fast.engine_runs import RunEngine
 from servesim.fast.event_readers import FitsReaders
 from servesim.fast.rank_runs import RunsOfPasses
 from servesim.rank import (
@@ -110,7 +110,7 @@ def test_the_engine_asks_a_rank_only_for_what_it_declares() -> None:
 
     for rank_class, expected in ((Plain, []), (Hooked, ["waiting", "waiting", "prepare 0"])):
         calls.clear()
-        engine = Engine(0, [rank_class()])
+        engine = RunEngine(0, [rank_class()])  # an Engine that also asks for runs
         engine.apply(0, object(), 0.0)  # type: ignore[arg-type]
         assert engine.is_ready()
         started = engine.execute_pass(0.0)

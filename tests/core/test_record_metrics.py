@@ -7,7 +7,8 @@ import pytest
 from servesim.config.engine import EngineConfig
 from servesim.contract import Request, Submit
 from servesim.factory import EngineFactory
-from servesim.fast.event_readers import EventReaders
+from servesim.fast.engine_runs import RunEngine
+from servesim.fast.event_readers import EventReaders, hand_readers
 from servesim.timing import FixedTiming, FixedTimingConfig
 from servesim.tokens import Tokens
 from servesim_trtllm.rank import TrtllmRank
@@ -17,7 +18,7 @@ from servesim_vllm.rank import VllmRank
 def _drive(rank_class: type, record: bool) -> list:
     factory = EngineFactory(EngineConfig(num_gpu_blocks=64, block_size=4), rank_class,
                             FixedTiming(FixedTimingConfig(10.0, 2.0)))
-    factory.readers = EventReaders(occupancy=record)
+    hand_readers(factory, EventReaders(occupancy=record))
     engine = factory.build(0)
     seen = [engine.apply(0, Submit(Request(1, Tokens(list(range(10))), 3)), 0.0).metrics]
     now = 0.0
@@ -47,7 +48,8 @@ def test_metrics_are_left_out_only_when_asked(rank_class: type) -> None:
 def test_runs_follow_the_switch_too(rank_class: type, record: bool) -> None:
     factory = EngineFactory(EngineConfig(num_gpu_blocks=64, block_size=4), rank_class,
                             FixedTiming(FixedTimingConfig(10.0, 2.0)))
-    factory.readers = EventReaders(occupancy=record)
+    hand_readers(factory, EventReaders(occupancy=record))
+    factory.engine_class = RunEngine
     engine = factory.build(0)
     engine.apply(0, Submit(Request(1, Tokens(list(range(10))), 12)), 0.0)
     now = 0.0

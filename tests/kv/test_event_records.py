@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servesim.contract import KvBlock, KvEvent, RemovedBlocks, StoredBlocks
+from servesim.fast.event_readers import fit_to_readers
 from servesim.kv.event_records import (
     ROUTER_METHODS,
     SINK_METHODS,
@@ -118,9 +119,9 @@ def _fit(sinks: list[Any], router: Any, reads: bool, observed: bool = False) -> 
 
     rank = pytest.importorskip("servesim_vllm.rank").VllmRank
     factory = EngineFactory(EngineConfig(), rank, object(), emit_kv_events=True)  # type: ignore[arg-type]
-    factory.fit_to_readers(sinks, router_reads_events=reads, record_metrics=False, router=router,
-                           observed=observed)
-    return factory.readers.kv_records, factory.readers.kv_router_only
+    readers = fit_to_readers(factory, sinks, router_reads_events=reads, record_metrics=False,
+                             router=router, observed=observed)
+    return readers.kv_records, readers.kv_router_only
 
 
 def test_a_replay_uses_records_only_when_every_reader_accepts_them(tmp_path: Any) -> None:

@@ -10,6 +10,7 @@ import pytest
 from fake_plugins import install
 from servesim.config.loader import load_config
 from servesim.contract import WorkerType
+from servesim.fast.engine_runs import RunEngine
 from servesim.replay.runner import simulate
 from servesim.timing.base import TimingModel
 from servesim.timing.pricing import prices_pass_shapes
@@ -154,6 +155,7 @@ def test_a_pass_only_model_prices_every_pass_and_declines_runs(shaped: Any, back
     assert len(shaped.shapes) == result.passes  # one shape per pass: no run priced passes in bulk
     assert all(s.backend == backend for s in shaped.shapes)
     factory = load_config(None, sets).engine_factory()
+    factory.engine_class = RunEngine
     engine = factory.build(0)
     assert engine.execute_run(0.0, float("inf")) is None
 

@@ -294,7 +294,7 @@ def _outcome(doc: dict[str, Any], conv: Any) -> tuple[str, Any]:
 
 
 def _same_with_and_without_cattrs(doc: dict[str, Any], shared: Any) -> None:
-    from servesim.fast.config_convert import LazyConverter
+    from servesim.config.direct_convert import LazyConverter
 
     direct, via_cattrs = _outcome(doc, LazyConverter()), _outcome(doc, shared)
     assert direct == via_cattrs, doc

@@ -30,21 +30,21 @@ ALLOWED: dict[str, set[str]] = {
     "kv": {"_compiled", "contract", "sinks"},
     "timing": {"_compiled", "config", "contract", "errors", "mechanics"},
     "rank": {"config", "contract", "kv", "mechanics", "timing"},
-    "engine": {"contract", "errors", "fast", "mechanics", "rank", "timing"},
-    "factory": {"config", "engine", "fast", "kv", "rank", "timing"},
+    "engine": {"contract", "errors", "mechanics", "rank", "timing"},
+    "factory": {"config", "engine", "kv", "rank", "timing"},
     "workload": {"config", "errors", "tokens"},
-    "sinks": {"config", "contract", "errors", "fast", "kv"},
-    "config": {"contract", "errors", "factory", "fast", "kv", "mechanics", "plugins", "rank",
+    "sinks": {"config", "contract", "errors", "kv"},
+    "config": {"contract", "errors", "factory", "kv", "mechanics", "plugins", "rank",
                "timing", "workload"},
-    "report": {"config", "fast", "mechanics"},
+    "report": {"config", "mechanics"},
     "hookspecs": {"_markers", "config", "contract", "registry", "replay"},
     "plugins": {"_markers", "builtins", "errors", "hookspecs", "plugin_scan", "registry"},
     "plugin_scan": set(),
     "builtins": {"_markers", "kv", "registry", "replay", "sinks", "workload"},
     "replay": {"_compiled", "config", "contract", "engine", "errors", "factory", "fast", "kv",
                "mechanics", "plugins", "rank", "report", "sinks", "tokens", "workload"},
-    "fast": {"_compiled", "config", "contract", "engine", "errors", "kv", "rank", "replay", "tokens",
-             "report", "sinks", "timing", "workload"},
+    "fast": {"_compiled", "config", "contract", "engine", "errors", "factory", "kv", "mechanics",
+             "rank", "replay", "tokens", "report", "sinks", "timing", "workload"},
     "testing": {"config", "contract", "engine", "errors", "factory", "fast", "kv", "plugins",
                 "replay", "sinks", "timing", "tokens", "workload"},
     "cli": {"config", "errors", "plugins", "replay", "report", "sinks"},
@@ -53,15 +53,7 @@ ALLOWED: dict[str, set[str]] = {
 #: The modules outside ``servesim.fast`` that import it: the composition points of the speed
 #: overlay: the places that compose it or check it (docs/architecture.md, "The speed overlay").
 FAST_ENTRIES = {
-    "servesim.config.loader",  # the config fast path (fast.config_convert)
-    "servesim.engine",  # runs of passes (fast.runs, fast.run_pending)
-    "servesim.factory",  # tells the ranks it builds who reads their output (fast.event_readers)
-    "servesim.replay.driver",  # runs, cohorts, merged and offloaded sinks
-    "servesim.replay.runner",  # whether the sinks' writer process applies
-    "servesim.report.stats",  # array statistics past a size
-    "servesim.report.summary",  # array samples past a size
-    "servesim.sinks.builtin",  # forward-pass metrics written by column
-    "servesim.sinks.jsonl_lines",
+    "servesim.replay.runner",  # hands the overlay (fast.overlay.FastOverlay) to the replay
     "servesim.testing.driver",  # the kits check runs against stepping
     "servesim.testing.runs_check",
     "servesim.testing.timing_kit",  # checks fast.decode_many's protocol against the scalar method

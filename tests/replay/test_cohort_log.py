@@ -17,6 +17,8 @@ from servesim.config.engine import EngineConfig
 from servesim.config.sections import ReportConfig
 from servesim.factory import EngineFactory
 from servesim.fast.cohorts import CohortLog
+from servesim.fast.engine_runs import RunEngine
+from servesim.fast.overlay import FastOverlay
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
 from servesim.replay.routers import KvRouter, RoundRobinRouter
@@ -66,8 +68,10 @@ def _replay(case: dict, runs: bool) -> tuple[str, list[str]]:
     workload = MooncakeTrace.parse_lines(case["lines"], "t.jsonl", 4)
     workers = case["workers"]
     router = (KvRouter if case["kv"] else RoundRobinRouter)(workers, 1, 4)
-    rp = Replayer(build_engines(_factory(case).build, workers), workload, router=router,
-                  block_size=4, concurrency=case["concurrency"], runs=runs)
+    factory = _factory(case)
+    factory.engine_class = RunEngine
+    rp = Replayer(build_engines(factory.build, workers), workload, router=router,
+                  block_size=4, concurrency=case["concurrency"], speed=FastOverlay(runs=runs))
     log = rp.run()
     assert type(log) is (CohortLog if runs else RequestLog)
     return dumps(build_report(log, ReportConfig())), list(per_request_lines(log))

@@ -18,6 +18,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servesim.config.loader import load_config
+from servesim.fast.overlay import FastOverlay
 from servesim.plugins import Plugins
 from servesim.replay.disagg import DisaggReplayer, build_disagg_replayer
 from servesim.replay.runner import load_workload
@@ -93,7 +94,7 @@ def _replay(case: dict[str, Any], runs: bool, real_decode_hashes: bool = False
     (tmp / "sim.yaml").write_text(json.dumps(cfg))
     loaded = load_config(str(tmp / "sim.yaml"), (), PLUGINS)
     wl = load_workload(loaded.sim.workload, loaded.plugins)
-    rp = build_disagg_replayer(loaded, wl, [], [], record_metrics=not runs, runs=runs,
+    rp = build_disagg_replayer(loaded, wl, [], [], record_metrics=not runs, speed=FastOverlay(runs=runs),
                                concurrency=loaded.sim.workload.concurrency,
                                record_token_times=case["token_times"])
     if real_decode_hashes:  # every block of every request hashed on the decode ranks

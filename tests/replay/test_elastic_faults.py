@@ -9,6 +9,7 @@ import pytest
 from elastic_cases import accounting, load, planned_outputs, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from servesim.fast.event_readers import fit_to_readers
 from servesim.replay.elastic_setup import build_elastic_replayer
 from servesim.replay.runner import load_workload
 from servesim.sinks.builtin import MemoryKvEventSink
@@ -104,8 +105,9 @@ def _replay(loaded):
 
     def make_factory(overrides=None, path="engine"):
         factory = loaded.engine_factory(overrides, emit_kv_events=True, path=path)
-        factory.fit_to_readers([sink], router_reads_events=router.wants_kv_events,
-                               record_metrics=True, router=None)
+        factory.fit_to_sinks([sink])
+        fit_to_readers(factory, [sink], router_reads_events=router.wants_kv_events,
+                       record_metrics=True, router=None)
         return factory
 
     replayer = build_elastic_replayer(loaded, workload, make_factory, router=router,

@@ -127,6 +127,10 @@ def test_a_stopped_worker_clears_its_cache(tmp_path):
 
 
 def test_elastic_sections_are_left_out_of_a_plain_config(tmp_path):
+    from servesim.config.elastic import ELASTIC_SECTIONS
+    from servesim.config.sim import ELASTIC
+
+    assert tuple(ELASTIC_SECTIONS) == ELASTIC  # the names the loader knows without the classes
     assert not {"lifecycle", "planner", "faults"} & set(load(tmp_path).resolved())
     loaded = load(tmp_path, SCHEDULE % "wait", name="b.yaml")
     resolved = loaded.resolved()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from elastic_cases import load
+from servesim.fast.event_readers import fit_to_readers
 from servesim.replay.elastic_setup import build_elastic_replayer
 from servesim.replay.runner import load_workload
 from servesim.sinks.base import SinkError, WorkerChange
@@ -57,8 +58,9 @@ def _replay(loaded, kv_sinks, fpm_sinks):
 
     def make_factory(overrides=None, path="engine"):
         factory = loaded.engine_factory(overrides, emit_kv_events=True, path=path)
-        factory.fit_to_readers(kv_sinks, router_reads_events=router.wants_kv_events,
-                               record_metrics=True, router=None)
+        factory.fit_to_sinks(kv_sinks)
+        fit_to_readers(factory, kv_sinks, router_reads_events=router.wants_kv_events,
+                       record_metrics=True, router=None)
         return factory
 
     replayer = build_elastic_replayer(loaded, workload, make_factory, router=router,

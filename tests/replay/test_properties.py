@@ -8,6 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from replay_toy import make_factory
 from servesim.config.sections import ReportConfig
+from servesim.fast.engine_runs import RunEngine
+from servesim.fast.overlay import FastOverlay
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
 from servesim.replay.routers import KvRouter
@@ -38,9 +40,10 @@ def to_lines(sessions) -> list[str]:
 def run(lines, workers, kv, concurrency):
     wl = MooncakeTrace.parse_lines(lines, "p.jsonl", 4)
     f = make_factory(kv_events=kv)
+    f.engine_class = RunEngine
     router = KvRouter(workers, 1, 4) if kv else None
     r = Replayer(build_engines(f.build, workers), wl, router=router, block_size=4,
-                 concurrency=concurrency)
+                 concurrency=concurrency, speed=FastOverlay(runs=True))
     r.run()
     return wl, r
 

@@ -191,10 +191,10 @@ def test_pooled_gaps_equal_the_sorted_multiset(gaps, shared, incomplete):
     """Run-length encoded gaps and first occurrences found without sorting (numpy), and the
     list version's, give the multiset and per-request first gaps that sorting every gap gives."""
     import numpy as np
-    from servesim.fast.report_arrays import gaps as array_gaps
-    from servesim.fast.stats_arrays import weighted_sorted_array
     from servesim.report.stats import weighted_sorted
+    from servesim.report.stats_arrays import weighted_sorted_array
     from servesim.report.summary import gaps as list_gaps
+    from servesim.report.summary_arrays import gaps as array_gaps
 
     log = RequestLog([1] * 6)
     for rid, gap in gaps:

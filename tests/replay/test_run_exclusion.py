@@ -20,6 +20,8 @@ from servesim.config.engine import EngineConfig
 from servesim.config.sections import ReportConfig
 from servesim.contract import KvBlock, KvEvent, RemovedBlocks, Request, StoredBlocks
 from servesim.factory import EngineFactory
+from servesim.fast.engine_runs import RunEngine
+from servesim.fast.overlay import FastOverlay
 from servesim.fast.replay_runs import _Finishers
 from servesim.replay.cluster import ClusterState, build_engines
 from servesim.replay.driver import Replayer, ReplayError
@@ -65,8 +67,9 @@ def _replayer(case: dict, runs: bool, router: Any = None) -> Replayer:
     cfg = EngineConfig(num_gpu_blocks=case["blocks"], block_size=BLOCK,
                        enable_prefix_caching=case["caching"])
     factory = EngineFactory(cfg, VllmRank, PolynomialTiming(), emit_kv_events=case["kv"])
+    factory.engine_class = RunEngine
     return Replayer(build_engines(factory.build, workers), workload, router=router,
-                    block_size=BLOCK, record_token_times=True, runs=runs)
+                    block_size=BLOCK, record_token_times=True, speed=FastOverlay(runs=runs))
 
 
 def _outputs(rp: Replayer) -> tuple[str, list[str]]:

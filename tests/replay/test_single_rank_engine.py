@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from servesim.config.engine import EngineConfig
 from servesim.config.sections import ReportConfig
 from servesim.factory import EngineFactory
-from servesim.fast.event_readers import EventReaders
+from servesim.fast.engine_runs import RunEngine
+from servesim.fast.event_readers import EventReaders, hand_readers
+from servesim.fast.overlay import FastOverlay
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
 from servesim.replay.routers import KvRouter, RoundRobinRouter
@@ -30,12 +32,13 @@ def _replay(case: dict, single: bool) -> tuple[str, list[str], int, list[int]]:
                        max_num_batched_tokens=16)
     factory = EngineFactory(cfg, VllmRank, PolynomialTiming(), emit_kv_events=kv)
     if kv:
-        factory.readers = EventReaders(kv_router_only=True)
+        hand_readers(factory, EventReaders(kv_router_only=True))
+    factory.engine_class = RunEngine
     engines = build_engines(factory.build, workers)
     if not single:
         for e in engines:
             e._single = None  # noqa: SLF001 - the group path, as for dp_size > 1
-    rp = Replayer(engines, workload, router=router, block_size=2, runs=case["runs"],
+    rp = Replayer(engines, workload, router=router, block_size=2, speed=FastOverlay(runs=case["runs"]),
                   record_token_times=True)
     log = rp.run()
     waves = [e._wave_step for e in engines]  # noqa: SLF001

@@ -16,12 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from servesim.config.loader import load_config
 from servesim.config.sections import ReportConfig
-from servesim.fast.report_arrays import report_samples
-from servesim.fast.stats_arrays import (
-    distribution_array,
-    sorted_weighted_distribution_array,
-    weighted_sorted_array,
-)
 from servesim.replay.runner import simulate
 from servesim.report.pairwise import pairwise_sum
 from servesim.report.stats import (
@@ -30,7 +24,13 @@ from servesim.report.stats import (
     sorted_weighted_distribution,
     weighted_sorted,
 )
+from servesim.report.stats_arrays import (
+    distribution_array,
+    sorted_weighted_distribution_array,
+    weighted_sorted_array,
+)
 from servesim.report.summary import list_samples, report_from_samples
+from servesim.report.summary_arrays import report_samples
 
 PCTS = [1.0, 25.0, 50.0, 90.0, 99.0, 99.9]
 

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from servesim.config.engine import EngineConfig
 from servesim.config.sections import ReportConfig
 from servesim.factory import EngineFactory
-from servesim.fast.event_readers import EventReaders
+from servesim.fast.engine_runs import RunEngine
+from servesim.fast.event_readers import EventReaders, hand_readers
+from servesim.fast.overlay import FastOverlay
 from servesim.kv.hashing import _PlaceholderCounter
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
@@ -117,9 +119,10 @@ def _replay(case: dict, elide: bool) -> tuple[str, list[str]]:
         factory = EngineFactory(cfg, TrtllmRank, PolynomialTiming(), emit_kv_events=case["kv"],
                                 backend_config=TrtllmConfig(capacity_scheduler_policy=policy))
     if case["kv"]:
-        factory.readers = EventReaders(kv_router_only=True)
+        hand_readers(factory, EventReaders(kv_router_only=True))
+    factory.engine_class = RunEngine
     rp = Replayer(build_engines(factory.build, workers), workload, router=router, block_size=bs,
-                  record_token_times=True)
+                  record_token_times=True, speed=FastOverlay(runs=True))
     log = rp.run()
     return dumps(build_report(log, ReportConfig())), list(per_request_lines(log))
 

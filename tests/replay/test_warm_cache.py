@@ -12,6 +12,7 @@ import msgpack
 import pytest
 from servesim.config.loader import load_config
 from servesim.errors import ConfigError, TraceError
+from servesim.fast.event_readers import fit_to_readers
 from servesim.plugins import Plugins
 from servesim.replay.cluster import build_engines
 from servesim.replay.routers import KvRouter
@@ -212,7 +213,7 @@ def test_a_capture_bigger_than_the_pool_gives_the_router_only_what_the_pool_kept
     loaded = load_config(str(cfg), [], Plugins())
     router = KvRouter(2, 1, 16)
     factory = loaded.engine_factory(None, emit_kv_events=True)
-    factory.fit_to_readers([], router_reads_events=True, record_metrics=False, router=router)
+    fit_to_readers(factory, [], router_reads_events=True, record_metrics=False, router=router)
     engines = build_engines(factory.build, 2)
     report = preload_engines(engines, loaded.sim.workload.warm_cache, 16, router)
     assert report == {"blocks_loaded": 7, "blocks_skipped": 0, "ranks_not_in_replay": []}

@@ -10,15 +10,12 @@ already have committed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from attrs import define, frozen
 
 from servesim.contract import Command, CommandEffects, PassCompletionEffects, PassStartEffects
 from servesim.errors import EngineError, EnginePoisoned
-from servesim.fast.rank_runs import RunsOfPasses
-from servesim.fast.run_pending import check_run
-from servesim.fast.runs import EngineRunCompleted, EngineRunStarted
 from servesim.mechanics.numeric import validate_time
 from servesim.rank import (
     NO_RETRY_HINT,
@@ -30,14 +27,13 @@ from servesim.rank import (
     RankIdentity,
     RetryHint,
 )
-from servesim.timing.pricing import prices_pass_shapes
 
 _INF: Final = float("inf")
 
 
-def _check_time(name: str, value: float) -> None:
+def check_time(name: str, value: float) -> None:
     """:func:`validate_time`, with its common case (a finite float >= 0) decided here: the
-    engine checks every pass's times."""
+    engine (and the run engine, servesim.fast.engine_runs) checks every pass's times."""
     if type(value) is not float or not 0.0 <= value < _INF:
         validate_time(name, value)
 
@@ -77,12 +73,14 @@ class EnginePassCompleted:
 
 
 @define(slots=True)
-class _PendingGroupPass:
+class PendingGroupPass:
+    """What an engine holds of its in-flight pass: its id, start and modelled end, and each
+    executing rank's pending state (passed back to the rank's ``complete_pass``)."""
+
     pass_id: int
     started_at_ms: float
     end_ms: float
     by_rank: dict[int, Any]
-    run_passes: int = 0  # > 0: an in-flight run of that many passes (servesim.fast.runs)
 
 
 class Engine:
@@ -96,17 +94,11 @@ class Engine:
         self.dp_size = len(self.ranks)
         self._next_pass_id = 0
         self._wave_step = 0
-        self._pending: _PendingGroupPass | None = None
-        # A command was applied while the in-flight run was in flight (no extend_run then).
-        self._run_touched = False
+        self._pending: PendingGroupPass | None = None
         self._poisoned: str | None = None
         # The common dp_size-1 engine: the group logic reduces to its one rank, and the
         # per-pass methods below take a direct path (same calls, in the same order).
         self._single: Rank | None = self.ranks[0] if self.dp_size == 1 else None
-        # A timing model that prices whole passes is priced pass by pass: runs price many
-        # passes at once through the two-method contract (servesim.timing.shape).
-        services = self.ranks[0].services
-        self._runs_allowed = not prices_pass_shapes(services.timing if services is not None else None)
         # The ranks' declared capabilities (servesim.rank): a rank is asked only for the
         # members of the capabilities it declares.
         self._hooks: list[GroupPassHooks] = [r for r in self.ranks if isinstance(r, GroupPassHooks)]
@@ -119,8 +111,6 @@ class Engine:
         self._idle_hooks: list[GroupPassHooks | None] = [
             r if isinstance(r, GroupPassHooks) else None for r in self.ranks]
         first = self.ranks[0]
-        self._run_rank: RunsOfPasses[Any] | None = (
-            first if self.dp_size == 1 and isinstance(first, RunsOfPasses) else None)
         self._single_hooks: GroupPassHooks | None = (
             self._idle_hooks[0] if self._single is not None else None)
         self._single_handoff: Handoff | None = (
@@ -209,7 +199,7 @@ class Engine:
     def apply(self, dp_rank: int, command: Command, now_ms: float) -> CommandEffects:
         """Apply a command to one rank. Errors never poison (reference §2.4)."""
         self._check_alive()
-        _check_time("now_ms", now_ms)
+        check_time("now_ms", now_ms)
         if not 0 <= dp_rank < self.dp_size:
             raise EngineError(f"DP rank {dp_rank} out of range for dp_size {self.dp_size}")
         if self._pending is None:
@@ -220,8 +210,6 @@ class Engine:
                     "process internal work and retry the command"
                 )
         ctx = CommandContext(now_ms, self._pending is not None)
-        if self._pending is not None and self._pending.run_passes:
-            self._run_touched = True
         pending = self._pending.by_rank.get(dp_rank) if self._pending is not None else None
         effects = self.ranks[dp_rank].apply(command, ctx, pending)
         self._reset_wave_if_drained()
@@ -232,7 +220,7 @@ class Engine:
     def execute_pass(self, now_ms: float) -> EnginePassStarted | None:
         """Start a group pass; None (and no pass id consumed) if no rank can run."""
         self._check_alive()
-        _check_time("now_ms", now_ms)
+        check_time("now_ms", now_ms)
         if self._pending is not None:
             raise EngineError(f"engine {self.worker_id}: a pass is already in flight")
         if self._single is not None:
@@ -275,7 +263,7 @@ class Engine:
             raise self._poison("finish_group_pass", exc) from exc
         self._next_pass_id += 1
         self._wave_step += 1
-        self._pending = _PendingGroupPass(pass_id, now_ms, end_ms, pendings)
+        self._pending = PendingGroupPass(pass_id, now_ms, end_ms, pendings)
         return EnginePassStarted(pass_id, now_ms, end_ms, self.dp_size, retry, tuple(started))
 
     def _execute_single(self, now_ms: float, rank: Rank) -> EnginePassStarted | None:
@@ -307,14 +295,14 @@ class Engine:
             raise self._poison("finish_group_pass", exc) from exc
         self._next_pass_id += 1
         self._wave_step += 1
-        self._pending = _PendingGroupPass(pass_id, now_ms, end_ms, {0: rp.pending})
+        self._pending = PendingGroupPass(pass_id, now_ms, end_ms, {0: rp.pending})
         return EnginePassStarted(pass_id, now_ms, end_ms, 1, retry,
                                  (RankPassStarted(0, rp.end_ms, rp.start_effects),))
 
     def complete_pass(self, pass_id: int, end_ms: float) -> EnginePassCompleted:
         """Release the in-flight pass; ranks see the modelled boundary even if ``end_ms`` is late."""
         self._check_alive()
-        _check_time("end_ms", end_ms)
+        check_time("end_ms", end_ms)
         pending = self._pending
         if pending is None:
             raise EngineError(f"engine {self.worker_id}: no pass in flight")
@@ -328,8 +316,6 @@ class Engine:
                 f"engine {self.worker_id}: end_ms {end_ms} is before the modelled end "
                 f"{pending.end_ms}"
             )
-        if pending.run_passes:
-            raise EngineError(f"engine {self.worker_id}: a run is in flight; use complete_run")
         self._pending = None
         modelled = pending.end_ms
         single = self._single
@@ -357,140 +343,6 @@ class Engine:
         self._reset_wave_if_drained()
         return EnginePassCompleted(pending.pass_id, modelled, tuple(out))
 
-    # -- runs of passes (servesim.fast.runs) -----------------------------------------------------
-
-    def execute_run(
-        self, now_ms: float, horizon_ms: float, max_passes: int = 1 << 30,
-        through_completions: bool = False,
-    ) -> EngineRunStarted | None:
-        """Commit a run of passes (:meth:`RunsOfPasses.execute_run`) or return None (nothing consumed).
-
-        Only a dp_size-1 engine whose rank declares :class:`RunsOfPasses` runs: with several
-        ranks the DP barrier makes every pass a group decision. A run consumes one pass id
-        and one wave step per pass. ``through_completions``: the caller can take completions
-        before the run's last pass (servesim.fast.runs); passed on only to ranks whose class
-        sets ``runs_through_completions = True``.
-        """
-        self._check_alive()
-        _check_time("now_ms", now_ms)
-        if self._pending is not None:
-            raise EngineError(f"engine {self.worker_id}: a pass is already in flight")
-        runner = self._run_rank
-        if runner is None or not now_ms < horizon_ms or max_passes < 1 or not self._runs_allowed:
-            return None
-        w = self._single_handoff
-        if not self.ranks[0].is_ready() or (w is not None and w.waiting_for_external_command()):
-            return None
-        try:
-            if through_completions and runner.runs_through_completions:
-                run = runner.execute_run(now_ms, horizon_ms, max_passes, through_completions=True)
-            else:
-                run = runner.execute_run(now_ms, horizon_ms, max_passes)
-            if run is None:
-                return None
-            check_run(run, now_ms, horizon_ms, max_passes)
-        except Exception as exc:
-            raise self._poison("execute_run on rank 0", exc) from exc
-        k = run.num_passes
-        pass_id = self._next_pass_id
-        self._next_pass_id += k
-        self._wave_step += k
-        self._pending = _PendingGroupPass(pass_id, now_ms, run.end_ms, {0: run.pending}, k)
-        self._run_touched = False
-        return EngineRunStarted(pass_id, now_ms, run.pass_ends, run.completed_at, run.members,
-                                run.admissions)
-
-    def extend_run(
-        self, started: EngineRunStarted, now_ms: float, horizon_ms: float,
-        max_passes: int = 1 << 30, through_completions: bool = False,
-    ) -> EngineRunStarted | None:
-        """Continue the in-flight run ``started`` at its last boundary ``now_ms`` with more
-        passes, as :meth:`complete_run` followed by :meth:`execute_run` at ``now_ms`` would
-        have committed them, or return None (nothing consumed; complete the run then).
-
-        Only when no command reached the engine during the run and the rank can carry its run
-        state on: a rank's ``extend_run(pending, now, horizon, max_passes,
-        through_completions)`` returns the new passes' ends and their completions before the
-        last one (``(pass, request id)``, passes from 0), or None
-        (servesim_vllm.fast.runs.extend_run). The result is the whole run so far (``started``'s
-        passes, then the new ones), still completed by one :meth:`complete_run`."""
-        pending = self._pending
-        if (pending is None or not pending.run_passes or self._run_touched
-                or pending.pass_id != started.first_pass_id or now_ms != pending.end_ms
-                or not now_ms < horizon_ms or max_passes < 1 or self._poisoned is not None):
-            return None
-        runner, w = self._run_rank, self._single_handoff
-        if runner is None or not self.ranks[0].is_ready() or (
-                w is not None and w.waiting_for_external_command()):
-            return None
-        try:
-            more = runner.extend_run(pending.by_rank[0], now_ms, horizon_ms, max_passes,
-                                     through_completions)
-            if more is None:
-                return None
-            ends, completed_at = more
-            k = len(ends)
-            # check_run's checks: 1..max_passes passes, the last starting before the horizon
-            if not 1 <= k <= max_passes or not (k == 1 or ends[-2] < horizon_ms) \
-                    or not ends[0] >= now_ms or ends[-1] == float("inf"):
-                raise EngineError(f"an extended run's boundaries {ends} break the contract "
-                                  f"(now {now_ms}, horizon {horizon_ms})")
-        except Exception as exc:
-            raise self._poison("extend_run on rank 0", exc) from exc
-        before = pending.run_passes
-        self._next_pass_id += k
-        self._wave_step += k
-        pending.end_ms = ends[-1]
-        pending.run_passes = before + k
-        done = started.completed_at
-        if completed_at:
-            done = done + tuple([(j + before, rid) for j, rid in completed_at])
-        return EngineRunStarted(started.first_pass_id, started.started_at_ms,
-                                started.pass_ends + tuple(ends), done, started.members,
-                                started.admissions)
-
-    def take_run_kv_events(self, before_pass: int) -> dict[int, list[Any]]:
-        """Release, early, the KV events of the in-flight run's passes ``< before_pass``.
-
-        A driver calls this once those passes' ends are due, so a router sees them on time;
-        :meth:`complete_run` then leaves them out.
-        """
-        self._check_alive()
-        pending = self._pending
-        if pending is None or not pending.run_passes:
-            raise EngineError(f"engine {self.worker_id}: no run in flight")
-        try:
-            return cast("RunsOfPasses[Any]", self._run_rank).take_run_kv_events(
-                pending.by_rank[0], before_pass)
-        except Exception as exc:
-            raise self._poison("take_run_kv_events on rank 0", exc) from exc
-
-    def complete_run(self, first_pass_id: int, end_ms: float) -> EngineRunCompleted:
-        """Release the in-flight run at its modelled last boundary."""
-        self._check_alive()
-        _check_time("end_ms", end_ms)
-        pending = self._pending
-        if pending is None or not pending.run_passes:
-            raise EngineError(f"engine {self.worker_id}: no run in flight")
-        if first_pass_id != pending.pass_id:
-            raise EngineError(
-                f"engine {self.worker_id}: pass id {first_pass_id} does not match the run "
-                f"starting at pass {pending.pass_id}"
-            )
-        if end_ms < pending.end_ms:
-            raise EngineError(
-                f"engine {self.worker_id}: end_ms {end_ms} is before the modelled end "
-                f"{pending.end_ms}"
-            )
-        self._pending = None
-        try:
-            effects = cast("RunsOfPasses[Any]", self._run_rank).complete_run(
-                pending.by_rank[0], pending.end_ms)
-        except Exception as exc:
-            raise self._poison("complete_run on rank 0", exc) from exc
-        self._reset_wave_if_drained()
-        return EngineRunCompleted(pending.pass_id, effects)
-
     # -- internal work ------------------------------------------------------------------
 
     def next_internal_deadline_ms(self) -> float | None:
@@ -506,7 +358,7 @@ class Engine:
 
     def process_internal_work(self, now_ms: float) -> list[tuple[int, PassStartEffects]]:
         self._check_alive()
-        _check_time("now_ms", now_ms)
+        check_time("now_ms", now_ms)
         if self._pending is not None:
             return []
         out = []

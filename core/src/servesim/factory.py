@@ -14,8 +14,6 @@ import attrs
 
 from servesim.config.engine import EngineConfig, resolve_block_size
 from servesim.engine import Engine
-from servesim.fast.event_readers import ALL_READ, EventReaders, FitsReaders
-from servesim.kv.event_records import ROUTER_METHODS, SINK_METHODS, accepts_kv_records
 from servesim.kv.eviction import EvictionPolicy, LruEviction
 from servesim.rank import Rank, RankIdentity, RankServices
 from servesim.timing.base import TimingModel, scaled_ms
@@ -52,39 +50,30 @@ class EngineFactory:
         #: (servesim.config.plugin_build.engine_failure: the backend's plugin named, as
         #: ``servesim validate`` names it); None raises it as it is.
         self.name_failure: Callable[[Exception], Exception] | None = None
-        #: Who reads the ranks' output (servesim.fast.event_readers), set by fit_to_readers.
-        self.readers: EventReaders = ALL_READ
+        #: The class of the engines :meth:`build` makes (the speed overlay's
+        #: ``servesim.fast.engine_runs.RunEngine`` when it fits the factory).
+        self.engine_class: type[Engine] = Engine
+        #: Called with each rank :meth:`build_rank` makes, before its first pass (the speed
+        #: overlay tells the ranks who reads their output: servesim.fast.event_readers).
+        self.rank_setup: Callable[[Rank], None] | None = None
 
-    def fit_to_readers(self, kv_sinks: list[Any], *, router_reads_events: bool,
-                       record_metrics: bool, router: Any = None, observed: bool = False) -> None:
-        """Tell the ranks who reads what they emit in a replay (:class:`EventReaders`, handed
-        to ranks that implement :class:`~servesim.fast.event_readers.FitsReaders`): KV events
-        read by the router alone (so trace-unique blocks may be elided), KV events as compact
-        records when the caller names every other reader of them, the router (``router``,
-        its class or instance; None declines) with ``observed`` telling whether an observer
-        plugin sees the passes' effects, and the sinks and router all accept records, and
-        occupancy snapshots only when something (the timeline) reads them. Token ids go in
-        the KV events when a sink asks for them."""
-        router_only = router_reads_events and not kv_sinks
-        records = (not router_only and router is not None and not observed and bool(kv_sinks)
-                   and all(accepts_kv_records(s, SINK_METHODS) for s in kv_sinks)
-                   and (not router_reads_events or accepts_kv_records(router, ROUTER_METHODS)))
-        self.readers = EventReaders(kv_router_only=router_only, kv_records=records,
-                                    occupancy=record_metrics)
+    def fit_to_sinks(self, kv_sinks: list[Any]) -> None:
+        """Token ids go in the KV events when a KV-event sink asks for them
+        (``wants_token_ids``)."""
         if any(getattr(sink, "wants_token_ids", False) for sink in kv_sinks):
             self.config = attrs.evolve(self.config, emit_kv_token_ids=True)
 
     def build_rank(self, identity: RankIdentity) -> Rank:
         rank = self.rank_class(identity, self.config, self.backend_config, self.services)
-        if isinstance(rank, FitsReaders):
-            rank.fit_readers(self.readers)
+        if self.rank_setup is not None:
+            self.rank_setup(rank)
         return rank
 
     def build(self, worker_id: int) -> Engine:
         if self.name_failure is None:
-            return Engine.build(worker_id, self.config.dp_size, self.build_rank)
+            return self.engine_class.build(worker_id, self.config.dp_size, self.build_rank)
         try:
-            return Engine.build(worker_id, self.config.dp_size, self.build_rank)
+            return self.engine_class.build(worker_id, self.config.dp_size, self.build_rank)
         except Exception as exc:  # the backend's own code
             raise self.name_failure(exc) from exc
 

@@ -46,17 +46,17 @@ def _columns(rec: TimelineRecorder) -> dict:
 @pytest.mark.parametrize("sets", [SMALL, KV4, TIGHT, DP2, SPLIT],
                          ids=["1w", "4w-kv", "tight", "dp2", "split"])
 def test_timeline_is_the_same_with_runs_and_stepping(sets, monkeypatch) -> None:
-    from servesim.engine import Engine
+    from servesim.fast.engine_runs import RunEngine
 
     started = []
-    original = Engine.execute_run
+    original = RunEngine.execute_run
 
     def counting(self, *a, **k):
         run = original(self, *a, **k)
         started.append(run is not None)
         return run
 
-    monkeypatch.setattr(Engine, "execute_run", counting)
+    monkeypatch.setattr(RunEngine, "execute_run", counting)
     with_runs, rec_runs = _run(sets, monkeypatch, runs=True)
     if sets is not SPLIT and sets is not DP2:  # these decline runs and step
         assert any(started), "no run was taken: the comparison would prove nothing"

@@ -6,6 +6,7 @@ import pytest
 from servesim.config.engine import EngineConfig
 from servesim.contract import Request, Submit
 from servesim.factory import EngineFactory
+from servesim.fast.engine_runs import RunEngine
 from servesim.timing.builtin import FixedTiming
 from servesim.tokens import Tokens
 from servesim_sglang.behaviour import PROFILES, SWITCHES, resolve
@@ -35,6 +36,7 @@ def test_unknown_profile_names_the_key() -> None:
 def _engine(sg: SglangConfig):
     factory = EngineFactory(EngineConfig(backend="sglang", num_gpu_blocks=400), SglangRank,
                             FixedTiming(), backend_config=sg)
+    factory.engine_class = RunEngine
     engine = factory.build(0)
     for i in range(3):
         engine.apply(0, Submit(Request(i, Tokens([i * 1000 + t for t in range(20)]), 30)), 0.0)

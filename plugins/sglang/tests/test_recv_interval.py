@@ -8,6 +8,7 @@ import pytest
 from servesim.config.engine import EngineConfig
 from servesim.contract import Request
 from servesim.factory import EngineFactory
+from servesim.fast.engine_runs import RunEngine
 from servesim.testing.driver import DriveResult, drive
 from servesim.timing.builtin import FixedTiming, FixedTimingConfig
 from servesim.tokens import Tokens
@@ -19,9 +20,11 @@ from servesim_sglang.recv_interval import RecvSkipper
 def run(interval: int, *, runs: bool = False, b_at: float = 15.0) -> DriveResult:
     """A (8-token prompt, 20 tokens) at t=0, B (8 tokens, 2) at ``b_at``; prefill passes
     take 10 ms, decode passes 2 ms."""
-    engine = EngineFactory(EngineConfig(backend="sglang", num_gpu_blocks=400, block_size=1), SglangRank,
+    factory = EngineFactory(EngineConfig(backend="sglang", num_gpu_blocks=400, block_size=1), SglangRank,
                            FixedTiming(FixedTimingConfig(prefill_ms=10.0, decode_ms=2.0)),
-                           backend_config=SglangConfig(scheduler_recv_interval=interval)).build(0)
+                           backend_config=SglangConfig(scheduler_recv_interval=interval))
+    factory.engine_class = RunEngine
+    engine = factory.build(0)
     arrivals = [(0.0, Request(0, Tokens(range(8)), 20)), (b_at, Request(1, Tokens(range(50, 58)), 2))]
     return drive(engine, arrivals, runs=runs)
 

@@ -19,6 +19,7 @@ from servesim.config.engine import EngineConfig
 from servesim.contract import CancelRequest, PassCompletionEffects, Request
 from servesim.engine import Engine
 from servesim.factory import EngineFactory
+from servesim.fast.engine_runs import RunEngine
 from servesim.fast.runs import expand
 from servesim.testing.driver import DriveResult, drive
 from servesim.timing.builtin import FixedTiming, FixedTimingConfig, PolynomialTiming
@@ -65,6 +66,7 @@ def make_engine(cfg: dict[str, Any], sg: dict[str, Any], sinks: bool, timing: An
         emit_kv_events=sinks,
         emit_forward_pass_metrics=sinks,
     )
+    factory.engine_class = RunEngine
     return factory.build(0)
 
 

@@ -19,6 +19,7 @@ from servesim.config.engine import EngineConfig
 from servesim.contract import CancelRequest, PassCompletionEffects, Request
 from servesim.engine import Engine
 from servesim.factory import EngineFactory
+from servesim.fast.engine_runs import RunEngine
 from servesim.fast.runs import expand
 from servesim.testing.driver import DriveResult, drive
 from servesim.timing import FixedTiming, FixedTimingConfig, PolynomialTiming
@@ -44,6 +45,7 @@ def make_engine(policy: str, timing: Any = None, **keys: Any) -> Engine:
     trt = TrtllmConfig(capacity_scheduler_policy=CapacitySchedulerPolicy(policy))
     factory = EngineFactory(config, TrtllmRank, timing or PolynomialTiming(), backend_config=trt,
                             emit_kv_events=True, emit_forward_pass_metrics=True)
+    factory.engine_class = RunEngine
     return factory.build(0)
 
 

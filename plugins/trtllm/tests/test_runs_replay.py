@@ -1,4 +1,4 @@
-"""The Replayer with trtllm runs of passes against forced stepping (``runs=False``, as
+"""The Replayer with trtllm runs of passes against forced stepping (``FastOverlay(runs=False)``, as
 ``SERVESIM_RUNS=0`` does).
 
 Randomised Mooncake workloads (single- and multi-turn sessions, concurrency mode) on trtllm
@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from servesim.config.engine import EngineConfig
 from servesim.config.sections import ReportConfig
 from servesim.factory import EngineFactory
+from servesim.fast.engine_runs import RunEngine
+from servesim.fast.overlay import FastOverlay
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
 from servesim.replay.routers import KvRouter, RoundRobinRouter
@@ -59,10 +61,11 @@ def _replay(case: dict, runs: bool) -> tuple[str, list[str], list, list]:
     trt = TrtllmConfig(capacity_scheduler_policy=case["policy"])
     factory = EngineFactory(cfg, TrtllmRank, PolynomialTiming(), backend_config=trt,
                             emit_kv_events=sinks or case["kv"], emit_forward_pass_metrics=sinks)
+    factory.engine_class = RunEngine
     rp = Replayer(build_engines(factory.build, workers), workload, router=router,
                   block_size=BLOCK, concurrency=case["concurrency"],
                   kv_sinks=[kv_sink] if sinks else [], fpm_sinks=[fpm_sink] if sinks else [],
-                  record_token_times=True, runs=runs)
+                  record_token_times=True, speed=FastOverlay(runs=runs))
     log = rp.run()
     report = dumps(build_report(log, ReportConfig()))
     return report, list(per_request_lines(log)), kv_sink.events, fpm_sink.metrics
@@ -86,7 +89,9 @@ def test_runs_take_most_passes_of_a_steady_replay() -> None:
     workload = MooncakeTrace.parse_lines(lines, "t.jsonl", BLOCK)
     factory = EngineFactory(EngineConfig(backend="trtllm", block_size=BLOCK), TrtllmRank,
                             PolynomialTiming())
-    rp = Replayer(build_engines(factory.build, 1), workload, block_size=BLOCK, runs=True)
+    factory.engine_class = RunEngine
+    rp = Replayer(build_engines(factory.build, 1), workload, block_size=BLOCK,
+                  speed=FastOverlay(runs=True))
     runs = rp.run_driver  # its RunDriver
     assert runs is not None
     rp.run()

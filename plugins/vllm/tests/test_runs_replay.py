@@ -17,6 +17,8 @@ from servesim.config.engine import EngineConfig
 from servesim.config.sections import ReportConfig
 from servesim.factory import EngineFactory
 from servesim.fast.cohorts import CohortLog
+from servesim.fast.engine_runs import RunEngine
+from servesim.fast.overlay import FastOverlay
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
 from servesim.replay.routers import KvRouter, RoundRobinRouter
@@ -55,10 +57,11 @@ def _replay(case: dict, runs: bool, token_times: bool = True) -> tuple[str, list
                        enable_prefix_caching=case["caching"])
     factory = EngineFactory(cfg, VllmRank, PolynomialTiming(),
                             emit_kv_events=sinks or case["kv"], emit_forward_pass_metrics=sinks)
+    factory.engine_class = RunEngine
     rp = Replayer(build_engines(factory.build, workers), workload, router=router,
                   block_size=BLOCK, concurrency=case["concurrency"],
                   kv_sinks=[kv_sink] if sinks else [], fpm_sinks=[fpm_sink] if sinks else [],
-                  record_token_times=token_times, runs=runs)
+                  record_token_times=token_times, speed=FastOverlay(runs=runs))
     log = rp.run()
     # Without token times, runs log each worker's steady batch as a cohort.
     assert isinstance(log, CohortLog) == (runs and not token_times)
@@ -95,7 +98,9 @@ def test_runs_take_most_passes_of_a_steady_replay() -> None:
     case = dict(lines=lines, workers=1, kv=False, concurrency=None, blocks=4096, caching=True)
     workload = MooncakeTrace.parse_lines(lines, "t.jsonl", BLOCK)
     factory = EngineFactory(EngineConfig(block_size=BLOCK), VllmRank, PolynomialTiming())
-    rp = Replayer(build_engines(factory.build, 1), workload, block_size=BLOCK, runs=True)
+    factory.engine_class = RunEngine
+    rp = Replayer(build_engines(factory.build, 1), workload, block_size=BLOCK,
+                  speed=FastOverlay(runs=True))
     runs = rp.run_driver  # its RunDriver
     assert runs is not None
     rp.run()
@@ -118,8 +123,9 @@ def test_runs_through_completions_retire_before_the_next_arrival() -> None:
     workload = MooncakeTrace.parse_lines(lines, "t.jsonl", BLOCK)
     factory = EngineFactory(EngineConfig(block_size=BLOCK), VllmRank, PolynomialTiming(),
                             emit_kv_events=True)
+    factory.engine_class = RunEngine
     rp = Replayer(build_engines(factory.build, 2), workload, router=KvRouter(2, 1, BLOCK),
-                  block_size=BLOCK, runs=True)
+                  block_size=BLOCK, speed=FastOverlay(runs=True))
     runs = rp.run_driver  # its RunDriver
     assert runs is not None
     rp.run()

@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servesim.config.engine import EngineConfig
 from servesim.factory import EngineFactory
+from servesim.fast.engine_runs import RunEngine
+from servesim.fast.overlay import FastOverlay
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import Replayer
 from servesim.replay.routers import KvRouter, RoundRobinRouter
@@ -35,9 +37,10 @@ def _replay(case: dict, runs: bool, out: Path) -> tuple[bytes, bytes, int]:
     kv_path, fpm_path = out / f"kv{runs}.jsonl", out / f"fpm{runs}.jsonl"
     kv = JsonlKvEventSink(JsonlSinkConfig(str(kv_path)))
     fpm = JsonlFpmSink(JsonlSinkConfig(str(fpm_path)))
+    factory.engine_class = RunEngine
     rp = Replayer(build_engines(factory.build, workers), workload, router=router,
                   block_size=BLOCK, concurrency=case["concurrency"],
-                  kv_sinks=[kv], fpm_sinks=[fpm], runs=runs)
+                  kv_sinks=[kv], fpm_sinks=[fpm], speed=FastOverlay(runs=runs))
     rp.run()
     kv.close()
     fpm.close()
@@ -82,8 +85,9 @@ def test_runs_stay_on_with_sinks_and_lines_are_in_merge_order(tmp_path: Path) ->
     factory = EngineFactory(EngineConfig(block_size=BLOCK), VllmRank, PolynomialTiming(),
                             emit_kv_events=True, emit_forward_pass_metrics=True)
     kv = JsonlKvEventSink(JsonlSinkConfig(str(tmp_path / "k.jsonl")))
+    factory.engine_class = RunEngine
     rp = Replayer(build_engines(factory.build, 4), workload, router=KvRouter(4, 1, BLOCK),
-                  block_size=BLOCK, kv_sinks=[kv], runs=True)
+                  block_size=BLOCK, kv_sinks=[kv], speed=FastOverlay(runs=True))
     runs = rp.run_driver  # its RunDriver
     assert runs is not None
     rp.run()

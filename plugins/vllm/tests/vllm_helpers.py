@@ -8,6 +8,7 @@ from servesim.config.engine import EngineConfig
 from servesim.contract import Request
 from servesim.engine import Engine
 from servesim.factory import EngineFactory
+from servesim.fast.engine_runs import RunEngine
 from servesim.timing import FixedTiming, FixedTimingConfig
 from servesim.timing.base import TimingModel
 from servesim.tokens import Tokens
@@ -37,7 +38,9 @@ def make_engine(timing: TimingModel | None = None, **kwargs: Any) -> Engine:
     fkw = {k: kwargs.pop(k) for k in ("emit_kv_events", "emit_forward_pass_metrics", "record_schedule",
                                        "backend_config") if k in kwargs}
     cfg = EngineConfig(**kwargs)
-    return EngineFactory(cfg, VllmRank, timing or RecordingTiming(), **fkw).build(0)
+    factory = EngineFactory(cfg, VllmRank, timing or RecordingTiming(), **fkw)
+    factory.engine_class = RunEngine  # it may commit runs of passes (drive(runs=True))
+    return factory.build(0)
 
 
 def req(rid: int, prompt: list[int] | int, out: int, **kw: Any) -> Request:

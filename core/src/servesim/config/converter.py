@@ -13,7 +13,6 @@ than ``$.engine.max_num_seqs``) and renders an unknown key as its own path.
 
 from __future__ import annotations
 
-import difflib
 import enum
 import math
 import typing
@@ -195,6 +194,8 @@ def join_path(path: str, key: str | int) -> str:
 
 def unknown_key_message(key: str, allowed: list[str], extra: str = "") -> str:
     """``unknown key; did you mean 'x'? expected one of: ...``."""
+    import difflib  # only for a key that is wrong: a valid config never loads it
+
     close = difflib.get_close_matches(str(key), allowed, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     expected = f"; expected one of: {', '.join(allowed)}" if allowed else "; this section takes no keys"
@@ -251,7 +252,7 @@ def flatten_errors(exc: BaseException, path: str = "") -> list[Problem]:
 
 def structure_at(conv: Any, data: Any, cl: type, path: str) -> tuple[Any, list[Problem]]:
     """Structure ``data`` as ``cl`` (by a cattrs converter or a
-    :class:`~servesim.fast.config_convert.LazyConverter`); on failure return
+    :class:`~servesim.config.direct_convert.LazyConverter`); on failure return
     ``(None, problems)`` under ``path``."""
     try:
         return conv.structure(data, cl), []

@@ -18,17 +18,16 @@ import attrs
 from servesim.config.capabilities import engine_needs, split_needs, workload_needs
 from servesim.config.checks import check_engine, check_sections
 from servesim.config.converter import Problem, make_converter, show, structure_at, unknown_key_message
-from servesim.config.elastic import ELASTIC_SECTIONS, check_elastic
+from servesim.config.direct_convert import LazyConverter
 from servesim.config.engine import EngineConfig, resolve_block_size
 from servesim.config.plugin_build import engine_failure
 from servesim.config.sections import ClusterConfig, ReportConfig, SinksConfig, WorkloadConfig
-from servesim.config.sim import SECTIONS, SimConfig
+from servesim.config.sim import ELASTIC, SECTIONS, SimConfig
 from servesim.config.workload_scope import admission_problems, drop_unset_scope
 from servesim.config.yaml_io import apply_sets, merge_files
 from servesim.contract import WorkerType
 from servesim.errors import ConfigError, PluginError
 from servesim.factory import EngineFactory
-from servesim.fast.config_convert import LazyConverter
 from servesim.kv.eviction import eviction_refusal, policy_factory
 from servesim.mechanics.lora import LORA_ENGINE_KEYS
 from servesim.plugins import Plugins, disabled_hint
@@ -436,14 +435,16 @@ def _structure_sections(
     ctx: LoadContext, raw: Mapping[str, Any], extra: Mapping[str, type]
 ) -> tuple[dict[str, Any], list[Problem]]:
     problems: list[Problem] = []
-    known = sorted([*SECTIONS, *ELASTIC_SECTIONS, "planner", *extra])
+    known = sorted([*SECTIONS, *ELASTIC, "planner", *extra])
     for key in raw:
         if key not in known:
             problems.append((str(key), unknown_key_message(str(key), known)))
     out: dict[str, Any] = {}
-    for name, cls in ELASTIC_SECTIONS.items():  # optional: structured only when present
+    for name in ELASTIC:  # optional: structured only when present
         if raw.get(name) is not None:
-            value, found = structure_at(ctx.conv, raw[name], cls, name)
+            from servesim.config.elastic import ELASTIC_SECTIONS
+
+            value, found = structure_at(ctx.conv, raw[name], ELASTIC_SECTIONS[name], name)
             out[name] = value
             problems += found
     out["planner"] = raw.get("planner")
@@ -475,10 +476,13 @@ def build(raw: Any, ctx: LoadContext, extra_sections: Mapping[str, type] | None 
     engine_raw = raw.get("engine")
     engine, problems = _resolve(ctx, engine_raw, "engine")
     problems += section_problems
-    if any(sections[k] is None for k in sections if k not in (*ELASTIC_SECTIONS, "planner")) \
-            or any(sections.get(k) is None for k in ELASTIC_SECTIONS if raw.get(k) is not None):
+    if any(sections[k] is None for k in sections if k not in (*ELASTIC, "planner")) \
+            or any(sections.get(k) is None for k in ELASTIC if raw.get(k) is not None):
         raise ctx.fail(problems)
-    problems += check_elastic(sections.get("lifecycle"), sections.get("faults"))
+    if any(sections.get(k) is not None for k in ELASTIC):
+        from servesim.config.elastic import check_elastic
+
+        problems += check_elastic(sections.get("lifecycle"), sections.get("faults"))
     planner_spec = check_planner(ctx, sections["planner"], problems)
     problems += check_sections(sections["cluster"], sections["workload"], sections["report"])
     router_config, sink_specs, found = _check_plugins(
@@ -620,7 +624,7 @@ class LoadedConfig:
         if not out["cluster"].get("pools"):
             out["cluster"].pop("pools", None)  # a homogeneous cluster reads as it always did
         drop_unset_scope(out["workload"])  # so does a workload without warmup, stop, classes
-        for name in (*ELASTIC_SECTIONS, "planner"):  # optional sections, only when set
+        for name in (*ELASTIC, "planner"):  # optional sections, only when set
             value = getattr(self.sim, name)
             if value is not None:
                 out[name] = echo_section(value, conv)

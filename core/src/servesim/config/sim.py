@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from attrs import field, frozen
 
-from servesim.config.elastic import FaultsConfig, LifecycleConfig
 from servesim.config.engine import EngineConfig
 from servesim.config.sections import ClusterConfig, ReportConfig, SinksConfig, WorkloadConfig
+
+if TYPE_CHECKING:  # imported when a config sets one of them (servesim.config.loader)
+    from servesim.config.elastic import FaultsConfig, LifecycleConfig
 
 
 @frozen(kw_only=True)
@@ -49,3 +51,6 @@ class RunConfig(Protocol):
 
 
 SECTIONS: tuple[str, ...] = ("engine", "cluster", "workload", "report", "sinks")
+#: The optional sections of an elastic, failing cluster; their classes are
+#: servesim.config.elastic.ELASTIC_SECTIONS, loaded only for a config that sets one.
+ELASTIC: tuple[str, ...] = ("lifecycle", "faults")

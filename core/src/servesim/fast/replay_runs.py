@@ -12,7 +12,7 @@ Run effects are consumed in bulk: each member's token count grows by ``k``, its 
 the run is its own ITL sample and the ``k - 1`` later gaps are stored once with a weight
 (:meth:`servesim.report.stats.RequestLog.run_tokens`). KV events go to the router and sinks
 stamped with their own pass end; when a router reads KV state, the events of run passes that
-ended by an arrival are released to it (``Engine.take_run_kv_events``) before routing, as
+ended by an arrival are released to it (``RunEngine.take_run_kv_events``) before routing, as
 stepping would have delivered them. With several workers, sink output is buffered and merged
 in one order that does not depend on runs (:mod:`servesim.fast.sink_merge`).
 
@@ -32,12 +32,12 @@ later arrival is routed (:meth:`RunDriver.release_done`), so routers and ``max_i
 exactly stepping's state.
 
 A replayer may carry a run on at its last boundary instead of completing it
-(:meth:`RunDriver.continue_run`, ``Engine.extend_run``): when nothing else is due then and no
+(:meth:`RunDriver.continue_run`, ``RunEngine.extend_run``): when nothing else is due then and no
 command reached the engine during the run, the passes a new run from that boundary would
 commit are appended to it, and the whole run is completed once (disaggregated replay, whose
 decode runs end at every prefill pass end, most of which hand nothing to them).
 
-``SERVESIM_RUNS=0`` in the environment (or ``Replayer(runs=False)``) forces stepping.
+``SERVESIM_RUNS=0`` in the environment (or ``FastOverlay(runs=False)``) forces stepping.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from operator import lshift, or_, sub
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from servesim.errors import ReplayError
+from servesim.fast.engine_runs import RunEngine
 from servesim.fast.fpm_runs import FpmRun
 from servesim.fast.router_exclusion import ProvesExclusion, proves_exclusion
 from servesim.fast.runs import EngineRunStarted
@@ -57,7 +58,6 @@ from servesim.kv.adapter_hashes import prompt_hashes
 
 if TYPE_CHECKING:
     from servesim.contract import Admission, ForwardPassMetrics, KvEvent, Metrics
-    from servesim.engine import Engine
     from servesim.replay.cluster import ClusterState
     from servesim.replay.routers import Router
     from servesim.replay.timeline import PassTimeline
@@ -72,7 +72,7 @@ class RunHost(Protocol):
     ends, and the replayer's own steps for events, KV and FPM publishing and finished
     requests, which a run's passes go through exactly as stepped passes do."""
 
-    engines: list[Engine]
+    engines: list[RunEngine]  # built by a factory the overlay fitted (FastOverlay.fit_factory)
     router: Router
     state: ClusterState
     block_size: int
@@ -172,7 +172,7 @@ class RunDriver:
                     h = end
         return h
 
-    def try_run(self, w: int, engine: Engine, now: float) -> bool:
+    def try_run(self, w: int, engine: RunEngine, now: float) -> bool:
         horizon = self.horizon(w, now)
         if not now < horizon:
             return False  # no pass could start before it: the engine would decline
@@ -210,7 +210,7 @@ class RunDriver:
     def continue_run(self, w: int, now: float) -> bool:
         """At the last boundary ``now`` of ``w``'s in-flight run, when nothing else is due
         then: carry the run on with the passes a new run from ``now`` would commit
-        (``Engine.extend_run``), instead of completing it and starting that run. True when
+        (``RunEngine.extend_run``), instead of completing it and starting that run. True when
         it did (the run stays in flight to its new end; nothing of it is released yet).
 
         Equivalent to :meth:`complete` then :meth:`try_run` at ``now`` because nothing is

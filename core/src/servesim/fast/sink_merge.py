@@ -38,8 +38,8 @@ from servesim.sinks.publish import encode, encode_runs, publish, write_encoded
 # Entry kinds: the payload itself (published at release), or its encodings: one per sink,
 # a tuple, except that a stream of one sink keeps its one encoding as it is.
 _KV, _FPM, _KV_ENC, _FPM_ENC = 0, 1, 2, 3
-# Buffered entries before a time step tries to release some: amortises the sort.
-FLUSH_AT = 512
+# The driver releases what is complete when its time moves and the buffer holds
+# servesim.replay.speed.FLUSH_AT entries (amortises the sort).
 
 
 class SinkMerge:

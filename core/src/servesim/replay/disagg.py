@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 
     from servesim.replay.driver import ProgressFn
     from servesim.replay.observers import Observers
+    from servesim.replay.speed import SpeedOverlay
     from servesim.replay.timeline import PassTimeline
     from servesim.sinks.base import FpmSink, KvEventSink
 
@@ -188,7 +189,7 @@ class DisaggReplayer(Replayer):
         fpm_sinks: Sequence[FpmSink] = (),
         record_token_times: bool = False,
         progress: ProgressFn | None = None,
-        runs: bool | None = None,
+        speed: SpeedOverlay | None = None,
         timeline: PassTimeline | None = None,
         observers: Observers | None = None,
     ) -> None:
@@ -200,7 +201,7 @@ class DisaggReplayer(Replayer):
             [*prefill_engines, *decode_engines], workload, router=prefill_router,
             block_size=block_size, concurrency=concurrency,
             arrival_speedup_ratio=arrival_speedup_ratio, kv_sinks=kv_sinks, fpm_sinks=fpm_sinks,
-            record_token_times=record_token_times, progress=progress, runs=runs,
+            record_token_times=record_token_times, progress=progress, speed=speed,
             timeline=timeline, observers=observers,
         )
         self.num_prefill = len(prefill_engines)
@@ -380,7 +381,7 @@ class DisaggReplayer(Replayer):
                 busy = True
         self._end_pass(w, busy, now)
 
-    # -- runs of passes (servesim.fast.replay_runs) ----------------------------------------------
+    # -- runs of passes (servesim.replay.speed.RunDriverView) ----------------------------------------------
 
     def _run_horizon(self, w: int, now: float, ext: float) -> float:
         """How far a run on decode worker ``w`` may reach (RunDriver.horizon_of).
@@ -664,7 +665,7 @@ class DisaggReplayer(Replayer):
 def build_disagg_replayer(
     loaded: Any, workload: Workload, kv_sinks: list[Any], fpm_sinks: list[Any],
     record_metrics: bool = True, replayer_class: type[DisaggReplayer] | None = None,
-    emit_fpm: bool = False, **kwargs: Any
+    emit_fpm: bool = False, speed: SpeedOverlay | None = None, **kwargs: Any
 ) -> DisaggReplayer:
     """The prefill and decode pools of ``loaded`` (``cluster.prefill_workers`` /
     ``decode_workers``, each role's engine = ``engine:`` merged with ``cluster.prefill_engine``
@@ -676,12 +677,14 @@ def build_disagg_replayer(
     is told so (``EventReaders.kv_router_only``), and ``record_metrics=False`` (the
     runner's choice without a timeline) leaves the unread occupancy snapshots unbuilt.
     ``replayer_class``: a DisaggReplayer subclass to build instead (the live one of
-    ``servesim_serve.disagg_live``); ``emit_fpm``: forward-pass metrics even without sinks."""
+    ``servesim_serve.disagg_live``); ``emit_fpm``: forward-pass metrics even without sinks;
+    ``speed``: the speed overlay (servesim.replay.speed), which fits the pools' factories and
+    the replayer."""
     mark_unique_prompts(workload)
     cluster = loaded.sim.cluster
     emit_fpm = emit_fpm or bool(fpm_sinks) or kwargs.get("timeline") is not None
     pools: list[tuple[Any, list[Engine]]] = []
-    for factory, count in split_factories(loaded, kv_sinks, record_metrics, emit_fpm):
+    for factory, count in split_factories(loaded, kv_sinks, record_metrics, emit_fpm, speed):
         first = 0 if not pools else cluster.prefill_workers
         pools.append((factory, [factory.build(first + i) for i in range(count)]))
     (pf, prefill), (df, decode) = pools
@@ -692,15 +695,16 @@ def build_disagg_replayer(
     return (replayer_class or DisaggReplayer)(
         prefill, decode, workload, prefill_router=prefill_router, decode_router=decode_router,
         block_size=block_size, handoff_latency_ms=cluster.handoff_latency_ms,
-        kv_sinks=kv_sinks, fpm_sinks=fpm_sinks, **kwargs,
+        kv_sinks=kv_sinks, fpm_sinks=fpm_sinks, speed=speed, **kwargs,
     )
 
 
 def split_factories(
-    loaded: Any, kv_sinks: list[Any], record_metrics: bool, emit_fpm: bool
+    loaded: Any, kv_sinks: list[Any], record_metrics: bool, emit_fpm: bool,
+    speed: SpeedOverlay | None = None,
 ) -> list[tuple[Any, int]]:
     """The engine factory and initial worker count of the prefill pool, then the decode pool
-    (see :func:`build_disagg_replayer`)."""
+    (see :func:`build_disagg_replayer`), fitted by ``speed`` when given."""
     cluster = loaded.sim.cluster
     router_class = loaded.plugins.routers().get(cluster.router)
     out = []
@@ -714,9 +718,12 @@ def split_factories(
             emit_forward_pass_metrics=emit_fpm,
             path=f"cluster.{role}_engine",
         )
-        factory.fit_to_readers(
-            kv_sinks, router_reads_events=role == "prefill" and router_class.wants_kv_events,
-            record_metrics=record_metrics)
+        factory.fit_to_sinks(kv_sinks)
+        if speed is not None:
+            speed.fit_factory(
+                factory, kv_sinks,
+                router_reads_events=role == "prefill" and router_class.wants_kv_events,
+                record_metrics=record_metrics)
         out.append((factory, count))
     return out
 

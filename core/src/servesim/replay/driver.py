@@ -39,16 +39,12 @@ from servesim.contract import (
 )
 from servesim.engine import Engine, EnginePassStarted
 from servesim.errors import CommandRejected, ReplayError, TraceError
-from servesim.fast.cohorts import CohortLog
-from servesim.fast.fpm_runs import FpmRun, encodes_fpm_runs
-from servesim.fast.replay_runs import RunDriver, runs_enabled_by_env
-from servesim.fast.sink_merge import FLUSH_AT, SinkMerge
 from servesim.kv.adapter_hashes import prompt_hashes
 from servesim.rank import NO_RETRY_HINT, InternalWork, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
 from servesim.replay.observers import FinishedRequest, Observers
-from servesim.replay.passlog import PassLogWriter
 from servesim.replay.routers import RoundRobinRouter, Router
+from servesim.replay.speed import FLUSH_AT, RunDriverView, SinkMergeView, SpeedOverlay
 from servesim.report.stats import RequestLog
 from servesim.sinks.base import FpmSink, KvEventSink
 from servesim.sinks.publish import encode_runs, publish, write_encoded
@@ -56,6 +52,7 @@ from servesim.workload.model import Workload
 
 if TYPE_CHECKING:
     from servesim.contract import Metrics
+    from servesim.replay.passlog import PassLogWriter
     from servesim.replay.timeline import PassTimeline
 
 # Final: the compiled build inlines them (a module global is a dict lookup per use there).
@@ -75,8 +72,9 @@ class Replayer:
     """Replays ``workload`` through ``engines`` behind ``router``; :meth:`run` returns the log."""
 
     def merges_sinks(self) -> bool:
-        """Several workers' sink output goes through a SinkMerge (fast/sink_merge.py), so
-        runs of passes stay on; a subclass that publishes on its own paths returns False.
+        """Several workers' sink output goes through the speed overlay's merge buffer
+        (servesim.replay.speed.SinkMergeView), so runs of passes stay on; a subclass that
+        publishes on its own paths returns False.
         A method, not a class attribute: in the compiled build an interpreted subclass's
         class attribute would not override the compiled class's."""
         return True
@@ -94,12 +92,13 @@ class Replayer:
         fpm_sinks: Sequence[FpmSink] = (),
         record_token_times: bool = False,
         progress: ProgressFn | None = None,
-        runs: bool | None = None,
+        speed: SpeedOverlay | None = None,
         pass_log: PassLogWriter | None = None,
         timeline: PassTimeline | None = None,
         observers: Observers | None = None,
-        sink_writer_process: bool = False,
     ) -> None:
+        """``speed``: the speed overlay (servesim.replay.speed); without it every pass steps
+        and every batch goes to the sinks as it happens, with the same results."""
         if not engines:
             raise ValueError("a replay needs at least one engine")
         if concurrency is not None and concurrency < 1:
@@ -116,8 +115,6 @@ class Replayer:
         self.speedup = arrival_speedup_ratio
         self.kv_sinks = list(kv_sinks)
         self.fpm_sinks = list(fpm_sinks)
-        # Whether runs' forward-pass metrics go to the sinks by column (servesim.fast.fpm_runs).
-        self.fpm_by_run = encodes_fpm_runs(self.fpm_sinks)
         self.progress = progress
         self.pass_log = pass_log
         # Per-worker pass metrics and preemptions for figures (servesim.replay.timeline). Kept
@@ -171,24 +168,33 @@ class Replayer:
             for e in self.engines
             for r in e.ranks
         )
-        # Runs of passes (servesim.fast.replay_runs); None when stepping is forced or unsafe.
-        if runs is None:
-            runs = runs_enabled_by_env()
-        self.sink_merge: Any = None  # a SinkMerge, or a SinkWriterProcess standing in for one
-        if len(self.engines) > 1 and (self.kv_sinks or self.fpm_sinks):
-            if self.merges_sinks():
-                self.sink_merge = _sink_merge(self.kv_sinks, self.fpm_sinks, sink_writer_process)
-            else:
-                runs = False
-        if self.observers is not None:
-            runs = False
-        cross = concurrency is not None or any(t >= 0 for t in self.next_turn)
-        self.run_driver = RunDriver(self, len(self.engines), cross) if runs else None
+        self._init_speed(speed, record_token_times)
+
+    def _init_speed(self, speed: SpeedOverlay | None, record_token_times: bool) -> None:
+        """What the speed overlay adds (servesim.replay.speed): the merge buffer for several
+        workers' sinks, runs of passes (None when stepping is forced or unsafe) and the
+        cohort log. Without the overlay, none of them."""
+        # Whether runs' forward-pass metrics go to the sinks by column (servesim.fast.fpm_runs).
+        self.fpm_by_run = False
+        self.sink_merge: SinkMergeView | None = None
+        self.run_driver: RunDriverView | None = None
         # With runs, a worker's steady batch is logged as one cohort (servesim.fast.cohorts)
         # keyed by the worker; only dp_size-1 engines run runs, so only they get a key.
         self.log_key: list[int | None] = [None] * len(self.engines)
+        if speed is None:
+            return
+        self.fpm_by_run = speed.fpm_by_run(self.fpm_sinks)
+        runs = self.observers is None  # an observer plugin sees every pass
+        if len(self.engines) > 1 and (self.kv_sinks or self.fpm_sinks):
+            if self.merges_sinks():
+                self.sink_merge = speed.sink_merge(self.kv_sinks, self.fpm_sinks)
+            else:
+                runs = False
+        if runs:
+            cross = self.concurrency is not None or any(t >= 0 for t in self.next_turn)
+            self.run_driver = speed.run_driver(self, len(self.engines), cross)
         if self.run_driver is not None and not record_token_times and type(self) is Replayer:
-            self.log = CohortLog(self.log.input_length)
+            self.log = speed.cohort_log(self.log)
             self.log_key = [w if e.dp_size == 1 else None for w, e in enumerate(self.engines)]
 
     # -- event queue --------------------------------------------------------------------
@@ -665,7 +671,7 @@ class Replayer:
         for sink in self.fpm_sinks:
             publish(sink, w, now, fpm)
 
-    def publish_fpm_run(self, w: int, ends: list[float], start: float, run: FpmRun) -> None:
+    def publish_fpm_run(self, w: int, ends: list[float], start: float, run: Any) -> None:
         """A run's forward-pass metrics (passes ending at ``ends``), encoded by column by every
         sink (``_fpm_runs``; no timeline), in the order and with the bytes of :meth:`_fpm`."""
         if self.sink_merge is not None:
@@ -675,19 +681,6 @@ class Replayer:
         for sink, lines in zip(self.fpm_sinks, encs, strict=True):
             for at, line in zip(ends, lines, strict=True):
                 write_encoded(sink, at, line)
-
-
-def _sink_merge(kv_sinks: Sequence[KvEventSink], fpm_sinks: Sequence[FpmSink],
-                writer_process: bool) -> Any:
-    """The merge buffer: here, or with ``writer_process`` (and sinks a writer process can
-    stand in for) in a writer process (servesim.fast.sink_offload)."""
-    if writer_process:
-        from servesim.fast.sink_offload import SinkWriterProcess, can_offload
-
-        if can_offload(kv_sinks, fpm_sinks):
-            return SinkWriterProcess(kv_sinks[0] if kv_sinks else None,
-                                     fpm_sinks[0] if fpm_sinks else None)
-    return SinkMerge(kv_sinks, fpm_sinks)
 
 
 def _session_maps(workload: Workload) -> tuple[list[str], list[int], list[int]]:

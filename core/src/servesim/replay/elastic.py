@@ -74,7 +74,7 @@ class ElasticReplayer(Replayer):
         faults: FaultPlan | None = None,
         **kwargs: Any,
     ) -> None:
-        kwargs["runs"] = False
+        kwargs["speed"] = None  # it steps
         super().__init__(engines, workload, **kwargs)
         self.init_elastic(pools, lifecycle, planner, planner_interval_s, faults)
 

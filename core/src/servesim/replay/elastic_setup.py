@@ -15,6 +15,7 @@ from servesim.replay.lifecycle import PoolRuntime
 if TYPE_CHECKING:
     from servesim.config.loader import LoadedConfig
     from servesim.replay.elastic_split import ElasticSplitReplayer
+    from servesim.replay.speed import SpeedOverlay
 
 
 def build_elastic_replayer(
@@ -47,12 +48,13 @@ def build_elastic_replayer(
 def build_elastic_split(
     loaded: LoadedConfig, workload: Any, kv_sinks: list[Any], fpm_sinks: list[Any],
     record_metrics: bool, replayer_class: type[ElasticSplitReplayer] | None = None,
-    emit_fpm: bool = False, **kwargs: Any
+    emit_fpm: bool = False, speed: SpeedOverlay | None = None, **kwargs: Any
 ) -> ElasticSplitReplayer:
     """A prefill/decode split's pools (``prefill``, then ``decode``; their engines as
     servesim.replay.disagg builds them), routers, the planner and the fault plan, in a
     ``replayer_class`` (a live server's subclass feeds it requests as they come);
-    ``emit_fpm``: forward-pass metrics even without sinks or a planner."""
+    ``emit_fpm``: forward-pass metrics even without sinks or a planner; ``speed``: the speed
+    overlay that fits the pools' factories (the replay itself steps)."""
     from servesim.replay.disagg import DecodeLoadRouter, split_factories
     from servesim.replay.elastic_split import ElasticSplitReplayer
     from servesim.workload.model import mark_unique_prompts
@@ -65,7 +67,7 @@ def build_elastic_split(
     engines: list[list[Engine]] = []
     first = 0
     for name, (factory, n) in zip(("prefill", "decode"),
-                                  split_factories(loaded, kv_sinks, record_metrics, emit_fpm),
+                                  split_factories(loaded, kv_sinks, record_metrics, emit_fpm, speed),
                                   strict=True):
         gpus = factory.services.timing.gpus_per_rank * factory.config.dp_size
         pools.append(PoolRuntime(name, factory, gpus, n))

@@ -66,7 +66,7 @@ class ElasticSplitReplayer(ElasticReplayer, DisaggReplayer):
         faults: FaultPlan | None = None,
         **kwargs: Any,
     ) -> None:
-        kwargs["runs"] = False
+        kwargs["speed"] = None  # it steps
         DisaggReplayer.__init__(self, prefill_engines, decode_engines, workload, **kwargs)
         self.wait_prefill: list[int] = []  # requests waiting for a ready prefill worker
         self.wait_decode: list[int] = []  # ... for a ready decode worker

@@ -1,6 +1,9 @@
 """From a validated configuration to a finished replay: workload, cluster, router, sinks.
 
-:func:`simulate` is what ``servesim run`` calls; tests and notebooks can call it too.
+:func:`simulate` is what ``servesim run`` calls; tests and notebooks can call it too. It is
+the composition point of the speed overlay: the one module that imports ``servesim.fast``
+and hands its :class:`~servesim.fast.overlay.FastOverlay` to the factories and the replayer
+(servesim.replay.speed; docs/architecture.md, "The speed overlay").
 """
 
 from __future__ import annotations
@@ -13,13 +16,13 @@ import attrs
 from servesim.config.output_paths import GrowingFile
 from servesim.config.sections import SyntheticConfig, WorkloadConfig
 from servesim.errors import ConfigError, PluginRunError, UserError
+from servesim.fast.overlay import FastOverlay, writes_in_process
 from servesim.replay.adapter_names import resolve_adapter_names
 from servesim.replay.adapters import lora_report
 from servesim.replay.cluster import build_engines
 from servesim.replay.driver import ProgressFn, Replayer
 from servesim.replay.gc_spacing import collections_spaced
 from servesim.replay.observers import Observers
-from servesim.replay.passlog import PassLogWriter
 from servesim.replay.release import (
     attach_release,
     has_dependencies,
@@ -166,6 +169,8 @@ def _simulate(
 
     elastic = sim.is_elastic
     planned = sim.planner is not None  # a planner reads pass metrics and occupancy
+    speed = FastOverlay(writer_process=bool(kv_sinks or fpm_sinks) and writes_in_process(
+        sim.sinks.writer, workload.num_requests))
 
     def make_factory(overrides: Any = None, path: str = "engine overrides") -> Any:
         factory = loaded.engine_factory(
@@ -174,11 +179,11 @@ def _simulate(
             emit_forward_pass_metrics=bool(fpm_sinks) or timeline is not None or planned,
             path=path,
         )
+        factory.fit_to_sinks(kv_sinks)
         # Occupancy snapshots feed only the timeline's KV usage (and a planner).
-        factory.fit_to_readers(kv_sinks, router_reads_events=router.wants_kv_events,
-                               record_metrics=timeline is not None or planned,
-                               router=None if elastic else router,
-                               observed=observers is not None)
+        speed.fit_factory(factory, kv_sinks, router_reads_events=router.wants_kv_events,
+                          record_metrics=timeline is not None or planned,
+                          router=None if elastic else router, observed=observers is not None)
         if pass_log is not None:
             factory.services = attrs.evolve(factory.services, record_schedule=True)
         return factory
@@ -201,7 +206,11 @@ def _simulate(
 
         warm = preload_engines(engines, sim.workload.warm_cache, block_size, router)
     pass_file = _open_pass_log(pass_log)
-    writer = None if pass_file is None else PassLogWriter(pass_file.fh)
+    writer = None
+    if pass_file is not None:
+        from servesim.replay.passlog import PassLogWriter  # only with --pass-log
+
+        writer = PassLogWriter(pass_file.fh)
     scope = ReportScope.of(sim.workload, workload, plugins)
     graph = has_dependencies(workload) or snapshot is not None  # a cut may leave none
     if elastic:  # servesim.replay.elastic: lifecycle, planner, faults
@@ -210,6 +219,8 @@ def _simulate(
         make: Any = partial(build_elastic_replayer, loaded, workload, make_factory)
     else:
         make = partial(Replayer, engines, workload)
+    if scope is not None or graph:
+        speed.runs = False
     replayer = make(
         router=router,
         block_size=block_size,
@@ -222,9 +233,7 @@ def _simulate(
         pass_log=writer,
         timeline=timeline,
         observers=observers,
-        sink_writer_process=bool(kv_sinks or fpm_sinks) and _writes_in_process(
-            sim.sinks.writer, workload.num_requests),
-        runs=False if scope is not None or graph else None,
+        speed=speed,
     )
     if graph:
         attach_release(replayer, sim.workload.concurrency, sim.workload.lanes, snapshot is not None)
@@ -269,12 +278,6 @@ def _simulate(
     if elastic:
         report["elastic"] = clean_floats(replayer.elastic_report(sim.report))
     return _with_extra(SimResult(report, log, session_of, replayer.passes), observers, loaded)
-
-
-def _writes_in_process(mode: Any, num_requests: int) -> bool:
-    from servesim.fast.sink_offload import writes_in_process
-
-    return writes_in_process(mode, num_requests)
 
 
 def _with_extra(result: SimResult, observers: Observers | None, loaded: LoadedConfig) -> SimResult:
@@ -334,7 +337,7 @@ def _simulate_disagg(
         progress=progress,
         timeline=timeline,
         observers=observers,
-        runs=False if scope is not None or graph else None,
+        speed=FastOverlay(runs=False if scope is not None or graph else None),
     )
     if graph:
         attach_release(replayer, sim.workload.concurrency, sim.workload.lanes,

@@ -28,15 +28,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from servesim.replay.admission import AdmissionControl, build_policy
-from servesim.report.classes import class_section
-from servesim.report.subset import subset_log
 from servesim.report.summary import build_report, clean_floats
-from servesim.workload.classes import assign_classes
 
+# What a scope needs is imported when one is built (ReportScope.of): a replay without one,
+# the common case, does not load the admission policies, the classes or the log subsets.
 if TYPE_CHECKING:
     from servesim.config.sections import ReportConfig, WorkloadConfig
     from servesim.plugins import Plugins
+    from servesim.replay.admission import AdmissionControl
     from servesim.replay.driver import Replayer
     from servesim.report.stats import RequestLog
     from servesim.workload.model import Workload
@@ -46,6 +45,9 @@ class ReportScope:
     """The warmup, stop, classes and admission of one replay (see the module docstring)."""
 
     def __init__(self, cfg: WorkloadConfig, workload: Workload, plugins: Plugins) -> None:
+        from servesim.replay.admission import build_policy
+        from servesim.workload.classes import assign_classes
+
         self.warmup = cfg.warmup
         self.stop = cfg.stop
         self.classes = tuple(cfg.classes)
@@ -69,6 +71,8 @@ class ReportScope:
             replayer.stop_at = self.stop.at_ms
             replayer.stop_after = self.stop.completions or 0
         if self.policy is not None:
+            from servesim.replay.admission import AdmissionControl
+
             names = [c.name for c in self.classes] or ["default"]
             self.control = AdmissionControl(self.policy, self.class_of, names,
                                             replayer.session_of, replayer.log.input_length)
@@ -94,6 +98,9 @@ class ReportScope:
     def narrow(self, replayer: Replayer, log: RequestLog, cfg: ReportConfig,
                resolved: dict[str, Any]) -> tuple[dict[str, Any], RequestLog, list[str]]:
         """The report, the per-request log and the session ids of the reported requests."""
+        from servesim.report.classes import class_section
+        from servesim.report.subset import subset_log
+
         warm = self.warmup_ids(log, replayer.session_index)
         keep = [r for r in range(log.n) if log.arrival[r] >= 0.0 and r not in warm]
         start = min((log.arrival[r] for r in keep), default=0.0)

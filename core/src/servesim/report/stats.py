@@ -25,7 +25,7 @@ from servesim.report.pairwise import pairwise_sum
 from servesim.report.percentiles import nearest_rank_index, percentile, percentile_key
 
 ARRAY_MIN = 20_000
-"""Samples above which the statistics run in numpy (``servesim.fast.stats_arrays``), which is
+"""Samples above which the statistics run in numpy (``servesim.report.stats_arrays``), which is
 imported only then: both paths give bit-identical results (``tests/replay/test_stats_paths.py``),
 and a short replay never imports numpy for its report."""
 
@@ -59,7 +59,7 @@ def distribution(
     std are numpy's (``ndarray.mean``/``std`` of the sorted values: pairwise sums,
     :func:`servesim.report.pairwise.pairwise_sum`), bit for bit on either path."""
     if in_arrays(len(values)):
-        from servesim.fast.stats_arrays import distribution_array
+        from servesim.report.stats_arrays import distribution_array
 
         return distribution_array(name, values, percentiles, unit, presorted)
     vals = floats(values)
@@ -111,7 +111,7 @@ def sorted_weighted_distribution(
     integer weights (equal neighbours allowed: every statistic depends only on the multiset).
     ``uniq`` and ``counts`` are lists or numpy arrays."""
     if in_arrays(len(uniq)):
-        from servesim.fast.stats_arrays import sorted_weighted_distribution_array
+        from servesim.report.stats_arrays import sorted_weighted_distribution_array
 
         return sorted_weighted_distribution_array(name, uniq, counts, percentiles, unit)
     xs = floats(uniq)

@@ -51,7 +51,7 @@ def gaps(log: RequestLog, flags: Sequence[bool]) -> tuple[list[float], list[int]
     each one's first gap (its time to second token): the first of its id in the individual
     gap log. Gaps shared by runs of passes (RequestLog.run_tokens) come with their weights;
     their requests always complete, so they need no mask. (Large logs:
-    :func:`servesim.fast.report_arrays.gaps`.)"""
+    :func:`servesim.report.summary_arrays.gaps`.)"""
     itl = log.itl.tolist()
     rids = log.itl_rid.tolist()
     if not all(flags):
@@ -131,7 +131,7 @@ def meets_slas(log: RequestLog, i: int, cfg: ReportConfig) -> bool:
 def itl_samples(log: RequestLog) -> tuple[Any, Any]:
     """The pooled inter-token gaps of completed requests as numpy ``(values, weights)``, as
     the report's ``itl`` statistics count them (for figures)."""
-    from servesim.fast.report_arrays import itl_samples as samples
+    from servesim.report.summary_arrays import itl_samples as samples
 
     return samples(log)
 
@@ -140,13 +140,13 @@ def build_report(
     log: RequestLog, cfg: ReportConfig, resolved_config: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The report dict (floats rounded to 6 decimals; keys are sorted when written). Large
-    logs are summarised in numpy (:mod:`servesim.fast.report_arrays`), small ones in plain
+    logs are summarised in numpy (:mod:`servesim.report.summary_arrays`), small ones in plain
     Python; both give the same report, bit for bit."""
     slas = {"ttft_ms": cfg.sla_ttft_ms, "tpot_ms": cfg.sla_tpot_ms, "e2el_ms": cfg.sla_e2e_ms}
     any_sla = any(v is not None for v in slas.values())
     shared = getattr(log, "shared_gap", None)
     if in_arrays(log.n + len(log.itl) + (len(shared) if shared is not None else 0)):
-        from servesim.fast.report_arrays import report_samples
+        from servesim.report.summary_arrays import report_samples
 
         s = report_samples(log, cfg, any_sla)
     else:

@@ -59,8 +59,8 @@ from servesim.contract import (
     StoredBlocks,
 )
 from servesim.errors import UserError
-from servesim.fast.fpm_runs import FpmRun
 from servesim.sinks.base import FpmSink, KvEventSink, SinkContext, SinkError
+from servesim.sinks.fpm_columns import FpmColumns
 from servesim.sinks.fpm_schema import fpm_object
 from servesim.sinks.jsonl_lines import fpm_line, fpm_run_lines, kv_event_lines
 
@@ -331,7 +331,7 @@ class JsonlFpmSink(_HandsOnItsFile, FpmSink):
     encodes_fpm_runs = True  # encode_run formats a run's lines from its columns
     joins_encoded = True  # encodings are lines: several are written as one text
 
-    def encode_run(self, worker_id: int, ats: Sequence[float], run: FpmRun) -> list[str]:
+    def encode_run(self, worker_id: int, ats: Sequence[float], run: FpmColumns) -> list[str]:
         """One line a pass of ``run`` (ending at ``ats``), as :meth:`encode` writes them."""
         try:
             return fpm_run_lines(worker_id, ats, run)

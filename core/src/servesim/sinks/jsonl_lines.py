@@ -32,8 +32,8 @@ from typing import Any
 from msgspec.json import Encoder
 
 from servesim.contract import ClearedBlocks, ForwardPassMetrics, KvEvent, RemovedBlocks, StoredBlocks
-from servesim.fast.fpm_runs import FpmRun
 from servesim.kv.event_records import RemovedRun, StoredRun
+from servesim.sinks.fpm_columns import FpmColumns
 from servesim.sinks.fpm_schema import FPM_VERSION
 
 _BLOCK_HASH = attrgetter("block_hash")
@@ -127,7 +127,7 @@ def _texts(values: list[Any]) -> list[str]:
     return _encode_texts(values) if _positional(values) else list(map(str, values))
 
 
-#: The lines of a run (:class:`~servesim.fast.fpm_runs.FpmRun`): the run's constants filled in once
+#: The lines of a run (:class:`~servesim.sinks.fpm_columns.FpmColumns`): the run's constants filled in once
 #: (the doubled ``%%`` stay as the five per-pass values and ``at_ms``); a pass's line is then
 #: the template's seven pieces with the pass's six texts between them (:func:`fpm_run_lines`),
 #: or one ``%`` fill of it for a run of one pass (a float's ``str`` is its ``repr``).
@@ -158,7 +158,7 @@ def _run_template(worker_id: int, b: dict[str, Any]) -> tuple[str, list[Any]]:
     share them while its queues stay put, so the filled templates are kept by those values (a
     zero float is keyed by its text, which tells ``-0.0`` from ``0.0``; a NaN never matches
     and so always reaches the check below). A rank hands the same ``base`` to its runs while
-    their constants hold (``FpmRun.base`` is never changed once built), so the worker's
+    their constants hold (``FpmColumns.base`` is never changed once built), so the worker's
     last one is looked up first, by identity."""
     last = _LAST_TEMPLATE.get(worker_id)
     if last is not None and last[0] is b:
@@ -195,7 +195,7 @@ def _run_template(worker_id: int, b: dict[str, Any]) -> tuple[str, list[Any]]:
 _NUMBER_TYPES = frozenset((float, int))
 
 
-def fpm_run_lines(worker_id: int, ats: Sequence[Any], run: FpmRun) -> list[str]:
+def fpm_run_lines(worker_id: int, ats: Sequence[Any], run: FpmColumns) -> list[str]:
     """``[fpm_line(worker_id, ats[j], run[j]) for j in range(len(run))]``, without building
     the objects: the run's constants are formatted once into a template. A run of several
     passes takes the texts of all its per-pass values from one msgspec encode (when msgspec

@@ -14,6 +14,7 @@ from attrs import define, field
 
 from servesim.contract import Command, CommandEffects, Request, Submit
 from servesim.engine import Engine, EnginePassCompleted, EnginePassStarted
+from servesim.fast.engine_runs import RunEngine
 from servesim.fast.runs import EngineRunCompleted
 
 
@@ -63,11 +64,17 @@ def drive(
     ``extra_commands`` are ``(at_ms, dp_rank, command)`` delivered at their time (e.g. a
     ``CancelRequest``). Raises RuntimeError if the engine stops making progress.
 
-    With ``runs`` the engine may commit runs of passes (servesim.fast.runs) up to the next event;
+    With ``runs`` the engine (a :class:`~servesim.fast.engine_runs.RunEngine`, as a factory
+    the speed overlay fitted builds) may commit runs of passes (servesim.fast.runs) up to the next event;
     ``passes``/``completions`` then hold only stepped passes, ``runs`` the released runs.
     ``through_completions`` lets runs continue through completions (nothing here reacts to
     a completion before the next event).
     """
+    runner: RunEngine | None = None
+    if runs:
+        if not isinstance(engine, RunEngine):
+            raise TypeError("drive(runs=True) needs a RunEngine (servesim.fast.engine_runs)")
+        runner = engine
     events: list[tuple[float, int, int, Command]] = []
     traces: dict[int, RequestTrace] = {}
     for seq, item in enumerate(arrivals):
@@ -87,14 +94,14 @@ def drive(
             _, _, rank, cmd = events[i]
             result.command_effects.append(engine.apply(rank, cmd, now))
             i += 1
-        if runs and engine.is_ready():
+        if runner is not None and engine.is_ready():
             horizon = events[i][0] if i < len(events) else float("inf")
-            run = engine.execute_run(now, horizon, through_completions=through_completions)
+            run = runner.execute_run(now, horizon, through_completions=through_completions)
             if run is not None:
                 i = _deliver_mid(engine, events, i, run.end_ms, run.pass_ends[-2]
                                  if run.num_passes > 1 else now, result)
                 now = run.end_ms
-                done_run = engine.complete_run(run.first_pass_id, now)
+                done_run = runner.complete_run(run.first_pass_id, now)
                 result.runs.append(done_run)
                 _record_run(done_run, traces)
                 continue

@@ -8,6 +8,7 @@ from typing import Any
 
 from servesim.contract import CancelRequest, PassCompletionEffects, Request
 from servesim.engine import Engine
+from servesim.fast.engine_runs import RunEngine
 from servesim.fast.runs import expand
 from servesim.testing.driver import DriveResult, drive
 from servesim.tokens import Tokens
@@ -47,7 +48,7 @@ def check_runs_match_stepping(make_engine: MakeEngine, options: Any) -> list[str
     cancels = [(101.0, 0, CancelRequest(1, discard_pending_output=True))]
     step = drive(make_engine(), work, extra_commands=cancels, runs=False,
                  max_passes=options.max_passes)
-    run = drive(make_engine(), work, extra_commands=cancels, runs=True,
+    run = drive(RunEngine.over(make_engine()), work, extra_commands=cancels, runs=True,
                 max_passes=options.max_passes)
     problems = []
     if step.end_ms != run.end_ms:

@@ -80,6 +80,7 @@ def build_cluster(loaded: LoadedConfig, speedup: float, wall: Callable[[], float
 def _build_split(loaded: LoadedConfig, speedup: float, wall: Callable[[], float],
                  observer: Observer | None) -> tuple[LiveDriver, list[Any]]:
     """The live driver of a prefill/decode split and its sinks (module docstring)."""
+    from servesim.fast.overlay import FastOverlay
     from servesim.replay.disagg import build_disagg_replayer
     from servesim.workload.model import Workload
 
@@ -91,7 +92,8 @@ def _build_split(loaded: LoadedConfig, speedup: float, wall: Callable[[], float]
     _bind(loaded, serve_workers(loaded), [*kv_sinks, *fpm_sinks])
     replayer = build_disagg_replayer(
         loaded, Workload(()), kv_sinks, fpm_sinks, replayer_class=LiveDisaggReplayer,
-        emit_fpm=bool(observer is not None and observer.wants_fpm), record_token_times=True)
+        emit_fpm=bool(observer is not None and observer.wants_fpm), record_token_times=True,
+        speed=FastOverlay(runs=False))  # ranks fitted to their readers; the replay steps
     assert isinstance(replayer, LiveDisaggReplayer)
     driver = LiveDisaggDriver(replayer, SimClock(speedup, wall), observer)
     return driver, [*kv_sinks, *fpm_sinks]
@@ -100,6 +102,7 @@ def _build_split(loaded: LoadedConfig, speedup: float, wall: Callable[[], float]
 def _build_elastic_split(loaded: LoadedConfig, clock: SimClock,
                          observer: Observer | None) -> tuple[LiveDriver, list[Any]]:
     """The live driver of an elastic prefill/decode split and its sinks (module docstring)."""
+    from servesim.fast.overlay import FastOverlay
     from servesim.replay.elastic_setup import build_elastic_split
     from servesim.workload.model import Workload
 
@@ -111,7 +114,8 @@ def _build_elastic_split(loaded: LoadedConfig, clock: SimClock,
     _bind(loaded, serve_workers(loaded), [*kv_sinks, *fpm_sinks])
     replayer = build_elastic_split(loaded, Workload(()), kv_sinks, fpm_sinks, record_metrics=True,
                                    replayer_class=LiveElasticSplitReplayer, record_token_times=True,
-                                   emit_fpm=bool(observer is not None and observer.wants_fpm))
+                                   emit_fpm=bool(observer is not None and observer.wants_fpm),
+                                   speed=FastOverlay(runs=False))
     assert isinstance(replayer, LiveElasticSplitReplayer)
     return LiveElasticSplitDriver(replayer, clock, observer), [*kv_sinks, *fpm_sinks]
 

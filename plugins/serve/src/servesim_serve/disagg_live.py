@@ -61,11 +61,11 @@ class LiveSplitFeed(LiveFeed):
 
 class LiveDisaggReplayer(LiveSplitFeed, DisaggReplayer):
     """A :class:`DisaggReplayer` over requests added while it runs (module docstring).
-    Takes DisaggReplayer's arguments but the workload (it starts empty) and ``runs``."""
+    Takes DisaggReplayer's arguments but the workload (it starts empty) and ``speed``."""
 
     def __init__(self, prefill_engines: Sequence[Any], decode_engines: Sequence[Any],
                  workload: Workload | None = None, **kwargs: Any) -> None:
-        kwargs["runs"] = False
+        kwargs["speed"] = None  # it steps
         super().__init__(prefill_engines, decode_engines, Workload(()), **kwargs)
         self.init_feed()
         self._slots: list[dict[int, None]] = [{} for _ in range(len(decode_engines) * self.state.dp_size)]

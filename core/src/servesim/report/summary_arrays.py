@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from servesim.config.sections import ReportConfig
-from servesim.fast.stats_arrays import weighted_sorted_array
 from servesim.report.stats import RequestLog
+from servesim.report.stats_arrays import weighted_sorted_array
 
 
 def _per_request_arrays(log: RequestLog, mask: np.ndarray) -> dict[str, np.ndarray]:
