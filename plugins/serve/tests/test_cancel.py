@@ -5,35 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import httpx
+from serve_helpers import read_first_token_then_leave, wait_for
 from servesim_serve.stream_load import make_plans, stream_one
 from servesim_serve.testing import running
 
 # A minute of simulated time per decode pass at speedup 1: after its first token a stream
 # waits far longer than any test, so a client that leaves then is certain to cancel it.
 SLOW = ["engine.timing_model={type: fixed, prefill_ms: 0.001, decode_ms: 60000.0}", "serve.speedup=1"]
-WAIT_S = 20.0
-
-
-def wait_for(predicate, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 def active_blocks(server) -> int:
     return sum(r.metrics().active_blocks for e in server.driver.engines for r in e.ranks)
-
-
-def read_first_token_then_leave(url: str, body: dict) -> str:
-    with httpx.Client(timeout=30) as c, c.stream("POST", url, json=body) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                return line
-    raise AssertionError("no chunk")
 
 
 def test_a_stream_left_after_its_first_token_is_cancelled() -> None:

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import httpx
+from serve_helpers import (
+    WAIT_S,
+    assert_engine_dead,
+    read_first_token_then_leave,
+    start_stream_and_whole,
+    wait_for,
+)
 from servesim_serve.elastic_driver import ENGINE_DEAD
 from servesim_serve.testing import running
 
-WAIT_S = 20.0
 # One worker to begin with; the planner adds a second at 1 s, which starts for 2 s (it serves
 # from 3 s on); worker 0 crashes at 3 s and restarts a minute later. Decode passes of 50 ms:
 # a request of 1,000 tokens is still running at the crash.
@@ -23,13 +28,6 @@ ELASTIC = ["engine.timing_model={type: fixed, prefill_ms: 5.0, decode_ms: 50.0}"
            "lifecycle={startup_s: 2.0}",
            "faults={crashes: [{at_s: 3.0, worker: 0}], restart_s: 60.0}"]
 CRASH_MS = 3000.0
-
-
-def wait_for(predicate, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def workers_gauge(text: str) -> dict[str, float]:
@@ -42,22 +40,10 @@ def workers_gauge(text: str) -> dict[str, float]:
 
 
 def test_a_crash_ends_streams_with_vllms_error_and_the_planner_adds_a_worker_live() -> None:
-    answers: dict[str, httpx.Response | str] = {}
     with running(ELASTIC) as s, httpx.Client(timeout=30) as c:
         driver = s.server.driver
         before = workers_gauge(c.get(s.url + "/metrics").text)
-
-        def stream() -> None:
-            body = {"prompt": list(range(4, 40)), "max_tokens": 1000, "stream": True}
-            answers["stream"] = c.post(s.base + "/completions", json=body).text
-
-        def whole() -> None:
-            body = {"prompt": list(range(5, 40)), "max_tokens": 1000}
-            answers["whole"] = c.post(s.base + "/completions", json=body)
-
-        threads = [threading.Thread(target=f) for f in (stream, whole)]
-        for t in threads:
-            t.start()
+        answers, threads = start_stream_and_whole(c, s.base)
         wait_for(lambda: len(driver.requests) == 2, "both requests")
         # Both arrived before the second worker serves: both are on worker 0.
         assert all(r.arrival < CRASH_MS for r in driver.requests)
@@ -74,20 +60,7 @@ def test_a_crash_ends_streams_with_vllms_error_and_the_planner_adds_a_worker_liv
                       "stopped": 0.0}
     assert after == {"starting": 0.0, "warmup": 0.0, "ready": 1.0, "draining": 0.0, "restarting": 1.0,
                      "stopped": 0.0}
-    # The stream: tokens, then vLLM's error event and [DONE]; no finish reason, no usage.
-    events = answers["stream"].split("\n\n")
-    assert events[-2:] == ["data: [DONE]", ""]
-    error = json.loads(events[-3][len("data: "):])
-    message = error["error"]["message"]
-    assert message.startswith(f"{ENGINE_DEAD}: worker 0 crashed at 3000 ms")
-    assert error == {"error": {"message": message, "type": "InternalServerError", "param": None, "code": 500}}
-    chunks = [json.loads(e[len("data: "):]) for e in events[:-3]]
-    assert len(chunks) >= 1 and all(ch["choices"][0]["finish_reason"] is None for ch in chunks)
-    # The whole body: vLLM's 500 for a dead engine.
-    whole = answers["whole"]
-    assert isinstance(whole, httpx.Response) and whole.status_code == 500
-    assert whole.json()["error"]["type"] == "InternalServerError"
-    assert whole.json()["error"]["message"].startswith(f"{ENGINE_DEAD}: worker 0 crashed at 3000 ms")
+    assert_engine_dead(answers, "worker 0 crashed at 3000 ms")
     assert later.status_code == 200 and later.json()["choices"][0]["text"] == "w0 w1 w2"
     assert homes == [0, 0, 1]  # the crashed worker's two requests, then the added worker's
     elastic = report["elastic"]
@@ -104,12 +77,9 @@ def test_a_crash_ends_streams_with_vllms_error_and_the_planner_adds_a_worker_liv
 def test_a_client_that_leaves_cancels_its_request_on_an_elastic_cluster() -> None:
     sets = ["engine.timing_model={type: fixed, prefill_ms: 0.001, decode_ms: 60000.0}", "serve.speedup=1",
             "lifecycle={startup_s: 0.0}"]
-    with running(sets) as s, httpx.Client(timeout=30) as c:
-        with c.stream("POST", s.base + "/completions",
-                      json={"prompt": "a b c", "max_tokens": 5, "stream": True}) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: "):
-                    break
+    with running(sets) as s:
+        read_first_token_then_leave(s.base + "/completions",
+                                    {"prompt": "a b c", "max_tokens": 5, "stream": True})
         (req,) = s.server.driver.requests
         wait_for(lambda: req.cancelled, "the cancellation")
         blocks = sum(r.metrics().active_blocks for e in s.server.driver.engines for r in e.ranks)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
+from serve_helpers import WAIT_S, assert_engine_dead, start_stream_and_whole
 from servesim.config.loader import load_config
 from servesim.replay.runner import simulate
 from servesim.report.summary import per_request_lines
@@ -23,7 +23,6 @@ from servesim_serve.config import ServeConfig
 from servesim_serve.elastic_driver import ENGINE_DEAD, LiveElasticSplitDriver
 from servesim_serve.testing import running
 
-WAIT_S = 20.0
 # One prefill worker (0) and one decode worker (1); the planner adds decode worker 2 at 1 s,
 # which starts for 1 s (it serves from 2 s on); worker 1 crashes at 2.5 s and restarts a
 # minute later. Decode passes of 50 ms: a request of 1,000 tokens is still decoding then.
@@ -55,23 +54,11 @@ def gauge(**counts: int) -> dict[tuple[str, str], float]:
 
 
 def test_a_decode_crash_ends_streams_with_vllms_error_and_the_planners_worker_serves() -> None:
-    answers: dict[str, Any] = {}
     with running(SPLIT) as s, httpx.Client(timeout=30) as c:
         driver = s.server.driver
         assert isinstance(driver, LiveElasticSplitDriver)
         before = workers_gauge(c.get(s.url + "/metrics").text)
-
-        def stream() -> None:
-            body = {"prompt": list(range(4, 40)), "max_tokens": 1000, "stream": True}
-            answers["stream"] = c.post(s.base + "/completions", json=body).text
-
-        def whole() -> None:
-            body = {"prompt": list(range(5, 40)), "max_tokens": 1000}
-            answers["whole"] = c.post(s.base + "/completions", json=body)
-
-        threads = [threading.Thread(target=f) for f in (stream, whole)]
-        for t in threads:
-            t.start()
+        answers, threads = start_stream_and_whole(c, s.base)
         for t in threads:
             t.join(WAIT_S)
         rp = driver.replayer
@@ -84,18 +71,7 @@ def test_a_decode_crash_ends_streams_with_vllms_error_and_the_planners_worker_se
         report = s.server.report()
     assert before == gauge(prefill_ready=1, decode_ready=1)
     assert after == gauge(prefill_ready=1, decode_ready=1, decode_restarting=1)
-    # The stream: tokens, then vLLM's error event and [DONE]; no finish reason, no usage.
-    events = answers["stream"].split("\n\n")
-    assert events[-2:] == ["data: [DONE]", ""]
-    error = json.loads(events[-3][len("data: "):])
-    message = error["error"]["message"]
-    assert message.startswith(f"{ENGINE_DEAD}: worker 1 crashed at 2500 ms")
-    assert error == {"error": {"message": message, "type": "InternalServerError", "param": None, "code": 500}}
-    chunks = [json.loads(e[len("data: "):]) for e in events[:-3]]
-    assert len(chunks) >= 1 and all(ch["choices"][0]["finish_reason"] is None for ch in chunks)
-    whole = answers["whole"]
-    assert whole.status_code == 500 and whole.json()["error"]["type"] == "InternalServerError"
-    assert whole.json()["error"]["message"].startswith(f"{ENGINE_DEAD}: worker 1 crashed at 2500 ms")
+    assert_engine_dead(answers, "worker 1 crashed at 2500 ms")
     # The planner's decode worker (2) took the later request; the lost ones were detached.
     assert later.status_code == 200 and later.json()["choices"][0]["text"] == "w0 w1 w2"
     assert decode_workers == [-1, -1, 2]

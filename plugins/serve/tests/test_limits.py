@@ -10,13 +10,12 @@ import random
 import re
 import socket
 import threading
-import time
 
 import httpx
 import pytest
+from serve_helpers import WAIT_S, read_first_token_then_leave, wait_for
 from servesim_serve.testing import running
 
-WAIT_S = 20.0
 FAST = ["engine.timing_model={type: fixed, prefill_ms: 1.0, decode_ms: 1.0}", "serve.speedup=100"]
 # A pool of 4 blocks of 16 tokens and no max_model_len: a 296-token prompt can never fit.
 TINY_POOL = [*FAST, "engine.num_gpu_blocks=4"]
@@ -25,13 +24,6 @@ REJECTION = ("The engine rejected this request: its 296 input tokens and 4 outpu
              "fit in the model's KV cache. Please reduce the length of the input prompt or the "
              "number of requested output tokens.")
 SLOW = ["engine.timing_model={type: fixed, prefill_ms: 0.001, decode_ms: 60000.0}", "serve.speedup=1"]
-
-
-def wait_for(predicate, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 # -- engine rejections ---------------------------------------------------------------------
@@ -207,12 +199,9 @@ def test_metrics_balance_at_every_scrape_under_load_with_cancellations() -> None
 
 
 def test_a_cancelled_request_counts_as_failed_and_cancelled() -> None:
-    with running(SLOW) as s, httpx.Client(timeout=30) as c:
-        with c.stream("POST", s.base + "/completions",
-                      json={"prompt": "a b c", "max_tokens": 5, "stream": True}) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: "):
-                    break
+    with running(SLOW) as s:
+        read_first_token_then_leave(s.base + "/completions",
+                                    {"prompt": "a b c", "max_tokens": 5, "stream": True})
         (req,) = s.server.driver.requests
         wait_for(lambda: req.cancelled, "the cancellation")
         report = s.server.report()

@@ -7,9 +7,9 @@ with its figures, is benchmarks/serve_streams.py.)"""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
+from serve_helpers import wait_for
 from servesim_serve.stream_load import LEAVER_TOKENS, RenderLog, drive, families, make_plans, summary
 from servesim_serve.testing import running
 
@@ -26,13 +26,6 @@ MODES = {
 }
 
 
-def wait_for(predicate, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
-
-
 def idle(driver) -> bool:
     return driver.in_flight == 0 and not any(e.pass_in_flight for e in driver.engines) and not driver._heap
 
@@ -47,7 +40,7 @@ def test_metrics_balance_at_every_scrape_with_200_streams_and_30_percent_leaving
         log = RenderLog(s.server)
         got, scrapes = asyncio.run(drive(s.url, plans, in_flight=N_STREAMS))
         driver = s.server.driver
-        wait_for(lambda: idle(driver), "the server to go idle")
+        wait_for(lambda: idle(driver), "the server to go idle", WAIT_S)
         report = s.server.report()
         final = families(s.server.observer.render().decode())
         blocks = sum(r.metrics().active_blocks for e in driver.engines for r in e.ranks)
