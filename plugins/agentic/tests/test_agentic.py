@@ -92,6 +92,8 @@ def test_dependencies_with_warmup_classes_and_a_stop(tmp_path):
     ({"request_id": "a", "hash_ids": [1], "output_length": 1, "prefix_reset": 1}, "prefix_reset"),
     ({"request_id": "r1", "hash_ids": [1], "output_length": 1}, "request_id"),
     ({"request_id": "a", "hash_ids": [1], "output_length": 1, "wait_for": ["a"]}, "wait_for"),
+    ({"request_id": "a", "hash_ids": [1], "output_length": 1, "output_tokens": 1}, "output_tokens"),
+    ({"request_id": "a", "hash_ids": [1], "output_length": 1, "delay": 1, "delay_ms": 1}, "delay_ms"),
 ])
 def test_a_malformed_line_names_file_line_and_field(tmp_path, row, field):
     path = write(tmp_path, [ROOT, row])

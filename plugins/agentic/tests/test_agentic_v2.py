@@ -73,6 +73,8 @@ def test_rows_are_numbered_in_request_id_order(tmp_path):
     ([row("a", play="p1"), row("b", deps=[dep("a")], play="p2")], 3, "dependencies"),
     ([row("a"), row("a")], 3, "request_id"),
     ([row("a", inp=49)], 2, "input_length"),
+    ([dict(row("a"), output_tokens=10)], 2, "output_tokens"),  # one field, two names
+    ([dict(row("a"), input_tokens=48)], 2, "input_tokens"),
     ([row("a", nb=-1.0)], 2, "not_before_ms"),
     ([{k: v for k, v in row("a").items() if k != "play_id"}], 2, "play_id"),
     ([{k: v for k, v in row("a").items() if k != "not_before_ms"}], 2, "not_before_ms"),

@@ -42,6 +42,7 @@ from servesim_agentic.graph import (
     int_field,
     is_int,
     json_lines,
+    one_of,
 )
 
 _ALIASES = {
@@ -54,10 +55,7 @@ _ALIASES = {
 
 
 def _pick(obj: dict[str, Any], name: str) -> tuple[str, Any] | None:
-    found = [(k, obj[k]) for k in _ALIASES.get(name, (name,)) if k in obj and obj[k] is not None]
-    if len(found) > 1:
-        raise ValueError(f"both {found[0][0]!r} and {found[1][0]!r} are given; use one")
-    return found[0] if found else None
+    return one_of(obj, _ALIASES.get(name, (name,)))
 
 
 def parse_row(obj: Any, line: int) -> Row:

@@ -31,6 +31,7 @@ from servesim_agentic.graph import (
     index_ids,
     int_field,
     is_int,
+    one_of,
 )
 
 SCHEMA = "dynamo.agentic_mooncake"
@@ -78,13 +79,6 @@ def _text(obj: dict[str, Any], key: str) -> str:
     return v
 
 
-def _either(obj: dict[str, Any], a: str, b: str) -> tuple[str, Any] | None:
-    found = [(k, obj[k]) for k in (a, b) if obj.get(k) is not None]
-    if len(found) > 1:
-        raise ValueError(f"both {a!r} and {b!r} are given; use one")
-    return found[0] if found else None
-
-
 def parse_v2_row(obj: Any, line: int) -> V2Row:
     """One v2 row; a ValueError names the field at fault."""
     if not isinstance(obj, dict):
@@ -100,14 +94,14 @@ def parse_v2_row(obj: Any, line: int) -> V2Row:
     if not isinstance(hid, list) or not hid:
         raise ValueError(f"field 'hash_ids': expected a non-empty list of integers >= 0, got {hid!r}")
     hashes = [int_field("hash_ids", h) for h in hid]
-    out = _either(obj, "output_length", "output_tokens")
+    out = one_of(obj, ("output_length", "output_tokens"))
     if out is None:
         raise ValueError("missing required field 'output_length'")
     output_length = int_field(*out)
     if output_length > MAX_OUTPUT_LENGTH:
         raise ValueError(f"field {out[0]!r}: must be at most {MAX_OUTPUT_LENGTH}, got {output_length}")
     row = V2Row(line, rid, session, play, hashes, output_length, not_before)
-    inp = _either(obj, "input_length", "input_tokens")
+    inp = one_of(obj, ("input_length", "input_tokens"))
     if inp is not None:
         row.input_length = int_field(*inp, minimum=1)
     pri = obj.get("priority")

@@ -58,6 +58,15 @@ def int_field(key: str, v: Any, minimum: int = 0) -> int:
     return int(v)
 
 
+def one_of(obj: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, Any] | None:
+    """The one of ``keys`` (a field's names) that ``obj`` sets, with its value, or None; a
+    ValueError when it sets more than one."""
+    found = [(k, obj[k]) for k in keys if obj.get(k) is not None]
+    if len(found) > 1:
+        raise ValueError(f"both {found[0][0]!r} and {found[1][0]!r} are given; use one")
+    return found[0] if found else None
+
+
 def finite_field(key: str, v: Any, non_negative: bool = True) -> float:
     if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) \
             or (non_negative and v < 0):
@@ -174,4 +183,4 @@ def check_acyclic(deps: Sequence[Sequence[int]], lines: Sequence[int], path: str
 
 
 __all__ = ["MAX_OUTPUT_LENGTH", "Row", "build_workload", "finite_field", "id_field", "id_list",
-           "int_field", "is_int"]
+           "int_field", "is_int", "one_of"]
