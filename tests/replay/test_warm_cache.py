@@ -126,6 +126,7 @@ def test_removed_and_cleared_blocks_are_not_loaded(tmp_path):
     ('{"worker": -1, "dp_rank": 0, "type": "AllBlocksCleared"}', 1, "worker"),
     ('{"worker": 0, "dp_rank": 0, "type": "Bogus"}', 1, "type"),
     ('not json', 1, None),
+    ('\n' + '[' * 100_000 + ']' * 100_000, 2, None),  # too deep to read: a line, not a traceback
 ])
 def test_a_bad_capture_line_names_file_line_and_field(tmp_path, text, line, field):
     cap = tmp_path / "bad.jsonl"

@@ -4,15 +4,14 @@ described there."""
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from servesim.errors import TraceError
 from servesim.kv.hashing import chain_hash, local_block_hash
 from servesim.kv.warm_start import CachedBlocks, WarmBlock, WarmPath
-from servesim.workload.textlines import iter_text_lines
+from servesim.workload.textlines import iter_text_lines, json_values
 
 
 def _int_list(v: Any, key: str, file: str, line: int) -> list[int]:
@@ -33,11 +32,9 @@ def _stored(state: CachedBlocks, hashes: Sequence[int], locals_: Sequence[int] |
 def read_servesim_jsonl(path: str, block_size: int) -> dict[tuple[int, int], CachedBlocks]:
     """servesim's KV-event JSONL, applied per ``(worker, dp_rank)``."""
     ranks: dict[tuple[int, int], CachedBlocks] = {}
-    for line, text in _lines(path):
-        try:
-            ev = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path, line=line) from None
+    # An unreadable file or bytes that are not UTF-8 are one error naming file (and line), as
+    # for a trace; so is a line that is not JSON.
+    for line, ev in json_values(iter_text_lines(path, "the warm cache"), path):
         if not isinstance(ev, dict):
             raise TraceError("expected a JSON object", file=path, line=line)
         for key in ("worker", "dp_rank"):
@@ -74,14 +71,6 @@ def read_servesim_jsonl(path: str, block_size: int) -> dict[tuple[int, int], Cac
             raise TraceError(f"field 'type': expected BlockStored, BlockRemoved or "
                              f"AllBlocksCleared, got {kind!r}", file=path, line=line)
     return ranks
-
-
-def _lines(path: str) -> Iterator[tuple[int, str]]:
-    """The non-blank lines of ``path`` with their numbers; an unreadable file or bytes that
-    are not UTF-8 are one error naming file (and line), as for a trace."""
-    for n, text in enumerate(iter_text_lines(path, "the warm cache"), start=1):
-        if text.strip():
-            yield n, text
 
 
 def read_vllm_msgpack(path: str, block_size: int, worker: int) -> dict[tuple[int, int], CachedBlocks]:

@@ -7,9 +7,11 @@ one line at a time holds one block of the file, never all of it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
-from servesim.errors import TraceError
+from servesim.errors import TraceError, UserError
 
 BLOCK_BYTES = 1 << 20
 """About how much of the file is decoded at once (a block ends at a line end; a longer
@@ -59,6 +61,24 @@ def iter_text_lines(path: str, what: str, block_bytes: int | None = None) -> Ite
             line += data.count(b"\n")
             if not block:
                 return
+
+
+def json_values(lines: Iterable[str], path: str,
+                error: Callable[..., UserError] = TraceError) -> Iterator[tuple[int, Any]]:
+    """``(line, value)`` for every non-blank line of ``lines`` (the text lines of ``path``),
+    decoded as JSON. A line that is not JSON, or nests too deeply to read, raises
+    ``error(message, file=path, line=line)``."""
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise error(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path,
+                        line=number) from None
+        except RecursionError:
+            raise error("JSON nested too deeply to read", file=path, line=number) from None
+        yield number, value
 
 
 def _decode(data: bytes, codec: str, path: str, line: int) -> str:

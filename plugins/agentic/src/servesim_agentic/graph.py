@@ -14,7 +14,6 @@ rows of the trace; ``prefix_reset`` is read and checked but changes nothing, sin
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -23,7 +22,7 @@ from attrs import define, field
 from servesim.errors import TraceError
 from servesim.tokens import RepeatedBlockTokens
 from servesim.workload.model import Session, Turn, Workload, make_workload
-from servesim.workload.textlines import read_text_lines
+from servesim.workload.textlines import json_values, read_text_lines
 
 MAX_OUTPUT_LENGTH = 1 << 24
 
@@ -127,17 +126,7 @@ def json_lines(path: str) -> Iterator[tuple[int, Any]]:
     """``(line, value)`` for every non-blank line of the trace ``path``, decoded as JSON; a
     line that is not JSON, or nests too deeply to read, is a trace error naming file and line
     (an unreadable file or bytes that are not UTF-8 are reported before any line)."""
-    for lineno, text in enumerate(read_text_lines(path, "trace"), start=1):
-        if not text.strip():
-            continue
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path,
-                             line=lineno) from None
-        except RecursionError:
-            raise TraceError("JSON nested too deeply to read", file=path, line=lineno) from None
-        yield lineno, value
+    return json_values(read_text_lines(path, "trace"), path)
 
 
 def index_ids(rows: Sequence[Any], path: str) -> dict[str, int]:
