@@ -116,7 +116,8 @@ def test_wire_schema_fpm_draws_a_timeline(tmp_path) -> None:
 @pytest.mark.parametrize("body, message", [
     ('{"request_id": 0}\nnot json\n', "r.jsonl:1: missing key 'arrival_ms'"),
     ('\n[1]\n', "r.jsonl:2: expected a JSON object"),
-    ('{"x": 1\n', "r.jsonl:1: not JSON"),
+    ('{"x": 1\n', "r.jsonl:1: invalid JSON: Expecting ',' delimiter (column 8)"),
+    ("[" * 100_000 + "]" * 100_000 + "\n", "r.jsonl:1: JSON nested too deeply to read"),
 ])
 def test_bad_per_request_file_names_the_line(tmp_path, capsys, body, message) -> None:
     report = tmp_path / "r.json"

@@ -28,7 +28,7 @@ import numpy as np
 from servesim.contract import ForwardPassMetrics
 from servesim.errors import UserError
 from servesim.report.stats import percentile_key
-from servesim.workload.textlines import read_text_lines
+from servesim.workload.textlines import json_values, read_text_lines
 
 from servesim_plot.data import HANDOFF_KEYS, PlotData, RankPasses, RequestTable
 from servesim_plot.elastic import usable
@@ -97,13 +97,7 @@ def _is_number(value: Any) -> bool:
 
 
 def _lines(path: str, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, text in enumerate(read_text_lines(path, what), 1):
-        if not text.strip():
-            continue
-        try:
-            rec = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputFileError(f"not JSON: {exc.msg}", file=path, line=number) from None
+    for number, rec in json_values(read_text_lines(path, what), path, InputFileError):
         if not isinstance(rec, dict):
             raise InputFileError("expected a JSON object", file=path, line=number)
         yield number, rec
