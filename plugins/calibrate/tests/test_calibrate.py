@@ -68,7 +68,8 @@ def test_wire_and_flat_records_read_the_same(tmp_path):
     ("[1, 2]", "expected a JSON object"),
     ('{"num_decode_requests": 2, "sum_decode_kv_tokens": 10}', "no pass time"),
     ('{"num_decode_requests": -1, "duration_ms": 1}', "num_decode_requests must be a non-negative"),
-    ("{nope", "not a forward-pass record"),
+    ("{nope", "invalid JSON: Expecting property name enclosed in double quotes (column 2)"),
+    ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply to read"),
 ])
 def test_a_bad_record_names_file_and_line(tmp_path, line, problem):
     path = tmp_path / "bad.jsonl"

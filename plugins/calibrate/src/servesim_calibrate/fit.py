@@ -30,7 +30,7 @@ from servesim.errors import TraceError, UserError
 from servesim.timing.base import TimingModel
 from servesim.timing.builtin import PolynomialTiming, PolynomialTimingConfig
 from servesim.timing.interpolated import InterpolatedTiming, tables_from_arrays
-from servesim.workload.textlines import read_text_lines
+from servesim.workload.textlines import json_values, read_text_lines
 
 COUNTERS = ("num_prefill_requests", "sum_prefill_tokens", "sum_prefill_kv_tokens",
             "num_decode_requests", "sum_decode_kv_tokens")
@@ -89,11 +89,9 @@ def _record_pass(rec: Any) -> Pass | None:
 def read_passes(path: str) -> list[Pass]:
     """Every pass with scheduled work in ``path``; a bad line is a TraceError (file:line)."""
     out: list[Pass] = []
-    for no, line in enumerate(read_text_lines(path, "forward-pass metrics"), 1):
-        if not line.strip():
-            continue
+    for no, rec in json_values(read_text_lines(path, "forward-pass metrics"), path):
         try:
-            p = _record_pass(json.loads(line))
+            p = _record_pass(rec)
         except (ValueError, TypeError) as exc:
             raise TraceError(f"not a forward-pass record: {exc}", file=path, line=no) from None
         if p is not None:
