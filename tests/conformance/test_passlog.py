@@ -107,6 +107,9 @@ def test_reader_reports_invalid_json(tmp_path: Path) -> None:
     path.write_text("{not json\n")
     with pytest.raises(TraceError, match=":1: invalid JSON"):
         read_pass_log(path)
+    path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(TraceError, match=":1: JSON nested too deeply to read"):
+        read_pass_log(path)
 
 
 def test_readmissions_move_from_new_hits_to_resumed_with_their_hit() -> None:

@@ -49,6 +49,7 @@ from attrs import frozen
 from servesim.contract import RequestId, ScheduleRecord
 from servesim.errors import TraceError
 from servesim.sinks.base import SinkError
+from servesim.workload.textlines import iter_text_lines, json_values
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -351,17 +352,11 @@ def _engine_value(v: Any, key: str, kind: str, file: str, lineno: int) -> Any:
 
 
 def iter_pass_log(path: str | Path) -> Iterator[PassLogLine]:
-    """Parse a pass log lazily; blank lines are skipped, bad lines raise TraceError."""
+    """Parse a pass log lazily; blank lines are skipped, bad lines (and an unreadable file)
+    raise TraceError."""
     name = str(path)
-    with open(path, encoding="utf-8") as f:
-        for lineno, text in enumerate(f, 1):
-            if not text.strip():
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"invalid JSON: {exc.msg}", file=name, line=lineno) from None
-            yield parse_line(obj, name, lineno)
+    for lineno, obj in json_values(iter_text_lines(name, "pass log"), name):
+        yield parse_line(obj, name, lineno)
 
 
 def read_pass_log(path: str | Path) -> list[PassLogLine]:
