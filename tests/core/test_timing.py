@@ -286,6 +286,8 @@ def test_json_load_errors(tmp_path: Path) -> None:
     _expect_error(path, "invalid JSON at line")
     path.write_text("[1, 2]")
     _expect_error(path, "expected a JSON object")
+    path.write_text('{"a": ' * 5000 + "1" + "}" * 5000)
+    _expect_error(path, "JSON nested too deeply to read")
     path.write_text(json.dumps(dict(ARRAYS, prefill_isl=["a", "b", "c"])))
     _expect_error(path, "prefill_isl must hold numbers")
 

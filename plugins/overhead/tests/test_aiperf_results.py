@@ -65,6 +65,19 @@ def test_per_request_records_replace_drawn_lengths_without_warmups_or_errors(tmp
     assert r.lengths == ((498, 64), (530, 61))
 
 
+@pytest.mark.parametrize(("line", "problem"), [
+    ("[1, 2]", "profile_export.jsonl:2: expected a JSON object"),
+    ("{nope", "profile_export.jsonl:2: invalid JSON"),
+    ("[" * 100_000 + "]" * 100_000, "profile_export.jsonl:2: JSON nested too deeply to read"),
+])
+def test_a_bad_per_request_record_names_file_and_line(tmp_path, line, problem):
+    good = {"metadata": {"benchmark_phase": "profiling"},
+            "metrics": {"input_sequence_length": {"value": 498}, "output_sequence_length": {"value": 64}}}
+    (tmp_path / "profile_export.jsonl").write_text(json.dumps(good) + "\n" + line + "\n")
+    with pytest.raises(UserError, match=problem):
+        read(_write(tmp_path, "profile_export_aiperf.json", _export(stddev=25.0)), {})
+
+
 def test_spread_lengths_without_records_name_the_missing_file(tmp_path):
     with pytest.raises(UserError, match="profile_export.jsonl"):
         read(_write(tmp_path, "profile_export_aiperf.json", _export(stddev=25.0)), {})

@@ -36,14 +36,19 @@ def test_reads_vllm_saved_result_with_metadata_and_detailed_lengths(tmp_path):
     assert r.lengths == ((500, 30), (510, 31), (520, 32)) and r.measured_tpot_ms == 9.0
 
 
-def test_bad_results_file_is_one_line(tmp_path, capsys):
+@pytest.mark.parametrize(("name", "text", "problem"), [
+    ("r.jsonl", '{"num_prompts": 4, "mean_ttft_ms": "x", "mean_tpot_ms": 1}\n', "r.jsonl"),
+    ("r.jsonl", "[" * 100_000 + "]" * 100_000 + "\n", "r.jsonl: cannot read results: JSON nested too deeply"),
+    ("r.json", "[" * 100_000 + "]" * 100_000, "r.json: cannot read results: JSON nested too deeply"),
+])
+def test_bad_results_file_is_one_line(tmp_path, capsys, name, text, problem):
     sim = tmp_path / "sim.yaml"
     sim.write_text(SIM)
-    bad = tmp_path / "r.jsonl"
-    bad.write_text('{"num_prompts": 4, "mean_ttft_ms": "x", "mean_tpot_ms": 1}\n')
+    bad = tmp_path / name
+    bad.write_text(text)
     assert main(["fit-overhead", str(sim), str(bad)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "r.jsonl:1" in err or "r.jsonl" in err
+    assert problem in err
     assert len(err.splitlines()) == 1
 
 

@@ -239,6 +239,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise _error(path, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except RecursionError:
+        raise _error(path, "JSON nested too deeply to read") from None
     if not isinstance(data, dict):
         raise _error(path, "expected a JSON object with the profile arrays")
     return data

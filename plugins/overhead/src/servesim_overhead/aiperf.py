@@ -19,12 +19,12 @@ a normal distribution, which the ``bench_client`` load does not.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from typing import Any
 
 from servesim.errors import UserError
+from servesim.workload.textlines import iter_text_lines, json_values
 
 RECORDS = "profile_export.jsonl"
 
@@ -55,22 +55,17 @@ def _lengths(path: str) -> tuple[tuple[int, int], ...] | None:
     if not os.path.isfile(records):
         return None
     out = []
-    with open(records, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                raise UserError(f"{records}:{n}: not a JSON record") from None
-            if rec.get("error") or _get(rec, "metadata", "benchmark_phase") not in (None, "profiling"):
-                continue
-            isl = _get(rec, "metrics", "input_sequence_length", "value")
-            osl = _get(rec, "metrics", "output_sequence_length", "value")
-            if not isinstance(isl, (int, float)) or not isinstance(osl, (int, float)):
-                raise UserError(f"{records}:{n}: needs metrics.input_sequence_length and "
-                                "metrics.output_sequence_length values")
-            out.append((int(isl), int(osl)))
+    for n, rec in json_values(iter_text_lines(records, "AIPerf records"), records):
+        if not isinstance(rec, dict):
+            raise UserError(f"{records}:{n}: expected a JSON object")
+        if rec.get("error") or _get(rec, "metadata", "benchmark_phase") not in (None, "profiling"):
+            continue
+        isl = _get(rec, "metrics", "input_sequence_length", "value")
+        osl = _get(rec, "metrics", "output_sequence_length", "value")
+        if not isinstance(isl, (int, float)) or not isinstance(osl, (int, float)):
+            raise UserError(f"{records}:{n}: needs metrics.input_sequence_length and "
+                            "metrics.output_sequence_length values")
+        out.append((int(isl), int(osl)))
     return tuple(out) or None
 
 

@@ -72,6 +72,8 @@ def read(path: str, defaults: dict[str, Any]) -> list[Result]:
                 records = [json.load(fh)]
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise UserError(f"{path}: cannot read results: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise UserError(f"{path}: cannot read results: JSON nested too deeply to read") from None
     out = []
     for i, rec in enumerate(records):
         where = f"{path}:{i + 1}" if len(records) > 1 else path
