@@ -417,9 +417,24 @@ def _engine(row: Row, role: Role, timing: dict[str, Any] | None, launch: bool = 
     }
 
 
+def engine_loop(row: Row, role: Role) -> dict[str, Any]:
+    """How the row's engine loop overlaps scheduling with execution, or {}.
+
+    TensorRT-LLM runs its overlap scheduler unless ``disable_overlap_scheduler`` is set
+    (``TorchLlmArgs``: false by default). InferenceMAX's TensorRT-LLM scripts leave it unset
+    (InferenceX ``benchmarks/70b_fp8_b200_trt_slurm.sh`` and its siblings), and
+    AIConfigurator's generator writes ``disable_overlap_scheduler`` false for agg and decode
+    workers and true for prefill workers (``generator/rule_plugin/trtllm.rule`` in
+    ai-dynamo/aiconfigurator). servesim's own default steps without the overlap, as the
+    reference does, so every TensorRT-LLM row sets it here."""
+    if row.backend == "trtllm":
+        return {"trtllm": {"disable_overlap_scheduler": role is row.roles.get("prefill")}}
+    return {}
+
+
 def _launch_options(row: Row, role: Role) -> dict[str, Any]:
     out = backend_options(row, role)
-    for extra in (script_limits(row), generated_engine(row)):
+    for extra in (script_limits(row), generated_engine(row), engine_loop(row, role)):
         for key, value in extra.items():
             out[key] = {**out.get(key, {}), **value} if isinstance(value, dict) else value
     return out

@@ -45,6 +45,7 @@ def cases(draw: Any) -> dict:
         blocks=draw(st.sampled_from([30, 64, 4096])),
         caching=draw(st.booleans()),
         chunked=draw(st.booleans()),
+        overlap=draw(st.booleans()),
     )
 
 
@@ -58,7 +59,8 @@ def _replay(case: dict, runs: bool) -> tuple[str, list[str], list, list]:
     cfg = EngineConfig(backend="trtllm", num_gpu_blocks=case["blocks"], block_size=BLOCK,
                        enable_prefix_caching=case["caching"],
                        enable_chunked_prefill=case["chunked"])
-    trt = TrtllmConfig(capacity_scheduler_policy=case["policy"])
+    trt = TrtllmConfig(capacity_scheduler_policy=case["policy"],
+                       disable_overlap_scheduler=not case.get("overlap", False))
     factory = EngineFactory(cfg, TrtllmRank, PolynomialTiming(), backend_config=trt,
                             emit_kv_events=sinks or case["kv"], emit_forward_pass_metrics=sinks)
     factory.engine_class = RunEngine

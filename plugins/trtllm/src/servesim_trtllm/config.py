@@ -55,12 +55,18 @@ class TrtllmConfig:
     ``batch_wait_timeout_iters`` and ``batch_wait_max_tokens_ratio``: TensorRT-LLM's batch
     waiting (``PyExecutor._waiting_requests``), off by default as in TensorRT-LLM
     (:mod:`servesim_trtllm.batch_wait`).
+
+    ``disable_overlap_scheduler``: TensorRT-LLM's option of that name. False runs the
+    overlap scheduler, which chooses the next step while the current one runs, so a new
+    request joins one step later (:mod:`servesim.mechanics.overlap_inbox`). TensorRT-LLM's
+    own default is false; servesim's is true, the reference's loop (dynamo-mocker.md §6
+    steps without overlap), so that configs written for the reference keep their results.
     """
 
     #: Options the report's config echo leaves out at their defaults (added after reports were
     #: first written; servesim.config.loader.echo_section).
     report_omits_defaults: ClassVar[frozenset[str]] = frozenset({
-        "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio"})
+        "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio", "disable_overlap_scheduler"})
 
     capacity_scheduler_policy: CapacitySchedulerPolicy = CapacitySchedulerPolicy.GUARANTEED_NO_EVICT
     max_batch_size: int | None = None
@@ -69,6 +75,7 @@ class TrtllmConfig:
     first_token_decode_call: bool = False
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
+    disable_overlap_scheduler: bool = True
 
 
 @frozen

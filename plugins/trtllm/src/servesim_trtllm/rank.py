@@ -34,6 +34,7 @@ from servesim.contract import (
     OutputBatch,
     PassCompletionEffects,
     PassStartEffects,
+    Request,
     ScheduleRecord,
     Submit,
     WorkerType,
@@ -46,6 +47,7 @@ from servesim.kv.eviction_records import make_block_pool
 from servesim.kv.warm_start import WarmLoad, WarmPath, preload_pool
 from servesim.mechanics.handoff import HandoffBook, suppress_request
 from servesim.mechanics.numeric import Welford
+from servesim.mechanics.overlap_inbox import OverlapInbox
 from servesim.mechanics.speculative import Speculation
 from servesim.rank import (
     CommandContext,
@@ -139,6 +141,10 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
         self.policy = trt.capacity_scheduler_policy
         # TensorRT-LLM's batch waiting (servesim_trtllm.batch_wait), None when off.
         self.batch_wait = BatchWait.build(trt, config.dp_size)
+        # The overlap scheduler's unread requests (servesim.mechanics.overlap_inbox), None
+        # with disable_overlap_scheduler.
+        self.inbox: OverlapInbox[Request] | None = (
+            None if trt.disable_overlap_scheduler else OverlapInbox())
         self.fpm_counter = 0
         self.prefilled = False
         self.model_work = False
@@ -181,9 +187,13 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
             core.sync()  # a cancel or handoff command may read or change running requests
         if isinstance(command, Submit):
             rid = command.request.request_id
-            if rid in core.reqs:
+            inbox = self.inbox
+            if rid in core.reqs or (inbox is not None and inbox.holds(rid)):
                 raise CommandRejected(f"request {rid} is already active")
-            core.submit(command.request)
+            if inbox is None:
+                core.submit(command.request)
+            else:
+                inbox.hold(ctx.now_ms, rid, command.request)
             return self._command_effects(CommandResult.submitted(rid), ctx, ())
         if isinstance(command, CancelRequest):
             return self._cancel(command, ctx, pending)
@@ -200,7 +210,8 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
         r = core.reqs.get(command.request_id)
         if r is not None:
             self.handoff.cancel_request(r.rid)
-        removed = self.book.forget_request(command.request_id) or r is not None
+        unread = self.inbox is not None and self.inbox.drop(command.request_id)
+        removed = self.book.forget_request(command.request_id) or r is not None or unread
         retired: tuple[int, ...] = (command.request_id,) if removed else ()
         suppressed = False
         if pending is not None and (removed or command.discard_pending_output):
@@ -220,7 +231,8 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
 
     def is_ready(self) -> bool:
         core = self.core
-        return bool(core.running or core.waiting or self.handoff.activated) or self.book.can_retry
+        return bool(core.running or core.waiting or self.handoff.activated or self.inbox) \
+            or self.book.can_retry
 
     def preload_cache(self, paths: Sequence[WarmPath]) -> WarmLoad:
         """A warm start (servesim.rank.WarmCache): the paths become cached, unreferenced
@@ -228,7 +240,7 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
         return preload_pool(self.core.pool, paths)
 
     def is_drained(self) -> bool:
-        return not self.core.reqs and not self.book.holding
+        return not self.core.reqs and not self.book.holding and not self.inbox
 
     def waiting_for_external_command(self) -> bool:
         """Only handoff state blocks the rank: a pending destination holds back fresh
@@ -261,6 +273,9 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
         batch's share, :meth:`_steady_members`); with None the step is the reference one."""
         core = self.core
         core.pool.now = now_ms
+        if self.inbox is not None:
+            for request in self.inbox.pass_starts(now_ms, bool(core.running or core.waiting)):
+                core.submit(request)
         work = StepWork()
         held = None  # the queue, while batch waiting holds this step's contexts back
         if self.batch_wait is not None and self.batch_wait.holds(core):
@@ -376,6 +391,8 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
 
     def complete_pass(self, pending: TrtllmPending, end_ms: float) -> PassCompletionEffects:
         effects = pending.effects
+        if self.inbox is not None:
+            self.inbox.pass_ends(end_ms)
         self.book.at_pass_boundary(effects)
         effects.kv_events.extend(self.core.pool.drain_events())
         effects.metrics = self.metrics()
@@ -391,13 +408,17 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
     def execute_run(self, now_ms: float, horizon_ms: float, max_passes: int,
                     through_completions: bool = False) -> RankRun | None:
         """A run of steady decode passes (servesim_trtllm.fast.runs), or None to step."""
-        if self.core.pool.steps_only or self.spec is not None:
+        if self.core.pool.steps_only or self.spec is not None or self.inbox:
             # A record eviction policy needs every step; a run's passes emit one token per
-            # member, and speculative bursts need stepping.
+            # member, speculative bursts need stepping, and so do unread requests (each pass
+            # start may read some).
             return None
         return _runs.execute_run(self, now_ms, horizon_ms, max_passes, through_completions)
 
     def complete_run(self, pending: _runs.TrtRunPending, end_ms: float) -> RunEffects:
+        if self.inbox is not None:
+            ends = pending.ends
+            self.inbox.run_ends(ends[-2] if len(ends) > 1 else pending.started_at_ms, ends[-1])
         return _runs.complete_run(self, pending, end_ms)
 
     def take_run_kv_events(
@@ -409,6 +430,8 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
         effects = PassCompletionEffects(
             forward_pass_metrics=self.idle_forward_pass_metrics(started_at_ms, end_ms)
         )
+        if self.inbox is not None:  # the group's loop ran a pass (attention DP)
+            self.inbox.run_ends(started_at_ms, end_ms)
         self.book.at_pass_boundary(effects)
         effects.kv_events = self.core.pool.drain_events()
         effects.metrics = self.metrics()
@@ -427,7 +450,7 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
             inactive_blocks=core.pool.num_inactive,
             total_blocks=core.num_blocks,
             running_requests=len(core.running),
-            waiting_requests=len(core.waiting),
+            waiting_requests=len(core.waiting) + (len(self.inbox) if self.inbox is not None else 0),
             preemptions_total=core.pauses_total,
         )
 
