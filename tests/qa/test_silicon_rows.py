@@ -91,13 +91,13 @@ def test_pinned_predictions(row_id, plain, wrapped):
 
 # The same rows replayed as AIConfigurator's tooling deployed and loaded them (fixed lengths,
 # plus the chat template's tokens; TensorRT-LLM: batch + ISL + 1,500 tokens per pass, contexts
-# whole; SGLang: ISL + 1,500 prefill tokens). Measured: vLLM 154.2 / 18.04 ms, SGLang
+# whole, the overlap scheduler on; SGLang: ISL + 1,500 prefill tokens). Measured: vLLM 154.2 / 18.04 ms, SGLang
 # 840.8 / 16.54, TensorRT-LLM 191.0 / 7.94.
 GENERATED = [
     ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1", (354.754005, 15.902786)),
     ("qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_sglang_agg_1024x128_c16_tp2_epnone_1", (505.472756, 17.800748)),
     ("meta_llama_llama_3_1_8b_instruct_meta_llama_llama_3_1_8b_instruct_h100_sxm_trtllm_agg_1024x128_c8_tp1_epnone_1",
-     (55.245163, 8.086523)),
+     (113.376857, 7.718779)),
 ]
 
 
@@ -120,7 +120,9 @@ def test_generated_rows_settings():
     assert rows_mod.client_options(trt, launch=False)["random_input_len"] == 1024
     eng = rows_mod.sim_config(trt, "c.yaml")["engine"]
     # 8 + 1,024 + 1,500 rounded up to 32 tokens; contexts are not chunked; 80 % of free memory
-    assert (eng["enable_chunked_prefill"], eng["trtllm"]) == (False, {"max_num_tokens": 2560})
+    # TensorRT-LLM's overlap scheduler on, as the generator writes for agg workers
+    assert (eng["enable_chunked_prefill"], eng["trtllm"]) == (
+        False, {"max_num_tokens": 2560, "disable_overlap_scheduler": False})
     assert eng["timing_model"]["gpu_memory_utilization"] == 0.8
     sg = rows_mod.sim_config(rows_mod.parse(RAW[GENERATED[1][0]]), "c.yaml", {"type": "overhead"})["engine"]
     assert sg["sglang"] == {"max_prefill_tokens": 1024 + 1500}
@@ -140,12 +142,13 @@ def test_script_token_limits():
     Qwen3.5 SGLang scripts: their prefill limits."""
     row = rows_mod.parse(RAW["2026_04_06_llama_3_1_70b_b200_sxm_trtllm_fp8_agg_1024x1024_c4_tp8_ep1_626"])
     eng = rows_mod.sim_config(row, "c.yaml", {"type": "overhead"})["engine"]
-    assert (eng["enable_chunked_prefill"], eng["trtllm"]) == (False, {"max_num_tokens": 16384})
+    assert (eng["enable_chunked_prefill"], eng["trtllm"]) == (
+        False, {"max_num_tokens": 16384, "disable_overlap_scheduler": False})
     assert eng["timing_model"]["cuda_graph_padding"] is True
     assert "enable_chunked_prefill" not in rows_mod.sim_config(row, "c.yaml", launch=False)["engine"]
     waits = rows_mod.sim_config(rows_mod.parse(RAW[BATCH_WAIT_ROW]), "c.yaml")["engine"]["trtllm"]
     assert waits == {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9,
-                     "max_num_tokens": 16384}
+                     "max_num_tokens": 16384, "disable_overlap_scheduler": False}
     qwen = rows_mod.sim_config(rows_mod.parse(RAW["qwen3_5_b200_sglang_fp8_agg_1024x1024_c4_cfg618"]),
                                "c.yaml")
     assert qwen["engine"]["sglang"] == {"scheduler_recv_interval": 10, "chunked_prefill_size": 32768,
@@ -175,9 +178,10 @@ def test_launch_script_options():
 
 
 def test_batch_waiting_delays_the_first_token_not_the_decode():
-    # Measured: TTFT 256 ms, TPOT 9.7 ms; each new context waits 20 decode steps.
+    # Measured: TTFT 256 ms, TPOT 9.7 ms; each new context waits 20 decode steps (and, with
+    # the overlap scheduler, is read a step late).
     row = rows_mod.parse(RAW[BATCH_WAIT_ROW])
-    assert silicon._replay(row, None) == pytest.approx((306.225788, 13.434928), rel=1e-9)
+    assert silicon._replay(row, None) == pytest.approx((330.303636, 13.435315), rel=1e-9)
     assert silicon._replay(row, None, launch=False) == pytest.approx((66.59063, 13.434078), rel=1e-9)
 
 
@@ -187,6 +191,9 @@ def test_disagg_handoff_is_priced_on_the_system_links():
     cfg = rows_mod.sim_config(row, "c.yaml")
     for engine in (cfg["engine"], cfg["cluster"]["decode_engine"]):
         assert (engine["kv_bytes_per_token"], engine["kv_transfer_bandwidth"]) == (61 * 576, 900.0)
+    # TensorRT-LLM's overlap scheduler: off on prefill workers, on on decode workers
+    assert cfg["engine"]["trtllm"]["disable_overlap_scheduler"] is True
+    assert cfg["cluster"]["decode_engine"]["trtllm"]["disable_overlap_scheduler"] is False
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import silicon_kv
