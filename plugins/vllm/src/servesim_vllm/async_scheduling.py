@@ -29,12 +29,15 @@ The scheduler's running and waiting counts (``Metrics``, the forward-pass metric
 leave unread requests out, as vLLM's ``SchedulerStats`` do: they sit in the engine core's
 input queue, not in the scheduler.
 
-vLLM enables async scheduling by default from v0.14.0 (``SchedulerConfig.async_scheduling``
-None, resolved in ``VllmConfig.__post_init__``; vLLM PR #27614), except for pooling models,
-speculative decoding other than EAGLE/MTP/draft-model/n-gram-GPU kinds, a drafter batch
-without padding, an executor backend without ``supports_async_scheduling``, and pipeline
-parallelism on the V1 model runner. ``engine.vllm.async_scheduling`` defaults to false, the
-reference's loop (dynamo-mocker.md), which reads every request before the next pass.
+vLLM enables async scheduling by default from v0.14.0 (vLLM PR #27614; the v0.14.0 release
+notes exclude pipeline parallelism, the CPU backend and speculative decoding other than
+EAGLE/MTP). In vLLM 0.32, ``SchedulerConfig.async_scheduling`` is None unless set and
+``VllmConfig.__post_init__`` (vllm/config/vllm.py) turns it on unless the model is a pooling
+model, speculative decoding is of another kind than EAGLE/MTP/draft model/n-gram on GPU (and
+DSpark/DFlash), the drafter batch is unpadded, the executor backend lacks
+``supports_async_scheduling``, ROCm DeepEP high-throughput DBO is used, or pipeline
+parallelism runs on the V1 model runner. ``engine.vllm.async_scheduling`` defaults to false,
+the reference's loop (dynamo-mocker.md), which reads every request before the next pass.
 
 Data parallelism: every vLLM DP rank runs its own engine-core loop
 (``DPEngineCoreProc.run_busy_loop``), and a rank without requests steps dummy batches
