@@ -25,7 +25,7 @@ BACKENDS: dict[str, dict[str, set[str]]] = {
 REFERENCE = {
     "servesim_vllm": {"scheduler", "request", "cadence", "behaviour", "speculative",
                       "host_offload", "handoff", "shape", "pass_result", "interfaces", "config",
-                      "priority", "lora"},
+                      "priority", "lora", "async_scheduling"},
     "servesim_trtllm": {"core", "policies", "request", "work", "speculative", "handoff",
                         "config", "queue_sums", "interfaces", "batch_wait"},
     "servesim_sglang": {"scheduler", "admission", "retraction", "overlap", "radix_cache",

@@ -44,7 +44,7 @@ CONFIG_CASES = [
     # (yaml, fragments the message must contain, in order)
     ("engine: {max_num_seqz: 4}", ["engine.max_num_seqz: unknown key", "did you mean 'max_num_seqs'"]),
     ("engine: {vllm: {x: 1}}",
-     ["engine.vllm.x: unknown key", "expected one of: local_prefill_cadence, null_block, profile"]),
+     ["engine.vllm.x: unknown key", "expected one of: async_scheduling, local_prefill_cadence, null_block"]),
     ("cluster: {wrkers: 2}", ["cluster.wrkers: unknown key", "'workers'"]),
     (
         "workload: {trace: {path: t.jsonl, bogus: 1}}",

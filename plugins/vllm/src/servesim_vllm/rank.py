@@ -59,6 +59,8 @@ from servesim.rank import (
 from servesim.timing.base import scaled_ms
 
 from servesim_vllm import behaviour as _behaviour
+from servesim_vllm.async_scheduling import AsyncScheduling
+from servesim_vllm.async_scheduling import problems as _async_problems
 from servesim_vllm.config import VllmConfig
 from servesim_vllm.fast import runs as _runs
 from servesim_vllm.fast import steady as _steady
@@ -128,6 +130,8 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         self.worked = False
         self.speedup = config.speedup_ratio
         self.decode_speedup = config.decode_speedup
+        # Requests the engine-core loop has not read (servesim_vllm.async_scheduling), or None.
+        self.unread = AsyncScheduling.build(backend_config)
 
     def fit_readers(self, readers: EventReaders) -> None:
         """What the replay's readers take (servesim.fast.event_readers.FitsReaders)."""
@@ -152,6 +156,7 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         problems.extend(_behaviour.validate(backend_config))
         problems.extend(_host_problems(config))
         problems.extend(_priority_problems(config))
+        problems.extend(_async_problems(config, backend_config))
         if config.enable_lora and config.native_host_offload is not None:
             # Both skip waiting requests within a pass; their joint order is not modelled.
             problems.append(("engine.enable_lora", "LoRA is not modelled with native_host_offload"))
@@ -160,6 +165,8 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
     # -- commands -------------------------------------------------------------------------
 
     def apply(self, command: Command, ctx: CommandContext, pending: Any | None) -> CommandEffects:
+        if self.unread is not None:
+            self.unread.now_ms = ctx.now_ms
         if isinstance(command, Submit):
             return self._submit(command)
         if isinstance(command, CancelRequest):
@@ -188,13 +195,16 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         """``Submit``'s checks and queueing, without its effects (a handoff source's
         ``SubmitHandoffPrefill`` returns the book's)."""
         rid = request.request_id
-        if rid in self.sched.requests:
+        if rid in self.sched.requests or (self.unread is not None and self.unread.holds(rid)):
             raise CommandRejected(f"request {rid} is already active")
         if request.max_output_tokens < 0:
             raise CommandRejected(f"request {rid}: max_output_tokens must be >= 0")
         if len(request.prompt) == 0:
             raise CommandRejected(f"request {rid}: the prompt is empty (vLLM needs at least one token)")
-        self.sched.submit(request)
+        if self.unread is not None:
+            self.unread.hold(request)
+        else:
+            self.sched.submit(request)
 
     def _cancel(
         self, command: CancelRequest, pending: VllmPendingPass | BlockRunPending | None
@@ -202,7 +212,7 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         """Cancel a waiting or running request; mid-pass, also drop its retained outputs
         (aisimulate-engine.md §3, "Suppression")."""
         rid = command.request_id
-        removed = self.sched.cancel(rid)
+        removed = (self.unread is not None and self.unread.drop(rid)) or self.sched.cancel(rid)
         removed = self.book.forget_request(rid) or removed
         retired: tuple[int, ...] = (rid,) if removed else ()
         suppressed = False
@@ -223,7 +233,7 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         if self._trailing_step:
             return True
         s = self.sched
-        return bool(s.running or s.waiting) or self.book.can_retry
+        return bool(s.running or s.waiting or (self.unread and self.unread.inbox)) or self.book.can_retry
 
     def preload_cache(self, paths: Sequence[WarmPath]) -> WarmLoad:
         """A warm start (servesim.rank.WarmCache): the paths become cached, unreferenced
@@ -231,7 +241,7 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         return preload_pool(self.sched.pool, paths)
 
     def is_drained(self) -> bool:
-        if self._trailing_step:
+        if self._trailing_step or (self.unread is not None and self.unread.inbox):
             return False
         return not self.sched.requests and not self.book.holding
 
@@ -247,6 +257,8 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
     # -- passes ---------------------------------------------------------------------------
 
     def execute_pass(self, now_ms: float) -> RankPass:
+        if self.unread is not None:
+            self.unread.read(self.sched, now_ms)
         res = self.sched.run_pass(now_ms)
         self._note_trailing_step(len(res.completed) > len(res.rejected))
         worker = self.config.worker_type
@@ -290,6 +302,8 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
 
     def complete_pass(self, pending: VllmPendingPass, end_ms: float) -> PassCompletionEffects:
         effects = pending.effects
+        if self.unread is not None:
+            self.unread.pass_ends(end_ms)
         self.book.at_pass_boundary(effects)
         if self.sched.host is not None:
             self.sched.host.at_boundary(end_ms)
@@ -336,7 +350,8 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         run's passes emit one token per member (bursts need stepping) and prepare no host
         stores nor see host transfers complete."""
         s = self.sched
-        return s.pool.steps_only or s.spec is not None or s.host is not None or s.lora is not None
+        return (s.pool.steps_only or s.spec is not None or s.host is not None or s.lora is not None
+                or bool(self.unread and self.unread.inbox))
 
     def _note_trailing_step(self, finished: bool) -> None:
         """After a pass that finished requests and left nothing running or waiting, vLLM 0.32
@@ -347,6 +362,8 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
         )
 
     def complete_run(self, pending: _runs.VllmRunPending, end_ms: float) -> RunEffects:
+        if self.unread is not None:
+            self.unread.run_ends(pending.started_at_ms, pending.ends, end_ms)
         return _runs.complete_run(self, pending, end_ms)
 
     def take_run_kv_events(
