@@ -426,10 +426,32 @@ def engine_loop(row: Row, role: Role) -> dict[str, Any]:
     AIConfigurator's generator writes ``disable_overlap_scheduler`` false for agg and decode
     workers and true for prefill workers (``generator/rule_plugin/trtllm.rule`` in
     ai-dynamo/aiconfigurator). servesim's own default steps without the overlap, as the
-    reference does, so every TensorRT-LLM row sets it here."""
+    reference does, so every TensorRT-LLM row sets it here.
+
+    vLLM schedules asynchronously by default from 0.14.0 (its release notes: "Async
+    scheduling is now enabled by default", PR #27614), except with pipeline parallelism
+    (``VllmConfig.__post_init__`` in ``vllm/config/vllm.py``); the rows of those releases (and
+    of nightlies after them) set ``engine.vllm.async_scheduling``, on agg and prefill
+    workers (servesim does not model it on decode workers). Rows that name no release
+    keep it off."""
     if row.backend == "trtllm":
         return {"trtllm": {"disable_overlap_scheduler": role is row.roles.get("prefill")}}
+    if (row.backend == "vllm" and role is not row.roles.get("decode") and role.pp == 1
+            and _vllm_async_by_default(row.version)):
+        return {"vllm": {"async_scheduling": True}}
     return {}
+
+
+def _vllm_async_by_default(version: str) -> bool:
+    """Whether vLLM ``version`` (a release such as ``0.16.0`` or ``nightly-...``) schedules
+    asynchronously by default: from 0.14.0 on."""
+    if version.startswith("nightly"):
+        return True
+    parts = version.split(".")
+    try:
+        return (int(parts[0]), int(parts[1])) >= (0, 14)
+    except (ValueError, IndexError):
+        return False
 
 
 def _launch_options(row: Row, role: Role) -> dict[str, Any]:

@@ -209,8 +209,9 @@ def test_attention_dp_row_replays_on_the_gpus_it_ran_on():
     row = rows_mod.parse(RAW["minimaxm2_5_b300_vllm_fp4_agg_1024x1024_c32_cfg729"])
     role = row.roles["agg"]
     assert (role.tp, role.attention_dp, role.moe_tp, role.moe_ep, role.max_num_seqs) == (1, 4, 1, 4, 128)
-    # with the launch script's 2,048 tokens per pass (0.19.0); 8,192 gave (37.742337, 10.003202)
-    assert silicon._replay(row, {"type": "overhead"}) == pytest.approx((37.101523, 10.010711), rel=1e-9)
+    # with the launch script's 2,048 tokens per pass and 0.19.0's async scheduling (without it
+    # (37.101523, 10.010711)); 8,192 tokens and no async scheduling gave (37.742337, 10.003202)
+    assert silicon._replay(row, {"type": "overhead"}) == pytest.approx((57.07273, 9.984935), rel=1e-9)
     assert silicon._replay(row, {"type": "overhead"}, launch=False) == pytest.approx((37.742337, 10.003202),
                                                                                    rel=1e-9)
 
@@ -237,7 +238,22 @@ def test_minimax_vllm_0_19_rows_run_with_twice_the_isl_per_pass():
 
 def test_a_smaller_budget_delays_the_first_tokens_of_a_burst():
     # Measured: TTFT 160.1 ms, TPOT 15.9 ms. The 64 prompts sent at t = 0 take four times as
-    # many passes at 2,048 tokens each; the decode is unchanged.
+    # many passes at 2,048 tokens each; the decode is unchanged. (0.19.0 schedules
+    # asynchronously: each later request is read a pass late; without it 122.152697 ms.)
     row = rows_mod.parse(RAW[BUDGET_ROW])
-    assert silicon._replay(row, None) == pytest.approx((122.152697, 17.462636), rel=1e-9)
+    assert silicon._replay(row, None) == pytest.approx((158.090555, 17.44732), rel=1e-9)
     assert silicon._replay(row, None, launch=False) == pytest.approx((89.194301, 17.423175), rel=1e-9)
+
+
+def test_vllm_rows_schedule_asynchronously_from_0_14():
+    """vLLM's async scheduling is on by default from 0.14.0: the 0.16-0.19 and nightly rows
+    replay it, the 0.12.0 gap-analysis rows and the rows naming no release do not, and
+    ``launch=False`` leaves it out."""
+    assert [rows_mod._vllm_async_by_default(v) for v in
+            ("0.12.0", "0.13.1", "0.14.0", "0.19.0", "nightly-5b8c30d62b754b57", "", "dev")] == [
+        False, False, True, True, True, False, False]
+    row = rows_mod.parse(RAW[BUDGET_ROW])  # 0.19.0
+    assert rows_mod.sim_config(row, "c.yaml")["engine"]["vllm"] == {"async_scheduling": True}
+    assert "vllm" not in rows_mod.sim_config(row, "c.yaml", launch=False)["engine"]
+    old = rows_mod.parse(RAW[GENERATED[0][0]])  # 0.12.0
+    assert "vllm" not in rows_mod.sim_config(old, "c.yaml")["engine"]
