@@ -114,3 +114,28 @@ def test_the_loop_applies_to_aggregated_workers_without_speculative_decoding_onl
     assert rank(WorkerType.AGGREGATED).sched.overlap
     assert not rank(WorkerType.PREFILL).sched.overlap
     assert not rank(WorkerType.DECODE).sched.overlap
+
+
+def test_a_closed_loop_at_max_running_requests_waits_for_the_processing_pass() -> None:
+    """A closed-loop client at ``max_running_requests`` with fixed lengths: the whole batch
+    finishes in one pass and the next round arrives as it ends. The old requests hold their
+    slots until the overlap loop's next (empty, zero-duration) pass processes their finishes;
+    the pass after it, at the same instant, admits the new round. That empty pass changed
+    what can be admitted, so it is not a livelock (it was a ReplayError)."""
+    from servesim.replay.driver import Replayer
+    from servesim.workload.model import Session, Turn, Workload
+
+    sessions = tuple(Session(f"s{i}", 0.0, [Turn(i, Tokens([i * 100 + t for t in range(16)]), 3)])
+                     for i in range(4))
+    config = SglangConfig(overlap_schedule=True)
+    factory = EngineFactory(EngineConfig(backend="sglang", num_gpu_blocks=400, block_size=1,
+                                         max_num_seqs=2), SglangRank, FixedTiming(),
+                            backend_config=config)
+    replayer = Replayer([factory.build(0)], Workload(sessions), concurrency=2, record_token_times=True)
+    log = replayer.run()
+    assert log.ntok == [3, 3, 3, 3]
+    # FixedTiming: a prefill pass 10 ms, a decode pass 1 ms. Round one is prefilled [0, 10]
+    # and decodes at 11 and 12, where both finish; round two arrives at 12, waits for the
+    # zero-duration pass that processes those finishes, and is prefilled [12, 22].
+    assert log.token_times == [[10.0, 11.0, 12.0]] * 2 + [[22.0, 23.0, 24.0]] * 2
+    assert log.done == [12.0, 12.0, 24.0, 24.0]

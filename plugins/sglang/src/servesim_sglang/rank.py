@@ -315,7 +315,9 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
         self.counters.passes += 1
         self.prefilled = out.prefill_pass and out.model_work
         self.model_work = out.model_work
-        idle = not (out.admissions or out.token_rids or out.completed or out.model_work)
+        # out.finished: finishes the overlap loop processed this pass (servesim_sglang.overlap),
+        # which free slots and KV for the requests waiting behind them
+        idle = not (out.admissions or out.token_rids or out.completed or out.model_work or out.finished)
         self.stalled = (self.cache.releases, self.sched.waiting_version) if idle else None
         for rid in out.completed:
             self.requests.pop(rid, None)
@@ -345,7 +347,7 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
         if self.book.events:
             effects.lifecycle_events = self.book.drain_events()  # SourceHeld (§4.8)
         start = PassStartEffects(admissions=tuple(out.admissions), pressure_events=tuple(out.pressure))
-        hint = _RETRY if self.sched.ratio != ratio_before else _EXHAUSTED
+        hint = _RETRY if self.sched.ratio != ratio_before or out.finished else _EXHAUSTED
         fpm = self.fpm(out) if self.services.emit_forward_pass_metrics else None
         pending = _Pending(now_ms, effects, hit, total, fpm)
         return RankPass(end_ms=out.end_ms, start_effects=start, pending=pending, retry=hint)
