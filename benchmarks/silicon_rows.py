@@ -439,6 +439,8 @@ def engine_loop(row: Row, role: Role) -> dict[str, Any]:
     if (row.backend == "vllm" and role is not row.roles.get("decode") and role.pp == 1
             and _vllm_async_by_default(row.version)):
         return {"vllm": {"async_scheduling": True}}
+    if row.backend == "sglang":
+        return {"sglang": {"overlap_schedule": True, "overlap_read_lag": True}}
     return {}
 
 

@@ -139,3 +139,44 @@ def test_a_closed_loop_at_max_running_requests_waits_for_the_processing_pass() -
     # zero-duration pass that processes those finishes, and is prefilled [12, 22].
     assert log.token_times == [[10.0, 11.0, 12.0]] * 2 + [[22.0, 23.0, 24.0]] * 2
     assert log.done == [12.0, 12.0, 24.0, 24.0]
+
+
+def _lag_engine(lag: bool):
+    config = SglangConfig(overlap_schedule=True, overlap_read_lag=lag)
+    return EngineFactory(EngineConfig(backend="sglang", num_gpu_blocks=400, block_size=1), SglangRank,
+                         FixedTiming(), backend_config=config).build(0)
+
+
+def test_the_read_lag_puts_a_request_arriving_during_a_pass_two_passes_on() -> None:
+    """FixedTiming: prefill 10 ms, decode 1 ms. A (16 tokens, 6 out) at 0; B at 5, while A's
+    prefill runs. Without the lag B's prefill is the pass at 10 (first token 20); with it the
+    pass at 10 (A's decode) was chosen at 0, and B is read for the pass after it: [11, 21]
+    (a prefill pass leaves A's decode out)."""
+    from servesim.testing.driver import drive
+
+    a = Request(0, Tokens(range(16)), 6)
+    b = Request(1, Tokens(range(100, 116)), 2)
+    off = drive(_lag_engine(False), [(0.0, a), (5.0, b)])
+    on = drive(_lag_engine(True), [(0.0, a), (5.0, b)])
+    assert off.requests[1].token_times[0] == 20.0
+    assert on.requests[1].token_times[0] == 21.0
+    assert on.requests[0].token_times[:3] == [10.0, 11.0, 22.0]
+    assert off.requests[0].token_times[:3] == [10.0, 21.0, 22.0]
+
+
+def test_the_read_lag_follows_the_profile_and_the_oracle_turns_it_off() -> None:
+    assert resolve(SglangConfig(profile="sglang-0.5.23")).overlap_read_lag
+    assert not resolve(SglangConfig()).overlap_read_lag
+    assert SglangOracleOptions(overlap=True).backend_settings()["overlap_read_lag"] is False
+
+
+def test_an_unread_request_can_be_cancelled() -> None:
+    engine = _lag_engine(True)
+    engine.apply(0, Submit(Request(0, Tokens(range(16)), 6)), 0.0)
+    started = engine.execute_pass(0.0)
+    engine.apply(0, Submit(Request(1, Tokens(range(100, 116)), 2)), 5.0)
+    assert len(engine.ranks[0].read_lag) == 1  # type: ignore[attr-defined]
+    cancel = engine.apply(0, CancelRequest(1), 6.0)
+    assert cancel.retired_requests == (1,)
+    engine.complete_pass(started.pass_id, started.end_ms)
+    assert not engine.ranks[0].read_lag  # type: ignore[attr-defined]

@@ -35,6 +35,7 @@ SWITCHES = (
     "waiting_prefix_touch",
     "overlap_schedule",
     "prompt_boundary_split",
+    "overlap_read_lag",
 )
 
 
@@ -99,6 +100,14 @@ class Behaviour:
       (a finish, or the prefill of a retracted request's prompt and outputs), its prompt is
       inserted once more, which splits the edge at the prompt's end, so that eviction can
       drop the output tokens without the prompt (``UnifiedRadixCache.checkpoint_into_tree``).
+    * ``overlap_read_lag`` — with ``overlap_schedule``: the overlap loop reads new requests
+      (``recv_requests`` at the top of an iteration) right after it processed a step's
+      results, while the next step already runs, and the step it schedules then runs after
+      that one: a request that arrives while step k-1 runs joins step k+1 at the earliest
+      (:mod:`servesim.mechanics.overlap_inbox`; the receive interval, if any, applies to the
+      reads). A separate switch because SGLang's scheduler oracle injects each step's
+      requests straight into that step's read, which no arrival time expresses: its
+      comparisons run without it.
     """
 
     two_phase_admission: bool
@@ -117,6 +126,7 @@ class Behaviour:
     waiting_prefix_touch: bool
     overlap_schedule: bool
     prompt_boundary_split: bool
+    overlap_read_lag: bool
 
     @property
     def runs_supported(self) -> bool:

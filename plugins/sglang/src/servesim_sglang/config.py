@@ -48,7 +48,7 @@ class SglangConfig:
     #: first written; servesim.config.loader.echo_section).
     report_omits_defaults: ClassVar[frozenset[str]] = frozenset({
         "scheduler_recv_interval", "schedule_low_priority_values_first",
-        "priority_scheduling_preemption_threshold", "disable_priority_preemption"})
+        "priority_scheduling_preemption_threshold", "disable_priority_preemption", "overlap_read_lag"})
 
     schedule_policy: str = field(default="fcfs", validator=validators.instance_of(str))
     page_size: int | None = None
@@ -83,6 +83,7 @@ class SglangConfig:
     waiting_prefix_touch: bool | None = None
     overlap_schedule: bool | None = None
     prompt_boundary_split: bool | None = None
+    overlap_read_lag: bool | None = None
     # SGLang's --enable-priority-scheduling options (engine.scheduling_policy: priority;
     # servesim_sglang.priority), with SGLang's names and defaults.
     schedule_low_priority_values_first: bool = False

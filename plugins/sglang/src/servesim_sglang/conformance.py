@@ -123,6 +123,9 @@ class SglangOracleOptions:
         # the oracle's loop, named either way (the sglang-0.5.23 profile has SGLang's default,
         # the overlap loop on)
         out["overlap_schedule"] = self.overlap
+        # the oracle puts each step's requests into that step's read (behaviour.py,
+        # overlap_read_lag): no arrival time says so
+        out["overlap_read_lag"] = False
         if self.priority:
             out["schedule_low_priority_values_first"] = self.low_priority_values_first
             out["priority_scheduling_preemption_threshold"] = self.preemption_threshold

@@ -53,6 +53,7 @@ from servesim.fast.runs import RankRun, RunEffects
 from servesim.kv.warm_start import WarmLoad, WarmPath
 from servesim.mechanics.handoff import HandoffBook, suppress_request
 from servesim.mechanics.numeric import Welford
+from servesim.mechanics.overlap_inbox import OverlapInbox
 from servesim.mechanics.speculative import Speculation
 from servesim.rank import (
     CommandContext,
@@ -157,6 +158,9 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
         self.counters = RankCounters()
         # SGLang's --scheduler-recv-interval (servesim_sglang.recv_interval), None when 1.
         self.recv = RecvSkipper.build(sg.scheduler_recv_interval, identity.dp_size)
+        # The overlap loop's unread requests (behaviour overlap_read_lag), None without it.
+        self.read_lag: OverlapInbox[SglangRequest] | None = (
+            OverlapInbox() if self.sched.overlap and self.params.behaviour.overlap_read_lag else None)
         self.last_pass: str | None = None  # the previous pass's kind, for the skipper
         self.prefilled = False
         self.model_work = False
@@ -213,6 +217,8 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
         need = self.cache.pages_for(req.prompt_len) * p.page_size
         if need + min(req.max_out, p.clip_max_new_tokens) >= p.total_tokens:
             self.counters.rejected.append(rid)
+        elif self.read_lag is not None:
+            self.read_lag.hold(ctx.now_ms, rid, req)  # read when the pass before its own starts
         elif self.recv is not None and (self.sched.running or self.sched.waiting):
             self.recv.inbox.append(req)  # read by a later loop iteration
         else:
@@ -238,6 +244,8 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
             self.counters.rejected.remove(rid)
         elif self.recv is not None and any(r.rid == rid for r in self.recv.inbox):
             self.recv.inbox = [r for r in self.recv.inbox if r.rid != rid]
+        elif self.read_lag is not None and self.read_lag.drop(rid):
+            pass
         else:
             self.sched.remove(rid)
         del self.requests[rid]
@@ -264,7 +272,7 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
     def is_ready(self) -> bool:
         s = self.sched
         return bool(s.waiting or s.running or self.counters.rejected or self.handoff.activated
-                    or (self.recv is not None and self.recv.inbox)) or self.book.can_retry
+                    or (self.recv is not None and self.recv.inbox) or self.read_lag) or self.book.can_retry
 
     def preload_cache(self, paths: Sequence[WarmPath]) -> WarmLoad:
         """A warm start (servesim.rank.WarmCache): the paths enter the radix tree as
@@ -274,7 +282,7 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
     def is_drained(self) -> bool:
         s = self.sched
         busy = (s.waiting or s.running or self.counters.rejected or self.handoff.activated
-                or (self.recv is not None and self.recv.inbox))
+                or (self.recv is not None and self.recv.inbox) or self.read_lag)
         return not busy and not self.book.holding
 
     def waiting_for_external_command(self) -> bool:
@@ -304,6 +312,13 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
 
     def execute_pass(self, now_ms: float) -> RankPass:
         recv = self.recv
+        if self.read_lag is not None:
+            read = self.read_lag.pass_starts(now_ms, bool(self.sched.running or self.sched.waiting))
+            if recv is not None:
+                recv.inbox.extend(read)
+            else:
+                for req in read:
+                    self.sched.enqueue(req)
         if recv is not None:
             reads = recv.reads(self.last_pass)
             if recv.inbox and (reads or not (self.sched.running or self.sched.waiting)):
@@ -355,6 +370,8 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
     def complete_pass(self, pending: Any, end_ms: float) -> PassCompletionEffects:
         assert isinstance(pending, _Pending)
         effects = pending.effects
+        if self.read_lag is not None:
+            self.read_lag.pass_ends(end_ms)
         self.book.at_pass_boundary(effects)
         effects.kv_events = self.cache.drain_events()
         effects.metrics = self.metrics(pending.hit_tokens, pending.total_tokens)
