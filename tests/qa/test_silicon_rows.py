@@ -125,7 +125,9 @@ def test_generated_rows_settings():
         False, {"max_num_tokens": 2560, "disable_overlap_scheduler": False})
     assert eng["timing_model"]["gpu_memory_utilization"] == 0.8
     sg = rows_mod.sim_config(rows_mod.parse(RAW[GENERATED[1][0]]), "c.yaml", {"type": "overhead"})["engine"]
-    assert sg["sglang"] == {"max_prefill_tokens": 1024 + 1500}
+    # SGLang's default loop: the overlap loop with its read lag
+    assert sg["sglang"] == {"max_prefill_tokens": 1024 + 1500, "overlap_schedule": True,
+                            "overlap_read_lag": True}
     assert sg["timing_model"]["cuda_graph_padding"] is False
     vllm = rows_mod.sim_config(rows_mod.parse(RAW[GENERATED[0][0]]), "c.yaml")["engine"]
     assert vllm["max_num_batched_tokens"] == 8192 and "vllm" not in vllm
@@ -152,7 +154,8 @@ def test_script_token_limits():
     qwen = rows_mod.sim_config(rows_mod.parse(RAW["qwen3_5_b200_sglang_fp8_agg_1024x1024_c4_cfg618"]),
                                "c.yaml")
     assert qwen["engine"]["sglang"] == {"scheduler_recv_interval": 10, "chunked_prefill_size": 32768,
-                                        "max_prefill_tokens": 32768}
+                                        "max_prefill_tokens": 32768, "overlap_schedule": True,
+                                        "overlap_read_lag": True}
 
 
 BATCH_WAIT_ROW = "2026_04_06_llama_3_1_70b_b200_sxm_trtllm_fp8_agg_1024x1024_c4_tp2_ep1_615"
