@@ -436,9 +436,9 @@ def engine_loop(row: Row, role: Role) -> dict[str, Any]:
     keep it off."""
     if row.backend == "trtllm":
         return {"trtllm": {"disable_overlap_scheduler": role is row.roles.get("prefill")}}
-    if (row.backend == "vllm" and role is not row.roles.get("decode") and role.pp == 1
-            and _vllm_async_by_default(row.version)):
-        return {"vllm": {"async_scheduling": True}}
+    if row.backend == "vllm" and role.pp == 1 and _vllm_async_by_default(row.version):
+        # said on the decode role too: a split's decode engine inherits the base engine's keys
+        return {"vllm": {"async_scheduling": role is not row.roles.get("decode")}}
     if row.backend == "sglang":
         return {"sglang": {"overlap_schedule": True, "overlap_read_lag": True}}
     return {}

@@ -260,3 +260,8 @@ def test_vllm_rows_schedule_asynchronously_from_0_14():
     assert "vllm" not in rows_mod.sim_config(row, "c.yaml", launch=False)["engine"]
     old = rows_mod.parse(RAW[GENERATED[0][0]])  # 0.12.0
     assert "vllm" not in rows_mod.sim_config(old, "c.yaml")["engine"]
+    # a split: its prefill workers schedule asynchronously, its decode workers say they do not
+    split = rows_mod.sim_config(rows_mod.parse(RAW["kimik2_5_gb200_vllm_fp4_disagg_1024x1024_c64_cfg698"]),
+                                "c.yaml")
+    assert split["engine"]["vllm"] == {"async_scheduling": True}
+    assert split["cluster"]["decode_engine"]["vllm"] == {"async_scheduling": False}
