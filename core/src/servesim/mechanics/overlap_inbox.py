@@ -25,9 +25,11 @@ the loop reads the moment it has processed the previous pass's results, and a cl
 answers a completion of that pass (a closed-loop benchmark client) sends its next request
 only after receiving it.
 
-Not modelled: the step such a loop spends on a request whose last token is still in flight
-(it is scheduled once more, and its slot and KV come back a pass later). A cancelled request
-that is still unread leaves the inbox.
+Not modelled: a request whose last token is still in flight keeps its slot and KV until the
+loop has processed that token, a pass later (TensorRT-LLM leaves it out of the next step,
+``_update_generation_requests_that_will_complete_next_iteration``; vLLM schedules a request
+that stops on an end token once more). A cancelled request that is still unread leaves the
+inbox.
 """
 
 from __future__ import annotations
