@@ -154,6 +154,33 @@ GOLDEN: list[ScenarioSpec] = [
         seed=18, options=Opts(page_size=1, max_total_tokens=5000, chunked_prefill_size=-1,
                               max_prefill_tokens=1024, max_running_requests=6, overlap=True),
     ),
+    # --enable-mixed-chunk: a prefill batch carries the running requests' decodes.
+    ScenarioSpec(
+        name="mixed_chunk_stepwise",
+        note="--enable-mixed-chunk, page 1, chunks of 256, two arrivals per step: prefill "
+             "chunks meet running decodes, the budgets shrink by the running batch",
+        n=50, isl=(60, 700), osl=(5, 60), prefix_groups=3, prefix_frac=0.6, prefix_ratio=0.5,
+        seed=41, options=Opts(page_size=1, max_total_tokens=20000, chunked_prefill_size=256,
+                              admit="stepwise", per_step=2, enable_mixed_chunk=True),
+    ),
+    ScenarioSpec(
+        name="mixed_chunk_tight_pool_page16",
+        note="--enable-mixed-chunk, ignore_eos off, page 16, a small pool: mixed steps beside "
+             "retraction, decodes that sit out a mixed step for want of KV",
+        n=40, isl=(50, 300), osl=(40, 300), prefix_groups=2, prefix_frac=0.5, prefix_ratio=0.5,
+        seed=42, options=Opts(page_size=16, max_total_tokens=2400, chunked_prefill_size=256,
+                              ignore_eos=False, admit="stepwise", per_step=1,
+                              enable_mixed_chunk=True),
+    ),
+    ScenarioSpec(
+        name="mixed_chunk_overlap",
+        note="--enable-mixed-chunk with the overlap loop, page 16, lpm, one arrival per step: "
+             "requests finishing in flight leave the mixed batch",
+        n=50, isl=(50, 500), osl=(1, 40), prefix_groups=3, prefix_frac=0.7, prefix_ratio=0.6,
+        seed=43, options=Opts(page_size=16, max_total_tokens=8000, chunked_prefill_size=256,
+                              schedule_policy="lpm", admit="stepwise", per_step=1,
+                              overlap=True, enable_mixed_chunk=True),
+    ),
 ]
 
 #: Scenarios kept for the runner beside the golden ones (none at present: every scenario

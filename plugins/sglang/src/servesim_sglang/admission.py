@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from servesim.contract import Admission
 
+from servesim_sglang import mixed as _mixed
 from servesim_sglang import priority as _priority
 
 if TYPE_CHECKING:
@@ -64,6 +65,13 @@ class _Budget:
         self.current_offset = 0
         self.rem_input = p.max_prefill_tokens
         self.rem_chunk = p.chunked_prefill_size if p.chunking else None
+        mixed = _mixed.decode_tokens(s)  # num_mixed_decode_tokens (servesim_sglang.mixed)
+        if mixed:
+            self.total_offset += mixed
+            self.current_offset = mixed
+            self.rem_input -= mixed
+            if self.rem_chunk is not None:
+                self.rem_chunk -= mixed
         self.headroom = p.page_size if bh.admission_page_headroom else 0
         self.input_after = bh.prefill_budget_after_admit
 
@@ -173,7 +181,8 @@ def _continue_chunk(s: SchedulerView, req: SglangRequest, budget: _Budget) -> _I
     avail = min(rem_chunk, int(budget.rem_total()))
     rem = avail if avail > 0 else rem_chunk
     cand = req.seq_len - req.materialized
-    new_len = min(cand, rem)
+    # (a mixed step's running batch can exceed the chunk budget: no progress, not a negative chunk)
+    new_len = max(0, min(cand, rem))
     max_new = 0 if cand > rem else min(req.max_out, s.p.clip_max_new_tokens)
     budget.charge(new_len, max_new, s.p.page_size)
     return (req, req.materialized, req.materialized + new_len, None)

@@ -48,7 +48,8 @@ class SglangConfig:
     #: first written; servesim.config.loader.echo_section).
     report_omits_defaults: ClassVar[frozenset[str]] = frozenset({
         "scheduler_recv_interval", "schedule_low_priority_values_first",
-        "priority_scheduling_preemption_threshold", "disable_priority_preemption", "overlap_read_lag"})
+        "priority_scheduling_preemption_threshold", "disable_priority_preemption", "overlap_read_lag",
+        "enable_mixed_chunk"})
 
     schedule_policy: str = field(default="fcfs", validator=validators.instance_of(str))
     page_size: int | None = None
@@ -89,6 +90,9 @@ class SglangConfig:
     schedule_low_priority_values_first: bool = False
     priority_scheduling_preemption_threshold: int = 10
     disable_priority_preemption: bool = False
+    # SGLang's --enable-mixed-chunk (servesim_sglang.mixed): a prefill batch carries the
+    # running requests' decodes; off with chunked prefill off, as SGLang's is_mixed_chunk.
+    enable_mixed_chunk: bool = False
 
 
 @frozen
@@ -115,6 +119,8 @@ class SchedulerParams:
     behaviour: Behaviour = PROFILES[DEFAULT_PROFILE]
     # engine.scheduling_policy: priority (servesim_sglang.priority); None without it.
     priority: PriorityParams | None = None
+    # SGLang's is_mixed_chunk: enable_mixed_chunk with chunked prefill on.
+    mixed_chunk: bool = False
 
     @property
     def chunking(self) -> bool:
@@ -167,6 +173,7 @@ def scheduler_params(config: EngineConfig, sg: SglangConfig, dp_size: int) -> Sc
         oom_resets_ratio=sg.oom_resets_ratio,
         behaviour=resolve(sg),
         priority=priority_params(config, sg),
+        mixed_chunk=sg.enable_mixed_chunk is True and chunk > 0,
     )
 
 
@@ -204,6 +211,11 @@ def validate(config: EngineConfig, sg: SglangConfig) -> list[tuple[str, str]]:
         if not isinstance(value, int) or value <= 0:
             out.append((f"{SECTION}.{name}", f"must be an integer > 0, got {value!r}"))
     out.extend(validate_behaviour(sg))
+    if not isinstance(sg.enable_mixed_chunk, bool):
+        out.append((f"{SECTION}.enable_mixed_chunk", f"must be true or false, got {sg.enable_mixed_chunk!r}"))
+    elif sg.enable_mixed_chunk and config.aic_nextn:
+        out.append((f"{SECTION}.enable_mixed_chunk",
+                    "is not modelled with speculative decoding (engine.aic_nextn)"))
     interval = sg.scheduler_recv_interval
     if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
         out.append((f"{SECTION}.scheduler_recv_interval", f"must be an integer >= 1, got {interval!r}"))

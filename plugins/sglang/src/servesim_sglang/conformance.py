@@ -83,6 +83,8 @@ class SglangOracleOptions:
     low_priority_values_first: bool = False
     preemption_threshold: int = 10
     disable_priority_preemption: bool = False
+    # SGLang's --enable-mixed-chunk (engine.sglang.enable_mixed_chunk)
+    enable_mixed_chunk: bool = False
 
     def argv(self) -> list[str]:
         """Command-line arguments of ``sglang_sched_trace.py`` (besides trace and --out)."""
@@ -103,6 +105,8 @@ class SglangOracleOptions:
             args.append("--overlap")
         if self.disable_radix_cache:
             args.append("--disable-radix-cache")
+        if self.enable_mixed_chunk:
+            args.append("--enable-mixed-chunk")
         if self.priority:
             args.append(f"--preemption-threshold={self.preemption_threshold}")
             if self.low_priority_values_first:
@@ -126,6 +130,8 @@ class SglangOracleOptions:
         # the oracle puts each step's requests into that step's read (behaviour.py,
         # overlap_read_lag): no arrival time says so
         out["overlap_read_lag"] = False
+        if self.enable_mixed_chunk:
+            out["enable_mixed_chunk"] = True
         if self.priority:
             out["schedule_low_priority_values_first"] = self.low_priority_values_first
             out["priority_scheduling_preemption_threshold"] = self.preemption_threshold

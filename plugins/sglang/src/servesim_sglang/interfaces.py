@@ -55,6 +55,9 @@ class SchedulerView(Protocol):
     speedup: float
     decode_speedup: float
     spec: Any  # servesim.mechanics.speculative.Speculation, None when off
+    shapes: Any  # servesim.timing.pricing.ShapePricer, None for the two-method models
+    overlap: bool  # SGLang's overlap loop (servesim_sglang.overlap)
+    mix: bool  # SGLang's mixed chunk (servesim_sglang.mixed)
     waiting: deque[SglangRequest]
     waiting_version: int  # bumped whenever membership of ``waiting`` changes
     running: list[SglangRequest]

@@ -38,6 +38,7 @@ class PassOutcome:
         "running_before",
         "finished",
         "running_batch",
+        "mixed_decode",
     )
 
     def __init__(self, end_ms: float) -> None:
@@ -62,6 +63,8 @@ class PassOutcome:
         # completions of the pass, or with the overlap loop those of the pass before.
         self.finished: list[int] = []
         self.running_batch: int | None = None  # pass log override (overlap's skipped decode)
+        # The running requests that decoded in this prefill pass (servesim_sglang.mixed).
+        self.mixed_decode: list[int] = []
 
 
 __all__ = ["PassOutcome"]

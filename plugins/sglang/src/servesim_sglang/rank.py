@@ -155,6 +155,8 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
             and config.worker_type is WorkerType.AGGREGATED
             and self.sched.spec is None
         )
+        # SGLang's --enable-mixed-chunk (servesim_sglang.mixed), aggregated workers only.
+        self.sched.mix = self.params.mixed_chunk and config.worker_type is WorkerType.AGGREGATED
         self.counters = RankCounters()
         # SGLang's --scheduler-recv-interval (servesim_sglang.recv_interval), None when 1.
         self.recv = RecvSkipper.build(sg.scheduler_recv_interval, identity.dp_size)
@@ -387,9 +389,11 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
         self, now_ms: float, horizon_ms: float, max_passes: int, through_completions: bool = False
     ) -> RankRun | None:
         """A run of steady decode passes (servesim_sglang.fast.runs), or None to step."""
-        if self.cache.steps_only or self.sched.spec is not None or self.params.priority is not None:
+        if (self.cache.steps_only or self.sched.spec is not None or self.params.priority is not None
+                or self.sched.mix):
             # A record eviction policy needs every step; a run's passes emit one token per
-            # member, and speculative bursts and priority preemption need stepping.
+            # member, and speculative bursts, priority preemption and mixed steps (whose
+            # budgets a run's held queue head does not model) need stepping.
             return None
         if self.recv is not None and self.recv.inbox:
             return None  # requests not read yet: each pass decides whether it reads them
@@ -483,7 +487,13 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
         s, cache = self.sched, self.cache
         head = s.waiting[0] if s.waiting else None
         chunked = head if head is not None and 0 < head.materialized < head.seq_len else None
-        if out.prefill_pass:
+        extend = 0
+        if out.mixed_decode:  # servesim_sglang.mixed: the decodes ride the prefill batch
+            decode = out.mixed_decode
+            mode, prefill = "mixed", {k: v for k, v in out.scheduled.items() if k not in set(decode)}
+            running_batch = 0
+            extend = len(decode)  # extend_num_tokens counts each decode's one token
+        elif out.prefill_pass:
             mode, prefill, decode = "prefill", dict(out.scheduled), []
             running_batch = out.running_before
         else:
@@ -509,7 +519,7 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
                 "chunked": None if chunked is None else chunked.rid,
                 "retracted": list(out.retracted),
                 "running_batch": running_batch,
-                "extend_tokens": sum(prefill.values()),
+                "extend_tokens": sum(prefill.values()) + extend,
                 "free_tokens": cache.available_tokens,
                 "evictable_tokens": cache.evictable_size,
                 "protected_tokens": cache.protected_size,

@@ -59,6 +59,7 @@ from servesim.timing.pricing import ShapePricer
 from servesim.timing.shape import PrefillChunk
 
 from servesim_sglang import admission as _admission
+from servesim_sglang import mixed as _mixed
 from servesim_sglang import overlap as _overlap
 from servesim_sglang import retraction as _retraction
 from servesim_sglang.pass_outcome import PassOutcome
@@ -124,6 +125,9 @@ class SglangScheduler:
         self.prefix_refresh_calls = 0  # waiting_prefix_touch (servesim_sglang.admission)
         # Disaggregated handoff hooks (servesim_sglang.handoff.SglangHandoffAdapter).
         self.handoff: Any = None
+        # SGLang's --enable-mixed-chunk (servesim_sglang.mixed), set by the rank: the running
+        # requests decode in a step that forms a prefill batch.
+        self.mix = False
         # Set by the rank for a timing model that prices pass shapes (servesim.timing.shape).
         self.shapes: ShapePricer | None = None
         # Speculative decoding (servesim.mechanics.speculative.Speculation), set by the rank.
@@ -200,15 +204,32 @@ class SglangScheduler:
             out.prefill_pass = True
             out.model_work = any(item[1] > 0 for item in out.prefill_items)
             fresh = [r for r in can_run if r.materialized >= r.seq_len]
-            if self.shapes is None:
+            # SGLang's mixed block: the running requests join the prefill batch
+            decodes = self._join_decodes(out) if self.mix and self.running else None
+            if decodes is not None:
+                prefill_ms = self._prefill_ms(batch, total_isl // batch, total_prefix // batch)
+                out.end_ms = now + _mixed.price_ms(self, out, decodes, prefill_ms)
+            elif self.shapes is None:
                 out.end_ms = now + self._prefill_ms(batch, total_isl // batch, total_prefix // batch)
             else:  # every request of the round, a fully cached one as a 0-token chunk
                 chunks = [PrefillChunk(tokens, prefix) for _, tokens, prefix, _ in out.prefill_items]
                 out.end_ms = now + self.shapes.price(chunks, [], 0, self.p.total_tokens)
+            kept: list[SglangRequest] = []
+            if decodes is not None and self._ahead:  # eager slots: the decodes take theirs first
+                kept = self._emit_decode_tokens(decodes, out)
             self._first_tokens(fresh, out)
             # (a held handoff source keeps its lease but has nothing left to run; with the
             # overlap loop a request whose first token is its last stays until processed)
-            self.running.extend(r for r in fresh if r.lease is not None and (r.remaining_output or r.inflight))
+            joined = [r for r in fresh if r.lease is not None and (r.remaining_output or r.inflight)]
+            if decodes is not None:  # the mixed batch: its prefill requests, then the decodes
+                if not self._ahead:  # results in batch order (process_batch_result_prefill)
+                    kept = self._emit_decode_tokens(decodes, out)
+                out.mixed_decode = [r.rid for r in decodes]
+                out.model_work = True
+                out.decode_forwards = len(decodes)
+                self.running = joined + kept
+            else:
+                self.running.extend(joined)
         elif not self._decode(now, out):
             # SGLang decays the ratio in ``update_running_batch``: on decode passes only.
             self.ratio = max(self.ratio - self.p.decay_step, self.p.min_new_token_ratio)
@@ -219,6 +240,18 @@ class SglangScheduler:
         if out.finished or out.retracted:
             self._left = True
         return out
+
+    def _join_decodes(self, out: PassOutcome) -> list[SglangRequest] | None:
+        """The running requests joining this prefill batch (servesim_sglang.mixed), with
+        their decode lengths recorded; None when they sit the step out."""
+        decodes, left = _mixed.join(self, out)
+        if decodes is not None:
+            out.decode_lens = [len(r.tokens) for r in decodes]
+        # the running batch is replaced by the mixed batch at the next step, or lost the
+        # requests finishing in flight: batch_is_full is cleared either way
+        if decodes is not None or left:
+            self._left = True
+        return decodes
 
     def _begin_pass(self) -> None:
         """SGLang's step prologue (``get_next_batch_to_run``): the last step's chunk enters
@@ -275,10 +308,11 @@ class SglangScheduler:
         p, cache = self.p, self.cache
         clip = p.clip_max_new_tokens
         reserved = sum([min(r.remaining_output + r.inflight, clip) for r in self.running]) * self.ratio
+        mixed = _mixed.decode_tokens(self)  # the running batch's share (servesim_sglang.mixed)
         budget = [
-            float(cache.available_tokens + cache.evictable_size) - reserved,  # rem_total
-            float(p.max_prefill_tokens),  # rem_input
-            float(p.chunked_prefill_size) if p.chunking else float("inf"),  # rem_chunk
+            float(cache.available_tokens + cache.evictable_size) - reserved - mixed,  # rem_total
+            float(p.max_prefill_tokens) - mixed,  # rem_input
+            float(p.chunked_prefill_size) - mixed if p.chunking else float("inf"),  # rem_chunk
         ]
         slots = p.max_running_requests - len(self.running)
         can_run: list[SglangRequest] = []
