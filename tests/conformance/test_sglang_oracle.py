@@ -40,6 +40,8 @@ def test_at_least_eight_golden_scenarios_covering_the_issue_axes() -> None:
     assert any(o.max_prefill_tokens < o.chunked_prefill_size for o in opts)
     retracted = [s for n in SCENARIOS for s in load_golden(GOLDEN / n)[2] if s["retracted"]]
     assert retracted, "no golden scenario retracts"
+    mixed = [o for o in opts if o.enable_mixed_chunk]
+    assert len(mixed) >= 3 and any(o.overlap for o in mixed) and not all(o.ignore_eos for o in mixed)
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -71,6 +73,23 @@ def test_overlap_goldens_need_the_overlap_loop(name: str) -> None:
     cmp = compare_steps(oracle, mine)
     assert cmp.first_divergence is not None and cmp.first_divergence <= 1
     assert "protected_tokens" in cmp.differing_fields
+
+
+MIXED = [n for n in SCENARIOS if load_golden(GOLDEN / n)[1].enable_mixed_chunk]
+
+
+@pytest.mark.parametrize("name", MIXED)
+def test_mixed_chunk_goldens_have_mixed_steps_and_need_the_option(name: str) -> None:
+    """SGLang's --enable-mixed-chunk: the oracle's extend batches carry the running
+    requests' decodes; without ``enable_mixed_chunk`` servesim runs them as separate passes
+    and differs at the oracle's first mixed step."""
+    oracle = load_golden(GOLDEN / name)[2]
+    first_mixed = next(s["step"] for s in oracle if s["mode"] == "mixed")
+    assert sum(s["mode"] == "mixed" for s in oracle) >= 40
+    oracle, mine = _steps(name, {**PROFILE, "enable_mixed_chunk": False})
+    cmp = compare_steps(oracle, mine)
+    assert cmp.first_divergence == first_mixed
+    assert {"mode", "decode", "running_batch"} <= set(cmp.differing_fields)
 
 
 def test_a_reprefilled_request_splits_at_its_prompt() -> None:
