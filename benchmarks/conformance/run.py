@@ -162,14 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start-seed", type=int, default=0)
     p.add_argument("-n", type=int, default=300, help="requests per random scenario")
     p.add_argument("--family", choices=["mixed", "unchunked", "tinypool", "priority", "overlap",
-                                        "no-overlap"],
+                                        "no-overlap", "mixed-chunk"],
                    default="mixed",
                    help="random scenarios: mixed settings (300 requests), small chunked-off "
                         "ones, pools about the size of the largest request, or mixed ones under "
                         "the priority policy (vllm); with "
                         "--engine sglang, mixed, or every one with the overlap loop on "
                         "(ignore_eos on) or off, or priority: SGLang's priority scheduling, "
-                        "the overlap loop on for half the seeds (use -n 40)")
+                        "the overlap loop on for half the seeds (use -n 40), or mixed-chunk: "
+                        "the mixed settings with --enable-mixed-chunk (chunked prefill on)")
     p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm",
                    help="sglang: servesim's sglang rank against SGLang 0.5.23's scheduler "
                         "(golden data in tests/golden/sglang_oracle)")

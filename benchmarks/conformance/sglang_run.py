@@ -72,7 +72,8 @@ def scenarios(a: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]], Sg
             specs = [priority_scenario(s, a.n) for s in seeds]
         else:
             forced = {"overlap": True, "no-overlap": False}.get(a.family)
-            specs = [random_scenario(s, a.n, forced) for s in seeds]
+            mixed = a.family == "mixed-chunk"
+            specs = [random_scenario(s, a.n, forced, mixed) for s in seeds]
     else:
         specs = [s for s in GOLDEN + EXTRA + PRIORITY if not a.only or s.name in a.only]
     return [(s.name, make_trace(s), s.options, s) for s in specs]

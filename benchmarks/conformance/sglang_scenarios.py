@@ -298,11 +298,14 @@ PRIORITY: list[ScenarioSpec] = [
 ]
 
 
-def random_scenario(seed: int, n: int = 300, overlap: bool | None = None) -> ScenarioSpec:
+def random_scenario(seed: int, n: int = 300, overlap: bool | None = None,
+                    mixed_chunk: bool = False) -> ScenarioSpec:
     """A random ``n``-request scenario: settings and lengths drawn from ``seed``.
 
     ``overlap`` True or False forces the overlap loop on (with ``ignore_eos``, which the
-    oracle needs for it) or off, the other settings drawn as for the same seed."""
+    oracle needs for it) or off, the other settings drawn as for the same seed.
+    ``mixed_chunk`` turns ``--enable-mixed-chunk`` on, with chunked prefill forced on (it
+    needs it), the other settings drawn as for the same seed."""
     overlap_arg = overlap
     rng = random.Random(f"sglang-conformance:{seed}")
     page = rng.choice([1, 16])
@@ -318,6 +321,7 @@ def random_scenario(seed: int, n: int = 300, overlap: bool | None = None) -> Sce
     mean = (isl[0] + isl[1]) // 2
     chunked = rng.random() < 0.7
     chunk = rng.choice([256, 512, 1024, 2048])
+    chunked = chunked or mixed_chunk
     pool = int(mean * rng.choice([3, 6, 12, 40])) + isl_hi + osl[1] + 4 * page
     pool -= pool % page
     opts = Opts(
@@ -332,9 +336,11 @@ def random_scenario(seed: int, n: int = 300, overlap: bool | None = None) -> Sce
         hash_block_tokens=rng.choice([16, 32, 64]),
         admit=rng.choice(["all", "stepwise"]),
         per_step=rng.choice([1, 2, 4]),
+        enable_mixed_chunk=mixed_chunk,
     )
     return ScenarioSpec(
-        name=f"sglang_random_{seed}" + {None: "", True: "_overlap", False: "_no_overlap"}[overlap_arg],
+        name=f"sglang_random_{seed}" + {None: "", True: "_overlap", False: "_no_overlap"}[overlap_arg]
+        + ("_mixed_chunk" if mixed_chunk else ""),
         n=n, isl=isl, osl=osl,
         prefix_groups=rng.choice([0, 2, 5, 20]), prefix_frac=rng.random(),
         prefix_ratio=rng.uniform(0.2, 0.9), seed=seed, options=opts,

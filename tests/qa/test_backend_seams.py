@@ -31,7 +31,7 @@ REFERENCE = {
     "servesim_sglang": {"scheduler", "admission", "retraction", "overlap", "radix_cache",
                         "radix_records", "request", "policies", "behaviour", "config",
                         "speculative", "handoff", "pass_outcome", "interfaces", "recv_interval", "priority",
-                        "priority_options", "warm_start"},
+                        "priority_options", "warm_start", "mixed"},
 }
 
 

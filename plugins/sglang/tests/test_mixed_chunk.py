@@ -18,15 +18,17 @@ from servesim.timing.builtin import FixedTiming, FixedTimingConfig
 from servesim.tokens import Tokens
 from servesim_sglang.config import SglangConfig, scheduler_params
 from servesim_sglang.conformance import SglangOracleOptions
-from servesim_sglang import rank as rank_module
+from servesim_sglang.fast import runs as runs_module
 from servesim_sglang.rank import SglangRank
 
 
-def _engine(pages: int, block: int, timing: Any = None, worker: WorkerType = WorkerType.AGGREGATED, **sg: Any):
+def _engine(pages: int, block: int, timing: Any = None, worker: WorkerType = WorkerType.AGGREGATED,
+            **sg: Any):
     sg = {"profile": "sglang-0.5.23", "overlap_schedule": False, **sg}
     config = EngineConfig(backend="sglang", num_gpu_blocks=pages, block_size=block, worker_type=worker)
-    return EngineFactory(config, SglangRank, timing or FixedTiming(FixedTimingConfig(prefill_ms=10.0, decode_ms=1.0)),
-                         backend_config=SglangConfig(**sg), record_schedule=True).build(0)
+    timing = timing or FixedTiming(FixedTimingConfig(prefill_ms=10.0, decode_ms=1.0))
+    return EngineFactory(config, SglangRank, timing, backend_config=SglangConfig(**sg),
+                         record_schedule=True).build(0)
 
 
 def _passes(engine, arrivals: dict[int, list[tuple[int, int, int]]]) -> list[tuple]:
@@ -35,7 +37,8 @@ def _passes(engine, arrivals: dict[int, list[tuple[int, int, int]]]) -> list[tup
     now, out = 0.0, []
     while True:
         for rid, prompt, n in arrivals.get(len(out), []):
-            engine.apply(0, Submit(Request(rid, Tokens([rid * 1000 + t for t in range(prompt)]), n)), now)
+            tokens = Tokens([rid * 1000 + t for t in range(prompt)])
+            engine.apply(0, Submit(Request(rid, tokens, n)), now)
         if engine.is_drained():
             return out
         assert len(out) < 100
@@ -81,7 +84,8 @@ def test_running_decodes_ride_the_prefill_batch_whose_chunk_budget_shrinks_by_th
 def test_the_reference_profile_mixes_too() -> None:
     """The option is SGLang's server flag, not a version switch: the reference admission
     (``two_phase_admission`` off) shrinks its budgets by the running batch the same way."""
-    passes = _passes(_engine(1000, 1, profile="reference", chunked_prefill_size=64, enable_mixed_chunk=True), SMALL)
+    engine = _engine(1000, 1, profile="reference", chunked_prefill_size=64, enable_mixed_chunk=True)
+    passes = _passes(engine, SMALL)
     assert [p[:4] for p in passes[:4]] == [
         ("prefill", {0: 20}, [], 20),
         ("mixed", {1: 63}, [0], 64),
@@ -123,7 +127,8 @@ def test_a_mixed_pass_is_priced_as_one_shape_with_its_chunks_and_decodes() -> No
     # the default adapter prices a shape as the two methods do
     assert [p[7] for p in passes] == [10.0, 21.0, 32.0, 43.0, 44.0, 45.0]
     mixed = timing.shapes[1:4]
-    assert [[(c.tokens, c.cached_prefix) for c in s.prefill] for s in mixed] == [[(63, 0)], [(63, 63)], [(24, 126), (10, 0)]]
+    assert [[(c.tokens, c.cached_prefix) for c in s.prefill] for s in mixed] == \
+        [[(63, 0)], [(63, 63)], [(24, 126), (10, 0)]]
     # request 0's context: prompt 20 + outputs so far (its newest token's slot comes now)
     assert [s.decode for s in mixed] == [(21,), (22,), (23,)]
     assert [s.active_kv_tokens for s in mixed] == [21, 22, 23]
@@ -135,7 +140,8 @@ def test_the_option_is_sglangs_and_off_with_chunked_prefill_off() -> None:
     assert "enable_mixed_chunk" in SglangConfig.report_omits_defaults
     assert scheduler_params(config, SglangConfig(enable_mixed_chunk=True), 1).mixed_chunk
     # Scheduler.is_mixed_chunk needs chunked prefill
-    assert not scheduler_params(config, SglangConfig(enable_mixed_chunk=True, chunked_prefill_size=-1), 1).mixed_chunk
+    off = SglangConfig(enable_mixed_chunk=True, chunked_prefill_size=-1)
+    assert not scheduler_params(config, off, 1).mixed_chunk
     assert SglangOracleOptions(enable_mixed_chunk=True).backend_settings()["enable_mixed_chunk"] is True
     assert "--enable-mixed-chunk" in SglangOracleOptions(enable_mixed_chunk=True).argv()
     assert "--enable-mixed-chunk" not in SglangOracleOptions().argv()
@@ -143,7 +149,8 @@ def test_the_option_is_sglangs_and_off_with_chunked_prefill_off() -> None:
 
 def test_bad_settings_name_their_key() -> None:
     with pytest.raises(ConfigError, match=r"engine\.sglang\.enable_mixed_chunk.*true or false"):
-        scheduler_params(EngineConfig(backend="sglang", num_gpu_blocks=100), SglangConfig(enable_mixed_chunk="yes"), 1)
+        config = EngineConfig(backend="sglang", num_gpu_blocks=100)
+        scheduler_params(config, SglangConfig(enable_mixed_chunk="yes"), 1)
     nextn = EngineConfig(backend="sglang", num_gpu_blocks=100, aic_nextn=1)
     problems = SglangRank.validate_config(nextn, SglangConfig(enable_mixed_chunk=True))
     assert ("engine.sglang.enable_mixed_chunk",
@@ -151,10 +158,11 @@ def test_bad_settings_name_their_key() -> None:
 
 
 def test_disaggregated_workers_and_runs_of_passes_do_not_mix(monkeypatch: pytest.MonkeyPatch) -> None:
-    prefill = _engine(1000, 1, worker=WorkerType.PREFILL, chunked_prefill_size=64, enable_mixed_chunk=True)
+    prefill = _engine(1000, 1, worker=WorkerType.PREFILL, chunked_prefill_size=64,
+                      enable_mixed_chunk=True)
     assert not prefill.ranks[0].sched.mix
     asked: list[bool] = []
-    monkeypatch.setattr(rank_module._runs, "execute_run", lambda rank, *a: asked.append(rank.sched.mix))
+    monkeypatch.setattr(runs_module, "execute_run", lambda rank, *a: asked.append(rank.sched.mix))
     for mix in (True, False):
         engine = _engine(1000, 1, profile="reference", chunked_prefill_size=64, enable_mixed_chunk=mix)
         assert engine.ranks[0].sched.mix is mix

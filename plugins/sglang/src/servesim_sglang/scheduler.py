@@ -7,7 +7,9 @@ output, see ``tests/golden/sglang``):
 * **Prefill first.** A pass that forms a prefill batch runs only that batch (SGLang without
   ``--enable-mixed-chunk``): requests already running do not decode in it; each request whose
   last chunk completes gets its first token at the end of the prefill forward, with no decode
-  time. A pass without a prefill batch is a decode pass over every running request.
+  time. A pass without a prefill batch is a decode pass over every running request. With
+  ``engine.sglang.enable_mixed_chunk`` the running requests decode in the prefill pass
+  (:mod:`servesim_sglang.mixed`).
 * **Admission** (``get_new_batch_prefill``): ``rem_total = available + evictable −
   Σ_running min(remaining output, clip) × new_token_ratio``; ``max_prefill_tokens`` and
   ``chunked_prefill_size`` budgets charge page-rounded *computed* tokens (a request that does
