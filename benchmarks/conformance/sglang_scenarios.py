@@ -181,6 +181,15 @@ GOLDEN: list[ScenarioSpec] = [
                               schedule_policy="lpm", admit="stepwise", per_step=1,
                               overlap=True, enable_mixed_chunk=True),
     ),
+    ScenarioSpec(
+        name="mixed_chunk_budget_spent",
+        note="--enable-mixed-chunk, chunks of 64, short prompts with long outputs, eight "
+             "arrivals per step: the running batch takes the chunk budget down to one token "
+             "per step, then all of it, and requests wait through decode steps",
+        n=72, isl=(6, 14), osl=(120, 240), seed=44,
+        options=Opts(page_size=1, max_total_tokens=30000, chunked_prefill_size=64,
+                     admit="stepwise", per_step=8, enable_mixed_chunk=True),
+    ),
 ]
 
 #: Scenarios kept for the runner beside the golden ones (none at present: every scenario

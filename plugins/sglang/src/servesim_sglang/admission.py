@@ -181,7 +181,7 @@ def _continue_chunk(s: SchedulerView, req: SglangRequest, budget: _Budget) -> _I
     avail = min(rem_chunk, int(budget.rem_total()))
     rem = avail if avail > 0 else rem_chunk
     cand = req.seq_len - req.materialized
-    # (a mixed step's running batch can exceed the chunk budget: no progress, not a negative chunk)
+    # (a mixed step's running batch can take the whole chunk budget: then no progress)
     new_len = max(0, min(cand, rem))
     max_new = 0 if cand > rem else min(req.max_out, s.p.clip_max_new_tokens)
     budget.charge(new_len, max_new, s.p.page_size)
