@@ -22,8 +22,9 @@ order. The ``sglang`` rank reports the SGLang oracle's (``sglang_sched_trace.py`
     "running_batch":1,"extend_tokens":256,"free_tokens":1744,"evictable_tokens":0,
     "protected_tokens":240,"new_token_ratio":0.7
 
-``mode`` is ``prefill``/``decode``/``idle``; ``prefill`` maps the extend part of the batch to
-its tokens in batch order, ``decode`` lists the requests decoded; ``chunked`` is the request
+``mode`` is ``prefill``/``decode``/``idle``, or ``mixed`` for a prefill batch the running
+requests decode in (``engine.sglang.enable_mixed_chunk``); ``prefill`` maps the extend part of
+the batch to its tokens in batch order, ``decode`` lists the requests decoded; ``chunked`` is the request
 whose prefill is still unfinished after the pass (or null); ``retracted`` the requests
 retracted; ``running_batch`` the size of SGLang's running batch after the step (a prefill
 batch joins it at the next step); ``free_tokens`` / ``evictable_tokens`` /
