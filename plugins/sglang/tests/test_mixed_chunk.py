@@ -161,12 +161,16 @@ def test_disaggregated_workers_and_runs_of_passes_do_not_mix(monkeypatch: pytest
     prefill = _engine(1000, 1, worker=WorkerType.PREFILL, chunked_prefill_size=64,
                       enable_mixed_chunk=True)
     assert not prefill.ranks[0].sched.mix
-    asked: list[bool] = []
-    monkeypatch.setattr(runs_module, "execute_run", lambda rank, *a: asked.append(rank.sched.mix))
+    asked: list[tuple[bool, int]] = []
+    monkeypatch.setattr(runs_module, "execute_run",
+                        lambda rank, *a: asked.append((rank.sched.mix, len(rank.sched.waiting))))
     for mix in (True, False):
         engine = _engine(1000, 1, profile="reference", chunked_prefill_size=64, enable_mixed_chunk=mix)
         assert engine.ranks[0].sched.mix is mix
         engine.ranks[0].execute_run(0.0, 1e9, 8)
-    # runs of steady decode passes are declined with mixed steps on (their held queue head
-    # does not model the shrunken budgets), asked for without
-    assert asked == [False]
+        engine.apply(0, Submit(Request(0, Tokens(list(range(20))), 50)), 0.0)
+        engine.ranks[0].execute_run(0.0, 1e9, 8)
+    # runs of steady decode passes are declined with mixed steps on while a request waits
+    # (their held queue head does not model the shrunken budgets); with nothing waiting a
+    # pass cannot mix, and runs are asked for as without the option
+    assert asked == [(True, 0), (False, 0), (False, 1)]

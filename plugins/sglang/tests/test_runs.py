@@ -54,6 +54,10 @@ CONFIGS: list[tuple[dict[str, Any], dict[str, Any]]] = [
     (dict(num_gpu_blocks=30, block_size=3), dict(chunked_prefill_size=12, sglang_retraction=True,
                                                   cache_decode_at_finish=True)),
     (dict(num_gpu_blocks=80), dict(chunked_prefill_size=-1)),
+    # --enable-mixed-chunk (servesim_sglang.mixed): runs only while nothing waits
+    (dict(num_gpu_blocks=110, block_size=1), dict(chunked_prefill_size=16, enable_mixed_chunk=True)),
+    (dict(num_gpu_blocks=60, block_size=2, max_num_seqs=2), dict(chunked_prefill_size=8,
+                                                                 enable_mixed_chunk=True)),
 ]
 
 

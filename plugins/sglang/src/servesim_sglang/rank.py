@@ -390,10 +390,10 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
     ) -> RankRun | None:
         """A run of steady decode passes (servesim_sglang.fast.runs), or None to step."""
         if (self.cache.steps_only or self.sched.spec is not None or self.params.priority is not None
-                or self.sched.mix):
+                or (self.sched.mix and self.sched.waiting)):
             # A record eviction policy needs every step; a run's passes emit one token per
-            # member, and speculative bursts, priority preemption and mixed steps (whose
-            # budgets a run's held queue head does not model) need stepping.
+            # member, and speculative bursts, priority preemption and a queue under mixed
+            # steps (whose budgets a run's held queue head does not model) need stepping.
             return None
         if self.recv is not None and self.recv.inbox:
             return None  # requests not read yet: each pass decides whether it reads them
