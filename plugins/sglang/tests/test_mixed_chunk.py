@@ -14,6 +14,7 @@ from servesim.config.engine import EngineConfig, WorkerType
 from servesim.contract import Request, Submit
 from servesim.errors import ConfigError
 from servesim.factory import EngineFactory
+from servesim.timing.base import TimingModel
 from servesim.timing.builtin import FixedTiming, FixedTimingConfig
 from servesim.tokens import Tokens
 from servesim_sglang.config import SglangConfig, scheduler_params
@@ -174,3 +175,21 @@ def test_disaggregated_workers_and_runs_of_passes_do_not_mix(monkeypatch: pytest
     # (their held queue head does not model the shrunken budgets); with nothing waiting a
     # pass cannot mix, and runs are asked for as without the option
     assert asked == [(True, 0), (False, 0), (False, 1)]
+
+
+class _WholePassesOnly(TimingModel):
+    """A model that prices whole passes only (as the overhead model does): 10 ms with a
+    prefill chunk, 1 ms without, plus 0.5 ms per decode."""
+
+    def predict_pass_ms(self, shape: Any) -> float:
+        return (10.0 if shape.prefill else 1.0) + 0.5 * len(shape.decode)
+
+
+def test_a_mixed_pass_is_priced_whole_by_a_model_without_the_two_methods() -> None:
+    passes = _passes(_engine(1000, 1, _WholePassesOnly(), chunked_prefill_size=64,
+                             enable_mixed_chunk=True), SMALL)
+    # the same passes as above, each priced once as a whole: the three mixed ones carry
+    # request 0's decode (10 + 0.5 ms), then two decode passes of two requests and of one
+    ends = [p[7] for p in passes]
+    assert [round(b - a, 6) for a, b in zip([0.0, *ends[:-1]], ends, strict=True)] == \
+        [10.0, 10.5, 10.5, 10.5, 2.0, 1.5]

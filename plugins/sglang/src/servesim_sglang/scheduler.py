@@ -208,8 +208,9 @@ class SglangScheduler:
             fresh = [r for r in can_run if r.materialized >= r.seq_len]
             # SGLang's mixed block: the running requests join the prefill batch
             decodes = self._join_decodes(out) if self.mix and self.running else None
-            if decodes is not None:
-                prefill_ms = self._prefill_ms(batch, total_isl // batch, total_prefix // batch)
+            if decodes is not None:  # a shape-pricing model prices the whole pass instead
+                prefill_ms = (self._prefill_ms(batch, total_isl // batch, total_prefix // batch)
+                              if self.shapes is None else 0.0)
                 out.end_ms = now + _mixed.price_ms(self, out, decodes, prefill_ms)
             elif self.shapes is None:
                 out.end_ms = now + self._prefill_ms(batch, total_isl // batch, total_prefix // batch)
