@@ -364,6 +364,11 @@ def script_limits(row: Row) -> dict[str, Any]:
     return {}
 
 
+# SGLang versions whose generator template renders --enable-mixed-chunk from the mapped key
+# (``backend_templates/sglang/cli_args.0.5.6.post2.j2``).
+MIXED_CHUNK_TEMPLATES = frozenset({"0.5.6.post2"})
+
+
 def generated_engine(row: Row) -> dict[str, Any]:
     """The engine settings AIConfigurator's generator writes for an agg deployment, for its own
     runs (:func:`aic_generated`), or {}.
@@ -378,9 +383,11 @@ def generated_engine(row: Row) -> dict[str, Any]:
     1,024 tokens, not eight.
 
     SGLang (``generator/rule_plugin/sglang.rule``, template ``cli_args.0.5.1.post1.j2``):
-    ``--max-prefill-tokens`` ISL + 1,500 and CUDA graphs for every batch size; also
-    ``--enable-mixed-chunk``, which the ``sglang`` backend does not model (a prefill pass
-    there stalls the running decodes, as SGLang does without it).
+    ``--max-prefill-tokens`` ISL + 1,500 and CUDA graphs for every batch size. The rule also
+    sets ``enable_mixed_chunk`` for agg, which ``backend_config_mapping.yaml`` names
+    ``enable-mixed-chunk``; the 0.5.1.post1 template renders the flag only for a key
+    ``enable-mix-chunk``, so those servers ran without it, and only the templates of
+    :data:`MIXED_CHUNK_TEMPLATES` pass it (a prefill pass then carries the running decodes).
 
     vLLM: the 0.12.0 template (``cli_args.0.12.0.j2``) passes no ``--max-num-batched-tokens``,
     so vLLM's default (8,192 here) stands and nothing changes."""
@@ -391,7 +398,10 @@ def generated_engine(row: Row) -> dict[str, Any]:
         return {"enable_chunked_prefill": False,
                 "trtllm": {"max_num_tokens": -(-(bs + row.isl + 1500) // 32) * 32}}
     if row.backend == "sglang":
-        return {"sglang": {"max_prefill_tokens": row.isl + 1500}}
+        sglang: dict[str, Any] = {"max_prefill_tokens": row.isl + 1500}
+        if row.version in MIXED_CHUNK_TEMPLATES:
+            sglang["enable_mixed_chunk"] = True
+        return {"sglang": sglang}
     return {}
 
 

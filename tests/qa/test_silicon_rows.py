@@ -265,3 +265,15 @@ def test_vllm_rows_schedule_asynchronously_from_0_14():
                                 "c.yaml")
     assert split["engine"]["vllm"] == {"async_scheduling": True}
     assert split["cluster"]["decode_engine"]["vllm"] == {"async_scheduling": False}
+
+
+def test_generated_sglang_rows_mix_chunks_where_their_template_passes_the_flag():
+    """AIConfigurator's rule sets enable_mixed_chunk; the 0.5.1.post1 template drops it (it
+    looks for a key enable-mix-chunk), the 0.5.6.post2 template renders it."""
+    old = rows_mod.parse(RAW[GENERATED[1][0]])  # 0.5.1.post1
+    new_id = "qwen_qwen3_235b_a22b_fp8_qwen_qwen3_235b_a22b_fp8_h200_sxm_sglang_agg_2000x100_c3_tp2_epnone_10"
+    new = rows_mod.parse(RAW[new_id])
+    assert (old.version, new.version) == ("0.5.1.post1", "0.5.6.post2")
+    assert "enable_mixed_chunk" not in rows_mod.generated_engine(old)["sglang"]
+    assert rows_mod.generated_engine(new)["sglang"] == {"max_prefill_tokens": 2000 + 1500,
+                                                       "enable_mixed_chunk": True}
