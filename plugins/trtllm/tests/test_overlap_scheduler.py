@@ -89,6 +89,11 @@ def test_the_inbox_rule() -> None:
     inbox.pass_ends(14.0)
     assert inbox.pass_starts(20.0, busy=True) == ["b"]  # an idle gap: read at once
     assert len(inbox) == 0
+    inbox.run_ends(20.0, [22.0, 24.0])  # a run of two passes: the last began at 22
+    inbox.hold(23.0, 3, "c")
+    assert inbox.pass_starts(24.0, busy=True) == []  # chosen at 22, before c arrived
+    inbox.run_ends(24.0, [26.0])
+    assert inbox.pass_starts(26.0, busy=True) == ["c"]
 
 
 def test_the_option_is_read_from_yaml_and_defaults_to_the_reference() -> None:

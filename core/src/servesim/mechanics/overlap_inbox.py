@@ -35,6 +35,7 @@ inbox.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -88,7 +89,8 @@ class OverlapInbox(Generic[T]):
     def pass_ends(self, end_ms: float) -> None:
         self.last_end = end_ms
 
-    def run_ends(self, last_start_ms: float, end_ms: float) -> None:
-        """A run of back-to-back passes ended: its last pass started at ``last_start_ms``."""
-        self.last_start = last_start_ms
-        self.last_end = end_ms
+    def run_ends(self, started_at_ms: float, ends: Sequence[float]) -> None:
+        """A run of back-to-back passes that began at ``started_at_ms`` ended (``ends``: each
+        pass's end): its last pass began where the one before it ended."""
+        self.last_start = ends[-2] if len(ends) > 1 else started_at_ms
+        self.last_end = ends[-1]

@@ -490,7 +490,8 @@ class SglangRank(Rank[_Pending, SglangConfig], GroupPassHooks, Handoff, Speculat
         extend = 0
         if out.mixed_decode:  # servesim_sglang.mixed: the decodes ride the prefill batch
             decode = out.mixed_decode
-            mode, prefill = "mixed", {k: v for k, v in out.scheduled.items() if k not in set(decode)}
+            mixed = set(decode)
+            mode, prefill = "mixed", {k: v for k, v in out.scheduled.items() if k not in mixed}
             running_batch = 0
             extend = len(decode)  # extend_num_tokens counts each decode's one token
         elif out.prefill_pass:

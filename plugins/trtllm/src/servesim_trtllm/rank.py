@@ -417,8 +417,7 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
 
     def complete_run(self, pending: _runs.TrtRunPending, end_ms: float) -> RunEffects:
         if self.inbox is not None:
-            ends = pending.ends
-            self.inbox.run_ends(ends[-2] if len(ends) > 1 else pending.started_at_ms, ends[-1])
+            self.inbox.run_ends(pending.started_at_ms, pending.ends)
         return _runs.complete_run(self, pending, end_ms)
 
     def take_run_kv_events(
@@ -431,7 +430,7 @@ class TrtllmRank(Rank[TrtllmPending, TrtllmConfig], GroupPassHooks, Handoff, Spe
             forward_pass_metrics=self.idle_forward_pass_metrics(started_at_ms, end_ms)
         )
         if self.inbox is not None:  # the group's loop ran a pass (attention DP)
-            self.inbox.run_ends(started_at_ms, end_ms)
+            self.inbox.run_ends(started_at_ms, (end_ms,))
         self.book.at_pass_boundary(effects)
         effects.kv_events = self.core.pool.drain_events()
         effects.metrics = self.metrics()

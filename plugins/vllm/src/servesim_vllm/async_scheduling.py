@@ -99,10 +99,10 @@ class AsyncScheduling:
     def pass_ends(self, end_ms: float) -> None:
         self.inbox.pass_ends(end_ms)
 
-    def run_ends(self, started_at_ms: float, ends: list[float], end_ms: float) -> None:
-        """A run of passes that began at ``started_at_ms`` ended at ``end_ms``: its last pass
-        began at the end of the one before it (``ends``: the passes' modelled ends)."""
-        self.inbox.run_ends(ends[-2] if len(ends) > 1 else started_at_ms, end_ms)
+    def run_ends(self, started_at_ms: float, ends: list[float]) -> None:
+        """A run of passes that began at ``started_at_ms`` ended (``ends``: the passes'
+        modelled ends)."""
+        self.inbox.run_ends(started_at_ms, ends)
 
 
 def problems(config: EngineConfig, backend_config: Any) -> list[tuple[str, str]]:

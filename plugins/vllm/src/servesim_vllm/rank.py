@@ -363,7 +363,7 @@ class VllmRank(Rank[VllmPendingPass, VllmConfig], GroupPassHooks, Handoff, Inter
 
     def complete_run(self, pending: _runs.VllmRunPending, end_ms: float) -> RunEffects:
         if self.unread is not None:
-            self.unread.run_ends(pending.started_at_ms, pending.ends, end_ms)
+            self.unread.run_ends(pending.started_at_ms, pending.ends)
         return _runs.complete_run(self, pending, end_ms)
 
     def take_run_kv_events(
