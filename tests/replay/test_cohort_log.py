@@ -4,7 +4,8 @@ A replay with runs and without per-request token times logs each worker's steady
 one cohort; a replay forced to step logs every token. Randomised Mooncake workloads on every
 backend (vLLM; SGLang, whose prefill passes run without the decoding batch; TRT-LLM under its
 three policies), one to three workers, round-robin or KV routing, timestamp and concurrency
-mode: the report JSON and the per-request lines must be byte-identical.
+mode, timestamp mode with a cap on active sessions (``max_concurrency``): the report JSON and
+the per-request lines must be byte-identical.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def cases(draw: Any) -> dict:
         workers=draw(st.sampled_from([1, 1, 2, 3])),
         kv=draw(st.booleans()),
         concurrency=draw(st.sampled_from([None, None, 2])),
+        cap=draw(st.sampled_from([None, None, 1, 2])),
         blocks=draw(st.sampled_from([30, 64, 4096])),
     )
 
@@ -71,7 +73,9 @@ def _replay(case: dict, runs: bool) -> tuple[str, list[str]]:
     factory = _factory(case)
     factory.engine_class = RunEngine
     rp = Replayer(build_engines(factory.build, workers), workload, router=router,
-                  block_size=4, concurrency=case["concurrency"], speed=FastOverlay(runs=runs))
+                  block_size=4, concurrency=case["concurrency"],
+                  max_concurrency=case["cap"] if case["concurrency"] is None else None,
+                  speed=FastOverlay(runs=runs))
     log = rp.run()
     assert type(log) is (CohortLog if runs else RequestLog)
     return dumps(build_report(log, ReportConfig())), list(per_request_lines(log))

@@ -48,6 +48,7 @@ def cases(draw: Any) -> dict[str, Any]:
         timing=draw(st.sampled_from(["fixed", "poly"])),
         sessions=draw(st.sampled_from([False, False, True])),
         concurrency=draw(st.sampled_from([None, None, 2])),
+        cap=draw(st.sampled_from([None, None, 1, 2])),
         cancel=draw(st.one_of(st.none(), st.tuples(st.integers(0, 13), st.integers(0, 200)))),
         token_times=draw(st.booleans()),
         # a small prefill token budget chunks prompts over several prefill passes, most of
@@ -78,6 +79,8 @@ def _replay(case: dict[str, Any], runs: bool, real_decode_hashes: bool = False
     workload: dict[str, Any] = {"trace": {"path": str(tmp / "t.jsonl"), "trace_block_size": 8}}
     if case["concurrency"] is not None:
         workload["concurrency"] = case["concurrency"]
+    elif case.get("cap") is not None:
+        workload["max_concurrency"] = case["cap"]
     cfg = {
         "engine": {"backend": "vllm", "block_size": 8, "timing_model": timing,
                    "enable_prefix_caching": case["caching"]},
@@ -96,6 +99,7 @@ def _replay(case: dict[str, Any], runs: bool, real_decode_hashes: bool = False
     wl = load_workload(loaded.sim.workload, loaded.plugins)
     rp = build_disagg_replayer(loaded, wl, [], [], record_metrics=not runs, speed=FastOverlay(runs=runs),
                                concurrency=loaded.sim.workload.concurrency,
+                               max_concurrency=loaded.sim.workload.max_concurrency,
                                record_token_times=case["token_times"])
     if real_decode_hashes:  # every block of every request hashed on the decode ranks
         for engine in rp.engines[rp.num_prefill:]:

@@ -119,6 +119,49 @@ def test_concurrency_caps_sessions_not_requests():
     assert replay(wl, concurrency=1).log.arrival == [0.0, 10.0]
 
 
+def test_max_concurrency_keeps_timestamps_and_caps_sessions():
+    # a benchmark client's --max-concurrency with a finite --request-rate: a request due while
+    # the cap is reached waits for a slot and its TTFT counts from its dispatch
+    wl = trace(rec(0, [1], 2), rec(5, [2], 2), rec(500, [3], 2))
+    log = replay(wl, max_concurrency=1).log
+    # request 0: prefill 0-10, decode 10-11; request 1 (due 5) starts at 11; request 2 at its
+    # own timestamp, the slot being free by then
+    assert log.arrival == [0.0, 11.0, 500.0]
+    assert [f - a for f, a in zip(log.first, log.arrival, strict=True)] == [10.0, 10.0, 10.0]
+    assert log.max_in_flight == 1
+    assert replay(wl, concurrency=1).log.arrival == [0.0, 11.0, 22.0]  # closed loop
+    assert replay(wl).log.arrival == [0.0, 5.0, 500.0]  # no cap
+    assert replay(wl, max_concurrency=2).log.arrival == [0.0, 5.0, 500.0]
+
+
+def test_max_concurrency_waiters_start_in_the_order_they_were_due():
+    # due at 9, 3 and 0 (file order 0, 1, 2): the earliest-due waiter takes each free slot
+    assert replay(trace(rec(9, [1], 1), rec(3, [2], 1), rec(0, [3], 1)),
+                  max_concurrency=1).log.arrival == [20.0, 10.0, 0.0]
+    # due at the same time: in file order
+    assert replay(trace(rec(0, [1], 1), rec(2, [2], 1), rec(2, [3], 1)),
+                  max_concurrency=1).log.arrival == [0.0, 10.0, 20.0]
+    # a slot freed at 10 goes to the request waiting since 5, not to the one due at 10
+    assert replay(trace(rec(0, [1], 1), rec(5, [2], 1), rec(10, [3], 1)),
+                  max_concurrency=1).log.arrival == [0.0, 10.0, 20.0]
+
+
+def test_max_concurrency_caps_sessions_not_requests():
+    # session a holds its slot through its 5 ms think time; b, due at 3, waits for a to end
+    wl = trace(
+        rec(0, [1], 1, session_id="a"),
+        {"hash_ids": [1, 2], "output_length": 1, "session_id": "a", "delay": 5},
+        rec(3, [7], 1, session_id="b"),
+    )
+    assert replay(wl, max_concurrency=1).log.arrival == [0.0, 15.0, 25.0]
+    assert replay(wl, max_concurrency=2).log.arrival == [0.0, 15.0, 3.0]
+
+
+def test_max_concurrency_refuses_concurrency():
+    with pytest.raises(ValueError, match="without concurrency"):
+        replay(trace(rec(0, [1], 1)), concurrency=1, max_concurrency=1)
+
+
 def test_speedup_divides_inter_turn_delays_too():
     wl = trace(rec(0, [1], 1, session_id="a"),
                {"hash_ids": [1, 2], "output_length": 1, "session_id": "a", "delay": 40})

@@ -37,13 +37,13 @@ def to_lines(sessions) -> list[str]:
     return lines
 
 
-def run(lines, workers, kv, concurrency):
+def run(lines, workers, kv, concurrency, cap=None):
     wl = MooncakeTrace.parse_lines(lines, "p.jsonl", 4)
     f = make_factory(kv_events=kv)
     f.engine_class = RunEngine
     router = KvRouter(workers, 1, 4) if kv else None
     r = Replayer(build_engines(f.build, workers), wl, router=router, block_size=4,
-                 concurrency=concurrency, speed=FastOverlay(runs=True))
+                 concurrency=concurrency, max_concurrency=cap, speed=FastOverlay(runs=True))
     r.run()
     return wl, r
 
@@ -54,10 +54,12 @@ def run(lines, workers, kv, concurrency):
     workers=st.integers(1, 3),
     kv=st.booleans(),
     concurrency=st.one_of(st.none(), st.integers(1, 3)),
+    cap=st.one_of(st.none(), st.integers(1, 3)),
 )
-def test_replay_invariants(sessions, workers, kv, concurrency):
+def test_replay_invariants(sessions, workers, kv, concurrency, cap):
     lines = to_lines(sessions)
-    wl, r = run(lines, workers, kv, concurrency)
+    cap = cap if concurrency is None else None
+    wl, r = run(lines, workers, kv, concurrency, cap)
     log = r.log
     turns = wl.turns()
     for t in turns:
@@ -71,15 +73,23 @@ def test_replay_invariants(sessions, workers, kv, concurrency):
     for s in wl.sessions:
         for a, b in zip(s.turns, s.turns[1:], strict=False):
             assert log.arrival[b.request_id] == log.done[a.request_id] + b.delay_ms
-    if concurrency is not None:
+    limit = concurrency if concurrency is not None else cap
+    if limit is not None:
         # at most N sessions are active; a session holds its slot through its think times
-        assert log.max_in_flight <= concurrency
+        assert log.max_in_flight <= limit
         spans = sorted((log.arrival[s.turns[0].request_id], log.done[s.turns[-1].request_id])
                        for s in wl.sessions)
         for start, _ in spans:
             active = sum(1 for a, b in spans if a <= start < b)
-            assert active <= concurrency
+            assert active <= limit
+    if concurrency is None:
+        # timestamp mode: no session starts before its (rebased) timestamp; uncapped, at it
+        base = min(s.start_ms for s in wl.sessions)
+        for s in wl.sessions:
+            due = s.start_ms - base
+            arrival = log.arrival[s.turns[0].request_id]
+            assert arrival >= due if cap is not None else arrival == due
     rep = build_report(log, ReportConfig())
     assert rep["completed"] == len(turns)
     assert rep["total_output_tokens"] == sum(t.output_length for t in turns)
-    assert dumps(rep) == dumps(build_report(run(lines, workers, kv, concurrency)[1].log, ReportConfig()))
+    assert dumps(rep) == dumps(build_report(run(lines, workers, kv, concurrency, cap)[1].log, ReportConfig()))

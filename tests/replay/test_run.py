@@ -100,6 +100,23 @@ def test_concurrency_and_speedup_from_config(tmp_path):
     assert simulate(loaded).log.arrival == [0.0, 1.0, 2.0, 3.0]
 
 
+def test_max_concurrency_from_config(tmp_path):
+    trace = write_trace(tmp_path / "t.jsonl", 4, gap_ms=1)
+    cfg = config(tmp_path, trace, "")
+    sets = ["cluster.router=round_robin"]
+    free = simulate(load_config(cfg, sets, plugins())).log
+    assert free.arrival == [0.0, 1.0, 2.0, 3.0]
+    res = simulate(load_config(cfg, [*sets, "workload.max_concurrency=1"], plugins()))
+    arr, done = res.log.arrival, res.log.done
+    # due 1 ms apart, each waits for the one before it to finish
+    assert arr[0] == 0.0 and all(arr[i + 1] == done[i] for i in range(3))
+    assert res.report["completed"] == 4
+    with pytest.raises(ConfigError, match="expected either 'concurrency'"):
+        load_config(cfg, ["workload.max_concurrency=1", "workload.concurrency=1"], plugins())
+    with pytest.raises(ConfigError, match="workload.max_concurrency"):
+        load_config(cfg, ["workload.max_concurrency=0"], plugins())
+
+
 def test_synthetic_run_is_byte_deterministic(tmp_path):
     cfg = config(tmp_path, "unused")
     sets = ["workload.trace=null", "workload.synthetic.num_requests=40",

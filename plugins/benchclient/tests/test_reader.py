@@ -65,7 +65,6 @@ def test_command_line(tmp_path):
     ("num_prompts: 0\nignore_eos: true\n", "num_prompts"),
     ("request_rate: 0\nignore_eos: true\n", "request_rate"),
     ("burstiness: -1\nignore_eos: true\n", "burstiness"),
-    ("max_concurrency: 4\nrequest_rate: 5\nignore_eos: true\n", "max_concurrency"),
     ("num_promts: 3\n", "num_promts"),
     ("client: sglang\n", "client"),
     ("dataset_name: sharegpt\n", "dataset_name"),
@@ -78,6 +77,37 @@ def test_bad_options_name_the_key(tmp_path, text, key):
     with pytest.raises(ConfigError) as err:
         BenchClientFormat.read(path, trace_block_size=16)
     assert f"{path}: {key}" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_finite_rate_under_max_concurrency(tmp_path):
+    """``--request-rate 40 --max-concurrency 2``: the send times are kept, and the replay must
+    cap its sessions at the client's number."""
+    from servesim.config.loader import load_config
+    from servesim.replay.runner import simulate
+
+    client = _write(tmp_path, "random_input_len: 64\nrandom_output_len: 8\nnum_prompts: 6\n"
+                    "max_concurrency: 2\nrequest_rate: 40\nignore_eos: true\nseed: 3\n")
+    wl = BenchClientFormat.read(client, trace_block_size=16)
+    assert wl.client_concurrency == 2
+    sends = [s.start_ms for s in wl.sessions]
+    assert sends == sorted(sends) and sends[0] > 0
+    timing = "{type: fixed, prefill_ms: 30.0, decode_ms: 10.0}"
+    cfg = _write(tmp_path, f"engine: {{backend: vllm, timing_model: {timing}}}\n"
+                 f"workload:\n  trace: {{format: bench_client, path: {client}}}\n", "run.yaml")
+    log = simulate(load_config(cfg, ["workload.max_concurrency=2"])).log
+    base = sends[0]
+    # each request takes 30 + 7 x 10 = 100 ms; at 40 req/s the third is due before a slot frees
+    assert log.arrival[:2] == [0.0, sends[1] - base]
+    assert log.arrival[2] == max(sends[2] - base, log.done[0])
+    assert all(a >= s - base for a, s in zip(log.arrival, sends, strict=True))
+    assert max(sum(1 for b, e in zip(log.arrival, log.done, strict=True) if b <= a < e)
+               for a in log.arrival) == 2
+    for sets, key in ((["workload.max_concurrency=3"], "workload.max_concurrency"),
+                      (["workload.concurrency=3"], "workload.concurrency"), ([], "workload.max_concurrency")):
+        with pytest.raises(ConfigError) as err:
+            simulate(load_config(cfg, sets))
+        assert err.value.path == key and "keeps 2 requests in flight" in str(err.value)
+    assert main(["run", cfg]) == 2
 
 
 def test_cli_run_is_one_line_exit_2(tmp_path, capsys):

@@ -66,3 +66,76 @@ def test_fit_overhead_end_to_end(tmp_path, capsys):
     assert "held out  TPOT" in out and "engine.timing_model: step_ms:" in out
     assert main(["fit-overhead", str(sim), str(results)]) == 0
     assert capsys.readouterr().out == out  # deterministic
+
+
+def test_results_at_a_finite_rate_under_max_concurrency_keep_their_send_times(tmp_path):
+    """``--request-rate R --max-concurrency 2``: each result replays with the client's send
+    times (drawn from its rate, burstiness and seed, also for saved per-request lengths) and at
+    most two requests in flight, as the client's semaphore keeps them."""
+    from servesim_benchclient import config as client_config
+    from servesim_benchclient import draws
+    from servesim_overhead.command import _replay, _send_times
+    from servesim_overhead.results import Result
+
+    sim = tmp_path / "sim.yaml"
+    sim.write_text(SIM)
+
+    def replay(client, lengths=None):
+        return _replay(str(sim), [], Result("r", client, 40.0, 9.0, lengths), str(tmp_path), 0.0, 0.0)
+
+    client = {"random_input_len": 256, "random_output_len": 16, "num_prompts": 8, "max_concurrency": 2,
+              "request_rate": 50.0, "burstiness": 1.0, "seed": 4, "ignore_eos": True}
+    cfg = client_config.build(client, "c")
+    lengths = tuple(zip(*draws.lengths(cfg), strict=True))
+    want = draws.send_times_ms(cfg)
+    assert _send_times(Result("r", client, 40.0, 9.0, lengths)) == want
+    assert want == sorted(want) and want[-1] > want[0] > 0
+    # the client's options and its saved lengths are the same load
+    assert replay(client) == replay(client, lengths)
+    # at 50 req/s the cap binds (and uncapped runs differ); at 0.5 req/s requests never
+    # overlap, so the cap changes nothing; at inf it is the closed loop of two
+    assert replay(client, lengths) != replay({**client, "max_concurrency": None}, lengths)
+    slow = {**client, "request_rate": 0.5}
+    assert replay(slow, lengths) == replay({**slow, "max_concurrency": None}, lengths)
+    assert replay({**client, "request_rate": "inf"}, lengths) != replay(client, lengths)
+
+
+def test_saved_start_and_queue_times_are_the_schedule(tmp_path, capsys):
+    """vLLM 0.32's detailed result: each request was due at its start time less its time
+    waiting for the semaphore; the replay keeps that schedule."""
+    from servesim_overhead.command import _replay
+
+    saved = {"num_prompts": 3, "request_rate": 5.0, "burstiness": 1.0, "max_concurrency": 1,
+             "mean_ttft_ms": 50.0, "mean_tpot_ms": 9.0, "input_lens": [500, 510, 520],
+             "output_lens": [30, 31, 32], "start_times": [100.2, 100.9, 101.3], "queue_times": [0.0, 0.5, None]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(saved))
+    (r,) = read(str(path), {})
+    assert r.send_times_ms == pytest.approx((0.0, 200.0, 1100.0))
+    sim = tmp_path / "sim.yaml"
+    sim.write_text(SIM)
+    # no semaphore: three requests sent together share passes, sent apart they do not
+    apart = read_one(tmp_path, {**saved, "max_concurrency": None})
+    together = read_one(tmp_path, {**saved, "max_concurrency": None, "start_times": [100.2] * 3,
+                                   "queue_times": [0, 0, 0]})
+    assert together.send_times_ms == (0.0, 0.0, 0.0)
+    far = _replay(str(sim), [], apart, str(tmp_path), 0.0, 0.0)
+    near = _replay(str(sim), [], together, str(tmp_path), 0.0, 0.0)
+    assert near[0] > far[0]
+    # without queue times under a semaphore the start times are dispatches: the rate's draws are used
+    assert read_one(tmp_path, {k: v for k, v in saved.items() if k != "queue_times"}).send_times_ms is None
+    for bad, problem in (({"start_times": ["x", 1, 2]}, "start_times must be a list of numbers"),
+                         ({"start_times": [1, 2]}, "one entry per request"),
+                         ({"input_lens": [1, 2]}, "differ in length")):
+        bad_path = tmp_path / "bad.json"
+        bad_path.write_text(json.dumps({**saved, **bad}))
+        assert main(["fit-overhead", str(sim), str(bad_path), str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert problem in err and len(err.splitlines()) == 1
+
+
+def read_one(tmp_path, rec):
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(rec))
+    (r,) = read(str(path), {})
+    return r

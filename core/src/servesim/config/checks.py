@@ -84,6 +84,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
 
 WORKLOAD_RULES: tuple[Rule, ...] = (
     ("concurrency", _int_ge(1), "an integer >= 1 or null", True),
+    ("max_concurrency", _int_ge(1), "an integer >= 1 or null", True),
     # Below 1e-6 a trace's millisecond timestamps overflow the simulated clock.
     ("arrival_speedup_ratio", _finite_ge(1e-6), "a finite number >= 1e-6", False),
     # numpy's generator refuses a negative seed with a bare ValueError; say so up front.

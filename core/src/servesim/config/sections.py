@@ -98,6 +98,9 @@ class SyntheticConfig:
 class WorkloadConfig:
     """``trace`` or ``synthetic`` (neither: the default synthetic scenario); ``concurrency``
     switches to closed-loop mode (N requests in flight, timestamps ignored);
+    ``max_concurrency`` keeps timestamp mode but lets at most N sessions be active (a session
+    due while N are waits for a slot: a benchmark client's ``--max-concurrency`` with a finite
+    ``--request-rate``);
     ``arrival_speedup_ratio`` divides rebased first-turn timestamps; ``seed`` seeds synthetic
     generation. ``warmup``, ``stop``, ``classes``, ``admission``, ``lanes``, ``snapshot`` and
     ``warm_cache``: docs/workloads.md (:mod:`servesim.config.workload_scope`,
@@ -106,6 +109,7 @@ class WorkloadConfig:
     trace: TraceConfig | None = None
     synthetic: SyntheticConfig | None = None
     concurrency: int | None = None
+    max_concurrency: int | None = None
     arrival_speedup_ratio: float = 1.0
     seed: int = 0
     warmup: WarmupConfig | None = None

@@ -92,6 +92,12 @@ def check_workload_scope(workload: Any) -> list[Problem]:
         out.append(("workload.lanes", f"expected an integer >= 1 or null, got {show(lanes)}"))
     if lanes is not None and getattr(workload, "concurrency", None) is not None:
         out.append(("workload.lanes", "expected either 'lanes' or 'concurrency', got both"))
+    capped = getattr(workload, "max_concurrency", None) is not None
+    if capped and getattr(workload, "concurrency", None) is not None:
+        out.append(("workload.max_concurrency", "expected either 'concurrency' (closed loop, timestamps "
+                    "ignored) or 'max_concurrency' (timestamps with a cap), got both"))
+    if capped and lanes is not None:
+        out.append(("workload.max_concurrency", "expected either 'lanes' or 'max_concurrency', got both"))
     snapshot = getattr(workload, "snapshot", None)
     if snapshot is not None:
         if lanes is None:

@@ -192,6 +192,7 @@ class DisaggReplayer(Replayer):
         speed: SpeedOverlay | None = None,
         timeline: PassTimeline | None = None,
         observers: Observers | None = None,
+        max_concurrency: int | None = None,
     ) -> None:
         # Replayer's keywords spelled out (no **kwargs: the compiled build cannot describe
         # that signature); a split has no pass log (servesim.replay.runner).
@@ -202,7 +203,7 @@ class DisaggReplayer(Replayer):
             block_size=block_size, concurrency=concurrency,
             arrival_speedup_ratio=arrival_speedup_ratio, kv_sinks=kv_sinks, fpm_sinks=fpm_sinks,
             record_token_times=record_token_times, progress=progress, speed=speed,
-            timeline=timeline, observers=observers,
+            timeline=timeline, observers=observers, max_concurrency=max_concurrency,
         )
         self.num_prefill = len(prefill_engines)
         # Per worker, whether it prefills; the worker id of the decode router's worker 0.
@@ -395,8 +396,8 @@ class DisaggReplayer(Replayer):
         their pass ends reach no decode worker before it (an arrival waits for its prefill
         worker's boundary, a release of a source too; a transfer completes a reservation
         made before the run, and a run needs none reserved), so only internal deadlines
-        bound it (a replay with cancellations steps). With sessions or a concurrency limit,
-        any pass end may release work: every other worker's pass bounds the run, as in
+        bound it (a replay with cancellations steps). With sessions or a concurrency limit
+        (either kind), any pass end may release work: every other worker's pass bounds the run, as in
         aggregated replay."""
         if w < self.num_prefill:
             return now  # one token per request: a prefill worker never runs

@@ -15,6 +15,11 @@ and at most N *sessions* are active — a session holds its slot across all its 
 think times, and the next session (in file order) starts when one ends. Either way a later
 turn is released only after the previous turn of its session finishes (or is rejected), plus
 its delay. ``arrival_speedup_ratio`` divides first-turn timestamps and inter-turn delays.
+With ``max_concurrency=N`` timestamp mode keeps at most N sessions active, as a benchmark
+client's semaphore does (``vllm/benchmarks/serve.py``: each request is created at its send
+time and waits for ``asyncio.Semaphore(max_concurrency)``, FIFO): a session due while N are
+active waits, in the order it was due, and starts when one ends; its arrival is then its
+dispatch (the client starts its TTFT clock once it holds the semaphore).
 Requests due at the same time are dispatched in session order, after the passes ending then
 have completed. A request's arrival (its TTFT origin) is the time it was due, which in
 concurrency mode is its dispatch.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -93,6 +99,7 @@ class Replayer:
         record_token_times: bool = False,
         progress: ProgressFn | None = None,
         speed: SpeedOverlay | None = None,
+        max_concurrency: int | None = None,
         pass_log: PassLogWriter | None = None,
         timeline: PassTimeline | None = None,
         observers: Observers | None = None,
@@ -103,6 +110,8 @@ class Replayer:
             raise ValueError("a replay needs at least one engine")
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if max_concurrency is not None and (max_concurrency < 1 or concurrency is not None):
+            raise ValueError(f"max_concurrency must be >= 1 and without concurrency, got {max_concurrency}")
         if not arrival_speedup_ratio > 0:
             raise ValueError(f"arrival_speedup_ratio must be > 0, got {arrival_speedup_ratio}")
         self.engines = list(engines)
@@ -112,6 +121,11 @@ class Replayer:
         self.block_size = block_size
         self.state = ClusterState(len(self.engines), dp)
         self.concurrency = concurrency
+        # Timestamp mode's cap on active sessions, the sessions active, and the first turns due
+        # while the cap was reached, in the order they were due (the module docstring).
+        self.max_concurrency = max_concurrency
+        self._active = 0
+        self._gated: deque[int] = deque()
         self.speedup = arrival_speedup_ratio
         self.kv_sinks = list(kv_sinks)
         self.fpm_sinks = list(fpm_sinks)
@@ -191,7 +205,8 @@ class Replayer:
             else:
                 runs = False
         if runs:
-            cross = self.concurrency is not None or any(t >= 0 for t in self.next_turn)
+            cross = (self.concurrency is not None or self.max_concurrency is not None
+                     or any(t >= 0 for t in self.next_turn))
             self.run_driver = speed.run_driver(self, len(self.engines), cross)
         if self.run_driver is not None and not record_token_times and type(self) is Replayer:
             self.log = speed.cohort_log(self.log)
@@ -242,6 +257,22 @@ class Replayer:
             heapq.heappush(self._heap, (at, seq, FIRST_TURN, rid, 0))
             if self.run_driver is not None:
                 heapq.heappush(self.run_driver.ext, (at, seq))
+
+    def _take_slot(self, rid: int) -> bool:
+        """``max_concurrency``: whether first turn ``rid``, due now, may start; if not, it
+        waits for a session to end."""
+        if self._active < self.max_concurrency:  # type: ignore[operator]
+            self._active += 1
+            return True
+        self._gated.append(rid)
+        return False
+
+    def _end_session(self, now: float) -> None:
+        """``max_concurrency``: a session ended; the first turn that waited longest starts."""
+        if self._gated:
+            self.push_event(now, ARRIVAL, self._gated.popleft())
+        else:
+            self._active -= 1
 
     def _activate_session(self, now: float) -> None:
         """Concurrency mode: start the next session in file order."""
@@ -327,6 +358,7 @@ class Replayer:
             batch.append(item)
         due = []
         external: list[tuple[float, int, int, int, int]] = []
+        gated = self.max_concurrency is not None
         for item in batch:
             if item[2] == PASS_END:
                 self._complete(item[3], item[4], now)
@@ -334,7 +366,7 @@ class Replayer:
                 self.dirty.add(item[3])
             elif item[2] == EXTERNAL:
                 external.append(item)
-            else:
+            elif not gated or item[2] != FIRST_TURN or self._take_slot(item[3]):
                 due.append(item[3])
         # Completions only add arrivals (and, in disaggregated replay, handoff events, which
         # may add more) at ``now``; passes start below.
@@ -345,7 +377,7 @@ class Replayer:
                     self._feed_first_turn()
                 if item[2] == EXTERNAL:
                     external.append(item)
-                else:
+                elif not gated or item[2] != FIRST_TURN or self._take_slot(item[3]):
                     due.append(item[3])
             if not external:
                 break
@@ -609,6 +641,8 @@ class Replayer:
             self.push_event(now + self.turns[nxt].delay_ms / self.speedup, ARRIVAL, nxt)
         elif self.concurrency is not None:
             self._activate_session(now)
+        elif self.max_concurrency is not None:
+            self._end_session(now)
 
     def _finished_record(self, rid: int, now: float) -> FinishedRequest:
         log = self.log

@@ -125,14 +125,15 @@ def snapshot_workload(workload: Workload, cfg: Any) -> tuple[Workload, dict[str,
 
 
 def attach_release(replayer: Replayer, concurrency: int | None, lanes: int | None = None,
-                   from_cut: bool = False) -> None:
+                   from_cut: bool = False, max_concurrency: int | None = None) -> None:
     """Give ``replayer`` its dependency graph (only for a workload that has one), run by
     ``lanes`` lanes when set (``from_cut``: a snapshot's roots are already timed from their
     play's cut, not from its earliest root)."""
-    if concurrency is not None:
-        raise ConfigError("closed-loop concurrency is not supported with a trace whose requests "
-                          "wait for other sessions' requests ('wait_for'); use workload.lanes",
-                          path="workload.concurrency")
+    for key, value in (("concurrency", concurrency), ("max_concurrency", max_concurrency)):
+        if value is not None:
+            raise ConfigError(f"workload.{key} is not supported with a trace whose requests wait for "
+                              "other sessions' requests ('wait_for'); use workload.lanes",
+                              path=f"workload.{key}")
     from servesim.replay.edge_release import EdgeRelease, has_edges
 
     if has_edges(replayer.workload):

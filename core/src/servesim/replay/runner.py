@@ -68,8 +68,24 @@ def load_workload(workload: WorkloadConfig, plugins: Plugins,
                            **options)
         if engine is not None:
             resolve_adapter_names(read, engine)
+        _check_client_concurrency(read, workload)
         return read
     return generate(workload.synthetic or SyntheticConfig(), workload.seed)
+
+
+def _check_client_concurrency(read: Workload, workload: WorkloadConfig) -> None:
+    """A trace whose client kept N requests in flight replays with N sessions at most:
+    ``workload.concurrency`` (closed loop) or ``workload.max_concurrency`` (send times kept)."""
+    n = read.client_concurrency
+    if n is None or n in (workload.concurrency, workload.max_concurrency):
+        return
+    set_to = workload.concurrency if workload.concurrency is not None else workload.max_concurrency
+    key = "concurrency" if workload.concurrency is not None else "max_concurrency"
+    raise ConfigError(
+        f"the client of {read.source} keeps {n} requests in flight (its max_concurrency); set "
+        f"workload.max_concurrency: {n} (or workload.concurrency: {n} when it sends every request at once)"
+        + ("" if set_to is None else f", not {set_to}"),
+        path=f"workload.{key}")
 
 
 def is_split(loaded: LoadedConfig) -> bool:
@@ -225,6 +241,7 @@ def _simulate(
         router=router,
         block_size=block_size,
         concurrency=sim.workload.concurrency,
+        max_concurrency=sim.workload.max_concurrency,
         arrival_speedup_ratio=sim.workload.arrival_speedup_ratio,
         kv_sinks=kv_sinks,
         fpm_sinks=fpm_sinks,
@@ -236,7 +253,8 @@ def _simulate(
         speed=speed,
     )
     if graph:
-        attach_release(replayer, sim.workload.concurrency, sim.workload.lanes, snapshot is not None)
+        attach_release(replayer, sim.workload.concurrency, sim.workload.lanes, snapshot is not None,
+                       max_concurrency=sim.workload.max_concurrency)
     else:
         refuse_lanes_without_graph(sim.workload.lanes)
     if scope is not None:
@@ -332,6 +350,7 @@ def _simulate_disagg(
         # occupancy snapshots feed only the timeline (and a planner)
         record_metrics=timeline is not None or sim.planner is not None,
         concurrency=sim.workload.concurrency,
+        max_concurrency=sim.workload.max_concurrency,
         arrival_speedup_ratio=sim.workload.arrival_speedup_ratio,
         record_token_times=record_token_times,
         progress=progress,
@@ -341,7 +360,7 @@ def _simulate_disagg(
     )
     if graph:
         attach_release(replayer, sim.workload.concurrency, sim.workload.lanes,
-                       sim.workload.snapshot is not None)
+                       sim.workload.snapshot is not None, max_concurrency=sim.workload.max_concurrency)
     else:
         refuse_lanes_without_graph(sim.workload.lanes)
     if scope is not None:

@@ -74,11 +74,15 @@ class Workload:
     """Sessions in file order (the order concurrency mode starts them in; timestamp mode
     orders arrivals by time, then by this order). Request ids are dense ``0..n-1``.
     ``lora_names``: the LoRA adapters the trace names (not by id), each with the request ids of
-    its turns in file order, for :func:`servesim.replay.adapter_names.resolve_adapter_names`."""
+    its turns in file order, for :func:`servesim.replay.adapter_names.resolve_adapter_names`.
+    ``client_concurrency``: how many requests the trace's client kept in flight (a benchmark
+    client's ``max_concurrency``), or None; the replay must cap its sessions at the same number
+    (:func:`servesim.replay.runner.load_workload` checks)."""
 
     sessions: tuple[Session, ...]
     source: str = "<workload>"
     lora_names: dict[str, list[int]] = field(factory=dict)
+    client_concurrency: int | None = None
 
     @property
     def num_requests(self) -> int:
@@ -94,9 +98,10 @@ class Workload:
 
 
 def make_workload(sessions: Sequence[Session], source: str,
-                  lora_names: dict[str, list[int]] | None = None) -> Workload:
+                  lora_names: dict[str, list[int]] | None = None,
+                  client_concurrency: int | None = None) -> Workload:
     """A workload of the non-empty ``sessions``, in the given (file) order."""
-    return Workload(tuple(s for s in sessions if s.turns), source, lora_names or {})
+    return Workload(tuple(s for s in sessions if s.turns), source, lora_names or {}, client_concurrency)
 
 
 def mark_unique_prompts(workload: Workload) -> int:

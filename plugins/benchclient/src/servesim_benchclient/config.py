@@ -219,10 +219,6 @@ def _build(m: dict[str, Any], client: str) -> BenchClientConfig:
     if eos is not True:
         raise ConfigError("servesim generates exactly the drawn output length, as the client does with "
                           "--ignore-eos; set ignore_eos: true", path="ignore_eos")
-    if conc is not None and not math.isinf(rate):
-        raise ConfigError("max_concurrency together with a finite request_rate is not expressible yet "
-                          "(closed-loop replay ignores send times); use request_rate: inf",
-                          path="max_concurrency")
     if client == "vllm" and ints["chat_template_tokens"]:
         raise ConfigError("chat_template_tokens applies to the inferencemax client only",
                           path="chat_template_tokens")

@@ -6,7 +6,9 @@ the client sends them, starting at its send time. Prompts share the client's fix
 prefix (whole ``trace_block_size`` blocks of it) and nothing else, as random token ids do.
 
 With ``max_concurrency`` the client keeps that many requests in flight: set
-``workload.concurrency`` to the same number (closed-loop replay). ``num_warmups`` requests
+``workload.max_concurrency`` to the same number (each request waits for a slot from its send
+time, as the client's semaphore makes it; with ``request_rate: inf`` ``workload.concurrency``,
+the closed loop, is the same load). The replay refuses any other number. ``num_warmups`` requests
 run before the timed ones and finish before they start; on a simulated server they change
 nothing but the prefix cache (they repeat the first prompt), so they are not replayed.
 """
@@ -56,7 +58,7 @@ def build_workload(cfg: config_mod.BenchClientConfig, block_size: int, source: s
         session = Session(f"request_{i}", t)
         session.turns.append(Turn(i, RepeatedBlockTokens(ids, block_size, n_in), n_out))
         sessions.append(session)
-    return make_workload(sessions, source)
+    return make_workload(sessions, source, client_concurrency=cfg.max_concurrency)
 
 
 class BenchClientFormat:

@@ -27,22 +27,23 @@ def _replay(config: str | None, sets: list[str], result: Any, tmp: str, step: fl
     conc = result.client.get("max_concurrency")
     if result.lengths is not None:
         trace = os.path.join(tmp, "trace.jsonl")
+        sends = result.send_times_ms if result.send_times_ms is not None else _send_times(result)
         with open(trace, "w", encoding="utf-8") as fh:
             next_id = 0
-            for n_in, n_out in result.lengths:
+            for (n_in, n_out), t in zip(result.lengths, sends, strict=True):
                 blocks = -(-n_in // 16)
-                fh.write(json.dumps({"timestamp": 0, "input_length": n_in, "output_length": n_out,
+                fh.write(json.dumps({"timestamp": t, "input_length": n_in, "output_length": n_out,
                                      "hash_ids": list(range(next_id, next_id + blocks))}) + "\n")
                 next_id += blocks
         workload = f"workload.trace={{format: mooncake, path: {trace}, trace_block_size: 16}}"
-        if conc is None:
-            raise UserError(f"{result.name}: per-request lengths replay closed-loop only; max_concurrency is unset")
     else:
         client = os.path.join(tmp, "client.yaml")
         with open(client, "w", encoding="utf-8") as fh:
             yaml.safe_dump(result.client, fh)
         workload = f"workload.trace={{format: bench_client, path: {client}}}"
-    run_sets = [*sets, workload, f"workload.concurrency={conc if conc is not None else 'null'}",
+    # the client's semaphore: each request waits for a slot from its send time
+    run_sets = [*sets, workload, "workload.concurrency=null",
+                f"workload.max_concurrency={conc if conc is not None else 'null'}",
                 f"engine.timing_model.step_ms={step}", f"engine.timing_model.per_request_ms={per}"]
     loaded = load_config(config, run_sets)
     if loaded.engine.timing_type != "overhead":
@@ -50,6 +51,21 @@ def _replay(config: str | None, sets: list[str], result: Any, tmp: str, step: fl
                         "{type: overhead, inner: {...}}")
     report = simulate(loaded).report
     return float(report["mean_ttft_ms"]), float(report["mean_tpot_ms"])
+
+
+def _send_times(result: Any) -> list[float]:
+    """The send times (ms) of a saved result's requests, drawn as the client drew them from its
+    rate, burstiness and seed (servesim_benchclient.draws), for its saved per-request lengths."""
+    from servesim.errors import ConfigError
+    from servesim_benchclient import config as client_config
+    from servesim_benchclient import draws
+
+    assert result.lengths is not None
+    try:
+        cfg = client_config.build({**result.client, "num_prompts": len(result.lengths)}, result.name)
+    except ConfigError as exc:
+        raise UserError(f"{result.name}: {exc}") from None
+    return draws.send_times_ms(cfg)
 
 
 def fit_overhead(args: argparse.Namespace) -> int:

@@ -5,7 +5,10 @@
   ``main_async``); the random dataset's options are not saved, so they come from
   ``--metadata`` keys of the same names (``random_input_len=1024`` ...) or from the
   command's ``--client`` file. With ``--save-detailed`` the file also lists every request's
-  ``input_lens`` and ``output_lens``, which are then replayed as they are.
+  ``input_lens`` and ``output_lens``, which are then replayed as they are, and (vLLM 0.32)
+  its ``start_times`` (when it was sent, in seconds) and ``queue_times`` (how long it waited
+  for the ``--max-concurrency`` semaphore before that): each request is replayed as due at
+  its start time less its queue time, the client's own schedule.
 * a table (``.csv`` or ``.jsonl``): one result per row, the ``bench_client`` options by
   name (``random_input_len``, ``num_prompts``, ``max_concurrency`` ...) and the measured
   ``mean_ttft_ms`` and ``mean_tpot_ms``.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 from typing import Any
 
@@ -36,6 +40,7 @@ class Result:
     measured_ttft_ms: float
     measured_tpot_ms: float
     lengths: tuple[tuple[int, int], ...] | None = None  # (input, output) per request, when saved
+    send_times_ms: tuple[float, ...] | None = None  # when each was due, from the first, when saved
 
 
 def _measured(rec: dict[str, Any], where: str) -> tuple[float, float]:
@@ -84,9 +89,42 @@ def read(path: str, defaults: dict[str, Any]) -> list[Result]:
             out.append(Result(where, client, ttft, tpot, saved))
             continue
         ttft, tpot = _measured(rec, where)
-        lengths = None
+        lengths = sends = None
         if isinstance(rec.get("input_lens"), list) and isinstance(rec.get("output_lens"), list):
-            lengths = tuple(zip((int(x) for x in rec["input_lens"]), (int(x) for x in rec["output_lens"]),
-                                strict=True))
-        out.append(Result(where, _client(rec, defaults), ttft, tpot, lengths))
+            ins = _numbers(rec["input_lens"], "input_lens", where, int)
+            outs = _numbers(rec["output_lens"], "output_lens", where, int)
+            if len(ins) != len(outs):
+                raise UserError(f"{where}: input_lens and output_lens differ in length ({len(ins)}, {len(outs)})")
+            lengths = tuple(zip(ins, outs, strict=True))
+            sends = _send_times(rec, len(ins), where)
+        out.append(Result(where, _client(rec, defaults), ttft, tpot, lengths, sends))
     return out
+
+
+def _numbers(values: list[Any], key: str, where: str, kind: Any = float) -> list[Any]:
+    try:
+        return [kind(x) for x in values]
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"{where}: {key} must be a list of numbers") from None
+
+
+def _send_times(rec: dict[str, Any], n: int, where: str) -> tuple[float, ...] | None:
+    """When each request was due (ms from the first): its ``start_times`` less its
+    ``queue_times``; None where the file lacks them (or lacks the queue times while a
+    semaphore made requests wait, so that the start times are not the schedule)."""
+    if not isinstance(rec.get("start_times"), list):
+        return None
+    starts = _numbers(rec["start_times"], "start_times", where)
+    if isinstance(rec.get("queue_times"), list):  # None where a request did not wait
+        queues = _numbers([0.0 if q is None else q for q in rec["queue_times"]], "queue_times", where)
+    elif rec.get("max_concurrency") in (None, "", "None"):
+        queues = [0.0] * n
+    else:
+        return None
+    if len(starts) != n or len(queues) != n:
+        raise UserError(f"{where}: start_times and queue_times need one entry per request ({n})")
+    due = [s - q for s, q in zip(starts, queues, strict=True)]
+    if not all(map(math.isfinite, due)):
+        raise UserError(f"{where}: start_times and queue_times must be finite")
+    first = min(due, default=0.0)
+    return tuple((d - first) * 1000.0 for d in due)
