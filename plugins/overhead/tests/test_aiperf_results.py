@@ -99,3 +99,28 @@ def test_fit_overhead_reads_aiperf_exports(tmp_path, capsys):
     assert main(["fit-overhead", str(sim), *paths]) == 0
     out = capsys.readouterr().out
     assert out.count("profile_export_aiperf.json") == 3 and "held out  TPOT" in out
+
+
+def _record(isl, osl, start_ns=None):
+    meta = {"benchmark_phase": "profiling"}
+    if start_ns is not None:
+        meta["request_start_ns"] = start_ns
+    return {"metadata": meta, "metrics": {"input_sequence_length": {"value": isl},
+                                          "output_sequence_length": {"value": osl}}}
+
+
+def test_request_rate_records_keep_their_send_times(tmp_path):
+    records = [_record(498, 64, 5_000_000_000), _record(530, 61, 5_250_000_000), _record(512, 60, 5_900_000_000)]
+    (tmp_path / "profile_export.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    rate = _export(loadgen={"request_rate": 4.0, "request_count": 3})
+    (r,) = read(_write(tmp_path, "profile_export_aiperf.json", rate), {})
+    assert r.send_times_ms == (0.0, 250.0, 900.0)
+    # under a concurrency limit a start may follow a wait for a slot: not the schedule
+    limited = _export(loadgen={"request_rate": 4.0, "request_count": 3, "concurrency": 2})
+    (r,) = read(_write(tmp_path, "profile_export_aiperf.json", limited), {})
+    assert r.send_times_ms is None and r.lengths == ((498, 64), (530, 61), (512, 60))
+    # a record without a start time: none are used
+    records[1] = _record(530, 61)
+    (tmp_path / "profile_export.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (r,) = read(_write(tmp_path, "profile_export_aiperf.json", rate), {})
+    assert r.send_times_ms is None

@@ -11,7 +11,10 @@
 * ``profile_export.jsonl`` beside it: one record per request; where it exists, the profiling
   phase's successful requests' ``input_sequence_length`` and ``output_sequence_length`` are
   replayed as they are (warm-up requests are left out, as AIPerf leaves them out of its
-  metrics).
+  metrics). In a run without a concurrency limit each record's ``metadata.request_start_ns``
+  (AIPerf's ``MetricRecordMetadata``: when the request was sent) is also its schedule, and
+  the replay keeps it; under a limit a request may have waited for a slot before it, so the
+  rate's draws are used instead.
 
 Synthetic lengths with a standard deviation need the per-request file: AIPerf draws them from
 a normal distribution, which the ``bench_client`` load does not.
@@ -50,11 +53,14 @@ def _avg(rec: dict[str, Any], metric: str, where: str) -> float:
     return float(value)
 
 
-def _lengths(path: str) -> tuple[tuple[int, int], ...] | None:
+def _records(path: str) -> tuple[tuple[tuple[int, int], ...] | None, tuple[float, ...] | None]:
+    """Per profiling request: its (input, output) lengths, and when it was sent (ms from the
+    first) where every record says so; (None, None) without the records file."""
     records = os.path.join(os.path.dirname(path) or ".", RECORDS)
     if not os.path.isfile(records):
-        return None
+        return None, None
     out = []
+    starts: list[int] | None = []
     for n, rec in json_values(iter_text_lines(records, "AIPerf records"), records):
         if not isinstance(rec, dict):
             raise UserError(f"{records}:{n}: expected a JSON object")
@@ -66,7 +72,15 @@ def _lengths(path: str) -> tuple[tuple[int, int], ...] | None:
             raise UserError(f"{records}:{n}: needs metrics.input_sequence_length and "
                             "metrics.output_sequence_length values")
         out.append((int(isl), int(osl)))
-    return tuple(out) or None
+        start = _get(rec, "metadata", "request_start_ns")
+        if starts is not None and isinstance(start, int) and not isinstance(start, bool):
+            starts.append(start)
+        else:
+            starts = None
+    if not out:
+        return None, None
+    sends = None if not starts else tuple((s - min(starts)) / 1e6 for s in starts)
+    return tuple(out), sends
 
 
 def client(rec: dict[str, Any], defaults: dict[str, Any], where: str, lengths: bool) -> dict[str, Any]:
@@ -110,10 +124,14 @@ def client(rec: dict[str, Any], defaults: dict[str, Any], where: str, lengths: b
 Lengths = tuple[tuple[int, int], ...]
 
 
-def read(path: str, rec: dict[str, Any], defaults: dict[str, Any]) -> tuple[dict[str, Any], float, float,
-                                                                            Lengths | None]:
-    """(client options, measured mean TTFT, measured mean TPOT, per-request lengths or None)."""
+def read(path: str, rec: dict[str, Any], defaults: dict[str, Any]
+         ) -> tuple[dict[str, Any], float, float, Lengths | None, tuple[float, ...] | None]:
+    """(client options, measured mean TTFT, measured mean TPOT, per-request lengths or None,
+    their send times or None)."""
     ttft = _avg(rec, "time_to_first_token", path)
     tpot = _avg(rec, "inter_token_latency", path)
-    lengths = _lengths(path)
-    return client(rec, defaults, path, lengths is not None), ttft, tpot, lengths
+    lengths, sends = _records(path)
+    options = client(rec, defaults, path, lengths is not None)
+    if "max_concurrency" in options:
+        sends = None
+    return options, ttft, tpot, lengths, sends

@@ -85,8 +85,8 @@ def read(path: str, defaults: dict[str, Any]) -> list[Result]:
         if not isinstance(rec, dict):
             raise UserError(f"{where}: expected an object of results")
         if aiperf.is_aiperf(rec):
-            client, ttft, tpot, saved = aiperf.read(path, rec, defaults)
-            out.append(Result(where, client, ttft, tpot, saved))
+            client, ttft, tpot, saved, sends = aiperf.read(path, rec, defaults)
+            out.append(Result(where, client, ttft, tpot, saved, sends))
             continue
         ttft, tpot = _measured(rec, where)
         lengths = sends = None
