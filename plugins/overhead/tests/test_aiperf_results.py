@@ -110,7 +110,8 @@ def _record(isl, osl, start_ns=None):
 
 
 def test_request_rate_records_keep_their_send_times(tmp_path):
-    records = [_record(498, 64, 5_000_000_000), _record(530, 61, 5_250_000_000), _record(512, 60, 5_900_000_000)]
+    records = [_record(498, 64, 5_000_000_000), _record(530, 61, 5_250_000_000),
+               _record(512, 60, 5_900_000_000)]
     (tmp_path / "profile_export.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     rate = _export(loadgen={"request_rate": 4.0, "request_count": 3})
     (r,) = read(_write(tmp_path, "profile_export_aiperf.json", rate), {})

@@ -107,7 +107,8 @@ def test_saved_start_and_queue_times_are_the_schedule(tmp_path, capsys):
 
     saved = {"num_prompts": 3, "request_rate": 5.0, "burstiness": 1.0, "max_concurrency": 1,
              "mean_ttft_ms": 50.0, "mean_tpot_ms": 9.0, "input_lens": [500, 510, 520],
-             "output_lens": [30, 31, 32], "start_times": [100.2, 100.9, 101.3], "queue_times": [0.0, 0.5, None]}
+             "output_lens": [30, 31, 32], "start_times": [100.2, 100.9, 101.3],
+             "queue_times": [0.0, 0.5, None]}
     path = tmp_path / "r.json"
     path.write_text(json.dumps(saved))
     (r,) = read(str(path), {})

@@ -94,7 +94,8 @@ def read(path: str, defaults: dict[str, Any]) -> list[Result]:
             ins = _numbers(rec["input_lens"], "input_lens", where, int)
             outs = _numbers(rec["output_lens"], "output_lens", where, int)
             if len(ins) != len(outs):
-                raise UserError(f"{where}: input_lens and output_lens differ in length ({len(ins)}, {len(outs)})")
+                raise UserError(f"{where}: input_lens and output_lens differ in length "
+                                f"({len(ins)}, {len(outs)})")
             lengths = tuple(zip(ins, outs, strict=True))
             sends = _send_times(rec, len(ins), where)
         out.append(Result(where, _client(rec, defaults), ttft, tpot, lengths, sends))
