@@ -116,10 +116,12 @@ def test_request_rate_records_keep_their_send_times(tmp_path):
     rate = _export(loadgen={"request_rate": 4.0, "request_count": 3})
     (r,) = read(_write(tmp_path, "profile_export_aiperf.json", rate), {})
     assert r.send_times_ms == (0.0, 250.0, 900.0)
-    # under a concurrency limit a start may follow a wait for a slot: not the schedule
+    # under a concurrency limit AIPerf's waits delay the rest of its schedule: the recorded
+    # sends are the schedule, replayed under the same limit
     limited = _export(loadgen={"request_rate": 4.0, "request_count": 3, "concurrency": 2})
     (r,) = read(_write(tmp_path, "profile_export_aiperf.json", limited), {})
-    assert r.send_times_ms is None and r.lengths == ((498, 64), (530, 61), (512, 60))
+    assert r.send_times_ms == (0.0, 250.0, 900.0) and r.client["max_concurrency"] == 2
+    assert r.lengths == ((498, 64), (530, 61), (512, 60))
     # a record without a start time: none are used
     records[1] = _record(530, 61)
     (tmp_path / "profile_export.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))

@@ -11,10 +11,13 @@
 * ``profile_export.jsonl`` beside it: one record per request; where it exists, the profiling
   phase's successful requests' ``input_sequence_length`` and ``output_sequence_length`` are
   replayed as they are (warm-up requests are left out, as AIPerf leaves them out of its
-  metrics). In a run without a concurrency limit each record's ``metadata.request_start_ns``
-  (AIPerf's ``MetricRecordMetadata``: when the request was sent) is also its schedule, and
-  the replay keeps it; under a limit a request may have waited for a slot before it, so the
-  rate's draws are used instead.
+  metrics). Each record's ``metadata.request_start_ns`` (AIPerf's ``MetricRecordMetadata``:
+  when the request was sent) is replayed as its send time. Under ``--concurrency`` with
+  ``--request-rate`` AIPerf sleeps, then waits for a slot, then sends, and a wait delays the
+  rest of its schedule ("sleep-then-gate", no catch-up: AIPerf
+  ``docs/tutorials/request-rate-concurrency.md``), unlike ``vllm bench serve``, whose requests
+  keep their send times and queue for a slot; its recorded sends are therefore the schedule to
+  replay, under the same limit, and the rate's draws (vLLM's rule) are used only without them.
 
 Synthetic lengths with a standard deviation need the per-request file: AIPerf draws them from
 a normal distribution, which the ``bench_client`` load does not.
@@ -131,7 +134,4 @@ def read(path: str, rec: dict[str, Any], defaults: dict[str, Any]
     ttft = _avg(rec, "time_to_first_token", path)
     tpot = _avg(rec, "inter_token_latency", path)
     lengths, sends = _records(path)
-    options = client(rec, defaults, path, lengths is not None)
-    if "max_concurrency" in options:
-        sends = None
-    return options, ttft, tpot, lengths, sends
+    return client(rec, defaults, path, lengths is not None), ttft, tpot, lengths, sends
