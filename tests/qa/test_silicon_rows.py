@@ -60,7 +60,7 @@ def test_row_mapping():
     assert (eng["dp_size"], eng["max_num_seqs"]) == (1, 32)
     assert rows_mod.client_options(row) == {
         "client": "inferencemax", "random_input_len": 1024, "random_output_len": 8192, "random_range_ratio": 0.8,
-        "num_prompts": 320, "max_concurrency": 32, "request_rate": "inf", "ignore_eos": True, "num_warmups": 64}
+        "num_prompts": 320, "max_concurrency": 32, "request_rate": "inf", "ignore_eos": True}
     replicas = rows_mod.parse(RAW["qwen_qwen3_32b_qwen_qwen3_32b_gb200_trtllm_agg_4000x1000_c8_tp2_epnone_11"])
     assert replicas.roles["agg"].workers == 4
     assert rows_mod.sim_config(replicas, "c.yaml")["cluster"] == {"workers": 4}

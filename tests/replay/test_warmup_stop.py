@@ -125,3 +125,29 @@ def test_bad_values_name_their_key(tmp_path, sets, path):
     with pytest.raises(ConfigError) as info:
         load_config(str(cfg), sets, Plugins())
     assert info.value.path == path
+
+
+def test_warmup_wait_holds_the_measured_sessions_until_the_warmup_ends(tmp_path, base):
+    _, full, _ = base
+    res, lines, _ = run(tmp_path, "wait", ["workload.warmup={requests: 5, wait: true}"])
+    # the warmup is the first five sessions (both turns of each): 10 requests, unreported
+    assert len(lines) == 30 and res.report["warmup"]["requests"] == 10
+    order = sorted(full, key=lambda r: (full[r]["arrival_ms"], r))
+    warm_sessions = {full[r]["session_id"] for r in order[:5]}
+    assert {rec["session_id"] for rec in lines.values()}.isdisjoint(warm_sessions)
+    first_measured = min(rec["arrival_ms"] for rec in lines.values())
+    assert res.report["warmup"]["measured_from_ms"] == first_measured
+    # the first measured session would have started while the warmup ran; it started later
+    free_first = min(rec["arrival_ms"] for rec in full.values() if rec["session_id"] not in warm_sessions)
+    assert first_measured > free_first
+    # later sessions keep their spacing: the trace's clock only stopped
+    starts = sorted(min(r["arrival_ms"] for r in lines.values() if r["session_id"] == s)
+                    for s in {r["session_id"] for r in lines.values()})
+    base_starts = sorted(min(r["arrival_ms"] for r in full.values() if r["session_id"] == s)
+                         for s in {r["session_id"] for r in lines.values()})
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert gaps == pytest.approx([b - a for a, b in zip(base_starts, base_starts[1:])], abs=1e-5)
+    with pytest.raises(ConfigError, match="workload.warmup.wait"):
+        run(tmp_path, "bad", ["workload.warmup={duration_s: 1, wait: true}"])
+    with pytest.raises(ConfigError, match="workload.warmup.wait"):
+        run(tmp_path, "bad2", ["workload.warmup={requests: 2, wait: maybe}"])

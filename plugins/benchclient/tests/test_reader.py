@@ -128,3 +128,34 @@ def test_docs_client_file_example(tmp_path):
     wl = BenchClientFormat.read(_write(tmp_path, body), trace_block_size=16)
     assert wl.num_requests == 640 and all(s.start_ms == 0 for s in wl.sessions)
     assert all(204 <= t.input_length <= 1844 for t in wl.turns())
+
+
+def test_warmups_lead_the_workload_and_hold_the_timed_run(tmp_path):
+    """``--num-warmups 3 --max-concurrency 2``: three copies of the first prompt run first,
+    two at a time, and the timed requests start only once all three have ended."""
+    from servesim.config.loader import load_config
+    from servesim.replay.runner import simulate
+
+    client = _write(tmp_path, "random_input_len: 64\nrandom_output_len: 8\nnum_prompts: 4\n"
+                    "max_concurrency: 2\nrequest_rate: inf\nignore_eos: true\nnum_warmups: 3\n")
+    wl = BenchClientFormat.read(client, trace_block_size=16)
+    assert wl.client_warmups == 3 and wl.num_requests == 7
+    assert [s.session_id for s in wl.sessions] == ["warmup_0", "warmup_1", "warmup_2",
+                                                   "request_0", "request_1", "request_2", "request_3"]
+    turns = wl.turns()
+    first = turns[3]
+    assert all(tuple(t.prompt.hash_ids) == tuple(first.prompt.hash_ids) and t.output_length == first.output_length
+               for t in turns[:3])
+    timing = "{type: fixed, prefill_ms: 30.0, decode_ms: 10.0}"
+    cfg = _write(tmp_path, f"engine: {{backend: vllm, timing_model: {timing}, enable_prefix_caching: false}}\n"
+                 f"workload:\n  trace: {{format: bench_client, path: {client}}}\n"
+                 "  max_concurrency: 2\n  warmup: {requests: 3, wait: true}\n", "run.yaml")
+    res = simulate(load_config(cfg))
+    # warm-ups: two at 0 (30 + 7 x 10 = 100 ms each), the third from 100 to 200; the timed
+    # run starts at 200, two at a time
+    assert res.report["warmup"] == {"requests": 3, "measured_from_ms": 200.0}
+    assert res.report["num_requests"] == 4 and res.log.arrival == [200.0, 200.0, 300.0, 300.0]
+    with pytest.raises(ConfigError) as err:
+        simulate(load_config(cfg, ["workload.warmup={requests: 3}"]))
+    assert err.value.path == "workload.warmup" and "3 warm-up requests" in str(err.value)
+    assert main(["run", cfg, "--set", "workload.warmup=null"]) == 2

@@ -98,6 +98,14 @@ def test_results_at_a_finite_rate_under_max_concurrency_keep_their_send_times(tm
     slow = {**client, "request_rate": 0.5}
     assert replay(slow, lengths) == replay({**slow, "max_concurrency": None}, lengths)
     assert replay({**client, "request_rate": "inf"}, lengths) != replay(client, lengths)
+    # the client's warm-ups (copies of the first prompt) run first and are waited for: with
+    # prefix caching on, vLLM's default, the first timed request finds its prompt cached
+    warm, cold = replay({**client, "num_warmups": 3}), replay(client)
+    assert warm[0] < cold[0] and warm[1] == cold[1]
+    # with it off the timed requests see an idle, empty engine, as without them
+    off = ["engine.enable_prefix_caching=false"]
+    assert _replay(str(sim), off, Result("r", {**client, "num_warmups": 3}, 40.0, 9.0), str(tmp_path), 0.0, 0.0) \
+        == _replay(str(sim), off, Result("r", client, 40.0, 9.0), str(tmp_path), 0.0, 0.0)
 
 
 def test_saved_start_and_queue_times_are_the_schedule(tmp_path, capsys):

@@ -20,10 +20,14 @@ class WarmupConfig:
     """Requests that run but are left out of the report: the first ``requests`` dispatched,
     or those dispatched in the first ``duration_s`` simulated seconds; with both, the warmup
     ends at whichever comes first (AIPerf's ``--warmup-request-count`` /
-    ``--warmup-duration``, docs/tutorials/warmup.md, "Combined (First One Wins)")."""
+    ``--warmup-duration``, docs/tutorials/warmup.md, "Combined (First One Wins)").
+    ``wait``: the measured requests start only once every warmup request has finished, as
+    AIPerf and ``vllm bench serve`` wait for their warm-up responses; the warmup is then the
+    first ``requests`` sessions (servesim.replay.driver, "Warmup barrier")."""
 
     requests: int | None = None
     duration_s: float | None = None
+    wait: bool = False
 
 
 @frozen(kw_only=True)
@@ -83,6 +87,11 @@ def check_workload_scope(workload: Any) -> list[Problem]:
         if warmup.duration_s is not None and not _positive(warmup.duration_s):
             out.append(("workload.warmup.duration_s",
                         f"expected a finite number > 0, got {show(warmup.duration_s)}"))
+        if not isinstance(warmup.wait, bool):
+            out.append(("workload.warmup.wait", f"expected true or false, got {show(warmup.wait)}"))
+        elif warmup.wait and (warmup.requests is None or warmup.duration_s is not None):
+            out.append(("workload.warmup.wait", "waiting for the warmup needs its size up front: set "
+                        "'requests' and not 'duration_s'"))
     stop = getattr(workload, "stop", None)
     if stop is not None:
         out += _check_stop(stop)

@@ -20,6 +20,14 @@ client's semaphore does (``vllm/benchmarks/serve.py``: each request is created a
 time and waits for ``asyncio.Semaphore(max_concurrency)``, FIFO): a session due while N are
 active waits, in the order it was due, and starts when one ends; its arrival is then its
 dispatch (the client starts its TTFT clock once it holds the semaphore).
+
+Warmup barrier (``warmup_hold = W``, set from ``workload.warmup`` with ``wait``): the first W
+sessions in dispatch order (timestamp mode: by time, then session order; concurrency mode: file
+order) run first, and no other session starts until every one of them has ended, as AIPerf and
+``vllm bench serve`` wait for their warm-up responses before the measured run. In timestamp
+mode the trace's clock stops at the last warmup session's timestamp and resumes when the
+warmup ends (later first turns are due that much later); in concurrency mode the slots freed
+meanwhile start sessions then.
 Requests due at the same time are dispatched in session order, after the passes ending then
 have completed. A request's arrival (its TTFT origin) is the time it was due, which in
 concurrency mode is its dispatch.
@@ -126,6 +134,15 @@ class Replayer:
         self.max_concurrency = max_concurrency
         self._active = 0
         self._gated: deque[int] = deque()
+        # Warmup barrier (the module docstring): W while closed, then None; the warmup
+        # sessions (by index), how many started and have not ended, sessions waiting to start
+        # in concurrency mode, and the delay added to later first turns in timestamp mode.
+        self.warmup_hold: int | None = None
+        self.warm_sessions: set[int] = set()
+        self._warm_started = 0
+        self._warm_left = 0
+        self._held = 0
+        self._first_shift = 0.0
         self.speedup = arrival_speedup_ratio
         self.kv_sinks = list(kv_sinks)
         self.fpm_sinks = list(fpm_sinks)
@@ -253,6 +270,11 @@ class Replayer:
         i = self.first_next
         if i < len(self.first_turns):
             at, seq, rid = self.first_turns[i]
+            if self.warmup_hold is not None:
+                if i >= self.warmup_hold:
+                    return  # the barrier is closed: fed again when it opens
+                self._start_warm(self.session_index[rid])
+            at += self._first_shift
             self.first_next = i + 1
             heapq.heappush(self._heap, (at, seq, FIRST_TURN, rid, 0))
             if self.run_driver is not None:
@@ -278,9 +300,39 @@ class Replayer:
         """Concurrency mode: start the next session in file order."""
         sessions = self.workload.sessions
         if self._next_session < len(sessions):
+            if self.warmup_hold is not None:
+                if self._next_session >= self.warmup_hold:
+                    self._held += 1  # started when the barrier opens
+                    return
+                self._start_warm(self._next_session)
             s = sessions[self._next_session]
             self._next_session += 1
             self.push_event(now, ARRIVAL, s.turns[0].request_id)
+
+    def _start_warm(self, session: int) -> None:
+        """Warmup barrier: warmup session ``session`` starts."""
+        self.warm_sessions.add(session)
+        self._warm_started += 1
+        self._warm_left += 1
+
+    def _warm_session_ended(self, rid: int, now: float) -> None:
+        """Warmup barrier: the session of ``rid`` (its last turn) ended; the last warmup
+        session to end, once all W started, opens the barrier."""
+        if self.session_index[rid] not in self.warm_sessions:
+            return
+        self._warm_left -= 1
+        if self._warm_left or self._warm_started < self.warmup_hold:  # type: ignore[operator]
+            return
+        if self.concurrency is None:
+            # the clock resumes from the last warmup session's timestamp
+            self._first_shift = now - self.first_turns[self.first_next - 1][0]
+            self.warmup_hold = None
+            self._feed_first_turn()
+            return
+        self.warmup_hold = None
+        held, self._held = self._held, 0
+        for _ in range(held):
+            self._activate_session(now)
 
     # -- main loop ----------------------------------------------------------------------
 
@@ -639,10 +691,13 @@ class Replayer:
         nxt = self.next_turn[rid]
         if nxt >= 0:
             self.push_event(now + self.turns[nxt].delay_ms / self.speedup, ARRIVAL, nxt)
-        elif self.concurrency is not None:
-            self._activate_session(now)
-        elif self.max_concurrency is not None:
-            self._end_session(now)
+        else:
+            if self.concurrency is not None:
+                self._activate_session(now)
+            elif self.max_concurrency is not None:
+                self._end_session(now)
+            if self.warmup_hold is not None:
+                self._warm_session_ended(rid, now)
 
     def _finished_record(self, rid: int, now: float) -> FinishedRequest:
         log = self.log

@@ -125,11 +125,13 @@ def snapshot_workload(workload: Workload, cfg: Any) -> tuple[Workload, dict[str,
 
 
 def attach_release(replayer: Replayer, concurrency: int | None, lanes: int | None = None,
-                   from_cut: bool = False, max_concurrency: int | None = None) -> None:
+                   from_cut: bool = False, max_concurrency: int | None = None,
+                   warmup_wait: bool = False) -> None:
     """Give ``replayer`` its dependency graph (only for a workload that has one), run by
     ``lanes`` lanes when set (``from_cut``: a snapshot's roots are already timed from their
     play's cut, not from its earliest root)."""
-    for key, value in (("concurrency", concurrency), ("max_concurrency", max_concurrency)):
+    for key, value in (("concurrency", concurrency), ("max_concurrency", max_concurrency),
+                       ("warmup.wait", True if warmup_wait else None)):
         if value is not None:
             raise ConfigError(f"workload.{key} is not supported with a trace whose requests wait for "
                               "other sessions' requests ('wait_for'); use workload.lanes",

@@ -69,8 +69,14 @@ def load_workload(workload: WorkloadConfig, plugins: Plugins,
         if engine is not None:
             resolve_adapter_names(read, engine)
         _check_client_concurrency(read, workload)
+        _check_client_warmups(read, workload)
         return read
     return generate(workload.synthetic or SyntheticConfig(), workload.seed)
+
+
+def _waits(workload: WorkloadConfig) -> bool:
+    """Whether ``workload.warmup`` holds the measured requests until it ends."""
+    return workload.warmup is not None and workload.warmup.wait
 
 
 def _check_client_concurrency(read: Workload, workload: WorkloadConfig) -> None:
@@ -86,6 +92,18 @@ def _check_client_concurrency(read: Workload, workload: WorkloadConfig) -> None:
         f"workload.max_concurrency: {n} (or workload.concurrency: {n} when it sends every request at once)"
         + ("" if set_to is None else f", not {set_to}"),
         path=f"workload.{key}")
+
+
+def _check_client_warmups(read: Workload, workload: WorkloadConfig) -> None:
+    """A trace led by warm-up sessions its client waited for replays them as a waited-for
+    warmup of that size."""
+    n = read.client_warmups
+    warm = workload.warmup
+    if not n or (warm is not None and warm.requests == n and warm.wait and warm.duration_s is None):
+        return
+    raise ConfigError(
+        f"the client of {read.source} sends {n} warm-up requests and waits for them (its num_warmups); "
+        f"set workload.warmup: {{requests: {n}, wait: true}}", path="workload.warmup")
 
 
 def is_split(loaded: LoadedConfig) -> bool:
@@ -254,7 +272,7 @@ def _simulate(
     )
     if graph:
         attach_release(replayer, sim.workload.concurrency, sim.workload.lanes, snapshot is not None,
-                       max_concurrency=sim.workload.max_concurrency)
+                       max_concurrency=sim.workload.max_concurrency, warmup_wait=_waits(sim.workload))
     else:
         refuse_lanes_without_graph(sim.workload.lanes)
     if scope is not None:
@@ -360,7 +378,8 @@ def _simulate_disagg(
     )
     if graph:
         attach_release(replayer, sim.workload.concurrency, sim.workload.lanes,
-                       sim.workload.snapshot is not None, max_concurrency=sim.workload.max_concurrency)
+                       sim.workload.snapshot is not None, max_concurrency=sim.workload.max_concurrency,
+                       warmup_wait=_waits(sim.workload))
     else:
         refuse_lanes_without_graph(sim.workload.lanes)
     if scope is not None:

@@ -70,6 +70,8 @@ class ReportScope:
         if self.stop is not None:
             replayer.stop_at = self.stop.at_ms
             replayer.stop_after = self.stop.completions or 0
+        if self.warmup is not None and self.warmup.wait:
+            replayer.warmup_hold = self.warmup.requests
         if self.policy is not None:
             from servesim.replay.admission import AdmissionControl
 
@@ -78,10 +80,15 @@ class ReportScope:
                                             replayer.session_of, replayer.log.input_length)
             replayer.admission = self.control
 
-    def warmup_ids(self, log: RequestLog, session_index: Sequence[int]) -> set[int]:
-        """The warmup requests: a prefix of the arrived requests in dispatch order."""
+    def warmup_ids(self, log: RequestLog, session_index: Sequence[int],
+                   warm_sessions: set[int] | None = None) -> set[int]:
+        """The warmup requests: a prefix of the arrived requests in dispatch order, or with
+        ``wait`` every request of the sessions that ran before the barrier."""
         if self.warmup is None:
             return set()
+        if self.warmup.wait:
+            sessions = warm_sessions or set()
+            return {r for r in range(log.n) if log.arrival[r] >= 0.0 and session_index[r] in sessions}
         arrival = log.arrival
         order = sorted((r for r in range(log.n) if arrival[r] >= 0.0),
                        key=lambda r: (arrival[r], session_index[r], r))
@@ -101,7 +108,7 @@ class ReportScope:
         from servesim.report.classes import class_section
         from servesim.report.subset import subset_log
 
-        warm = self.warmup_ids(log, replayer.session_index)
+        warm = self.warmup_ids(log, replayer.session_index, replayer.warm_sessions)
         keep = [r for r in range(log.n) if log.arrival[r] >= 0.0 and r not in warm]
         start = min((log.arrival[r] for r in keep), default=0.0)
         measured = subset_log(log, keep, start)

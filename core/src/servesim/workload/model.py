@@ -77,12 +77,16 @@ class Workload:
     its turns in file order, for :func:`servesim.replay.adapter_names.resolve_adapter_names`.
     ``client_concurrency``: how many requests the trace's client kept in flight (a benchmark
     client's ``max_concurrency``), or None; the replay must cap its sessions at the same number
-    (:func:`servesim.replay.runner.load_workload` checks)."""
+    (:func:`servesim.replay.runner.load_workload` checks). ``client_warmups``: how many
+    warm-up sessions lead the trace, which its client waited for before the rest (0: none);
+    the replay must run them as ``workload.warmup: {requests: N, wait: true}`` (checked there
+    too)."""
 
     sessions: tuple[Session, ...]
     source: str = "<workload>"
     lora_names: dict[str, list[int]] = field(factory=dict)
     client_concurrency: int | None = None
+    client_warmups: int = 0
 
     @property
     def num_requests(self) -> int:
@@ -99,9 +103,10 @@ class Workload:
 
 def make_workload(sessions: Sequence[Session], source: str,
                   lora_names: dict[str, list[int]] | None = None,
-                  client_concurrency: int | None = None) -> Workload:
+                  client_concurrency: int | None = None, client_warmups: int = 0) -> Workload:
     """A workload of the non-empty ``sessions``, in the given (file) order."""
-    return Workload(tuple(s for s in sessions if s.turns), source, lora_names or {}, client_concurrency)
+    return Workload(tuple(s for s in sessions if s.turns), source, lora_names or {}, client_concurrency,
+                    client_warmups)
 
 
 def mark_unique_prompts(workload: Workload) -> int:

@@ -8,9 +8,16 @@ prefix (whole ``trace_block_size`` blocks of it) and nothing else, as random tok
 With ``max_concurrency`` the client keeps that many requests in flight: set
 ``workload.max_concurrency`` to the same number (each request waits for a slot from its send
 time, as the client's semaphore makes it; with ``request_rate: inf`` ``workload.concurrency``,
-the closed loop, is the same load). The replay refuses any other number. ``num_warmups`` requests
-run before the timed ones and finish before they start; on a simulated server they change
-nothing but the prefix cache (they repeat the first prompt), so they are not replayed.
+the closed loop, is the same load). The replay refuses any other number.
+
+``num_warmups``: both clients first send that many copies of the first prompt (with its output
+length), under the same concurrency limit, and wait for every one before the timed run
+(``benchmark`` in ``vllm/benchmarks/serve.py`` and in InferenceX
+``utils/bench_serving/benchmark_serving.py``). They are sessions ``warmup_0`` ... ahead of the
+timed ones, all due at the start, and the replay must leave them out of the report and hold the
+timed requests until they end: ``workload.warmup: {requests: num_warmups, wait: true}``, which
+the replay requires (servesim.replay.runner). The timed requests' send times then count from
+the warmup's end.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ def load_config(path: str) -> config_mod.BenchClientConfig:
 
 
 def build_workload(cfg: config_mod.BenchClientConfig, block_size: int, source: str = "<bench_client>") -> Workload:
-    """The client's load as a workload of single-turn sessions."""
+    """The client's load as a workload of single-turn sessions, its warm-ups first."""
     ins, outs = draws.lengths(cfg)
     times = draws.send_times_ms(cfg)
     shared = list(range(cfg.random_prefix_len // block_size))
@@ -58,7 +65,19 @@ def build_workload(cfg: config_mod.BenchClientConfig, block_size: int, source: s
         session = Session(f"request_{i}", t)
         session.turns.append(Turn(i, RepeatedBlockTokens(ids, block_size, n_in), n_out))
         sessions.append(session)
-    return make_workload(sessions, source, client_concurrency=cfg.max_concurrency)
+    if cfg.num_warmups:
+        first = sessions[0].turns[0]
+        warm = []
+        for k in range(cfg.num_warmups):
+            session = Session(f"warmup_{k}", 0.0)
+            prompt = RepeatedBlockTokens(list(first.prompt.hash_ids), block_size, first.input_length)
+            session.turns.append(Turn(k, prompt, first.output_length))
+            warm.append(session)
+        for session in sessions:
+            session.turns[0].request_id += cfg.num_warmups
+        sessions = warm + sessions
+    return make_workload(sessions, source, client_concurrency=cfg.max_concurrency,
+                         client_warmups=cfg.num_warmups)
 
 
 class BenchClientFormat:

@@ -41,6 +41,9 @@ def _replay(config: str | None, sets: list[str], result: Any, tmp: str, step: fl
         with open(client, "w", encoding="utf-8") as fh:
             yaml.safe_dump(result.client, fh)
         workload = f"workload.trace={{format: bench_client, path: {client}}}"
+        warmups = int(result.client.get("num_warmups") or 0)
+        if warmups:  # the client waited for them (servesim_benchclient.reader)
+            sets = [*sets, f"workload.warmup={{requests: {warmups}, wait: true}}"]
     # the client's semaphore: each request waits for a slot from its send time
     run_sets = [*sets, workload, "workload.concurrency=null",
                 f"workload.max_concurrency={conc if conc is not None else 'null'}",
