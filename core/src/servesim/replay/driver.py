@@ -28,6 +28,7 @@ order) run first, and no other session starts until every one of them has ended,
 mode the trace's clock stops at the last warmup session's timestamp and resumes when the
 warmup ends (later first turns are due that much later); in concurrency mode the slots freed
 meanwhile start sessions then.
+
 Requests due at the same time are dispatched in session order, after the passes ending then
 have completed. A request's arrival (its TTFT origin) is the time it was due, which in
 concurrency mode is its dispatch.
