@@ -447,16 +447,24 @@ def engine_loop(row: Row, role: Role) -> dict[str, Any]:
     scheduling is now enabled by default", PR #27614), except with pipeline parallelism
     (``VllmConfig.__post_init__`` in ``vllm/config/vllm.py``); the rows of those releases (and
     of nightlies after them) set ``engine.vllm.async_scheduling``, on agg and prefill
-    workers (servesim does not model it on decode workers). Rows that name no release
-    keep it off."""
+    workers (servesim does not model it on decode workers). InferenceMAX's Llama-3.1-70B vLLM
+    scripts, whose rows name no release, turn it on themselves (``async-scheduling: true`` in
+    the config file of InferenceX ``benchmarks/70b_fp8_b200_docker.sh``,
+    ``70b_fp4_b200_docker.sh``, ``70b_fp8_h200_slurm.sh`` and ``70b_fp8_h100_slurm.sh``); other
+    rows that name no release keep it off."""
     if row.backend == "trtllm":
         return {"trtllm": {"disable_overlap_scheduler": role is row.roles.get("prefill")}}
-    if row.backend == "vllm" and role.pp == 1 and _vllm_async_by_default(row.version):
+    if row.backend == "vllm" and role.pp == 1 and (_vllm_async_by_default(row.version) or _script_async(row)):
         # said on the decode role too: a split's decode engine inherits the base engine's keys
         return {"vllm": {"async_scheduling": role is not row.roles.get("decode")}}
     if row.backend == "sglang":
         return {"sglang": {"overlap_schedule": True, "overlap_read_lag": True}}
     return {}
+
+
+def _script_async(row: Row) -> bool:
+    """Whether the row's launch script asks vLLM for async scheduling (:func:`engine_loop`)."""
+    return row.source == "inferencemax" and row.model == LLAMA_70B
 
 
 def _vllm_async_by_default(version: str) -> bool:

@@ -250,8 +250,8 @@ def test_a_smaller_budget_delays_the_first_tokens_of_a_burst():
 
 def test_vllm_rows_schedule_asynchronously_from_0_14():
     """vLLM's async scheduling is on by default from 0.14.0: the 0.16-0.19 and nightly rows
-    replay it, the 0.12.0 gap-analysis rows and the rows naming no release do not, and
-    ``launch=False`` leaves it out."""
+    replay it, the 0.12.0 gap-analysis rows do not, the Llama-3.1-70B rows (no release named)
+    do because their scripts ask for it, and ``launch=False`` leaves it out."""
     assert [rows_mod._vllm_async_by_default(v) for v in
             ("0.12.0", "0.13.1", "0.14.0", "0.19.0", "nightly-5b8c30d62b754b57", "", "dev")] == [
         False, False, True, True, True, False, False]
@@ -260,11 +260,22 @@ def test_vllm_rows_schedule_asynchronously_from_0_14():
     assert "vllm" not in rows_mod.sim_config(row, "c.yaml", launch=False)["engine"]
     old = rows_mod.parse(RAW[GENERATED[0][0]])  # 0.12.0
     assert "vllm" not in rows_mod.sim_config(old, "c.yaml")["engine"]
+    llama = [rows_mod.parse(r) for r in RAW.values() if r["backend"] == "vllm" and "Llama-3.1-70B" in r["model_path"]]
+    assert llama and all(r.version == "" for r in llama)
+    assert all(rows_mod.sim_config(r, "c.yaml")["engine"]["vllm"] == {"async_scheduling": True} for r in llama)
     # a split: its prefill workers schedule asynchronously, its decode workers say they do not
     split = rows_mod.sim_config(rows_mod.parse(RAW["kimik2_5_gb200_vllm_fp4_disagg_1024x1024_c64_cfg698"]),
                                 "c.yaml")
     assert split["engine"]["vllm"] == {"async_scheduling": True}
     assert split["cluster"]["decode_engine"]["vllm"] == {"async_scheduling": False}
+
+
+def test_the_llama_70b_vllm_scripts_async_scheduling_delays_first_tokens():
+    # Measured: TTFT 202.8 ms, TPOT 21.5 ms (H200, TP 1, c = 4, 1k/1k). The script's
+    # async-scheduling reads each new request a pass late; without it 178.4 ms.
+    row = rows_mod.parse(RAW["2026_04_06_llama_3_1_70b_h200_sxm_vllm_fp8_agg_1024x1024_c4_tp1_ep1_621"])
+    assert silicon._replay(row, None) == pytest.approx((219.538477, 22.885036), rel=1e-9)
+    assert silicon._replay(row, None, launch=False) == pytest.approx((178.403964, 22.882989), rel=1e-9)
 
 
 def test_generated_sglang_rows_mix_chunks_where_their_template_passes_the_flag():
