@@ -33,9 +33,10 @@ def rec(ts, hash_ids, out, **kw) -> dict:
     return {"timestamp": ts, "hash_ids": hash_ids, "output_length": out, **kw}
 
 
-def replay(workload, workers=1, factory=None, **kw) -> Replayer:
+def replay(workload, workers=1, factory=None, warmup_hold=None, **kw) -> Replayer:
     factory = factory or make_factory()
     r = Replayer(build_engines(factory.build, workers), workload, block_size=4, **kw)
+    r.warmup_hold = warmup_hold
     r.run()
     return r
 
@@ -162,33 +163,25 @@ def test_max_concurrency_refuses_concurrency():
         replay(trace(rec(0, [1], 1)), concurrency=1, max_concurrency=1)
 
 
-def _warm(wl, hold, **kw) -> Replayer:
-    factory = make_factory()
-    r = Replayer(build_engines(factory.build, 1), wl, block_size=4, **kw)
-    r.warmup_hold = hold
-    r.run()
-    return r
-
-
 def test_warmup_barrier_stops_the_trace_clock_until_the_warmup_ends():
     wl = trace(rec(0, [1], 2), rec(5, [2], 2), rec(20, [3], 2))
-    r = _warm(wl, 1)
+    r = replay(wl, warmup_hold=1)
     # request 0 (the warmup) ends at 11: the clock, stopped at its timestamp 0, resumes at 11
     assert r.log.arrival == [0.0, 16.0, 31.0]
     assert r.warm_sessions == {0}
     assert replay(wl).log.arrival == [0.0, 5.0, 20.0]
     # two warmup sessions: the clock stops at the second one's timestamp (5) until both end
     # (request 1's prefill shares the pass 10-20 with request 0's last token; it ends at 21)
-    r = _warm(wl, 2)
+    r = replay(wl, warmup_hold=2)
     assert r.log.done[:2] == [20.0, 21.0] and r.log.arrival == [0.0, 5.0, 36.0]
     # a cap delays the warmups themselves; the barrier waits for all of them
-    r = _warm(trace(rec(0, [1], 2), rec(0, [2], 2), rec(0, [3], 2)), 2, max_concurrency=1)
+    r = replay(trace(rec(0, [1], 2), rec(0, [2], 2), rec(0, [3], 2)), warmup_hold=2, max_concurrency=1)
     assert r.log.arrival == [0.0, 11.0, 22.0]
 
 
 def test_warmup_barrier_in_concurrency_mode_starts_the_freed_slots_together():
     wl = trace(rec(0, [1], 2), rec(0, [2], 2), rec(0, [3], 2))
-    r = _warm(wl, 1, concurrency=2)
+    r = replay(wl, warmup_hold=1, concurrency=2)
     # session 0 warms up alone; sessions 1 and 2 both start when it ends
     assert r.log.arrival == [0.0, 11.0, 11.0]
     assert replay(wl, concurrency=2).log.arrival == [0.0, 0.0, 11.0]
@@ -200,7 +193,7 @@ def test_warmup_barrier_waits_for_a_whole_session():
         {"hash_ids": [1, 2], "output_length": 1, "session_id": "a", "delay": 5},
         rec(3, [7], 1, session_id="b"),
     )
-    r = _warm(wl, 1)
+    r = replay(wl, warmup_hold=1)
     # a0 done 10, a1 due 15, done 25: b (due 3) waits for the session's end
     assert r.log.arrival == [0.0, 15.0, 28.0]
 

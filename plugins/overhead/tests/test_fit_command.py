@@ -74,7 +74,7 @@ def test_results_at_a_finite_rate_under_max_concurrency_keep_their_send_times(tm
     most two requests in flight, as the client's semaphore keeps them."""
     from servesim_benchclient import config as client_config
     from servesim_benchclient import draws
-    from servesim_overhead.command import _replay, _send_times
+    from servesim_overhead.command import _drawn_send_times, _replay
     from servesim_overhead.results import Result
 
     sim = tmp_path / "sim.yaml"
@@ -88,7 +88,7 @@ def test_results_at_a_finite_rate_under_max_concurrency_keep_their_send_times(tm
     cfg = client_config.build(client, "c")
     lengths = tuple(zip(*draws.lengths(cfg), strict=True))
     want = draws.send_times_ms(cfg)
-    assert _send_times(Result("r", client, 40.0, 9.0, lengths)) == want
+    assert _drawn_send_times(Result("r", client, 40.0, 9.0, lengths)) == want
     assert want == sorted(want) and want[-1] > want[0] > 0
     # the client's options and its saved lengths are the same load
     assert replay(client) == replay(client, lengths)

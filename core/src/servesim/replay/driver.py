@@ -136,11 +136,10 @@ class Replayer:
         self._active = 0
         self._gated: deque[int] = deque()
         # Warmup barrier (the module docstring): W while closed, then None; the warmup
-        # sessions (by index), how many started and have not ended, sessions waiting to start
-        # in concurrency mode, and the delay added to later first turns in timestamp mode.
+        # sessions started (by index), how many of them have not ended, sessions waiting to
+        # start in concurrency mode, and the delay added to later first turns in timestamp mode.
         self.warmup_hold: int | None = None
         self.warm_sessions: set[int] = set()
-        self._warm_started = 0
         self._warm_left = 0
         self._held = 0
         self._first_shift = 0.0
@@ -313,7 +312,6 @@ class Replayer:
     def _start_warm(self, session: int) -> None:
         """Warmup barrier: warmup session ``session`` starts."""
         self.warm_sessions.add(session)
-        self._warm_started += 1
         self._warm_left += 1
 
     def _warm_session_ended(self, rid: int, now: float) -> None:
@@ -322,7 +320,7 @@ class Replayer:
         if self.session_index[rid] not in self.warm_sessions:
             return
         self._warm_left -= 1
-        if self._warm_left or self._warm_started < self.warmup_hold:  # type: ignore[operator]
+        if self._warm_left or len(self.warm_sessions) < self.warmup_hold:  # type: ignore[operator]
             return
         if self.concurrency is None:
             # the clock resumes from the last warmup session's timestamp

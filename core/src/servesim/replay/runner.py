@@ -99,7 +99,8 @@ def _check_client_warmups(read: Workload, workload: WorkloadConfig) -> None:
     warmup of that size."""
     n = read.client_warmups
     warm = workload.warmup
-    if not n or (warm is not None and warm.requests == n and warm.wait and warm.duration_s is None):
+    # (``wait`` with ``duration_s`` is refused when the config is checked)
+    if not n or (warm is not None and warm.requests == n and warm.wait):
         return
     raise ConfigError(
         f"the client of {read.source} sends {n} warm-up requests and waits for them (its num_warmups); "

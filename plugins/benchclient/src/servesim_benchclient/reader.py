@@ -56,6 +56,7 @@ def build_workload(cfg: config_mod.BenchClientConfig, block_size: int, source: s
     times = draws.send_times_ms(cfg)
     shared = list(range(cfg.random_prefix_len // block_size))
     next_id = _UNIQUE_BASE
+    warm = cfg.num_warmups  # the warm-ups take request ids 0 .. warm - 1
     sessions = []
     for i, (n_in, n_out, t) in enumerate(zip(ins, outs, times, strict=True)):
         blocks = -(-n_in // block_size)
@@ -63,21 +64,17 @@ def build_workload(cfg: config_mod.BenchClientConfig, block_size: int, source: s
         ids = shared + list(range(next_id, next_id + own))
         next_id += own
         session = Session(f"request_{i}", t)
-        session.turns.append(Turn(i, RepeatedBlockTokens(ids, block_size, n_in), n_out))
+        session.turns.append(Turn(warm + i, RepeatedBlockTokens(ids, block_size, n_in), n_out))
         sessions.append(session)
-    if cfg.num_warmups:
-        first = sessions[0].turns[0]
-        warm = []
-        for k in range(cfg.num_warmups):
-            session = Session(f"warmup_{k}", 0.0)
-            prompt = RepeatedBlockTokens(list(first.prompt.hash_ids), block_size, first.input_length)
-            session.turns.append(Turn(k, prompt, first.output_length))
-            warm.append(session)
-        for session in sessions:
-            session.turns[0].request_id += cfg.num_warmups
-        sessions = warm + sessions
-    return make_workload(sessions, source, client_concurrency=cfg.max_concurrency,
-                         client_warmups=cfg.num_warmups)
+    first = sessions[0].turns[0]
+    warmups = []
+    for k in range(warm):
+        session = Session(f"warmup_{k}", 0.0)
+        prompt = RepeatedBlockTokens(list(first.prompt.hash_ids), block_size, first.input_length)
+        session.turns.append(Turn(k, prompt, first.output_length))
+        warmups.append(session)
+    return make_workload(warmups + sessions, source, client_concurrency=cfg.max_concurrency,
+                         client_warmups=warm)
 
 
 class BenchClientFormat:

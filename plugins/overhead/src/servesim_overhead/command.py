@@ -27,7 +27,7 @@ def _replay(config: str | None, sets: list[str], result: Any, tmp: str, step: fl
     conc = result.client.get("max_concurrency")
     if result.lengths is not None:
         trace = os.path.join(tmp, "trace.jsonl")
-        sends = result.send_times_ms if result.send_times_ms is not None else _send_times(result)
+        sends = result.send_times_ms if result.send_times_ms is not None else _drawn_send_times(result)
         with open(trace, "w", encoding="utf-8") as fh:
             next_id = 0
             for (n_in, n_out), t in zip(result.lengths, sends, strict=True):
@@ -56,7 +56,7 @@ def _replay(config: str | None, sets: list[str], result: Any, tmp: str, step: fl
     return float(report["mean_ttft_ms"]), float(report["mean_tpot_ms"])
 
 
-def _send_times(result: Any) -> list[float]:
+def _drawn_send_times(result: Any) -> list[float]:
     """The send times (ms) of a saved result's requests, drawn as the client drew them from its
     rate, burstiness and seed (servesim_benchclient.draws), for its saved per-request lengths."""
     from servesim.errors import ConfigError
