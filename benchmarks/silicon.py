@@ -5,6 +5,7 @@ and TPOT (and aiconfigurator's own estimate) with what the GPUs measured.
     python benchmarks/silicon.py [--backend vllm] [--system h100_sxm] [--mode agg]
         [--model Qwen/Qwen3-32B] [--max-concurrency 256] [--limit 40] [--jobs 2]
         [--timing '{type: overhead}'] [--no-peer] [--no-launch-options] [--out silicon-out]
+        [--executor pool|local|ray] [--address HOST:PORT]
 
 Each row is replayed with its backend, system, model, precision and per-role parallelism under
 its client's load (the InferenceMAX client's, or AIConfigurator's own for its gap-analysis
@@ -12,6 +13,9 @@ runs) and with its launch settings (benchmarks/silicon_rows.py). Writes ``rows.c
 row: measured, servesim, aiconfigurator), ``scatter.png`` and ``summary.md`` under ``--out``
 and prints MAPE and signed bias by backend x system x mode, and the coverage. ``--timing``
 wraps the ``aic`` model in another timing model (its ``inner``), e.g. the ``overhead`` model.
+The rows run in a process pool here (``--executor pool``, ``--jobs`` at once), or as the
+points of one ``servesim sweep`` on its ``local`` or ``ray`` executor (benchmarks/silicon_sweep.py:
+``--address`` names a Ray cluster, else the sweep starts a local one); both give the same rows.
 It is a benchmark: nothing here is asserted.
 """
 
@@ -32,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import silicon_peer  # noqa: E402
 import silicon_report  # noqa: E402
 import silicon_rows  # noqa: E402
+import silicon_sweep  # noqa: E402
 
 FIELDS = ("id", "group", "half", "source", "backend", "version", "model", "system", "mode", "isl", "osl", "concurrency",
           "measured_ttft_ms", "measured_tpot_ms", "servesim_ttft_ms", "servesim_tpot_ms", "aic_ttft_ms",
@@ -42,35 +47,41 @@ def _replay(row: silicon_rows.Row, timing: dict[str, Any] | None,
             launch: bool = True) -> tuple[float, float] | str:
     import yaml
 
-    from servesim.config.loader import load_config
     from servesim.errors import SimError
     from servesim.replay.runner import simulate
 
     with tempfile.TemporaryDirectory() as tmp:
         client = os.path.join(tmp, "client.yaml")
-        run = os.path.join(tmp, "run.yaml")
         Path(client).write_text(yaml.safe_dump(silicon_rows.client_options(row, launch)))
-        for kv_fallback in (False, True):
-            cfg = silicon_rows.sim_config(row, client, timing, launch, kv_fallback)
-            Path(run).write_text(yaml.safe_dump(cfg))
-            try:
-                report = simulate(load_config(run)).report
-            except (SimError, ValueError) as exc:
-                problem = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"[:200]
-                # The run completed on the GPUs, so AIConfigurator's memory estimate that leaves
-                # no KV budget is too high: give the pool room for the row's load instead.
-                if not kv_fallback and "cannot size the KV pool" in problem:
-                    continue
-                return problem
-            break
+        try:
+            _cfg, loaded = silicon_sweep.row_config(row, client, timing, launch)
+            report = simulate(loaded).report
+        except (SimError, ValueError) as exc:
+            return silicon_sweep.problem_text(exc)
     return float(report["mean_ttft_ms"]), float(report["mean_tpot_ms"])
+
+
+def peer_estimate(raw: dict[str, Any]) -> dict[str, Any]:
+    """aiconfigurator's own estimate of the row: its ``aic_*`` columns."""
+    from servesim_aic import catalog
+
+    row = silicon_rows.parse(raw)
+    est = silicon_peer.estimate(row, catalog.resolve_version(row.system, row.backend, None))
+    if isinstance(est, str):
+        return {"aic_problem": est}
+    return {"aic_ttft_ms": est[0], "aic_tpot_ms": est[1]}
+
+
+def base_columns(row: silicon_rows.Row) -> dict[str, Any]:
+    out: dict[str, Any] = {k: getattr(row, k, None) for k in FIELDS}
+    out.update(group=row.group, measured_ttft_ms=row.measured_ttft, measured_tpot_ms=row.measured_tpot)
+    return out
 
 
 def run_row(job: tuple[dict[str, Any], dict[str, Any] | None, bool, bool]) -> dict[str, Any]:
     raw, timing, peer, launch = job
     row = silicon_rows.parse(raw)
-    out: dict[str, Any] = {k: getattr(row, k, None) for k in FIELDS}
-    out.update(group=row.group, measured_ttft_ms=row.measured_ttft, measured_tpot_ms=row.measured_tpot)
+    out = base_columns(row)
     t0 = time.perf_counter()
     got = _replay(row, timing, launch)
     out["sim_s"] = round(time.perf_counter() - t0, 2)
@@ -79,14 +90,46 @@ def run_row(job: tuple[dict[str, Any], dict[str, Any] | None, bool, bool]) -> di
     else:
         out["servesim_ttft_ms"], out["servesim_tpot_ms"] = got
     if peer:
-        from servesim_aic import catalog
-
-        est = silicon_peer.estimate(row, catalog.resolve_version(row.system, row.backend, None))
-        if isinstance(est, str):
-            out["aic_problem"] = est
-        else:
-            out["aic_ttft_ms"], out["aic_tpot_ms"] = est
+        out.update(peer_estimate(raw))
     return out
+
+
+def run_pooled(rows: list[dict[str, Any]], timing: dict[str, Any] | None, peer: bool, launch: bool,
+               jobs: int) -> list[dict[str, Any]]:
+    """The rows replayed in a process pool here, with progress."""
+    work = [(r, timing, peer, launch) for r in rows]
+    t0 = time.perf_counter()
+    results = []
+    with multiprocessing.get_context("spawn").Pool(max(1, jobs)) as pool:
+        for i, res in enumerate(pool.imap(run_row, work, chunksize=1), 1):
+            results.append(res)
+            if i % 10 == 0 or i == len(work):
+                print(f"  {i}/{len(work)} rows, {time.perf_counter() - t0:.0f} s", flush=True)
+    return results
+
+
+def run_swept(rows: list[dict[str, Any]], timing: dict[str, Any] | None, peer: bool, launch: bool,
+              a: argparse.Namespace) -> list[dict[str, Any]]:
+    """The rows replayed as the points of one ``servesim sweep`` (silicon_sweep), the peer's
+    estimates beside them in a process pool."""
+    parsed = [silicon_rows.parse(r) for r in rows]
+    t0 = time.perf_counter()
+    got = silicon_sweep.sweep_rows(parsed, timing, launch, a.executor, a.jobs, Path(a.out), a.address)
+    print(f"  {len(parsed)} rows swept, {time.perf_counter() - t0:.0f} s", flush=True)
+    results = []
+    for row in parsed:
+        out = base_columns(row)
+        res = got.get(row.id, "no record from the sweep")
+        if isinstance(res, str):
+            out["servesim_problem"] = res
+        else:
+            out["servesim_ttft_ms"], out["servesim_tpot_ms"] = res
+        results.append(out)
+    if peer:
+        with multiprocessing.get_context("spawn").Pool(max(1, a.jobs)) as pool:
+            for out, est in zip(results, pool.imap(peer_estimate, rows, chunksize=1), strict=True):
+                out.update(est)
+    return results
 
 
 def select(rows: list[dict[str, Any]], a: argparse.Namespace) -> tuple[list[dict[str, Any]], int, int]:
@@ -125,8 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-launch-options", action="store_true",
                     help="leave out the launch scripts' and AIConfigurator's generator's settings and "
                          "replay every row under the InferenceMAX client (silicon_rows)")
+    ap.add_argument("--executor", choices=("pool", "local", "ray"), default="pool",
+                    help="pool: a process pool here (default); local or ray: every row a point of "
+                         "one servesim sweep on that executor (docs/sweep.md)")
+    ap.add_argument("--address", default=None, help="with --executor ray: the Ray cluster (host:port)")
     ap.add_argument("--out", default="silicon-out")
     a = ap.parse_args(argv)
+    if a.address and a.executor != "ray":
+        ap.error("--address needs --executor ray")
     import yaml
 
     timing = yaml.safe_load(a.timing) if a.timing else None
@@ -135,14 +184,11 @@ def main(argv: list[str] | None = None) -> int:
         print("aiconfigurator is not installed: no peer estimates (pip install aiconfigurator==0.12.0)")
     rows, n_expr, n_all = select(silicon_rows.load_rows(), a)
     print(f"coverage: {n_expr}/{n_all} rows expressible; replaying {len(rows)}")
-    jobs = [(r, timing, peer, not a.no_launch_options) for r in rows]
-    t0 = time.perf_counter()
-    with multiprocessing.get_context("spawn").Pool(max(1, a.jobs)) as pool:
-        results = []
-        for i, res in enumerate(pool.imap(run_row, jobs, chunksize=1), 1):
-            results.append(res)
-            if i % 10 == 0 or i == len(jobs):
-                print(f"  {i}/{len(jobs)} rows, {time.perf_counter() - t0:.0f} s", flush=True)
+    launch = not a.no_launch_options
+    if a.executor == "pool":
+        results = run_pooled(rows, timing, peer, launch, a.jobs)
+    else:
+        results = run_swept(rows, timing, peer, launch, a)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     fit, _ = silicon_rows.model_halves(silicon_rows.load_rows())

@@ -288,3 +288,33 @@ def test_generated_sglang_rows_mix_chunks_where_their_template_passes_the_flag()
     assert "enable_mixed_chunk" not in rows_mod.generated_engine(old)["sglang"]
     assert rows_mod.generated_engine(new)["sglang"] == {"max_prefill_tokens": 2000 + 1500,
                                                        "enable_mixed_chunk": True}
+
+
+sweep_mod = _bench("silicon_sweep")
+
+
+def test_row_config_sizes_the_pool_for_the_load_where_memory_leaves_none(tmp_path):
+    row = rows_mod.parse(RAW["2026_04_06_kimi_k2_5_b200_sxm_vllm_fp4_agg_1024x8192_c32_tp4_ep4_1318"])
+    cfg, loaded = sweep_mod.row_config(row, str(tmp_path / "c.yaml"), None, True)
+    assert cfg["engine"]["num_gpu_blocks"] == 32 * 144 + 1
+    assert loaded.sim.engine.num_gpu_blocks == 32 * 144 + 1
+    fits = rows_mod.parse(RAW[PINNED[2][0]])
+    cfg, loaded = sweep_mod.row_config(fits, str(tmp_path / "c.yaml"), None, False)
+    assert cfg["engine"]["num_gpu_blocks"] == "auto" and loaded.sim.engine.num_gpu_blocks > 0
+
+
+def test_rows_swept_as_points_give_the_pinned_predictions(tmp_path):
+    """benchmarks/silicon.py --executor local: every row a point of one servesim sweep; the
+    records come back to their rows by client file, with the same numbers as a replay here,
+    and a row that fails to load or to run says why."""
+    row_id, _plain, wrapped = PINNED[2]
+    unknown = rows_mod.parse(RAW[row_id])
+    unknown.id, unknown.model = "no-such-model", "no/such-model"
+    no_data = "2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c128_tp4_0_ep4_0_291"
+    rows = [rows_mod.parse(RAW[row_id]), unknown, rows_mod.parse(RAW[no_data])]
+    got = sweep_mod.sweep_rows(rows, {"type": "overhead"}, False, "local", 1, tmp_path)
+    assert got[row_id] == pytest.approx(wrapped, rel=1e-9)
+    assert "no/such-model" in got["no-such-model"]  # refused before the sweep
+    assert "context MLA data missing" in got[no_data]  # failed as a point
+    assert len(list((tmp_path / "sweep" / "out" / "points").iterdir())) == 2
+    assert {p.name for p in (tmp_path / "sweep" / "clients").iterdir()} == {f"{r.id}.yaml" for r in rows}
