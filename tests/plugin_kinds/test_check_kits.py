@@ -312,6 +312,12 @@ def test_trace_kit_catches(samples: tuple[str, str]) -> None:
     for read, failing in cases:
         report = check_trace_format(_reader(read), *samples, raise_on_failure=False)
         assert _failed(report) == failing, (read.__name__, report.failures)
+    # a stream that reads other prompts than read does (twice the block size)
+    skewed = type("Reader", (), {"read": staticmethod(mooncake.read), "stream": staticmethod(
+        lambda path, *, trace_block_size, options=None: mooncake.stream(path, trace_block_size=2 * trace_block_size))})
+    report = check_trace_format(skewed, *samples, raise_on_failure=False)
+    assert _failed(report) == {"streams_as_read"}
+    assert any("sessions differ" in f for f in report.failures), report.failures
 
 
 # --------------------------------------------------------------------------- planners

@@ -503,6 +503,6 @@ def test_forgetting_the_workload_keeps_the_report_and_records():
     before = dumps(build_report(r.log, cfg)), list(per_request_lines(r.log, r.session_of))
     r.forget_workload()
     assert r.turns == [] and r.workload.sessions == () and r.workload.source == "t.jsonl"
-    assert r.first_turns == [] and r.next_turn == [] and r.session_index == []
+    assert len(r.first_turns) == 0 and r.next_turn == [] and r.session_index == []
     assert (dumps(build_report(r.log, cfg)), list(per_request_lines(r.log, r.session_of))) == before
     assert json.loads(before[1][2])["session_id"] == "s" and r.log.done[2] > r.log.done[1]

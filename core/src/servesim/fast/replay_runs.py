@@ -59,10 +59,11 @@ from servesim.kv.adapter_hashes import prompt_hashes
 if TYPE_CHECKING:
     from servesim.contract import Admission, ForwardPassMetrics, KvEvent, Metrics
     from servesim.replay.cluster import ClusterState
+    from servesim.replay.first_turns import FirstTurns
     from servesim.replay.routers import Router
     from servesim.replay.timeline import PassTimeline
     from servesim.sinks.base import FpmSink, KvEventSink
-    from servesim.workload.model import Turn
+    from servesim.workload.model import TurnSource
 
 
 class RunHost(Protocol):
@@ -77,7 +78,8 @@ class RunHost(Protocol):
     state: ClusterState
     block_size: int
     concurrency: int | None
-    turns: list[Turn]
+    turns: TurnSource
+    output_length: Sequence[int]
     log: Any  # a RequestLog, or a CohortLog when steady batches log cohorts
     timeline: PassTimeline | None
     kv_sinks: list[KvEventSink]
@@ -93,7 +95,7 @@ class RunHost(Protocol):
     last_zero: list[bool]
     dirty: set[int]
     log_key: list[int | None]
-    first_turns: list[tuple[float, int, int]]
+    first_turns: FirstTurns
     first_next: int
 
     def push_event(self, at: float, kind: int, a: int, b: int = 0) -> None: ...
@@ -145,10 +147,9 @@ class RunDriver:
         self.horizon_of: Callable[[int, float, float], float] | None = None
         if exclusion_applies(rp, num_workers, cross_worker):
             mml = getattr(rp.engines[0].ranks[0].config, "max_model_len", None)
-            self.planned = [
-                t.output_length if mml is None else min(t.output_length, max(0, mml - len(t.prompt)))
-                for t in rp.turns
-            ]
+            outputs, inputs = rp.output_length, rp.log.input_length
+            self.planned = list(outputs) if mml is None else [
+                min(out, max(0, mml - inp)) for out, inp in zip(outputs, inputs, strict=True)]
 
     def horizon(self, w: int, now: float) -> float:
         ext = self.ext

@@ -28,15 +28,13 @@ def resolve_adapter_names(workload: Workload, engine: EngineConfig) -> None:
     if not names or not engine.enable_lora or not engine.lora_modules:
         return
     served = served_adapters(engine.lora_modules)
-    turns = workload.turns()
     for name, rids in names.items():
         lora = served.get(name)
         if lora is None:
             valid = ", ".join(served)
             raise TraceError(f"'lora': adapter {name!r} is not one of engine.lora_modules "
-                             f"({valid})", file=workload.source, line=turns[rids[0]].line)
-        for rid in rids:
-            turns[rid].lora = lora
+                             f"({valid})", file=workload.source, line=workload.line_of(rids[0]))
+        workload.set_adapter(name, rids, lora)
 
 
 __all__ = ["resolve_adapter_names"]

@@ -57,13 +57,14 @@ from servesim.errors import CommandRejected, ReplayError, TraceError
 from servesim.kv.adapter_hashes import prompt_hashes
 from servesim.rank import NO_RETRY_HINT, InternalWork, SameTimestampRetry
 from servesim.replay.cluster import ClusterState
+from servesim.replay.first_turns import FirstTurns
 from servesim.replay.observers import FinishedRequest, Observers
 from servesim.replay.routers import RoundRobinRouter, Router
 from servesim.replay.speed import FLUSH_AT, RunDriverView, SinkMergeView, SpeedOverlay
 from servesim.report.stats import RequestLog
 from servesim.sinks.base import FpmSink, KvEventSink
 from servesim.sinks.publish import encode_runs, publish, write_encoded
-from servesim.workload.model import Workload
+from servesim.workload.model import TurnList, TurnSource, Workload
 
 if TYPE_CHECKING:
     from servesim.contract import Metrics
@@ -154,17 +155,20 @@ class Replayer:
         # servesim.replay.observers: None unless a plugin watches the run (then no runs of passes).
         self.observers = observers if observers is not None and observers.watches_run else None
         self._pass_start = [0.0] * len(self.engines)
-        self.turns = workload.turns()
-        self.log = RequestLog([t.input_length for t in self.turns],
-                              record_token_times=record_token_times)
-        if any(t.lora for t in self.turns):  # LoRA adapters: per-request records name them
-            self.log.extra = {"lora": [t.lora for t in self.turns]}
-        self.session_of, self.session_index, self.next_turn = _session_maps(workload)
+        # The requests by id, read as the replay reaches them (a streamed trace's are dropped
+        # once they finish: servesim.workload.streamed); the rest comes from per-request columns.
+        self.turns: TurnSource = workload.turn_source()
+        input_length, self.output_length, lora = workload.request_columns()
+        self.log = RequestLog(input_length, record_token_times=record_token_times)
+        if any(lora):  # LoRA adapters: per-request records name them
+            self.log.extra = {"lora": list(lora)}
+        self.session_of, self.session_index, self.next_turn = workload.session_columns()
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
-        self.first_turns: list[tuple[float, int, int]] = []  # (time, seq, rid), sorted
+        self.first_turns: FirstTurns = FirstTurns()
         self.first_next = 0
         self._next_session = 0
+        self._first_rid: Sequence[int] | None = None  # concurrency mode: each session's first turn
         self._in_flight = 0
         self._finished = 0
         self._deadline_at: list[float | None] = [None] * len(self.engines)
@@ -243,24 +247,20 @@ class Replayer:
         The turns get their heap sequence numbers now, in session order, but wait in a
         sorted list: the heap holds only the earliest of them (:meth:`_feed_first_turn`),
         which keeps it a few entries deep instead of one per session, with the same order."""
-        sessions = self.workload.sessions if self.release is None else self.release.roots
-        missing = next((s for s in sessions if s.start_ms is None), None)
+        if self.release is None:
+            starts, first = self.workload.first_turn_columns()
+        else:
+            starts = [math.nan if s.start_ms is None else s.start_ms for s in self.release.roots]
+            first = [s.turns[0].request_id for s in self.release.roots]
+        missing = next((i for i, start in enumerate(starts) if start != start), None)  # nan
         if missing is not None:
             raise TraceError(
                 "timestamp mode needs a 'timestamp' on every session's first turn "
                 "(or set workload.concurrency)",
-                file=self.workload.source, line=missing.turns[0].line,
+                file=self.workload.source, line=self.workload.line_of(first[missing]),
             )
-        starts = [float(s.start_ms or 0.0) for s in sessions]
-        base = min(starts, default=0.0)
-        seq = self._seq
-        turns = []
-        for s, start in zip(sessions, starts, strict=True):
-            seq += 1
-            turns.append(((start - base) / self.speedup, seq, s.turns[0].request_id))
-        self._seq = seq
-        turns.sort()
-        self.first_turns = turns
+        self.first_turns = FirstTurns.of(starts, first, self._seq, self.speedup)
+        self._seq += len(starts)
         self.first_next = 0
         self._feed_first_turn()
 
@@ -298,16 +298,17 @@ class Replayer:
 
     def _activate_session(self, now: float) -> None:
         """Concurrency mode: start the next session in file order."""
-        sessions = self.workload.sessions
-        if self._next_session < len(sessions):
+        if self._first_rid is None:
+            self._first_rid = self.workload.first_turn_columns()[1]
+        if self._next_session < len(self._first_rid):
             if self.warmup_hold is not None:
                 if self._next_session >= self.warmup_hold:
                     self._held += 1  # started when the barrier opens
                     return
                 self._start_warm(self._next_session)
-            s = sessions[self._next_session]
+            rid = self._first_rid[self._next_session]
             self._next_session += 1
-            self.push_event(now, ARRIVAL, s.turns[0].request_id)
+            self.push_event(now, ARRIVAL, rid)
 
     def _start_warm(self, session: int) -> None:
         """Warmup barrier: warmup session ``session`` starts."""
@@ -391,8 +392,10 @@ class Replayer:
         report does not read (it reads the log and ``session_of``), so its arrays can take
         their memory. The replayer cannot run again."""
         self.workload = Workload((), self.workload.source)
-        self.turns = []
-        self.first_turns = []
+        self.turns = TurnList()
+        self.output_length = []
+        self.first_turns = FirstTurns()
+        self._first_rid = None
         self.session_index = []
         self.next_turn = []
 
@@ -672,7 +675,8 @@ class Replayer:
         self.finish_request(rid, now)
 
     def finish_request(self, rid: int, now: float) -> None:
-        self.turns[rid].prompt.forget_block_hashes()  # memory: a finished prompt's hashes
+        turns = self.turns
+        turns[rid].prompt.forget_block_hashes()  # memory: a finished prompt's hashes
         self.log.done[rid] = now
         if self.admission is not None:
             self.admission.finished(rid)
@@ -689,8 +693,9 @@ class Replayer:
             self.release.finished(rid, now)
         nxt = self.next_turn[rid]
         if nxt >= 0:
-            self.push_event(now + self.turns[nxt].delay_ms / self.speedup, ARRIVAL, nxt)
-        else:
+            self.push_event(now + turns[nxt].delay_ms / self.speedup, ARRIVAL, nxt)
+        turns.release(rid)
+        if nxt < 0:
             if self.concurrency is not None:
                 self._activate_session(now)
             elif self.max_concurrency is not None:
@@ -770,18 +775,4 @@ class Replayer:
             for at, line in zip(ends, lines, strict=True):
                 write_encoded(sink, at, line)
 
-
-def _session_maps(workload: Workload) -> tuple[list[str], list[int], list[int]]:
-    """Per request id: its session id, its session's index, and its next turn's id (or -1)."""
-    n = workload.num_requests
-    session_of = [""] * n
-    session_index = [0] * n
-    next_turn = [-1] * n
-    for i, s in enumerate(workload.sessions):
-        for a, b in zip(s.turns, s.turns[1:], strict=False):
-            next_turn[a.request_id] = b.request_id
-        for t in s.turns:
-            session_of[t.request_id] = s.session_id
-            session_index[t.request_id] = i
-    return session_of, session_index, next_turn
 

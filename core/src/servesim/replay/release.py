@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 def has_dependencies(workload: Workload) -> bool:
     """Whether any turn of ``workload`` waits for another session's request."""
-    return any(t.wait_for for s in workload.sessions for t in s.turns)
+    return workload.has_dependencies()
 
 
 class DependencyRelease:

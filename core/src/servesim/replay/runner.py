@@ -57,6 +57,8 @@ def load_workload(workload: WorkloadConfig, plugins: Plugins,
                   engine: EngineConfig | None = None) -> Workload:
     """The configured trace (through its ``trace_format`` plugin) or synthetic workload.
 
+    A trace format with a ``stream`` method reads its trace as a stream (``Workload`` of
+    servesim.workload.streamed) unless ``workload.classes`` or ``workload.snapshot`` is set.
     With neither ``trace`` nor ``synthetic`` set, the default :class:`SyntheticConfig`
     (the built-in default scenario) is used. With ``engine`` (its section), a trace's adapter
     names resolve to its ``lora_modules`` (servesim.replay.adapter_names).
@@ -64,8 +66,14 @@ def load_workload(workload: WorkloadConfig, plugins: Plugins,
     if workload.trace is not None:
         reader = plugins.trace_formats().get(workload.trace.format)
         options = {"options": workload.trace.options} if workload.trace.options else {}
-        read = reader.read(workload.trace.path, trace_block_size=workload.trace.trace_block_size,
-                           **options)
+        # A format that can stream its trace does (servesim.workload.streamed), unless a
+        # feature rewrites requests across the whole trace: classes drawn per session, a
+        # snapshot's cut.
+        stream = getattr(reader, "stream", None)
+        if stream is None or workload.classes or workload.snapshot is not None:
+            stream = reader.read
+        read = stream(workload.trace.path, trace_block_size=workload.trace.trace_block_size,
+                      **options)
         if engine is not None:
             resolve_adapter_names(read, engine)
         _check_client_concurrency(read, workload)

@@ -13,7 +13,10 @@ reader a plugin registers and checks what the replay relies on (servesim.workloa
 * ``missing_file_is_user_error``: a path that does not exist raises a
   :class:`~servesim.errors.UserError` (one line, exit 2), not ``OSError``;
 * ``malformed_names_line`` (when ``malformed_path`` is given): reading it raises a
-  :class:`~servesim.errors.TraceError` naming the file and a line number.
+  :class:`~servesim.errors.TraceError` naming the file and a line number;
+* ``streams_as_read`` (when the reader has ``stream``): the workload it streams holds the same
+  sessions, requests and columns as the one ``read`` holds, and its malformed file raises
+  the same error (servesim.workload.streamed).
 """
 
 from __future__ import annotations
@@ -115,6 +118,30 @@ def check_malformed_names_line(s: _Subject) -> list[str]:
     return ["a malformed file was read without an error"]
 
 
+def check_streams_as_read(s: _Subject) -> list[str]:
+    stream = getattr(s.reader, "stream", None)
+    if stream is None:
+        return []
+    held, lazy = s.read(s.good), stream(s.good, trace_block_size=s.block)
+    bad = []
+    if _summary(lazy.held()) != _summary(held):
+        bad.append("the streamed trace's sessions differ from read's")
+    for name in ("request_columns", "session_columns", "first_turn_columns"):
+        if [list(c) for c in getattr(lazy, name)()] != [list(c) for c in getattr(held, name)()]:
+            bad.append(f"the streamed trace's {name}() differ from read's")
+    if s.malformed is not None:
+        errors = []
+        for read in (s.read, lambda path: stream(path, trace_block_size=s.block)):
+            try:
+                read(s.malformed)
+                errors.append("no error")
+            except Exception as exc:  # noqa: BLE001 - compared, not handled
+                errors.append(f"{type(exc).__name__}: {exc}")
+        if errors[0] != errors[1]:
+            bad.append(f"a malformed file: read gave {errors[0]!r}, stream {errors[1]!r}")
+    return bad
+
+
 TRACE_CHECKS = {
     "reads_sample": check_reads_sample,
     "request_ids_dense": check_request_ids_dense,
@@ -122,6 +149,7 @@ TRACE_CHECKS = {
     "deterministic": check_deterministic,
     "missing_file_is_user_error": check_missing_file_is_user_error,
     "malformed_names_line": check_malformed_names_line,
+    "streams_as_read": check_streams_as_read,
 }
 """Every trace-format check by name, in the order :func:`check_trace_format` runs them."""
 

@@ -9,9 +9,10 @@ materialises its tokens.
 
 from __future__ import annotations
 
+import math
+from array import array
 from collections import Counter
-from collections.abc import Sequence
-from itertools import chain
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from attrs import define, field, frozen
@@ -82,7 +83,7 @@ class Workload:
     the replay must run them as ``workload.warmup: {requests: N, wait: true}`` (checked there
     too)."""
 
-    sessions: tuple[Session, ...]
+    sessions: Sequence[Session]
     source: str = "<workload>"
     lora_names: dict[str, list[int]] = field(factory=dict)
     client_concurrency: int | None = None
@@ -100,6 +101,85 @@ class Workload:
                 out[t.request_id] = t
         return out  # type: ignore[return-value]
 
+    def each_turn(self) -> Iterator[Turn]:
+        """Every turn, one at a time, in session order (a streamed trace: in file order)."""
+        for s in self.sessions:
+            yield from s.turns
+
+    # What a replay reads. A streamed trace (servesim.workload.streamed) answers these from
+    # its columns and reads its requests as the replay goes; these are the held trace's.
+
+    def turn_source(self) -> TurnSource:
+        """The requests by id, as the replay reads them (``release(rid)`` once one finished)."""
+        return TurnList(self.turns())
+
+    def request_columns(self) -> tuple[Sequence[int], Sequence[int], Sequence[int]]:
+        """Per request id: its prompt's tokens, its output's tokens and its adapter id."""
+        turns = self.turns()
+        return [t.input_length for t in turns], [t.output_length for t in turns], [t.lora for t in turns]
+
+    def session_columns(self) -> tuple[Sequence[str], Sequence[int], Sequence[int]]:
+        """Per request id: its session id, its session's index, and its next turn's id (or -1)."""
+        n = self.num_requests
+        session_of = [""] * n
+        session_index = [0] * n
+        next_turn = [-1] * n
+        for i, s in enumerate(self.sessions):
+            for a, b in zip(s.turns, s.turns[1:], strict=False):
+                next_turn[a.request_id] = b.request_id
+            for t in s.turns:
+                session_of[t.request_id] = s.session_id
+                session_index[t.request_id] = i
+        return session_of, session_index, next_turn
+
+    def first_turn_columns(self) -> tuple[Sequence[float], Sequence[int]]:
+        """Per session, in order: its start (nan: the trace gives none) and first turn's id."""
+        return (array("d", [math.nan if s.start_ms is None else s.start_ms for s in self.sessions]),
+                [s.turns[0].request_id for s in self.sessions])
+
+    def line_of(self, rid: int) -> int | None:
+        """The trace line of request ``rid`` (None: generated)."""
+        return self.turns()[rid].line
+
+    def has_dependencies(self) -> bool:
+        """Whether a turn waits for requests of other sessions (servesim.replay.release)."""
+        return any(t.wait_for for s in self.sessions for t in s.turns)
+
+    def set_adapter(self, name: str, rids: Sequence[int], lora: int) -> None:
+        """Requests ``rids``, which name adapter ``name``, run on adapter id ``lora``."""
+        turns = self.turns()
+        for rid in rids:
+            turns[rid].lora = lora
+
+    def set_unique_from(self, marks: Sequence[int]) -> None:
+        """Each request's ``unique_from`` (``marks[rid]``, -1: none; mark_unique_prompts)."""
+        for s in self.sessions:
+            for t in s.turns:
+                if marks[t.request_id] >= 0:
+                    t.prompt.unique_from = marks[t.request_id]  # type: ignore[attr-defined]
+
+    def held(self) -> Workload:
+        """The workload with every request an object at once (this one)."""
+        return self
+
+
+class TurnSource(Protocol):
+    """A replay's requests by id (:meth:`Workload.turn_source`)."""
+
+    def __getitem__(self, rid: int) -> Turn: ...
+
+    def __len__(self) -> int: ...
+
+    def release(self, rid: int) -> None:
+        """Request ``rid`` finished: the replay reads it no more."""
+
+
+class TurnList(list[Turn]):
+    """A held trace's requests by id (:meth:`Workload.turn_source`): nothing to release."""
+
+    def release(self, rid: int) -> None:
+        """Request ``rid`` finished (a streamed trace drops it here)."""
+
 
 def make_workload(sessions: Sequence[Session], source: str,
                   lora_names: dict[str, list[int]] | None = None,
@@ -107,6 +187,12 @@ def make_workload(sessions: Sequence[Session], source: str,
     """A workload of the non-empty ``sessions``, in the given (file) order."""
     return Workload(tuple(s for s in sessions if s.turns), source, lora_names or {}, client_concurrency,
                     client_warmups)
+
+
+MARKS_IN_ARRAYS = 20_000
+"""Trace block ids above which :func:`mark_unique_prompts` counts them in numpy (one array of
+counts) instead of a map of every id; a short replay never imports numpy for it. Both ways give
+the same marks (tests/replay/test_streamed_trace.py)."""
 
 
 def mark_unique_prompts(workload: Workload) -> int:
@@ -117,34 +203,76 @@ def mark_unique_prompts(workload: Workload) -> int:
     (``TokenSeq.block_hashes_elided``). The argument needs every prompt of the replay in
     view, each made of repeated trace-block tokens of one ``trace_block_size``, and generated
     tokens that are pseudo tokens (the replay never fixes output token ids); anything else
-    marks nothing.
+    marks nothing. A streamed trace is read once for it, its ids kept as one array of 64-bit
+    integers while they are counted.
     """
-    prompts = [t.prompt for s in workload.sessions for t in s.turns]
-    if not prompts or any(type(p) is not RepeatedBlockTokens for p in prompts):
+    ids = array("q")
+    bounds = array("q", [0])  # the k-th prompt's ids are ids[bounds[k]:bounds[k + 1]]
+    lengths = array("q")
+    rids = array("q")
+    tb = 0
+    wide = False  # an id past 64 signed bits (a prompt then keeps them in a tuple)
+    for turn in workload.each_turn():
+        p = turn.prompt
+        if type(p) is not RepeatedBlockTokens or (tb and p.trace_block_size != tb):
+            return 0
+        tb = p.trace_block_size
+        if type(p.hash_ids) is array:
+            ids.extend(p.hash_ids)
+        else:
+            wide = True
+            ids.extend([h & _MASK32 for h in p.hash_ids])
+        bounds.append(len(ids))
+        lengths.append(len(p))
+        rids.append(turn.request_id)
+    if tb < 2 or not len(ids):
         return 0
-    tb = prompts[0].trace_block_size  # type: ignore[attr-defined]
-    if tb < 2 or any(p.trace_block_size != tb for p in prompts):  # type: ignore[attr-defined]
-        return 0
-    # Token values, not ids: ids equal in their low 32 bits make the same tokens. The ids are
-    # counted straight from the prompts' arrays (no list of every id of the trace).
-    ids = [p.hash_ids for p in prompts if len(p.hash_ids)]  # type: ignore[attr-defined]
-    if not ids:
-        return 0
-    wide = max(map(max, ids)) > _MASK32 or min(map(min, ids)) < 0
-    every = chain.from_iterable(ids)
-    counts = Counter((h & _MASK32 for h in every) if wide else every)
-    marked = 0
-    for p in prompts:
-        n = len(p)
-        for i, h in enumerate(p.hash_ids):  # type: ignore[attr-defined]
-            start = i * tb
+    # Token values, not ids: ids equal in their low 32 bits make the same tokens.
+    wide = wide or max(ids) > _MASK32 or min(ids) < 0
+    marks = (_marks_in_arrays if len(ids) > MARKS_IN_ARRAYS else _marks)(ids, bounds, lengths, tb, wide)
+    by_rid = array("q", [-1]) * workload.num_requests
+    for k, mark in enumerate(marks):
+        if mark >= 0:
+            by_rid[rids[k]] = mark
+    workload.set_unique_from(by_rid)
+    return sum(1 for mark in marks if mark >= 0)
+
+
+def _marks(ids: array, bounds: array, lengths: array, tb: int, wide: bool) -> list[int]:
+    """Each prompt's ``unique_from`` (-1: none): the first token of its first block whose
+    value no other block has, with two of its tokens in the prompt."""
+    counts = Counter((h & _MASK32 for h in ids) if wide else ids)
+    out = [-1] * len(lengths)
+    for k, n in enumerate(lengths):
+        lo = bounds[k]
+        for i in range(lo, bounds[k + 1]):
+            start = (i - lo) * tb
             if start + 2 > n:
                 break
-            if counts[h & _MASK32 if wide else h] == 1:
-                p.unique_from = start  # type: ignore[attr-defined]
-                marked += 1
+            if counts[ids[i] & _MASK32 if wide else ids[i]] == 1:
+                out[k] = start
                 break
-    return marked
+    return out
+
+
+def _marks_in_arrays(ids: array, bounds: array, lengths: array, tb: int, wide: bool) -> array:
+    """:func:`_marks` in numpy, for long traces (one array of counts, no map of every id)."""
+    import numpy as np
+
+    values = np.frombuffer(ids, dtype=np.int64)
+    if wide:
+        values = values & _MASK32
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    del values
+    ends = np.frombuffer(bounds, dtype=np.int64)
+    owner = np.repeat(np.arange(len(lengths)), np.diff(ends))
+    position = np.arange(len(inverse)) - ends[owner]
+    usable = position * tb + 2 <= np.frombuffer(lengths, dtype=np.int64)[owner]
+    hit = np.flatnonzero((counts[inverse] == 1) & usable)
+    first_hit = hit[np.unique(owner[hit], return_index=True)[1]]
+    out = np.full(len(lengths), -1, dtype=np.int64)
+    out[owner[first_hit]] = position[first_hit] * tb
+    return array("q", out.tobytes())
 
 
 class TraceFormat(Protocol):

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from servesim.errors import TraceError
 from servesim.tokens import RepeatedBlockTokens
 from servesim.workload.model import Session, Turn, Workload, make_workload
+from servesim.workload.mooncake_sessions import SessionOrder
 from servesim.workload.textlines import iter_text_lines, read_text_lines
 
 _ALIASES = {
@@ -168,74 +170,125 @@ _PLAIN = frozenset(("timestamp", "input_length", "output_length", "hash_ids"))
 
 
 class MooncakeTrace:
-    """Reader registered as the ``mooncake`` trace format."""
+    """Reader registered as the ``mooncake`` trace format.
+
+    :meth:`read` holds the whole trace as objects; :meth:`stream` reads it twice as a stream
+    instead, first to check and index it, then as the replay reaches its requests
+    (servesim.workload.streamed)."""
 
     @classmethod
     def read(
         cls, path: str, *, trace_block_size: int = 512, options: dict[str, Any] | None = None
     ) -> Workload:
-        if trace_block_size <= 0:
-            raise TraceError(f"trace_block_size must be > 0, got {trace_block_size}", file=path)
+        _check_block_size(trace_block_size, path)
         return cls.parse_lines(iter_text_lines(path, "trace"), path, trace_block_size)
 
     @classmethod
+    def stream(
+        cls, path: str, *, trace_block_size: int = 512, options: dict[str, Any] | None = None
+    ) -> Workload:
+        """The trace read as a stream; a path that is not a regular file (a pipe cannot be read
+        twice) is held whole, as :meth:`read` holds it."""
+        _check_block_size(trace_block_size, path)
+        if not os.path.isfile(path):
+            return cls.read(path, trace_block_size=trace_block_size, options=options)
+        stamp = _stamp(path)
+
+        def lines() -> Iterable[str]:
+            if _stamp(path) != stamp:
+                raise TraceError("the trace changed while it was replayed (it is read again as "
+                                 "the replay goes)", file=path)
+            return iter_text_lines(path, "trace")
+
+        return cls.stream_lines(lines, path, trace_block_size)
+
+    @classmethod
     def parse_lines(cls, lines: Iterable[str], path: str, trace_block_size: int) -> Workload:
-        sessions: dict[str, Session] = {}
-        last_ts: dict[str, float | None] = {}
-        span = _Span()
-        lora_ids: dict[int | str, int] = {}
-        lora_names: dict[str, list[int]] = {}
-        rid = 0
-        for lineno, text in enumerate(lines, start=1):
-            if not text.strip():
-                continue
-            try:
-                rec = _Record(_loads(text), lineno)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path,
-                                 line=lineno) from None
-            except ValueError as exc:  # a field's value, or an integer too long to read
-                raise TraceError(str(exc), file=path, line=lineno) from None
-            except OverflowError as exc:
-                raise TraceError(f"a number out of range: {exc}", file=path, line=lineno) from None
-            except RecursionError:
-                raise TraceError("JSON nested too deeply to read", file=path, line=lineno) from None
-            sid = rec.session if rec.session is not None else f"request_{lineno}"
-            session = sessions.get(sid)
-            try:
-                delay = _turn_delay(rec, session is None, last_ts.get(sid))
-                span.add(sid, rec.timestamp if session is None else None, delay)
-            except ValueError as exc:
-                raise TraceError(str(exc), file=path, line=lineno) from None
-            full = len(rec.hash_ids) * trace_block_size
-            length = full if rec.input_length is None else min(rec.input_length, full)
-            prompt = RepeatedBlockTokens(rec.hash_ids, trace_block_size, length)
-            turn = Turn(rid, prompt, rec.output_length, delay, lineno)
-            if rec.priority:
-                turn.priority = rec.priority
-            if rec.lora is not None:
-                lora = rec.lora
-                if isinstance(lora, str):
-                    turn.lora = lora_ids.setdefault(lora, _next_lora_id(lora_ids))
-                    lora_names.setdefault(lora, []).append(rid)
-                else:
-                    turn.lora = lora_ids.setdefault(lora, lora)
-            if rec.slo_class is not None:
-                turn.slo_class = rec.slo_class
-            rid += 1
-            if session is None:
-                session = sessions[sid] = Session(sid, rec.timestamp)
-            session.turns.append(turn)
-            if rec.timestamp is not None:
-                last_ts[sid] = rec.timestamp
-        return make_workload(list(sessions.values()), path, lora_names)
+        sessions: list[Session] = []
+        order = SessionOrder(path)
+        for rid, (lineno, rec) in enumerate(_records(lines, path)):
+            idx, delay = order.add(lineno, rec)
+            if idx == len(sessions):
+                sessions.append(Session(order.session_id(idx), rec.timestamp))
+            lora = order.lora_id(rec.lora, rid)
+            sessions[idx].turns.append(make_turn(rid, lineno, rec, delay, lora, trace_block_size))
+        return make_workload(sessions, path, order.lora_names)
+
+    @classmethod
+    def stream_lines(cls, lines: Callable[[], Iterable[str]], path: str,
+                     trace_block_size: int) -> Workload:
+        """:meth:`stream` over the lines ``lines()`` gives (called once per pass)."""
+        from servesim.workload.streamed import StreamedTrace, TraceIndex
+
+        order = SessionOrder(path)
+        index = TraceIndex(order.session, order.lines)
+        for rid, (lineno, rec) in enumerate(_records(lines(), path)):
+            idx, delay = order.add(lineno, rec)
+            if idx == index.sessions:
+                index.add_session(rec.timestamp)
+            index.add_request(idx, delay, _input_length(rec, trace_block_size), rec.output_length,
+                              order.lora_id(rec.lora, rid))
+        index.session_ids = order.session_ids()
+
+        def turns() -> Iterator[Turn]:
+            for rid, (lineno, rec) in enumerate(_records(lines(), path)):
+                yield make_turn(rid, lineno, rec, index.delay[rid], order.lora_ids_now(rec.lora),
+                                trace_block_size)
+
+        return StreamedTrace(index, turns, path, order.lora_names, order.lora_ids).workload()
 
 
-def _next_lora_id(ids: dict[int | str, int]) -> int:
-    """The id a newly seen adapter name gets: one past every id given or assigned so far (so a
-    name never takes an integer id the trace uses earlier; one used later is the trace's
-    own choice, and refers to a different adapter)."""
-    return max(ids.values(), default=0) + 1
+def _stamp(path: str) -> tuple[int, int, int]:
+    """What changes when a file is rewritten: its inode, size and modification time."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise TraceError(f"cannot read trace: {exc.strerror or exc}", file=path) from None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _check_block_size(trace_block_size: int, path: str) -> None:
+    if trace_block_size <= 0:
+        raise TraceError(f"trace_block_size must be > 0, got {trace_block_size}", file=path)
+
+
+def _records(lines: Iterable[str], path: str) -> Iterator[tuple[int, _Record]]:
+    """``(line, record)`` for every non-blank line, each checked on its own; a problem is a
+    TraceError naming the line."""
+    for lineno, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            rec = _Record(_loads(text), lineno)
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"invalid JSON: {exc.msg} (column {exc.colno})", file=path,
+                             line=lineno) from None
+        except ValueError as exc:  # a field's value, or an integer too long to read
+            raise TraceError(str(exc), file=path, line=lineno) from None
+        except OverflowError as exc:
+            raise TraceError(f"a number out of range: {exc}", file=path, line=lineno) from None
+        except RecursionError:
+            raise TraceError("JSON nested too deeply to read", file=path, line=lineno) from None
+        yield lineno, rec
+
+
+def _input_length(rec: _Record, trace_block_size: int) -> int:
+    full = len(rec.hash_ids) * trace_block_size
+    return full if rec.input_length is None else min(rec.input_length, full)
+
+
+def make_turn(rid: int, lineno: int, rec: _Record, delay: float, lora: int,
+              trace_block_size: int) -> Turn:
+    """Request ``rid`` of record ``rec`` (line ``lineno``), its delay and adapter id known."""
+    prompt = RepeatedBlockTokens(rec.hash_ids, trace_block_size, _input_length(rec, trace_block_size))
+    turn = Turn(rid, prompt, rec.output_length, delay, lineno)
+    if rec.priority:
+        turn.priority = rec.priority
+    if lora:
+        turn.lora = lora
+    if rec.slo_class is not None:
+        turn.slo_class = rec.slo_class
+    return turn
 
 
 #: The C scanner json.loads ends in (the default decoder's; it keeps no state between calls).
@@ -259,49 +312,3 @@ def read_lines(path: str) -> list[str]:
     """The trace's lines (servesim.workload.textlines: unreadable paths and undecodable bytes are
     TraceErrors, the latter naming the line)."""
     return read_text_lines(path, "trace")
-
-
-class _Span:
-    """Keeps the simulated times a trace implies finite: the spread of first-turn timestamps
-    and each session's summed delays (1e308-sized values would overflow the clock)."""
-
-    def __init__(self) -> None:
-        self.low = math.inf
-        self.high = -math.inf
-        self.delays: dict[str, float] = {}
-
-    def add(self, sid: str, first_ts: float | None, delay: float) -> None:
-        if first_ts is not None:
-            self.low, self.high = min(self.low, first_ts), max(self.high, first_ts)
-            if not math.isfinite(self.high - self.low):
-                raise ValueError(
-                    f"timestamp {first_ts:g} is too far from the others "
-                    f"(they span {self.low:g} to {self.high:g} ms)"
-                )
-        total = self.delays.get(sid, 0.0) + delay
-        if not math.isfinite(total):
-            raise ValueError(f"the delays of session {sid!r} add up to more than a float holds")
-        self.delays[sid] = total
-
-
-def _turn_delay(rec: _Record, first: bool, prev_ts: float | None) -> float:
-    if first:
-        if rec.delay:
-            raise ValueError("a non-zero 'delay' is not allowed on a session's first turn")
-        return 0.0
-    if rec.delay is not None:
-        return rec.delay
-    if rec.timestamp is not None:
-        if prev_ts is None:
-            raise ValueError(
-                "cannot infer the turn's delay from 'timestamp': the previous turn of the "
-                "session has none (give 'delay')"
-            )
-        gap = rec.timestamp - prev_ts
-        if gap < 0:
-            raise ValueError(
-                f"timestamp {rec.timestamp:g} is before the previous turn's {prev_ts:g} "
-                "and no 'delay' is given"
-            )
-        return gap
-    return 0.0
