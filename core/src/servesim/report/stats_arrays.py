@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -37,14 +38,23 @@ def distribution_array(
 
 
 def weighted_sorted_array(values: Any, weights: Any) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`servesim.report.stats.weighted_sorted` in numpy."""
+    """:func:`servesim.report.stats.weighted_sorted` in numpy: the distinct values, ascending,
+    and each one's summed weight. Sorted once and summed by stretch of equal values, so only
+    the sort order and the sorted copies are held beside the input (no inverse index)."""
     values = np.asarray(values, dtype=np.float64)
     weights = np.asarray(weights, dtype=np.int64)
     keep = weights > 0
-    uniq, inverse = np.unique(values[keep], return_inverse=True)
-    counts = np.bincount(inverse, weights=weights[keep]).astype(np.int64) if uniq.size else (
-        np.zeros(0, dtype=np.int64))
-    return uniq, counts
+    if not keep.all():
+        values, weights = values[keep], weights[keep]
+    del keep
+    if not values.size:
+        return np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64)
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    weights = weights[order]
+    del order
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    return ordered[starts], np.add.reduceat(weights, starts)
 
 
 def sorted_weighted_distribution_array(
@@ -75,9 +85,22 @@ def sorted_weighted_distribution_array(
     return out
 
 
+#: Elements :func:`exact_dot_array` splits at a time (its temporaries are a dozen arrays this
+#: long, not a dozen of the whole input).
+DOT_CHUNK = 1 << 16
+
+
 def exact_dot_array(x: np.ndarray, w: np.ndarray) -> float:
-    """:func:`servesim.report.stats.exact_dot` element-wise."""
-    a = x
+    """:func:`servesim.report.stats.exact_dot` element-wise: every product split exactly into
+    its rounded value and its error (Dekker), all of them summed by ``math.fsum``. fsum's
+    result is the correctly rounded exact sum, whatever the order of its terms, so the
+    products go to it one chunk at a time."""
+    return math.fsum(chain.from_iterable(
+        _products(x[i:i + DOT_CHUNK], w[i:i + DOT_CHUNK]) for i in range(0, len(x), DOT_CHUNK)))
+
+
+def _products(a: np.ndarray, w: np.ndarray) -> memoryview:
+    """The rounded products ``a * w`` and their exact errors, as one run of doubles."""
     b = w.astype(np.float64)  # integer weights below 2**53 are exact
     prod = a * b
     split = 134217729.0  # 2**27 + 1 (Veltkamp)
@@ -87,9 +110,7 @@ def exact_dot_array(x: np.ndarray, w: np.ndarray) -> float:
     bh = cb - (cb - b)
     bl = b - bh
     err = ((ah * bh - prod) + ah * bl + al * bh) + al * bl
-    # fsum reads the doubles through a memoryview one at a time: the same values in the same
-    # order as a list of them, without one Python float per value alive at once.
-    return math.fsum(memoryview(np.concatenate([prod, err])))
+    return memoryview(np.concatenate([prod, err]))
 
 
 __all__ = [

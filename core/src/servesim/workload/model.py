@@ -262,13 +262,26 @@ def _marks_in_arrays(ids: array, bounds: array, lengths: array, tb: int, wide: b
     values = np.frombuffer(ids, dtype=np.int64)
     if wide:
         values = values & _MASK32
-    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    # An id is unique when neither sorted neighbour equals it (sorted once; no inverse index).
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
     del values
+    lone = np.ones(len(ordered), dtype=bool)
+    same = ordered[1:] == ordered[:-1]
+    lone[1:] &= ~same
+    lone[:-1] &= ~same
+    del ordered, same
+    unique = np.empty(len(lone), dtype=bool)
+    unique[order] = lone
+    del order, lone
+    # Each id's prompt and its place in it; a mark needs two of the block's tokens in the prompt.
     ends = np.frombuffer(bounds, dtype=np.int64)
-    owner = np.repeat(np.arange(len(lengths)), np.diff(ends))
-    position = np.arange(len(inverse)) - ends[owner]
-    usable = position * tb + 2 <= np.frombuffer(lengths, dtype=np.int64)[owner]
-    hit = np.flatnonzero((counts[inverse] == 1) & usable)
+    owner = np.repeat(np.arange(len(lengths), dtype=np.int64), np.diff(ends))
+    position = np.arange(len(owner), dtype=np.int64)
+    position -= ends[owner]
+    unique &= position * tb + 2 <= np.frombuffer(lengths, dtype=np.int64)[owner]
+    hit = np.flatnonzero(unique)
+    del unique
     first_hit = hit[np.unique(owner[hit], return_index=True)[1]]
     out = np.full(len(lengths), -1, dtype=np.int64)
     out[owner[first_hit]] = position[first_hit] * tb
