@@ -78,3 +78,15 @@ def test_prompt_ids_are_compact_and_hash_as_before():
     small.forget_block_hashes()
     assert small.block_hashes(2) == first
     assert small.tokens(2, 6) == [5, 5, 3, 3]
+
+
+def test_a_line_past_the_limit_is_an_error_naming_it(tmp_path, monkeypatch):
+    from servesim.workload import textlines
+
+    monkeypatch.setattr(textlines, "MAX_LINE_BYTES", 100)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"short\n" + b"0" * 99 + b"\n" + b"0" * 150)
+    with pytest.raises(TraceError, match=r"t.jsonl:3: line longer than 0 MiB \(limit MAX_LINE_BYTES\)"):
+        list(iter_text_lines(str(path), "trace", 16))
+    path.write_bytes(b"short\n" + b"0" * 99 + b"\n")
+    assert [len(x) for x in iter_text_lines(str(path), "trace", 16)] == [5, 99]

@@ -61,6 +61,16 @@ def test_an_endless_config_file_is_refused_at_its_limit(capsys: pytest.CaptureFi
         "servesim: error: /dev/zero: config file is larger than 16 MiB (limit MAX_CONFIG_BYTES)\n")
 
 
+def test_an_endless_trace_is_refused_at_the_line_limit(capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from servesim.workload import textlines
+
+    monkeypatch.setattr(textlines, "MAX_LINE_BYTES", 4 << 20)  # the limit is 64 MiB
+    assert main(["run", "--trace", "/dev/zero"]) == 2
+    assert capsys.readouterr().err == ("servesim: error: /dev/zero:1: line longer than 4 MiB "
+                                       "(limit MAX_LINE_BYTES); is this a line-oriented file?\n")
+
+
 @pytest.mark.parametrize(("line", "message"), [
     ('{"timestamp": 1' + "0" * 400 + ', "input_length": 10, "output_length": 5, "hash_ids": [1]}',
      "a number out of range: int too large to convert to float"),

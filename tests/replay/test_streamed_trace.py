@@ -41,10 +41,11 @@ def run(workload: Any, marks: bool = False, workers: int = 2, **kw: Any) -> tupl
 
 
 @settings(max_examples=60, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(lines=mooncake_lines(), mode=st.sampled_from(["timestamp", "concurrency", "max_concurrency"]),
-       marks=st.booleans())
+@given(lines=mooncake_lines(), marks=st.booleans(),
+       mode=st.sampled_from(["timestamp", "concurrency", "max_concurrency", "speedup"]))
 def test_a_streamed_trace_replays_as_the_held_one(lines: list[str], mode: str, marks: bool) -> None:
-    kw = {"timestamp": {}, "concurrency": {"concurrency": 2}, "max_concurrency": {"max_concurrency": 2}}[mode]
+    kw = {"timestamp": {}, "concurrency": {"concurrency": 2}, "max_concurrency": {"max_concurrency": 2},
+          "speedup": {"arrival_speedup_ratio": 2.5}}[mode]
     report, records, _ = run(held(lines), marks, **kw)
     workload = streamed(lines)
     assert isinstance(workload, StreamedWorkload)
@@ -52,6 +53,16 @@ def test_a_streamed_trace_replays_as_the_held_one(lines: list[str], mode: str, m
     assert (got, got_records) == (report, records)
     trace = workload.trace
     assert trace.passes == 1 + marks and rp.turns.rereads == 0 and rp.turns.held == 0
+
+
+@settings(max_examples=40, derandomize=True, deadline=None)
+@given(times=st.lists(st.sampled_from([0, 3, 3, 10, 40, 41, 90]), min_size=2, max_size=12),
+       speedup=st.sampled_from([1.0, 3.0]))
+def test_first_turns_out_of_time_order_replay_as_held(times: list[int], speedup: float) -> None:
+    lines = [json.dumps({"timestamp": t, "hash_ids": [i % 3, 100 + i], "output_length": 5 + i})
+             for i, t in enumerate(times)]
+    assert run(streamed(lines), arrival_speedup_ratio=speedup)[:2] == run(
+        held(lines), arrival_speedup_ratio=speedup)[:2]
 
 
 def test_the_columns_match_the_held_trace() -> None:
@@ -149,3 +160,16 @@ def test_a_pipe_is_held_whole_and_a_file_changed_under_the_replay_is_an_error(tm
     path.write_text(body + body)
     with pytest.raises(TraceError, match="the trace changed while it was replayed"):
         run(workload)
+
+
+@settings(max_examples=100, derandomize=True, deadline=None)
+@given(starts=st.lists(st.sampled_from([0.0, 2.5, 2.5, 7.0, 1e6, -3.0]), max_size=12),
+       seq0=st.integers(0, 50), speedup=st.sampled_from([1.0, 0.7, 3.0]))
+def test_first_turns_are_in_time_then_session_order(starts: list[float], seq0: int, speedup: float) -> None:
+    from servesim.replay.first_turns import FirstTurns
+
+    rids = [10 * i for i in range(len(starts))]
+    base = min(starts, default=0.0)
+    expected = sorted(((s - base) / speedup, seq0 + 1 + i, rids[i]) for i, s in enumerate(starts))
+    ft = FirstTurns.of(starts, rids, seq0, speedup)
+    assert [ft[i] for i in range(len(ft))] == expected == ft[0:len(ft)]

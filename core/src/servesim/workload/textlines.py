@@ -17,6 +17,11 @@ BLOCK_BYTES = 1 << 20
 """About how much of the file is decoded at once (a block ends at a line end; a longer
 line is one block)."""
 
+MAX_LINE_BYTES = 64 << 20
+"""The longest line a line-oriented input may have (64 MiB: a Mooncake line naming a million
+hash ids is about 8 MiB). A longer one is an error naming its line and this limit, so a file
+without line ends (``/dev/zero``) cannot fill memory."""
+
 
 def read_text_lines(path: str, what: str) -> list[str]:
     """The lines of ``path``; a UTF-8 byte-order mark is dropped. ``what`` names the file's
@@ -49,6 +54,10 @@ def iter_text_lines(path: str, what: str, block_bytes: int | None = None) -> Ite
                 data = rest + block
                 cut = data.rfind(b"\n") + 1
                 if cut == 0:
+                    if len(data) > MAX_LINE_BYTES:
+                        raise TraceError(f"line longer than {MAX_LINE_BYTES >> 20} MiB "
+                                         "(limit MAX_LINE_BYTES); is this a line-oriented file?",
+                                         file=path, line=line)
                     rest = data
                     continue
                 data, rest = data[:cut], data[cut:]
