@@ -244,9 +244,10 @@ class Replayer:
     def _schedule_first_turns(self) -> None:
         """Timestamp mode: every session's first turn, rebased and sped up.
 
-        The turns get their heap sequence numbers now, in session order, but wait in a
-        sorted list: the heap holds only the earliest of them (:meth:`_feed_first_turn`),
-        which keeps it a few entries deep instead of one per session, with the same order."""
+        The turns get their heap sequence numbers now, in session order, but wait in sorted
+        columns (:class:`FirstTurns`): the heap holds only the earliest of them
+        (:meth:`_feed_first_turn`), which keeps it a few entries deep instead of one per
+        session, with the same order."""
         if self.release is None:
             starts, first = self.workload.first_turn_columns()
         else:

@@ -4,7 +4,9 @@ A workload is a list of *sessions*; each session is one or more *turns* (request
 turn of a session arrives at its timestamp; a later turn is released only after the previous
 turn of its session finishes, plus that turn's delay (dynamo-mocker.md §9.1-§9.2). Requests
 carry lazy prompts (:class:`servesim.tokens.TokenSeq`) so a 100k-request trace never
-materialises its tokens.
+materialises its tokens. A replay reads a workload through :meth:`Workload.turn_source` and
+the per-request and per-session columns beside it, so a trace read as a stream
+(servesim.workload.streamed) need not hold its requests.
 """
 
 from __future__ import annotations
@@ -292,7 +294,9 @@ class TraceFormat(Protocol):
     """What a ``trace_format`` plugin registers: a class with ``read``.
 
     ``read(path, trace_block_size=..., options=...)`` returns a :class:`Workload` and raises
-    :class:`servesim.errors.TraceError` naming the file and line of any malformed record.
+    :class:`servesim.errors.TraceError` naming the file and line of any malformed record. A
+    class may also have ``stream`` with the same arguments, returning a workload it reads as
+    the replay goes (servesim.workload.streamed); the replay then calls that.
     """
 
     @classmethod

@@ -9,7 +9,8 @@ becomes a :class:`~servesim.workload.model.Turn` when the replay first asks for 
 dropped when it finishes. Requests the reader passes on its way to the one asked for wait in
 its buffer; in a trace whose first turns are in time order (as traces are written) that
 buffer holds about what is in flight. So a replay's memory is what is in flight plus the
-columns and the statistics, not the trace.
+columns and the statistics, not the trace. (Prefix-cache marks read it once more in between,
+servesim.workload.model.mark_unique_prompts.)
 
 What needs every request as an object at once (a snapshot cut, SLO classes drawn per session,
 a feature of a plugin that walks ``Workload.sessions``) reads the whole trace into objects
