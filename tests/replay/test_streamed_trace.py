@@ -173,3 +173,33 @@ def test_first_turns_are_in_time_then_session_order(starts: list[float], seq0: i
     expected = sorted(((s - base) / speedup, seq0 + 1 + i, rids[i]) for i, s in enumerate(starts))
     ft = FirstTurns.of(starts, rids, seq0, speedup)
     assert [ft[i] for i in range(len(ft))] == expected == ft[0:len(ft)]
+
+
+def test_slo_classes_and_priorities_reach_a_streamed_trace(tmp_path, monkeypatch) -> None:
+    from servesim.config.loader import load_config
+    from servesim.replay.runner import simulate
+
+    path = tmp_path / "t.jsonl"
+    rows = [{"timestamp": 5 * i, "hash_ids": [i % 4, 50 + i], "output_length": 3 + i % 7,
+             **({"class": "batch"} if i % 5 == 0 else {}), **({"priority": 2} if i % 3 == 0 else {})}
+            for i in range(60)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sets = ["workload.synthetic=null", f"workload.trace.path={json.dumps(str(path))}",
+            "workload.classes=[{name: chat, share: 2, priority: -1}, {name: batch, share: 1}]",
+            "engine.scheduling_policy=priority", "engine.max_num_seqs=4"]
+
+    def replay() -> tuple[dict, list[str]]:
+        result = simulate(load_config(None, sets))
+        return result.report, list(per_request_lines(result.log, result.session_ids))
+
+    streamed_run = replay()
+    monkeypatch.delattr(MooncakeTrace, "stream")
+    assert replay() == streamed_run
+    whole, lazy = held([json.dumps(r) for r in rows]), streamed([json.dumps(r) for r in rows])
+    from servesim.config.workload_scope import SloClassConfig
+    from servesim.workload.classes import assign_classes
+
+    classes = (SloClassConfig(name="chat", share=2, priority=-1), SloClassConfig(name="batch", share=1))
+    assert assign_classes(lazy, classes, 3) == assign_classes(whole, classes, 3)
+    assert [t.priority for t in lazy.turns()] == [t.priority for t in whole.turns()]
+    assert {t.priority for t in whole.turns()} == {-1, 0, 2}

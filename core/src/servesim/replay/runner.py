@@ -58,7 +58,7 @@ def load_workload(workload: WorkloadConfig, plugins: Plugins,
     """The configured trace (through its ``trace_format`` plugin) or synthetic workload.
 
     A trace format with a ``stream`` method reads its trace as a stream (``Workload`` of
-    servesim.workload.streamed) unless ``workload.classes`` or ``workload.snapshot`` is set.
+    servesim.workload.streamed) unless ``workload.snapshot`` is set.
     With neither ``trace`` nor ``synthetic`` set, the default :class:`SyntheticConfig`
     (the built-in default scenario) is used. With ``engine`` (its section), a trace's adapter
     names resolve to its ``lora_modules`` (servesim.replay.adapter_names).
@@ -67,10 +67,9 @@ def load_workload(workload: WorkloadConfig, plugins: Plugins,
         reader = plugins.trace_formats().get(workload.trace.format)
         options = {"options": workload.trace.options} if workload.trace.options else {}
         # A format that can stream its trace does (servesim.workload.streamed), unless a
-        # feature rewrites requests across the whole trace: classes drawn per session, a
-        # snapshot's cut.
+        # snapshot cuts it, which needs every request as an object.
         stream = getattr(reader, "stream", None)
-        if stream is None or workload.classes or workload.snapshot is not None:
+        if stream is None or workload.snapshot is not None:
             stream = reader.read
         read = stream(workload.trace.path, trace_block_size=workload.trace.trace_block_size,
                       **options)

@@ -153,6 +153,17 @@ class Workload:
         for rid in rids:
             turns[rid].lora = lora
 
+    def named_classes(self) -> dict[int, str]:
+        """The SLO class a trace names for a request (``Turn.slo_class``), by request id."""
+        return {t.request_id: t.slo_class for t in self.each_turn() if t.slo_class is not None}
+
+    def set_priorities(self, priorities: Sequence[int | None]) -> None:
+        """Request ``rid`` gets priority ``priorities[rid]`` (None: it keeps its own)."""
+        for t in self.each_turn():
+            p = priorities[t.request_id]
+            if p is not None:
+                t.priority = p
+
     def set_unique_from(self, marks: Sequence[int]) -> None:
         """Each request's ``unique_from`` (``marks[rid]``, -1: none; mark_unique_prompts)."""
         for s in self.sessions:

@@ -228,6 +228,8 @@ class MooncakeTrace:
                 index.add_session(rec.timestamp)
             index.add_request(idx, delay, _input_length(rec, trace_block_size), rec.output_length,
                               order.lora_id(rec.lora, rid))
+            if rec.slo_class is not None:
+                index.slo_class[rid] = rec.slo_class
         index.session_ids = order.session_ids()
 
         def turns() -> Iterator[Turn]:

@@ -12,8 +12,8 @@ buffer holds about what is in flight. So a replay's memory is what is in flight 
 columns and the statistics, not the trace. (Prefix-cache marks read it once more in between,
 servesim.workload.model.mark_unique_prompts.)
 
-What needs every request as an object at once (a snapshot cut, SLO classes drawn per session,
-a feature of a plugin that walks ``Workload.sessions``) reads the whole trace into objects
+What needs every request as an object at once (a snapshot cut, a feature of a plugin that
+walks ``Workload.sessions``) reads the whole trace into objects
 (:meth:`StreamedTrace.sessions`), as a trace read by ``read`` holds it from the start.
 """
 
@@ -47,6 +47,7 @@ class TraceIndex:
         self.output_length = array("q")  # per request: its output's tokens
         self.lora = array("q")  # per request: its adapter id (0: the base model)
         self.session_ids: SessionIds | Sequence[str] = ()  # per session: its id
+        self.slo_class: dict[int, str] = {}  # the requests whose line names an SLO class
 
     @property
     def sessions(self) -> int:
@@ -109,6 +110,7 @@ class StreamedTrace:
         self.lora_names = lora_names
         self.lora_ids = lora_ids
         self.unique_from: Sequence[int] | None = None  # per request (-1: none), mark_unique_prompts
+        self.priority: Sequence[int | None] | None = None  # per request (None: its own), classes
         self.passes = 0  # passes over the file since the index (a plain replay makes one)
 
     def workload(self, client_concurrency: int | None = None, client_warmups: int = 0) -> StreamedWorkload:
@@ -118,11 +120,14 @@ class StreamedTrace:
     def read(self) -> Iterator[Turn]:
         """Every request, in file order, as the replay would see it."""
         self.passes += 1
-        marks = self.unique_from
+        marks, priority = self.unique_from, self.priority
         count = 0
         for turn in self._turns():
-            if marks is not None and marks[turn.request_id] >= 0:
-                turn.prompt.unique_from = marks[turn.request_id]  # type: ignore[attr-defined]
+            rid = turn.request_id
+            if marks is not None and marks[rid] >= 0:
+                turn.prompt.unique_from = marks[rid]  # type: ignore[attr-defined]
+            if priority is not None and priority[rid] is not None:
+                turn.priority = priority[rid]  # type: ignore[assignment]
             count += 1
             yield turn
         if count != self.index.n:
@@ -246,6 +251,12 @@ class StreamedWorkload(Workload):
 
     def set_unique_from(self, marks: Sequence[int]) -> None:
         self.trace.unique_from = marks
+
+    def named_classes(self) -> dict[int, str]:
+        return self.trace.index.slo_class
+
+    def set_priorities(self, priorities: Sequence[int | None]) -> None:
+        self.trace.priority = priorities
 
     def held(self) -> Workload:
         """The whole trace as objects (module docstring)."""
