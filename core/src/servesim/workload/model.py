@@ -166,10 +166,9 @@ class Workload:
 
     def set_unique_from(self, marks: Sequence[int]) -> None:
         """Each request's ``unique_from`` (``marks[rid]``, -1: none; mark_unique_prompts)."""
-        for s in self.sessions:
-            for t in s.turns:
-                if marks[t.request_id] >= 0:
-                    t.prompt.unique_from = marks[t.request_id]  # type: ignore[attr-defined]
+        for t in self.each_turn():
+            if marks[t.request_id] >= 0:
+                t.prompt.unique_from = marks[t.request_id]  # type: ignore[attr-defined]
 
     def held(self) -> Workload:
         """The workload with every request an object at once (this one)."""
