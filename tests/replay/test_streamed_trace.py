@@ -147,7 +147,7 @@ def test_a_pipe_is_held_whole_and_a_file_changed_under_the_replay_is_an_error(tm
     body = "".join(json.dumps({"timestamp": i, "hash_ids": [i], "output_length": 2}) + "\n" for i in range(3))
     fifo = tmp_path / "trace.fifo"
     os.mkfifo(fifo)
-    writer = threading.Thread(target=lambda: fifo.write_text(body))
+    writer = threading.Thread(target=lambda: fifo.write_text(body), daemon=True)  # never outlives a failure
     writer.start()
     workload = MooncakeTrace.stream(str(fifo), trace_block_size=4)
     writer.join(timeout=10)
