@@ -32,11 +32,6 @@ if TYPE_CHECKING:
     from servesim.workload.model import Session, Workload
 
 
-def has_dependencies(workload: Workload) -> bool:
-    """Whether any turn of ``workload`` waits for another session's request."""
-    return workload.has_dependencies()
-
-
 class DependencyRelease:
     """The dependency graph of one replay, as ``Replayer.release``."""
 
@@ -116,7 +111,7 @@ def snapshot_workload(workload: Workload, cfg: Any) -> tuple[Workload, dict[str,
     ``snapshot`` entry, or ``workload`` unchanged and None."""
     if cfg.snapshot is None:
         return workload, None
-    if not has_dependencies(workload):
+    if not workload.has_dependencies():
         refuse_lanes_without_graph(cfg.lanes)
     from servesim.workload.snapshot import take_snapshot
 
@@ -158,5 +153,5 @@ def refuse_lanes_without_graph(lanes: int | None) -> None:
                           path="workload.lanes")
 
 
-__all__ = ["DependencyRelease", "attach_release", "has_dependencies", "refuse_lanes_without_graph",
+__all__ = ["DependencyRelease", "attach_release", "refuse_lanes_without_graph",
            "snapshot_workload"]

@@ -25,7 +25,6 @@ from servesim.replay.gc_spacing import collections_spaced
 from servesim.replay.observers import Observers
 from servesim.replay.release import (
     attach_release,
-    has_dependencies,
     refuse_lanes_without_graph,
     snapshot_workload,
 )
@@ -254,7 +253,7 @@ def _simulate(
 
         writer = PassLogWriter(pass_file.fh)
     scope = ReportScope.of(sim.workload, workload, plugins)
-    graph = has_dependencies(workload) or snapshot is not None  # a cut may leave none
+    graph = workload.has_dependencies() or snapshot is not None  # a cut may leave none
     if elastic:  # servesim.replay.elastic: lifecycle, planner, faults
         from servesim.replay.elastic_setup import build_elastic_replayer
 
@@ -364,7 +363,7 @@ def _simulate_disagg(
 
     sim = loaded.sim
     scope = ReportScope.of(sim.workload, workload, loaded.plugins)
-    graph = has_dependencies(workload) or sim.workload.snapshot is not None  # a cut may leave none
+    graph = workload.has_dependencies() or sim.workload.snapshot is not None  # a cut may leave none
     build: Any = build_disagg_replayer
     elastic = sim.is_elastic
     if elastic:

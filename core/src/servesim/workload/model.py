@@ -274,8 +274,9 @@ def _marks_in_arrays(ids: array, bounds: array, lengths: array, tb: int, wide: b
     values = np.frombuffer(ids, dtype=np.int64)
     if wide:
         values = values & _MASK32
-    # An id is unique when neither sorted neighbour equals it (sorted once; no inverse index).
-    order = np.argsort(values, kind="stable")
+    # An id is unique when neither sorted neighbour equals it (sorted once; no inverse index;
+    # the order among equal ids does not matter).
+    order = np.argsort(values)
     ordered = values[order]
     del values
     lone = np.ones(len(ordered), dtype=bool)

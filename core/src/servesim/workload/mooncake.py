@@ -206,10 +206,11 @@ class MooncakeTrace:
     def parse_lines(cls, lines: Iterable[str], path: str, trace_block_size: int) -> Workload:
         sessions: list[Session] = []
         order = SessionOrder(path)
+        ids = order.session_ids()
         for rid, (lineno, rec) in enumerate(_records(lines, path)):
             idx, delay = order.add(lineno, rec)
             if idx == len(sessions):
-                sessions.append(Session(order.session_id(idx), rec.timestamp))
+                sessions.append(Session(ids[idx], rec.timestamp))
             lora = order.lora_id(rec.lora, rid)
             sessions[idx].turns.append(make_turn(rid, lineno, rec, delay, lora, trace_block_size))
         return make_workload(sessions, path, order.lora_names)

@@ -7,12 +7,10 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from servesim.errors import TraceError
-
-if TYPE_CHECKING:
-    from servesim.workload.streamed import SessionIds
 
 
 class _Record(Protocol):
@@ -86,13 +84,8 @@ class SessionOrder:
         idx = self.session[at]
         return idx if self.first_line[idx] == line and idx not in self.names else None
 
-    def session_id(self, idx: int) -> str:
-        name = self.names.get(idx)
-        return name if name is not None else f"request_{self.first_line[idx]}"
-
     def session_ids(self) -> SessionIds:
-        from servesim.workload.streamed import SessionIds
-
+        """Each session's id by index, for the sessions placed so far and those to come."""
         return SessionIds(self.names, self.first_line)
 
     def lora_id(self, lora: int | str | None, rid: int) -> int:
@@ -108,6 +101,25 @@ class SessionOrder:
         """:meth:`lora_id` once every record was read (an adapter name's id may have been
         resolved to a served module's since, servesim.replay.adapter_names)."""
         return 0 if lora is None else self.lora_ids[lora]
+
+
+class SessionIds(Sequence[str]):
+    """Each session's id by index: the one its records name, else ``request_<first line>``."""
+
+    __slots__ = ("names", "first_line")
+
+    def __init__(self, names: dict[int, str], first_line: array) -> None:
+        self.names = names
+        self.first_line = first_line
+
+    def __len__(self) -> int:
+        return len(self.first_line)
+
+    def __getitem__(self, idx: Any) -> Any:
+        if isinstance(idx, slice):
+            return [self[i] for i in range(*idx.indices(len(self)))]
+        name = self.names.get(idx)
+        return name if name is not None else f"request_{self.first_line[idx]}"
 
 
 def _next_lora_id(ids: dict[int | str, int]) -> int:

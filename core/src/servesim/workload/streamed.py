@@ -46,7 +46,7 @@ class TraceIndex:
         self.input_length = array("q")  # per request: its prompt's tokens
         self.output_length = array("q")  # per request: its output's tokens
         self.lora = array("q")  # per request: its adapter id (0: the base model)
-        self.session_ids: SessionIds | Sequence[str] = ()  # per session: its id
+        self.session_ids: Sequence[str] = ()  # per session: its id
         self.slo_class: dict[int, str] = {}  # the requests whose line names an SLO class
 
     @property
@@ -80,23 +80,6 @@ class TraceIndex:
         return [None if math.isnan(t) else t for t in self.start]
 
 
-class SessionIds:
-    """Each session's id by index: the one its records name, else ``request_<first line>``."""
-
-    __slots__ = ("names", "first_line")
-
-    def __init__(self, names: dict[int, str], first_line: array) -> None:
-        self.names = names
-        self.first_line = first_line
-
-    def __len__(self) -> int:
-        return len(self.first_line)
-
-    def __getitem__(self, idx: int) -> str:
-        name = self.names.get(idx)
-        return name if name is not None else f"request_{self.first_line[idx]}"
-
-
 class StreamedTrace:
     """A trace's :class:`TraceIndex` and a way to read its requests again, in file order
     (``turns()``: a new pass each call). ``lora_ids`` is the reader's adapter-name table,
@@ -113,9 +96,8 @@ class StreamedTrace:
         self.priority: Sequence[int | None] | None = None  # per request (None: its own), classes
         self.passes = 0  # passes over the file since the index (a plain replay makes one)
 
-    def workload(self, client_concurrency: int | None = None, client_warmups: int = 0) -> StreamedWorkload:
-        return StreamedWorkload(_Sessions(self), self.source, self.lora_names, client_concurrency,
-                                client_warmups, trace=self)
+    def workload(self) -> StreamedWorkload:
+        return StreamedWorkload(_Sessions(self), self.source, self.lora_names, trace=self)
 
     def read(self) -> Iterator[Turn]:
         """Every request, in file order, as the replay would see it."""
@@ -187,11 +169,11 @@ class TurnReader:
         turn = self._held.get(rid)
         if turn is not None:
             return turn
+        if not 0 <= rid < len(self):
+            raise IndexError(rid)
         if rid < self._next:
             self.rereads += 1
             return next(t for t in self.trace.read() if t.request_id == rid)
-        if not 0 <= rid < len(self):
-            raise IndexError(rid)
         held = self._held
         for turn in self._read:
             held[turn.request_id] = turn
