@@ -16,7 +16,7 @@ import logging
 import math
 from typing import Any
 
-from silicon_rows import FP8_KV_PRECISIONS, MAX_BATCHED_TOKENS, Row
+from silicon_rows import MAX_BATCHED_TOKENS, Row, kv_fp8
 
 
 def available() -> bool:
@@ -35,7 +35,7 @@ def estimate(row: Row, version: str) -> tuple[float, float] | str:
         "mode": row.mode, "backend_name": row.backend, "backend_version": version, "isl": row.isl,
         "osl": row.osl, "gemm_quant_mode": row.gemm, "moe_quant_mode": row.moe,
         "ctx_tokens": MAX_BATCHED_TOKENS,
-        "kvcache_quant_mode": "fp8" if row.precision in FP8_KV_PRECISIONS else None,
+        "kvcache_quant_mode": "fp8" if kv_fp8(row) else None,
     }
     if row.mode == "agg":
         r = row.roles["agg"]

@@ -136,8 +136,7 @@ def parse(raw: dict[str, Any]) -> Row:
     m = re.search(r"silicon_concurrency=(\d+)", raw["silicon_data_source"] or "")
     conc = int(m.group(1)) if m else _int(raw["batch_size"])
     model = MODEL_ALIASES.get(raw["model_path"], raw["model_path"])
-    gemm = raw["gemm_quant_mode"] or None
-    moe = raw["moe_quant_mode"] or None
+    gemm, moe = checkpoint_quant(raw, model)
     row = Row(raw["id"], raw["backend"], raw["backend_version"], model, raw["system"], raw["mode"],
               int(raw["isl"]), int(raw["osl"]), conc or 0, gemm, moe, raw["precision"] or "bf16",
               float(raw["silicon_ttft_ms"] or "nan"), float(raw["silicon_tpot_ms"] or "nan"),
@@ -163,6 +162,44 @@ def parse(raw: dict[str, Any]) -> Row:
         row.roles["prefill"] = _role(raw, "prefill_", row.concurrency)
         row.roles["decode"] = _role(raw, "decode_", row.concurrency)
     return row
+
+
+GPT_OSS = ("openai/gpt-oss-120b", "openai/gpt-oss-20b")
+
+
+def checkpoint_quant(raw: dict[str, Any], model: str) -> tuple[str | None, str | None]:
+    """The row's GEMM and MoE quantisation: its quant columns, except where they name a format
+    the checkpoint does not hold.
+
+    The sample labels InferenceMAX's gpt-oss ``fp4`` runs ``nvfp4`` for both. The checkpoint's
+    MoE weights are MXFP4 and everything else is bf16 (its ``quantization_config``:
+    ``quant_method: mxfp4`` with attention, router, embeddings and LM head not converted;
+    ``aiconfigurator_core/model_configs/openai--gpt-oss-120b_config.json``), so the GEMMs keep
+    the model's own dtype (None). The MoE runs with bf16 activations on Hopper and MXFP8 on
+    Blackwell (TensorRT-LLM ``examples/models/core/gpt_oss/README.md``, "MoE Support
+    Matrix"; InferenceX ``gptoss_fp4_b200_trt.sh`` picks its ``TRTLLM`` backend,
+    ``gptoss_fp4_h200_trt.sh`` ``TRITON``; the vLLM scripts set
+    ``VLLM_MXFP4_USE_MARLIN=1`` on Hopper and ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` on
+    B200). AIConfigurator 0.12.0 measured vLLM's MXFP4 MoE with bf16 activations only
+    (``w4a16_mxfp4``), so vLLM's B200 rows are priced with it: a kernel other than the one
+    they ran."""
+    gemm = raw["gemm_quant_mode"] or None
+    moe = raw["moe_quant_mode"] or None
+    if model in GPT_OSS and raw["precision"] == "fp4":
+        blackwell_mxfp8 = raw["backend"] == "trtllm" and raw["system"].startswith(BLACKWELL)
+        return None, "w4a8_mxfp4_mxfp8" if blackwell_mxfp8 else "w4a16_mxfp4"
+    return gemm, moe
+
+
+def kv_fp8(row: Row) -> bool:
+    """Whether the row's KV cache is fp8: for fp8 and fp4 runs, as InferenceMAX's launch
+    scripts set it, except gpt-oss on Hopper, whose scripts leave the KV cache at the model's
+    dtype (InferenceX ``gptoss_fp4_h100.sh`` and ``gptoss_fp4_h200.sh`` pass no
+    ``kv-cache-dtype``, ``gptoss_fp4_h200_trt.sh`` ``kv_cache_config: dtype: auto``; the B200
+    scripts ``fp8``)."""
+    if row.model in GPT_OSS and not row.system.startswith(BLACKWELL):
+        return False
+    return row.precision in FP8_KV_PRECISIONS
 
 
 def _vllm_dp_attention(row: Row, role: Role) -> None:
@@ -267,7 +304,7 @@ def _timing(row: Row, role: Role, timing: dict[str, Any] | None, launch: bool = 
         aic["gemm_dtype"] = row.gemm
     if row.moe:
         aic["moe_dtype"] = row.moe
-    if row.precision in FP8_KV_PRECISIONS:
+    if kv_fp8(row):
         aic["kv_cache_dtype"] = "fp8"
     aic["gpu_memory_utilization"] = GPU_MEMORY_FRACTION.get(row.backend, 0.9)
     if launch and row.generated and row.backend == "trtllm":
@@ -280,7 +317,7 @@ def _timing(row: Row, role: Role, timing: dict[str, Any] | None, launch: bool = 
             # the generator captures a CUDA graph for every batch size up to the row's: no padding
             wrapped.setdefault("cuda_graph_padding", False)
         elif script_limits(row).get("trtllm"):
-            # the Llama-3.1-70B scripts' cuda_graph_config: enable_padding: true
+            # the Llama-3.1-70B and gpt-oss scripts' cuda_graph_config: enable_padding: true
             wrapped.setdefault("cuda_graph_padding", True)
     return wrapped
 
@@ -357,11 +394,18 @@ def script_limits(row: Row) -> dict[str, Any]:
     ``cuda_graph_padding`` (:func:`_timing`).
 
     The Qwen3.5 SGLang scripts set ``--chunked-prefill-size`` and ``--max-prefill-tokens``
-    (:data:`SGLANG_PREFILL_LIMITS`)."""
+    (:data:`SGLANG_PREFILL_LIMITS`).
+
+    The gpt-oss TensorRT-LLM scripts (InferenceX ``benchmarks/gptoss_fp4_b200_trt_docker.sh``
+    from November 2025, then ``gptoss_fp4_b200_trt.sh`` and ``gptoss_fp4_h200_trt.sh``) pass
+    ``--max_num_tokens 20000`` without chunking and ``cuda_graph_config: enable_padding:
+    true``."""
     if row.mode != "agg":
         return {}
     if row.backend == "trtllm" and row.model == LLAMA_70B and not row.generated:
         return {"enable_chunked_prefill": False, "trtllm": {"max_num_tokens": 16384}}
+    if row.backend == "trtllm" and row.model in GPT_OSS and row.source == "inferencemax":
+        return {"enable_chunked_prefill": False, "trtllm": {"max_num_tokens": 20000}}
     if row.backend == "sglang":
         limits = SGLANG_PREFILL_LIMITS.get((row.model, row.system.split("_")[0], row.gemm or ""))
         if limits:
@@ -450,8 +494,9 @@ def engine_loop(row: Row, role: Role) -> dict[str, Any]:
     workers (servesim does not model it on decode workers). InferenceMAX's Llama-3.1-70B vLLM
     scripts, whose rows name no release, turn it on themselves (``async-scheduling: true`` in
     the config file of InferenceX ``benchmarks/70b_fp8_b200_docker.sh``,
-    ``70b_fp4_b200_docker.sh``, ``70b_fp8_h200_slurm.sh`` and ``70b_fp8_h100_slurm.sh``); other
-    rows that name no release keep it off."""
+    ``70b_fp4_b200_docker.sh``, ``70b_fp8_h200_slurm.sh`` and ``70b_fp8_h100_slurm.sh``), as
+    do the gpt-oss scripts (:func:`_script_async`); other rows that name no release keep it
+    off."""
     if row.backend == "trtllm":
         return {"trtllm": {"disable_overlap_scheduler": role is row.roles.get("prefill")}}
     if row.backend == "vllm" and role.pp == 1 and (_vllm_async_by_default(row.version) or _script_async(row)):
@@ -463,8 +508,11 @@ def engine_loop(row: Row, role: Role) -> dict[str, Any]:
 
 
 def _script_async(row: Row) -> bool:
-    """Whether the row's launch script asks vLLM for async scheduling (:func:`engine_loop`)."""
-    return row.source == "inferencemax" and row.model == LLAMA_70B
+    """Whether the row's launch script asks vLLM for async scheduling (:func:`engine_loop`):
+    the Llama-3.1-70B scripts, and the gpt-oss ones from their first (``async-scheduling:
+    true`` in InferenceX ``benchmarks/gptoss_fp4_h100_slurm.sh`` of September 2025, then
+    ``gptoss_fp4_{b200,h100,h200}.sh``)."""
+    return row.source == "inferencemax" and (row.model == LLAMA_70B or row.model in GPT_OSS)
 
 
 def _vllm_async_by_default(version: str) -> bool:
@@ -501,7 +549,7 @@ def sim_config(row: Row, client_path: str, timing: dict[str, Any] | None = None,
     import silicon_kv
 
     pre, dec = row.roles["prefill"], row.roles["decode"]
-    link = silicon_kv.transfer_options(row, row.precision in FP8_KV_PRECISIONS)
+    link = silicon_kv.transfer_options(row, kv_fp8(row))
     base = {**_engine(row, pre, timing, launch, kv_fallback), **link}
     return {
         "engine": base,
