@@ -151,6 +151,8 @@ def parse(raw: dict[str, Any]) -> Row:
         row.problem = "no measurement"
     if row.mode == "agg":
         role = row.roles["agg"] = _role(raw, "", row.concurrency)
+        if not row.generated:
+            _expert_parallel_encoding(row, role)
         # batch_size counts one replica's requests per attention-DP rank: a concurrency it
         # does not reach is spread over replicas (c8 with batch_size 2: four engines)
         per_engine = (row.batch_size or 0) * role.attention_dp
@@ -219,6 +221,31 @@ def _vllm_dp_attention(row: Row, role: Role) -> None:
         role.attention_dp, role.max_num_seqs = 1, row.concurrency
     else:  # vLLM's --max-num-seqs (the concurrency, or its default) holds per DP rank
         role.tp, role.max_num_seqs = 1, row.concurrency * t
+
+
+# GPUs in one node of the systems InferenceMAX ran single-node (aiconfigurator_core/systems/
+# <system>.yaml: num_gpus_per_node 8); the rack-scale GB200/GB300 are left out.
+GPUS_PER_NODE = {"h100_sxm": 8, "h200_sxm": 8, "b200_sxm": 8, "b300_sxm": 8}
+
+
+def _expert_parallel_encoding(row: Row, role: Role) -> None:
+    """Some InferenceMAX runs with expert parallelism are encoded with their TP (or attention
+    DP) multiplied by the EP size: a run whose id says ``tp4_ep4`` (``--tensor-parallel-size 4
+    --ep-size 4`` in InferenceX ``benchmarks/single_node/qwen3.5_fp8_b200.sh``: four GPUs,
+    the experts split four ways) has ``tp_size`` 16, ``moe_tp_size`` 4 and ``moe_ep_size`` 4,
+    where the sample's other dump of the same run (same measurements) has 4, 1 and 4. No
+    single-node run has more GPUs than its node, so a role wider than the node whose width is
+    ``moe_tp x moe_ep`` is replayed as it ran: that width divided by the EP size, with the
+    experts split by EP across it."""
+    node = GPUS_PER_NODE.get(row.system)
+    ep, mtp = role.moe_ep or 1, role.moe_tp or 1
+    if node is None or ep < 2 or mtp < 2:
+        return
+    if role.attention_dp == 1 and role.tp > node and role.tp == mtp * ep:
+        role.tp, role.moe_tp = mtp, mtp // ep
+    elif role.tp == 1 and role.attention_dp > node and role.attention_dp == mtp * ep:
+        role.attention_dp, role.moe_tp = mtp, mtp // ep
+        role.max_num_seqs = (row.batch_size or row.concurrency) * role.attention_dp
 
 
 def data_source(raw: dict[str, Any]) -> str:

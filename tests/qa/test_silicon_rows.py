@@ -346,3 +346,21 @@ def test_gpt_oss_rows_run_the_checkpoint_formats_and_their_scripts_settings():
     # other models keep the sample's columns
     llama = rows_mod.parse(RAW["2026_04_06_llama_3_1_70b_b200_sxm_trtllm_fp8_agg_1024x1024_c4_tp8_ep1_626"])
     assert (llama.gemm, llama.moe, rows_mod.kv_fp8(llama)) == ("fp8", "fp8", True)
+
+
+def test_expert_parallel_runs_encoded_wider_than_their_node_replay_on_the_gpus_they_ran_on():
+    """Two dumps of one Qwen3.5 SGLang run (TP 4, EP 4 on four B200s; the same measurements):
+    one encodes it as TP 4 with MoE EP 4, the other as TP 16 with MoE TP 4 x EP 4. Both
+    replay on four GPUs; a gap-analysis row of TP 4 with MoE TP 2 x EP 2 keeps its encoding."""
+    def agg(row_id):
+        role = rows_mod.parse(RAW[row_id]).roles["agg"]
+        return (role.tp, role.attention_dp, role.moe_tp, role.moe_ep, role.max_num_seqs, role.workers)
+
+    wide = "2026_04_06_qwen3_5_397b_b200_sxm_sglang_fp8_agg_1024x1024_c32_tp4_ep4_1972"
+    assert (RAW[wide]["tp_size"], RAW[wide]["moe_tp_size"], RAW[wide]["moe_ep_size"]) == ("16", "4", "4")
+    assert agg(wide) == agg("2026_03_25_qwen3_5_397b_b200_sxm_sglang_fp8_agg_1024x1024_c32_tp4_0_ep4_0_342") \
+        == (4, 1, 1, 4, 32, 1)
+    assert agg("qwen3_5_b200_sglang_fp8_agg_1024x1024_c32_cfg615") == (4, 1, 1, 4, 32, 1)
+    narrow = next(i for i, r in RAW.items() if i.startswith("qwen_qwen3_235") and r["mode"] == "agg"
+                  and (r["tp_size"], r["moe_tp_size"], r["moe_ep_size"]) == ("4", "2", "2"))
+    assert agg(narrow)[:4] == (4, 1, 2, 2)
