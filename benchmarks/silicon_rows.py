@@ -153,9 +153,10 @@ def parse(raw: dict[str, Any]) -> Row:
         role = row.roles["agg"] = _role(raw, "", row.concurrency)
         if not row.generated:
             _expert_parallel_encoding(row, role)
-        # batch_size counts one replica's requests per attention-DP rank: a concurrency it
-        # does not reach is spread over replicas (c8 with batch_size 2: four engines)
-        per_engine = (row.batch_size or 0) * role.attention_dp
+        # batch_size counts one replica's requests per attention-DP rank (max_num_seqs, all
+        # ranks'): a concurrency it does not reach is spread over replicas (c8 with
+        # batch_size 2: four engines)
+        per_engine = role.max_num_seqs if row.batch_size else 0
         if per_engine and row.concurrency > per_engine and row.concurrency % per_engine == 0:
             role.workers = row.concurrency // per_engine
         if row.backend == "vllm" and row.source == "inferencemax":
@@ -244,8 +245,8 @@ def _expert_parallel_encoding(row: Row, role: Role) -> None:
     if role.attention_dp == 1 and role.tp > node and role.tp == mtp * ep:
         role.tp, role.moe_tp = mtp, mtp // ep
     elif role.tp == 1 and role.attention_dp > node and role.attention_dp == mtp * ep:
+        # the engine's requests (batch_size per encoded rank, so max_num_seqs) stay as they were
         role.attention_dp, role.moe_tp = mtp, mtp // ep
-        role.max_num_seqs = (row.batch_size or row.concurrency) * role.attention_dp
 
 
 def data_source(raw: dict[str, Any]) -> str:

@@ -361,6 +361,8 @@ def test_expert_parallel_runs_encoded_wider_than_their_node_replay_on_the_gpus_t
     assert agg(wide) == agg("2026_03_25_qwen3_5_397b_b200_sxm_sglang_fp8_agg_1024x1024_c32_tp4_0_ep4_0_342") \
         == (4, 1, 1, 4, 32, 1)
     assert agg("qwen3_5_b200_sglang_fp8_agg_1024x1024_c32_cfg615") == (4, 1, 1, 4, 32, 1)
+    # attention DP 8 with EP 8 on eight B200s, encoded as attention DP 64: 256 requests, 32 a rank
+    assert agg("dsr1_b200_trtllm_fp4_agg_1024x8192_c256_cfg191") == (1, 8, 1, 8, 256, 1)
     narrow = next(i for i, r in RAW.items() if i.startswith("qwen_qwen3_235") and r["mode"] == "agg"
                   and (r["tp_size"], r["moe_tp_size"], r["moe_ep_size"]) == ("4", "2", "2"))
     assert agg(narrow)[:4] == (4, 1, 2, 2)
