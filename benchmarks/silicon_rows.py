@@ -168,6 +168,7 @@ def parse(raw: dict[str, Any]) -> Row:
 
 
 GPT_OSS = ("openai/gpt-oss-120b", "openai/gpt-oss-20b")
+KIMI_K2_5 = "moonshotai/Kimi-K2.5"
 
 
 def checkpoint_quant(raw: dict[str, Any], model: str) -> tuple[str | None, str | None]:
@@ -185,12 +186,20 @@ def checkpoint_quant(raw: dict[str, Any], model: str) -> tuple[str | None, str |
     ``VLLM_MXFP4_USE_MARLIN=1`` on Hopper and ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` on
     B200). AIConfigurator 0.12.0 measured vLLM's MXFP4 MoE with bf16 activations only
     (``w4a16_mxfp4``), so vLLM's B200 rows are priced with it: a kernel other than the one
-    they ran."""
+    they ran.
+
+    The Kimi-K2.5 ``int4`` rows are labelled ``int4_wo`` for both. Its checkpoint quantises the
+    routed experts only (INT4 weights, group 32) and leaves attention, the shared experts, the
+    dense MLP and the LM head in bf16 (``quantization_config.ignore`` in
+    ``aiconfigurator_core/model_configs/moonshotai--Kimi-K2.5_config.json``), so its GEMMs keep
+    the model's own dtype and its MoE ``int4_wo``."""
     gemm = raw["gemm_quant_mode"] or None
     moe = raw["moe_quant_mode"] or None
     if model in GPT_OSS and raw["precision"] == "fp4":
         blackwell_mxfp8 = raw["backend"] == "trtllm" and raw["system"].startswith(BLACKWELL)
         return None, "w4a8_mxfp4_mxfp8" if blackwell_mxfp8 else "w4a16_mxfp4"
+    if model == KIMI_K2_5 and raw["precision"] == "int4":
+        return None, moe
     return gemm, moe
 
 

@@ -38,17 +38,17 @@ class BackendDefaults:
 # FITTED: step_ms and per_request_ms, to the mean TPOT of the silicon sample's agg rows (OSL
 # <= 1024, concurrency <= 256) of the fitting half of the models (MiniMax-M2.5, Qwen3-32B,
 # DeepSeek-R1, Llama-3.1-70B, Kimi-K2.5, gpt-oss-120b), replayed with both at zero under each
-# row's client, launch settings and engine loop (benchmarks/silicon.py --half fit; 1,306 of
+# row's client, launch settings and engine loop (benchmarks/silicon.py --half fit; 1,366 of
 # the 1,847 rows priced), by benchmarks/silicon_fit.py (servesim_overhead.fit). The held-out
 # half's figures are in docs/fidelity.md. SGLang's pair rests on 84 rows of one model on one
 # GPU (Qwen3-32B on H100): AIConfigurator cannot price the other fitting-half models' SGLang
 # rows.
 DEFAULTS = {
-    "vllm": BackendDefaults(step_ms=0.4, per_request_ms=0.016, prefill_ms_per_layer=0.0, overlap=False,
+    "vllm": BackendDefaults(step_ms=0.3, per_request_ms=0.016, prefill_ms_per_layer=0.0, overlap=False,
                             cuda_graph_padding=True, mixed="fused"),
     "sglang": BackendDefaults(step_ms=6.9, per_request_ms=0.068, prefill_ms_per_layer=0.0, overlap=True,
                               cuda_graph_padding=True, mixed="fused"),
-    "trtllm": BackendDefaults(step_ms=3.5, per_request_ms=0.03, prefill_ms_per_layer=0.0, overlap=True,
+    "trtllm": BackendDefaults(step_ms=3.4, per_request_ms=0.03, prefill_ms_per_layer=0.0, overlap=True,
                               cuda_graph_padding=False, mixed="fused"),
 }
 GENERIC = BackendDefaults(step_ms=0.0, per_request_ms=0.0, prefill_ms_per_layer=0.0, overlap=False,
